@@ -1,0 +1,223 @@
+"""Records of one tool call: steps, the call record and the result envelope.
+
+Everything here is immutable and already redacted: these are the objects that sinks, hooks'
+views, logs, the CLI and the model see. Timestamps are integer microseconds since the Unix epoch
+(``*_us``), which is what the audit store and the span builder want without conversion.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+__all__ = [
+    "Artifact",
+    "CallRecord",
+    "Retry",
+    "Stage",
+    "Status",
+    "Step",
+    "StepName",
+    "Timing",
+    "ToolResultEnvelope",
+]
+
+
+class Status(enum.StrEnum):
+    """Final status of a call.
+
+    ``rejected``: execution never started. ``failed``: it started and failed. ``cancelled``:
+    cancellation was confirmed. ``unknown``: a side-effecting tool was dispatched and its end
+    state could not be confirmed (deadline, unconfirmed cancel, crash).
+    """
+
+    OK = "ok"
+    REJECTED = "rejected"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+
+class Stage(enum.StrEnum):
+    """Where a rejected call was stopped (closed set: it is a metric label)."""
+
+    RESOLVE = "resolve"
+    PARAMS = "params"
+    POLICY = "policy"
+    APPROVAL = "approval"
+    HOOK = "hook"
+    ADMISSION = "admission"
+    AUDIT = "audit"
+    CANCEL = "cancel"
+
+
+class StepName(enum.StrEnum):
+    """Names of pipeline steps as they appear in records, spans and the audit trail."""
+
+    RESOLVE = "resolve"
+    VALIDATE = "validate"
+    POLICY = "policy"
+    APPROVAL = "approval"
+    PRE_HOOK = "pre_hook"
+    REVALIDATE = "revalidate"
+    ADMISSION = "admission"
+    AUDIT_INTENT = "audit_intent"
+    EXECUTE = "execute"
+    DEADLINE = "deadline"
+    CANCEL_REQUESTED = "cancel_requested"
+    CANCELLED = "cancelled"
+    REDACT = "redact"
+    OFFLOAD = "offload"
+    POST_HOOK = "post_hook"
+    ENVELOPE = "envelope"
+    JOB_STARTED = "job_started"
+    JOB_ENDED = "job_ended"
+    RESOLVED = "resolved"
+
+
+class Step(NamedTuple):
+    """One pipeline step: what ran, when, for how long, who decided and what.
+
+    A ``NamedTuple`` rather than a dataclass because several are made per call on the hot path;
+    it is just as immutable. ``detail`` is redacted, JSON-serialisable and small.
+    """
+
+    seq: int
+    step: str
+    started_at_us: int
+    elapsed_us: int
+    decider: str
+    decision: str
+    detail: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    """A result too big to stay inline, stored content-addressed.
+
+    ``path`` is relative to the tooltrace home (never a full host path); ``chars`` is the length
+    of the full text; ``sha256`` the hex digest of its UTF-8 bytes.
+    """
+
+    path: str
+    chars: int
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Advice to the caller: may the call be retried, after how long, and must a person look."""
+
+    allowed: bool
+    after_ms: int = 0
+    requires_inspection: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """When the call started (epoch microseconds) and how long it took end to end."""
+
+    started_at_us: int
+    elapsed_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """The finished, redacted record of one call: what every sink receives.
+
+    Field names follow the audit contract (``tool_calls`` columns) in the README.
+    """
+
+    call_id: str
+    run_id: str
+    tool: str
+    source: str
+    status: Status
+    reject_stage: Stage | None
+    summary: str
+    error_type: str | None
+    started_at_us: int
+    elapsed_us: int
+    execution_started: bool
+    args_redacted: Mapping[str, Any] | None
+    result_preview: str | None
+    artifact: Artifact | None
+    steps: tuple[Step, ...]
+    mode: str = "default"
+    tool_type: str = "function"
+    description: str | None = None
+    trace_id: str | None = None
+    span_id: str | None = None
+    parent_span_id: str | None = None
+    trace_sampled: bool = False
+    hook_modified: bool = False
+    # A few extra, low-cardinality-safe span attributes a front end adds (for example the MCP
+    # proxy's ``mcp.method.name``); redacted like everything else.
+    attributes: Mapping[str, str | int | bool] = field(default_factory=dict)
+
+    @property
+    def elapsed_ms(self) -> float:
+        """End-to-end duration in milliseconds."""
+        return self.elapsed_us / 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultEnvelope:
+    """What a caller (and the model) gets back from ``ToolRegistry.call``.
+
+    ``data`` is the redacted result (``None`` unless ``status`` is ``ok``); ``summary`` is a
+    readable sentence that never holds a full host path or raw output.
+    """
+
+    call_id: str
+    tool: str
+    status: Status
+    summary: str
+    data: Any
+    artifact: Artifact | None
+    retry: Retry
+    timing: Timing
+    record: CallRecord
+
+    @property
+    def ok(self) -> bool:
+        """True when the call succeeded."""
+        return self.status is Status.OK
+
+    @property
+    def reject_stage(self) -> Stage | None:
+        """The stage that rejected the call, if it was rejected."""
+        return self.record.reject_stage
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """The pipeline steps of this call."""
+        return self.record.steps
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable form (what the CLI and the MCP proxy send)."""
+        art = self.artifact
+        return {
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "status": self.status.value,
+            "summary": self.summary,
+            "data": self.data,
+            "artifact": None
+            if art is None
+            else {"path": art.path, "chars": art.chars, "bytes": art.bytes, "sha256": art.sha256},
+            "retry": {
+                "allowed": self.retry.allowed,
+                "after_ms": self.retry.after_ms,
+                "requires_inspection": self.retry.requires_inspection,
+            },
+            "timing": {
+                "started_at_us": self.timing.started_at_us,
+                "elapsed_ms": self.timing.elapsed_ms,
+            },
+            "reject_stage": None if self.reject_stage is None else self.reject_stage.value,
+            "steps": [s._asdict() for s in self.record.steps],
+        }
