@@ -14,7 +14,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = ["BatchWorker"]
 
@@ -165,7 +165,7 @@ class BatchWorker(Generic[T]):
         self._init_state()
 
 
-_WORKERS: weakref.WeakSet[BatchWorker[object]] = weakref.WeakSet()
+_WORKERS: weakref.WeakSet[BatchWorker[Any]] = weakref.WeakSet()
 
 
 def _reinit_after_fork() -> None:
