@@ -1,0 +1,397 @@
+"""Prometheus metrics for tool calls, with label values from closed sets only.
+
+``MetricsSink`` updates counters and histograms inline in ``emit`` through cached label
+children (a dictionary lookup and an increment: well under a microsecond or two), so it needs no
+queue. Gauges that describe the registry's state right now (in-flight calls, admission queue
+depths, concurrency caps) and every sink's drop counter and queue depth are read at scrape time
+by a custom collector, so they cost nothing on the call path.
+
+The ``tool`` label is a registered tool's name, or ``_unregistered`` for anything else; a call
+id, run id, path, argument or error text never becomes a label. Metric contract::
+
+    tooltrace_tool_calls_total{tool,status}
+    tooltrace_tool_rejections_total{tool,stage}
+    tooltrace_tool_hook_modifications_total{tool}
+    tooltrace_tool_offloads_total{tool}
+    tooltrace_tool_call_duration_seconds{tool,status}      histogram, exemplar trace_id
+    tooltrace_tool_admission_wait_seconds{tool}            histogram
+    tooltrace_tool_inflight{tool}                          gauge, read at scrape
+    tooltrace_tool_admission_queue_depth{tool}             gauge, read at scrape
+    tooltrace_tool_concurrency_limit{tool}                 gauge, tools with their own cap
+    tooltrace_concurrency_limit                            gauge, the global cap
+    tooltrace_telemetry_dropped_total{sink}                read from each sink's ``dropped``
+    tooltrace_telemetry_queue_depth{sink}                  read from each sink's ``depth``
+    tooltrace_telemetry_export_errors_total{sink}          read from ``export_failures``
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ..envelope import CallRecord, Stage, Status, StepName
+
+__all__ = [
+    "ADMISSION_BUCKETS",
+    "DURATION_BUCKETS",
+    "SINK_LABELS",
+    "UNREGISTERED",
+    "MetricsServer",
+    "MetricsSink",
+    "serve_metrics",
+]
+
+#: The ``tool`` label value for any name that is not a registered tool.
+UNREGISTERED: Final = "_unregistered"
+#: Call duration buckets (seconds): 1 ms to 5 minutes.
+DURATION_BUCKETS: Final = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+)
+#: Admission wait buckets (seconds): 0.5 ms to 30 s.
+ADMISSION_BUCKETS: Final = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)
+#: Values of the ``sink`` label; any other sink name is reported as ``other``.
+SINK_LABELS: Final = frozenset({"tracing", "metrics", "logging", "audit"})
+
+_STATUSES: Final = tuple(s.value for s in Status)
+_STAGES: Final = tuple(s.value for s in Stage)
+_ADMISSION: Final = StepName.ADMISSION.value
+
+
+class MetricsSink:
+    """Prometheus counters and histograms for every finished call, plus scrape-time gauges.
+
+    Args:
+        registry: the ``CollectorRegistry`` to register in; a fresh, private one when None
+            (pass ``prometheus_client.REGISTRY`` to join the process-wide registry). Registering
+            two sinks in one registry is an error, as in prometheus-client.
+        tool_names: a fixed set of tool names to label by, for use without a ``ToolRegistry``;
+            ``bind(registry)`` replaces it with the registry's live ``tool_names()``.
+        buckets: call duration histogram buckets (seconds).
+        admission_buckets: admission wait histogram buckets (seconds).
+        exemplars: attach ``trace_id`` exemplars to duration observations of sampled calls.
+    """
+
+    name = "metrics"
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        tool_names: Iterable[str] | None = None,
+        buckets: Iterable[float] = DURATION_BUCKETS,
+        admission_buckets: Iterable[float] = ADMISSION_BUCKETS,
+        exemplars: bool = True,
+    ) -> None:
+        #: The prometheus-client registry holding this sink's metrics (serve or scrape it).
+        self.registry = CollectorRegistry(auto_describe=True) if registry is None else registry
+        self.exemplars = exemplars
+        #: Records whose metrics could not be updated (counted, never raised).
+        self.dropped = 0
+        #: Always 0: metrics are updated inline, nothing is queued.
+        self.depth = 0
+        self._known: frozenset[str] = frozenset(tool_names or ())
+        self._names_fn: Callable[[], Iterable[str]] | None = None
+        self._bound: Any = None
+        self._watched: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        reg = self.registry
+        self._calls = Counter(
+            "tooltrace_tool_calls", "Tool calls by final status.", ["tool", "status"],
+            registry=reg,
+        )
+        self._rejections = Counter(
+            "tooltrace_tool_rejections", "Rejected tool calls by the stage that stopped them.",
+            ["tool", "stage"], registry=reg,
+        )
+        self._hook_mods = Counter(
+            "tooltrace_tool_hook_modifications", "Calls whose arguments a hook narrowed.",
+            ["tool"], registry=reg,
+        )
+        self._offloads = Counter(
+            "tooltrace_tool_offloads", "Calls whose result was offloaded to an artifact.",
+            ["tool"], registry=reg,
+        )
+        self._duration = Histogram(
+            "tooltrace_tool_call_duration_seconds", "End-to-end tool call duration.",
+            ["tool", "status"], buckets=tuple(buckets), registry=reg,
+        )
+        self._admission = Histogram(
+            "tooltrace_tool_admission_wait_seconds", "Time a call waited for admission.",
+            ["tool"], buckets=tuple(admission_buckets), registry=reg,
+        )
+        # Per tool label: {status: (calls child, duration child)}, {stage: child}, and the
+        # hook / offload / admission children. Created together the first time a tool label is
+        # seen, so every series exists (at 0) before its first increment and rate() sees it.
+        self._children: dict[str, _ToolChildren] = {}
+        reg.register(_StateCollector(self))
+
+    # -- wiring ---------------------------------------------------------------------------------
+
+    def bind(self, registry: Any) -> None:
+        """Read tool names, in-flight counts, queue depths, caps and sinks from ``registry``."""
+        self._bound = registry
+        fn = getattr(registry, "tool_names", None)
+        self._names_fn = fn if callable(fn) else None
+        self._refresh_names()
+
+    def watch(self, *sinks: Any) -> None:
+        """Also report these sinks' ``dropped`` and ``depth`` (for use without a registry)."""
+        for s in sinks:
+            self._watched.add(s)
+
+    def _refresh_names(self) -> frozenset[str]:
+        fn = self._names_fn
+        if fn is not None:
+            try:
+                self._known = frozenset(fn())
+            except Exception:
+                pass  # keep the last good set; a scrape or a call must not fail over it
+        return self._known
+
+    def tool_label(self, tool: str) -> str:
+        """The ``tool`` label value for a name: the name if registered, else ``_unregistered``."""
+        if tool in self._known:
+            return tool
+        # A tool registered after bind(): ask the registry once more before giving up.
+        if self._names_fn is not None and tool in self._refresh_names():
+            return tool
+        return UNREGISTERED
+
+    def _for_tool(self, label: str) -> _ToolChildren:
+        ch = self._children.get(label)
+        if ch is None:
+            with self._lock:
+                ch = self._children.get(label)
+                if ch is None:
+                    ch = _ToolChildren(self, label)
+                    self._children[label] = ch
+        return ch
+
+    # -- sink -----------------------------------------------------------------------------------
+
+    def emit(self, record: CallRecord) -> None:
+        """Count one finished call (inline, cheap, never raises)."""
+        try:
+            ch = self._for_tool(self.tool_label(record.tool))
+            calls, duration = ch.by_status[record.status]
+            calls.inc()
+            seconds = record.elapsed_us / 1e6
+            if self.exemplars and record.trace_sampled and record.trace_id:
+                duration.observe(seconds, {"trace_id": record.trace_id})
+            else:
+                duration.observe(seconds)
+            stage = record.reject_stage
+            if stage is not None:
+                ch.by_stage[stage].inc()
+            if record.hook_modified:
+                ch.hook_mods.inc()
+            if record.artifact is not None:
+                ch.offloads.inc()
+            for st in record.steps:
+                if st.step == _ADMISSION:
+                    ch.admission.observe(st.elapsed_us / 1e6)
+                    break
+        except Exception:
+            self.dropped += 1
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Nothing is queued: always True."""
+        return True
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Nothing to release; metrics stay readable."""
+
+    # -- scrape time ----------------------------------------------------------------------------
+
+    def _sinks(self) -> list[Any]:
+        seen: list[Any] = [self]
+        reg = self._bound
+        if reg is not None:
+            try:
+                seen.extend(s for s in getattr(reg, "sinks", ()) if s is not self)
+            except Exception:
+                pass
+        seen.extend(s for s in list(self._watched) if all(s is not x for x in seen))
+        return seen
+
+
+class _ToolChildren:
+    """All label children of one ``tool`` label value, created at once."""
+
+    __slots__ = ("admission", "by_stage", "by_status", "hook_mods", "offloads")
+
+    def __init__(self, sink: MetricsSink, tool: str) -> None:
+        self.by_status: dict[str, tuple[Any, Any]] = {}
+        for status in _STATUSES:
+            # Keyed by the plain string: a StrEnum member hashes and compares equal to it.
+            self.by_status[status] = (
+                sink._calls.labels(tool, status), sink._duration.labels(tool, status)
+            )
+        self.by_stage: dict[str, Any] = {}
+        for stage in _STAGES:
+            self.by_stage[stage] = sink._rejections.labels(tool, stage)
+        self.hook_mods = sink._hook_mods.labels(tool)
+        self.offloads = sink._offloads.labels(tool)
+        self.admission = sink._admission.labels(tool)
+
+
+def _sink_label(sink: Any) -> str:
+    name = getattr(sink, "name", None)
+    return name if name in SINK_LABELS else "other"
+
+
+def _int_attr(obj: Any, attr: str) -> int | None:
+    try:
+        v = getattr(obj, attr, None)
+        return int(v) if v is not None else None
+    except Exception:
+        return None
+
+
+def _call(reg: Any, method: str) -> Any:
+    fn = getattr(reg, method, None)
+    if not callable(fn):
+        return None
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+class _StateCollector(Collector):
+    """Reads registry state and sink counters when Prometheus scrapes."""
+
+    def __init__(self, sink: MetricsSink) -> None:
+        self._sink = weakref.ref(sink)
+
+    def describe(self) -> Iterable[Metric]:
+        # Returning the families with no samples lets the registry check names up front.
+        return list(self._families())
+
+    def collect(self) -> Iterable[Metric]:
+        fams = self._families()
+        sink = self._sink()
+        if sink is None:
+            return list(fams)
+        inflight, queue, tool_cap, global_cap, dropped, depth, errors = fams
+        reg = sink._bound
+        if reg is not None:
+            names = sorted(sink._refresh_names())
+            self._per_tool(sink, inflight, names, _call(reg, "inflight"))
+            self._per_tool(sink, queue, names, _call(reg, "queue_depth"))
+            limits = _call(reg, "concurrency_limits")
+            if isinstance(limits, tuple) and len(limits) == 2:
+                cap, per_tool = limits
+                if cap is not None:
+                    global_cap.add_metric([], float(cap))
+                if isinstance(per_tool, Mapping):
+                    self._per_tool(sink, tool_cap, [], per_tool)
+        drops: dict[str, int] = {}
+        depths: dict[str, int] = {}
+        errs: dict[str, int] = {}
+        for s in sink._sinks():
+            label = _sink_label(s)
+            for attr, acc in (("dropped", drops), ("depth", depths), ("export_failures", errs)):
+                v = _int_attr(s, attr)
+                if v is not None:
+                    acc[label] = acc.get(label, 0) + v
+        for label, v in sorted(drops.items()):
+            dropped.add_metric([label], v)
+        for label, v in sorted(depths.items()):
+            depth.add_metric([label], v)
+        for label, v in sorted(errs.items()):
+            errors.add_metric([label], v)
+        return [inflight, queue, tool_cap, global_cap, dropped, depth, errors]
+
+    @staticmethod
+    def _per_tool(
+        sink: MetricsSink, fam: GaugeMetricFamily, names: list[str], values: Any
+    ) -> None:
+        # Every registered tool gets a sample (0 when idle); unknown keys fold into one label.
+        out = dict.fromkeys(names, 0.0)
+        if isinstance(values, Mapping):
+            for tool, v in values.items():
+                try:
+                    label = sink.tool_label(str(tool))
+                    out[label] = out.get(label, 0.0) + float(v)
+                except Exception:
+                    continue
+        for label, v in sorted(out.items()):
+            fam.add_metric([label], v)
+
+    @staticmethod
+    def _families() -> tuple[
+        GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily,
+        CounterMetricFamily, GaugeMetricFamily, CounterMetricFamily,
+    ]:
+        return (
+            GaugeMetricFamily("tooltrace_tool_inflight", "Tool calls executing now.",
+                              labels=["tool"]),
+            GaugeMetricFamily("tooltrace_tool_admission_queue_depth",
+                              "Tool calls waiting for admission now.", labels=["tool"]),
+            GaugeMetricFamily("tooltrace_tool_concurrency_limit",
+                              "Concurrency cap of tools that have their own.", labels=["tool"]),
+            GaugeMetricFamily("tooltrace_concurrency_limit", "Global concurrency cap."),
+            CounterMetricFamily("tooltrace_telemetry_dropped",
+                                "Telemetry records a sink dropped (queue full or shut down).",
+                                labels=["sink"]),
+            GaugeMetricFamily("tooltrace_telemetry_queue_depth",
+                              "Telemetry records waiting in a sink's queue.", labels=["sink"]),
+            CounterMetricFamily("tooltrace_telemetry_export_errors",
+                                "Telemetry records a sink failed to deliver.", labels=["sink"]),
+        )
+
+
+class MetricsServer:
+    """A running metrics endpoint; ``close()`` stops it and frees the port."""
+
+    def __init__(self, server: Any, thread: threading.Thread) -> None:
+        self._server = server
+        self._thread = thread
+        #: The address it listens on.
+        self.addr: str = str(server.server_address[0])
+        #: The port it listens on (the real one when 0 was asked for).
+        self.port: int = int(server.server_port)
+        #: The scrape URL.
+        self.url = f"http://{self.addr}:{self.port}/metrics"
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5.0)
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def serve_metrics(
+    port: int = 0,
+    addr: str = "127.0.0.1",
+    registry: CollectorRegistry | MetricsSink | None = None,
+) -> MetricsServer:
+    """Serve ``registry`` (or a sink's registry) over HTTP at ``/metrics`` for scraping.
+
+    The endpoint negotiates the OpenMetrics format (so exemplars appear) when the scraper asks
+    for it, and the classic text format otherwise. ``port=0`` picks a free port (see
+    ``.port``). With no registry, the process-wide ``prometheus_client.REGISTRY`` is served.
+    """
+    from prometheus_client import REGISTRY, start_http_server
+
+    if isinstance(registry, MetricsSink):
+        registry = registry.registry
+    target = REGISTRY if registry is None else registry
+    server, thread = start_http_server(port, addr=addr, registry=target)
+    return MetricsServer(server, thread)
