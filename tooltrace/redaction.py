@@ -1,0 +1,587 @@
+"""Secret redaction, bounded previews and content-addressed artifacts.
+
+Every argument and result passes through :class:`Redactor` before any sink, hook view, log or
+model sees it, so the common case (no secret) is kept cheap: one scan with a pre-filter regex
+of literal anchors; only text that contains an anchor goes through the full detectors.
+
+A redaction replaces the secret with a marker ``[REDACTED:<kind>]``. The marker never holds
+the secret or any part of it (no "first four characters" hints): ``kind`` names the detector.
+
+Three kinds of rule:
+
+* **detectors** for well-known credential formats (cloud keys, VCS and SaaS tokens, JWTs, PEM
+  private key blocks, passwords in URLs, ``Authorization`` headers, cookies) and for values
+  assigned to key-like names in text (``api_key = "..."``, ``"token": "..."``, ``SECRET=...``);
+* **key rules** for structured values: a mapping key such as ``password`` or ``accessToken``
+  has its whole value replaced by :meth:`Redactor.redact`;
+* **registered values**: secrets the operator knows (``register_value``), matched raw and in
+  their base64, URL-encoded and JSON-escaped forms.
+
+Benign text is left alone on purpose: UUIDs, git SHAs (40 hex) and sha256 digests (64 hex) are
+never treated as secrets, not even next to a key-like name.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import hashlib
+import json
+import math
+import os
+import re
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, quote_plus
+
+from tooltrace.envelope import Artifact
+
+__all__ = ["DEFAULT_KEY_PATTERNS", "ArtifactStore", "Redactor", "marker", "preview"]
+
+_MAX_EXCEPTION_CHARS = 500
+_MIN_REGISTERED_CHARS = 4
+
+
+def marker(kind: str) -> str:
+    """The replacement text for a secret of ``kind``."""
+    return f"[REDACTED:{kind}]"
+
+
+# --------------------------------------------------------------------------------------------
+# Validators: cheap checks that keep well-formed but benign text from being redacted
+# --------------------------------------------------------------------------------------------
+
+_HEX40_64 = re.compile(r"[0-9a-fA-F]{40}|[0-9a-fA-F]{64}")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_PLACEHOLDER = re.compile(
+    r"(?i)(?:none|null|nil|true|false|undefined|redacted|example|changeme|your[_-].*|"
+    r"x+|\*+|\.+|<.*>|\$.*|\{.*\}|%.*|#.*|env|os\.environ.*|process\.env.*|"
+    r"password|secret|token|string|str|value|empty|dummy|test|placeholder|hidden|\[redacted.*)"
+)
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _entropy(value: str) -> float:
+    counts: dict[str, int] = {}
+    for ch in value:
+        counts[ch] = counts.get(ch, 0) + 1
+    n = len(value)
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def _classes(value: str) -> int:
+    return (
+        any(c.islower() for c in value)
+        + any(c.isupper() for c in value)
+        + any(c.isdigit() for c in value)
+        + any(not c.isalnum() for c in value)
+    )
+
+
+def _benign_value(value: str) -> bool:
+    """Values never redacted by the generic key-name rule."""
+    return (
+        value.isdigit()
+        or _HEX40_64.fullmatch(value) is not None
+        or _UUID.fullmatch(value) is not None
+        or _PLACEHOLDER.fullmatch(value) is not None
+    )
+
+
+def _random_looking(value: str) -> bool:
+    """A token that looks machine-generated rather than a word or identifier."""
+    return len(value) >= 16 and _classes(value) >= 2 and _entropy(value) >= 3.0
+
+
+def _mixed(value: str) -> bool:
+    return _classes(value) >= 3
+
+
+def _basic_credentials(value: str) -> bool:
+    try:
+        raw = base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return b":" in raw
+
+
+# --------------------------------------------------------------------------------------------
+# Detectors
+# --------------------------------------------------------------------------------------------
+
+
+class _Renamed:
+    """A view of a combined-regex match under one detector's own group names."""
+
+    __slots__ = ("_m", "_names", "string")
+
+    def __init__(self, m: re.Match[str], names: dict[str, str]) -> None:
+        self._m = m
+        self._names = names
+        self.string = m.string
+
+    def group(self, name: str) -> str:
+        return self._m.group(self._names[name]) or ""
+
+    def end(self) -> int:
+        return self._m.end()
+
+
+@dataclass(frozen=True, slots=True)
+class _Detector:
+    kind: str
+    pattern: str  # group "s" is the secret; without it the whole match is
+    check: Callable[[_Renamed, str], bool] | None = None
+
+
+# Key-name words. "strong" names hold secrets whatever their value looks like; "weak" names
+# (token, auth, session ...) are also used for benign things, so their values must look random.
+_STRONG_KEY = (
+    r"pass(?:word|wd|phrase)?|pwd|secret|api[_-]?key|apikey|private[_-]?key|"
+    r"(?:access|secret|signing|encryption|master|account|client|app|auth|service)[_-]?key|"
+    r"client[_-]?secret|credentials?|auth[_-]?token|access[_-]?token|refresh[_-]?token|"
+    r"bearer[_-]?token|session[_-]?token|id[_-]?token"
+)
+_WEAK_KEY = r"token|auth|cookie|session(?:[_-]?id)?|sid|sig|signature"
+_KEY_NAME = (
+    r"(?P<key>[A-Za-z0-9_.\-]*?(?i:" + _STRONG_KEY + "|" + _WEAK_KEY + r")[A-Za-z0-9_\-]*)"
+)
+_STRONG_RE = re.compile(r"(?i)" + _STRONG_KEY)
+_WEAK_WORD = re.compile(r"(?i)(?:^|[^a-z])(?:" + _WEAK_KEY + r")(?:$|[^a-z])")
+
+
+def _check_assignment(m: _Renamed, value: str) -> bool:
+    key = m.group("key")
+    if _benign_value(value):
+        return False
+    lower = key.lower()
+    if "author" in lower or "tokeniz" in lower or "max_token" in lower:
+        return False
+    quoted = m.group("q") != ""
+    strong = _STRONG_RE.search(key) is not None
+    if not quoted:
+        nxt = m.string[m.end() : m.end() + 1]
+        if nxt in ("(", "[", "."):
+            return False  # code: a call or an index, not a literal
+        op = m.group("op")
+        env_style = key.isupper() and "=" in op and " " not in op
+        if (
+            _IDENT.fullmatch(value)
+            and not env_style
+            and not _mixed(value)
+            and (" " in op or "_" in value or "." in value)
+        ):
+            return False  # code: another variable's name, not a literal
+    if strong:
+        return len(value) >= 4
+    if _WEAK_WORD.search(key) is None:
+        return False
+    return _random_looking(value)
+
+
+def _check_random(_m: _Renamed, value: str) -> bool:
+    return _mixed(value)
+
+
+def _check_bearer(m: _Renamed, value: str) -> bool:
+    if m.group("hdr"):
+        return not _benign_value(value)
+    return len(value) >= 16 and _classes(value) >= 2 and not _benign_value(value)
+
+
+def _check_basic(m: _Renamed, value: str) -> bool:
+    return bool(m.group("bhdr")) or _basic_credentials(value)
+
+
+_DETECTORS: tuple[_Detector, ...] = (
+    _Detector(
+        "private_key",
+        r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----"
+        r"(?s:.*?)(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+    ),
+    _Detector(
+        "jwt",
+        r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
+    ),
+    _Detector(
+        "aws_access_key",
+        r"\b(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|AROA|APKA)[A-Z0-9]{16}\b",
+    ),
+    _Detector(
+        "aws_secret_key",
+        r"(?i:aws)[A-Za-z0-9_\-]{0,20}(?i:secret|key)[A-Za-z0-9_\-]{0,20}[\"']?\s*[:=]+\s*"
+        r"[\"']?(?P<s>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])",
+        _check_random,
+    ),
+    _Detector("gcp_api_key", r"\bAIza[0-9A-Za-z_\-]{35}(?![0-9A-Za-z_\-])"),
+    _Detector("gcp_oauth_token", r"\bya29\.[0-9A-Za-z_\-]{20,}"),
+    _Detector("gcp_client_secret", r"\bGOCSPX-[0-9A-Za-z_\-]{20,}"),
+    _Detector(
+        "azure_key",
+        r"(?i:AccountKey|SharedAccessKey|SharedAccessSignature|sig)=(?P<s>[A-Za-z0-9%/+]{20,}={0,2})",
+    ),
+    _Detector(
+        "azure_client_secret",
+        r"(?<![A-Za-z0-9_~.\-])[A-Za-z0-9_~.\-]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}(?![A-Za-z0-9_~.\-])",
+    ),
+    _Detector("github_token", r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,255}\b"),
+    _Detector("github_token", r"\bgithub_pat_[A-Za-z0-9_]{22,255}\b"),
+    _Detector(
+        "gitlab_token",
+        r"\bgl(?:pat|dt|rt|cbt|ptt|ft|imt|oas|soat)-[A-Za-z0-9_\-]{20,}",
+    ),
+    _Detector("slack_token", r"\bxox[abposre]-[A-Za-z0-9\-]{10,}"),
+    _Detector("slack_token", r"\bxapp-\d-[A-Za-z0-9\-]{10,}"),
+    _Detector(
+        "slack_webhook",
+        r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<s>[A-Za-z0-9/_\-]{8,})",
+    ),
+    _Detector("stripe_key", r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}"),
+    _Detector("stripe_key", r"\bwhsec_[A-Za-z0-9]{24,}"),
+    _Detector("anthropic_key", r"\bsk-ant-[A-Za-z0-9_\-]{20,}"),
+    _Detector(
+        "openai_key",
+        r"\bsk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,}",
+        _check_random,
+    ),
+    _Detector("twilio_key", r"\bSK[0-9a-f]{32}\b"),
+    _Detector("twilio_key", r"\bAC[0-9a-f]{32}\b"),
+    _Detector("sendgrid_key", r"\bSG\.[A-Za-z0-9_\-]{16,32}\.[A-Za-z0-9_\-]{16,64}"),
+    _Detector("npm_token", r"\bnpm_[A-Za-z0-9]{36}\b"),
+    _Detector("pypi_token", r"\bpypi-[A-Za-z0-9_\-]{50,}"),
+    _Detector("huggingface_token", r"\bhf_[A-Za-z0-9]{30,}\b"),
+    _Detector(
+        "url_password",
+        r"\b[A-Za-z][A-Za-z0-9+.\-]{1,20}://[^\s:/@\"'<>]{1,256}:(?P<s>[^\s@/\"'<>]{1,256})@",
+    ),
+    _Detector(
+        "authorization",
+        r"(?P<hdr>(?i:authorization|proxy-authorization)[\"']?\s*[:=]\s*[\"']?)?"
+        r"(?i:bearer|token)\s+(?P<s>[A-Za-z0-9_\-.~+/]{8,}=*)",
+        _check_bearer,
+    ),
+    _Detector(
+        "authorization",
+        r"(?P<bhdr>(?i:authorization|proxy-authorization)[\"']?\s*[:=]\s*[\"']?)?"
+        r"(?i:basic)\s+(?P<s>[A-Za-z0-9+/]{8,}={0,2})",
+        _check_basic,
+    ),
+    _Detector(
+        "cookie",
+        r"(?im:^[ \t]*(?:set-)?cookie[ \t]*:[ \t]*(?P<s>[^\r\n]+))",
+    ),
+    _Detector(
+        "secret_assignment",
+        r"(?<![A-Za-z0-9])" + _KEY_NAME + r"[\"']?(?P<op>\s*(?::=|=>|[:=])\s*)"
+        r"(?P<q>[\"']?)(?P<s>[^\s\"',;&<>(){}\[\]]{1,512})",
+        _check_assignment,
+    ),
+)
+
+# Anchors every detector needs; text without any of them skips the detectors entirely.
+_PREFILTER = re.compile(
+    r"PRIVATE KEY|eyJ|A(?:KIA|SIA|BIA|CCA|GPA|IDA|IPA|NPA|NVA|ROA|PKA)|AIza|ya29\.|GOCSPX|Q~|"
+    r"_pat_|gh[pousr]_|gl[a-z]{1,5}-|xox|xapp-|hooks\.slack|_live_|_test_|whsec_|sk-|"
+    r"SK[0-9a-f]|AC[0-9a-f]|SG\.|npm_|pypi-|hf_|://|"
+    r"(?i:pass|pwd|secret|key|token|auth|cookie|credential|session|sid|sig|bearer|basic)"
+)
+
+
+def _uniq_groups(pattern: str, i: int) -> str:
+    return re.sub(r"\(\?P<(s|key|q|op|hdr|bhdr)>", lambda m: f"(?P<{m.group(1)}{i}>", pattern)
+
+
+def _group_map(i: int, d: _Detector) -> dict[str, str]:
+    names = ("s", "key", "q", "op", "hdr", "bhdr")
+    return {g: f"{g}{i}" for g in names if f"(?P<{g}>" in d.pattern}
+
+
+_COMBINED = re.compile(
+    "|".join(f"(?P<d{i}>{_uniq_groups(d.pattern, i)})" for i, d in enumerate(_DETECTORS))
+)
+_GROUPS = [_group_map(i, d) for i, d in enumerate(_DETECTORS)]
+_ASSIGNMENT = next(i for i, d in enumerate(_DETECTORS) if d.kind == "secret_assignment")
+
+DEFAULT_KEY_PATTERNS: tuple[str, ...] = (
+    r"(?:^|_)(?:password|passwd|pass|pwd|passphrase|secret|secrets|token|tokens_secret)(?:$|_)",
+    r"(?:^|_)(?:api_?key|apikey|x_api_key|private_?key|access_?key|secret_?key|signing_?key)(?:$|_)",
+    r"(?:^|_)(?:client_?secret|credentials?|authorization|auth|cookie|cookies|set_cookie)(?:$|_)",
+    r"(?:^|_)(?:session_?id|session_?token|refresh_?token|access_?token|id_?token)(?:$|_)",
+    r"(?:^|_)(?:auth_?token|bearer|private|pin|otp|ssn|card_?number|cvv)(?:$|_)",
+)
+_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+
+
+def _normalise_key(key: str) -> str:
+    return _CAMEL.sub(r"\1_\2", key).replace("-", "_").replace(" ", "_").replace(".", "_").lower()
+
+
+def _encoded_forms(value: str) -> set[str]:
+    raw = value.encode("utf-8", "surrogatepass")
+    forms = {value, quote(value, safe=""), quote_plus(value), json.dumps(value)[1:-1]}
+    for enc in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
+        text = enc.decode("ascii")
+        forms.add(text)
+        forms.add(text.rstrip("="))
+    forms.add(raw.hex())
+    return {f for f in forms if len(f) >= _MIN_REGISTERED_CHARS}
+
+
+class Redactor:
+    """Find and replace secrets in text and in JSON-like values.
+
+    ``extra_values``: secrets to register up front (see :meth:`register_value`).
+    ``key_patterns``: regexes matched (``re.search``) against normalised mapping keys
+    (camelCase split, lower case, ``-``/``.``/space turned into ``_``); ``None`` means
+    :data:`DEFAULT_KEY_PATTERNS`. ``detectors=False`` keeps only key rules and registered
+    values. Thread-safe; the compiled rules are shared and swapped atomically.
+    """
+
+    __slots__ = ("_detectors", "_key_cache", "_key_re", "_lock", "_registered", "_values")
+
+    def __init__(
+        self,
+        *,
+        extra_values: Iterable[str] = (),
+        key_patterns: Iterable[str] | None = None,
+        detectors: bool = True,
+    ) -> None:
+        patterns = DEFAULT_KEY_PATTERNS if key_patterns is None else tuple(key_patterns)
+        self._key_re: re.Pattern[str] | None = (
+            re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE) if patterns else None
+        )
+        self._key_cache: dict[str, bool] = {}
+        self._detectors = detectors
+        self._lock = threading.Lock()
+        self._values: set[str] = set()
+        self._registered: re.Pattern[str] | None = None
+        for value in extra_values:
+            self.register_value(value)
+
+    def register_value(self, value: str) -> None:
+        """Register a secret the operator knows; it is redacted raw and encoded.
+
+        Values shorter than 4 characters are refused (``ValueError``): they would redact
+        ordinary text.
+        """
+        if not isinstance(value, str) or len(value) < _MIN_REGISTERED_CHARS:
+            raise ValueError(f"a registered secret must be a string of >= {_MIN_REGISTERED_CHARS}")
+        with self._lock:
+            self._values |= _encoded_forms(value)
+            ordered = sorted(self._values, key=len, reverse=True)
+            self._registered = re.compile("|".join(re.escape(v) for v in ordered))
+
+    # -- text ---------------------------------------------------------------------------------
+
+    def redact_text(self, text: str) -> str:
+        """Return ``text`` with secrets replaced; the same object when nothing was found."""
+        return self._redact_text(text)[0]
+
+    def _redact_text(self, text: str) -> tuple[str, int]:
+        count = 0
+        registered = self._registered
+        if registered is not None and registered.search(text) is not None:
+            text, count = registered.subn(marker("registered"), text)
+        if self._detectors and _PREFILTER.search(text) is not None:
+            text, n = self._detect(text)
+            count += n
+        return text, count
+
+    @staticmethod
+    def _detect(text: str) -> tuple[str, int]:
+        out: list[str] = []
+        pos = 0
+        count = 0
+        for m in _COMBINED.finditer(text):
+            idx = int(m.lastgroup[1:]) if m.lastgroup else -1
+            if idx < 0:
+                continue
+            det = _DETECTORS[idx]
+            names = _GROUPS[idx]
+            if "s" in names and m.group(names["s"]) is not None:
+                start, end = m.span(names["s"])
+            else:
+                start, end = m.span()
+            if det.check is not None and not det.check(_Renamed(m, names), text[start:end]):
+                continue
+            kind = det.kind
+            if idx == _ASSIGNMENT:
+                # Name the credential format when the assigned value is a known one.
+                inner = _COMBINED.search(text, start, end)
+                if inner is not None and inner.lastgroup and inner.lastgroup != f"d{idx}":
+                    kind = _DETECTORS[int(inner.lastgroup[1:])].kind
+            out.append(text[pos:start])
+            out.append(marker(kind))
+            pos = end
+            count += 1
+        if not count:
+            return text, 0
+        out.append(text[pos:])
+        return "".join(out), count
+
+    # -- structured values --------------------------------------------------------------------
+
+    def _is_secret_key(self, key: str) -> bool:
+        hit = self._key_cache.get(key)
+        if hit is None:
+            hit = self._key_re is not None and self._key_re.search(_normalise_key(key)) is not None
+            if len(self._key_cache) < 4096:
+                self._key_cache[key] = hit
+        return hit
+
+    def redact(self, value: Any) -> tuple[Any, int]:
+        """Deep-redact a JSON-like value; return (redacted copy, number of redactions).
+
+        Mapping keys matching the key rules get their whole value replaced (``None``, booleans
+        and empty strings are kept: they hold no secret). Unchanged sub-objects are shared with
+        the input; the input is never mutated. Other types are returned as they are.
+        """
+        return self._redact_value(value, 0)
+
+    def _redact_value(self, value: Any, depth: int) -> tuple[Any, int]:
+        if isinstance(value, str):
+            return self._redact_text(value)
+        if depth > 64:
+            return marker("too_deep"), 1
+        if isinstance(value, Mapping):
+            changed = False
+            total = 0
+            items: list[tuple[Any, Any]] = []
+            for k, v in value.items():
+                nk = k
+                if isinstance(k, str):
+                    if self._is_secret_key(k) and v is not None and v != "" and not isinstance(
+                        v, bool
+                    ):
+                        items.append((k, marker("secret_field")))
+                        total += 1
+                        changed = True
+                        continue
+                    nk, nkc = self._redact_text(k)
+                    total += nkc
+                nv, n = self._redact_value(v, depth + 1)
+                if n or nk is not k:
+                    changed = True
+                    total += n
+                items.append((nk, nv))
+            if not changed:
+                return value, 0
+            return dict(items), total
+        if isinstance(value, (list, tuple)):
+            total = 0
+            new: list[Any] | None = None
+            for i, v in enumerate(value):
+                nv, n = self._redact_value(v, depth + 1)
+                if n:
+                    if new is None:
+                        new = list(value[:i])
+                    total += n
+                if new is not None:
+                    new.append(nv)
+            if new is None:
+                return value, 0
+            return (tuple(new) if isinstance(value, tuple) else new), total
+        return value, 0
+
+    def redact_exception(self, exc: BaseException) -> str:
+        """``"<ExceptionType>: <message>"`` with secrets redacted and the message bounded."""
+        name = type(exc).__name__
+        try:
+            message = str(exc)
+        except Exception:
+            message = "<unprintable message>"
+        if not message:
+            return name
+        message = self.redact_text(message)
+        return f"{name}: {preview(message, _MAX_EXCEPTION_CHARS)}"
+
+
+# --------------------------------------------------------------------------------------------
+# Previews and artifacts
+# --------------------------------------------------------------------------------------------
+
+
+def preview(text: str, limit_chars: int) -> str:
+    """At most ``limit_chars`` characters of ``text``, with a note when it was cut.
+
+    The note (``"... [truncated: N of M chars shown]"``) counts against the limit. Redact
+    before previewing: cutting can split a secret so that detectors no longer see it.
+    """
+    if limit_chars < 0:
+        raise ValueError("limit_chars must be >= 0")
+    n = len(text)
+    if n <= limit_chars:
+        return text
+    note_len = len(f" ... [truncated: {limit_chars} of {n} chars shown]")
+    keep = max(limit_chars - note_len, 0)
+    note = f" ... [truncated: {keep} of {n} chars shown]"
+    if len(note) > limit_chars:
+        return text[:limit_chars]
+    return text[:keep] + note
+
+
+class ArtifactStore:
+    """Content-addressed storage for results too big to keep inline.
+
+    Files live at ``<root>/<first two hex>/<sha256>.txt``; the returned
+    :class:`~tooltrace.envelope.Artifact` path is relative to ``relative_to`` (default: the
+    parent of ``root``, i.e. the tooltrace home), never a full host path. Writes are atomic
+    (temporary file, fsync, rename), identical content is stored once.
+    """
+
+    __slots__ = ("_fsync", "_prefix", "root")
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        relative_to: str | os.PathLike[str] | None = None,
+        fsync: bool = True,
+    ) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        base = os.path.dirname(self.root) if relative_to is None else os.fspath(relative_to)
+        self._prefix = os.path.relpath(self.root, os.path.abspath(base)).replace(os.sep, "/")
+        self._fsync = fsync
+
+    def path_for(self, sha256: str) -> str:
+        """The host path where content with this digest is (or would be) stored."""
+        if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+            raise ValueError("not a sha256 hex digest")
+        return os.path.join(self.root, sha256[:2], sha256 + ".txt")
+
+    def put(self, text: str) -> Artifact:
+        """Store ``text`` (UTF-8) under its sha256 and describe it."""
+        data = text.encode("utf-8", "surrogatepass")
+        digest = hashlib.sha256(data).hexdigest()
+        final = self.path_for(digest)
+        rel = f"{self._prefix}/{digest[:2]}/{digest}.txt"
+        art = Artifact(path=rel, chars=len(text), bytes=len(data), sha256=digest)
+        try:
+            if os.stat(final).st_size == len(data):
+                return art  # dedup: same digest and size means same content
+        except FileNotFoundError:
+            pass
+        directory = os.path.dirname(final)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{digest[:16]}.", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                if self._fsync:
+                    os.fsync(fh.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        return art
+
+    def read(self, sha256: str) -> str:
+        """The stored text for a digest (``FileNotFoundError`` if absent)."""
+        with open(self.path_for(sha256), "rb") as fh:
+            return fh.read().decode("utf-8", "surrogatepass")
