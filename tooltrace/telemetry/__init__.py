@@ -1,6 +1,103 @@
-"""Telemetry sinks: tracing, metrics, logging and audit, fed from finished call records."""
+"""Telemetry sinks: tracing, metrics, logging and audit, fed from finished call records.
+
+The sinks themselves are imported on first use (``from tooltrace.telemetry import
+TracingSink``), so ``import tooltrace`` does not pay for OpenTelemetry, prometheus-client or
+structlog until a sink is wanted.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ._sink import DurableSink, OpenSpan, Sink, SpanOpener
 from ._worker import BatchWorker
 
-__all__ = ["BatchWorker", "DurableSink", "OpenSpan", "Sink", "SpanOpener"]
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from .logging import LoggingSink
+    from .metrics import MetricsServer, MetricsSink, serve_metrics
+    from .tracing import TracingSink, context_from_traceparent, traceparent
+
+__all__ = [
+    "BatchWorker",
+    "DurableSink",
+    "LoggingSink",
+    "MetricsServer",
+    "MetricsSink",
+    "OpenSpan",
+    "Sink",
+    "SpanOpener",
+    "TracingSink",
+    "context_from_traceparent",
+    "default_sinks",
+    "serve_metrics",
+    "traceparent",
+]
+
+_LAZY = {
+    "LoggingSink": ".logging",
+    "MetricsServer": ".metrics",
+    "MetricsSink": ".metrics",
+    "serve_metrics": ".metrics",
+    "TracingSink": ".tracing",
+    "context_from_traceparent": ".tracing",
+    "traceparent": ".tracing",
+}
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(mod, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def default_sinks(
+    *,
+    tracing: bool | None = None,
+    metrics: bool = True,
+    logging: bool = True,
+    metrics_registry: CollectorRegistry | None = None,
+    log_level: str | None = None,
+    log_format: str | None = None,
+) -> list[Sink]:
+    """The usual sink set: metrics, logging and (when OTLP is configured) tracing.
+
+    ``tracing=None`` adds a ``TracingSink`` only when an ``OTEL_EXPORTER_OTLP_*ENDPOINT``
+    variable is set and ``OTEL_SDK_DISABLED`` is not ``true``. The tracing sink is also the
+    span opener: pass it as ``ToolRegistry(tracer=...)`` (find it with
+    ``isinstance(s, SpanOpener)``). The audit sink is added by the registry's own settings.
+    """
+    import os
+
+    from .tracing import (
+        OTEL_EXPORTER_OTLP_ENDPOINT,
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+        OTEL_SDK_DISABLED,
+    )
+
+    if tracing is None:
+        configured = bool(
+            os.environ.get(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
+            or os.environ.get(OTEL_EXPORTER_OTLP_ENDPOINT)
+        )
+        disabled = os.environ.get(OTEL_SDK_DISABLED, "").strip().lower() == "true"
+        tracing = configured and not disabled
+    sinks: list[Sink] = []
+    if tracing:
+        from .tracing import TracingSink
+
+        sinks.append(TracingSink())
+    if metrics:
+        from .metrics import MetricsSink
+
+        sinks.append(MetricsSink(metrics_registry))
+    if logging:
+        from .logging import LoggingSink
+
+        sinks.append(LoggingSink(level=log_level, fmt=log_format))
+    return sinks

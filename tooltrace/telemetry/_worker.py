@@ -100,9 +100,8 @@ class BatchWorker(Generic[T]):
     def _run(self) -> None:
         while True:
             with self._cond:
-                if not self._queue and not self._shutdown:
-                    self._cond.wait(self._interval)
-                elif len(self._queue) < self._max_batch and not self._shutdown:
+                # Sleep until a full batch, a flush, shutdown or the interval (empty included).
+                if not self._shutdown and len(self._queue) < self._max_batch:
                     self._cond.wait(self._interval)
                 if self._shutdown and not self._queue:
                     self._cond.notify_all()
@@ -123,12 +122,12 @@ class BatchWorker(Generic[T]):
             try:
                 self._export(batch)
                 self.exported += n
-            except BaseException as exc:  # noqa: BLE001 - a sink never raises into anyone
+            except BaseException as exc:  # a sink never raises into anyone
                 self.export_errors += 1
                 if self._on_error is not None:
                     try:
                         self._on_error(exc)
-                    except Exception:  # noqa: BLE001, S110 - the error handler failed too
+                    except Exception:  # the error handler failed too
                         pass
 
     def flush(self, timeout_s: float = 5.0) -> bool:
