@@ -21,6 +21,7 @@ __all__ = [
     "Step",
     "StepName",
     "Timing",
+    "ToolCall",
     "ToolResultEnvelope",
 ]
 
@@ -91,6 +92,60 @@ class Step(NamedTuple):
     decider: str
     decision: str
     detail: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A request to run a tool: only intent until the registry's pipeline accepts it.
+
+    ``call_id`` defaults to a fresh UUIDv7, ``run_id`` to the registry's run. ``timeout_s``
+    asks for a different deadline (bounded by the operator's maximum); ``background`` asks a tool
+    that supports it to return at once with a job id. ``attributes`` are extra span attributes a
+    front end adds (for example the MCP proxy's ``mcp.method.name``).
+    """
+
+    name: str
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    call_id: str | None = None
+    run_id: str | None = None
+    mode: str = "default"
+    timeout_s: float | None = None
+    background: bool = False
+    attributes: Mapping[str, str | int | bool] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, raw: str | bytes | bytearray | Mapping[str, Any]) -> ToolCall:
+        """Parse a model's tool call (JSON text or mapping); raise ``MalformedCallError``."""
+        from .exceptions import MalformedCallError
+        from .validation import parse_tool_call
+
+        obj = parse_tool_call(raw)
+        call_id = obj.get("call_id", obj.get("id"))
+        run_id = obj.get("run_id")
+        mode = obj.get("mode", "default")
+        timeout_s = obj.get("timeout_s")
+        background = obj.get("background", False)
+        if call_id is not None and not isinstance(call_id, str):
+            raise MalformedCallError("shape", "tool call 'call_id' must be a string")
+        if run_id is not None and not isinstance(run_id, str):
+            raise MalformedCallError("shape", "tool call 'run_id' must be a string")
+        if not isinstance(mode, str):
+            raise MalformedCallError("shape", "tool call 'mode' must be a string")
+        if timeout_s is not None and (
+            isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float)
+        ):
+            raise MalformedCallError("shape", "tool call 'timeout_s' must be a number")
+        if not isinstance(background, bool):
+            raise MalformedCallError("shape", "tool call 'background' must be a boolean")
+        return cls(
+            name=obj["name"],
+            arguments=obj["arguments"],
+            call_id=call_id,
+            run_id=run_id,
+            mode=mode,
+            timeout_s=timeout_s,
+            background=background,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,19 @@
+"""Identifiers: time-ordered call ids (UUIDv7) and W3C trace ids."""
+
+from __future__ import annotations
+
+import os
+
+import uuid_utils
+
+__all__ = ["new_call_id", "new_run_id"]
+
+
+def new_call_id() -> str:
+    """A UUIDv7 string: time-ordered, so lookups among millions prune by range."""
+    return str(uuid_utils.uuid7())
+
+
+def new_run_id() -> str:
+    """A run id: ``TOOLTRACE_RUN_ID`` when set, else a fresh UUIDv7."""
+    return os.environ.get("TOOLTRACE_RUN_ID") or str(uuid_utils.uuid7())

@@ -1,0 +1,36 @@
+"""Built-in tools, registered with source ``builtin``.
+
+The functions themselves live in private modules and are only reachable through a registry.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..registry import ToolRegistry
+from ..tool import FunctionTool
+from ._read_text import read_text
+
+__all__ = ["BUILTIN_TOOLS", "default_registry", "register_builtins"]
+
+#: Every built-in tool, in registration order.
+BUILTIN_TOOLS: tuple[FunctionTool, ...] = (read_text,)
+
+
+def register_builtins(registry: ToolRegistry) -> ToolRegistry:
+    """Register every built-in tool in ``registry``; return it."""
+    for t in BUILTIN_TOOLS:
+        registry.register(t)
+    for extra in _EXTRA_REGISTRARS:
+        extra(registry)
+    return registry
+
+
+def default_registry(workspace: str | os.PathLike[str] | None = None, **kwargs: Any) -> ToolRegistry:
+    """A registry with the built-in tools; keyword arguments go to ``ToolRegistry``."""
+    return register_builtins(ToolRegistry(workspace=workspace, **kwargs))
+
+
+# Built-ins that need the registry itself (background jobs) register through these.
+_EXTRA_REGISTRARS: list[Any] = []

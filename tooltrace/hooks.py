@@ -1,0 +1,155 @@
+"""Hooks: code that runs before (``pre``) or after (``post``) a tool and may intervene.
+
+A hook sees a redacted view of the call and answers continue, warn, block or modify. Its answer
+is untrusted like model output: modified arguments are validated and authorised again, and a hook
+can only narrow: it cannot change the tool, switch the mode or widen a path's scope. Each hook
+declares whether it is ``required`` (a crash or timeout blocks the call: fail closed) or optional
+(a crash or timeout becomes a warn step and the call continues: fail open), and a time limit.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "FunctionHook",
+    "Hook",
+    "HookAction",
+    "HookDecision",
+    "HookView",
+    "hook",
+]
+
+
+class HookAction(enum.StrEnum):
+    """What a hook decided."""
+
+    CONTINUE = "continue"
+    WARN = "warn"
+    BLOCK = "block"
+    MODIFY = "modify"
+
+
+@dataclass(frozen=True, slots=True)
+class HookDecision:
+    """A hook's answer. ``arguments`` (pre) or ``result`` (post) carry a modification;
+    ``tool`` and ``mode`` exist only so an attempt to change them can be caught and refused."""
+
+    action: HookAction
+    reason: str = ""
+    arguments: Mapping[str, Any] | None = None
+    result: Any = None
+    tool: str | None = None
+    mode: str | None = None
+    annotations: Mapping[str, Any] | None = None
+
+    @classmethod
+    def proceed(cls, reason: str = "") -> HookDecision:
+        """Let the call continue."""
+        return cls(HookAction.CONTINUE, reason)
+
+    @classmethod
+    def warn(cls, reason: str) -> HookDecision:
+        """Let the call continue, recording a warning."""
+        return cls(HookAction.WARN, reason)
+
+    @classmethod
+    def block(cls, reason: str) -> HookDecision:
+        """Stop the call (pre) or withhold its result (post)."""
+        return cls(HookAction.BLOCK, reason)
+
+    @classmethod
+    def modify(
+        cls, *, arguments: Mapping[str, Any] | None = None, result: Any = None, reason: str = ""
+    ) -> HookDecision:
+        """Replace the arguments (pre) or the result (post)."""
+        return cls(HookAction.MODIFY, reason, arguments=arguments, result=result)
+
+
+@dataclass(frozen=True, slots=True)
+class HookView:
+    """What a hook sees: the redacted call (and, for post-hooks, the redacted result)."""
+
+    call_id: str
+    run_id: str
+    tool: str
+    source: str
+    capability: str
+    effect: str
+    mode: str
+    arguments: Mapping[str, Any]
+    phase: Literal["pre", "post"] = "pre"
+    status: str | None = None
+    result: Any = None
+
+
+@runtime_checkable
+class Hook(Protocol):
+    """A pre- or post-hook."""
+
+    name: str
+    phase: Literal["pre", "post"]
+    required: bool
+    timeout_s: float
+
+    def applies_to(self, tool: str) -> bool:
+        """Whether the hook runs for calls of ``tool``."""
+
+    def __call__(self, view: HookView) -> HookDecision:
+        """Decide."""
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionHook:
+    """A hook made from a function ``(HookView) -> HookDecision | None`` (None = continue)."""
+
+    fn: Callable[[HookView], HookDecision | None] = field(repr=False)
+    name: str
+    phase: Literal["pre", "post"] = "pre"
+    required: bool = False
+    timeout_s: float = 2.0
+    tools: frozenset[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.phase not in ("pre", "post"):
+            raise ValueError("hook phase must be 'pre' or 'post'")
+        if not self.timeout_s > 0:
+            raise ValueError("hook timeout_s must be positive")
+
+    def applies_to(self, tool: str) -> bool:
+        """Whether the hook runs for calls of ``tool``."""
+        return self.tools is None or tool in self.tools
+
+    def __call__(self, view: HookView) -> HookDecision:
+        out = self.fn(view)
+        if out is None:
+            return HookDecision.proceed()
+        if not isinstance(out, HookDecision):
+            raise TypeError(f"hook {self.name!r} returned {type(out).__name__}, not HookDecision")
+        return out
+
+
+def hook(
+    name: str | None = None,
+    *,
+    phase: Literal["pre", "post"] = "pre",
+    required: bool = False,
+    timeout_s: float = 2.0,
+    tools: frozenset[str] | set[str] | None = None,
+) -> Callable[[Callable[[HookView], HookDecision | None]], FunctionHook]:
+    """Decorator: make a ``FunctionHook`` from a function."""
+
+    def wrap(fn: Callable[[HookView], HookDecision | None]) -> FunctionHook:
+        return FunctionHook(
+            fn,
+            name or fn.__name__,
+            phase,
+            required,
+            timeout_s,
+            frozenset(tools) if tools is not None else None,
+        )
+
+    return wrap

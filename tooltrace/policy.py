@@ -1,0 +1,295 @@
+"""Policy: may this call run? Four dimensions, each a rule with a name.
+
+- **capability and mode**: a mode (``default``, ``plan``, or one you define) allows a set of
+  capabilities and effects; a tool outside it is hidden in that mode and rejected if called.
+- **resource scope**: arguments named in ``ToolDefinition.path_params`` must resolve, symlinks
+  followed, inside the workspace (see ``tooltrace.paths``).
+- **argument content**: rules such as denied command patterns or URLs to loopback and private
+  ranges.
+- **approval**: a rule may answer ``ask``; the registry's approver callback then decides, and the
+  record says whether a rule (``policy:<rule>``) or a person (``user:<who>``) decided.
+
+A rule is any callable ``(PolicyRequest) -> PolicyDecision | None`` with a ``name``; ``None``
+means "no opinion". The first ``deny`` wins; otherwise the first ``ask``; otherwise allow.
+"""
+
+from __future__ import annotations
+
+import enum
+import ipaddress
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit
+
+from .tool import Capability, Effect, ToolDefinition
+
+__all__ = [
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "DenyCommandPatterns",
+    "DenyPrivateNetwork",
+    "Mode",
+    "Policy",
+    "PolicyDecision",
+    "PolicyRequest",
+    "RequireApproval",
+    "Rule",
+    "Verdict",
+]
+
+
+class Verdict(enum.StrEnum):
+    """A policy rule's answer."""
+
+    ALLOW = "allow"
+    DENY = "deny"
+    ASK = "ask"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyDecision:
+    """One rule's verdict; ``reason`` is readable and must not contain secrets or host paths."""
+
+    verdict: Verdict
+    rule: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyRequest:
+    """What rules see: the tool, its validated arguments, the mode and the run."""
+
+    tool: ToolDefinition
+    arguments: Mapping[str, Any]
+    mode: str
+    run_id: str
+    call_id: str
+    resolved_paths: Mapping[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Rule(Protocol):
+    """A named policy rule."""
+
+    name: str
+
+    def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
+        """Return a verdict, or None for no opinion."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """What an approver is asked: which tool, which (redacted) arguments, which rule asked, why."""
+
+    call_id: str
+    run_id: str
+    tool: str
+    arguments: Mapping[str, Any]
+    rule: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecision:
+    """An approver's answer; ``who`` names the person or system that decided."""
+
+    approved: bool
+    who: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Mode:
+    """A mode: which capabilities and effects are allowed, optionally which tools only."""
+
+    name: str
+    capabilities: frozenset[Capability] = frozenset(Capability)
+    effects: frozenset[Effect] = frozenset(Effect)
+    tools: frozenset[str] | None = None
+
+    def allows(self, tool: ToolDefinition) -> tuple[bool, str]:
+        """``(visible, reason it is hidden)`` for a tool in this mode."""
+        if self.tools is not None and tool.name not in self.tools:
+            return False, f"not in the tool list of mode {self.name!r}"
+        if tool.capability not in self.capabilities:
+            return False, f"capability {tool.capability.value} is not allowed in mode {self.name!r}"
+        if tool.effect not in self.effects:
+            return False, f"effect {tool.effect.value} is not allowed in mode {self.name!r}"
+        return True, ""
+
+
+DEFAULT_MODES: tuple[Mode, ...] = (
+    Mode("default"),
+    Mode("plan", capabilities=frozenset({Capability.READ}), effects=frozenset({Effect.NONE})),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DenyCommandPatterns:
+    """Deny ``execute`` tools whose command line matches any pattern (regular expressions).
+
+    The command is read from the ``argv`` (list) or ``command`` (string) argument.
+    """
+
+    patterns: tuple[str, ...] = (
+        r"(^|\s)rm\s+(-[a-zA-Z]*[rf][a-zA-Z]*\s+)+/(\s|$|\*)",
+        r"(^|\s)mkfs(\.\w+)?\s",
+        r"(^|\s)dd\s+.*of=/dev/",
+        r"(curl|wget)\s[^|]*\|\s*(ba|z|da)?sh\b",
+        r"(^|\s)(shutdown|reboot|halt|poweroff)(\s|$)",
+        r":\(\)\s*\{\s*:\|:&\s*\};:",
+        r"(^|\s)chmod\s+(-R\s+)?777\s+/(\s|$)",
+    )
+    name: str = "denied_command"
+    _compiled: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_compiled", tuple(re.compile(p) for p in self.patterns))
+
+    def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
+        if request.tool.capability is not Capability.EXECUTE:
+            return None
+        args = request.arguments
+        argv = args.get("argv")
+        if isinstance(argv, list):
+            line = " ".join(str(a) for a in argv)
+        elif isinstance(args.get("command"), str):
+            line = str(args["command"])
+        else:
+            return None
+        for i, pat in enumerate(self._compiled):
+            if pat.search(line):
+                return PolicyDecision(Verdict.DENY, self.name, f"command matches denied pattern #{i}")
+        return None
+
+
+_URL_RE = re.compile(r"\b(?:https?|ftp|wss?|gopher|file)://[^\s'\"<>]+", re.IGNORECASE)
+
+
+def _strings(value: Any, depth: int = 0) -> Iterable[str]:
+    if depth > 32:
+        return
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from _strings(v, depth + 1)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _strings(v, depth + 1)
+
+
+def _is_private_host(host: str) -> bool:
+    host = host.strip("[]").rstrip(".").lower()
+    if host in ("localhost", "") or host.endswith((".localhost", ".local", ".internal")):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        # Decimal/hex/octal IPv4 spellings (http://2130706433/) resolve to loopback too.
+        try:
+            if re.fullmatch(r"(0x[0-9a-f]+|\d+)", host):
+                ip = ipaddress.ip_address(int(host, 0))
+            else:
+                return False
+        except ValueError:
+            return True
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return bool(
+        ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_reserved
+        or ip.is_unspecified or ip.is_multicast
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DenyPrivateNetwork:
+    """Deny any argument holding a URL to loopback, private, link-local or reserved addresses.
+
+    Guards against a model steering a tool at internal services (SSRF). Host names are not
+    resolved (that would be I/O on the call path); names like ``localhost`` and ``*.internal``
+    are denied by name.
+    """
+
+    name: str = "private_network"
+    capabilities: frozenset[Capability] = frozenset(Capability)
+
+    def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
+        if request.tool.capability not in self.capabilities:
+            return None
+        for text in _strings(request.arguments):
+            if "://" not in text:
+                continue
+            for m in _URL_RE.finditer(text):
+                try:
+                    host = urlsplit(m.group(0)).hostname or ""
+                except ValueError:
+                    return PolicyDecision(Verdict.DENY, self.name, "argument holds a malformed URL")
+                if m.group(0).lower().startswith("file:") or _is_private_host(host):
+                    return PolicyDecision(
+                        Verdict.DENY, self.name, "argument holds a URL to a private or local address"
+                    )
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RequireApproval:
+    """Answer ``ask`` for the named tools, or for tools with the given capabilities/effects."""
+
+    tools: frozenset[str] = frozenset()
+    capabilities: frozenset[Capability] = frozenset()
+    effects: frozenset[Effect] = frozenset()
+    name: str = "require_approval"
+    when: Callable[[PolicyRequest], bool] | None = None
+
+    def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
+        t = request.tool
+        hit = (
+            t.name in self.tools or t.capability in self.capabilities or t.effect in self.effects
+        )
+        if hit and (self.when is None or self.when(request)):
+            return PolicyDecision(Verdict.ASK, self.name, f"{t.name} needs approval")
+        return None
+
+
+class Policy:
+    """Modes plus an ordered list of rules. The default denies dangerous commands and URLs to
+    private networks, and defines the ``default`` and read-only ``plan`` modes."""
+
+    def __init__(
+        self,
+        rules: Iterable[Rule] | None = None,
+        *,
+        modes: Iterable[Mode] = DEFAULT_MODES,
+    ) -> None:
+        self.rules: tuple[Rule, ...] = (
+            tuple(rules) if rules is not None else (DenyCommandPatterns(), DenyPrivateNetwork())
+        )
+        self.modes: dict[str, Mode] = {m.name: m for m in modes}
+        for rule in self.rules:
+            if not isinstance(getattr(rule, "name", None), str):
+                raise TypeError(f"policy rule {rule!r} needs a string 'name'")
+
+    def mode_allows(self, tool: ToolDefinition, mode: str) -> tuple[bool, str]:
+        """``(visible, reason)`` for a tool in a mode; an unknown mode hides everything."""
+        m = self.modes.get(mode)
+        if m is None:
+            return False, "unknown mode"
+        return m.allows(tool)
+
+    def evaluate(self, request: PolicyRequest) -> tuple[PolicyDecision | None, tuple[str, ...]]:
+        """Run the rules: ``(first deny, else first ask, else None; names of rules run)``."""
+        ask: PolicyDecision | None = None
+        names: list[str] = []
+        for rule in self.rules:
+            names.append(rule.name)
+            d = rule(request)
+            if d is None or d.verdict is Verdict.ALLOW:
+                continue
+            if d.verdict is Verdict.DENY:
+                return d, tuple(names)
+            if ask is None:
+                ask = d
+        return ask, tuple(names)

@@ -1,0 +1,1409 @@
+"""The tool registry: registration, the shadow report, and the one execution entry.
+
+``ToolRegistry.call`` (and its async twin ``acall``) is the only public way to run a tool. Both
+drive the same pipeline, written once as a generator that *yields* the operations that block
+(approval, hooks, admission, strict audit, execution) and *receives* their outcomes; a blocking
+driver serves ``call`` and an asyncio driver serves ``acall``. Every stage appends a ``Step``.
+
+Outcome rules (what a post-mortem relies on):
+
+- ``rejected``: the execute step never started (resolve, params, policy, approval, hook,
+  admission, audit or cancel stopped it first).
+- ``failed``: execution started and the tool raised, or a tool without side effects was stopped
+  by its deadline.
+- ``cancelled``: cancellation was confirmed (the tool stopped within the grace period, or it has
+  no side effects and was abandoned).
+- ``unknown``: a side-effecting tool was dispatched and did not confirm it stopped within the
+  grace period after a deadline or cancel. Its slot stays taken until it really ends; the end is
+  recorded later as a ``resolved`` step and ``status(call_id)`` reports it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextvars
+import inspect
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from . import _config
+from ._ids import new_call_id, new_run_id
+from .envelope import (
+    Artifact,
+    CallRecord,
+    Retry,
+    Stage,
+    Status,
+    Step,
+    StepName,
+    Timing,
+    ToolCall,
+    ToolResultEnvelope,
+)
+from .exceptions import (
+    AuditUnavailableError,
+    DuplicateToolError,
+    MalformedCallError,
+    RegistrationError,
+    ToolInterrupt,
+)
+from .hooks import Hook, HookAction, HookDecision, HookView
+from .paths import PathPolicyError, Workspace
+from .policy import (
+    ApprovalDecision,
+    ApprovalRequest,
+    Policy,
+    PolicyRequest,
+    Verdict,
+)
+from .redaction import ArtifactStore, Redactor, preview
+from .runtime import Admission, AdmissionResult, CallContext, LoopThread, _CURRENT, make_pool
+from .telemetry._sink import DurableSink, OpenSpan, Sink, SpanOpener
+from .tool import Effect, Execution, FunctionTool, ToolDefinition, ToolResult
+from .validation import CompiledSchema, compile_schema
+
+__all__ = ["CallStatus", "Resolution", "ToolRegistry", "Visibility"]
+
+UNREGISTERED = "_unregistered"
+Approver = Callable[[ApprovalRequest], ApprovalDecision]
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """One line of the shadow report: a name, its active definition and what it shadows."""
+
+    name: str
+    active_source: str
+    active_priority: int
+    shadowed: tuple[tuple[str, int], ...]
+    capability: str
+    effect: str
+    narrowed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Visibility:
+    """The tools a mode exposes (stable order) and those it hides, with reasons."""
+
+    mode: str
+    visible: tuple[ToolDefinition, ...]
+    hidden: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CallStatus:
+    """What ``status(call_id)`` knows: the returned status and, for ``unknown``, the resolution."""
+
+    call_id: str
+    tool: str
+    status: Status
+    resolved: Status | None
+    summary: str
+
+
+@dataclass(slots=True)
+class _Entry:
+    definition: ToolDefinition
+    fn: Callable[..., Any]
+    wants_ctx: bool
+    is_async: bool
+    schema: CompiledSchema
+
+
+@dataclass(slots=True)
+class _Active:
+    ctx: CallContext
+    tool: str
+    finished: threading.Event
+    status: Status | None = None
+
+
+# -- operations the pipeline yields to its driver ---------------------------------------------
+
+
+@dataclass(slots=True)
+class _RunHook:
+    hook: Hook
+    view: HookView
+
+
+@dataclass(slots=True)
+class _Approve:
+    request: ApprovalRequest
+
+
+@dataclass(slots=True)
+class _Admit:
+    tool: str
+    run_id: str
+    timeout_s: float
+
+
+@dataclass(slots=True)
+class _Intent:
+    sink: DurableSink
+    call_id: str
+    run_id: str
+    tool: str
+    started_at_us: int
+    args: Any
+
+
+@dataclass(slots=True)
+class _Execute:
+    entry: _Entry
+    ctx: CallContext
+    arguments: dict[str, Any]
+    span: OpenSpan | None
+    grace_s: float
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """What execution produced, as seen by the caller's driver."""
+
+    kind: str  # "returned" | "raised" | "abandoned"
+    value: Any = None
+    error: BaseException | None = None
+    signal: str | None = None  # "deadline" | "cancel" once the tool was told to stop
+    signal_at: float | None = None
+    confirmed_at: float | None = None
+
+
+_Op = _RunHook | _Approve | _Admit | _Intent | _Execute
+_Pipeline = Generator[_Op, Any, ToolResultEnvelope]
+
+_ABS_PATH = re.compile(r"(?<![\w.:/])/(?:[^\s'\"`:,;()\[\]{}<>]+/)+[^\s'\"`:,;()\[\]{}<>]*")
+
+
+class ToolRegistry:
+    """Registered tools and the one way to run them.
+
+    Everything is optional: with no arguments the workspace is the current directory, the home
+    is ``TOOLTRACE_HOME`` or ``./.tooltrace``, the default policy applies and no sinks are
+    attached (telemetry off).
+    """
+
+    def __init__(
+        self,
+        *,
+        workspace: str | os.PathLike[str] | Workspace | None = None,
+        home: str | os.PathLike[str] | None = None,
+        sinks: Iterable[Sink] = (),
+        tracer: SpanOpener | None = None,
+        policy: Policy | None = None,
+        hooks: Iterable[Hook] = (),
+        approver: Approver | None = None,
+        redactor: Redactor | None = None,
+        run_id: str | None = None,
+        max_concurrency: int = 64,
+        max_queue: int = 256,
+        tool_concurrency: Mapping[str, int] | None = None,
+        admission_timeout_s: float = 5.0,
+        max_timeout_s: float | None = None,
+        cancel_grace_s: float = 2.0,
+        max_inline_chars: int = 16384,
+        preview_chars: int = 2048,
+        hook_threads: int = 8,
+    ) -> None:
+        self.workspace = workspace if isinstance(workspace, Workspace) else Workspace(
+            workspace if workspace is not None else os.getcwd()
+        )
+        self.home = _config.resolve_home(home)
+        self.artifacts = ArtifactStore(self.home / "artifacts")
+        self.policy = policy if policy is not None else Policy()
+        self.redactor = redactor if redactor is not None else Redactor()
+        self.approver = approver
+        self.run_id = run_id or new_run_id()
+        self.max_timeout_s = _config.env_float(_config.TOOLTRACE_MAX_TIMEOUT_S, max_timeout_s, 600.0)
+        self.admission_timeout_s = admission_timeout_s
+        self.cancel_grace_s = cancel_grace_s
+        self.max_inline_chars = max_inline_chars
+        self.preview_chars = preview_chars
+        self._hooks: tuple[Hook, ...] = tuple(hooks)
+        for h in self._hooks:
+            if h.phase not in ("pre", "post"):
+                raise ValueError(f"hook {h.name!r}: phase must be 'pre' or 'post'")
+        self._tracer = tracer
+        self._sinks: tuple[Sink, ...] = ()
+        self._durable: tuple[DurableSink, ...] = ()
+        self._tools: dict[str, dict[str, _Entry]] = {}
+        self._active_entries: dict[str, _Entry] = {}
+        self._reg_lock = threading.RLock()
+        self._admission = Admission(max_concurrency, max_queue, tool_concurrency)
+        self._pool = make_pool(max_concurrency, "tooltrace-tool")
+        self._hook_pool = make_pool(hook_threads, "tooltrace-hook")
+        self._loop = LoopThread()
+        self._active: dict[str, _Active] = {}
+        self._active_lock = threading.Lock()
+        self._cancelled_runs: set[str] = set()
+        self._statuses: collections.OrderedDict[str, CallStatus] = collections.OrderedDict()
+        self._status_cap = 100_000
+        self._late_seq: dict[str, int] = {}
+        self._pending_resolution: dict[str, Status] = {}
+        self._shutdown_callbacks: list[Callable[[float], None]] = []
+        self._closed = False
+        self.sink_errors = 0
+        self._root_text = str(self.workspace.root)
+        self._home_text = str(self.home.resolve())
+        for sink in sinks:
+            self.add_sink(sink)
+
+    # -- registration -------------------------------------------------------------------------
+
+    def register(
+        self,
+        tool: FunctionTool | ToolDefinition,
+        handler: Callable[..., Any] | None = None,
+    ) -> ToolDefinition:
+        """Register a ``@tool`` function, or a definition with its handler.
+
+        The schema is checked against its metaschema and compiled here; any failure raises a
+        ``RegistrationError`` and leaves nothing registered. Returns the definition.
+        """
+        if isinstance(tool, FunctionTool):
+            if handler is not None:
+                raise RegistrationError("pass either a @tool function or a definition + handler")
+            definition, fn, wants_ctx = tool.definition, tool._fn, tool._wants_ctx
+        elif isinstance(tool, ToolDefinition):
+            if handler is None or not callable(handler):
+                raise RegistrationError(f"tool {tool.name!r}: a callable handler is required")
+            definition, fn = tool, handler
+            wants_ctx = _wants_ctx(handler)
+        else:
+            raise RegistrationError("register() takes a @tool function or a ToolDefinition")
+        schema = compile_schema(definition.parameters, tool=definition.name)
+        is_async = inspect.iscoroutinefunction(fn)
+        entry = _Entry(definition, fn, wants_ctx, is_async, schema)
+        with self._reg_lock:
+            by_source = self._tools.get(definition.name, {})
+            if definition.source in by_source:
+                raise DuplicateToolError(
+                    f"tool {definition.name!r} is already registered from source "
+                    f"{definition.source!r}"
+                )
+            for other in by_source.values():
+                if other.definition.priority == definition.priority:
+                    raise RegistrationError(
+                        f"tool {definition.name!r} from {definition.source!r} has the same "
+                        f"priority ({definition.priority}) as the one from "
+                        f"{other.definition.source!r}: give one a higher priority"
+                    )
+            new = dict(by_source)
+            new[definition.source] = entry
+            self._tools[definition.name] = new
+            self._refresh(definition.name)
+            if definition.max_concurrency is not None:
+                self._admission.tool_caps.setdefault(definition.name, definition.max_concurrency)
+        return definition
+
+    def _refresh(self, name: str) -> None:
+        entries = self._tools[name]
+        top = max(entries.values(), key=lambda e: e.definition.priority)
+        d = top.definition
+        # An override never widens permissions: the active definition is policed as at least as
+        # powerful, as far-reaching and as hard to cancel as everything it shadows.
+        cap = max((e.definition.capability for e in entries.values()), key=lambda c: c.rank)
+        eff = max((e.definition.effect for e in entries.values()), key=lambda c: c.rank)
+        cancellable = all(e.definition.cancellable for e in entries.values())
+        paths = tuple(dict.fromkeys(p for e in entries.values() for p in e.definition.path_params
+                                    if p in d.parameters.get("properties", {})))
+        if (cap, eff, cancellable, paths) != (d.capability, d.effect, d.cancellable, d.path_params):
+            d = _replace(d, capability=cap, effect=eff, cancellable=cancellable, path_params=paths)
+            top = _Entry(d, top.fn, top.wants_ctx, top.is_async, top.schema)
+        self._active_entries[name] = top
+
+    def unregister(self, name: str, source: str) -> None:
+        """Remove one source's definition of ``name`` (the next one becomes active)."""
+        with self._reg_lock:
+            entries = self._tools.get(name)
+            if not entries or source not in entries:
+                raise KeyError(f"no tool {name!r} from source {source!r}")
+            rest = {k: v for k, v in entries.items() if k != source}
+            if rest:
+                self._tools[name] = rest
+                self._refresh(name)
+            else:
+                del self._tools[name]
+                del self._active_entries[name]
+
+    def resolution(self) -> list[Resolution]:
+        """The shadow report: every name, its active source and what it shadows (sorted)."""
+        out = []
+        with self._reg_lock:
+            for name in sorted(self._tools):
+                entries = self._tools[name]
+                act = self._active_entries[name]
+                shadowed = tuple(
+                    sorted(
+                        ((s, e.definition.priority) for s, e in entries.items()
+                         if s != act.definition.source),
+                        key=lambda x: (-x[1], x[0]),
+                    )
+                )
+                orig = entries[act.definition.source].definition
+                out.append(
+                    Resolution(
+                        name,
+                        act.definition.source,
+                        act.definition.priority,
+                        shadowed,
+                        act.definition.capability.value,
+                        act.definition.effect.value,
+                        orig != act.definition,
+                    )
+                )
+        return out
+
+    def definition(self, name: str) -> ToolDefinition | None:
+        """The active (effective) definition of ``name``, or None."""
+        e = self._active_entries.get(name)
+        return e.definition if e is not None else None
+
+    def visible_tools(self, mode: str = "default") -> Visibility:
+        """Tools the mode exposes, sorted by name, and the hidden ones with reasons."""
+        visible: list[ToolDefinition] = []
+        hidden: list[tuple[str, str]] = []
+        for name in sorted(self._active_entries):
+            d = self._active_entries[name].definition
+            ok, why = self.policy.mode_allows(d, mode)
+            if ok:
+                visible.append(d)
+            else:
+                hidden.append((name, why))
+        return Visibility(mode, tuple(visible), tuple(hidden))
+
+    def tool_names(self) -> frozenset[str]:
+        """Names of the registered tools: the closed set of metric label values."""
+        return frozenset(self._active_entries)
+
+    # -- sinks and runtime state --------------------------------------------------------------
+
+    @property
+    def sinks(self) -> tuple[Sink, ...]:
+        """The attached telemetry sinks."""
+        return self._sinks
+
+    def add_sink(self, sink: Sink) -> None:
+        """Attach a sink; a sink with ``bind(registry)`` is bound here."""
+        self._sinks = (*self._sinks, sink)
+        if isinstance(sink, DurableSink) and getattr(sink, "strict", False):
+            self._durable = (*self._durable, sink)
+        bind = getattr(sink, "bind", None)
+        if callable(bind):
+            bind(self)
+
+    def inflight(self) -> dict[str, int]:
+        """Calls holding a concurrency slot now, by tool."""
+        return self._admission.inflight()
+
+    def queue_depth(self) -> dict[str, int]:
+        """Calls waiting for admission now, by tool."""
+        return self._admission.queue_depth()
+
+    def concurrency_limits(self) -> tuple[int, dict[str, int]]:
+        """``(global cap, {tool: cap})``."""
+        return self._admission.global_cap, dict(self._admission.tool_caps)
+
+    def on_shutdown(self, callback: Callable[[float], None]) -> None:
+        """Run ``callback(timeout_s)`` at shutdown (background jobs register here)."""
+        self._shutdown_callbacks.append(callback)
+
+    # -- the execution entry ------------------------------------------------------------------
+
+    def call(self, call: ToolCall | Mapping[str, Any] | str | bytes) -> ToolResultEnvelope:
+        """Run one tool call through the whole pipeline and return its envelope (blocking)."""
+        gen = self._pipeline(call)
+        try:
+            op = next(gen)
+            while True:
+                op = gen.send(self._serve(op))
+        except StopIteration as stop:
+            env: ToolResultEnvelope = stop.value
+            return env
+
+    async def acall(self, call: ToolCall | Mapping[str, Any] | str | bytes) -> ToolResultEnvelope:
+        """Run one tool call through the same pipeline on the running event loop."""
+        gen = self._pipeline(call)
+        try:
+            op = next(gen)
+            while True:
+                op = gen.send(await self._aserve(op))
+        except StopIteration as stop:
+            env: ToolResultEnvelope = stop.value
+            return env
+
+    def status(self, call_id: str) -> CallStatus | None:
+        """What the registry knows of a recent call (None if it is not remembered)."""
+        return self._statuses.get(call_id)
+
+    def cancel(self, run_id: str, *, wait: bool = True) -> dict[str, Status | None]:
+        """Cancel a run: admit no more of its calls, signal each active one, wait the grace.
+
+        Returns each affected call's final status (None if still undecided when the wait ends).
+        """
+        self._cancelled_runs.add(run_id)
+        self._admission.cancel_run(run_id)
+        with self._active_lock:
+            targets = {cid: a for cid, a in self._active.items() if a.ctx.run_id == run_id}
+        return self._cancel_targets(targets, wait)
+
+    def cancel_call(self, call_id: str, *, wait: bool = True) -> Status | None:
+        """Cancel one call by id; return its final status (None if unknown or undecided)."""
+        with self._active_lock:
+            a = self._active.get(call_id)
+        if a is None:
+            st = self._statuses.get(call_id)
+            return st.status if st else None
+        return self._cancel_targets({call_id: a}, wait).get(call_id)
+
+    def _cancel_targets(self, targets: dict[str, _Active], wait: bool) -> dict[str, Status | None]:
+        for a in targets.values():
+            a.ctx.signal("cancel")
+        if wait:
+            deadline = time.monotonic() + self.cancel_grace_s + 1.0
+            for a in targets.values():
+                a.finished.wait(max(0.0, deadline - time.monotonic()))
+        return {cid: a.status for cid, a in targets.items()}
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Stop admitting calls, run shutdown callbacks (jobs), flush and close every sink."""
+        if self._closed:
+            return
+        self._closed = True
+        deadline = time.monotonic() + timeout_s
+        self._admission.close()
+        for cb in self._shutdown_callbacks:
+            try:
+                cb(max(0.0, deadline - time.monotonic()))
+            except Exception:  # noqa: BLE001 - shutdown goes on
+                self.sink_errors += 1
+        for sink in self._sinks:
+            try:
+                sink.shutdown(max(0.1, deadline - time.monotonic()))
+            except Exception:  # noqa: BLE001 - a sink never breaks shutdown
+                self.sink_errors += 1
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._hook_pool.shutdown(wait=False, cancel_futures=True)
+        self._loop.stop()
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Flush every sink; False if any missed the deadline."""
+        ok = True
+        for sink in self._sinks:
+            try:
+                ok = bool(sink.flush(timeout_s)) and ok
+            except Exception:  # noqa: BLE001
+                self.sink_errors += 1
+                ok = False
+        return ok
+
+    def __enter__(self) -> ToolRegistry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # -- the pipeline (one copy, two drivers) -------------------------------------------------
+
+    def _pipeline(self, raw: ToolCall | Mapping[str, Any] | str | bytes) -> _Pipeline:
+        t_wall = time.time_ns() // 1000
+        t0 = time.perf_counter_ns()
+        b = _Builder(self, t_wall, t0)
+        if isinstance(raw, ToolCall):
+            call = raw
+        else:
+            try:
+                call = ToolCall.parse(raw)
+            except MalformedCallError as exc:
+                b.call_id = new_call_id()
+                b.step(StepName.RESOLVE, t0, "registry", "reject", {"reason": exc.reason})
+                return b.reject(Stage.PARAMS, f"malformed tool call: {exc}", UNREGISTERED)
+        b.call_id = call.call_id or new_call_id()
+        b.run_id = call.run_id or self.run_id
+        b.mode = call.mode
+        b.attributes = call.attributes
+        name = call.name
+        raw_args = call.arguments
+        b.args_redacted = self._redact_args(raw_args)
+
+        # 1. resolve
+        t = time.perf_counter_ns()
+        entry = self._active_entries.get(name) if isinstance(name, str) else None
+        if entry is None:
+            b.step(StepName.RESOLVE, t, "registry", "reject", {"requested": _safe_name(name)})
+            return b.reject(Stage.RESOLVE, "unknown tool", UNREGISTERED, shown_name=name)
+        d = entry.definition
+        b.entry = entry
+        b.span = self._tracer.open_span(d.name) if self._tracer is not None else None
+        if b.run_id in self._cancelled_runs:
+            b.step(StepName.RESOLVE, t, "runtime", "reject", {"reason": "run cancelled"})
+            return b.reject(Stage.CANCEL, "its run was cancelled", d.name)
+        ok, why = self.policy.mode_allows(d, call.mode)
+        b.step(StepName.RESOLVE, t, "registry", "accept", None)
+
+        # 2. validate
+        t = time.perf_counter_ns()
+        if not isinstance(raw_args, Mapping):
+            b.step(StepName.VALIDATE, t, "schema", "reject", {"error": "arguments must be an object"})
+            return b.reject(Stage.PARAMS, "arguments must be an object", d.name)
+        args, err = entry.schema.validate(dict(raw_args))
+        if err is not None:
+            b.step(StepName.VALIDATE, t, "schema", "reject", {"error": err.message, "rule": err.rule})
+            return b.reject(Stage.PARAMS, err.message, d.name)
+        b.step(StepName.VALIDATE, t, "schema", "accept", None)
+
+        # 3. policy (mode, resource scope, argument content) and approval
+        t = time.perf_counter_ns()
+        if not ok:
+            b.step(StepName.POLICY, t, "policy:mode", "deny", {"reason": why})
+            return b.reject(Stage.POLICY, f"not allowed in this mode ({why})", d.name)
+        verdict = yield from self._authorize(b, entry, args, call.mode, t, None)
+        if verdict is not None:
+            return verdict
+
+        # 4. pre-hooks (modify => re-validate and re-authorise; only narrowing allowed)
+        for h in self._hooks:
+            if h.phase != "pre" or not h.applies_to(d.name):
+                continue
+            view = HookView(
+                b.call_id, b.run_id, d.name, d.source, d.capability.value, d.effect.value,
+                call.mode, self._redact_args(args),
+            )
+            t = time.perf_counter_ns()
+            kind, res = yield _RunHook(h, view)
+            decider = f"hook:{h.name}"
+            if kind != "ok":
+                what = "timed out" if kind == "timeout" else "raised an error"
+                detail = {"required": h.required, "error": self._error_text(res) if res else what}
+                if h.required:
+                    b.step(StepName.PRE_HOOK, t, decider, "block", detail)
+                    return b.reject(Stage.HOOK, f"required hook {h.name} {what}", d.name)
+                b.step(StepName.PRE_HOOK, t, decider, "warn", detail)
+                continue
+            dec: HookDecision = res
+            reason = self._scrub(dec.reason)[:300]
+            if dec.tool is not None and dec.tool != d.name:
+                b.step(StepName.PRE_HOOK, t, decider, "block", {"reason": "tried to change the tool"})
+                return b.reject(Stage.HOOK, f"hook {h.name} tried to change the tool", d.name)
+            if dec.mode is not None and dec.mode != call.mode:
+                b.step(StepName.PRE_HOOK, t, decider, "block", {"reason": "tried to switch mode"})
+                return b.reject(Stage.HOOK, f"hook {h.name} tried to switch the mode", d.name)
+            if dec.action is HookAction.BLOCK:
+                b.step(StepName.PRE_HOOK, t, decider, "block", {"reason": reason})
+                return b.reject(Stage.HOOK, f"blocked by hook {h.name}: {reason}", d.name)
+            if dec.action is HookAction.MODIFY and dec.arguments is not None:
+                new_args = self._merge_hook_args(args, view.arguments, dec.arguments)
+                diff = _diff(view.arguments, self._redact_args(new_args))
+                b.step(StepName.PRE_HOOK, t, decider, "modify", {"reason": reason, "diff": diff})
+                b.hook_modified = True
+                t = time.perf_counter_ns()
+                checked, err = entry.schema.validate(new_args)
+                if err is not None:
+                    b.step(StepName.REVALIDATE, t, "schema", "reject", {"error": err.message})
+                    return b.reject(
+                        Stage.HOOK, f"hook {h.name} produced invalid arguments: {err.message}",
+                        d.name,
+                    )
+                b.step(StepName.REVALIDATE, t, "schema", "accept", None)
+                verdict = yield from self._authorize(b, entry, checked, call.mode, t, (h.name, args))
+                if verdict is not None:
+                    return verdict
+                args = checked
+                b.args_redacted = self._redact_args(args)
+                continue
+            b.step(StepName.PRE_HOOK, t, decider, dec.action.value, {"reason": reason} if reason else None)
+
+        # 5. admission, deadline, strict audit, execute
+        timeout = d.timeout_s
+        detail: dict[str, Any] | None = None
+        if call.timeout_s is not None:
+            asked = float(call.timeout_s)
+            timeout = min(max(asked, 0.001), self.max_timeout_s)
+            if timeout != asked:
+                detail = {"timeout_requested_s": asked, "timeout_s": timeout}
+        t = time.perf_counter_ns()
+        adm: AdmissionResult = yield _Admit(d.name, b.run_id, self.admission_timeout_s)
+        info = {"waited_ms": round(adm.waited_s * 1000, 3), "reason": adm.reason}
+        if detail:
+            info.update(detail)
+        if not adm.admitted:
+            b.step(StepName.ADMISSION, t, "runtime", "reject", info)
+            stage = Stage.CANCEL if adm.reason == "cancelled" else Stage.ADMISSION
+            return b.reject(stage, _ADMISSION_TEXT.get(adm.reason, adm.reason), d.name,
+                            retry=Retry(adm.reason != "shutdown", after_ms=250))
+        b.step(StepName.ADMISSION, t, "runtime", "accept", info)
+        released = False
+        try:
+            for sink in self._durable:
+                t = time.perf_counter_ns()
+                failure = yield _Intent(sink, b.call_id, b.run_id, d.name, b.t_wall, b.args_redacted)
+                if failure is not None:
+                    b.step(StepName.AUDIT_INTENT, t, "audit", "reject",
+                           {"error": self._error_text(failure)})
+                    return b.reject(Stage.AUDIT, "the audit record could not be made durable", d.name)
+                b.step(StepName.AUDIT_INTENT, t, "audit", "durable", None)
+            ctx = CallContext(
+                call_id=b.call_id, run_id=b.run_id, tool=d.name, timeout_s=timeout,
+                workspace=self.workspace, artifacts=self.artifacts,
+                traceparent=_traceparent(b.span), background=call.background and d.background,
+                late=self._late_reporter(b.call_id, b.run_id, d.name),
+            )
+            active = _Active(ctx, d.name, threading.Event())
+            with self._active_lock:
+                self._active[b.call_id] = active
+            b.execution_started = True
+            t = time.perf_counter_ns()
+            released = True  # from here the executor's finally gives the slot back
+            out: _Outcome = yield _Execute(entry, ctx, args, b.span, self.cancel_grace_s)
+        finally:
+            if not released:
+                self._admission.release(d.name)
+        env: ToolResultEnvelope | None = None
+        try:
+            env = self._finish(b, entry, ctx, out, t)
+            env = yield from self._post_hooks(b, entry, env)
+        finally:
+            with self._active_lock:
+                self._active.pop(b.call_id, None)
+            active.status = env.status if env is not None else None
+            active.finished.set()
+        return env
+
+    def _authorize(
+        self,
+        b: _Builder,
+        entry: _Entry,
+        args: Mapping[str, Any],
+        mode: str,
+        t: int,
+        hook: tuple[str, Mapping[str, Any]] | None,
+    ) -> Generator[_Op, Any, ToolResultEnvelope | None]:
+        """Resource scope, argument rules and approval; ``hook`` = (name, arguments before)."""
+        d = entry.definition
+        stage = Stage.HOOK if hook else Stage.POLICY
+        resolved: dict[str, str] = {}
+        for p in d.path_params:
+            value = args.get(p)
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                b.step(StepName.POLICY, t, "policy:path_scope", "deny", {"param": p})
+                return b.reject(stage, f"argument {p} must be a path string", d.name)
+            try:
+                rp = self.workspace.resolve(value, must_exist=False)
+            except PathPolicyError as exc:
+                b.step(StepName.POLICY, t, "policy:path_scope", "deny",
+                       {"param": p, "reason": exc.reason})
+                return b.reject(stage, f"path not allowed ({exc.reason}): {exc}", d.name)
+            resolved[p] = rp.relative
+            if hook is not None:
+                before = hook[1].get(p)
+                if isinstance(before, str) and before != value and not self._narrows(before, rp.relative):
+                    b.step(StepName.POLICY, t, "policy:hook_scope", "deny",
+                           {"param": p, "reason": "widened path scope", "hook": hook[0]})
+                    return b.reject(Stage.HOOK, f"hook {hook[0]} tried to widen a path's scope", d.name)
+        req = PolicyRequest(d, args, mode, b.run_id, b.call_id, resolved)
+        decision, rules = self.policy.evaluate(req)
+        if decision is None:
+            detail: dict[str, Any] = {"rules": list(rules)}
+            if resolved:
+                detail["paths"] = resolved
+            b.step(StepName.POLICY, t, "policy", "allow", detail)
+            return None
+        reason = self._scrub(decision.reason)[:300]
+        decider = f"policy:{decision.rule}"
+        if decision.verdict is Verdict.DENY:
+            b.step(StepName.POLICY, t, decider, "deny", {"reason": reason, "paths": resolved})
+            return b.reject(stage, f"denied by policy rule {decision.rule}: {reason}", d.name)
+        b.step(StepName.POLICY, t, decider, "ask", {"reason": reason, "paths": resolved})
+        t = time.perf_counter_ns()
+        if self.approver is None:
+            allow = os.environ.get(_config.TOOLTRACE_APPROVAL, "deny").strip().lower() == "allow"
+            b.step(StepName.APPROVAL, t, decider, "approve" if allow else "deny",
+                   {"reason": "no approver configured"})
+            if not allow:
+                return b.reject(Stage.APPROVAL, "approval required and no approver is configured",
+                                d.name)
+            return None
+        areq = ApprovalRequest(b.call_id, b.run_id, d.name, self._redact_args(args),
+                               decision.rule, reason)
+        kind, res = yield _Approve(areq)
+        if kind != "ok" or not isinstance(res, ApprovalDecision):
+            b.step(StepName.APPROVAL, t, "user:unknown", "deny",
+                   {"error": self._error_text(res) if isinstance(res, BaseException) else "no answer"})
+            return b.reject(Stage.APPROVAL, "the approver failed to answer", d.name)
+        who = re.sub(r"[^A-Za-z0-9@._-]", "_", res.who or "unknown")[:64]
+        areason = self._scrub(res.reason)[:300]
+        b.step(StepName.APPROVAL, t, f"user:{who}", "approve" if res.approved else "deny",
+               {"reason": areason, "rule": decision.rule})
+        if not res.approved:
+            return b.reject(Stage.APPROVAL, f"denied by {who}", d.name)
+        return None
+
+    def _narrows(self, before: str, after_relative: str) -> bool:
+        """A hook may move a path only within the directory the original path named."""
+        try:
+            orig = self.workspace.resolve(before, must_exist=False).relative
+        except PathPolicyError:
+            return False
+        scope = orig.rsplit("/", 1)[0] if "/" in orig else ""
+        if orig == after_relative:
+            return True
+        return scope == "" and "/" not in after_relative or after_relative.startswith(scope + "/")
+
+    def _merge_hook_args(
+        self, raw: Mapping[str, Any], shown: Mapping[str, Any], new: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Hooks see redacted arguments; values they hand back unchanged keep the raw original."""
+        out: dict[str, Any] = {}
+        for k, v in new.items():
+            out[k] = raw[k] if k in raw and k in shown and shown[k] == v else v
+        return out
+
+    def _post_hooks(self, b: _Builder, entry: _Entry, env: ToolResultEnvelope) -> Generator[
+            _Op, Any, ToolResultEnvelope]:
+        d = entry.definition
+        posts = [h for h in self._hooks if h.phase == "post" and h.applies_to(d.name)]
+        if not posts:
+            return b.emit(env)
+        data = env.data
+        status = env.status
+        summary = env.summary
+        error_type = b.error_type
+        for h in posts:
+            view = HookView(b.call_id, b.run_id, d.name, d.source, d.capability.value,
+                            d.effect.value, b.mode, b.args_redacted or {}, "post", status.value, data)
+            t = time.perf_counter_ns()
+            kind, res = yield _RunHook(h, view)
+            decider = f"hook:{h.name}"
+            if kind != "ok":
+                what = "timed out" if kind == "timeout" else "raised an error"
+                if h.required and status is Status.OK:
+                    b.step(StepName.POST_HOOK, t, decider, "block", {"error": what})
+                    status, data, error_type = Status.FAILED, None, "post_hook_error"
+                    summary = f"{d.name} ran, but its result was withheld: required hook {h.name} {what}"
+                else:
+                    b.step(StepName.POST_HOOK, t, decider, "warn", {"error": what})
+                continue
+            dec: HookDecision = res
+            reason = self._scrub(dec.reason)[:300]
+            if dec.action is HookAction.BLOCK and status is Status.OK:
+                b.step(StepName.POST_HOOK, t, decider, "block", {"reason": reason})
+                status, data, error_type = Status.FAILED, None, "post_hook_block"
+                summary = f"{d.name} ran, but hook {h.name} withheld its result: {reason}"
+            elif dec.action is HookAction.MODIFY and status is Status.OK:
+                data, _ = self.redactor.redact(dec.result)
+                b.step(StepName.POST_HOOK, t, decider, "modify", {"reason": reason})
+                b.hook_modified = True
+            else:
+                ann = dict(dec.annotations) if dec.annotations else None
+                if ann is not None:
+                    ann, _ = self.redactor.redact(ann)
+                b.step(StepName.POST_HOOK, t, decider, dec.action.value,
+                       {"reason": reason, "annotations": ann} if (reason or ann) else None)
+        b.error_type = error_type
+        env = b.envelope(status, summary, data, env.artifact, env.record.reject_stage,
+                         env.record.result_preview, retry=env.retry)
+        return b.emit(env)
+
+    def _finish(self, b: _Builder, entry: _Entry, ctx: CallContext, out: _Outcome,
+                t: int) -> ToolResultEnvelope:
+        """Map an execution outcome to a status, redact, trim and offload."""
+        d = entry.definition
+        side_effects = d.effect is not Effect.NONE
+        now = time.perf_counter_ns()
+        exec_detail: dict[str, Any] = {"timeout_s": ctx.timeout_s}
+        if ctx.detail:
+            red, _ = self.redactor.redact(ctx.detail)
+            exec_detail.update(red)
+        if out.signal is not None:
+            exec_detail["signal"] = out.signal
+        b.steps.append(Step(len(b.steps), StepName.EXECUTE, b.us(t), (now - t) // 1000, "tool",
+                            out.kind, exec_detail))
+        if out.signal is not None and out.signal_at is not None:
+            sig_ns = int(out.signal_at * 1e9)
+            name = StepName.DEADLINE if out.signal == "deadline" else StepName.CANCEL_REQUESTED
+            b.steps.append(Step(len(b.steps), name, b.us_mono(sig_ns), 0, "runtime", "signal",
+                                {"cancellable": d.cancellable, "grace_s": self.cancel_grace_s}))
+        tool_summary: str | None = None
+        value = out.value
+        if isinstance(value, ToolResult):
+            tool_summary = value.summary
+            if value.detail:
+                red, _ = self.redactor.redact(dict(value.detail))
+                exec_detail.update(red)
+            value = value.data
+        status: Status
+        summary: str
+        retry: Retry
+        error_type: str | None = None
+        confirmed = out.kind != "abandoned"
+        if out.signal is not None:
+            b.steps.append(Step(len(b.steps), StepName.CANCELLED if confirmed else StepName.RESOLVED,
+                                b.us(time.perf_counter_ns()), 0, "runtime",
+                                "confirmed" if confirmed else "unconfirmed", {"outcome": out.kind}))
+        if out.kind == "returned" and (out.signal != "cancel" or side_effects):
+            status = Status.OK
+            note = " (finished after it was asked to stop)" if out.signal else ""
+            summary = (self._scrub(tool_summary)[:500] if tool_summary else "") + note
+            retry = Retry(True)
+        elif out.kind == "raised" and not (
+            out.signal and isinstance(out.error, ToolInterrupt | asyncio.CancelledError)
+        ) and not (out.signal == "deadline" and isinstance(out.error, TimeoutError)):
+            status = Status.FAILED
+            assert out.error is not None
+            error_type = _error_type(out.error)
+            summary = f"{d.name} failed: {self._error_text(out.error)}"
+            retry = Retry(not side_effects, requires_inspection=side_effects)
+        elif out.signal == "cancel" and (confirmed or not side_effects):
+            status, error_type = Status.CANCELLED, "cancelled"
+            summary = f"{d.name} was cancelled" + ("" if confirmed else " (abandoned; it has no side effects)")
+            retry = Retry(True)
+        elif out.signal == "deadline" and (confirmed or not side_effects):
+            status, error_type = Status.FAILED, "timeout"
+            summary = f"{d.name} timed out after {ctx.timeout_s:g} s" + (
+                "" if confirmed else " (abandoned; it has no side effects)")
+            retry = Retry(True, after_ms=1000)
+        else:
+            status, error_type = Status.UNKNOWN, "unconfirmed_" + (out.signal or "stop")
+            why = "its deadline passed" if out.signal == "deadline" else "it was cancelled"
+            summary = (f"{d.name} may have run: {why} and it did not confirm it stopped within "
+                       f"{self.cancel_grace_s:g} s; query status({b.call_id})")
+            retry = Retry(False, requires_inspection=True)
+        b.error_type = error_type
+        # 6. redact and trim
+        data: Any = None
+        artifact: Artifact | None = None
+        result_preview: str | None = None
+        if status is Status.OK:
+            t = time.perf_counter_ns()
+            data, n = self.redactor.redact(value)
+            text = data if isinstance(data, str) else _to_text(data)
+            result_preview = text[: self.preview_chars] if text is not None else None
+            red_detail = {"redactions": n} if n else None
+            b.steps.append(Step(len(b.steps), StepName.REDACT, b.us(t), (time.perf_counter_ns() - t)
+                                // 1000, "redactor", "redacted" if n else "clean", red_detail))
+            if text is not None and len(text) > self.max_inline_chars:
+                t = time.perf_counter_ns()
+                try:
+                    artifact = self.artifacts.put(text)
+                except OSError as exc:
+                    b.steps.append(Step(len(b.steps), StepName.OFFLOAD, b.us(t), 0, "runtime",
+                                        "error", {"error": _error_type(exc)}))
+                    artifact = None
+                else:
+                    b.steps.append(Step(len(b.steps), StepName.OFFLOAD, b.us(t),
+                                        (time.perf_counter_ns() - t) // 1000, "runtime",
+                                        "offloaded", {"chars": artifact.chars,
+                                                      "sha256": artifact.sha256,
+                                                      "path": artifact.path}))
+                data = preview(text, self.preview_chars)
+                result_preview = data
+            if not summary or summary.startswith(" ("):
+                size = len(text) if text is not None else 0
+                where = (f"; full output in artifact sha256:{artifact.sha256[:12]}"
+                         if artifact else "")
+                summary = f"{d.name} succeeded ({size} chars{where})" + summary
+        return b.envelope(status, summary, data, artifact, None, result_preview, retry=retry)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _redact_args(self, args: Any) -> Any:
+        try:
+            red, _ = self.redactor.redact(args)
+        except Exception:  # noqa: BLE001 - never let a redaction bug leak raw values
+            return {"_redaction_error": True}
+        return red
+
+    def _scrub(self, text: str | None) -> str:
+        """Redact secrets and hide host paths in readable text."""
+        if not text:
+            return ""
+        text = self.redactor.redact_text(str(text))
+        if self._root_text in text:
+            text = text.replace(self._root_text + os.sep, "").replace(self._root_text, ".")
+        if self._home_text in text:
+            text = text.replace(self._home_text, "<home>")
+        return _ABS_PATH.sub("<path>", text)
+
+    def _error_text(self, exc: BaseException | None) -> str:
+        if exc is None:
+            return "error"
+        return self._scrub(self.redactor.redact_exception(exc))[:500]
+
+    def _late_reporter(self, call_id: str, run_id: str, tool: str) -> Callable[
+            [str, str, Mapping[str, Any] | None], None]:
+        def report(step: str, decision: str, detail: Mapping[str, Any] | None) -> None:
+            self._emit_late(call_id, run_id, tool, step, decision, detail)
+        return report
+
+    def _emit_late(self, call_id: str, run_id: str, tool: str, step: str, decision: str,
+                   detail: Mapping[str, Any] | None) -> None:
+        red = self.redactor.redact(dict(detail))[0] if detail else None
+        with self._active_lock:
+            seq = self._late_seq.get(call_id, 1000)
+            self._late_seq[call_id] = seq + 1
+            if len(self._late_seq) > 10_000:
+                self._late_seq.pop(next(iter(self._late_seq)))
+        s = Step(seq, step, time.time_ns() // 1000, 0, "runtime", decision, red)
+        late = LateStep(call_id, run_id, tool, s)
+        for sink in self._sinks:
+            fn = getattr(sink, "emit_late", None)
+            if fn is None:
+                continue
+            try:
+                fn(late)
+            except Exception:  # noqa: BLE001
+                self.sink_errors += 1
+
+    def _remember(self, env: ToolResultEnvelope) -> None:
+        with self._active_lock:
+            resolved = self._pending_resolution.pop(env.call_id, None)
+        self._statuses[env.call_id] = CallStatus(
+            env.call_id, env.tool, env.status, resolved, env.summary)
+        if len(self._statuses) > self._status_cap:
+            self._statuses.popitem(last=False)
+
+    def _resolve_late(self, call_id: str, tool: str, run_id: str, out: _Outcome) -> None:
+        """An abandoned call finally ended: record how."""
+        if out.kind == "returned":
+            resolved = Status.OK
+        elif isinstance(out.error, ToolInterrupt | asyncio.CancelledError):
+            resolved = Status.CANCELLED
+        else:
+            resolved = Status.FAILED
+        detail: dict[str, Any] = {"outcome": resolved.value}
+        if out.error is not None and resolved is Status.FAILED:
+            detail["error_type"] = _error_type(out.error)
+        with self._active_lock:
+            st = self._statuses.get(call_id)
+            if st is not None:
+                self._statuses[call_id] = CallStatus(call_id, st.tool, st.status, resolved,
+                                                     st.summary)
+            else:
+                self._pending_resolution[call_id] = resolved
+        self._emit_late(call_id, run_id, tool, StepName.RESOLVED, resolved.value, detail)
+
+    # -- drivers ------------------------------------------------------------------------------
+
+    def _serve(self, op: _Op) -> Any:
+        if isinstance(op, _Execute):
+            return self._execute_blocking(op)
+        if isinstance(op, _Admit):
+            return self._admission.acquire(op.tool, op.run_id, op.timeout_s)
+        if isinstance(op, _RunHook):
+            return self._bounded(self._hook_pool, op.hook, op.view, op.hook.timeout_s)
+        if isinstance(op, _Approve):
+            assert self.approver is not None
+            try:
+                return "ok", self.approver(op.request)
+            except Exception as exc:  # noqa: BLE001
+                return "error", exc
+        return self._write_intent(op)
+
+    async def _aserve(self, op: _Op) -> Any:
+        loop = asyncio.get_running_loop()
+        if isinstance(op, _Execute):
+            return await self._execute_async(op)
+        if isinstance(op, _Admit):
+            return await self._admission.acquire_async(op.tool, op.run_id, op.timeout_s)
+        if isinstance(op, _RunHook):
+            fut = loop.run_in_executor(self._hook_pool, _guard, op.hook, op.view)
+            try:
+                return await asyncio.wait_for(fut, op.hook.timeout_s)
+            except TimeoutError:
+                return "timeout", None
+        if isinstance(op, _Approve):
+            approver = self.approver
+            assert approver is not None
+            return await loop.run_in_executor(self._hook_pool, _guard, approver, op.request)
+        return await loop.run_in_executor(self._hook_pool, self._write_intent, op)
+
+    @staticmethod
+    def _bounded(pool: concurrent.futures.Executor, fn: Callable[[Any], Any], arg: Any,
+                 timeout_s: float) -> tuple[str, Any]:
+        fut = pool.submit(_guard, fn, arg)
+        try:
+            res: tuple[str, Any] = fut.result(timeout_s)
+            return res
+        except concurrent.futures.TimeoutError:
+            return "timeout", None
+
+    def _write_intent(self, op: _Intent) -> BaseException | None:
+        try:
+            op.sink.write_intent(op.call_id, op.run_id, op.tool, op.started_at_us, op.args)
+        except Exception as exc:  # noqa: BLE001 - any failure refuses the call
+            return exc if isinstance(exc, AuditUnavailableError) else AuditUnavailableError(
+                f"{type(exc).__name__}")
+        return None
+
+    def _invoke(self, op: _Execute) -> Callable[[], Any]:
+        e, ctx, args = op.entry, op.ctx, op.arguments
+        fn = e.fn
+        return (lambda: fn(ctx, **args)) if e.wants_ctx else (lambda: fn(**args))
+
+    def _execute_blocking(self, op: _Execute) -> _Outcome:
+        e, ctx = op.entry, op.ctx
+        tool = e.definition.name
+        token = op.span.attach() if op.span is not None else None
+        ctx_token = _CURRENT.set(ctx)
+        try:
+            ctx.start_clock()
+            invoke = self._invoke(op)
+            if e.is_async:
+                cfut = asyncio.run_coroutine_threadsafe(
+                    self._run_coro(invoke, tool), self._loop.loop())
+                return self._wait(cfut, op, lambda: cfut.cancel())
+            if e.definition.execution is Execution.INLINE:
+                try:
+                    value = invoke()
+                    kind, err = "returned", None
+                except Exception as exc:  # noqa: BLE001 - a tool's failure is a result
+                    value, kind, err = None, "raised", exc
+                finally:
+                    self._admission.release(tool)
+                out = _Outcome(kind, value, err)
+                if ctx.signalled:
+                    out.signal = ctx.reason
+                    out.signal_at = time.monotonic()
+                elif time.monotonic() > ctx.deadline and kind == "returned":
+                    ctx.set_detail("deadline_overrun_ms",
+                                   round((time.monotonic() - ctx.deadline) * 1000, 3))
+                return out
+            run = contextvars.copy_context().run
+            try:
+                fut = self._pool.submit(run, self._run_sync, invoke, tool)
+            except RuntimeError as exc:  # the pool is shut down: the tool never started
+                self._admission.release(tool)
+                return _Outcome("raised", None, exc)
+            return self._wait(fut, op, None)
+        finally:
+            _CURRENT.reset(ctx_token)
+            if op.span is not None:
+                op.span.detach(token)
+
+    def _run_sync(self, invoke: Callable[[], Any], tool: str) -> Any:
+        try:
+            return invoke()
+        finally:
+            self._admission.release(tool)
+
+    async def _run_coro(self, invoke: Callable[[], Any], tool: str) -> Any:
+        try:
+            return await invoke()
+        finally:
+            self._admission.release(tool)
+
+    def _wait(self, fut: concurrent.futures.Future[Any], op: _Execute,
+              cancel: Callable[[], Any] | None) -> _Outcome:
+        ctx = op.ctx
+        wake = threading.Event()
+        fut.add_done_callback(lambda _f: wake.set())
+        ctx.on_cancel(lambda _r: wake.set())
+        while not fut.done():
+            left = ctx.deadline - time.monotonic()
+            if ctx.signalled:
+                break
+            if left <= 0:
+                self._signal(ctx, op, "deadline")
+                break
+            wake.wait(left)
+        if not fut.done():
+            if cancel is not None and op.entry.definition.cancellable:
+                cancel()
+            signal_at = time.monotonic()
+            try:
+                fut.result(op.grace_s)
+            except BaseException:  # noqa: BLE001, S110 - inspected below
+                pass
+            if not fut.done():
+                out = _Outcome("abandoned", signal=ctx.reason, signal_at=signal_at)
+                self._on_late_done(fut, op)
+                return out
+        return self._outcome(fut, ctx)
+
+    def _signal(self, ctx: CallContext, op: _Execute, reason: str) -> None:
+        if op.entry.definition.cancellable:
+            ctx.signal(reason)
+        elif not ctx.signalled:
+            # Not cancellable: the tool is not told, but the call stops waiting after the grace.
+            ctx._reason = reason
+            ctx._event.set()
+
+    def _outcome(self, fut: concurrent.futures.Future[Any] | asyncio.Future[Any],
+                 ctx: CallContext) -> _Outcome:
+        sig = ctx.reason if ctx.signalled else None
+        sig_at = time.monotonic() if sig else None
+        if fut.cancelled():
+            return _Outcome("raised", None, asyncio.CancelledError(), sig, sig_at)
+        exc = fut.exception()
+        if exc is not None:
+            return _Outcome("raised", None, exc, sig, sig_at)
+        return _Outcome("returned", fut.result(), None, sig, sig_at)
+
+    def _on_late_done(self, fut: concurrent.futures.Future[Any] | asyncio.Future[Any],
+                      op: _Execute) -> None:
+        ctx = op.ctx
+
+        def done(f: Any) -> None:
+            try:
+                self._resolve_late(ctx.call_id, ctx.tool, ctx.run_id, self._outcome(f, ctx))
+            except Exception:  # noqa: BLE001
+                self.sink_errors += 1
+
+        fut.add_done_callback(done)
+
+    async def _execute_async(self, op: _Execute) -> _Outcome:
+        e, ctx = op.entry, op.ctx
+        tool = e.definition.name
+        loop = asyncio.get_running_loop()
+        token = op.span.attach() if op.span is not None else None
+        ctx_token = _CURRENT.set(ctx)
+        try:
+            ctx.start_clock()
+            invoke = self._invoke(op)
+            fut: asyncio.Future[Any]
+            if e.is_async:
+                fut = loop.create_task(self._run_coro(invoke, tool))
+            elif e.definition.execution is Execution.INLINE:
+                fut = loop.create_future()
+                try:
+                    fut.set_result(invoke())
+                except Exception as exc:  # noqa: BLE001
+                    fut.set_exception(exc)
+                finally:
+                    self._admission.release(tool)
+            else:
+                run = contextvars.copy_context().run
+                fut = loop.run_in_executor(self._pool, run, self._run_sync, invoke, tool)
+        finally:
+            _CURRENT.reset(ctx_token)
+            if op.span is not None:
+                op.span.detach(token)
+        wake = loop.create_future()
+
+        def poke(_r: str) -> None:
+            loop.call_soon_threadsafe(lambda: wake.done() or wake.set_result(None))
+
+        ctx.on_cancel(poke)
+        try:
+            while not fut.done():
+                left = ctx.deadline - time.monotonic()
+                if ctx.signalled:
+                    break
+                if left <= 0:
+                    self._signal(ctx, op, "deadline")
+                    break
+                await asyncio.wait({fut, wake}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # The caller's task was cancelled: that is a cancel request for this call.
+            self._signal(ctx, op, "cancel")
+        if not fut.done():
+            if e.is_async and e.definition.cancellable:
+                fut.cancel()
+            signal_at = time.monotonic()
+            await asyncio.wait({fut}, timeout=op.grace_s)
+            if not fut.done():
+                self._on_late_done(fut, op)
+                return _Outcome("abandoned", signal=ctx.reason, signal_at=signal_at)
+        return self._outcome(fut, ctx)
+
+
+@dataclass(frozen=True, slots=True)
+class LateStep:
+    """A step recorded after its call returned (job end, late resolution of an unknown)."""
+
+    call_id: str
+    run_id: str
+    tool: str
+    step: Step
+
+
+_ADMISSION_TEXT = {
+    "queue_full": "too many calls waiting for a slot (queue full)",
+    "timeout": "no concurrency slot became free in time",
+    "cancelled": "its run was cancelled while it waited",
+    "shutdown": "the registry is shutting down",
+}
+
+
+def _guard(fn: Callable[[Any], Any], arg: Any) -> tuple[str, Any]:
+    try:
+        return "ok", fn(arg)
+    except Exception as exc:  # noqa: BLE001 - reported to the pipeline
+        return "error", exc
+
+
+def _wants_ctx(fn: Callable[..., Any]) -> bool:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if not params:
+        return False
+    first = params[0]
+    ann = first.annotation
+    name = ann if isinstance(ann, str) else getattr(ann, "__name__", "")
+    return name == "CallContext" or first.name == "ctx"
+
+
+def _replace(d: ToolDefinition, **changes: Any) -> ToolDefinition:
+    import dataclasses
+
+    return dataclasses.replace(d, **changes)
+
+
+def _error_type(exc: BaseException) -> str:
+    return type(exc).__name__[:64]
+
+
+def _to_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return str(value)
+
+
+def _traceparent(span: OpenSpan | None) -> str | None:
+    if span is None:
+        return None
+    return f"00-{span.trace_id}-{span.span_id}-{'01' if span.sampled else '00'}"
+
+
+def _diff(before: Any, after: Any) -> dict[str, Any]:
+    """A small argument diff (both sides already redacted)."""
+    if not isinstance(before, Mapping) or not isinstance(after, Mapping):
+        return {"before": before, "after": after}
+    changed = {k: [before[k], after[k]] for k in before if k in after and before[k] != after[k]}
+    added = {k: after[k] for k in after if k not in before}
+    removed = [k for k in before if k not in after]
+    out: dict[str, Any] = {}
+    if changed:
+        out["changed"] = changed
+    if added:
+        out["added"] = added
+    if removed:
+        out["removed"] = removed
+    return out
+
+
+class _Builder:
+    """Collects the steps and facts of one call and makes its envelope and record."""
+
+    __slots__ = (
+        "args_redacted", "attributes", "call_id", "entry", "error_type", "execution_started",
+        "hook_modified", "mode", "reg", "run_id", "span", "steps", "t0", "t_wall",
+    )
+
+    def __init__(self, reg: ToolRegistry, t_wall: int, t0: int) -> None:
+        self.reg = reg
+        self.t_wall = t_wall
+        self.t0 = t0
+        self.steps: list[Step] = []
+        self.call_id = ""
+        self.run_id = reg.run_id
+        self.mode = "default"
+        self.attributes: Mapping[str, str | int | bool] = {}
+        self.args_redacted: Any = None
+        self.entry: _Entry | None = None
+        self.span: OpenSpan | None = None
+        self.execution_started = False
+        self.hook_modified = False
+        self.error_type: str | None = None
+
+    def us(self, perf_ns: int) -> int:
+        return self.t_wall + (perf_ns - self.t0) // 1000
+
+    def us_mono(self, mono_ns: int) -> int:
+        # Convert a monotonic timestamp to wall-clock microseconds via the perf counter origin.
+        delta = mono_ns - time.monotonic_ns()
+        return self.us(time.perf_counter_ns() + delta)
+
+    def step(self, name: str, t: int, decider: str, decision: str,
+             detail: Mapping[str, Any] | None) -> None:
+        now = time.perf_counter_ns()
+        self.steps.append(Step(len(self.steps), name, self.t_wall + (t - self.t0) // 1000,
+                               (now - t) // 1000, decider, decision, detail))
+
+    def reject(self, stage: Stage, why: str, tool: str, *, shown_name: Any = None,
+               retry: Retry | None = None) -> ToolResultEnvelope:
+        reg = self.reg
+        why = reg._scrub(why)[:500]
+        label = tool if tool != UNREGISTERED else _safe_name(shown_name)
+        summary = f"{label} was rejected ({stage.value}): {why}"
+        self.error_type = stage.value
+        if retry is None:
+            retry = Retry(stage in (Stage.PARAMS, Stage.RESOLVE, Stage.ADMISSION),
+                          after_ms=250 if stage is Stage.ADMISSION else 0,
+                          requires_inspection=stage in (Stage.AUDIT, Stage.HOOK))
+        env = self.envelope(Status.REJECTED, summary, None, None, stage, None, retry=retry,
+                            tool_override=tool)
+        return self.emit(env)
+
+    def envelope(self, status: Status, summary: str, data: Any, artifact: Artifact | None,
+                 stage: Stage | None, result_preview: str | None, *, retry: Retry,
+                 tool_override: str | None = None) -> ToolResultEnvelope:
+        e = self.entry
+        d = e.definition if e is not None else None
+        tool = tool_override or (d.name if d else UNREGISTERED)
+        elapsed = (time.perf_counter_ns() - self.t0) // 1000
+        span = self.span
+        record = CallRecord(
+            call_id=self.call_id,
+            run_id=self.run_id,
+            tool=tool,
+            source=d.source if d else "",
+            status=status,
+            reject_stage=stage,
+            summary=summary,
+            error_type=self.error_type if status is not Status.OK else None,
+            started_at_us=self.t_wall,
+            elapsed_us=elapsed,
+            execution_started=self.execution_started,
+            args_redacted=self.args_redacted,
+            result_preview=result_preview,
+            artifact=artifact,
+            steps=tuple(self.steps),
+            mode=self.mode,
+            tool_type=d.tool_type if d else "function",
+            description=d.description[:500] if d else None,
+            trace_id=span.trace_id if span else None,
+            span_id=span.span_id if span else None,
+            parent_span_id=span.parent_span_id if span else None,
+            trace_sampled=span.sampled if span else False,
+            hook_modified=self.hook_modified,
+            attributes=self.attributes,
+        )
+        return ToolResultEnvelope(self.call_id, tool, status, summary, data, artifact, retry,
+                                  Timing(self.t_wall, elapsed / 1000.0), record)
+
+    def emit(self, env: ToolResultEnvelope) -> ToolResultEnvelope:
+        reg = self.reg
+        rec = env.record
+        for sink in reg._sinks:
+            try:
+                sink.emit(rec)
+            except Exception:  # noqa: BLE001 - a sink never raises into a call
+                reg.sink_errors += 1
+        reg._remember(env)
+        return env
+
+
+def _safe_name(name: Any) -> str:
+    if isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9._-]{1,128}", name):
+        return name
+    return "the requested tool"
+
+

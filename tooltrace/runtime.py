@@ -1,0 +1,366 @@
+"""Runtime: the call context tools see, admission (concurrency caps and a bounded queue), and
+the worker pools and event loop tools run on.
+
+The tool layer, not the agent loop, knows each operation best: a tool's definition declares its
+default timeout, whether it can be cancelled and whether it has side effects. The runtime turns a
+deadline or a cancel request into a *signal* (``CallContext``) and waits a bounded grace period
+for the tool to confirm it stopped; what happens then is decided by the registry from the tool's
+``effect`` (see ``tooltrace.registry``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextvars
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .exceptions import DeadlineExceeded, ToolCancelled
+
+if TYPE_CHECKING:
+    from .paths import Workspace
+    from .redaction import ArtifactStore
+
+__all__ = ["Admission", "AdmissionResult", "CallContext", "current_context"]
+
+_CURRENT: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(
+    "tooltrace_call_context", default=None
+)
+
+
+def current_context() -> CallContext | None:
+    """The ``CallContext`` of the tool call running in this context, if any."""
+    return _CURRENT.get()
+
+
+class CallContext:
+    """What a running tool may know and use about its call.
+
+    Tools that run long should watch it: ``check()`` raises ``ToolCancelled`` or
+    ``DeadlineExceeded`` once the call was signalled (raising it *confirms* the stop), ``wait()``
+    sleeps until a timeout or the signal, and ``on_cancel()`` registers a callback run when the
+    signal arrives (``run_command`` kills its process tree there).
+    """
+
+    __slots__ = (
+        "_callbacks",
+        "_event",
+        "_late",
+        "_lock",
+        "_reason",
+        "artifacts",
+        "background",
+        "call_id",
+        "deadline",
+        "detail",
+        "run_id",
+        "timeout_s",
+        "tool",
+        "traceparent",
+        "workspace",
+    )
+
+    def __init__(
+        self,
+        *,
+        call_id: str,
+        run_id: str,
+        tool: str,
+        timeout_s: float,
+        workspace: Workspace,
+        artifacts: ArtifactStore,
+        traceparent: str | None = None,
+        background: bool = False,
+        late: Callable[[str, str, Mapping[str, Any] | None], None] | None = None,
+    ) -> None:
+        self.call_id = call_id
+        self.run_id = run_id
+        self.tool = tool
+        self.timeout_s = timeout_s
+        self.deadline = time.monotonic() + timeout_s
+        self.workspace = workspace
+        self.artifacts = artifacts
+        self.traceparent = traceparent
+        self.background = background
+        self.detail: dict[str, Any] = {}
+        self._event = threading.Event()
+        self._reason: str | None = None
+        self._callbacks: list[Callable[[str], None]] = []
+        self._lock = threading.Lock()
+        self._late = late
+
+    def start_clock(self) -> None:
+        """Start the deadline now (at execution start, after admission)."""
+        self.deadline = time.monotonic() + self.timeout_s
+
+    def remaining(self) -> float:
+        """Seconds left before the deadline (never negative)."""
+        return max(0.0, self.deadline - time.monotonic())
+
+    @property
+    def signalled(self) -> bool:
+        """True once the call was told to stop (cancel or deadline)."""
+        return self._event.is_set()
+
+    @property
+    def reason(self) -> str | None:
+        """``"cancel"`` or ``"deadline"`` once signalled, else None."""
+        return self._reason
+
+    def check(self) -> None:
+        """Raise ``ToolCancelled``/``DeadlineExceeded`` if the call should stop now."""
+        if self._event.is_set():
+            if self._reason == "cancel":
+                raise ToolCancelled("the call was cancelled")
+            raise DeadlineExceeded("the call's deadline passed")
+        if time.monotonic() >= self.deadline:
+            raise DeadlineExceeded("the call's deadline passed")
+
+    def wait(self, timeout_s: float) -> bool:
+        """Sleep up to ``timeout_s`` or until signalled; return True if signalled."""
+        return self._event.wait(max(0.0, min(timeout_s, self.remaining() + 0.001)))
+
+    def on_cancel(self, callback: Callable[[str], None]) -> None:
+        """Run ``callback(reason)`` when the call is signalled (at once if it already was)."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(callback)
+                return
+            reason = self._reason or "cancel"
+        _safe(callback, reason)
+
+    def set_detail(self, key: str, value: Any) -> None:
+        """Add a small, JSON-serialisable fact to the execute step (redacted before recording)."""
+        self.detail[key] = value
+
+    def report_late(self, step: str, decision: str, detail: Mapping[str, Any] | None = None) -> None:
+        """Record a step after the call returned (a background job ending, a late resolution)."""
+        if self._late is not None:
+            self._late(step, decision, detail)
+
+    def signal(self, reason: str) -> bool:
+        """Tell the tool to stop; return False if it was already signalled."""
+        with self._lock:
+            if self._event.is_set():
+                return False
+            self._reason = reason
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            _safe(cb, reason)
+        return True
+
+
+def _safe(cb: Callable[[str], None], reason: str) -> None:
+    try:
+        cb(reason)
+    except Exception:  # noqa: BLE001, S110 - a tool's cancel callback must not break the canceller
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionResult:
+    """Outcome of waiting for a concurrency slot."""
+
+    admitted: bool
+    waited_s: float
+    reason: str  # "free", "queued", "queue_full", "timeout", "cancelled", "shutdown"
+
+
+class _Waiter:
+    __slots__ = ("admitted", "cancelled", "event", "fut", "loop", "run_id", "tool")
+
+    def __init__(self, tool: str, run_id: str) -> None:
+        self.tool = tool
+        self.run_id = run_id
+        self.admitted = False
+        self.cancelled = False
+        self.event: threading.Event | None = None
+        self.fut: asyncio.Future[None] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def wake(self) -> None:
+        if self.event is not None:
+            self.event.set()
+        elif self.fut is not None and self.loop is not None:
+            fut = self.fut
+            self.loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(None))
+
+
+class Admission:
+    """Concurrency caps (global and per tool) with one bounded FIFO queue, usable from threads
+    and event loops alike. A slot is held until the tool really finishes, even if its caller was
+    released at a deadline, so a hung tool shows as saturation instead of vanishing."""
+
+    def __init__(self, global_cap: int, max_queue: int, tool_caps: Mapping[str, int] | None = None):
+        if global_cap < 1 or max_queue < 0:
+            raise ValueError("global_cap must be >= 1 and max_queue >= 0")
+        self.global_cap = global_cap
+        self.max_queue = max_queue
+        self.tool_caps: dict[str, int] = dict(tool_caps or {})
+        self._lock = threading.Lock()
+        self._total = 0
+        self._inflight: collections.Counter[str] = collections.Counter()
+        self._waiters: collections.deque[_Waiter] = collections.deque()
+        self._closed = False
+
+    def _fits(self, tool: str) -> bool:
+        if self._total >= self.global_cap:
+            return False
+        cap = self.tool_caps.get(tool)
+        return cap is None or self._inflight[tool] < cap
+
+    def _take(self, tool: str) -> None:
+        self._total += 1
+        self._inflight[tool] += 1
+
+    def _enqueue(self, tool: str, run_id: str) -> tuple[AdmissionResult | None, _Waiter | None]:
+        """Under the lock: admit at once, refuse, or queue a waiter."""
+        if self._closed:
+            return AdmissionResult(False, 0.0, "shutdown"), None
+        if not self._waiters and self._fits(tool):
+            self._take(tool)
+            return AdmissionResult(True, 0.0, "free"), None
+        if len(self._waiters) >= self.max_queue:
+            return AdmissionResult(False, 0.0, "queue_full"), None
+        w = _Waiter(tool, run_id)
+        self._waiters.append(w)
+        return None, w
+
+    def acquire(self, tool: str, run_id: str, timeout_s: float) -> AdmissionResult:
+        """Wait (blocking) up to ``timeout_s`` for a slot."""
+        with self._lock:
+            res, w = self._enqueue(tool, run_id)
+            if w is not None:
+                w.event = threading.Event()
+        if res is not None:
+            return res
+        assert w is not None and w.event is not None
+        t0 = time.monotonic()
+        w.event.wait(timeout_s)
+        return self._settle(w, time.monotonic() - t0)
+
+    async def acquire_async(self, tool: str, run_id: str, timeout_s: float) -> AdmissionResult:
+        """Wait (on the running event loop) up to ``timeout_s`` for a slot."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            res, w = self._enqueue(tool, run_id)
+            if w is not None:
+                w.loop = loop
+                w.fut = loop.create_future()
+        if res is not None:
+            return res
+        assert w is not None and w.fut is not None
+        t0 = time.monotonic()
+        try:
+            await asyncio.wait_for(asyncio.shield(w.fut), timeout_s)
+        except TimeoutError:
+            pass
+        except asyncio.CancelledError:
+            with self._lock:
+                w.cancelled = True
+            self._settle(w, time.monotonic() - t0)
+            raise
+        return self._settle(w, time.monotonic() - t0)
+
+    def _settle(self, w: _Waiter, waited: float) -> AdmissionResult:
+        with self._lock:
+            if w.admitted:
+                if w.cancelled:
+                    # Admitted and cancelled at the same moment: give the slot back.
+                    self._release_locked(w.tool)
+                    return AdmissionResult(False, waited, "cancelled")
+                return AdmissionResult(True, waited, "queued")
+            try:
+                self._waiters.remove(w)
+            except ValueError:
+                pass
+            if w.cancelled:
+                return AdmissionResult(False, waited, "cancelled")
+            return AdmissionResult(False, waited, "shutdown" if self._closed else "timeout")
+
+    def release(self, tool: str) -> None:
+        """Give a slot back and admit queued calls that now fit, in FIFO order."""
+        with self._lock:
+            self._release_locked(tool)
+
+    def _release_locked(self, tool: str) -> None:
+        self._total -= 1
+        n = self._inflight[tool] - 1
+        if n > 0:
+            self._inflight[tool] = n
+        else:
+            del self._inflight[tool]
+        for w in list(self._waiters):
+            if self._total >= self.global_cap:
+                break
+            if self._fits(w.tool):
+                self._waiters.remove(w)
+                self._take(w.tool)
+                w.admitted = True
+                w.wake()
+
+    def cancel_run(self, run_id: str) -> int:
+        """Refuse every queued call of ``run_id``; return how many were waiting."""
+        n = 0
+        with self._lock:
+            for w in list(self._waiters):
+                if w.run_id == run_id:
+                    self._waiters.remove(w)
+                    w.cancelled = True
+                    w.wake()
+                    n += 1
+        return n
+
+    def close(self) -> None:
+        """Refuse new admissions and wake every waiter (shutdown)."""
+        with self._lock:
+            self._closed = True
+            waiters, self._waiters = list(self._waiters), collections.deque()
+        for w in waiters:
+            w.wake()
+
+    def inflight(self) -> dict[str, int]:
+        """Calls holding a slot now, by tool."""
+        with self._lock:
+            return dict(self._inflight)
+
+    def queue_depth(self) -> dict[str, int]:
+        """Calls waiting for a slot now, by tool."""
+        with self._lock:
+            return dict(collections.Counter(w.tool for w in self._waiters))
+
+
+class LoopThread:
+    """One background event loop, for running async tools from synchronous callers."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop, started on first use."""
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                t = threading.Thread(target=loop.run_forever, name="tooltrace-loop", daemon=True)
+                t.start()
+                self._loop = loop
+            return self._loop
+
+    def stop(self) -> None:
+        """Stop the loop (tasks still running are abandoned)."""
+        with self._lock:
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._loop = None
+
+
+def make_pool(size: int, prefix: str) -> concurrent.futures.ThreadPoolExecutor:
+    """A worker pool whose threads are created on demand."""
+    return concurrent.futures.ThreadPoolExecutor(max_workers=size, thread_name_prefix=prefix)

@@ -1,0 +1,295 @@
+"""Tool definitions: what a tool is, what it may do, and the ``@tool`` decorator.
+
+A ``ToolDefinition`` is pure metadata the registry polices on: name, description, JSON Schema of
+the arguments, capability, effect, cancellability, default timeout, where it came from and its
+priority. The function that does the work is handed to the registry separately and is never
+reachable through any public object of the registry.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .exceptions import RegistrationError
+
+__all__ = [
+    "Capability",
+    "Effect",
+    "Execution",
+    "FunctionTool",
+    "ToolDefinition",
+    "ToolResult",
+    "tool",
+]
+
+NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+SOURCE_RE = re.compile(r"^(builtin|user|project|mcp:[A-Za-z0-9._-]{1,64})$")
+
+
+class Capability(enum.StrEnum):
+    """What kind of access a tool needs. Ordered from least to most powerful."""
+
+    READ = "read"
+    WRITE = "write"
+    NETWORK = "network"
+    EXECUTE = "execute"
+
+    @property
+    def rank(self) -> int:
+        """Position in the power order (used so an override never widens permissions)."""
+        return _CAP_RANK[self]
+
+
+class Effect(enum.StrEnum):
+    """Does a call have side effects, and how far do they reach?"""
+
+    NONE = "none"
+    LOCAL = "local"
+    EXTERNAL = "external"
+
+    @property
+    def rank(self) -> int:
+        """Position in the reach order."""
+        return _EFFECT_RANK[self]
+
+
+_CAP_RANK = {Capability.READ: 0, Capability.WRITE: 1, Capability.NETWORK: 2, Capability.EXECUTE: 3}
+_EFFECT_RANK = {Effect.NONE: 0, Effect.LOCAL: 1, Effect.EXTERNAL: 2}
+
+
+class Execution(enum.StrEnum):
+    """Where a synchronous tool runs.
+
+    ``thread`` (the default) runs it on the registry's worker pool, so a deadline returns control
+    to the caller even if the tool hangs. ``inline`` runs it on the caller's thread: for quick
+    tools that finish well within their deadline or watch ``CallContext`` themselves; it saves the
+    thread hand-off (tens of microseconds). Async tools always run as tasks.
+    """
+
+    THREAD = "thread"
+    INLINE = "inline"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefinition:
+    """Everything the registry needs to know about a tool, except its code.
+
+    ``path_params`` names the arguments that are workspace paths: policy resolves them to real
+    paths and checks containment before the tool runs. ``background`` says a call may return at
+    once with a job id and keep running.
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    capability: Capability = Capability.READ
+    effect: Effect = Effect.NONE
+    cancellable: bool = True
+    timeout_s: float = 30.0
+    source: str = "user"
+    priority: int = 0
+    path_params: tuple[str, ...] = ()
+    execution: Execution = Execution.THREAD
+    tool_type: str = "function"
+    background: bool = False
+    max_concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not NAME_RE.match(self.name):
+            raise RegistrationError(
+                "tool name must match ^[A-Za-z0-9._-]{1,128}$, got "
+                f"{_short(self.name)!r}"
+            )
+        if not isinstance(self.source, str) or not SOURCE_RE.match(self.source):
+            raise RegistrationError(
+                f"tool {self.name!r}: source must be builtin, user, project or mcp:<server>, "
+                f"got {_short(self.source)!r}"
+            )
+        if not isinstance(self.description, str):
+            raise RegistrationError(f"tool {self.name!r}: description must be a string")
+        if not isinstance(self.parameters, Mapping):
+            raise RegistrationError(f"tool {self.name!r}: parameters must be a JSON Schema object")
+        try:
+            object.__setattr__(self, "capability", Capability(self.capability))
+            object.__setattr__(self, "effect", Effect(self.effect))
+            object.__setattr__(self, "execution", Execution(self.execution))
+        except ValueError as exc:
+            raise RegistrationError(f"tool {self.name!r}: {exc}") from None
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, int | float):
+            raise RegistrationError(f"tool {self.name!r}: timeout_s must be a number")
+        if not 0 < self.timeout_s <= 86400:
+            raise RegistrationError(f"tool {self.name!r}: timeout_s must be in (0, 86400]")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise RegistrationError(f"tool {self.name!r}: priority must be an integer")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise RegistrationError(f"tool {self.name!r}: max_concurrency must be >= 1")
+        props = self.parameters.get("properties", {})
+        for p in self.path_params:
+            if not isinstance(props, Mapping) or p not in props:
+                raise RegistrationError(
+                    f"tool {self.name!r}: path parameter {p!r} is not in the schema's properties"
+                )
+
+
+def _short(value: object) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A tool may return this instead of a bare value to give the envelope a readable summary.
+
+    ``summary`` must not hold full host paths or raw output; it is redacted like everything
+    else. ``detail`` goes into the execute step (small, JSON-serialisable).
+    """
+
+    data: Any
+    summary: str | None = None
+    detail: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionTool:
+    """A definition paired with its function, as made by ``@tool``; pass it to ``register``.
+
+    Not callable: the only way to run the function is through a registry.
+    """
+
+    definition: ToolDefinition
+    _fn: Callable[..., Any] = field(repr=False)
+    _wants_ctx: bool = field(default=False, repr=False)
+
+
+_JSON_TYPES: dict[Any, str] = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    dict: "object",
+    list: "array",
+    type(None): "null",
+}
+
+
+def _schema_for(annotation: Any) -> dict[str, Any]:
+    """A JSON Schema fragment for a Python type annotation (the common, typed cases)."""
+    if annotation is inspect.Parameter.empty or annotation is Any:
+        return {}
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        base = _schema_for(args[0])
+        for extra in args[1:]:
+            if isinstance(extra, str):
+                base["description"] = extra
+            elif isinstance(extra, Mapping):
+                base.update(extra)
+        return base
+    if origin is Literal:
+        return {"enum": list(args)}
+    if origin in (typing.Union, types.UnionType):
+        return {"anyOf": [_schema_for(a) for a in args]}
+    if origin in (list, tuple, set, frozenset) or annotation in (list, tuple):
+        item = args[0] if args else Any
+        return {"type": "array", "items": _schema_for(item)}
+    if origin is dict or annotation is dict:
+        schema: dict[str, Any] = {"type": "object"}
+        if len(args) == 2:
+            schema["additionalProperties"] = _schema_for(args[1])
+        return schema
+    if annotation in _JSON_TYPES:
+        return {"type": _JSON_TYPES[annotation]}
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return {"enum": [m.value for m in annotation]}
+    raise RegistrationError(f"cannot derive a JSON Schema for annotation {annotation!r}")
+
+
+def _is_ctx(annotation: Any) -> bool:
+    name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    return name == "CallContext"
+
+
+def function_schema(fn: Callable[..., Any]) -> tuple[dict[str, Any], bool]:
+    """Derive ``(arguments schema, wants_ctx)`` from a typed function's signature."""
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:  # noqa: BLE001 - any unresolvable hint is a registration error
+        raise RegistrationError(f"cannot read type hints of {fn!r}: {exc}") from None
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    wants_ctx = False
+    for pname, param in inspect.signature(fn).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise RegistrationError(f"tool function {fn.__name__!r} must not take *args/**kwargs")
+        ann = hints.get(pname, param.annotation)
+        if _is_ctx(ann):
+            wants_ctx = True
+            continue
+        schema = _schema_for(ann)
+        if param.default is inspect.Parameter.empty:
+            required.append(pname)
+        elif param.default is None or isinstance(param.default, str | int | float | bool):
+            schema["default"] = param.default
+        props[pname] = schema
+    schema_out: dict[str, Any] = {
+        "type": "object",
+        "properties": props,
+        "additionalProperties": False,
+    }
+    if required:
+        schema_out["required"] = required
+    return schema_out, wants_ctx
+
+
+def tool(
+    name: str | None = None,
+    *,
+    description: str | None = None,
+    capability: Capability | str = Capability.READ,
+    effect: Effect | str = Effect.NONE,
+    cancellable: bool = True,
+    timeout_s: float = 30.0,
+    source: str = "user",
+    priority: int = 0,
+    path_params: tuple[str, ...] = (),
+    execution: Execution | str = Execution.THREAD,
+    background: bool = False,
+    max_concurrency: int | None = None,
+    parameters: Mapping[str, Any] | None = None,
+) -> Callable[[Callable[..., Any]], FunctionTool]:
+    """Build a ``FunctionTool`` from a typed function.
+
+    The schema comes from the signature (a parameter annotated ``CallContext`` receives the call
+    context and is not part of the schema) unless ``parameters`` is given; the description
+    defaults to the docstring's first paragraph.
+    """
+
+    def wrap(fn: Callable[..., Any]) -> FunctionTool:
+        schema, wants_ctx = function_schema(fn)
+        doc = inspect.getdoc(fn) or ""
+        definition = ToolDefinition(
+            name=name or fn.__name__,
+            description=description if description is not None else doc.split("\n\n")[0],
+            parameters=dict(parameters) if parameters is not None else schema,
+            capability=Capability(capability),
+            effect=Effect(effect),
+            cancellable=cancellable,
+            timeout_s=timeout_s,
+            source=source,
+            priority=priority,
+            path_params=path_params,
+            execution=Execution(execution),
+            background=background,
+            max_concurrency=max_concurrency,
+        )
+        return FunctionTool(definition, fn, wants_ctx)
+
+    return wrap
