@@ -111,7 +111,7 @@ _PCT = re.compile(r"%([0-9A-Fa-f]{2})")
 _PCT_U = re.compile(r"%[uU][0-9A-Fa-f]{4}")
 # Bytes that, once decoded from an escape, would change the path's structure.
 _SYNTAX_BYTES = frozenset(b"./\\:")
-_ENV_DOLLAR = re.compile(r"\$(?:[A-Za-z_{(]|\d)")
+_ENV_DOLLAR = re.compile(r"(?<!:)\$(?:[A-Za-z_{(]|\d)")  # "::$DATA" is a stream
 _ENV_PERCENT = re.compile(r"%[A-Za-z_][A-Za-z0-9_()]*%")
 _DRIVE = re.compile(r"^[A-Za-z]:")
 _DEVICE = re.compile(
@@ -124,6 +124,8 @@ _BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\
 # ASCII characters that carry path meaning; a non-ASCII character whose compatibility form
 # contains one of them is a look-alike (U+FF0E FULLWIDTH FULL STOP, U+2215 DIVISION SLASH ...).
 _SYNTAX_CHARS = frozenset("./\\:~%$")
+# Separator look-alikes that have no compatibility mapping, so NFKC alone misses them.
+_CONFUSABLES = frozenset("\u2215\u2044\u29f8\u2216\u29f5\u29f9\u2571\u2572\u01c0")
 
 
 def _show(user_path: str) -> str:
@@ -176,6 +178,8 @@ def _check_percent(user_path: str) -> None:
 
 def _has_lookalike(text: str) -> bool:
     for ch in text:
+        if ch in _CONFUSABLES:
+            return True
         if ch >= "\x80":
             folded = unicodedata.normalize("NFKC", ch)
             if folded != ch and any(c in _SYNTAX_CHARS for c in folded):
@@ -212,8 +216,6 @@ def _syntax(user_path: object) -> tuple[bool, list[str]]:
             raise _fail("env_expansion", user_path, "%VAR% is not expanded")
     if "$" in user_path and _ENV_DOLLAR.search(user_path):
         raise _fail("env_expansion", user_path, "$VAR is not expanded")
-    if user_path[0] == "~":
-        raise _fail("home_expansion", user_path, "~ is not expanded")
     path = user_path.replace("\\", "/") if "\\" in user_path else user_path
     if path.startswith("//"):
         raise _fail("windows_path", user_path, "UNC and device paths are outside the workspace")
@@ -231,6 +233,9 @@ def _syntax(user_path: object) -> tuple[bool, list[str]]:
 
 
 def _check_component(comp: str, user_path: str) -> None:
+    if comp[0] == "~":
+        # Refused anywhere, not only at the start: "./~" must decide like its canonical "~".
+        raise _fail("home_expansion", user_path, "~ is not expanded")
     if ":" in comp:
         raise _fail("stream_name", user_path, "':' (alternate data stream) is not accepted")
     if comp[-1] in ". ":
@@ -341,7 +346,9 @@ class Workspace:
 
     def _walk(self, parts: list[str], user_path: str, must_exist: bool) -> tuple[list[str], bool]:
         """Resolve components from the root, one lstat each, following symlinks ourselves."""
-        pending = parts[::-1]
+        # Each pending component remembers whether it came from a symlink's target, so an
+        # escape is reported as the link's doing or the user's.
+        pending = [(c, False) for c in reversed(parts)]
         resolved: list[str] = []
         followed = False
         links = 0
@@ -349,7 +356,7 @@ class Workspace:
         missing_depth = 0
         prefix = self._prefix
         while pending:
-            comp = pending.pop()
+            comp, from_link = pending.pop()
             if comp == "..":
                 if missing:
                     # Back out of a directory that does not exist yet: lexical is exact here.
@@ -358,7 +365,7 @@ class Workspace:
                     missing = missing_depth > 0
                     continue
                 if not resolved:
-                    if followed:
+                    if from_link:
                         raise _fail("symlink_escape", user_path, "a symlink leads outside")
                     raise _fail("outside_workspace", user_path, "'..' leaves the workspace")
                 resolved.pop()
@@ -387,16 +394,22 @@ class Workspace:
                 if links > _MAX_SYMLINKS:
                     raise _fail("symlink_loop", user_path, "too many levels of symlinks")
                 followed = True
-                target = os.readlink(here)
+                try:
+                    target = os.readlink(here)
+                except OSError:
+                    # Replaced between lstat and readlink: someone is changing the tree.
+                    raise _fail("symlink_race", user_path, "changed while resolving") from None
                 if "\x00" in target or not target:
                     raise _fail("invalid", user_path, "unreadable symlink")
                 if target.startswith("/"):
                     target_parts = [c for c in target.split("/") if c and c != "."]
                     tail = self._absolute_target(target_parts, user_path)
                     resolved = []
-                    pending.extend(reversed(tail))
+                    pending.extend((c, True) for c in reversed(tail))
                 else:
-                    pending.extend(c for c in reversed(target.split("/")) if c and c != ".")
+                    pending.extend(
+                        (c, True) for c in reversed(target.split("/")) if c and c != "."
+                    )
                 continue
             if pending and not stat.S_ISDIR(mode):
                 # A later component (maybe '..') would have to be looked up in a non-directory.
