@@ -123,7 +123,7 @@ class _Entry:
 class _Active:
     ctx: CallContext
     tool: str
-    finished: threading.Event
+    done: bool = False
     status: Status | None = None
 
 
@@ -470,9 +470,10 @@ class ToolRegistry:
         for a in targets.values():
             a.ctx.signal("cancel")
         if wait:
+            # Cancels are rare: poll rather than give every call an event to wait on.
             deadline = time.monotonic() + self.cancel_grace_s + 1.0
-            for a in targets.values():
-                a.finished.wait(max(0.0, deadline - time.monotonic()))
+            while time.monotonic() < deadline and not all(a.done for a in targets.values()):
+                time.sleep(0.002)
         return {cid: a.status for cid, a in targets.items()}
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
@@ -658,7 +659,7 @@ class ToolRegistry:
                 traceparent=_traceparent(b.span), background=call.background and d.background,
                 late=self._late_reporter(b.call_id, b.run_id, d.name),
             )
-            active = _Active(ctx, d.name, threading.Event())
+            active = _Active(ctx, d.name)
             with self._active_lock:
                 self._active[b.call_id] = active
             b.execution_started = True
@@ -676,7 +677,7 @@ class ToolRegistry:
             with self._active_lock:
                 self._active.pop(b.call_id, None)
             active.status = env.status if env is not None else None
-            active.finished.set()
+            active.done = True
         return env
 
     def _authorize(
@@ -1135,10 +1136,9 @@ class ToolRegistry:
     def _signal(self, ctx: CallContext, op: _Execute, reason: str) -> None:
         if op.entry.definition.cancellable:
             ctx.signal(reason)
-        elif not ctx.signalled:
+        else:
             # Not cancellable: the tool is not told, but the call stops waiting after the grace.
-            ctx._reason = reason
-            ctx._event.set()
+            ctx.mark(reason)
 
     def _outcome(self, fut: concurrent.futures.Future[Any] | asyncio.Future[Any],
                  ctx: CallContext) -> _Outcome:

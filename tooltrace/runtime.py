@@ -51,7 +51,7 @@ class CallContext:
         "_callbacks",
         "_event",
         "_late",
-        "_lock",
+        "_stopped",
         "_reason",
         "artifacts",
         "background",
@@ -88,10 +88,12 @@ class CallContext:
         self.traceparent = traceparent
         self.background = background
         self.detail: dict[str, Any] = {}
-        self._event = threading.Event()
+        # Signals are rare, so the event, the callback list and the lock are made lazily or
+        # shared: a call that is never cancelled pays for none of them.
+        self._event: threading.Event | None = None
         self._reason: str | None = None
-        self._callbacks: list[Callable[[str], None]] = []
-        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[str], None]] | None = None
+        self._stopped = False
         self._late = late
 
     def start_clock(self) -> None:
@@ -105,7 +107,7 @@ class CallContext:
     @property
     def signalled(self) -> bool:
         """True once the call was told to stop (cancel or deadline)."""
-        return self._event.is_set()
+        return self._stopped
 
     @property
     def reason(self) -> str | None:
@@ -114,7 +116,7 @@ class CallContext:
 
     def check(self) -> None:
         """Raise ``ToolCancelled``/``DeadlineExceeded`` if the call should stop now."""
-        if self._event.is_set():
+        if self._stopped:
             if self._reason == "cancel":
                 raise ToolCancelled("the call was cancelled")
             raise DeadlineExceeded("the call's deadline passed")
@@ -123,12 +125,20 @@ class CallContext:
 
     def wait(self, timeout_s: float) -> bool:
         """Sleep up to ``timeout_s`` or until signalled; return True if signalled."""
-        return self._event.wait(max(0.0, min(timeout_s, self.remaining() + 0.001)))
+        with _SIGNAL_LOCK:
+            ev = self._event
+            if ev is None:
+                ev = self._event = threading.Event()
+                if self._stopped:
+                    ev.set()
+        return ev.wait(max(0.0, min(timeout_s, self.remaining() + 0.001)))
 
     def on_cancel(self, callback: Callable[[str], None]) -> None:
         """Run ``callback(reason)`` when the call is signalled (at once if it already was)."""
-        with self._lock:
-            if not self._event.is_set():
+        with _SIGNAL_LOCK:
+            if not self._stopped:
+                if self._callbacks is None:
+                    self._callbacks = []
                 self._callbacks.append(callback)
                 return
             reason = self._reason or "cancel"
@@ -145,15 +155,28 @@ class CallContext:
 
     def signal(self, reason: str) -> bool:
         """Tell the tool to stop; return False if it was already signalled."""
-        with self._lock:
-            if self._event.is_set():
+        with _SIGNAL_LOCK:
+            if self._stopped:
                 return False
             self._reason = reason
-            self._event.set()
-            callbacks, self._callbacks = self._callbacks, []
+            self._stopped = True
+            if self._event is not None:
+                self._event.set()
+            callbacks, self._callbacks = self._callbacks or [], None
         for cb in callbacks:
             _safe(cb, reason)
         return True
+
+    def mark(self, reason: str) -> None:
+        """Record that the call stopped waiting for ``reason`` without telling the tool
+        (a tool that is not cancellable is never signalled)."""
+        with _SIGNAL_LOCK:
+            if not self._stopped:
+                self._reason = reason
+                self._stopped = True
+
+
+_SIGNAL_LOCK = threading.Lock()
 
 
 def _safe(cb: Callable[[str], None], reason: str) -> None:

@@ -1,0 +1,39 @@
+"""Shared fixtures: a scratch workspace with real files and a registry over it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tooltrace import ToolRegistry
+from tooltrace.builtins import register_builtins
+from tooltrace.testing import RecordingSink
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """A workspace directory (``<tmp>/ws``) with a few files, and a secret file beside it."""
+    ws = tmp_path / "ws"
+    (ws / "notes").mkdir(parents=True)
+    (ws / "notes" / "a.txt").write_text("alpha\n")
+    (ws / "hello.txt").write_text("hello world\n")
+    (tmp_path / "secret.txt").write_text("TOP SECRET outside the workspace\n")
+    return ws
+
+
+@pytest.fixture
+def sink() -> RecordingSink:
+    """An in-memory sink."""
+    return RecordingSink()
+
+
+@pytest.fixture
+def registry(workspace: Path, tmp_path: Path, sink: RecordingSink) -> Iterator[ToolRegistry]:
+    """A registry with the built-in tools over ``workspace``, recording into ``sink``."""
+    reg = ToolRegistry(workspace=workspace, home=tmp_path / "home", sinks=[sink],
+                       cancel_grace_s=0.3)
+    register_builtins(reg)
+    yield reg
+    reg.shutdown(timeout_s=2.0)
