@@ -1,0 +1,176 @@
+"""Shared helpers for the audit tests: a realistic synthetic workload of finished call records,
+and a writer process the crash tests start and kill. Holds no tests itself.
+
+Run as a script (``python tests/test_audit_support.py writer HOME FSYNC``) it is a writer
+process: it emits records until killed and prints each acknowledged call id on stdout.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from tooltrace._ids import new_call_id
+from tooltrace.envelope import Artifact, CallRecord, Stage, Status, Step
+
+TOOLS = ("read_text", "write_text", "run_command", "job_status", "git_status")
+
+
+def _steps(t0: int, kinds: list[tuple[str, str, str, dict[str, Any] | None]]) -> tuple[Step, ...]:
+    out = []
+    at = t0
+    for i, (name, decider, decision, detail) in enumerate(kinds, start=1):
+        el = 20 + (i * 37) % 400
+        out.append(Step(i, name, at, el, decider, decision, detail))
+        at += el
+    return tuple(out)
+
+
+def make_record(
+    rng: random.Random,
+    *,
+    run_id: str = "run-1",
+    kind: str | None = None,
+    t0: int | None = None,
+    tool: str | None = None,
+) -> CallRecord:
+    """One finished, redacted call record of a given kind (random kind when None).
+
+    Kinds: ok, offload, params, policy, approval, hook_modify, hook_block, failed, unknown,
+    cancelled, admission.
+    """
+    kind = kind or rng.choice(
+        ["ok"] * 10
+        + ["offload", "params", "policy", "approval", "hook_modify", "hook_block", "failed"]
+        + ["unknown", "cancelled", "admission"]
+    )
+    tool = tool or rng.choice(TOOLS)
+    t0 = t0 if t0 is not None else time.time_ns() // 1000
+    cid = new_call_id()
+    args: dict[str, Any] = {"path": f"src/mod{rng.randint(0, 99)}.py", "limit": 10}
+    head = [
+        ("resolve", "registry", "accept", {"source": "builtin"}),
+        ("validate", "schema", "accept", None),
+    ]
+    policy = ("policy", "policy:workspace_read", "allow", {"paths": {"path": "src/x.py"}})
+    exec_ok = ("execute", "tool", "ok", None)
+    status, stage, started, art, preview, err = Status.OK, None, False, None, "42 lines", None
+    hook_mod = False
+    summary = f"{tool} ok"
+    if kind == "params":
+        steps = [head[0], ("validate", "schema", "reject", {"errors": ["limit: not an integer"]})]
+        status, stage, summary = Status.REJECTED, Stage.PARAMS, "arguments rejected"
+    elif kind == "policy":
+        steps = [*head, ("policy", "policy:deny_outside_workspace", "deny", {"rule": "ws"})]
+        status, stage, summary = Status.REJECTED, Stage.POLICY, "denied by policy"
+    elif kind == "approval":
+        steps = [
+            *head,
+            ("policy", "policy:ask_writes", "ask", None),
+            ("approval", "user:alice", "deny", {"reason": "not now"}),
+        ]
+        status, stage, summary = Status.REJECTED, Stage.APPROVAL, "approval denied"
+    elif kind == "admission":
+        steps = [*head, policy, ("admission", "runtime", "reject", {"waited_ms": 5000})]
+        status, stage, summary = Status.REJECTED, Stage.ADMISSION, "queue full"
+    elif kind == "hook_block":
+        steps = [*head, policy, ("pre_hook", "hook:no_rm", "block", {"reason": "rm -rf"})]
+        status, stage, summary = Status.REJECTED, Stage.HOOK, "blocked by hook"
+    else:
+        steps = [*head, policy]
+        if kind == "hook_modify":
+            hook_mod = True
+            diff = {"limit": {"old": 10, "new": 5}}
+            steps += [
+                ("pre_hook", "hook:cap_limit", "modify", {"diff": diff}),
+                ("revalidate", "schema", "accept", None),
+                policy,
+            ]
+        steps.append(("admission", "runtime", "admit", {"waited_ms": 0.1}))
+        started = True
+        if kind == "failed":
+            steps.append(("execute", "tool", "error", {"error_type": "FileNotFoundError"}))
+            status, err, summary, preview = Status.FAILED, "FileNotFoundError", "failed", None
+        elif kind == "unknown":
+            steps += [
+                ("execute", "tool", "started", None),
+                ("deadline", "runtime", "expired", {"timeout_s": 5}),
+                ("cancel_requested", "runtime", "requested", None),
+            ]
+            status, summary, preview = Status.UNKNOWN, "deadline passed; outcome unknown", None
+        elif kind == "cancelled":
+            steps += [
+                ("execute", "tool", "started", None),
+                ("cancel_requested", "user:bob", "requested", None),
+                ("cancelled", "tool", "confirmed", None),
+            ]
+            status, summary, preview = Status.CANCELLED, "cancelled", None
+        else:
+            steps += [exec_ok, ("redact", "runtime", "clean", {"secrets": 0})]
+            if kind == "offload":
+                sha = f"{rng.getrandbits(256):064x}"
+                art = Artifact(f"artifacts/{sha[:2]}/{sha}.txt", 250_000, 250_000, sha)
+                steps.append(("offload", "runtime", "offload", {"chars": 250_000}))
+                preview = "first lines ..."
+            steps.append(("post_hook", "hook:audit_note", "continue", None))
+        steps.append(("envelope", "registry", status.value, None))
+    st = _steps(t0, steps)
+    elapsed = sum(s.elapsed_us for s in st) + rng.randint(0, 50_000)
+    return CallRecord(
+        call_id=cid,
+        run_id=run_id,
+        tool=tool,
+        source="builtin",
+        status=status,
+        reject_stage=stage,
+        summary=summary,
+        error_type=err,
+        started_at_us=t0,
+        elapsed_us=elapsed,
+        execution_started=started,
+        args_redacted=args,
+        result_preview=preview,
+        artifact=art,
+        steps=st,
+        trace_id=f"{rng.getrandbits(128):032x}",
+        span_id=f"{rng.getrandbits(64):016x}",
+        hook_modified=hook_mod,
+    )
+
+
+def workload(n: int, seed: int = 7, runs: int = 3) -> Iterator[CallRecord]:
+    """``n`` records over ``runs`` runs, one of every kind first, then random kinds."""
+    rng = random.Random(seed)
+    kinds = ["ok", "offload", "params", "policy", "approval", "hook_modify", "hook_block"]
+    kinds += ["failed", "unknown", "cancelled", "admission"]
+    t0 = time.time_ns() // 1000 - n * 1000
+    for i in range(n):
+        kind = kinds[i] if i < len(kinds) else None
+        yield make_record(rng, run_id=f"run-{i % runs}", kind=kind, t0=t0 + i * 1000)
+
+
+def _writer_main(home: str, fsync: str) -> None:
+    from tooltrace.telemetry.audit import Ack, AuditSink
+
+    out = sys.stdout
+
+    def on_ack(ack: Ack) -> None:
+        out.write("".join(c + "\n" for c in ack.call_ids))
+        out.flush()
+
+    sink = AuditSink(home, fsync=fsync, group_interval_ms=2, on_ack=on_ack)
+    rng = random.Random(os.getpid())
+    out.write("ready\n")
+    out.flush()
+    while True:
+        for _ in range(50):
+            sink.emit(make_record(rng, run_id=f"p{os.getpid()}"))
+        time.sleep(0.001)
+
+
+if __name__ == "__main__" and len(sys.argv) >= 4 and sys.argv[1] == "writer":
+    _writer_main(sys.argv[2], sys.argv[3])

@@ -1,0 +1,295 @@
+"""``AuditSink``: the durable audit trail of every call, off the call path by default."""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..._config import resolve_home
+from ...envelope import CallRecord
+from ...exceptions import AuditUnavailableError, ConfigurationError
+from .._worker import BatchWorker
+from ._format import encode_call, encode_resolution, is_resolution, load_key
+from ._recover import Recovered, recover_dead_segments
+from ._segments import audit_dir
+from ._writer import Ack, FsyncPolicy, SegmentWriter
+
+__all__ = [
+    "TOOLTRACE_AUDIT_FSYNC",
+    "TOOLTRACE_AUDIT_STRICT",
+    "AuditSink",
+]
+
+#: Fsync policy: ``record``, ``grouped`` (default) or ``none``.
+TOOLTRACE_AUDIT_FSYNC = "TOOLTRACE_AUDIT_FSYNC"
+#: ``1``/``true`` turns strict mode on when the constructor leaves ``strict`` unset.
+TOOLTRACE_AUDIT_STRICT = "TOOLTRACE_AUDIT_STRICT"
+
+
+def _policy(explicit: FsyncPolicy | str | None) -> FsyncPolicy:
+    raw = explicit if explicit is not None else os.environ.get(TOOLTRACE_AUDIT_FSYNC) or "grouped"
+    try:
+        return FsyncPolicy(raw)
+    except ValueError:
+        raise ConfigurationError(
+            f"{TOOLTRACE_AUDIT_FSYNC} must be one of record, grouped, none; got {str(raw)[:20]!r}"
+        ) from None
+
+
+def _strict(explicit: bool | None) -> bool:
+    if explicit is not None:
+        return explicit
+    return os.environ.get(TOOLTRACE_AUDIT_STRICT, "").strip().lower() in ("1", "true", "yes")
+
+
+class AuditSink:
+    """Writes one audit line per call (with its steps) to this process's segment file.
+
+    Args:
+        home: tooltrace home (explicit > ``TOOLTRACE_HOME`` > ``./.tooltrace``); records go to
+            ``<home>/audit/segments/``.
+        strict: refuse calls whose intent cannot be made durable (``write_intent`` raises
+            ``AuditUnavailableError``), and write each final record synchronously with fsync.
+        fsync: ``record`` | ``grouped`` | ``none`` (see ``FsyncPolicy``).
+        group_interval_ms: how long the background worker gathers records before one write
+            and (``grouped``) one fsync.
+        group_max_records: a batch is written as soon as this many records wait.
+        max_queue: records waiting beyond this are dropped and counted in ``dropped``.
+        segment_max_bytes / segment_max_age_s: when a segment is sealed and a new one begun.
+        checkpoint_every / checkpoint_interval_s: keyed checkpoints every N records, and after
+            this many idle seconds when records are not yet covered by one.
+        key: checkpoint key (default ``TOOLTRACE_AUDIT_KEY``, else ``<home>/audit.key``).
+        on_ack: called (on the writing thread) with an ``Ack`` whenever records become
+            acknowledged, i.e. written and synced as the policy says.
+    """
+
+    name = "audit"
+
+    def __init__(
+        self,
+        home: str | os.PathLike[str] | None = None,
+        *,
+        strict: bool | None = None,
+        fsync: FsyncPolicy | str | None = None,
+        group_interval_ms: float = 50.0,
+        group_max_records: int = 2048,
+        max_queue: int = 65536,
+        segment_max_bytes: int = 64 * 1024 * 1024,
+        segment_max_age_s: float = 600.0,
+        checkpoint_every: int = 1000,
+        checkpoint_interval_s: float = 1.0,
+        key: bytes | None = None,
+        on_ack: Callable[[Ack], None] | None = None,
+    ) -> None:
+        if checkpoint_every < 1 or checkpoint_interval_s <= 0 or segment_max_bytes < 1:
+            raise ConfigurationError("checkpoint and segment limits must be positive")
+        self.home = resolve_home(home)
+        self.strict = _strict(strict)
+        self.fsync = _policy(fsync)
+        self._key = key
+        self._writer_args: dict[str, Any] = {
+            "fsync": self.fsync,
+            "max_bytes": segment_max_bytes,
+            "max_age_s": segment_max_age_s,
+            "checkpoint_every": checkpoint_every,
+            "on_ack": on_ack,
+        }
+        self._writer: SegmentWriter | None = None
+        self._init_lock = threading.Lock()
+        self._ckpt_interval = checkpoint_interval_s
+        self._lost = 0
+        self.last_error: str | None = None
+        self.recovered: list[Recovered] = []
+        self._worker: BatchWorker[CallRecord] = BatchWorker(
+            "audit",
+            self._export,
+            max_queue=max_queue,
+            max_batch=group_max_records,
+            interval_s=group_interval_ms / 1000.0,
+            on_error=self._note_error,
+        )
+        self._ticker: threading.Thread | None = None
+        self._stop = threading.Event()
+        _SINKS.add(self)
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def audit_dir(self) -> Path:
+        """``<home>/audit``."""
+        return audit_dir(self.home)
+
+    @property
+    def dropped(self) -> int:
+        """Records lost: queue full, shut down, or the disk refused them (non-strict)."""
+        return self._worker.dropped + self._lost
+
+    @property
+    def depth(self) -> int:
+        """Records waiting to be written (the audit backlog)."""
+        return self._worker.depth
+
+    @property
+    def acked_seq(self) -> int:
+        """Seq (in this writer's chain) of the last acknowledged line; 0 before any."""
+        w = self._writer
+        return 0 if w is None else w.acked_seq
+
+    @property
+    def acked_records(self) -> int:
+        """How many records this writer has acknowledged."""
+        w = self._writer
+        return 0 if w is None else w.acked_records
+
+    @property
+    def writer_id(self) -> str | None:
+        """This process's writer id (names its segment files), once it has written."""
+        w = self._writer
+        return None if w is None else w.writer_id
+
+    def _note_error(self, exc: BaseException) -> None:
+        self.last_error = type(exc).__name__
+
+    def _get_writer(self) -> SegmentWriter:
+        w = self._writer
+        if w is not None:
+            return w
+        with self._init_lock:
+            if self._writer is None:
+                key = self._key if self._key is not None else load_key(self.home, create=True)
+                assert key is not None
+                self._key = key
+                self._writer = SegmentWriter(self.audit_dir, key, **self._writer_args)
+                self._start_ticker()
+            return self._writer
+
+    # -- hot path ---------------------------------------------------------------------------
+
+    def emit(self, record: CallRecord) -> None:
+        """Queue one finished record (strict mode: write and sync it now). Never raises."""
+        if not self.strict:
+            self._worker.submit(record)
+            return
+        try:
+            w = self._get_writer()
+            fields = encode_resolution(record) if is_resolution(record) else encode_call(record)
+            with w.lock:
+                w.append([fields], [record.call_id], durable=True)
+        except Exception as exc:
+            self._lost += 1
+            self.last_error = type(exc).__name__
+
+    def write_intent(
+        self, call_id: str, run_id: str, tool: str, started_at_us: int, args_redacted: Any
+    ) -> None:
+        """Durably record that ``call_id`` is about to execute.
+
+        Raises ``AuditUnavailableError`` when the intent cannot be written and synced, so the
+        registry refuses the call (``stage=audit``).
+        """
+        fields = {
+            "k": "i",
+            "call_id": call_id,
+            "run_id": run_id,
+            "tool": tool,
+            "started_at_us": started_at_us,
+            "args": args_redacted,
+        }
+        try:
+            w = self._get_writer()
+            with w.lock:
+                w.append([fields], [call_id], durable=True)
+        except Exception as exc:
+            self.last_error = type(exc).__name__
+            reason = type(exc).__name__
+            if isinstance(exc, OSError) and exc.strerror:
+                reason = exc.strerror
+            raise AuditUnavailableError(
+                f"the audit intent could not be made durable ({reason}); call refused"
+            ) from None
+
+    # -- background -------------------------------------------------------------------------
+
+    def _export(self, batch: list[CallRecord]) -> None:
+        try:
+            w = self._get_writer()
+            fields = [
+                encode_resolution(r) if is_resolution(r) else encode_call(r) for r in batch
+            ]
+            with w.lock:
+                w.append(fields, [r.call_id for r in batch], durable=False)
+        except Exception as exc:
+            self._lost += len(batch)
+            self.last_error = type(exc).__name__
+
+    def _start_ticker(self) -> None:
+        t = threading.Thread(target=self._tick_loop, name="tooltrace-audit-ticker", daemon=True)
+        self._ticker = t
+        t.start()
+
+    def _tick_loop(self) -> None:
+        # First duty: seal segments that crashed writers left behind (off the call path).
+        key = self._key
+        if key is not None:
+            try:
+                self.recovered = recover_dead_segments(self.audit_dir, key)
+            except Exception as exc:
+                self.last_error = type(exc).__name__
+        while not self._stop.wait(self._ckpt_interval):
+            self._tick()
+
+    def _tick(self) -> None:
+        w = self._writer
+        if w is None:
+            return
+        try:
+            with w.lock:
+                w.tick()
+        except Exception as exc:
+            self.last_error = type(exc).__name__
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Write and sync everything queued, then checkpoint it; False if the deadline passed."""
+        ok = self._worker.flush(timeout_s)
+        self._tick()
+        return ok
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Flush within the deadline, seal the segment as final and stop the threads."""
+        self._worker.shutdown(timeout_s)
+        self._stop.set()
+        t = self._ticker
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout_s)
+        w = self._writer
+        if w is not None:
+            try:
+                with w.lock:
+                    w.close()
+            except Exception as exc:
+                self.last_error = type(exc).__name__
+
+    def _after_fork_in_child(self) -> None:
+        self._init_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker = None
+        w = self._writer
+        if w is not None:
+            w.after_fork()
+            self._start_ticker()
+
+
+_SINKS: weakref.WeakSet[AuditSink] = weakref.WeakSet()
+
+
+def _reinit_after_fork() -> None:
+    for s in list(_SINKS):
+        s._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)

@@ -1,0 +1,162 @@
+"""Compaction: sealed segments into Parquet files sorted by call id.
+
+Each run turns the sealed segments not yet compacted into one Parquet file per table
+(``calls``, ``steps``, ``intents``, ``resolutions``), sorted by the time-ordered call id and
+written in row groups of ``row_group_size`` rows, so a lookup of one call reads the min/max
+statistics and then one row group. Call ids are stored as canonical lowercase strings: DuckDB
+(and other engines) prune row groups by min/max on strings; they do not for the Parquet UUID
+type. The same files work unchanged from object storage (see the README).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..._config import resolve_home
+from ..._ids import new_call_id
+from ._format import load_key, split_hash
+from ._manifest import read_manifest, write_manifest
+from ._recover import Recovered, recover_dead_segments
+from ._segments import ParsedSegment, audit_dir, list_segments, read_segment
+from ._tables import TABLES, build_tables
+
+__all__ = ["CompactionResult", "compact"]
+
+_SORT = {
+    "calls": [("call_id", "ascending")],
+    "steps": [("call_id", "ascending"), ("seq", "ascending"), ("started_at", "ascending")],
+    "intents": [("call_id", "ascending")],
+    "resolutions": [("call_id", "ascending"), ("resolved_at", "ascending")],
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    """What one compaction did."""
+
+    segments: int
+    calls: int
+    steps: int
+    files: tuple[str, ...]
+    recovered: tuple[Recovered, ...]
+    pruned: bool
+
+
+def compact(
+    home: str | os.PathLike[str] | None = None,
+    *,
+    prune: bool = False,
+    row_group_size: int = 16384,
+    max_batch_bytes: int = 512 * 1024 * 1024,
+) -> CompactionResult:
+    """Compact every sealed segment not yet in Parquet; safe to run while writers write.
+
+    First seals segments of crashed writers (quarantining torn tails). ``prune`` deletes the
+    segments once their rows are in Parquet (their chain heads stay in the manifest, so
+    ``verify`` still links the segments that follow).
+    """
+    import pyarrow.parquet as pq
+
+    h = resolve_home(home)
+    adir = audit_dir(h)
+    adir.mkdir(parents=True, exist_ok=True)
+    key = load_key(h, create=True)
+    assert key is not None
+    lock_fd = os.open(adir / "compact.lock", os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        # One compactor at a time; writers never take this lock.
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        recovered = recover_dead_segments(adir, key)
+        manifest = read_manifest(adir)
+        done = {s["name"] for s in manifest.get("segments", [])}
+        todo = [s for s in list_segments(adir) if not s.live and s.name not in done]
+        files: list[str] = []
+        n_calls = n_steps = n_segs = 0
+        batches: list[list[ParsedSegment]] = [[]]
+        size = 0
+        for info in todo:
+            seg = read_segment(info)
+            if seg is None:
+                continue
+            if size >= max_batch_bytes and batches[-1]:
+                batches.append([])
+                size = 0
+            batches[-1].append(seg)
+            size += seg.tail_offset
+        for batch in batches:
+            if not batch:
+                continue
+            tables = build_tables(batch)
+            cid = new_call_id()
+            written: dict[str, str] = {}
+            for t in TABLES:
+                tbl = tables[t]
+                if tbl.num_rows == 0:
+                    continue
+                tbl = tbl.sort_by(_SORT[t])
+                rel = f"parquet/{t}/{cid}.parquet"
+                out = adir / rel
+                out.parent.mkdir(parents=True, exist_ok=True)
+                tmp = out.with_name(f".{out.name}.tmp")
+                pq.write_table(tbl, tmp, row_group_size=row_group_size, compression="zstd",
+                               write_statistics=True)
+                _fsync_file(tmp)
+                os.replace(tmp, out)
+                written[t] = rel
+            n_calls += tables["calls"].num_rows
+            n_steps += tables["steps"].num_rows
+            for t, rel in written.items():
+                manifest.setdefault("files", {}).setdefault(t, []).append(rel)
+            for seg in batch:
+                last_raw = seg.lines[-1][2] if seg.lines else b""
+                sp = split_hash(last_raw)
+                manifest.setdefault("segments", []).append({
+                    "name": seg.info.name,
+                    "writer": seg.info.writer,
+                    "n": seg.info.n,
+                    "last_h": sp[1] if sp else None,
+                    "last_seq": seg.lines[-1][1].get("seq") if seg.lines else None,
+                    "final": bool(seg.lines and seg.lines[-1][1].get("final")),
+                    "pruned": prune,
+                })
+            # The manifest switch is the commit point: before it these rows are read from
+            # the segments, after it from Parquet, never from both.
+            write_manifest(adir, manifest)
+            files.extend(written.values())
+            n_segs += len(batch)
+            if prune:
+                for seg in batch:
+                    try:
+                        os.unlink(seg.info.path)
+                    except FileNotFoundError:
+                        pass
+        _remove_orphans(adir, manifest)
+        return CompactionResult(n_segs, n_calls, n_steps, tuple(files), tuple(recovered), prune)
+    finally:
+        os.close(lock_fd)
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_orphans(adir: Path, manifest: dict[str, object]) -> None:
+    listed: set[str] = set()
+    files = manifest.get("files") or {}
+    assert isinstance(files, dict)
+    for rels in files.values():
+        listed.update(rels)
+    for t in TABLES:
+        d = adir / "parquet" / t
+        if not d.is_dir():
+            continue
+        for p in d.iterdir():
+            if p.suffix == ".parquet" and f"parquet/{t}/{p.name}" not in listed:
+                p.unlink()

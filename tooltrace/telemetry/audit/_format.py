@@ -1,0 +1,195 @@
+"""The on-disk layout of audit segments: one JSON object per line, hash-chained.
+
+Every line is ``{...fields..., "h": "<sha256 hex>"}`` where ``h = sha256(prev_h + body)`` and
+``body`` is the line's bytes without the trailing ``,"h":"..."`` (closed with ``}``). The first
+line of a writer's first segment chains from a genesis hash derived from the writer id; the first
+line of every later segment chains from the previous segment's last line, so a deleted segment
+breaks the chain. Checkpoint and seal lines carry an HMAC over (writer, segment, seq, head), keyed
+with a secret only the operator holds, so a rewritten chain is detected too.
+
+Line kinds (``k``):
+
+- ``open``  segment header: writer id, segment number, pid, format version.
+- ``c``     one finished call (the ``tool_calls`` row) with its steps (``tool_call_steps`` rows).
+- ``i``     strict-mode intent: the call is about to execute.
+- ``r``     a late resolution of a call that ended ``unknown`` (its ``resolved`` steps).
+- ``ckpt``  keyed checkpoint over the chain head.
+- ``seal``  last line of a segment (a checkpoint that also says why the segment ended).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ...envelope import CallRecord, Step, StepName
+
+__all__ = [
+    "FORMAT_VERSION",
+    "HASH_SUFFIX_LEN",
+    "TOOLTRACE_AUDIT_KEY",
+    "chain_hash",
+    "checkpoint_mac",
+    "dumps",
+    "encode_call",
+    "encode_resolution",
+    "genesis_hash",
+    "is_resolution",
+    "load_key",
+    "seal_line",
+    "split_hash",
+]
+
+#: Secret for the keyed checkpoints (any string). Default: ``<home>/audit.key`` (created 0600).
+TOOLTRACE_AUDIT_KEY = "TOOLTRACE_AUDIT_KEY"
+
+FORMAT_VERSION = 1
+_H_PREFIX = b',"h":"'
+#: ``,"h":"`` + 64 hex + ``"}``
+HASH_SUFFIX_LEN = len(_H_PREFIX) + 64 + 2
+_KEY_FILE = "audit.key"
+
+
+def _default(obj: Any) -> Any:
+    # Records are JSON-ready already; this only covers tuples-of-fields and read-only mappings
+    # that orjson does not take natively, and stringifies anything else rather than failing.
+    if isinstance(obj, tuple):
+        return list(obj)
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    if isinstance(obj, (set, frozenset)):
+        return sorted(map(str, obj))
+    return str(obj)
+
+
+_OPTS = orjson.OPT_NON_STR_KEYS
+
+
+def dumps(obj: Any) -> bytes:
+    """Serialise one line body (no hash, no newline)."""
+    return orjson.dumps(obj, default=_default, option=_OPTS)
+
+
+def genesis_hash(writer: str) -> str:
+    """The hash a writer's first line chains from."""
+    return hashlib.sha256(b"tooltrace-audit-v1|" + writer.encode()).hexdigest()
+
+
+def chain_hash(prev: str, body: bytes) -> str:
+    """``sha256(prev_hex + body)`` as hex."""
+    h = hashlib.sha256(prev.encode())
+    h.update(body)
+    return h.hexdigest()
+
+
+def seal_line(body: bytes, h: str) -> bytes:
+    """Append the hash field and the newline to a body."""
+    return body[:-1] + _H_PREFIX + h.encode() + b'"}\n'
+
+
+def split_hash(line: bytes) -> tuple[bytes, str] | None:
+    """Split a stored line (without newline) into (body, hash); None if it has no hash field."""
+    if len(line) < HASH_SUFFIX_LEN + 2 or not line.endswith(b'"}'):
+        return None
+    cut = len(line) - HASH_SUFFIX_LEN
+    if line[cut : cut + len(_H_PREFIX)] != _H_PREFIX:
+        return None
+    return line[:cut] + b"}", line[cut + len(_H_PREFIX) : -2].decode("ascii", "replace")
+
+
+def checkpoint_mac(key: bytes, writer: str, segment: int, seq: int, head: str) -> str:
+    """The keyed MAC a checkpoint carries over the chain head it covers."""
+    msg = f"{writer}|{segment}|{seq}|{head}".encode()
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
+def load_key(home: Path, *, create: bool) -> bytes | None:
+    """The checkpoint key: ``TOOLTRACE_AUDIT_KEY`` > ``<home>/audit.key`` (created 0600 when
+    ``create``). None when there is no key and ``create`` is False."""
+    env = os.environ.get(TOOLTRACE_AUDIT_KEY)
+    if env:
+        return env.encode()
+    path = home / _KEY_FILE
+    try:
+        return path.read_bytes().strip()
+    except FileNotFoundError:
+        if not create:
+            return None
+    home.mkdir(parents=True, exist_ok=True)
+    # Write the key under a private temporary name, then link it into place: the link either
+    # creates the file complete or fails because another process won the race, in which case
+    # that process's key is the one everybody uses.
+    tmp = home / f".{_KEY_FILE}.{os.getpid()}.{os.urandom(4).hex()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, os.urandom(32).hex().encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+    return path.read_bytes().strip()
+
+
+def _steps(steps: tuple[Step, ...]) -> list[tuple[Any, ...]]:
+    return [tuple(s) for s in steps]
+
+
+def is_resolution(record: CallRecord) -> bool:
+    """True when the record re-reports an earlier call with a late ``resolved`` step."""
+    return any(s.step == StepName.RESOLVED for s in record.steps)
+
+
+def encode_call(record: CallRecord, kind: str = "c") -> dict[str, Any]:
+    """The line fields of one finished call (steps as ``[seq, step, started_at_us, elapsed_us,
+    decider, decision, detail]`` arrays: compact, and one array per ``tool_call_steps`` row)."""
+    art = record.artifact
+    return {
+        "k": kind,
+        "call_id": record.call_id,
+        "run_id": record.run_id,
+        "tool": record.tool,
+        "source": record.source,
+        "status": record.status,
+        "reject_stage": record.reject_stage,
+        "summary": record.summary,
+        "error_type": record.error_type,
+        "started_at_us": record.started_at_us,
+        "elapsed_us": record.elapsed_us,
+        "execution_started": record.execution_started,
+        "args": record.args_redacted,
+        "result_preview": record.result_preview,
+        "artifact": None if art is None else (art.path, art.chars, art.bytes, art.sha256),
+        "mode": record.mode,
+        "tool_type": record.tool_type,
+        "trace_id": record.trace_id,
+        "span_id": record.span_id,
+        "parent_span_id": record.parent_span_id,
+        "trace_sampled": record.trace_sampled,
+        "hook_modified": record.hook_modified,
+        "attributes": record.attributes or None,
+        "steps": _steps(record.steps),
+    }
+
+
+def encode_resolution(record: CallRecord) -> dict[str, Any]:
+    """The line fields of a late resolution: the new status and only the ``resolved`` steps."""
+    return {
+        "k": "r",
+        "call_id": record.call_id,
+        "run_id": record.run_id,
+        "tool": record.tool,
+        "status": record.status,
+        "summary": record.summary,
+        "steps": _steps(tuple(s for s in record.steps if s.step == StepName.RESOLVED)),
+    }

@@ -1,0 +1,121 @@
+"""Set aside what a crashed writer left half-written, and seal its segment.
+
+A writer killed mid-write can leave a torn last record (bytes after the last newline). Recovery
+runs only on segments whose writer is provably dead (their flock is free): the torn bytes are
+copied to ``quarantine/`` with a JSON report, the segment is cut back to its last complete line,
+and a ``seal`` line (reason ``recovered``, keyed like any checkpoint, chained like any line)
+records how many bytes were set aside and where. Nothing a writer acknowledged is touched: an
+acknowledged record is always a complete line.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from ._format import chain_hash, checkpoint_mac, dumps, seal_line, split_hash
+from ._segments import SegmentInfo, list_segments, locked_if_dead, segment_name
+
+__all__ = ["Recovered", "recover_dead_segments"]
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """One crashed writer's segment that was sealed; ``quarantined`` names the torn-bytes file."""
+
+    segment: str
+    lines: int
+    torn_bytes: int
+    quarantined: str | None
+
+
+def _last_good(data: bytes) -> tuple[int, dict[str, object] | None, int]:
+    """(length of the valid prefix, last valid line object, number of valid lines)."""
+    end = data.rfind(b"\n") + 1
+    good = 0
+    last: dict[str, object] | None = None
+    count = 0
+    pos = 0
+    while pos < end:
+        nl = data.index(b"\n", pos)
+        raw = data[pos:nl]
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            break
+        if not isinstance(obj, dict) or split_hash(raw) is None:
+            break
+        last = obj
+        count += 1
+        pos = nl + 1
+        good = pos
+    return good, last, count
+
+
+def _recover_one(info: SegmentInfo, adir: Path, key: bytes, fd: int) -> Recovered | None:
+    data = info.path.read_bytes()
+    good, last, count = _last_good(data)
+    torn = data[good:]
+    quarantined: str | None = None
+    if torn:
+        qdir = adir / "quarantine"
+        qdir.mkdir(parents=True, exist_ok=True)
+        base = f"{info.path.name}.{good}"
+        (qdir / f"{base}.torn").write_bytes(torn)
+        report = {
+            "segment": info.path.name,
+            "offset": good,
+            "bytes": len(torn),
+            "after_line": count,
+            "reason": "torn record after a writer stopped mid-write",
+            "quarantined_at_us": time.time_ns() // 1000,
+        }
+        (qdir / f"{base}.json").write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+        quarantined = f"quarantine/{base}.torn"
+        os.ftruncate(fd, good)
+    if last is None:
+        # Not even a header survived: there is no chain to seal. Keep the (empty) evidence
+        # under quarantine and remove the segment.
+        os.unlink(info.path)
+        return Recovered(info.path.name, 0, len(torn), quarantined)
+    raw_last = data[:good].rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    split = split_hash(raw_last)
+    assert split is not None
+    prev = split[1]
+    seq = int(last.get("seq", 0)) + 1  # type: ignore[call-overload]
+    fields: dict[str, object] = {
+        "k": "seal",
+        "ts": time.time_ns() // 1000,
+        "head": prev,
+        "mac": checkpoint_mac(key, info.writer, info.n, seq, prev),
+        "reason": "recovered",
+        "final": True,
+        "torn_bytes": len(torn),
+        "quarantine": quarantined,
+        "seq": seq,
+    }
+    body = dumps(fields)
+    os.lseek(fd, 0, os.SEEK_END)
+    os.write(fd, seal_line(body, chain_hash(prev, body)))
+    os.fsync(fd)
+    os.rename(info.path, info.path.with_name(segment_name(info.writer, info.n, live=False)))
+    return Recovered(info.path.name, count, len(torn), quarantined)
+
+
+def recover_dead_segments(adir: Path, key: bytes) -> list[Recovered]:
+    """Seal every live segment whose writer has died; return what was done."""
+    out: list[Recovered] = []
+    for info in list_segments(adir):
+        if not info.live:
+            continue
+        with locked_if_dead(info.path) as fd:
+            if fd is None or not info.path.exists():
+                continue
+            rec = _recover_one(info, adir, key, fd)
+            if rec is not None:
+                out.append(rec)
+    return out

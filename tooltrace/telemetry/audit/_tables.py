@@ -1,0 +1,144 @@
+"""Turn parsed segment lines into Arrow tables (the rows of ``tool_calls`` and friends).
+
+Used both by readers (segments not yet compacted) and by compaction (into Parquet). Timestamps
+stay integer microseconds until the final cast to ``timestamp[us, UTC]``, which costs nothing;
+call ids stay canonical lowercase strings, so Parquet min/max statistics prune lookups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ._segments import ParsedSegment
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["TABLES", "build_tables", "empty_tables", "schemas"]
+
+TABLES = ("calls", "steps", "intents", "resolutions")
+
+
+def schemas() -> dict[str, pa.Schema]:
+    """The Arrow schema of each stored table."""
+    import pyarrow as pa
+
+    ts = pa.timestamp("us")  # UTC; naive so readers need no time-zone database
+    s, i64, f64, b = pa.string(), pa.int64(), pa.float64(), pa.bool_()
+    return {
+        "calls": pa.schema([
+            ("call_id", s), ("run_id", s), ("tool", s), ("source", s), ("status", s),
+            ("reject_stage", s), ("summary", s), ("error_type", s), ("started_at", ts),
+            ("elapsed_ms", f64), ("execution_started", b), ("trace_id", s), ("span_id", s),
+            ("parent_span_id", s), ("trace_sampled", b), ("args_redacted", s),
+            ("result_preview", s), ("artifact_path", s), ("artifact_sha256", s),
+            ("artifact_chars", i64), ("artifact_bytes", i64), ("mode", s), ("tool_type", s),
+            ("hook_modified", b), ("attributes", s), ("writer", s), ("segment", s),
+            ("line", i64),
+        ]),
+        "steps": pa.schema([
+            ("call_id", s), ("seq", pa.int32()), ("step", s), ("started_at", ts),
+            ("elapsed_ms", f64), ("decider", s), ("decision", s), ("detail", s),
+        ]),
+        "intents": pa.schema([
+            ("call_id", s), ("run_id", s), ("tool", s), ("started_at", ts),
+            ("args_redacted", s), ("writer", s), ("segment", s), ("line", i64),
+        ]),
+        "resolutions": pa.schema([
+            ("call_id", s), ("status", s), ("summary", s), ("resolved_at", ts),
+            ("segment", s), ("line", i64),
+        ]),
+    }
+
+
+def _json(v: Any) -> str | None:
+    return None if v is None else orjson.dumps(v).decode()
+
+
+def build_tables(segments: Iterable[ParsedSegment]) -> dict[str, pa.Table]:
+    """Arrow tables of every call, step, intent and resolution line in ``segments``."""
+    import pyarrow as pa
+
+    sch = schemas()
+    cols: dict[str, dict[str, list[Any]]] = {
+        t: {f.name: [] for f in sch[t]} for t in TABLES
+    }
+    c, st, it, rs = cols["calls"], cols["steps"], cols["intents"], cols["resolutions"]
+
+    def add_steps(cid: str, steps: Any) -> None:
+        for row in steps:
+            seq, name, at, el, decider, decision = row[:6]
+            st["call_id"].append(cid)
+            st["seq"].append(seq)
+            st["step"].append(name)
+            st["started_at"].append(at)
+            st["elapsed_ms"].append(el / 1000.0)
+            st["decider"].append(decider)
+            st["decision"].append(decision)
+            st["detail"].append(_json(row[6]) if len(row) > 6 else None)
+
+    for seg in segments:
+        writer, sname = seg.info.writer, seg.info.name
+        for no, o, _raw in seg.lines:
+            k = o.get("k")
+            if k == "c":
+                cid = o["call_id"]
+                art = o.get("artifact") or (None, None, None, None)
+                c["call_id"].append(cid)
+                for f in ("run_id", "tool", "source", "status", "reject_stage", "summary",
+                          "error_type", "trace_id", "span_id", "parent_span_id",
+                          "result_preview", "mode", "tool_type"):
+                    c[f].append(o.get(f))
+                c["started_at"].append(o.get("started_at_us"))
+                c["elapsed_ms"].append((o.get("elapsed_us") or 0) / 1000.0)
+                c["execution_started"].append(bool(o.get("execution_started")))
+                c["trace_sampled"].append(bool(o.get("trace_sampled")))
+                c["hook_modified"].append(bool(o.get("hook_modified")))
+                c["args_redacted"].append(_json(o.get("args")))
+                c["attributes"].append(_json(o.get("attributes")))
+                c["artifact_path"].append(art[0])
+                c["artifact_chars"].append(art[1])
+                c["artifact_bytes"].append(art[2])
+                c["artifact_sha256"].append(art[3])
+                c["writer"].append(writer)
+                c["segment"].append(sname)
+                c["line"].append(no)
+                add_steps(cid, o.get("steps") or ())
+            elif k == "i":
+                it["call_id"].append(o.get("call_id"))
+                it["run_id"].append(o.get("run_id"))
+                it["tool"].append(o.get("tool"))
+                it["started_at"].append(o.get("started_at_us"))
+                it["args_redacted"].append(_json(o.get("args")))
+                it["writer"].append(writer)
+                it["segment"].append(sname)
+                it["line"].append(no)
+            elif k == "r":
+                cid = o["call_id"]
+                steps = o.get("steps") or ()
+                rs["call_id"].append(cid)
+                rs["status"].append(o.get("status"))
+                rs["summary"].append(o.get("summary"))
+                rs["resolved_at"].append(max((s[2] for s in steps), default=None))
+                rs["segment"].append(sname)
+                rs["line"].append(no)
+                add_steps(cid, steps)
+    out: dict[str, pa.Table] = {}
+    for t in TABLES:
+        arrays = []
+        for f in sch[t]:
+            vals = cols[t][f.name]
+            if pa.types.is_timestamp(f.type):
+                arrays.append(pa.array(vals, pa.int64()).cast(f.type))
+            else:
+                arrays.append(pa.array(vals, f.type))
+        out[t] = pa.Table.from_arrays(arrays, schema=sch[t])
+    return out
+
+
+def empty_tables() -> dict[str, pa.Table]:
+    """Tables with the right columns and no rows."""
+    return {t: s.empty_table() for t, s in schemas().items()}

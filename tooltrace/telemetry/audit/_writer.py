@@ -1,0 +1,337 @@
+"""One process's append-only audit segment: hash chain, checkpoints, fsync policy, rotation.
+
+Each writer process owns its own segment file, so writers never wait for each other: the only
+lock on the hot path is an in-process ``threading.Lock`` (the background worker and, in strict
+mode, the calling threads share one writer). A record is *acknowledged* once it is written and,
+depending on the fsync policy, synced: ``acked_seq`` and the ``on_ack`` callback say which.
+"""
+
+from __future__ import annotations
+
+import enum
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._format import FORMAT_VERSION, chain_hash, checkpoint_mac, dumps, genesis_hash, seal_line
+from ._segments import segment_name
+
+__all__ = ["Ack", "FsyncPolicy", "SegmentWriter", "new_writer_id"]
+
+
+class FsyncPolicy(enum.StrEnum):
+    """When a written record is synced to disk (and so acknowledged).
+
+    ``record``: each record is written and fsynced on its own before it is acknowledged.
+    ``grouped`` (default): each batch (whatever arrived within the group interval, up to the
+    group size) is written with one ``write`` and one ``fsync``, then acknowledged.
+    ``none``: written to the kernel and acknowledged, never fsynced: survives a process crash,
+    not a power loss.
+    """
+
+    RECORD = "record"
+    GROUPED = "grouped"
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Records that just became acknowledged: the writer's seq now durable and their call ids."""
+
+    writer: str
+    segment: int
+    seq: int
+    call_ids: tuple[str, ...]
+
+
+def new_writer_id() -> str:
+    """A writer id that sorts by start time and is unique across processes and restarts."""
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{os.urandom(3).hex()}"
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class SegmentWriter:
+    """Appends hash-chained lines to this process's live segment.
+
+    Not for direct use by most callers: ``AuditSink`` drives it. Methods raise ``OSError`` when
+    the disk refuses a write; the writer then rolls the file back to its last good length (or,
+    if even that fails, abandons the segment for a fresh one) so the chain stays intact.
+    """
+
+    def __init__(
+        self,
+        adir: Path,
+        key: bytes,
+        *,
+        fsync: FsyncPolicy = FsyncPolicy.GROUPED,
+        max_bytes: int = 64 * 1024 * 1024,
+        max_age_s: float = 600.0,
+        checkpoint_every: int = 1000,
+        on_ack: Callable[[Ack], None] | None = None,
+    ) -> None:
+        self._dir = adir / "segments"
+        self._key = key
+        self.fsync = fsync
+        self._max_bytes = max_bytes
+        self._max_age_s = max_age_s
+        self._ckpt_every = checkpoint_every
+        self._on_ack = on_ack
+        self.lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self.writer_id = new_writer_id()
+        self._fd: int | None = None
+        self._segment = 0
+        self._seq = 0
+        self._prev = genesis_hash(self.writer_id)
+        self._size = 0
+        self._opened_at = 0.0
+        self._since_ckpt = 0
+        self._unsynced = False
+        self.acked_seq = 0
+        self.acked_records = 0
+        self._owner_pid = os.getpid()
+
+    @property
+    def segment(self) -> int:
+        """Number of the current (or last) segment."""
+        return self._segment
+
+    @property
+    def seq(self) -> int:
+        """Seq of the last line written."""
+        return self._seq
+
+    # -- lines ----------------------------------------------------------------------------
+
+    def _line(self, fields: dict[str, Any]) -> bytes:
+        self._seq += 1
+        fields["seq"] = self._seq
+        body = dumps(fields)
+        h = chain_hash(self._prev, body)
+        self._prev = h
+        return seal_line(body, h)
+
+    def _mark(self) -> tuple[int, str, int]:
+        return self._seq, self._prev, self._size
+
+    def _rollback(self, mark: tuple[int, str, int]) -> None:
+        self._seq, self._prev, size = mark
+        fd = self._fd
+        if fd is None:
+            return
+        try:
+            os.ftruncate(fd, size)
+        except OSError:
+            # Cannot undo the partial write: leave this segment to recovery (its torn tail is
+            # quarantined then) and start a fresh one on the next append.
+            self._abandon()
+
+    def _abandon(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        # A new segment of the same writer would chain from a state nobody can check; a new
+        # writer id starts a clean chain.
+        self._reset()
+
+    def _write(self, data: bytes, mark: tuple[int, str, int]) -> None:
+        assert self._fd is not None
+        try:
+            _write_all(self._fd, data)
+        except OSError:
+            self._rollback(mark)
+            raise
+        self._size += len(data)
+        self._unsynced = True
+
+    def _sync(self) -> None:
+        if self._fd is not None and self._unsynced:
+            os.fsync(self._fd)
+            self._unsynced = False
+
+    # -- segments -------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._segment += 1
+        live = self._dir / segment_name(self.writer_id, self._segment, live=True)
+        tmp = self._dir / f".{self.writer_id}.{self._segment:06d}.tmp"
+        # Create under a private name, lock, write the header, then rename into view: a reader
+        # never sees a live segment whose writer has not yet taken the lock.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            header = {
+                "k": "open",
+                "v": FORMAT_VERSION,
+                "writer": self.writer_id,
+                "segment": self._segment,
+                "pid": os.getpid(),
+                "ts": _now_us(),
+            }
+            mark = self._mark()
+            data = self._line(header)
+            try:
+                _write_all(fd, data)
+            except OSError:
+                self._seq, self._prev, _ = mark
+                raise
+            if self.fsync is not FsyncPolicy.NONE:
+                os.fsync(fd)
+            os.rename(tmp, live)
+            if self.fsync is not FsyncPolicy.NONE:
+                _fsync_dir(self._dir)
+        except OSError:
+            os.close(fd)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            self._segment -= 1
+            raise
+        self._fd = fd
+        self._size = len(data)
+        self._opened_at = time.monotonic()
+        self._since_ckpt = 0
+        self._unsynced = False
+
+    def _checkpoint_fields(self, kind: str) -> dict[str, Any]:
+        head = self._prev
+        nxt = self._seq + 1
+        return {
+            "k": kind,
+            "ts": _now_us(),
+            "head": head,
+            "mac": checkpoint_mac(self._key, self.writer_id, self._segment, nxt, head),
+        }
+
+    def _write_checkpoint(self, kind: str, extra: dict[str, Any] | None = None) -> None:
+        fields = self._checkpoint_fields(kind)
+        if extra:
+            fields.update(extra)
+        mark = self._mark()
+        self._write(self._line(fields), mark)
+        self._since_ckpt = 0
+
+    def _seal(self, final: bool) -> None:
+        """Write the seal line, sync, and rename the segment to its sealed name."""
+        fd = self._fd
+        if fd is None:
+            return
+        self._write_checkpoint("seal", {"reason": "close" if final else "rotate", "final": final})
+        os.fsync(fd)
+        self._unsynced = False
+        live = self._dir / segment_name(self.writer_id, self._segment, live=True)
+        os.rename(live, self._dir / segment_name(self.writer_id, self._segment, live=False))
+        _fsync_dir(self._dir)
+        os.close(fd)
+        self._fd = None
+
+    def _maybe_rotate(self) -> None:
+        if self._fd is not None and (
+            self._size >= self._max_bytes
+            or time.monotonic() - self._opened_at >= self._max_age_s
+        ):
+            self._seal(final=False)
+
+    # -- public (callers hold ``lock``) ---------------------------------------------------
+
+    def append(
+        self, records: Sequence[dict[str, Any]], call_ids: Sequence[str], *, durable: bool
+    ) -> int:
+        """Write records (line fields without seq/hash); return the last acknowledged seq.
+
+        ``durable`` forces an fsync before returning whatever the policy (strict mode).
+        Raises ``OSError`` if the records could not be written; none of them is then on disk
+        as a complete line.
+        """
+        if os.getpid() != self._owner_pid:
+            # Forked child that did not go through ``after_fork``: never write into the
+            # parent's chain; start a writer of its own.
+            self._fd = None
+            self._reset()
+        if self._fd is None:
+            self._open()
+        if self.fsync is FsyncPolicy.RECORD:
+            for fields, cid in zip(records, call_ids, strict=True):
+                mark = self._mark()
+                self._write(self._line(fields), mark)
+                self._sync()
+                self._acked(1, (cid,))
+        else:
+            mark = self._mark()
+            self._write(b"".join([self._line(f) for f in records]), mark)
+            if durable or self.fsync is FsyncPolicy.GROUPED:
+                self._sync()
+            self._acked(len(records), tuple(call_ids))
+        self._since_ckpt += len(records)
+        if self._since_ckpt >= self._ckpt_every:
+            self._write_checkpoint("ckpt")
+            if self.fsync is not FsyncPolicy.NONE:
+                self._sync()
+        self._maybe_rotate()
+        return self.acked_seq
+
+    def after_fork(self) -> None:
+        """Forget the parent's segment in a forked child (the parent keeps writing it)."""
+        fd = self._fd
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.lock = threading.Lock()
+        self._reset()
+
+    def _acked(self, n: int, call_ids: tuple[str, ...]) -> None:
+        self.acked_seq = self._seq
+        self.acked_records += n
+        cb = self._on_ack
+        if cb is not None:
+            try:
+                cb(Ack(self.writer_id, self._segment, self._seq, call_ids))
+            except Exception:
+                pass
+
+    def tick(self) -> None:
+        """Idle duties: checkpoint records not yet covered, sync, and rotate by age."""
+        if self._fd is None:
+            return
+        if self._since_ckpt:
+            self._write_checkpoint("ckpt")
+            if self.fsync is not FsyncPolicy.NONE:
+                self._sync()
+        self._maybe_rotate()
+
+    def close(self) -> None:
+        """Seal the current segment as the writer's last."""
+        if self._fd is not None and os.getpid() == self._owner_pid:
+            self._seal(final=True)
