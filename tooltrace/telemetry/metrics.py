@@ -133,6 +133,7 @@ class MetricsSink:
         # seen, so every series exists (at 0) before its first increment and rate() sees it.
         self._children: dict[str, _ToolChildren] = {}
         reg.register(_StateCollector(self))
+        self._prime(self._known)
 
     # -- wiring ---------------------------------------------------------------------------------
 
@@ -152,10 +153,19 @@ class MetricsSink:
         fn = self._names_fn
         if fn is not None:
             try:
-                self._known = frozenset(fn())
+                names = frozenset(fn())
             except Exception:
-                pass  # keep the last good set; a scrape or a call must not fail over it
+                names = self._known  # keep the last good set; a scrape or call must not fail
+            if names != self._known:
+                self._known = names
+                self._prime(names)
         return self._known
+
+    def _prime(self, names: Iterable[str]) -> None:
+        # Zero-valued series for every registered tool from the first scrape on, so rate() and
+        # increase() count a tool's first calls and dashboards list idle tools.
+        for label in (*names, UNREGISTERED):
+            self._for_tool(label)
 
     def tool_label(self, tool: str) -> str:
         """The ``tool`` label value for a name: the name if registered, else ``_unregistered``."""

@@ -491,10 +491,11 @@ class TracingSink:
             if rec.args_redacted is not None:
                 attrs["gen_ai.tool.call.arguments"] = _json(rec.args_redacted, limit)
             if art is not None:
-                # The full result lives in the artifact store; the span names it by digest.
-                ref = {"artifact": {"sha256": art.sha256, "chars": art.chars},
-                       "preview": rec.result_preview or ""}
-                attrs["gen_ai.tool.call.result"] = _json(ref, limit)
+                # The full result lives in the artifact store; the span names it by digest, and
+                # the reference survives bounding (only the preview after it is cut).
+                ref = f"[artifact sha256={art.sha256} chars={art.chars}] "
+                preview = _bounded(rec.result_preview or "", max(0, limit - len(ref)))
+                attrs["gen_ai.tool.call.result"] = ref + preview
             elif rec.result_preview is not None:
                 attrs["gen_ai.tool.call.result"] = _bounded(rec.result_preview, limit)
         events = []
