@@ -412,3 +412,58 @@ def test_unreachable_collector_never_blocks_calls_and_deadlines_hold(protocol: s
     dropped = sink.dropped
     sink.emit(make_record(handle=sink.open_span("read_text")))
     assert sink.dropped == dropped + 1  # after shutdown, records are dropped and counted
+
+
+def test_through_the_registry_nested_calls_are_children_and_failures_are_errors(
+    tmp_path: Path,
+) -> None:
+    from tooltrace import ToolCall, ToolRegistry, tool
+
+    with OtlpHttpReceiver() as rx:
+        sink = TracingSink(endpoint=rx.endpoint)
+        (tmp_path / "ws").mkdir()
+        reg = ToolRegistry(workspace=tmp_path / "ws", home=tmp_path / "home", sinks=[sink],
+                           tracer=sink, cancel_grace_s=0.2)
+
+        @tool()
+        def inner(x: int) -> int:
+            """Double a number."""
+            return x * 2
+
+        @tool()
+        def outer(x: int) -> int:
+            """Call inner through the registry."""
+            env = reg.call(ToolCall("inner", {"x": x}))
+            return int(env.data) + 1
+
+        @tool()
+        def broken() -> str:
+            """Always fails."""
+            raise ValueError("secret-bearing message that must not become error.type")
+
+        @tool(effect="local", cancellable=False, timeout_s=0.2)
+        def stuck() -> str:
+            """Ignores its deadline."""
+            time.sleep(1.0)
+            return "late"
+
+        for t in (inner, outer, broken, stuck):
+            reg.register(t)
+        assert reg.call(ToolCall("outer", {"x": 20})).data == 41
+        assert reg.call(ToolCall("broken", {})).status is Status.FAILED
+        assert reg.call(ToolCall("stuck", {})).status is Status.UNKNOWN
+        assert reg.call(ToolCall("no_such_tool", {})).status is Status.REJECTED
+        reg.shutdown(timeout_s=5.0)
+        spans = _by_name(rx.wait_for(5))
+    top, nested = spans["execute_tool outer"], spans["execute_tool inner"]
+    assert top.parent_span_id is None
+    assert nested.parent_span_id == top.span_id and nested.trace_id == top.trace_id
+    assert nested.attributes["gen_ai.tool.description"] == "Double a number."
+    assert [e.name for e in nested.events][:2] == ["resolve", "validate"]
+    failed = spans["execute_tool broken"]
+    assert failed.is_error and failed.attributes["tooltrace.status"] == "failed"
+    assert "secret" not in failed.attributes["error.type"]
+    unknown = spans["execute_tool stuck"]
+    assert unknown.is_error and unknown.attributes["tooltrace.status"] == "unknown"
+    assert unknown.attributes["error.type"].startswith("unconfirmed_")
+    assert not spans["execute_tool _unregistered"].is_error
