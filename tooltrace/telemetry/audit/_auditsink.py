@@ -13,7 +13,7 @@ from ..._config import resolve_home
 from ...envelope import CallRecord
 from ...exceptions import AuditUnavailableError, ConfigurationError
 from .._worker import BatchWorker
-from ._format import encode_call, encode_resolution, is_resolution, load_key
+from ._format import LateStepLike, encode_call, encode_late, load_key
 from ._recover import Recovered, recover_dead_segments
 from ._segments import audit_dir
 from ._writer import Ack, FsyncPolicy, SegmentWriter
@@ -104,7 +104,7 @@ class AuditSink:
         self._lost = 0
         self.last_error: str | None = None
         self.recovered: list[Recovered] = []
-        self._worker: BatchWorker[CallRecord] = BatchWorker(
+        self._worker: BatchWorker[CallRecord | LateStepLike] = BatchWorker(
             "audit",
             self._export,
             max_queue=max_queue,
@@ -176,9 +176,21 @@ class AuditSink:
             return
         try:
             w = self._get_writer()
-            fields = encode_resolution(record) if is_resolution(record) else encode_call(record)
             with w.lock:
-                w.append([fields], [record.call_id], durable=True)
+                w.append([encode_call(record)], [record.call_id], durable=True)
+        except Exception as exc:
+            self._lost += 1
+            self.last_error = type(exc).__name__
+
+    def emit_late(self, late: LateStepLike) -> None:
+        """Queue a step recorded after its call returned (strict mode: write it now)."""
+        if not self.strict:
+            self._worker.submit(late)
+            return
+        try:
+            w = self._get_writer()
+            with w.lock:
+                w.append([encode_late(late)], [late.call_id], durable=True)
         except Exception as exc:
             self._lost += 1
             self.last_error = type(exc).__name__
@@ -214,11 +226,12 @@ class AuditSink:
 
     # -- background -------------------------------------------------------------------------
 
-    def _export(self, batch: list[CallRecord]) -> None:
+    def _export(self, batch: list[CallRecord | LateStepLike]) -> None:
         try:
             w = self._get_writer()
             fields = [
-                encode_resolution(r) if is_resolution(r) else encode_call(r) for r in batch
+                encode_call(r) if type(r) is CallRecord else encode_late(r)  # type: ignore[arg-type]
+                for r in batch
             ]
             with w.lock:
                 w.append(fields, [r.call_id for r in batch], durable=False)

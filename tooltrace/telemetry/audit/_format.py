@@ -12,7 +12,8 @@ Line kinds (``k``):
 - ``open``  segment header: writer id, segment number, pid, format version.
 - ``c``     one finished call (the ``tool_calls`` row) with its steps (``tool_call_steps`` rows).
 - ``i``     strict-mode intent: the call is about to execute.
-- ``r``     a late resolution of a call that ended ``unknown`` (its ``resolved`` steps).
+- ``s``     a late step of a call that already returned (a job's end; ``resolved`` for a call
+            that ended ``unknown``, whose decision is the final status).
 - ``ckpt``  keyed checkpoint over the chain head.
 - ``seal``  last line of a segment (a checkpoint that also says why the segment ended).
 """
@@ -24,11 +25,11 @@ import hmac
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
-from ...envelope import CallRecord, Step, StepName
+from ...envelope import CallRecord, Step
 
 __all__ = [
     "FORMAT_VERSION",
@@ -37,10 +38,10 @@ __all__ = [
     "chain_hash",
     "checkpoint_mac",
     "dumps",
+    "LateStepLike",
     "encode_call",
-    "encode_resolution",
+    "encode_late",
     "genesis_hash",
-    "is_resolution",
     "load_key",
     "seal_line",
     "split_hash",
@@ -145,11 +146,6 @@ def _steps(steps: tuple[Step, ...]) -> list[tuple[Any, ...]]:
     return [tuple(s) for s in steps]
 
 
-def is_resolution(record: CallRecord) -> bool:
-    """True when the record re-reports an earlier call with a late ``resolved`` step."""
-    return any(s.step == StepName.RESOLVED for s in record.steps)
-
-
 def encode_call(record: CallRecord, kind: str = "c") -> dict[str, Any]:
     """The line fields of one finished call (steps as ``[seq, step, started_at_us, elapsed_us,
     decider, decision, detail]`` arrays: compact, and one array per ``tool_call_steps`` row)."""
@@ -182,14 +178,23 @@ def encode_call(record: CallRecord, kind: str = "c") -> dict[str, Any]:
     }
 
 
-def encode_resolution(record: CallRecord) -> dict[str, Any]:
-    """The line fields of a late resolution: the new status and only the ``resolved`` steps."""
+class LateStepLike(Protocol):
+    """A step recorded after its call returned (``tooltrace.registry.LateStep``)."""
+
+    call_id: str
+    run_id: str
+    tool: str
+    step: Step
+
+
+def encode_late(late: LateStepLike) -> dict[str, Any]:
+    """The line fields of a late step (job end, or ``resolved`` for a call that ended
+    ``unknown``): it joins its call's ``tool_call_steps``; a ``resolved`` step's decision is
+    the call's final status."""
     return {
-        "k": "r",
-        "call_id": record.call_id,
-        "run_id": record.run_id,
-        "tool": record.tool,
-        "status": record.status,
-        "summary": record.summary,
-        "steps": _steps(tuple(s for s in record.steps if s.step == StepName.RESOLVED)),
+        "k": "s",
+        "call_id": late.call_id,
+        "run_id": late.run_id,
+        "tool": late.tool,
+        "step": tuple(late.step),
     }

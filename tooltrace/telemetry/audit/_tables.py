@@ -58,6 +58,12 @@ def _json(v: Any) -> str | None:
     return None if v is None else orjson.dumps(v).decode()
 
 
+def _resolution_summary(row: Any) -> str:
+    detail = row[6] if len(row) > 6 and isinstance(row[6], dict) else {}
+    err = detail.get("error_type")
+    return f"resolved later as {row[5]}" + (f" ({err})" if err else "")
+
+
 def build_tables(segments: Iterable[ParsedSegment]) -> dict[str, pa.Table]:
     """Arrow tables of every call, step, intent and resolution line in ``segments``."""
     import pyarrow as pa
@@ -116,16 +122,19 @@ def build_tables(segments: Iterable[ParsedSegment]) -> dict[str, pa.Table]:
                 it["writer"].append(writer)
                 it["segment"].append(sname)
                 it["line"].append(no)
-            elif k == "r":
+            elif k == "s":
                 cid = o["call_id"]
-                steps = o.get("steps") or ()
-                rs["call_id"].append(cid)
-                rs["status"].append(o.get("status"))
-                rs["summary"].append(o.get("summary"))
-                rs["resolved_at"].append(max((s[2] for s in steps), default=None))
-                rs["segment"].append(sname)
-                rs["line"].append(no)
-                add_steps(cid, steps)
+                row = o.get("step") or ()
+                if len(row) < 6:
+                    continue
+                add_steps(cid, (row,))
+                if row[1] == "resolved":
+                    rs["call_id"].append(cid)
+                    rs["status"].append(row[5])
+                    rs["summary"].append(_resolution_summary(row))
+                    rs["resolved_at"].append(row[2])
+                    rs["segment"].append(sname)
+                    rs["line"].append(no)
     out: dict[str, pa.Table] = {}
     for t in TABLES:
         arrays = []
