@@ -1,0 +1,170 @@
+"""The Prometheus recording and alerting rules: valid, unit-tested with promtool, documented,
+and end to end a surge of rejected calls makes a real Prometheus fire an alert that a real
+Alertmanager delivers to a webhook."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sre_kit import REPO, load_build
+from sre_prom import AlertmanagerServer, PrometheusServer, WebhookReceiver, promtool
+from sre_workload import running_workload
+
+build = load_build()
+RULES = REPO / "dashboards" / build.RULES_FILE
+UNIT_TESTS = sorted((REPO / "tests" / "rules").glob("*.test.yml"))
+
+
+def _groups() -> list[dict[str, Any]]:
+    data: dict[str, Any] = yaml.safe_load(RULES.read_text())
+    return list(data["groups"])
+
+
+def test_rule_file_passes_promtool_check() -> None:
+    proc = promtool("check", "rules", str(RULES))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
+
+
+def test_promtool_check_rejects_a_broken_rule(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yml"
+    broken.write_text(RULES.read_text().replace("sum by (tool) (rate(", "sum by (tool) (rate((", 1))
+    proc = promtool("check", "rules", str(broken))
+    assert proc.returncode != 0
+
+
+def test_recording_rules_define_the_saturation_signals() -> None:
+    rec = {r["record"]: r["expr"] for r in _groups()[0]["rules"]}
+    param = rec["tool:tooltrace_tool_param_reject_ratio:rate5m"]
+    assert 'tooltrace_tool_rejections_total{stage="params"}[5m]' in param
+    assert "/ (sum by (tool) (rate(tooltrace_tool_calls_total[5m])) > 0)" in param
+    policy = rec["tool:tooltrace_tool_policy_reject_ratio:rate5m"]
+    assert 'tooltrace_tool_rejections_total{stage=~"policy|approval"}[5m]' in policy
+    offload = rec["tool:tooltrace_tool_offload_ratio:rate5m"]
+    assert "rate(tooltrace_tool_offloads_total[5m])" in offload
+    assert '/ (sum by (tool) (rate(tooltrace_tool_calls_total{status="ok"}[5m])) > 0)' in offload
+    for q in ("0.5", "0.95"):
+        name = f"tool:tooltrace_tool_call_duration_seconds:p{q[2:].ljust(2, '0')}_rate5m"
+        assert rec[name] == (
+            f"histogram_quantile({q}, sum by (tool, le) "
+            "(rate(tooltrace_tool_call_duration_seconds_bucket[5m])))"
+        )
+
+
+def test_every_alert_is_labelled_annotated_and_has_a_runbook_in_the_readme() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("<!-- section:sre -->", 1)[1].split("<!-- /section:sre -->", 1)[0]
+    anchors = {
+        "runbook-" + re.sub(r"[^a-z0-9-]", "", h.strip().lower().replace(" ", "-"))
+        for h in re.findall(r"^#+ Runbook: (.+)$", section, flags=re.M)
+    }
+    alerts = _groups()[1]["rules"]
+    assert [a["alert"] for a in alerts] == build.alert_names()
+    assert len(alerts) == 8
+    for a in alerts:
+        assert a["labels"]["severity"] in {"info", "warning", "critical"}, a["alert"]
+        ann = a["annotations"]
+        assert ann["summary"] and ann["description"], a["alert"]
+        url = ann["runbook_url"]
+        assert url.startswith("README.md#"), url
+        assert url.split("#", 1)[1] in anchors, f"no README runbook heading for {a['alert']}"
+
+
+@pytest.mark.parametrize("test_file", UNIT_TESTS, ids=lambda p: p.name)
+def test_promtool_unit_tests(test_file: Path) -> None:
+    proc = promtool("test", "rules", test_file.name, cwd=test_file.parent)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_unit_tests_cover_every_alert_firing_and_not_firing() -> None:
+    firing: set[str] = set()
+    quiet: set[str] = set()
+    for f in UNIT_TESTS:
+        for t in yaml.safe_load(f.read_text())["tests"]:
+            for case in t.get("alert_rule_test", []):
+                (firing if case.get("exp_alerts") else quiet).add(case["alertname"])
+    assert firing == set(build.alert_names())
+    assert quiet == set(build.alert_names())
+
+
+def test_unit_tests_fail_against_weaker_rules(tmp_path: Path) -> None:
+    # The unit tests bite: without the traffic guard the low-traffic tool fires too, and
+    # ratios.test.yml fails.
+    weak = tmp_path / "dashboards" / "prometheus" / "tooltrace-rules.yml"
+    weak.parent.mkdir(parents=True)
+    weak.write_text(build.render_rules(options=build.AlertOptions(min_calls=1)))
+    tests_dir = tmp_path / "tests" / "rules"
+    tests_dir.mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "rules" / "ratios.test.yml", tests_dir)
+    proc = promtool("test", "rules", "ratios.test.yml", cwd=tests_dir)
+    assert proc.returncode != 0
+    assert 'tool="c"' in proc.stdout + proc.stderr
+
+
+# -- end to end: workload -> Prometheus -> Alertmanager -> webhook ------------------------------
+
+# The shipped expressions with windows of seconds, so the whole chain runs in well under a minute.
+FAST = dict(
+    rate="10s",
+    baseline="1m",
+    baseline_offset="10s",
+    surge_for="0s",
+    latency_for="0s",
+    backlog_for="0s",
+    interval="1s",
+)
+
+
+def test_rejection_surge_fires_an_alert_delivered_by_alertmanager(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yml"
+    rules.write_text(
+        build.render_rules(build.RuleWindows(**FAST), build.AlertOptions(min_calls=10))
+    )
+    check = promtool("check", "rules", str(rules))
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    with (
+        WebhookReceiver() as hook,
+        running_workload(tmp_path / "workload") as w,
+        AlertmanagerServer(tmp_path / "am", webhook_url=hook.url) as am,
+    ):
+        w.burst({"ok": 20, "inline": 20})
+        prom = PrometheusServer(
+            tmp_path / "prom",
+            scrape_targets=[w.target],
+            rule_files=[rules],
+            alertmanager=f"127.0.0.1:{am.port}",
+        )
+        with prom:
+            # Healthy traffic first: both tools are scraped and evaluated, nothing fires.
+            w.run_in_background({"ok": 6, "inline": 6}, period_s=0.1)
+            prom.wait_for(
+                'tool:tooltrace_tool_param_reject_ratio:rate10s{tool=~"lookup|render"} == 0',
+                timeout_s=30,
+            )
+            prom.wait_for("count(tool:tooltrace_tool_param_reject_ratio:rate10s) >= 2", 10)
+            assert prom.query('ALERTS{alertname="ToolParamRejectRatioSurge"}') == []
+
+            # The surge: most lookups now come with a wrong argument type.
+            w.run_in_background({"params": 12, "ok": 2}, period_s=0.1)
+            t0 = time.monotonic()
+            alert = hook.wait_for(
+                lambda a: a["labels"].get("alertname") == "ToolParamRejectRatioSurge", 45
+            )
+            took = time.monotonic() - t0
+
+    labels, ann = alert["labels"], alert["annotations"]
+    assert alert["status"] == "firing"
+    assert labels["tool"] == "lookup"
+    assert labels["severity"] == "warning" and labels["service"] == "tooltrace"
+    assert ann["runbook_url"] == "README.md#runbook-toolparamrejectratiosurge"
+    assert ann["summary"].startswith("lookup: parameter-reject ratio jumped to ")
+    assert took < 45
+    # The healthy tool never alerted.
+    assert all(a["labels"].get("tool") != "render" for a in hook.alerts())
