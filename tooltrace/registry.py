@@ -453,14 +453,12 @@ class ToolRegistry:
         """
         self._cancelled_runs.add(run_id)
         self._admission.cancel_run(run_id)
-        with self._active_lock:
-            targets = {cid: a for cid, a in self._active.items() if a.ctx.run_id == run_id}
+        targets = {cid: a for cid, a in list(self._active.items()) if a.ctx.run_id == run_id}
         return self._cancel_targets(targets, wait)
 
     def cancel_call(self, call_id: str, *, wait: bool = True) -> Status | None:
         """Cancel one call by id; return its final status (None if unknown or undecided)."""
-        with self._active_lock:
-            a = self._active.get(call_id)
+        a = self._active.get(call_id)
         if a is None:
             st = self._statuses.get(call_id)
             return st.status if st else None
@@ -633,7 +631,11 @@ class ToolRegistry:
             if timeout != asked:
                 detail = {"timeout_requested_s": asked, "timeout_s": timeout}
         t = time.perf_counter_ns()
-        adm: AdmissionResult = yield _Admit(d.name, b.run_id, self.admission_timeout_s)
+        adm: AdmissionResult
+        if self._admission.try_acquire(d.name):
+            adm = _FREE
+        else:
+            adm = yield _Admit(d.name, b.run_id, self.admission_timeout_s)
         info = {"waited_ms": round(adm.waited_s * 1000, 3), "reason": adm.reason}
         if detail:
             info.update(detail)
@@ -660,8 +662,8 @@ class ToolRegistry:
                 late=self._late_reporter(b.call_id, b.run_id, d.name),
             )
             active = _Active(ctx, d.name)
-            with self._active_lock:
-                self._active[b.call_id] = active
+            # Plain dict operations are atomic under the GIL; cancel() copies before iterating.
+            self._active[b.call_id] = active
             b.execution_started = True
             t = time.perf_counter_ns()
             released = True  # from here the executor's finally gives the slot back
@@ -674,8 +676,7 @@ class ToolRegistry:
             env = self._finish(b, entry, ctx, out, t)
             env = yield from self._post_hooks(b, entry, env)
         finally:
-            with self._active_lock:
-                self._active.pop(b.call_id, None)
+            self._active.pop(b.call_id, None)
             active.status = env.status if env is not None else None
             active.done = True
         return env
@@ -1228,6 +1229,8 @@ class LateStep:
     tool: str
     step: Step
 
+
+_FREE = AdmissionResult(True, 0.0, "free")
 
 _ADMISSION_TEXT = {
     "queue_full": "too many calls waiting for a slot (queue full)",

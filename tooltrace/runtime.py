@@ -255,6 +255,14 @@ class Admission:
         self._waiters.append(w)
         return None, w
 
+    def try_acquire(self, tool: str) -> bool:
+        """Take a slot if one is free and nobody is queued (never waits)."""
+        with self._lock:
+            if self._closed or self._waiters or not self._fits(tool):
+                return False
+            self._take(tool)
+            return True
+
     def acquire(self, tool: str, run_id: str, timeout_s: float) -> AdmissionResult:
         """Wait (blocking) up to ``timeout_s`` for a slot."""
         with self._lock:
