@@ -47,6 +47,7 @@ def make_record(
     artifact: Artifact | None = None,
     steps: tuple[Step, ...] | None = None,
     warn: bool = False,
+    run_id: str = "run-1",
     **extra: Any,
 ) -> CallRecord:
     """A finished record; ``handle`` supplies trace ids as the registry would."""
@@ -63,7 +64,7 @@ def make_record(
         }
     return CallRecord(
         call_id=f"0190c0de-0000-7000-8000-{next(_ids):012d}",
-        run_id="run-1",
+        run_id=run_id,
         tool=tool,
         source="user",
         status=status,

@@ -1,0 +1,359 @@
+"""MetricsSink: the metric contract, closed label sets, scrape-time gauges, a real Prometheus."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from otlp_receiver import closed_port
+from prom import Prometheus, promtool_check_metrics
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from telemetry_support import make_record
+
+from tooltrace import ToolCall, ToolRegistry, tool
+from tooltrace.envelope import Artifact, Stage, Status
+from tooltrace.telemetry import Sink
+from tooltrace.telemetry.logging import LoggingSink
+from tooltrace.telemetry.metrics import UNREGISTERED, MetricsSink, serve_metrics
+from tooltrace.telemetry.tracing import TracingSink
+
+STATUSES = {s.value for s in Status}
+STAGES = {s.value for s in Stage}
+
+
+def _samples(registry: CollectorRegistry) -> dict[str, list[Any]]:
+    """Sample name -> samples, from a real text exposition."""
+    out: dict[str, list[Any]] = defaultdict(list)
+    for fam in text_string_to_metric_families(generate_latest(registry).decode()):
+        for s in fam.samples:
+            out[s.name].append(s)
+    return out
+
+
+def _value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    matches = [s.value for s in _samples(registry)[name]
+               if all(s.labels.get(k) == v for k, v in labels.items())]
+    assert len(matches) == 1, (name, labels, matches)
+    return float(matches[0])
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """An empty workspace."""
+    p = tmp_path / "ws"
+    p.mkdir()
+    return p
+
+
+def test_counters_and_histograms_follow_the_contract() -> None:
+    sink = MetricsSink(tool_names={"read_text", "write_text"})
+    assert isinstance(sink, Sink)
+    art = Artifact(path="artifacts/x", chars=10, bytes=10, sha256="00" * 32)
+    for elapsed in (2_000, 20_000, 200_000):
+        sink.emit(make_record("read_text", elapsed_us=elapsed))
+    sink.emit(make_record("read_text", artifact=art))
+    sink.emit(make_record("read_text", Status.FAILED, error_type="OSError"))
+    sink.emit(make_record("write_text", Status.REJECTED, reject_stage=Stage.PARAMS))
+    sink.emit(make_record("write_text", Status.REJECTED, reject_stage=Stage.POLICY))
+    sink.emit(make_record("write_text", hook_modified=True))
+    sink.emit(make_record("../../etc/passwd", Status.REJECTED, reject_stage=Stage.RESOLVE))
+    reg = sink.registry
+
+    assert _value(reg, "tooltrace_tool_calls_total", tool="read_text", status="ok") == 4
+    assert _value(reg, "tooltrace_tool_calls_total", tool="read_text", status="failed") == 1
+    assert _value(reg, "tooltrace_tool_calls_total", tool="write_text", status="rejected") == 2
+    assert _value(reg, "tooltrace_tool_calls_total", tool=UNREGISTERED, status="rejected") == 1
+    assert _value(reg, "tooltrace_tool_rejections_total", tool="write_text", stage="params") == 1
+    assert _value(reg, "tooltrace_tool_rejections_total", tool="write_text", stage="policy") == 1
+    assert _value(reg, "tooltrace_tool_rejections_total", tool=UNREGISTERED,
+                  stage="resolve") == 1
+    assert _value(reg, "tooltrace_tool_hook_modifications_total", tool="write_text") == 1
+    assert _value(reg, "tooltrace_tool_offloads_total", tool="read_text") == 1
+    dur = "tooltrace_tool_call_duration_seconds"
+    assert _value(reg, f"{dur}_count", tool="read_text", status="ok") == 4
+    assert _value(reg, f"{dur}_sum", tool="read_text", status="ok") == pytest.approx(0.2235)
+    assert _value(reg, f"{dur}_bucket", tool="read_text", status="ok", le="0.001") == 0
+    assert _value(reg, f"{dur}_bucket", tool="read_text", status="ok", le="0.0025") == 2
+    assert _value(reg, f"{dur}_bucket", tool="read_text", status="ok", le="0.025") == 3
+    assert _value(reg, f"{dur}_bucket", tool="read_text", status="ok", le="300.0") == 4
+    # Every record that passed admission observed its wait (400 us in these records).
+    wait = "tooltrace_tool_admission_wait_seconds"
+    assert _value(reg, f"{wait}_count", tool="read_text") == 5
+    assert _value(reg, f"{wait}_sum", tool="read_text") == pytest.approx(5 * 0.0004)
+    # Fixed label names on every series.
+    expected = {
+        "tooltrace_tool_calls_total": {"tool", "status"},
+        "tooltrace_tool_rejections_total": {"tool", "stage"},
+        "tooltrace_tool_hook_modifications_total": {"tool"},
+        "tooltrace_tool_offloads_total": {"tool"},
+        f"{dur}_count": {"tool", "status"},
+        f"{wait}_count": {"tool"},
+    }
+    samples = _samples(reg)
+    for name, labels in expected.items():
+        assert samples[name], name
+        assert all(set(s.labels) == labels for s in samples[name]), name
+    assert sink.dropped == 0
+
+
+def test_tool_label_is_unregistered_until_bound_then_follows_the_registry(ws: Path) -> None:
+    sink = MetricsSink()
+    sink.emit(make_record("ping"))
+    assert _value(sink.registry, "tooltrace_tool_calls_total", tool=UNREGISTERED,
+                  status="ok") == 1
+    reg = ToolRegistry(workspace=ws, home=ws.parent / "home", sinks=[sink])
+
+    @tool()
+    def ping() -> str:
+        """Answer."""
+        return "pong"
+
+    # Registered after the sink was bound: still labelled by name from its first call on.
+    reg.register(ping)
+    assert reg.call(ToolCall("ping", {})).status is Status.OK
+    assert reg.call(ToolCall("pong", {})).status is Status.REJECTED
+    assert _value(sink.registry, "tooltrace_tool_calls_total", tool="ping", status="ok") == 1
+    assert _value(sink.registry, "tooltrace_tool_rejections_total", tool=UNREGISTERED,
+                  stage="resolve") == 1
+    reg.shutdown(timeout_s=2.0)
+
+
+def test_state_gauges_are_read_from_the_registry_at_scrape_time(ws: Path) -> None:
+    sink = MetricsSink()
+    release = threading.Event()
+    started = threading.Semaphore(0)
+
+    @tool(max_concurrency=2)
+    def slow() -> str:
+        """Wait for the test."""
+        started.release()
+        release.wait(10)
+        return "done"
+
+    reg = ToolRegistry(workspace=ws, home=ws.parent / "home", max_concurrency=8)
+    reg.register(slow)
+    reg.add_sink(sink)
+    threads = [threading.Thread(target=reg.call, args=(ToolCall("slow", {}),)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(2):
+            assert started.acquire(timeout=10)
+        deadline = time.monotonic() + 10
+        while reg.queue_depth().get("slow", 0) < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        r = sink.registry
+        assert _value(r, "tooltrace_tool_inflight", tool="slow") == 2
+        assert _value(r, "tooltrace_tool_admission_queue_depth", tool="slow") == 1
+        assert _value(r, "tooltrace_tool_concurrency_limit", tool="slow") == 2
+        assert _value(r, "tooltrace_concurrency_limit") == 8
+    finally:
+        release.set()
+        for t in threads:
+            t.join(10)
+    assert _value(sink.registry, "tooltrace_tool_inflight", tool="slow") == 0
+    assert _value(sink.registry, "tooltrace_tool_calls_total", tool="slow", status="ok") == 3
+    reg.shutdown(timeout_s=2.0)
+
+
+def test_drops_and_queue_depths_of_every_sink_are_reported(ws: Path) -> None:
+    metrics = MetricsSink()
+    # A logging sink whose worker sleeps long and whose queue holds 5: 15 of 20 are dropped.
+    logging_sink = LoggingSink(io.BytesIO(), max_queue=5, interval_s=30)
+    tracing = TracingSink(endpoint=f"http://127.0.0.1:{closed_port()}/v1/traces", max_queue=3,
+                          interval_s=30)
+    reg = ToolRegistry(workspace=ws, home=ws.parent / "home",
+                       sinks=[metrics, logging_sink, tracing])
+    for _ in range(20):
+        rec = make_record("x", handle=tracing.open_span("x"))
+        logging_sink.emit(rec)
+        tracing.emit(rec)
+    r = metrics.registry
+    assert _value(r, "tooltrace_telemetry_dropped_total", sink="logging") == 15
+    assert _value(r, "tooltrace_telemetry_queue_depth", sink="logging") == 5
+    assert _value(r, "tooltrace_telemetry_dropped_total", sink="tracing") == 17
+    assert _value(r, "tooltrace_telemetry_queue_depth", sink="tracing") == 3
+    assert _value(r, "tooltrace_telemetry_dropped_total", sink="metrics") == 0
+    # Without a registry, watch() reports the same.
+    lone = MetricsSink()
+    lone.watch(logging_sink)
+    assert _value(lone.registry, "tooltrace_telemetry_dropped_total", sink="logging") == 15
+    tracing.shutdown(0.2)  # its collector is unreachable: do not wait for retries
+    reg.shutdown(timeout_s=2.0)
+
+
+def test_cardinality_stays_bounded_under_hostile_input() -> None:
+    registered = {"read_text", "write_text"}
+    sink = MetricsSink(tool_names=registered)
+    statuses = list(Status)
+    stages = list(Stage)
+    n = 100_000
+    for i in range(n):
+        status = statuses[i % len(statuses)]
+        name = (f"evil_{i % 10_000}/../../home/u{i}" if i % 2 else
+                ("read_text", "write_text")[i % 4 // 2])
+        sink.emit(make_record(
+            name, status,
+            reject_stage=stages[i % len(stages)] if status is Status.REJECTED else None,
+            error_type=f"Error at /tmp/file{i}.txt: token={i}",
+            args={"path": f"/home/user/{i}", "content": f"secret-{i}"},
+            run_id=f"run-{i}",
+            steps=(),
+        ))
+    assert sink.dropped == 0
+    samples = _samples(sink.registry)
+    allowed_tools = registered | {UNREGISTERED}
+    label_sets: dict[str, set[tuple[tuple[str, str], ...]]] = defaultdict(set)
+    for name, ss in samples.items():
+        for s in ss:
+            labels = {k: v for k, v in s.labels.items() if k != "le"}
+            if "tool" in labels:
+                assert labels["tool"] in allowed_tools, labels
+            label_sets[name].add(tuple(sorted(labels.items())))
+    t = len(allowed_tools)
+    assert len(label_sets["tooltrace_tool_calls_total"]) <= t * len(STATUSES)
+    assert len(label_sets["tooltrace_tool_call_duration_seconds_count"]) <= t * len(STATUSES)
+    assert len(label_sets["tooltrace_tool_rejections_total"]) <= t * len(STAGES)
+    for name in ("tooltrace_tool_offloads_total", "tooltrace_tool_hook_modifications_total",
+                 "tooltrace_tool_admission_wait_seconds_count"):
+        assert len(label_sets[name]) <= t
+    assert sum(s.value for s in samples["tooltrace_tool_calls_total"]) == n
+    unreg = sum(s.value for s in samples["tooltrace_tool_calls_total"]
+                if s.labels["tool"] == UNREGISTERED)
+    assert unreg == n // 2
+    # Nothing per-call was kept either.
+    assert len(sink._children) <= t
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[MetricsSink, Any]]:
+    """A sink with its metrics served on a free loopback port."""
+    sink = MetricsSink(tool_names={"read_text"})
+    with serve_metrics(0, registry=sink) as srv:
+        yield sink, srv
+
+
+def _get(url: str, accept: str | None = None) -> str:
+    req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return str(r.read().decode())
+
+
+def test_exemplars_carry_trace_ids_in_openmetrics_only(served: tuple[MetricsSink, Any]) -> None:
+    sink, srv = served
+    tracing = TracingSink(enabled=True, endpoint=f"http://127.0.0.1:{closed_port()}/v1/traces")
+    h = tracing.open_span("read_text")
+    assert h is not None
+    sink.emit(make_record(handle=h, elapsed_us=3_000))
+    om = _get(srv.url, "application/openmetrics-text; version=1.0.0; charset=utf-8")
+    assert f'# {{trace_id="{h.trace_id}"}} 0.003' in om
+    assert om.rstrip().endswith("# EOF")
+    text = _get(srv.url)
+    assert h.trace_id not in text
+    tracing.shutdown(0.5)
+
+
+def test_exposition_passes_promtool_check_metrics(ws: Path) -> None:
+    sink = MetricsSink()
+    reg = ToolRegistry(workspace=ws, home=ws.parent / "home", sinks=[sink])
+
+    @tool()
+    def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    reg.register(echo)
+    reg.call(ToolCall("echo", {"text": "hi"}))
+    reg.call(ToolCall("echo", {}))
+    reg.call(ToolCall("nope", {}))
+    with serve_metrics(0, registry=sink.registry) as srv:
+        exposition = _get(srv.url)
+    proc = promtool_check_metrics(exposition)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == "" and proc.stderr.strip() == "", proc.stdout + proc.stderr
+    assert "tooltrace_tool_calls_total" in exposition
+    reg.shutdown(timeout_s=2.0)
+
+
+def test_serve_metrics_close_frees_the_port() -> None:
+    sink = MetricsSink()
+    srv = serve_metrics(0, registry=sink)
+    assert srv.addr == "127.0.0.1"
+    assert "tooltrace_concurrency_limit" in _get(srv.url) or "tooltrace_tool" in _get(srv.url)
+    srv.close()
+    with pytest.raises(urllib.error.URLError):
+        _get(srv.url)
+
+
+def test_real_prometheus_scrapes_rates_and_quantiles_match_the_calls(ws: Path) -> None:
+    sink = MetricsSink()
+    tracing = TracingSink(enabled=True, endpoint=f"http://127.0.0.1:{closed_port()}/v1/traces",
+                          max_queue=10)
+
+    @tool()
+    def work(ms: int) -> int:
+        """Sleep for ``ms`` milliseconds."""
+        time.sleep(ms / 1000)
+        return ms
+
+    reg = ToolRegistry(workspace=ws, home=ws.parent / "home", tracer=tracing)
+    reg.register(work)
+    reg.add_sink(sink)
+    with serve_metrics(0, registry=sink) as srv, Prometheus(
+        [f"127.0.0.1:{srv.port}"], extra_args=["--enable-feature=exemplar-storage"]
+    ) as prom:
+        prom.wait_for_up()
+        sel = 'tool="work"'
+        # The zero-valued series are scraped before any call, so rate() counts every call.
+        prom.wait_until(f'sum(tooltrace_tool_calls_total{{{sel}}})', lambda v: v == 0)
+        ok_fast, ok_slow, rejected = 0, 0, 0
+        t_start = time.monotonic()
+        for i in range(60):
+            if i % 3 == 2:
+                env = reg.call(ToolCall("work", {"ms": "not a number"}))
+                assert env.reject_stage is Stage.PARAMS
+                rejected += 1
+            elif (ok_fast + ok_slow) % 5 == 4:
+                assert reg.call(ToolCall("work", {"ms": 150})).ok  # in (0.1, 0.25] s
+                ok_slow += 1
+            else:
+                assert reg.call(ToolCall("work", {"ms": 3})).ok  # well under 0.1 s
+                ok_fast += 1
+        drove_s = time.monotonic() - t_start
+        total = ok_fast + ok_slow + rejected
+        assert (ok_fast, ok_slow, rejected) == (32, 8, 20)
+        prom.wait_until(f'sum(tooltrace_tool_calls_total{{{sel}}})', lambda v: v == total)
+        ratio = prom.value(
+            f'sum(rate(tooltrace_tool_rejections_total{{{sel},stage="params"}}[1m]))'
+            f' / sum(rate(tooltrace_tool_calls_total{{{sel}}}[1m]))'
+        )
+        assert ratio == pytest.approx(rejected / total, abs=1e-9)
+        rate = prom.value(f'sum(rate(tooltrace_tool_rejections_total{{{sel}}}[1m]))')
+        assert rate is not None and rate * 60 >= rejected
+        increase = prom.value(f'sum(increase(tooltrace_tool_rejections_total{{{sel}}}[1m]))')
+        assert increase is not None and rejected <= increase <= rejected * 1.6
+        assert drove_s > 0
+        # 80 % of ok calls in the first buckets, 20 % in (0.1, 0.25]: p95 interpolates to
+        # 0.1 + 0.15 * (0.95 - 0.8) / 0.2 = 0.2125 s.
+        p95 = prom.value(
+            'histogram_quantile(0.95, sum by (le) '
+            f'(rate(tooltrace_tool_call_duration_seconds_bucket{{{sel},status="ok"}}[1m])))'
+        )
+        assert p95 == pytest.approx(0.2125, abs=1e-9)
+        # Exemplars were scraped (OpenMetrics) and point at real trace ids.
+        ex = prom.api("query_exemplars",
+                      query=f'tooltrace_tool_call_duration_seconds_bucket{{{sel}}}',
+                      start=time.time() - 120, end=time.time() + 5)
+        trace_ids = {e["labels"]["trace_id"] for series in ex for e in series["exemplars"]}
+        assert trace_ids and all(len(t) == 32 for t in trace_ids)
+    reg.shutdown(timeout_s=2.0)
+    tracing.shutdown(0.5)
