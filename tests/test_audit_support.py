@@ -174,3 +174,107 @@ def _writer_main(home: str, fsync: str) -> None:
 
 if __name__ == "__main__" and len(sys.argv) >= 4 and sys.argv[1] == "writer":
     _writer_main(sys.argv[2], sys.argv[3])
+
+
+# -- a real workload through the registry ------------------------------------------------------
+
+SECRET = "sk-live-4f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c"
+
+
+def run_real_workload(home: Any, workspace: Any, *, strict: bool = False) -> dict[str, str]:
+    """Drive one of every kind of call through a real ``ToolRegistry`` with an ``AuditSink``.
+
+    Returns kind -> call id. Kinds: ok, params, policy, approved, approval, hook_modify,
+    hook_block, offload, failed, unknown (later resolved), secret.
+    """
+    from pathlib import Path
+
+    from tooltrace import (
+        ApprovalDecision,
+        ApprovalRequest,
+        HookDecision,
+        HookView,
+        Policy,
+        RequireApproval,
+        ToolCall,
+        hook,
+        tool,
+    )
+    from tooltrace.builtins import default_registry
+    from tooltrace.telemetry.audit import AuditSink
+
+    ws = Path(workspace)
+    (ws / "notes").mkdir(parents=True, exist_ok=True)
+    (ws / "notes" / "a.txt").write_text("alpha\n")
+
+    def approver(req: ApprovalRequest) -> ApprovalDecision:
+        ok = req.arguments.get("env") == "staging"
+        return ApprovalDecision(ok, who="alice", reason="staging only")
+
+    @hook("cap_limit", tools={"search"})
+    def cap_limit(view: HookView) -> HookDecision:
+        if int(view.arguments.get("limit", 0)) > 10:
+            return HookDecision.modify(arguments={"limit": 10}, reason="limit capped at 10")
+        return HookDecision.proceed()
+
+    @hook("no_forbidden", tools={"search"})
+    def no_forbidden(view: HookView) -> HookDecision:
+        if view.arguments.get("query") == "forbidden":
+            return HookDecision.block("this query is not allowed")
+        return HookDecision.proceed()
+
+    sink = AuditSink(home, strict=strict)
+    reg = default_registry(
+        workspace=ws, home=home, sinks=[sink], approver=approver, cancel_grace_s=0.05,
+        policy=Policy([RequireApproval(tools=frozenset({"deploy"}))]), hooks=[cap_limit,
+                                                                              no_forbidden],
+    )
+
+    @tool(capability="read")
+    def search(query: str, limit: int = 5) -> str:
+        """Search."""
+        return f"{limit} hits for {query}"
+
+    @tool(capability="execute", effect="external")
+    def deploy(env: str, token: str = "") -> str:
+        """Deploy."""
+        return f"deployed to {env}"
+
+    @tool(capability="read")
+    def dump(size: int) -> str:
+        """Return a lot of text."""
+        return "line of output\n" * size
+
+    @tool(capability="read")
+    def explode() -> str:
+        """Always fails."""
+        raise FileNotFoundError("no such thing")
+
+    @tool(capability="write", effect="local", timeout_s=0.15, cancellable=False)
+    def slow_write(path: str) -> str:
+        """Takes longer than its deadline and cannot be stopped."""
+        time.sleep(0.4)
+        return "written"
+
+    for t in (search, deploy, dump, explode, slow_write):
+        reg.register(t)
+    out: dict[str, str] = {}
+    run = "run-real"
+
+    def call(kind: str, name: str, args: dict[str, Any]) -> None:
+        out[kind] = reg.call(ToolCall(name, args, run_id=run)).call_id
+
+    call("ok", "read_text", {"path": "notes/a.txt"})
+    call("params", "read_text", {"path": 42})
+    call("policy", "read_text", {"path": "../outside.txt"})
+    call("approved", "deploy", {"env": "staging"})
+    call("approval", "deploy", {"env": "prod"})
+    call("hook_modify", "search", {"query": "q", "limit": 50})
+    call("hook_block", "search", {"query": "forbidden"})
+    call("offload", "dump", {"size": 5000})
+    call("failed", "explode", {})
+    call("secret", "deploy", {"env": "staging", "token": SECRET})
+    call("unknown", "slow_write", {"path": "notes/b.txt"})
+    time.sleep(0.6)  # the abandoned call finishes and its late ``resolved`` step is emitted
+    reg.shutdown(timeout_s=5.0)
+    return out

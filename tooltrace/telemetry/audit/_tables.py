@@ -124,7 +124,7 @@ def build_tables(segments: Iterable[ParsedSegment]) -> dict[str, pa.Table]:
                 it["line"].append(no)
             elif k == "s":
                 cid = o["call_id"]
-                row = o.get("step") or ()
+                row: Any = o.get("step") or ()
                 if len(row) < 6:
                     continue
                 add_steps(cid, (row,))

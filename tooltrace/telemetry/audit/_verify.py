@@ -8,15 +8,17 @@ Severity ``error`` is evidence of tampering or damage; ``warning`` is what a cra
 from __future__ import annotations
 
 import collections
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._format import chain_hash, checkpoint_mac, genesis_hash, split_hash
+from ..._config import resolve_home
+from ._format import chain_hash, checkpoint_mac, genesis_hash, load_key, split_hash
 from ._manifest import read_manifest
-from ._segments import SegmentInfo, list_segments, read_segment
+from ._segments import SegmentInfo, audit_dir, list_segments, read_segment
 
-__all__ = ["Finding", "VerifyReport", "verify_audit"]
+__all__ = ["Finding", "VerifyReport", "verify", "verify_audit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,3 +261,9 @@ def add_missing(report: VerifyReport, writer: str, n: int, after: SegmentInfo) -
     report.findings.append(Finding(
         "error", "deleted", f"{writer}.{n:06d}.jsonl", None, None,
         f"segment {n} of writer {writer} is missing (found {after.name}): deleted"))
+
+
+def verify(home: str | os.PathLike[str] | None = None) -> VerifyReport:
+    """Verify the audit trail of a tooltrace home (key from TOOLTRACE_AUDIT_KEY or the home)."""
+    h = resolve_home(home)
+    return verify_audit(audit_dir(h), load_key(h, create=False))

@@ -1,0 +1,53 @@
+"""The ``tooltrace`` command line: thin commands over the library.
+
+Commands load lazily (``tooltrace --help`` imports no DuckDB): each lives in its own module and
+is listed once in ``COMMANDS``; adding one is one line here. Exit codes: 0 ok, 1 the thing
+asked about is not there or a check failed, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+__all__ = ["COMMANDS", "main"]
+
+#: command name -> "module:attribute" of its click command.
+COMMANDS: dict[str, str] = {
+    "autopsy": "tooltrace.cli.autopsy:autopsy",
+    "calls": "tooltrace.cli.calls:calls",
+    "compact": "tooltrace.cli.compact:compact",
+    "demo": "tooltrace.cli.demo:demo",
+    "query": "tooltrace.cli.query:query",
+    "stats": "tooltrace.cli.stats:stats",
+    "tools": "tooltrace.cli.tools:tools",
+    "verify": "tooltrace.cli.verify:verify",
+}
+
+
+class _LazyGroup(click.Group):
+    """A group that imports a command's module only when that command is needed."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMANDS) | set(super().list_commands(ctx)))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module, attr = target.split(":")
+        cmd: Any = getattr(importlib.import_module(module), attr)
+        assert isinstance(cmd, click.Command)
+        return cmd
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tooltrace", prog_name="tooltrace")
+def main() -> None:
+    """Every tool call an AI agent makes, observable and auditable.
+
+    Audit commands read the trail under --home (default: TOOLTRACE_HOME, else ./.tooltrace).
+    Exit codes: 0 ok, 1 not found or a check failed, 2 usage error.
+    """

@@ -1,0 +1,196 @@
+"""What every command shares: the --home and --json options, output for people and machines,
+and the guard that keeps host paths out of what is printed."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+import click
+import orjson
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..telemetry.audit.query import AuditStore
+
+__all__ = [
+    "EXIT_FAIL",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "OutputGuard",
+    "console",
+    "fail",
+    "home_option",
+    "json_option",
+    "open_store",
+    "parse_since",
+    "print_json",
+]
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def home_option(f: F) -> F:
+    """``--home``: the tooltrace home (default: TOOLTRACE_HOME, else ./.tooltrace)."""
+    return click.option(
+        "--home",
+        type=click.Path(file_okay=False, path_type=Path),
+        envvar="TOOLTRACE_HOME",
+        default=None,
+        help="tooltrace home (default: $TOOLTRACE_HOME, else ./.tooltrace).",
+    )(f)
+
+
+def json_option(f: F) -> F:
+    """``--json``: machine-readable output on stdout."""
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")(f)
+
+
+class OutputGuard:
+    """Replaces host paths (the home's and the working directory's) in printed text.
+
+    Records are redacted before they are stored; this is the last line of defence for what the
+    CLI itself adds (error messages, file locations).
+    """
+
+    def __init__(self, home: Path | None) -> None:
+        subs: list[tuple[str, str]] = []
+        if home is not None:
+            subs.append((str(home.resolve()), "<home>"))
+        cwd = os.getcwd()
+        if cwd not in ("/", ""):
+            subs.append((cwd, "."))
+        subs.sort(key=lambda s: -len(s[0]))
+        self._subs = [(a, b) for a, b in subs if a]
+
+    def __call__(self, text: str) -> str:
+        for a, b in self._subs:
+            if a in text:
+                text = text.replace(a, b)
+        return text
+
+
+def console() -> Console:
+    """A rich console on stdout: no colour with NO_COLOR or without a TTY; wide when piped."""
+    from rich.console import Console
+
+    tty = sys.stdout.isatty()
+    width = None if tty else max(int(os.environ.get("COLUMNS", "0") or 0), 200)
+    return Console(
+        highlight=False,
+        soft_wrap=False,
+        width=width,
+        no_color=bool(os.environ.get("NO_COLOR")) or not tty,
+        force_terminal=False if not tty else None,
+    )
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, dt.datetime):
+        return iso(obj)
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    return str(obj)
+
+
+def to_json(obj: Any, guard: OutputGuard) -> str:
+    """JSON text of ``obj`` with host paths scrubbed."""
+    text = orjson.dumps(obj, default=_default, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+    return guard(text.decode())
+
+
+def print_json(obj: Any, guard: OutputGuard) -> None:
+    """Print ``obj`` as JSON on stdout."""
+    click.echo(to_json(obj, guard))
+
+
+def iso(t: dt.datetime | None) -> str | None:
+    """UTC timestamp (stored naive, in UTC) as ISO 8601 with a Z."""
+    if t is None:
+        return None
+    return t.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+def fail(message: str, code: int = EXIT_FAIL, guard: OutputGuard | None = None) -> NoReturn:
+    """Print an error on stderr and exit with ``code``."""
+    click.echo(f"error: {guard(message) if guard else message}", err=True)
+    sys.exit(code)
+
+
+_REL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_since(value: str | None) -> str | None:
+    """``--since``: a duration back from now (``30m``, ``2h``, ``7d``) or a UTC timestamp."""
+    if value is None:
+        return None
+    m = _REL.match(value)
+    if m:
+        ago = dt.timedelta(seconds=float(m[1]) * _UNITS[m[2]])
+        return (dt.datetime.now(dt.UTC) - ago).replace(tzinfo=None).isoformat()
+    try:
+        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r}: use a duration such as 30m, 2h, 7d or an ISO timestamp (UTC)"
+        ) from None
+    if t.tzinfo is not None:
+        t = t.astimezone(dt.UTC).replace(tzinfo=None)
+    return t.isoformat()
+
+
+@contextmanager
+def open_store(home: Path | None, guard: OutputGuard) -> Iterator[AuditStore]:
+    """Open the audit trail; exit 1 with a clear message when there is none."""
+    from .._config import resolve_home
+    from ..telemetry.audit.query import AuditStore
+
+    h = resolve_home(home)
+    if not (h / "audit").is_dir():
+        fail(f"no audit trail under {guard(str(h))} (set --home or TOOLTRACE_HOME)", EXIT_FAIL)
+    store = AuditStore(h)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def cell(value: Any, limit: int = 80) -> str:
+    """One table cell: JSON for structures, ISO for times, cut to ``limit`` characters."""
+    if value is None:
+        return ""
+    if isinstance(value, dt.datetime):
+        s = iso(value) or ""
+    elif isinstance(value, float):
+        s = f"{value:.3f}"
+    elif isinstance(value, (dict, list)):
+        s = orjson.dumps(value, default=_default).decode()
+    else:
+        s = str(value)
+    s = s.replace("\n", " ")
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def table(
+    title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]], guard: OutputGuard,
+    *, limit: int = 80, no_wrap: Sequence[str] = ("call_id",),
+) -> None:
+    """Print rows as a rich table (paths scrubbed)."""
+    from rich.table import Table
+
+    t = Table(title=title, show_lines=False, header_style="bold")
+    for c in columns:
+        t.add_column(c, no_wrap=c in no_wrap, overflow="fold")
+    for r in rows:
+        t.add_row(*(guard(cell(v, limit)) for v in r))
+    console().print(t)

@@ -1,0 +1,131 @@
+"""``tooltrace autopsy <callId>``: replay one call step by step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ._common import (
+    EXIT_FAIL,
+    EXIT_USAGE,
+    OutputGuard,
+    cell,
+    console,
+    fail,
+    home_option,
+    iso,
+    json_option,
+    open_store,
+    print_json,
+    table,
+)
+
+
+@click.command()
+@click.argument("call_id")
+@home_option
+@json_option
+def autopsy(call_id: str, home: Path | None, as_json: bool) -> None:
+    """Replay one call step by step (CALL_ID may be a unique prefix).
+
+    Exit 1 when no call has this id, 2 when the prefix matches several calls.
+    """
+    from ..telemetry.audit.autopsy import explain
+    from ..telemetry.audit.query import AmbiguousCallId, CallNotFound
+
+    guard = OutputGuard(home)
+    with open_store(home, guard) as store:
+        try:
+            detail = store.call(call_id)
+        except AmbiguousCallId as exc:
+            fail(f"call id prefix {call_id!r} is ambiguous; it matches "
+                 f"{', '.join(exc.matches[:4])}{' ...' if len(exc.matches) > 4 else ''}"
+                 " -- give more characters", EXIT_USAGE)
+        except CallNotFound:
+            fail(f"no call with id {call_id[:40]!r} in this audit trail", EXIT_FAIL)
+        a = explain(detail)
+    if as_json:
+        print_json(a.to_dict(), guard)
+        return
+    _render(a, guard)
+
+
+def _line(label: str, value: Any, guard: OutputGuard) -> None:
+    console().print(f"[bold]{label:<18}[/bold] {guard(cell(value, 400))}", markup=True)
+
+
+def _render(a: Any, guard: OutputGuard) -> None:
+    rec = a.record or {}
+    out = console()
+    out.rule(f"call {a.call_id}")
+    _line("tool", f"{rec.get('tool') or (a.intent or {}).get('tool')}"
+          f"  (source {rec.get('source') or '?'}, mode {rec.get('mode') or '?'})", guard)
+    _line("run", rec.get("run_id") or (a.intent or {}).get("run_id"), guard)
+    _line("started", iso(rec.get("started_at")), guard)
+    res = a.result
+    status = res.get("status")
+    if res.get("ended_status") and res.get("ended_status") != status:
+        status = f"{status} (returned {res['ended_status']}, resolved later)"
+    if res.get("reject_stage"):
+        status = f"{status} at stage {res['reject_stage']}"
+    _line("status", status, guard)
+    _line("summary", res.get("summary"), guard)
+    _line("elapsed", f"{res.get('elapsed_ms') or 0:.3f} ms", guard)
+    _line("arguments", a.arguments, guard)
+    for s in a.schema:
+        _line(f"schema ({s['step']})", f"{s['decision']}"
+              + (f": {s['error']}" if s.get("error") else ""), guard)
+    for param, where in a.paths.items():
+        _line("path", f"{param} -> {where} (within the workspace)", guard)
+    for p in a.policy:
+        if p.get("rule"):
+            txt = f"{p['decision']} by rule {p['rule']}"
+        else:
+            txt = f"{p['decision']} (no rule objected; ran: {', '.join(p.get('rules') or [])})"
+        _line("policy", txt + (f": {p['reason']}" if p.get("reason") else ""), guard)
+    for p in a.approvals:
+        _line("approval", f"{p['decision']} by {p.get('approver') or p['decider']}"
+              + (f" (rule {p['rule']})" if p.get("rule") else "")
+              + (f": {p['reason']}" if p.get("reason") else ""), guard)
+    for h in a.hooks:
+        txt = f"{h['phase']} {h['hook']}: {h['decision']}"
+        if h.get("reason"):
+            txt += f" ({h['reason']})"
+        if h.get("diff"):
+            txt += f" diff {cell(h['diff'], 300)}"
+        if h.get("error"):
+            txt += f" error {h['error']}"
+        _line("hook", txt, guard)
+    ex = a.execution
+    started = "yes" if a.execution_started else "no (execution never started)"
+    if ex is not None:
+        started += f", outcome {ex['decision']} after {ex['elapsed_ms']:.3f} ms"
+    _line("execution started", started, guard)
+    for e in a.events:
+        _line(e["step"], f"{e['decision']} at +{e['offset_ms']} ms by {e['decider']}"
+              + (f" {cell(e['detail'], 200)}" if e.get("detail") else ""), guard)
+    if res.get("error_type"):
+        _line("error type", res["error_type"], guard)
+    if res.get("preview"):
+        _line("result preview", res["preview"], guard)
+    if a.artifact:
+        art = a.artifact
+        _line("artifact", f"{art['path']} ({art['chars']} chars, sha256 {art['sha256']})", guard)
+    if a.resolution:
+        _line("resolution", f"{a.resolution['status']} at {iso(a.resolution['at'])}: "
+              f"{a.resolution['summary']}", guard)
+    tr = a.trace
+    if tr.get("trace_id"):
+        _line("trace", tr["trace_id"] + (f"  {tr['url']}" if tr.get("url") else ""), guard)
+    if a.intent is not None:
+        _line("strict intent", f"recorded at {iso(a.intent['started_at'])}", guard)
+    table(
+        "steps",
+        ["seq", "step", "at (UTC)", "+ms", "elapsed ms", "decider", "decision", "detail"],
+        [[s["seq"], s["step"], s["started_at"], s["offset_ms"], s["elapsed_ms"], s["decider"],
+          s["decision"], s["detail"]] for s in a.steps],
+        guard, limit=120,
+    )
+    del out

@@ -1,0 +1,31 @@
+"""``tooltrace compact``: move sealed audit segments into Parquet sorted by call id."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ._common import OutputGuard, home_option, json_option, print_json
+
+
+@click.command()
+@click.option("--prune", is_flag=True, help="Delete segments once they are in Parquet.")
+@home_option
+@json_option
+def compact(prune: bool, home: Path | None, as_json: bool) -> None:
+    """Compact sealed segments into Parquet (crashed writers' segments are sealed first)."""
+    from ..telemetry.audit import compact as do_compact
+
+    guard = OutputGuard(home)
+    res = do_compact(home, prune=prune)
+    data = {"segments": res.segments, "calls": res.calls, "steps": res.steps,
+            "files": list(res.files), "pruned": res.pruned,
+            "recovered": [r.segment for r in res.recovered]}
+    if as_json:
+        print_json(data, guard)
+        return
+    click.echo(f"compacted {res.segments} segments: {res.calls} calls, {res.steps} steps"
+               f" into {len(res.files)} Parquet files" + (" (segments pruned)" if prune else ""))
+    for r in res.recovered:
+        click.echo(f"sealed crashed writer's segment {r.segment} ({r.torn_bytes} torn bytes)")

@@ -1,0 +1,95 @@
+"""``tooltrace query <file-or-sql>``: run a shipped query, a SQL file or SQL text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ._common import (
+    EXIT_FAIL,
+    EXIT_USAGE,
+    OutputGuard,
+    fail,
+    home_option,
+    json_option,
+    open_store,
+    print_json,
+)
+from ._common import table as print_table
+
+
+def _params(values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in values:
+        name, sep, val = v.partition("=")
+        if not sep or not name.strip().isidentifier():
+            raise click.BadParameter(f"{v!r}: use NAME=VALUE", param_hint="--param")
+        out[name.strip()] = val
+    return out
+
+
+@click.command()
+@click.argument("source", required=False)
+@click.option("--param", "-p", "params", multiple=True, metavar="NAME=VALUE",
+              help="Value of a $NAME parameter (repeatable).")
+@click.option("--list", "list_", is_flag=True, help="List shipped queries and their parameters.")
+@home_option
+@json_option
+def query(source: str | None, params: tuple[str, ...], list_: bool, home: Path | None,
+          as_json: bool) -> None:
+    """Run SQL over tool_calls, tool_call_steps and tool_call_intents.
+
+    SOURCE is a shipped query name (see --list), a .sql file, or SQL text. Parameters are
+    $NAME placeholders; documented defaults apply when not given. Exit 1 when the query fails,
+    2 for a missing or unknown parameter.
+    """
+    from ..telemetry.audit._sqlfiles import MissingParameter, find_sql, load_sql, shipped_sql
+
+    guard = OutputGuard(home)
+    if list_:
+        files = shipped_sql()
+        if as_json:
+            print_json([{"name": f.name, "question": f.question,
+                         "params": [{"name": p.name, "type": p.type, "default": p.default,
+                                     "required": p.required, "help": p.help} for p in f.params]}
+                        for f in files], guard)
+            return
+        for f in files:
+            click.echo(f"{f.name}: {f.question}")
+            for p in f.params:
+                dflt = "required" if p.required else f"default {p.default or 'none'}"
+                click.echo(f"    ${p.name} ({p.type}, {dflt}): {p.help}")
+        return
+    if not source:
+        fail("give a query name, a .sql file or SQL text (or --list)", EXIT_USAGE)
+    sql = find_sql(source)
+    if sql is None:
+        path = Path(source)
+        if source.endswith(".sql") or (len(source) < 4096 and path.is_file()):
+            try:
+                sql = load_sql(path.read_text(), path.stem)
+            except OSError:
+                fail(f"cannot read SQL file {source!r}", EXIT_USAGE, guard)
+        else:
+            sql = load_sql(source)
+    try:
+        bound = sql.bind(_params(params))
+    except MissingParameter as exc:
+        fail(str(exc), EXIT_USAGE)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    import duckdb
+
+    with open_store(home, guard) as store:
+        try:
+            res = store.sql(sql.text, bound)
+        except duckdb.Error as exc:
+            fail(f"query failed: {str(exc).splitlines()[0][:300]}", EXIT_FAIL, guard)
+    if as_json:
+        print_json(res.dicts(), guard)
+        return
+    if not res.rows:
+        click.echo("no rows")
+        return
+    print_table(None, res.columns, res.rows, guard)

@@ -1,0 +1,39 @@
+"""``tooltrace stats``: per tool calls, reject and offload ratios, p50/p95 latency."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ._common import OutputGuard, home_option, json_option, open_store, parse_since, print_json
+from ._common import table as print_table
+
+
+@click.command()
+@click.option("--since", help="Only calls since: a duration (30m, 2h, 7d) or a UTC timestamp.")
+@click.option("--tool", help="Only this tool.")
+@home_option
+@json_option
+def stats(since: str | None, tool: str | None, home: Path | None, as_json: bool) -> None:
+    """Per tool: calls, parameter-reject, policy-reject and offload ratios, p50/p95 (ms).
+
+    The definitions are those of the Prometheus recording rules: parameter-reject ratio =
+    rejections at stage params / calls; policy-reject ratio = rejections at stage policy or
+    approval / calls; offload ratio = offloaded / ok calls; p50/p95 over all calls.
+    """
+    from ..telemetry.audit._sqlfiles import find_sql
+
+    q = find_sql("tool_stats")
+    assert q is not None, "the tool_stats query ships with tooltrace"
+    guard = OutputGuard(home)
+    with open_store(home, guard) as store:
+        given = {k: v for k, v in (("since", parse_since(since)), ("tool", tool)) if v is not None}
+        res = store.sql(q.text, q.bind(given))
+    if as_json:
+        print_json(res.dicts(), guard)
+        return
+    if not res.rows:
+        click.echo("no calls recorded")
+        return
+    print_table(None, res.columns, res.rows, guard)

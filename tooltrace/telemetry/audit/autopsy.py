@@ -1,0 +1,176 @@
+"""One call, replayed: the facts a post-mortem needs, drawn from its record and its steps.
+
+``explain(detail)`` turns a ``CallDetail`` (``AuditStore.call``) into an ``Autopsy``: the
+arguments as the model gave them (redacted), the schema verdict, where each path resolved, each
+policy rule and approver, each hook with its decision and argument diff, whether execution
+started, deadline and cancellation events, result, artifact, trace, late resolution, and every
+step with its time, offset, elapsed time and decider. The CLI prints it; ``to_dict`` is the
+``--json`` form.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .query import CallDetail
+
+__all__ = ["TOOLTRACE_TRACE_URL", "Autopsy", "explain"]
+
+#: Template of a link to a trace viewer, with ``{trace_id}`` (and optionally ``{span_id}``).
+TOOLTRACE_TRACE_URL = "TOOLTRACE_TRACE_URL"
+
+_EVENT_STEPS = ("deadline", "cancel_requested", "cancelled", "resolved", "job_started", "job_ended")
+
+
+def _j(v: Any) -> Any:
+    if isinstance(v, str):
+        try:
+            return orjson.loads(v)
+        except orjson.JSONDecodeError:
+            return v
+    return v
+
+
+@dataclass(frozen=True, slots=True)
+class Autopsy:
+    """The facts of one call, in the order a reader asks for them."""
+
+    call_id: str
+    record: dict[str, Any] | None
+    arguments: Any
+    schema: list[dict[str, Any]]
+    paths: dict[str, str]
+    policy: list[dict[str, Any]]
+    approvals: list[dict[str, Any]]
+    hooks: list[dict[str, Any]]
+    execution_started: bool
+    execution: dict[str, Any] | None
+    events: list[dict[str, Any]]
+    result: dict[str, Any]
+    artifact: dict[str, Any] | None
+    trace: dict[str, Any]
+    resolution: dict[str, Any] | None
+    intent: dict[str, Any] | None
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``tooltrace autopsy --json``)."""
+        return {
+            "call_id": self.call_id,
+            "call": self.record,
+            "arguments": self.arguments,
+            "schema": self.schema,
+            "paths": self.paths,
+            "policy": self.policy,
+            "approvals": self.approvals,
+            "hooks": self.hooks,
+            "execution_started": self.execution_started,
+            "execution": self.execution,
+            "events": self.events,
+            "result": self.result,
+            "artifact": self.artifact,
+            "trace": self.trace,
+            "resolution": self.resolution,
+            "intent": self.intent,
+            "steps": self.steps,
+        }
+
+
+def _us(t: dt.datetime | None) -> int | None:
+    if t is None:
+        return None
+    return int(t.replace(tzinfo=dt.UTC).timestamp() * 1_000_000)
+
+
+def explain(detail: CallDetail) -> Autopsy:
+    """Build the autopsy of one call."""
+    rec = dict(detail.record) if detail.record is not None else None
+    if rec is not None:
+        rec["args_redacted"] = _j(rec.get("args_redacted"))
+        rec["attributes"] = _j(rec.get("attributes"))
+    t0 = _us(rec["started_at"]) if rec else (
+        _us(detail.intent["started_at"]) if detail.intent else None)
+    steps: list[dict[str, Any]] = []
+    for s in detail.steps:
+        d = dict(s)
+        d["detail"] = _j(d.get("detail"))
+        at = _us(d.get("started_at"))
+        d["offset_ms"] = None if at is None or t0 is None else round((at - t0) / 1000.0, 3)
+        steps.append(d)
+    schema, policy, approvals, hooks, events = [], [], [], [], []
+    paths: dict[str, str] = {}
+    execution: dict[str, Any] | None = None
+    for s in steps:
+        name, det = s["step"], s["detail"] if isinstance(s["detail"], dict) else {}
+        brief = {"seq": s["seq"], "step": name, "decider": s["decider"], "decision": s["decision"]}
+        if name in ("validate", "revalidate"):
+            schema.append({**brief, "error": det.get("error"), "rule": det.get("rule")})
+        elif name == "policy":
+            # A bare "policy" decider means no rule objected; the rules that ran are in detail.
+            rule = s["decider"].split(":", 1)[1] if ":" in s["decider"] else None
+            policy.append({**brief, "rule": rule, "rules": det.get("rules"),
+                           "reason": det.get("reason")})
+            p = det.get("paths")
+            if isinstance(p, dict):
+                paths.update({str(k): str(v) for k, v in p.items()})
+        elif name == "approval":
+            who = s["decider"].split(":", 1)[1] if s["decider"].startswith("user:") else None
+            approvals.append({**brief, "approver": who, "rule": det.get("rule"),
+                              "reason": det.get("reason")})
+        elif name in ("pre_hook", "post_hook"):
+            hook = s["decider"].split(":", 1)[1] if ":" in s["decider"] else s["decider"]
+            hooks.append({**brief, "hook": hook, "phase": name[:-5], "reason": det.get("reason"),
+                          "diff": det.get("diff"), "error": det.get("error")})
+        elif name == "execute":
+            execution = {**brief, "elapsed_ms": s["elapsed_ms"], "detail": det or None}
+        if name in _EVENT_STEPS:
+            events.append({**brief, "at": s["started_at"], "offset_ms": s["offset_ms"],
+                           "detail": det or None})
+    started = bool(rec["execution_started"]) if rec else execution is not None
+    result: dict[str, Any] = {}
+    artifact = None
+    trace: dict[str, Any] = {}
+    resolution = None
+    if rec is not None:
+        result = {
+            "status": rec["status"],
+            "ended_status": rec["ended_status"],
+            "reject_stage": rec["reject_stage"],
+            "error_type": rec["error_type"],
+            "summary": rec["summary"],
+            "preview": rec["result_preview"],
+            "elapsed_ms": rec["elapsed_ms"],
+        }
+        if rec.get("artifact_path"):
+            artifact = {
+                "path": rec["artifact_path"],
+                "chars": rec["artifact_chars"],
+                "bytes": rec["artifact_bytes"],
+                "sha256": rec["artifact_sha256"],
+            }
+        trace = {"trace_id": rec["trace_id"], "span_id": rec["span_id"],
+                 "parent_span_id": rec["parent_span_id"], "sampled": rec["trace_sampled"]}
+        tmpl = os.environ.get(TOOLTRACE_TRACE_URL)
+        if tmpl and rec["trace_id"]:
+            try:
+                trace["url"] = tmpl.format(trace_id=rec["trace_id"], span_id=rec["span_id"] or "")
+            except (KeyError, IndexError, ValueError):
+                trace["url"] = None
+        if rec.get("resolved_at") is not None:
+            resolution = {"status": rec["status"], "at": rec["resolved_at"],
+                          "summary": rec["resolution_summary"]}
+    else:
+        result = {"status": None, "summary": "no final record: only the strict-mode intent exists"
+                  " (the process stopped during the call?)"}
+    intent = None
+    if detail.intent is not None:
+        intent = dict(detail.intent)
+        intent["args_redacted"] = _j(intent.get("args_redacted"))
+    args = rec["args_redacted"] if rec else (intent or {}).get("args_redacted")
+    return Autopsy(detail.call_id, rec, args, schema, paths, policy, approvals, hooks, started,
+                   execution, events, result, artifact, trace, resolution, intent, steps)
