@@ -158,7 +158,8 @@ class LoggingSink:
         )
         #: Lines that could not be written (stream closed or failing), counted, never raised.
         self.export_failures = 0
-        self._worker: BatchWorker[CallRecord] = BatchWorker(
+        # Holds CallRecords and late steps (see emit_late).
+        self._worker: BatchWorker[Any] = BatchWorker(
             "logging", self._write_batch, max_queue=max_queue, max_batch=max_batch,
             interval_s=interval_s,
         )
@@ -180,6 +181,17 @@ class LoggingSink:
         except Exception:
             self._worker.dropped += 1
 
+    def emit_late(self, late: Any) -> None:
+        """Queue a step recorded after its call returned (``tool_late_step`` line).
+
+        ``late`` has ``call_id``, ``run_id``, ``tool`` and ``step`` (a ``Step``): for example
+        the confirmed end state of a call first reported as ``unknown``, or a job's end.
+        """
+        try:
+            self._worker.submit(late)
+        except Exception:
+            self._worker.dropped += 1
+
     def flush(self, timeout_s: float = 5.0) -> bool:
         """Write everything queued; False if the deadline passed first."""
         return self._worker.flush(timeout_s)
@@ -190,13 +202,16 @@ class LoggingSink:
 
     # -- background worker ----------------------------------------------------------------------
 
-    def _write_batch(self, batch: list[CallRecord]) -> None:
+    def _write_batch(self, batch: list[Any]) -> None:
         lines = self._buffer.lines
         lines.clear()
         log = self._log
-        for rec in batch:
+        for item in batch:
             try:
-                self._render(log, rec)
+                if isinstance(item, CallRecord):
+                    self._render(log, item)
+                else:
+                    self._render_late(log, item)
             except Exception:
                 self.export_failures += 1
         if not lines:
@@ -254,6 +269,22 @@ class LoggingSink:
             if st.detail:
                 step_fields["detail"] = dict(st.detail)
             log.warning("tool_step", **step_fields)
+
+    def _render_late(self, log: Any, late: Any) -> None:
+        st = late.step
+        fields: dict[str, Any] = {
+            "timestamp": _iso(st.started_at_us),
+            "call_id": late.call_id,
+            "run_id": late.run_id,
+            "tool": late.tool,
+            "step": st.step,
+            "seq": st.seq,
+            "decider": st.decider,
+            "decision": st.decision,
+        }
+        if st.detail:
+            fields["detail"] = dict(st.detail)
+        log.info("tool_late_step", **fields)
 
 
 def _dumps_str(obj: Any, **_: Any) -> str:

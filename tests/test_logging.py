@@ -1,0 +1,219 @@
+"""LoggingSink: JSON and console lines written off the call path, configured by args or env."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from telemetry_support import make_record
+
+from tooltrace import ToolCall, ToolRegistry, tool
+from tooltrace.envelope import Stage, Status
+from tooltrace.telemetry import Sink
+from tooltrace.telemetry.logging import TOOLTRACE_LOG_FORMAT, TOOLTRACE_LOG_LEVEL, LoggingSink
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No logging settings leak in from the environment."""
+    monkeypatch.delenv(TOOLTRACE_LOG_LEVEL, raising=False)
+    monkeypatch.delenv(TOOLTRACE_LOG_FORMAT, raising=False)
+
+
+def _lines(buf: io.BytesIO | io.StringIO) -> list[dict[str, Any]]:
+    raw = buf.getvalue()
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    return [json.loads(line) for line in text.splitlines()]
+
+
+@pytest.mark.parametrize("stream_type", [io.BytesIO, io.StringIO])
+def test_json_lines_carry_the_call_fields(stream_type: type) -> None:
+    buf = stream_type()
+    sink = LoggingSink(buf)
+    assert isinstance(sink, Sink) and sink.format == "json"
+    rec = make_record("read_text", elapsed_us=1234, trace_id="a" * 32, span_id="b" * 16,
+                      trace_sampled=True)
+    failed = make_record("write_text", Status.FAILED, error_type="OSError")
+    sink.emit(rec)
+    sink.emit(failed)
+    assert sink.flush(5.0)
+    ok_line, bad_line = _lines(buf)
+    assert ok_line["event"] == "tool_call" and ok_line["level"] == "info"
+    for key, value in {
+        "call_id": rec.call_id, "run_id": "run-1", "tool": "read_text", "status": "ok",
+        "stage": None, "elapsed_ms": 1.234, "trace_id": "a" * 32, "span_id": "b" * 16,
+        "summary": "read_text ok",
+    }.items():
+        assert ok_line[key] == value, key
+    assert ok_line["timestamp"].endswith("Z")
+    assert bad_line["level"] == "error" and bad_line["error_type"] == "OSError"
+    sink.shutdown(1.0)
+
+
+def test_warn_and_block_steps_get_lines_of_their_own() -> None:
+    buf = io.BytesIO()
+    sink = LoggingSink(buf)
+    warned = make_record("read_text", warn=True)
+    blocked = make_record("write_text", Status.REJECTED, reject_stage=Stage.HOOK, steps=(
+        *make_record().steps[:2],
+        make_record(warn=True).steps[2]._replace(decision="block",
+                                                 detail={"reason": "outside scope"}),
+    ))
+    sink.emit(warned)
+    sink.emit(blocked)
+    sink.shutdown(5.0)
+    lines = _lines(buf)
+    assert [(x["event"], x["tool"]) for x in lines] == [
+        ("tool_call", "read_text"), ("tool_step", "read_text"),
+        ("tool_call", "write_text"), ("tool_step", "write_text"),
+    ]
+    warn_line, block_line = lines[1], lines[3]
+    assert warn_line["decision"] == "warn" and warn_line["decider"] == "hook:guard"
+    assert warn_line["level"] == "warning" and warn_line["call_id"] == warned.call_id
+    assert block_line["decision"] == "block" and block_line["step"] == "pre_hook"
+    assert block_line["detail"] == {"reason": "outside scope"}
+    assert lines[2]["status"] == "rejected" and lines[2]["stage"] == "hook"
+    assert lines[2]["level"] == "warning"
+
+
+def test_console_format_and_level_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TOOLTRACE_LOG_FORMAT, "console")
+    monkeypatch.setenv(TOOLTRACE_LOG_LEVEL, "warning")
+    buf = io.StringIO()
+    sink = LoggingSink(buf)
+    assert sink.format == "console"
+    rec = make_record("write_text", Status.REJECTED, reject_stage=Stage.POLICY)
+    sink.emit(make_record("read_text"))  # info: below the level
+    sink.emit(rec)
+    sink.shutdown(5.0)
+    out = buf.getvalue().splitlines()
+    assert len(out) == 1
+    line = out[0]
+    assert "tool_call" in line and "[warning" in line
+    assert f"call_id={rec.call_id}" in line and "status=rejected" in line
+    assert "stage=policy" in line and "tool=write_text" in line
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(line)
+
+
+def test_arguments_beat_the_environment_and_bad_values_are_typed_errors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(TOOLTRACE_LOG_FORMAT, "console")
+    monkeypatch.setenv(TOOLTRACE_LOG_LEVEL, "error")
+    buf = io.BytesIO()
+    sink = LoggingSink(buf, fmt="json", level="debug")
+    sink.emit(make_record())
+    sink.shutdown(2.0)
+    assert _lines(buf)[0]["status"] == "ok"
+    with pytest.raises(ValueError, match="log format"):
+        LoggingSink(io.BytesIO(), fmt="xml")
+    with pytest.raises(ValueError, match="log level"):
+        LoggingSink(io.BytesIO(), level="chatty")
+
+
+def test_default_stream_is_stderr(tmp_path: Path) -> None:
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from telemetry_support import make_record
+        from tooltrace.telemetry.logging import LoggingSink
+        sink = LoggingSink()
+        sink.emit(make_record("read_text"))
+        sink.shutdown(5.0)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    (line,) = [json.loads(x) for x in proc.stderr.splitlines() if x.startswith("{")]
+    assert line["tool"] == "read_text"
+
+
+class _BlockedStream(io.RawIOBase):
+    """A stream whose writes hang until released, then fail."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        self.release.wait(10)
+        raise OSError("disk on fire")
+
+
+def test_a_stuck_or_broken_stream_never_blocks_or_raises_into_calls() -> None:
+    stream = _BlockedStream()
+    sink = LoggingSink(stream, max_queue=10, max_batch=1, interval_s=0.01)  # type: ignore[arg-type]
+    t0 = time.monotonic()
+    for _ in range(1000):
+        sink.emit(make_record())
+    assert time.monotonic() - t0 < 2.0  # the writer is stuck, the emitter is not
+    assert sink.dropped >= 1000 - 10 - 1
+    t0 = time.monotonic()
+    assert sink.flush(0.3) is False
+    assert time.monotonic() - t0 < 1.5
+    stream.release.set()
+    assert sink.flush(5.0)
+    assert sink.export_failures >= 1
+    sink.shutdown(1.0)
+
+
+def test_registry_calls_are_logged_with_trace_ids_and_late_steps(tmp_path: Path) -> None:
+    from tooltrace.telemetry.tracing import TracingSink
+
+    buf = io.BytesIO()
+    logs = LoggingSink(buf)
+    tracer = TracingSink(enabled=True, endpoint="http://127.0.0.1:1/v1/traces")
+    (tmp_path / "ws").mkdir()
+    reg = ToolRegistry(workspace=tmp_path / "ws", home=tmp_path / "home", sinks=[logs],
+                       tracer=tracer, cancel_grace_s=0.2)
+
+    @tool()
+    def greet(name: str) -> str:
+        """Say hello."""
+        return f"hello {name}"
+
+    done = threading.Event()
+
+    @tool(effect="local", cancellable=False, timeout_s=0.2)
+    def stuck() -> str:
+        """Finishes long after its deadline."""
+        time.sleep(0.6)
+        done.set()
+        return "late"
+
+    reg.register(greet)
+    reg.register(stuck)
+    env = reg.call(ToolCall("greet", {"name": "ada"}, run_id="r-42"))
+    lost = reg.call(ToolCall("stuck", {}))
+    assert lost.status is Status.UNKNOWN
+    assert done.wait(5)
+    # The runtime reports the late resolution once the abandoned tool really ends.
+    deadline = time.monotonic() + 10
+    while b"tool_late_step" not in buf.getvalue() and time.monotonic() < deadline:
+        logs.flush(1.0)
+        time.sleep(0.02)
+    reg.shutdown(timeout_s=5.0)
+    tracer.shutdown(0.2)
+    lines = _lines(buf)
+    greet_line = next(x for x in lines if x.get("tool") == "greet")
+    assert greet_line["call_id"] == env.call_id and greet_line["run_id"] == "r-42"
+    assert greet_line["trace_id"] == env.record.trace_id and len(greet_line["trace_id"]) == 32
+    assert greet_line["span_id"] == env.record.span_id
+    stuck_line = next(x for x in lines if x.get("event") == "tool_call" and x["tool"] == "stuck")
+    assert stuck_line["status"] == "unknown" and stuck_line["level"] == "error"
+    late = [x for x in lines if x["event"] == "tool_late_step"]
+    assert late and late[0]["call_id"] == lost.call_id
