@@ -47,6 +47,7 @@ from .redaction import ArtifactStore, Redactor
 from .registry import CallStatus, LateStep, Resolution, ToolRegistry, Visibility
 from .runtime import CallContext, current_context
 from .tool import Capability, Effect, Execution, FunctionTool, ToolDefinition, ToolResult, tool
+from ._setup import create_registry
 
 __version__ = "0.1.0"
 
@@ -105,6 +106,7 @@ __all__ = [
     "Visibility",
     "Workspace",
     "__version__",
+    "create_registry",
     "current_context",
     "hook",
     "tool",

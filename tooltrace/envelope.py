@@ -69,6 +69,7 @@ class StepName(enum.StrEnum):
     DEADLINE = "deadline"
     CANCEL_REQUESTED = "cancel_requested"
     CANCELLED = "cancelled"
+    STOPPED = "stopped"
     REDACT = "redact"
     OFFLOAD = "offload"
     POST_HOOK = "post_hook"

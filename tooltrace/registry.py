@@ -481,6 +481,10 @@ class ToolRegistry:
         self._closed = True
         deadline = time.monotonic() + timeout_s
         self._admission.close()
+        # Give calls still running (abandoned ones included) part of the time to end, so their
+        # late resolutions reach the sinks before those close.
+        while self._admission.inflight() and time.monotonic() < deadline - timeout_s / 2:
+            time.sleep(0.01)
         for cb in self._shutdown_callbacks:
             try:
                 cb(max(0.0, deadline - time.monotonic()))
@@ -851,8 +855,11 @@ class ToolRegistry:
         error_type: str | None = None
         confirmed = out.kind != "abandoned"
         if out.signal is not None:
-            b.steps.append(Step(len(b.steps), StepName.CANCELLED if confirmed else StepName.RESOLVED,
-                                b.us(time.perf_counter_ns()), 0, "runtime",
+            # A confirmed cancel is its own step ("cancel requested" and "cancelled" differ);
+            # anything else that was told to stop says whether it confirmed.
+            name = (StepName.CANCELLED if confirmed and out.signal == "cancel"
+                    else StepName.STOPPED)
+            b.steps.append(Step(len(b.steps), name, b.us(time.perf_counter_ns()), 0, "runtime",
                                 "confirmed" if confirmed else "unconfirmed", {"outcome": out.kind}))
         if out.kind == "returned" and (out.signal != "cancel" or side_effects):
             status = Status.OK

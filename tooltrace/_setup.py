@@ -1,0 +1,60 @@
+"""One call to get a registry with every sink wired: the embedded defaults."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from . import _config
+from .registry import ToolRegistry
+from .telemetry._sink import Sink, SpanOpener
+
+__all__ = ["create_registry"]
+
+
+def create_registry(
+    workspace: str | os.PathLike[str] | None = None,
+    *,
+    home: str | os.PathLike[str] | None = None,
+    tracing: bool | None = None,
+    metrics: bool = True,
+    logging: bool = True,
+    audit: bool = True,
+    builtins: bool = True,
+    metrics_registry: Any = None,
+    log_level: str | None = None,
+    log_format: str | None = None,
+    log_stream: Any = None,
+    audit_options: dict[str, Any] | None = None,
+    extra_sinks: tuple[Sink, ...] = (),
+    **registry_options: Any,
+) -> ToolRegistry:
+    """A ``ToolRegistry`` with tracing (when ``OTEL_*`` configures it, or ``tracing=True``),
+    Prometheus metrics, structured logs and the DuckDB-queryable audit trail under ``home``
+    (``TOOLTRACE_HOME`` or ``./.tooltrace``), plus the built-in tools.
+
+    Keyword arguments not named here go to ``ToolRegistry`` (policy, hooks, approver, caps...).
+    """
+    from .telemetry import default_sinks
+
+    home_path = _config.resolve_home(home)
+    sinks: list[Sink] = default_sinks(
+        tracing=tracing, metrics=metrics, logging=False, metrics_registry=metrics_registry,
+    )
+    if logging:
+        from .telemetry.logging import LoggingSink
+
+        sinks.append(LoggingSink(log_stream, level=log_level, fmt=log_format))
+    if audit:
+        from .telemetry.audit import AuditSink
+
+        sinks.append(AuditSink(home_path, **(audit_options or {})))
+    sinks.extend(extra_sinks)
+    tracer = next((s for s in sinks if isinstance(s, SpanOpener)), None)
+    reg = ToolRegistry(workspace=workspace, home=home_path, sinks=sinks, tracer=tracer,
+                       **registry_options)
+    if builtins:
+        from .builtins import register_builtins
+
+        register_builtins(reg)
+    return reg
