@@ -10,12 +10,22 @@ from typing import Any
 
 from ..registry import ToolRegistry
 from ..tool import FunctionTool
+from ._jobs import JobManager, register_command_tools
 from ._read_text import read_text
+from ._run_command import CommandConfig
+from ._write_text import write_text
 
-__all__ = ["BUILTIN_TOOLS", "default_registry", "register_builtins"]
+__all__ = [
+    "BUILTIN_TOOLS",
+    "CommandConfig",
+    "JobManager",
+    "default_registry",
+    "register_builtins",
+    "register_command_tools",
+]
 
-#: Every built-in tool, in registration order.
-BUILTIN_TOOLS: tuple[FunctionTool, ...] = (read_text,)
+#: Every built-in tool that needs nothing but itself, in registration order.
+BUILTIN_TOOLS: tuple[FunctionTool, ...] = (read_text, write_text)
 
 
 def register_builtins(registry: ToolRegistry) -> ToolRegistry:
@@ -27,10 +37,12 @@ def register_builtins(registry: ToolRegistry) -> ToolRegistry:
     return registry
 
 
-def default_registry(workspace: str | os.PathLike[str] | None = None, **kwargs: Any) -> ToolRegistry:
+def default_registry(
+    workspace: str | os.PathLike[str] | None = None, **kwargs: Any
+) -> ToolRegistry:
     """A registry with the built-in tools; keyword arguments go to ``ToolRegistry``."""
     return register_builtins(ToolRegistry(workspace=workspace, **kwargs))
 
 
 # Built-ins that need the registry itself (background jobs) register through these.
-_EXTRA_REGISTRARS: list[Any] = []
+_EXTRA_REGISTRARS: list[Any] = [register_command_tools]

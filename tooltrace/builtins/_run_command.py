@@ -1,0 +1,543 @@
+"""``run_command``: run a program in the workspace under the call's deadline.
+
+How a command runs:
+
+- ``argv`` is executed directly (no shell). A shell is a separate, policy-visible opt-in: the
+  ``shell`` argument exists only when the operator allows it (``CommandConfig.allow_shell``), and
+  then ``argv`` must be one script string run by ``/bin/sh -c``.
+- The child starts its own session (``start_new_session``), so it and everything it starts share
+  one process group that is signalled as a whole.
+- ``cwd`` is a workspace path checked by the same policy as every path argument. It is a scope,
+  not a sandbox: the command itself can still reach anything its user can.
+- The environment is the parent's, minus every variable whose name looks like a secret (KEY,
+  TOKEN, SECRET, PASSWORD, CREDENTIAL, AUTH, COOKIE, SESSION, PRIVATE, ...) unless the operator
+  allows it by name; ``TRACEPARENT`` carries the call's span context when tracing is on.
+- stdout and stderr are drained by one selector loop (no deadlock on full pipes), each bounded in
+  memory: past ``max_capture_bytes`` only the head and the tail are kept and the total is
+  counted. The result goes back to the registry, which redacts it and offloads anything longer
+  than its inline limit to a content-addressed artifact (sha256) with a preview inline.
+- On deadline or cancel the process group gets SIGTERM, then SIGKILL after ``kill_grace_s``; the
+  tool waits until no process of the group is left alive and then raises ``DeadlineExceeded`` /
+  ``ToolCancelled``, which confirms the stop (status ``failed``/``timeout`` or ``cancelled``). If
+  it cannot confirm within the registry's grace the call ends ``unknown`` and the later outcome is
+  recorded as a ``resolved`` step.
+- A process group never outlives its foreground call: when the program exits, group members
+  still running (daemonised helpers, ``cmd &``) are killed after ``linger_s`` and the execute step
+  says so (``stragglers_killed``). Use ``background=True`` to keep something running.
+- A nonzero exit code is a result, not a tool failure: the status is ``ok`` and the exit code is
+  in the data, the summary and the execute step (so the model sees the compiler errors).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..exceptions import DeadlineExceeded, ToolCancelled
+from ..runtime import CallContext
+from ..tool import Capability, Effect, FunctionTool, ToolResult, tool
+
+__all__ = [
+    "SECRET_ENV_PATTERN",
+    "CommandConfig",
+    "OutputCapture",
+    "ProcessTree",
+    "build_run_command",
+    "scrub_env",
+]
+
+#: Environment variable names that look like they hold secrets (matched case-insensitively).
+SECRET_ENV_PATTERN = (
+    r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE"
+    r"|SIGNATURE|_DSN$|DATABASE_URL|CONNECTION_STRING"
+)
+
+_READ_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class CommandConfig:
+    """Operator settings for ``run_command`` and background jobs (one per registry).
+
+    ``env_allow`` names variables kept although they look secret; ``secret_env_pattern`` is
+    the regular expression that marks a name secret. ``max_capture_bytes`` bounds what is kept of
+    each stream (head and tail halves); ``kill_grace_s`` is the time between SIGTERM and SIGKILL
+    (capped at half the registry's cancel grace so the kill is confirmed in time); ``linger_s``
+    is how long group members may outlive the program before they are killed; ``max_jobs``
+    bounds background jobs running at once.
+    """
+
+    env_allow: tuple[str, ...] = ()
+    secret_env_pattern: str = SECRET_ENV_PATTERN
+    allow_shell: bool = False
+    shell_path: str = "/bin/sh"
+    max_capture_bytes: int = 1024 * 1024
+    kill_grace_s: float = 1.0
+    linger_s: float = 0.2
+    timeout_s: float = 60.0
+    max_jobs: int = 16
+
+    def __post_init__(self) -> None:
+        if self.max_capture_bytes < 2:
+            raise ValueError("max_capture_bytes must be at least 2")
+        if self.kill_grace_s < 0 or self.linger_s < 0:
+            raise ValueError("kill_grace_s and linger_s must be >= 0")
+        if self.max_jobs < 0:
+            raise ValueError("max_jobs must be >= 0")
+        re.compile(self.secret_env_pattern)
+
+
+def scrub_env(
+    env: Mapping[str, str], allow: tuple[str, ...] = (), pattern: str = SECRET_ENV_PATTERN
+) -> tuple[dict[str, str], list[str]]:
+    """Drop secret-looking variables; return (kept environment, sorted names removed)."""
+    rx = re.compile(pattern, re.IGNORECASE)
+    allowed = set(allow)
+    kept: dict[str, str] = {}
+    removed: list[str] = []
+    for k, v in env.items():
+        if k not in allowed and rx.search(k):
+            removed.append(k)
+        else:
+            kept[k] = v
+    return kept, sorted(removed)
+
+
+class OutputCapture:
+    """One output stream, bounded: everything up to the limit, then only its head and tail."""
+
+    __slots__ = ("_head_cap", "_lock", "_tail_cap", "head", "tail", "total")
+
+    def __init__(self, limit: int) -> None:
+        self._head_cap = limit // 2
+        self._tail_cap = limit - limit // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self._lock = threading.Lock()
+
+    def feed(self, data: bytes) -> None:
+        """Take one chunk read from the pipe."""
+        with self._lock:
+            self.total += len(data)
+            room = self._head_cap - len(self.head)
+            if room > 0:
+                self.head += data[:room]
+                data = data[room:]
+            if data:
+                self.tail += data
+                extra = len(self.tail) - self._tail_cap
+                if extra > 0:
+                    del self.tail[:extra]
+
+    @property
+    def omitted(self) -> int:
+        """Bytes dropped from the middle because the stream outgrew the limit."""
+        return self.total - len(self.head) - len(self.tail)
+
+    def text(self) -> str:
+        """What was kept, as text; a note marks the omitted middle."""
+        with self._lock:
+            head, tail, omitted = bytes(self.head), bytes(self.tail), self.omitted
+        if not omitted:
+            return (head + tail).decode("utf-8", "replace")
+        return (head.decode("utf-8", "replace")
+                + f"\n... [{omitted} bytes omitted] ...\n"
+                + tail.decode("utf-8", "replace"))
+
+    def last(self, n: int) -> str:
+        """The last ``n`` bytes kept, as text (a cut multi-byte character is dropped)."""
+        with self._lock:
+            data = bytes(self.head + self.tail) if not self.omitted else bytes(self.tail)
+        return data[-n:].decode("utf-8", "ignore") if n > 0 else ""
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while a process of group ``pgid`` is alive (zombies count as dead)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # Something answers: it may only be zombies waiting for their reaper.
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                raw = fh.read()
+        except OSError:
+            continue
+        rest = raw[raw.rfind(b")") + 2:].split()
+        if len(rest) > 2 and int(rest[2]) == pgid and rest[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+class ProcessTree:
+    """A started command, its process group and its two output streams.
+
+    ``run()`` drains the output until the program and its group are done, or until ``stop()``
+    is called or ``deadline`` passes; then it kills the group and reports whether it could
+    confirm the group is gone.
+    """
+
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        config: CommandConfig,
+        kill_grace_s: float,
+    ) -> None:
+        self.config = config
+        self.kill_grace_s = kill_grace_s
+        self.stdout = OutputCapture(config.max_capture_bytes)
+        self.stderr = OutputCapture(config.max_capture_bytes)
+        self.started = time.monotonic()
+        self.ended: float | None = None
+        self.stop_reason: str | None = None
+        self.deadline: float | None = None
+        self.stragglers_killed = False
+        self.confirmed = True
+        self._wake_lock = threading.Lock()
+        self._wake_open = True
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        try:
+            self.proc = subprocess.Popen(
+                argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+            )
+        except BaseException:
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            raise
+        self.pid = self.proc.pid
+        self.pgid = self.proc.pid  # a session leader's group id is its pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The program's exit code (negative: killed by that signal), None while it runs."""
+        return self.proc.returncode
+
+    @property
+    def duration_s(self) -> float:
+        """Seconds since start (until the end once it ended)."""
+        return (self.ended or time.monotonic()) - self.started
+
+    def stop(self, reason: str) -> None:
+        """Ask ``run()`` to kill the group now (thread-safe; the first reason wins)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.wake()
+
+    def wake(self) -> None:
+        """Make ``run()`` look at ``stop_reason`` and ``deadline`` again."""
+        with self._wake_lock:
+            # Once run() closed the pipe its descriptor number may belong to another file.
+            if self._wake_open:
+                with contextlib.suppress(OSError):
+                    os.write(self._wake_w, b"x")
+
+    def run(self, deadline: float | None = None,
+            on_deadline: Callable[[], object] | None = None) -> None:
+        """Drain output until the group is done, stopped or past ``deadline``; clean up.
+
+        ``deadline`` is kept in ``self.deadline``, which another thread may change (then
+        ``wake()``): a background job that is detached at shutdown loses its deadline.
+        """
+        self.deadline = deadline
+        sel = selectors.DefaultSelector()
+        pidfd = -1
+        streams = 0
+        try:
+            assert self.proc.stdout is not None and self.proc.stderr is not None
+            for pipe, cap in ((self.proc.stdout, self.stdout), (self.proc.stderr, self.stderr)):
+                os.set_blocking(pipe.fileno(), False)
+                sel.register(pipe.fileno(), selectors.EVENT_READ, cap)
+                streams += 1
+            sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+            try:
+                pidfd = os.pidfd_open(self.pid)
+                sel.register(pidfd, selectors.EVENT_READ, "exit")
+            except (AttributeError, OSError):
+                pidfd = -1
+            exited_at: float | None = None
+            while self.stop_reason is None:
+                now = time.monotonic()
+                if exited_at is None and pidfd < 0 and self.proc.poll() is not None:
+                    exited_at = now
+                if exited_at is not None and streams == 0:
+                    break
+                timeout: float | None = None if pidfd >= 0 else 0.05
+                deadline = self.deadline
+                if deadline is not None:
+                    left = deadline - now
+                    if left <= 0:
+                        if on_deadline is not None:
+                            on_deadline()
+                        self.stop("deadline")
+                        break
+                    timeout = left if timeout is None else min(timeout, left)
+                if exited_at is not None:
+                    # The program is gone but a group member still holds its output open.
+                    left = exited_at + self.config.linger_s - now
+                    if left <= 0:
+                        break
+                    timeout = left if timeout is None else min(timeout, left)
+                for key, _ in sel.select(timeout):
+                    if key.data == "wake":
+                        with contextlib.suppress(OSError):
+                            os.read(self._wake_r, 512)
+                    elif key.data == "exit":
+                        sel.unregister(pidfd)
+                        self.proc.wait()
+                        exited_at = time.monotonic()
+                    elif self._read(key.fd, key.data):
+                        sel.unregister(key.fd)
+                        streams -= 1
+            if self.stop_reason is not None:
+                self.confirmed = self._kill(sel)
+            elif _group_alive(self.pgid):
+                self.stragglers_killed = True
+                self.confirmed = self._kill(sel)
+            self._drain(sel, 0.2)
+            if self.proc.returncode is None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(1.0)
+        finally:
+            self.ended = time.monotonic()
+            sel.close()
+            with self._wake_lock:
+                self._wake_open = False
+                for fd in (pidfd, self._wake_r, self._wake_w):
+                    if fd >= 0:
+                        with contextlib.suppress(OSError):
+                            os.close(fd)
+            for stream in (self.proc.stdout, self.proc.stderr):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
+
+    @staticmethod
+    def _read(fd: int, cap: OutputCapture) -> bool:
+        """Read what is available; True at end of stream."""
+        try:
+            chunk = os.read(fd, _READ_CHUNK)
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+        if not chunk:
+            return True
+        cap.feed(chunk)
+        return False
+
+    def _drain(self, sel: selectors.BaseSelector, timeout_s: float) -> None:
+        """Read what is left in the pipes (bounded: an escaped process may hold them open)."""
+        end = time.monotonic() + timeout_s
+        while True:
+            keys = [k for k in sel.get_map().values() if isinstance(k.data, OutputCapture)]
+            left = end - time.monotonic()
+            if not keys or left <= 0:
+                return
+            for key, _ in sel.select(left):
+                if isinstance(key.data, OutputCapture) and self._read(key.fd, key.data):
+                    sel.unregister(key.fd)
+
+    def _kill(self, sel: selectors.BaseSelector) -> bool:
+        """SIGTERM the group, SIGKILL it after the grace; True once no member is alive."""
+        if not self._signal(signal.SIGTERM):
+            return True
+        if self._wait_gone(sel, self.kill_grace_s):
+            return True
+        self._signal(signal.SIGKILL)
+        # SIGKILL cannot be ignored; only a process stuck in the kernel outlasts this.
+        return self._wait_gone(sel, 10.0)
+
+    def _signal(self, sig: int) -> bool:
+        self.proc.poll()
+        if not _group_alive(self.pgid):
+            return False
+        try:
+            os.killpg(self.pgid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def _wait_gone(self, sel: selectors.BaseSelector, timeout_s: float) -> bool:
+        end = time.monotonic() + timeout_s
+        pause = 0.001
+        while True:
+            self.proc.poll()
+            if not _group_alive(self.pgid):
+                return True
+            if time.monotonic() >= end:
+                return False
+            # Keep draining: a process handling SIGTERM may block on a full pipe.
+            self._drain(sel, pause)
+            pause = min(pause * 2, 0.02)
+
+
+def _signal_name(code: int | None) -> str | None:
+    if code is None or code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return str(-code)
+
+
+def prepare(
+    ctx: CallContext,
+    config: CommandConfig,
+    argv: list[str],
+    cwd: str,
+    env: Mapping[str, str] | None,
+    shell: bool,
+) -> tuple[list[str], str, dict[str, str]]:
+    """Check the arguments and build (argv, host cwd, environment) for a command."""
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise ValueError("argv must be a non-empty list of strings")
+    if any("\x00" in a for a in argv):
+        raise ValueError("argv must not contain NUL bytes")
+    if shell:
+        if not config.allow_shell:
+            raise PermissionError("shell commands are not allowed by this registry")
+        if len(argv) != 1:
+            raise ValueError("with shell=true, argv must be exactly one script string")
+        argv = [config.shell_path, "-c", argv[0]]
+    rp = ctx.workspace.resolve(cwd, must_exist=True)
+    if not os.path.isdir(rp.absolute):
+        raise NotADirectoryError("cwd is not a directory")
+    child_env, removed = scrub_env(os.environ, config.env_allow, config.secret_env_pattern)
+    if env:
+        for k, v in env.items():
+            if not isinstance(k, str) or not isinstance(v, str) or "=" in k or "\x00" in k + v:
+                raise ValueError("env must map variable names to string values")
+            child_env[k] = v
+    if ctx.traceparent:
+        child_env["TRACEPARENT"] = ctx.traceparent
+    ctx.set_detail("cwd", rp.relative or ".")
+    ctx.set_detail("env_removed", len(removed))
+    return argv, rp.absolute, child_env
+
+
+def result_data(tree: ProcessTree) -> dict[str, Any]:
+    """The data a finished command returns (small facts first, so previews show them)."""
+    rc = tree.returncode
+    return {
+        "exit_code": rc,
+        "signal": _signal_name(rc),
+        "duration_s": round(tree.duration_s, 4),
+        "stdout_bytes": tree.stdout.total,
+        "stderr_bytes": tree.stderr.total,
+        "truncated": bool(tree.stdout.omitted or tree.stderr.omitted),
+        "stragglers_killed": tree.stragglers_killed,
+        "stdout": tree.stdout.text(),
+        "stderr": tree.stderr.text(),
+    }
+
+
+StartJob = Callable[[CallContext, list[str], str, dict[str, str], bool], ToolResult]
+
+
+def build_run_command(
+    config: CommandConfig,
+    *,
+    kill_grace_s: float,
+    start_job: StartJob | None = None,
+    source: str = "builtin",
+) -> FunctionTool:
+    """Make the ``run_command`` tool for one registry (``start_job`` runs background calls)."""
+    props: dict[str, Any] = {
+        "argv": {
+            "type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 4096,
+            "description": "Program and its arguments (no shell)",
+        },
+        "cwd": {"type": "string", "default": ".",
+                "description": "Workspace-relative working directory"},
+        "env": {"type": "object", "additionalProperties": {"type": "string"},
+                "description": "Extra environment variables for the command"},
+        "keep_after_shutdown": {
+            "type": "boolean", "default": False,
+            "description": "Background jobs only: keep running when the registry shuts down",
+        },
+    }
+    if config.allow_shell:
+        props["shell"] = {
+            "type": "boolean", "default": False,
+            "description": "Run argv[0] as a /bin/sh script (argv must have one element)",
+        }
+    schema = {"type": "object", "properties": props, "required": ["argv"],
+              "additionalProperties": False}
+
+    def run_command(
+        ctx: CallContext,
+        argv: list[str],
+        cwd: str = ".",
+        env: dict[str, str] | None = None,
+        keep_after_shutdown: bool = False,
+        shell: bool = False,
+    ) -> ToolResult:
+        """Run a command (argv, no shell) in the workspace; returns exit code and output."""
+        full_argv, host_cwd, child_env = prepare(ctx, config, argv, cwd, env, shell)
+        if ctx.background and start_job is not None:
+            return start_job(ctx, full_argv, host_cwd, child_env, keep_after_shutdown)
+        tree = ProcessTree(full_argv, cwd=host_cwd, env=child_env, config=config,
+                           kill_grace_s=kill_grace_s)
+        ctx.set_detail("pid", tree.pid)
+        ctx.on_cancel(tree.stop)
+        # The registry signals the deadline; the tool's own check covers inline use and makes
+        # the signal (and so the recorded reason) the same either way.
+        tree.run(ctx.deadline, lambda: ctx.signal("deadline"))
+        ctx.set_detail("exit_code", tree.returncode)
+        ctx.set_detail("stdout_bytes", tree.stdout.total)
+        ctx.set_detail("stderr_bytes", tree.stderr.total)
+        if tree.stragglers_killed:
+            ctx.set_detail("stragglers_killed", True)
+        if tree.stop_reason is not None:
+            ctx.set_detail("killed", tree.stop_reason)
+            ctx.set_detail("kill_confirmed", tree.confirmed)
+            if not tree.confirmed:
+                raise RuntimeError("the command's processes could not be confirmed dead")
+            if tree.stop_reason == "deadline":
+                raise DeadlineExceeded("the command was killed at its deadline")
+            raise ToolCancelled("the command was killed on cancel")
+        data = result_data(tree)
+        prog = os.path.basename(full_argv[0])[:64] or "command"
+        total = tree.stdout.total + tree.stderr.total
+        summary = (f"{prog} exited with code {tree.returncode} in {tree.duration_s:.2f} s "
+                   f"({total} bytes of output)")
+        if data["signal"]:
+            summary = f"{prog} was killed by {data['signal']} after {tree.duration_s:.2f} s"
+        return ToolResult(data, summary=summary)
+
+    return tool(
+        "run_command",
+        capability=Capability.EXECUTE,
+        effect=Effect.EXTERNAL,
+        cancellable=True,
+        timeout_s=config.timeout_s,
+        source=source,
+        path_params=("cwd",),
+        background=True,
+        parameters=schema,
+    )(run_command)
