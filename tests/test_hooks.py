@@ -23,10 +23,12 @@ from tooltrace.builtins import register_builtins
 from tooltrace.testing import RecordingSink
 
 
-def _reg(workspace: Path, tmp_path: Path, hooks: list[Any], sink: RecordingSink | None = None
-         ) -> ToolRegistry:
-    reg = ToolRegistry(workspace=workspace, home=tmp_path / "h", hooks=hooks,
-                       sinks=[sink] if sink else [])
+def _reg(
+    workspace: Path, tmp_path: Path, hooks: list[Any], sink: RecordingSink | None = None
+) -> ToolRegistry:
+    reg = ToolRegistry(
+        workspace=workspace, home=tmp_path / "h", hooks=hooks, sinks=[sink] if sink else []
+    )
     register_builtins(reg)
     return reg
 
@@ -35,7 +37,9 @@ def _decisions(env: Any, step: str) -> list[tuple[str, str]]:
     return [(s.decider, s.decision) for s in env.steps if s.step == step]
 
 
-def test_modify_to_invalid_shape_is_rejected_at_revalidation(workspace: Path, tmp_path: Path) -> None:
+def test_modify_to_invalid_shape_is_rejected_at_revalidation(
+    workspace: Path, tmp_path: Path
+) -> None:
     @hook()
     def breaker(view: HookView) -> HookDecision:
         return HookDecision.modify(arguments={"path": 123}, reason="oops")
@@ -116,7 +120,9 @@ def test_required_hook_that_raises_or_hangs_blocks(workspace: Path, tmp_path: Pa
         reg.shutdown()
 
 
-def test_optional_hook_that_raises_warns_and_call_continues(workspace: Path, tmp_path: Path) -> None:
+def test_optional_hook_that_raises_warns_and_call_continues(
+    workspace: Path, tmp_path: Path
+) -> None:
     @hook(required=False)
     def flaky(view: HookView) -> HookDecision:
         raise RuntimeError("flaky")
@@ -231,7 +237,7 @@ def _reaches(roots: list[Any], target: Any, depth: int = 4) -> bool:
         for n in (n for n in dir(obj) if not n.startswith("_") or n == "_fn"):
             try:
                 v = getattr(obj, n)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 continue
             if callable(v) and getattr(v, "__self__", None) is obj:
                 continue  # bound methods of the object itself

@@ -44,8 +44,12 @@ def _steps(env: Any) -> list[tuple[str, str, str]]:
 
 def test_decorator_builds_schema_from_types(registry: ToolRegistry) -> None:
     @tool(capability="read")
-    def lookup(ctx: CallContext, key: Annotated[str, "the key"], limit: int = 5,
-               kind: Literal["a", "b"] = "a") -> str:
+    def lookup(
+        ctx: CallContext,
+        key: Annotated[str, "the key"],
+        limit: int = 5,
+        kind: Literal["a", "b"] = "a",
+    ) -> str:
         """Look a key up."""
         return f"{key}:{limit}:{kind}"
 
@@ -96,8 +100,12 @@ def test_same_source_twice_is_an_error(tmp_path: Path) -> None:
 
 def test_shadowing_by_priority_and_report(tmp_path: Path) -> None:
     reg = ToolRegistry(workspace=tmp_path, home=tmp_path / "h")
-    reg.register(_defn("fmt", source="builtin", priority=0, capability=Capability.WRITE,
-                       effect=Effect.LOCAL), lambda x=0: "builtin")
+    reg.register(
+        _defn(
+            "fmt", source="builtin", priority=0, capability=Capability.WRITE, effect=Effect.LOCAL
+        ),
+        lambda x=0: "builtin",
+    )
     reg.register(_defn("fmt", source="project", priority=10), lambda x=0: "project")
     reg.register(_defn("fmt", source="user", priority=5), lambda x=0: "user")
     with pytest.raises(RegistrationError, match="same priority"):
@@ -117,14 +125,23 @@ def test_shadowing_by_priority_and_report(tmp_path: Path) -> None:
 
 def test_visible_tools_per_mode_are_deterministic(tmp_path: Path) -> None:
     reg = ToolRegistry(workspace=tmp_path, home=tmp_path / "h")
-    for name, cap, eff in [("zeta", "read", "none"), ("alpha", "write", "local"),
-                           ("mid", "read", "none"), ("exec", "execute", "external")]:
+    for name, cap, eff in [
+        ("zeta", "read", "none"),
+        ("alpha", "write", "local"),
+        ("mid", "read", "none"),
+        ("exec", "execute", "external"),
+    ]:
         reg.register(_defn(name, capability=Capability(cap), effect=Effect(eff)), lambda x=0: x)
     plan = reg.visible_tools("plan")
     assert [d.name for d in plan.visible] == ["mid", "zeta"]
     assert [h[0] for h in plan.hidden] == ["alpha", "exec"]
     assert all("not allowed in mode 'plan'" in why for _, why in plan.hidden)
-    assert [d.name for d in reg.visible_tools("default").visible] == ["alpha", "exec", "mid", "zeta"]
+    assert [d.name for d in reg.visible_tools("default").visible] == [
+        "alpha",
+        "exec",
+        "mid",
+        "zeta",
+    ]
     assert reg.visible_tools("plan") == plan
     env = reg.call(ToolCall("alpha", {}, mode="plan"))
     assert env.status is Status.REJECTED and env.reject_stage is Stage.POLICY
@@ -135,8 +152,9 @@ def test_visible_tools_per_mode_are_deterministic(tmp_path: Path) -> None:
 # -- the four outcomes of one read-only tool --------------------------------------------------
 
 
-def test_four_outcomes_of_read_text(registry: ToolRegistry, workspace: Path, sink: RecordingSink,
-                                    tmp_path: Path) -> None:
+def test_four_outcomes_of_read_text(
+    registry: ToolRegistry, workspace: Path, sink: RecordingSink, tmp_path: Path
+) -> None:
     ok = registry.call(ToolCall("read_text", {"path": "notes/a.txt"}))
     bad = registry.call(ToolCall("read_text", {"path": 42}))
     denied = registry.call(ToolCall("read_text", {"path": "../secret.txt"}))
@@ -169,7 +187,9 @@ def test_four_outcomes_of_read_text(registry: ToolRegistry, workspace: Path, sin
     assert any(s.step == "deadline" for s in timed_out.steps)
 
 
-def test_read_text_large_file_returns_head_and_size(registry: ToolRegistry, workspace: Path) -> None:
+def test_read_text_large_file_returns_head_and_size(
+    registry: ToolRegistry, workspace: Path
+) -> None:
     (workspace / "big.txt").write_text("x" * 30_000)
     env = registry.call(ToolCall("read_text", {"path": "big.txt"}))
     assert env.status is Status.OK
@@ -246,7 +266,9 @@ def test_relative_symlink_chain_inside_is_fine(registry: ToolRegistry, workspace
 # -- failures, redaction, offload -------------------------------------------------------------
 
 
-def test_exception_text_is_redacted_and_has_no_host_path(registry: ToolRegistry, tmp_path: Path) -> None:
+def test_exception_text_is_redacted_and_has_no_host_path(
+    registry: ToolRegistry, tmp_path: Path
+) -> None:
     @tool()
     def boom(x: int = 0) -> str:
         raise RuntimeError(f"cannot open {tmp_path}/ws/creds.txt with token ghp_{'a1B2' * 9}")
@@ -258,7 +280,9 @@ def test_exception_text_is_redacted_and_has_no_host_path(registry: ToolRegistry,
     assert "ghp_a1B2" not in env.summary and "RuntimeError" in env.summary
 
 
-def test_secret_arguments_and_results_are_redacted(registry: ToolRegistry, sink: RecordingSink) -> None:
+def test_secret_arguments_and_results_are_redacted(
+    registry: ToolRegistry, sink: RecordingSink
+) -> None:
     secret = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
 
     @tool()
@@ -303,8 +327,13 @@ def test_ask_goes_to_the_approver_and_is_recorded(workspace: Path, tmp_path: Pat
         return ApprovalDecision(req.arguments.get("x") == 1, who="alice", reason="looked fine")
 
     sink = RecordingSink()
-    reg = ToolRegistry(workspace=workspace, home=tmp_path / "h", sinks=[sink], approver=approver,
-                       policy=Policy([RequireApproval(tools=frozenset({"t"}))]))
+    reg = ToolRegistry(
+        workspace=workspace,
+        home=tmp_path / "h",
+        sinks=[sink],
+        approver=approver,
+        policy=Policy([RequireApproval(tools=frozenset({"t"}))]),
+    )
     reg.register(_defn("t"), lambda x=0: x)
     yes = reg.call(ToolCall("t", {"x": 1}))
     no = reg.call(ToolCall("t", {"x": 2}))
@@ -318,8 +347,11 @@ def test_ask_goes_to_the_approver_and_is_recorded(workspace: Path, tmp_path: Pat
 
 
 def test_ask_without_approver_is_denied(workspace: Path, tmp_path: Path) -> None:
-    reg = ToolRegistry(workspace=workspace, home=tmp_path / "h",
-                       policy=Policy([RequireApproval(tools=frozenset({"t"}))]))
+    reg = ToolRegistry(
+        workspace=workspace,
+        home=tmp_path / "h",
+        policy=Policy([RequireApproval(tools=frozenset({"t"}))]),
+    )
     reg.register(_defn("t"), lambda x=0: x)
     env = reg.call(ToolCall("t", {}))
     assert env.status is Status.REJECTED and env.reject_stage is Stage.APPROVAL
@@ -331,11 +363,18 @@ def test_ask_without_approver_is_denied(workspace: Path, tmp_path: Path) -> None
 
 @pytest.mark.parametrize(
     "raw",
-    ['{"name": "read_text", "arguments": ', b"\xff\xfe", "[1,2]", '{"arguments": {}}',
-     '{"name": "read_text", "arguments": "not json"}', '{"name": "x", "bogus": 1}'],
+    [
+        '{"name": "read_text", "arguments": ',
+        b"\xff\xfe",
+        "[1,2]",
+        '{"arguments": {}}',
+        '{"name": "read_text", "arguments": "not json"}',
+        '{"name": "x", "bogus": 1}',
+    ],
 )
-def test_malformed_calls_are_rejected_and_recorded(registry: ToolRegistry, sink: RecordingSink,
-                                                   raw: str | bytes) -> None:
+def test_malformed_calls_are_rejected_and_recorded(
+    registry: ToolRegistry, sink: RecordingSink, raw: str | bytes
+) -> None:
     env = registry.call(raw)
     assert env.status is Status.REJECTED and env.reject_stage is Stage.PARAMS
     assert "malformed tool call" in env.summary
@@ -363,12 +402,14 @@ def test_async_twin_runs_the_same_pipeline(registry: ToolRegistry) -> None:
     registry.register(aread)
 
     async def main() -> list[Any]:
-        return list(await asyncio.gather(
-            registry.acall(ToolCall("aread", {"path": "p"})),
-            registry.acall(ToolCall("read_text", {"path": "hello.txt"})),
-            registry.acall(ToolCall("read_text", {"path": "../secret.txt"})),
-            registry.acall(ToolCall("aread", {})),
-        ))
+        return list(
+            await asyncio.gather(
+                registry.acall(ToolCall("aread", {"path": "p"})),
+                registry.acall(ToolCall("read_text", {"path": "hello.txt"})),
+                registry.acall(ToolCall("read_text", {"path": "../secret.txt"})),
+                registry.acall(ToolCall("aread", {})),
+            )
+        )
 
     a, b, c, d = asyncio.run(main())
     assert a.status is Status.OK and a.data == "P"
@@ -387,7 +428,9 @@ def test_envelope_to_dict_is_json(registry: ToolRegistry) -> None:
     assert [s["step"] for s in d["steps"]][:3] == ["resolve", "validate", "policy"]
 
 
-def test_policy_step_records_where_the_path_resolved(registry: ToolRegistry, workspace: Path) -> None:
+def test_policy_step_records_where_the_path_resolved(
+    registry: ToolRegistry, workspace: Path
+) -> None:
     (workspace / "alias.txt").symlink_to("notes/a.txt")
     env = registry.call(ToolCall("read_text", {"path": "alias.txt"}))
     pol = next(s for s in env.steps if s.step == "policy")

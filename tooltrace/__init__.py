@@ -4,6 +4,7 @@
 deadlines and concurrency, redaction and offload, then telemetry sinks and the result envelope.
 """
 
+from ._setup import create_registry
 from .envelope import (
     Artifact,
     CallRecord,
@@ -47,7 +48,6 @@ from .redaction import ArtifactStore, Redactor
 from .registry import CallStatus, LateStep, Resolution, ToolRegistry, Visibility
 from .runtime import CallContext, current_context
 from .tool import Capability, Effect, Execution, FunctionTool, ToolDefinition, ToolResult, tool
-from ._setup import create_registry
 
 __version__ = "0.1.0"
 
@@ -85,8 +85,8 @@ __all__ = [
     "Redactor",
     "RegistrationError",
     "RequireApproval",
-    "ResolvedPath",
     "Resolution",
+    "ResolvedPath",
     "Retry",
     "Rule",
     "Stage",

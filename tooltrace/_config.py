@@ -48,7 +48,9 @@ def env_float(name: str, explicit: float | None, default: float) -> float:
         try:
             value = float(raw)
         except ValueError:
-            raise ConfigurationError(f"{name} must be a number of seconds, got {raw[:40]!r}") from None
+            raise ConfigurationError(
+                f"{name} must be a number of seconds, got {raw[:40]!r}"
+            ) from None
     if not value > 0:
         raise ConfigurationError(f"{name} must be positive, got {value}")
     return value

@@ -39,7 +39,10 @@ def create_registry(
 
     home_path = _config.resolve_home(home)
     sinks: list[Sink] = default_sinks(
-        tracing=tracing, metrics=metrics, logging=False, metrics_registry=metrics_registry,
+        tracing=tracing,
+        metrics=metrics,
+        logging=False,
+        metrics_registry=metrics_registry,
     )
     if logging:
         from .telemetry.logging import LoggingSink
@@ -51,8 +54,9 @@ def create_registry(
         sinks.append(AuditSink(home_path, **(audit_options or {})))
     sinks.extend(extra_sinks)
     tracer = next((s for s in sinks if isinstance(s, SpanOpener)), None)
-    reg = ToolRegistry(workspace=workspace, home=home_path, sinks=sinks, tracer=tracer,
-                       **registry_options)
+    reg = ToolRegistry(
+        workspace=workspace, home=home_path, sinks=sinks, tracer=tracer, **registry_options
+    )
     if builtins:
         from .builtins import register_builtins
 

@@ -24,10 +24,16 @@ from typing import Any
 
 from . import _config
 from ._setup import create_registry
-from .envelope import Status, ToolCall, ToolResultEnvelope
+from .envelope import ToolCall, ToolResultEnvelope
 from .hooks import HookDecision, HookView, hook
-from .policy import ApprovalDecision, ApprovalRequest, Policy, RequireApproval
-from .policy import DenyCommandPatterns, DenyPrivateNetwork
+from .policy import (
+    ApprovalDecision,
+    ApprovalRequest,
+    DenyCommandPatterns,
+    DenyPrivateNetwork,
+    Policy,
+    RequireApproval,
+)
 from .registry import ToolRegistry
 from .runtime import CallContext
 from .tool import tool
@@ -69,8 +75,14 @@ def _scan_index(ctx: CallContext, shards: int = 50) -> str:
     return f"scanned {shards} shards"
 
 
-@tool("deploy_service", capability="execute", effect="external", timeout_s=0.3,
-      source="project", cancellable=False)
+@tool(
+    "deploy_service",
+    capability="execute",
+    effect="external",
+    timeout_s=0.3,
+    source="project",
+    cancellable=False,
+)
 def _deploy_service(service: str, seconds: float = 0.8) -> str:
     """Deploy a service (cannot be interrupted once started)."""
     time.sleep(seconds)
@@ -96,8 +108,9 @@ def _no_env_dumps(view: HookView) -> HookDecision | None:
 def _normalise_paths(view: HookView) -> HookDecision | None:
     path = view.arguments.get("path")
     if isinstance(path, str) and path.startswith("./"):
-        return HookDecision.modify(arguments={**view.arguments, "path": path[2:]},
-                                   reason="strip a leading ./")
+        return HookDecision.modify(
+            arguments={**view.arguments, "path": path[2:]}, reason="strip a leading ./"
+        )
     return None
 
 
@@ -114,8 +127,10 @@ def _prepare_workspace(home: Path) -> tuple[Path, Path]:
         "Service runbook.\nThe staging key is " + FAKE_KEY + " (rotate monthly).\n"
     )
     (ws / "notes" / "todo.txt").write_text("- check p95\n- rotate keys\n")
-    lines = [f"2026-12-01T10:{i % 60:02d}:00Z INFO request {i} served in {i % 97} ms"
-             for i in range(4000)]
+    lines = [
+        f"2026-12-01T10:{i % 60:02d}:00Z INFO request {i} served in {i % 97} ms"
+        for i in range(4000)
+    ]
     (ws / "logs" / "app.txt").write_text("\n".join(lines) + "\n")
     (ws / "shortcut.txt").symlink_to(outside / "secret.txt")
     return ws, outside
@@ -129,8 +144,11 @@ def _scripted(big_output: list[str]) -> list[tuple[str, ToolCall, Callable[[], N
         ("path-escape", ToolCall("read_text", {"path": "../outside/secret.txt"}), None),
         ("symlink-escape", ToolCall("read_text", {"path": "shortcut.txt"}), None),
         ("denied-command", ToolCall("run_command", {"argv": ["rm", "-rf", "/"]}), None),
-        ("approved-write", ToolCall("write_text", {"path": "reports/summary.txt",
-                                                   "text": "p95 is fine\n"}), None),
+        (
+            "approved-write",
+            ToolCall("write_text", {"path": "reports/summary.txt", "text": "p95 is fine\n"}),
+            None,
+        ),
         ("denied-write", ToolCall("write_text", {"path": "notes/todo.txt", "text": "x\n"}), None),
         ("hook-block", ToolCall("run_command", {"argv": ["printenv"]}), None),
         ("hook-modify", ToolCall("read_text", {"path": "./notes/todo.txt"}), None),
@@ -163,11 +181,21 @@ def run_demo(
     log_path = home_path / "logs" / "demo.jsonl"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_stream = log_path.open("a", encoding="utf-8")
-    policy = Policy([DenyCommandPatterns(), DenyPrivateNetwork(),
-                     RequireApproval(tools=frozenset({"write_text"}), name="writes_need_approval")])
+    policy = Policy(
+        [
+            DenyCommandPatterns(),
+            DenyPrivateNetwork(),
+            RequireApproval(tools=frozenset({"write_text"}), name="writes_need_approval"),
+        ]
+    )
     reg = create_registry(
-        ws, home=home_path, log_stream=log_stream, policy=policy,
-        hooks=[_no_env_dumps, _normalise_paths], approver=_approver, cancel_grace_s=0.2,
+        ws,
+        home=home_path,
+        log_stream=log_stream,
+        policy=policy,
+        hooks=[_no_env_dumps, _normalise_paths],
+        approver=_approver,
+        cancel_grace_s=0.2,
         **(registry_options or {}),
     )
     result = DemoResult(home_path, ws)
@@ -178,20 +206,22 @@ def run_demo(
         if metrics_port is not None:
             server = _serve(reg, metrics_port)
             result.metrics_port = getattr(server, "port", metrics_port)
-        big = [sys.executable, "-c", "print('\\n'.join(f'build step {i}: ok' for i in range(3000)))"]
+        big = [
+            sys.executable,
+            "-c",
+            "print('\\n'.join(f'build step {i}: ok' for i in range(3000)))",
+        ]
         script = _scripted(big)
         total = max(calls, len(script))
         rng = random.Random(seed)
-        done = 0
         for i in range(total):
             label, call, action = script[i] if i < len(script) else rng.choice(script)
             env = _run_one(reg, call, action)
             result.envelopes.append(env)
             if i < len(script):
                 result.highlights.setdefault(label, env.call_id)
-            done += 1
             if progress is not None:
-                progress(done, total)
+                progress(i + 1, total)
         if server is not None and linger_s > 0:
             reg.flush(timeout_s=5.0)
             time.sleep(linger_s)
@@ -233,5 +263,3 @@ def _serve(reg: ToolRegistry, port: int) -> Any:
 
     sink = next(s for s in reg.sinks if isinstance(s, MetricsSink))
     return serve_metrics(port, registry=sink)
-
-

@@ -73,7 +73,9 @@ class PolicyRequest:
 class Rule(Protocol):
     """A named policy rule."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The rule's name, as it appears in decisions (``policy:<name>``)."""
 
     def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
         """Return a verdict, or None for no opinion."""
@@ -161,7 +163,9 @@ class DenyCommandPatterns:
             return None
         for i, pat in enumerate(self._compiled):
             if pat.search(line):
-                return PolicyDecision(Verdict.DENY, self.name, f"command matches denied pattern #{i}")
+                return PolicyDecision(
+                    Verdict.DENY, self.name, f"command matches denied pattern #{i}"
+                )
         return None
 
 
@@ -199,8 +203,12 @@ def _is_private_host(host: str) -> bool:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     return bool(
-        ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_reserved
-        or ip.is_unspecified or ip.is_multicast
+        ip.is_private
+        or ip.is_loopback
+        or ip.is_link_local
+        or ip.is_reserved
+        or ip.is_unspecified
+        or ip.is_multicast
     )
 
 
@@ -229,7 +237,9 @@ class DenyPrivateNetwork:
                     return PolicyDecision(Verdict.DENY, self.name, "argument holds a malformed URL")
                 if m.group(0).lower().startswith("file:") or _is_private_host(host):
                     return PolicyDecision(
-                        Verdict.DENY, self.name, "argument holds a URL to a private or local address"
+                        Verdict.DENY,
+                        self.name,
+                        "argument holds a URL to a private or local address",
                     )
         return None
 
@@ -246,9 +256,7 @@ class RequireApproval:
 
     def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
         t = request.tool
-        hit = (
-            t.name in self.tools or t.capability in self.capabilities or t.effect in self.effects
-        )
+        hit = t.name in self.tools or t.capability in self.capabilities or t.effect in self.effects
         if hit and (self.when is None or self.when(request)):
             return PolicyDecision(Verdict.ASK, self.name, f"{t.name} needs approval")
         return None
@@ -264,9 +272,8 @@ class Policy:
         *,
         modes: Iterable[Mode] = DEFAULT_MODES,
     ) -> None:
-        self.rules: tuple[Rule, ...] = (
-            tuple(rules) if rules is not None else (DenyCommandPatterns(), DenyPrivateNetwork())
-        )
+        default: tuple[Rule, ...] = (DenyCommandPatterns(), DenyPrivateNetwork())
+        self.rules: tuple[Rule, ...] = tuple(rules) if rules is not None else default
         self.modes: dict[str, Mode] = {m.name: m for m in modes}
         for rule in self.rules:
             if not isinstance(getattr(rule, "name", None), str):

@@ -66,7 +66,8 @@ from .policy import (
     Verdict,
 )
 from .redaction import ArtifactStore, Redactor, preview
-from .runtime import Admission, AdmissionResult, CallContext, LoopThread, _CURRENT, make_pool
+from .runtime import _CURRENT, Admission, AdmissionResult, CallContext, LoopThread, make_pool
+from .runtime import _resolve as _resolve_future
 from .telemetry._sink import DurableSink, OpenSpan, Sink, SpanOpener
 from .tool import Effect, Execution, FunctionTool, ToolDefinition, ToolResult
 from .validation import CompiledSchema, compile_schema
@@ -215,8 +216,10 @@ class ToolRegistry:
         preview_chars: int = 2048,
         hook_threads: int = 8,
     ) -> None:
-        self.workspace = workspace if isinstance(workspace, Workspace) else Workspace(
-            workspace if workspace is not None else os.getcwd()
+        self.workspace = (
+            workspace
+            if isinstance(workspace, Workspace)
+            else Workspace(workspace if workspace is not None else os.getcwd())
         )
         self.home = _config.resolve_home(home)
         self.artifacts = ArtifactStore(self.home / "artifacts")
@@ -224,7 +227,9 @@ class ToolRegistry:
         self.redactor = redactor if redactor is not None else Redactor()
         self.approver = approver
         self.run_id = run_id or new_run_id()
-        self.max_timeout_s = _config.env_float(_config.TOOLTRACE_MAX_TIMEOUT_S, max_timeout_s, 600.0)
+        self.max_timeout_s = _config.env_float(
+            _config.TOOLTRACE_MAX_TIMEOUT_S, max_timeout_s, 600.0
+        )
         self.admission_timeout_s = admission_timeout_s
         self.cancel_grace_s = cancel_grace_s
         self.max_inline_chars = max_inline_chars
@@ -315,8 +320,14 @@ class ToolRegistry:
         cap = max((e.definition.capability for e in entries.values()), key=lambda c: c.rank)
         eff = max((e.definition.effect for e in entries.values()), key=lambda c: c.rank)
         cancellable = all(e.definition.cancellable for e in entries.values())
-        paths = tuple(dict.fromkeys(p for e in entries.values() for p in e.definition.path_params
-                                    if p in d.parameters.get("properties", {})))
+        paths = tuple(
+            dict.fromkeys(
+                p
+                for e in entries.values()
+                for p in e.definition.path_params
+                if p in d.parameters.get("properties", {})
+            )
+        )
         if (cap, eff, cancellable, paths) != (d.capability, d.effect, d.cancellable, d.path_params):
             d = _replace(d, capability=cap, effect=eff, cancellable=cancellable, path_params=paths)
             top = _Entry(d, top.fn, top.wants_ctx, top.is_async, top.schema)
@@ -345,8 +356,11 @@ class ToolRegistry:
                 act = self._active_entries[name]
                 shadowed = tuple(
                     sorted(
-                        ((s, e.definition.priority) for s, e in entries.items()
-                         if s != act.definition.source),
+                        (
+                            (s, e.definition.priority)
+                            for s, e in entries.items()
+                            if s != act.definition.source
+                        ),
                         key=lambda x: (-x[1], x[0]),
                     )
                 )
@@ -488,12 +502,12 @@ class ToolRegistry:
         for cb in self._shutdown_callbacks:
             try:
                 cb(max(0.0, deadline - time.monotonic()))
-            except Exception:  # noqa: BLE001 - shutdown goes on
+            except Exception:
                 self.sink_errors += 1
         for sink in self._sinks:
             try:
                 sink.shutdown(max(0.1, deadline - time.monotonic()))
-            except Exception:  # noqa: BLE001 - a sink never breaks shutdown
+            except Exception:
                 self.sink_errors += 1
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._hook_pool.shutdown(wait=False, cancel_futures=True)
@@ -505,7 +519,7 @@ class ToolRegistry:
         for sink in self._sinks:
             try:
                 ok = bool(sink.flush(timeout_s)) and ok
-            except Exception:  # noqa: BLE001
+            except Exception:
                 self.sink_errors += 1
                 ok = False
         return ok
@@ -557,11 +571,15 @@ class ToolRegistry:
         # 2. validate
         t = time.perf_counter_ns()
         if not isinstance(raw_args, Mapping):
-            b.step(StepName.VALIDATE, t, "schema", "reject", {"error": "arguments must be an object"})
+            b.step(
+                StepName.VALIDATE, t, "schema", "reject", {"error": "arguments must be an object"}
+            )
             return b.reject(Stage.PARAMS, "arguments must be an object", d.name)
         args, err = entry.schema.validate(dict(raw_args))
         if err is not None:
-            b.step(StepName.VALIDATE, t, "schema", "reject", {"error": err.message, "rule": err.rule})
+            b.step(
+                StepName.VALIDATE, t, "schema", "reject", {"error": err.message, "rule": err.rule}
+            )
             return b.reject(Stage.PARAMS, err.message, d.name)
         b.step(StepName.VALIDATE, t, "schema", "accept", None)
 
@@ -579,24 +597,32 @@ class ToolRegistry:
             if h.phase != "pre" or not h.applies_to(d.name):
                 continue
             view = HookView(
-                b.call_id, b.run_id, d.name, d.source, d.capability.value, d.effect.value,
-                call.mode, self._redact_args(args),
+                b.call_id,
+                b.run_id,
+                d.name,
+                d.source,
+                d.capability.value,
+                d.effect.value,
+                call.mode,
+                self._redact_args(args),
             )
             t = time.perf_counter_ns()
             kind, res = yield _RunHook(h, view)
             decider = f"hook:{h.name}"
             if kind != "ok":
                 what = "timed out" if kind == "timeout" else "raised an error"
-                detail = {"required": h.required, "error": self._error_text(res) if res else what}
+                hdetail = {"required": h.required, "error": self._error_text(res) if res else what}
                 if h.required:
-                    b.step(StepName.PRE_HOOK, t, decider, "block", detail)
+                    b.step(StepName.PRE_HOOK, t, decider, "block", hdetail)
                     return b.reject(Stage.HOOK, f"required hook {h.name} {what}", d.name)
-                b.step(StepName.PRE_HOOK, t, decider, "warn", detail)
+                b.step(StepName.PRE_HOOK, t, decider, "warn", hdetail)
                 continue
             dec: HookDecision = res
             reason = self._scrub(dec.reason)[:300]
             if dec.tool is not None and dec.tool != d.name:
-                b.step(StepName.PRE_HOOK, t, decider, "block", {"reason": "tried to change the tool"})
+                b.step(
+                    StepName.PRE_HOOK, t, decider, "block", {"reason": "tried to change the tool"}
+                )
                 return b.reject(Stage.HOOK, f"hook {h.name} tried to change the tool", d.name)
             if dec.mode is not None and dec.mode != call.mode:
                 b.step(StepName.PRE_HOOK, t, decider, "block", {"reason": "tried to switch mode"})
@@ -614,17 +640,26 @@ class ToolRegistry:
                 if err is not None:
                     b.step(StepName.REVALIDATE, t, "schema", "reject", {"error": err.message})
                     return b.reject(
-                        Stage.HOOK, f"hook {h.name} produced invalid arguments: {err.message}",
+                        Stage.HOOK,
+                        f"hook {h.name} produced invalid arguments: {err.message}",
                         d.name,
                     )
                 b.step(StepName.REVALIDATE, t, "schema", "accept", None)
-                verdict = yield from self._authorize(b, entry, checked, call.mode, t, (h.name, args))
+                verdict = yield from self._authorize(
+                    b, entry, checked, call.mode, t, (h.name, args)
+                )
                 if verdict is not None:
                     return verdict
                 args = checked
                 b.args_redacted = self._redact_args(args)
                 continue
-            b.step(StepName.PRE_HOOK, t, decider, dec.action.value, {"reason": reason} if reason else None)
+            b.step(
+                StepName.PRE_HOOK,
+                t,
+                decider,
+                dec.action.value,
+                {"reason": reason} if reason else None,
+            )
 
         # 5. admission, deadline, strict audit, execute
         timeout = d.timeout_s
@@ -646,23 +681,41 @@ class ToolRegistry:
         if not adm.admitted:
             b.step(StepName.ADMISSION, t, "runtime", "reject", info)
             stage = Stage.CANCEL if adm.reason == "cancelled" else Stage.ADMISSION
-            return b.reject(stage, _ADMISSION_TEXT.get(adm.reason, adm.reason), d.name,
-                            retry=Retry(adm.reason != "shutdown", after_ms=250))
+            return b.reject(
+                stage,
+                _ADMISSION_TEXT.get(adm.reason, adm.reason),
+                d.name,
+                retry=Retry(adm.reason != "shutdown", after_ms=250),
+            )
         b.step(StepName.ADMISSION, t, "runtime", "accept", info)
         released = False
         try:
             for sink in self._durable:
                 t = time.perf_counter_ns()
-                failure = yield _Intent(sink, b.call_id, b.run_id, d.name, b.t_wall, b.args_redacted)
+                failure = yield _Intent(
+                    sink, b.call_id, b.run_id, d.name, b.t_wall, b.args_redacted
+                )
                 if failure is not None:
-                    b.step(StepName.AUDIT_INTENT, t, "audit", "reject",
-                           {"error": self._error_text(failure)})
-                    return b.reject(Stage.AUDIT, "the audit record could not be made durable", d.name)
+                    b.step(
+                        StepName.AUDIT_INTENT,
+                        t,
+                        "audit",
+                        "reject",
+                        {"error": self._error_text(failure)},
+                    )
+                    return b.reject(
+                        Stage.AUDIT, "the audit record could not be made durable", d.name
+                    )
                 b.step(StepName.AUDIT_INTENT, t, "audit", "durable", None)
             ctx = CallContext(
-                call_id=b.call_id, run_id=b.run_id, tool=d.name, timeout_s=timeout,
-                workspace=self.workspace, artifacts=self.artifacts,
-                traceparent=_traceparent(b.span), background=call.background and d.background,
+                call_id=b.call_id,
+                run_id=b.run_id,
+                tool=d.name,
+                timeout_s=timeout,
+                workspace=self.workspace,
+                artifacts=self.artifacts,
+                traceparent=_traceparent(b.span),
+                background=call.background and d.background,
                 late=self._late_reporter(b.call_id, b.run_id, d.name),
             )
             active = _Active(ctx, d.name)
@@ -708,16 +761,32 @@ class ToolRegistry:
             try:
                 rp = self.workspace.resolve(value, must_exist=False)
             except PathPolicyError as exc:
-                b.step(StepName.POLICY, t, "policy:path_scope", "deny",
-                       {"param": p, "reason": exc.reason})
+                b.step(
+                    StepName.POLICY,
+                    t,
+                    "policy:path_scope",
+                    "deny",
+                    {"param": p, "reason": exc.reason},
+                )
                 return b.reject(stage, f"path not allowed ({exc.reason}): {exc}", d.name)
             resolved[p] = rp.relative
             if hook is not None:
                 before = hook[1].get(p)
-                if isinstance(before, str) and before != value and not self._narrows(before, rp.relative):
-                    b.step(StepName.POLICY, t, "policy:hook_scope", "deny",
-                           {"param": p, "reason": "widened path scope", "hook": hook[0]})
-                    return b.reject(Stage.HOOK, f"hook {hook[0]} tried to widen a path's scope", d.name)
+                if (
+                    isinstance(before, str)
+                    and before != value
+                    and not self._narrows(before, rp.relative)
+                ):
+                    b.step(
+                        StepName.POLICY,
+                        t,
+                        "policy:hook_scope",
+                        "deny",
+                        {"param": p, "reason": "widened path scope", "hook": hook[0]},
+                    )
+                    return b.reject(
+                        Stage.HOOK, f"hook {hook[0]} tried to widen a path's scope", d.name
+                    )
         req = PolicyRequest(d, args, mode, b.run_id, b.call_id, resolved)
         decision, rules = self.policy.evaluate(req)
         if decision is None:
@@ -735,23 +804,40 @@ class ToolRegistry:
         t = time.perf_counter_ns()
         if self.approver is None:
             allow = os.environ.get(_config.TOOLTRACE_APPROVAL, "deny").strip().lower() == "allow"
-            b.step(StepName.APPROVAL, t, decider, "approve" if allow else "deny",
-                   {"reason": "no approver configured"})
+            b.step(
+                StepName.APPROVAL,
+                t,
+                decider,
+                "approve" if allow else "deny",
+                {"reason": "no approver configured"},
+            )
             if not allow:
-                return b.reject(Stage.APPROVAL, "approval required and no approver is configured",
-                                d.name)
+                return b.reject(
+                    Stage.APPROVAL, "approval required and no approver is configured", d.name
+                )
             return None
-        areq = ApprovalRequest(b.call_id, b.run_id, d.name, self._redact_args(args),
-                               decision.rule, reason)
+        areq = ApprovalRequest(
+            b.call_id, b.run_id, d.name, self._redact_args(args), decision.rule, reason
+        )
         kind, res = yield _Approve(areq)
         if kind != "ok" or not isinstance(res, ApprovalDecision):
-            b.step(StepName.APPROVAL, t, "user:unknown", "deny",
-                   {"error": self._error_text(res) if isinstance(res, BaseException) else "no answer"})
+            b.step(
+                StepName.APPROVAL,
+                t,
+                "user:unknown",
+                "deny",
+                {"error": self._error_text(res) if isinstance(res, BaseException) else "no answer"},
+            )
             return b.reject(Stage.APPROVAL, "the approver failed to answer", d.name)
         who = re.sub(r"[^A-Za-z0-9@._-]", "_", res.who or "unknown")[:64]
         areason = self._scrub(res.reason)[:300]
-        b.step(StepName.APPROVAL, t, f"user:{who}", "approve" if res.approved else "deny",
-               {"reason": areason, "rule": decision.rule})
+        b.step(
+            StepName.APPROVAL,
+            t,
+            f"user:{who}",
+            "approve" if res.approved else "deny",
+            {"reason": areason, "rule": decision.rule},
+        )
         if not res.approved:
             return b.reject(Stage.APPROVAL, f"denied by {who}", d.name)
         return None
@@ -765,7 +851,7 @@ class ToolRegistry:
         scope = orig.rsplit("/", 1)[0] if "/" in orig else ""
         if orig == after_relative:
             return True
-        return scope == "" and "/" not in after_relative or after_relative.startswith(scope + "/")
+        return (scope == "" and "/" not in after_relative) or after_relative.startswith(scope + "/")
 
     def _merge_hook_args(
         self, raw: Mapping[str, Any], shown: Mapping[str, Any], new: Mapping[str, Any]
@@ -776,8 +862,9 @@ class ToolRegistry:
             out[k] = raw[k] if k in raw and k in shown and shown[k] == v else v
         return out
 
-    def _post_hooks(self, b: _Builder, entry: _Entry, env: ToolResultEnvelope) -> Generator[
-            _Op, Any, ToolResultEnvelope]:
+    def _post_hooks(
+        self, b: _Builder, entry: _Entry, env: ToolResultEnvelope
+    ) -> Generator[_Op, Any, ToolResultEnvelope]:
         d = entry.definition
         posts = [h for h in self._hooks if h.phase == "post" and h.applies_to(d.name)]
         if not posts:
@@ -787,8 +874,19 @@ class ToolRegistry:
         summary = env.summary
         error_type = b.error_type
         for h in posts:
-            view = HookView(b.call_id, b.run_id, d.name, d.source, d.capability.value,
-                            d.effect.value, b.mode, b.args_redacted or {}, "post", status.value, data)
+            view = HookView(
+                b.call_id,
+                b.run_id,
+                d.name,
+                d.source,
+                d.capability.value,
+                d.effect.value,
+                b.mode,
+                b.args_redacted or {},
+                "post",
+                status.value,
+                data,
+            )
             t = time.perf_counter_ns()
             kind, res = yield _RunHook(h, view)
             decider = f"hook:{h.name}"
@@ -797,7 +895,9 @@ class ToolRegistry:
                 if h.required and status is Status.OK:
                     b.step(StepName.POST_HOOK, t, decider, "block", {"error": what})
                     status, data, error_type = Status.FAILED, None, "post_hook_error"
-                    summary = f"{d.name} ran, but its result was withheld: required hook {h.name} {what}"
+                    summary = (
+                        f"{d.name} ran, but its result was withheld: required hook {h.name} {what}"
+                    )
                 else:
                     b.step(StepName.POST_HOOK, t, decider, "warn", {"error": what})
                 continue
@@ -815,15 +915,28 @@ class ToolRegistry:
                 ann = dict(dec.annotations) if dec.annotations else None
                 if ann is not None:
                     ann, _ = self.redactor.redact(ann)
-                b.step(StepName.POST_HOOK, t, decider, dec.action.value,
-                       {"reason": reason, "annotations": ann} if (reason or ann) else None)
+                b.step(
+                    StepName.POST_HOOK,
+                    t,
+                    decider,
+                    dec.action.value,
+                    {"reason": reason, "annotations": ann} if (reason or ann) else None,
+                )
         b.error_type = error_type
-        env = b.envelope(status, summary, data, env.artifact, env.record.reject_stage,
-                         env.record.result_preview, retry=env.retry)
+        env = b.envelope(
+            status,
+            summary,
+            data,
+            env.artifact,
+            env.record.reject_stage,
+            env.record.result_preview,
+            retry=env.retry,
+        )
         return b.emit(env)
 
-    def _finish(self, b: _Builder, entry: _Entry, ctx: CallContext, out: _Outcome,
-                t: int) -> ToolResultEnvelope:
+    def _finish(
+        self, b: _Builder, entry: _Entry, ctx: CallContext, out: _Outcome, t: int
+    ) -> ToolResultEnvelope:
         """Map an execution outcome to a status, redact, trim and offload."""
         d = entry.definition
         side_effects = d.effect is not Effect.NONE
@@ -834,13 +947,31 @@ class ToolRegistry:
             exec_detail.update(red)
         if out.signal is not None:
             exec_detail["signal"] = out.signal
-        b.steps.append(Step(len(b.steps), StepName.EXECUTE, b.us(t), (now - t) // 1000, "tool",
-                            out.kind, exec_detail))
+        b.steps.append(
+            Step(
+                len(b.steps),
+                StepName.EXECUTE,
+                b.us(t),
+                (now - t) // 1000,
+                "tool",
+                out.kind,
+                exec_detail,
+            )
+        )
         if out.signal is not None and out.signal_at is not None:
             sig_ns = int(out.signal_at * 1e9)
             name = StepName.DEADLINE if out.signal == "deadline" else StepName.CANCEL_REQUESTED
-            b.steps.append(Step(len(b.steps), name, b.us_mono(sig_ns), 0, "runtime", "signal",
-                                {"cancellable": d.cancellable, "grace_s": self.cancel_grace_s}))
+            b.steps.append(
+                Step(
+                    len(b.steps),
+                    name,
+                    b.us_mono(sig_ns),
+                    0,
+                    "runtime",
+                    "signal",
+                    {"cancellable": d.cancellable, "grace_s": self.cancel_grace_s},
+                )
+            )
         tool_summary: str | None = None
         value = out.value
         if isinstance(value, ToolResult):
@@ -857,18 +988,28 @@ class ToolRegistry:
         if out.signal is not None:
             # A confirmed cancel is its own step ("cancel requested" and "cancelled" differ);
             # anything else that was told to stop says whether it confirmed.
-            name = (StepName.CANCELLED if confirmed and out.signal == "cancel"
-                    else StepName.STOPPED)
-            b.steps.append(Step(len(b.steps), name, b.us(time.perf_counter_ns()), 0, "runtime",
-                                "confirmed" if confirmed else "unconfirmed", {"outcome": out.kind}))
+            name = StepName.CANCELLED if confirmed and out.signal == "cancel" else StepName.STOPPED
+            b.steps.append(
+                Step(
+                    len(b.steps),
+                    name,
+                    b.us(time.perf_counter_ns()),
+                    0,
+                    "runtime",
+                    "confirmed" if confirmed else "unconfirmed",
+                    {"outcome": out.kind},
+                )
+            )
         if out.kind == "returned" and (out.signal != "cancel" or side_effects):
             status = Status.OK
             note = " (finished after it was asked to stop)" if out.signal else ""
             summary = (self._scrub(tool_summary)[:500] if tool_summary else "") + note
             retry = Retry(True)
-        elif out.kind == "raised" and not (
-            out.signal and isinstance(out.error, ToolInterrupt | asyncio.CancelledError)
-        ) and not (out.signal == "deadline" and isinstance(out.error, TimeoutError)):
+        elif (
+            out.kind == "raised"
+            and not (out.signal and isinstance(out.error, ToolInterrupt | asyncio.CancelledError))
+            and not (out.signal == "deadline" and isinstance(out.error, TimeoutError))
+        ):
             status = Status.FAILED
             assert out.error is not None
             error_type = _error_type(out.error)
@@ -876,18 +1017,23 @@ class ToolRegistry:
             retry = Retry(not side_effects, requires_inspection=side_effects)
         elif out.signal == "cancel" and (confirmed or not side_effects):
             status, error_type = Status.CANCELLED, "cancelled"
-            summary = f"{d.name} was cancelled" + ("" if confirmed else " (abandoned; it has no side effects)")
+            summary = f"{d.name} was cancelled" + (
+                "" if confirmed else " (abandoned; it has no side effects)"
+            )
             retry = Retry(True)
         elif out.signal == "deadline" and (confirmed or not side_effects):
             status, error_type = Status.FAILED, "timeout"
             summary = f"{d.name} timed out after {ctx.timeout_s:g} s" + (
-                "" if confirmed else " (abandoned; it has no side effects)")
+                "" if confirmed else " (abandoned; it has no side effects)"
+            )
             retry = Retry(True, after_ms=1000)
         else:
             status, error_type = Status.UNKNOWN, "unconfirmed_" + (out.signal or "stop")
             why = "its deadline passed" if out.signal == "deadline" else "it was cancelled"
-            summary = (f"{d.name} may have run: {why} and it did not confirm it stopped within "
-                       f"{self.cancel_grace_s:g} s; query status({b.call_id})")
+            summary = (
+                f"{d.name} may have run: {why} and it did not confirm it stopped within "
+                f"{self.cancel_grace_s:g} s; query status({b.call_id})"
+            )
             retry = Retry(False, requires_inspection=True)
         b.error_type = error_type
         # 6. redact and trim
@@ -900,28 +1046,57 @@ class ToolRegistry:
             text = data if isinstance(data, str) else _to_text(data)
             result_preview = text[: self.preview_chars] if text is not None else None
             red_detail = {"redactions": n} if n else None
-            b.steps.append(Step(len(b.steps), StepName.REDACT, b.us(t), (time.perf_counter_ns() - t)
-                                // 1000, "redactor", "redacted" if n else "clean", red_detail))
+            b.steps.append(
+                Step(
+                    len(b.steps),
+                    StepName.REDACT,
+                    b.us(t),
+                    (time.perf_counter_ns() - t) // 1000,
+                    "redactor",
+                    "redacted" if n else "clean",
+                    red_detail,
+                )
+            )
             if text is not None and len(text) > self.max_inline_chars:
                 t = time.perf_counter_ns()
                 try:
                     artifact = self.artifacts.put(text)
                 except OSError as exc:
-                    b.steps.append(Step(len(b.steps), StepName.OFFLOAD, b.us(t), 0, "runtime",
-                                        "error", {"error": _error_type(exc)}))
+                    b.steps.append(
+                        Step(
+                            len(b.steps),
+                            StepName.OFFLOAD,
+                            b.us(t),
+                            0,
+                            "runtime",
+                            "error",
+                            {"error": _error_type(exc)},
+                        )
+                    )
                     artifact = None
                 else:
-                    b.steps.append(Step(len(b.steps), StepName.OFFLOAD, b.us(t),
-                                        (time.perf_counter_ns() - t) // 1000, "runtime",
-                                        "offloaded", {"chars": artifact.chars,
-                                                      "sha256": artifact.sha256,
-                                                      "path": artifact.path}))
+                    b.steps.append(
+                        Step(
+                            len(b.steps),
+                            StepName.OFFLOAD,
+                            b.us(t),
+                            (time.perf_counter_ns() - t) // 1000,
+                            "runtime",
+                            "offloaded",
+                            {
+                                "chars": artifact.chars,
+                                "sha256": artifact.sha256,
+                                "path": artifact.path,
+                            },
+                        )
+                    )
                 data = preview(text, self.preview_chars)
                 result_preview = data
             if not summary or summary.startswith(" ("):
                 size = len(text) if text is not None else 0
-                where = (f"; full output in artifact sha256:{artifact.sha256[:12]}"
-                         if artifact else "")
+                where = (
+                    f"; full output in artifact sha256:{artifact.sha256[:12]}" if artifact else ""
+                )
                 summary = f"{d.name} succeeded ({size} chars{where})" + summary
         return b.envelope(status, summary, data, artifact, None, result_preview, retry=retry)
 
@@ -930,7 +1105,7 @@ class ToolRegistry:
     def _redact_args(self, args: Any) -> Any:
         try:
             red, _ = self.redactor.redact(args)
-        except Exception:  # noqa: BLE001 - never let a redaction bug leak raw values
+        except Exception:
             return {"_redaction_error": True}
         return red
 
@@ -950,14 +1125,23 @@ class ToolRegistry:
             return "error"
         return self._scrub(self.redactor.redact_exception(exc))[:500]
 
-    def _late_reporter(self, call_id: str, run_id: str, tool: str) -> Callable[
-            [str, str, Mapping[str, Any] | None], None]:
+    def _late_reporter(
+        self, call_id: str, run_id: str, tool: str
+    ) -> Callable[[str, str, Mapping[str, Any] | None], None]:
         def report(step: str, decision: str, detail: Mapping[str, Any] | None) -> None:
             self._emit_late(call_id, run_id, tool, step, decision, detail)
+
         return report
 
-    def _emit_late(self, call_id: str, run_id: str, tool: str, step: str, decision: str,
-                   detail: Mapping[str, Any] | None) -> None:
+    def _emit_late(
+        self,
+        call_id: str,
+        run_id: str,
+        tool: str,
+        step: str,
+        decision: str,
+        detail: Mapping[str, Any] | None,
+    ) -> None:
         red = self.redactor.redact(dict(detail))[0] if detail else None
         with self._active_lock:
             seq = self._late_seq.get(call_id, 1000)
@@ -972,14 +1156,15 @@ class ToolRegistry:
                 continue
             try:
                 fn(late)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 self.sink_errors += 1
 
     def _remember(self, env: ToolResultEnvelope) -> None:
         with self._active_lock:
             resolved = self._pending_resolution.pop(env.call_id, None)
         self._statuses[env.call_id] = CallStatus(
-            env.call_id, env.tool, env.status, resolved, env.summary)
+            env.call_id, env.tool, env.status, resolved, env.summary
+        )
         if len(self._statuses) > self._status_cap:
             self._statuses.popitem(last=False)
 
@@ -997,8 +1182,9 @@ class ToolRegistry:
         with self._active_lock:
             st = self._statuses.get(call_id)
             if st is not None:
-                self._statuses[call_id] = CallStatus(call_id, st.tool, st.status, resolved,
-                                                     st.summary)
+                self._statuses[call_id] = CallStatus(
+                    call_id, st.tool, st.status, resolved, st.summary
+                )
             else:
                 self._pending_resolution[call_id] = resolved
         self._emit_late(call_id, run_id, tool, StepName.RESOLVED, resolved.value, detail)
@@ -1016,7 +1202,7 @@ class ToolRegistry:
             assert self.approver is not None
             try:
                 return "ok", self.approver(op.request)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 return "error", exc
         return self._write_intent(op)
 
@@ -1039,8 +1225,9 @@ class ToolRegistry:
         return await loop.run_in_executor(self._hook_pool, self._write_intent, op)
 
     @staticmethod
-    def _bounded(pool: concurrent.futures.Executor, fn: Callable[[Any], Any], arg: Any,
-                 timeout_s: float) -> tuple[str, Any]:
+    def _bounded(
+        pool: concurrent.futures.Executor, fn: Callable[[Any], Any], arg: Any, timeout_s: float
+    ) -> tuple[str, Any]:
         fut = pool.submit(_guard, fn, arg)
         try:
             res: tuple[str, Any] = fut.result(timeout_s)
@@ -1051,9 +1238,12 @@ class ToolRegistry:
     def _write_intent(self, op: _Intent) -> BaseException | None:
         try:
             op.sink.write_intent(op.call_id, op.run_id, op.tool, op.started_at_us, op.args)
-        except Exception as exc:  # noqa: BLE001 - any failure refuses the call
-            return exc if isinstance(exc, AuditUnavailableError) else AuditUnavailableError(
-                f"{type(exc).__name__}")
+        except Exception as exc:
+            return (
+                exc
+                if isinstance(exc, AuditUnavailableError)
+                else AuditUnavailableError(f"{type(exc).__name__}")
+            )
         return None
 
     def _invoke(self, op: _Execute) -> Callable[[], Any]:
@@ -1071,13 +1261,14 @@ class ToolRegistry:
             invoke = self._invoke(op)
             if e.is_async:
                 cfut = asyncio.run_coroutine_threadsafe(
-                    self._run_coro(invoke, tool), self._loop.loop())
+                    self._run_coro(invoke, tool), self._loop.loop()
+                )
                 return self._wait(cfut, op, lambda: cfut.cancel())
             if e.definition.execution is Execution.INLINE:
                 try:
                     value = invoke()
                     kind, err = "returned", None
-                except Exception as exc:  # noqa: BLE001 - a tool's failure is a result
+                except Exception as exc:
                     value, kind, err = None, "raised", exc
                 finally:
                     self._admission.release(tool)
@@ -1086,8 +1277,9 @@ class ToolRegistry:
                     out.signal = ctx.reason
                     out.signal_at = time.monotonic()
                 elif time.monotonic() > ctx.deadline and kind == "returned":
-                    ctx.set_detail("deadline_overrun_ms",
-                                   round((time.monotonic() - ctx.deadline) * 1000, 3))
+                    ctx.set_detail(
+                        "deadline_overrun_ms", round((time.monotonic() - ctx.deadline) * 1000, 3)
+                    )
                 return out
             run = contextvars.copy_context().run
             try:
@@ -1113,8 +1305,9 @@ class ToolRegistry:
         finally:
             self._admission.release(tool)
 
-    def _wait(self, fut: concurrent.futures.Future[Any], op: _Execute,
-              cancel: Callable[[], Any] | None) -> _Outcome:
+    def _wait(
+        self, fut: concurrent.futures.Future[Any], op: _Execute, cancel: Callable[[], Any] | None
+    ) -> _Outcome:
         ctx = op.ctx
         wake = threading.Event()
         fut.add_done_callback(lambda _f: wake.set())
@@ -1133,7 +1326,7 @@ class ToolRegistry:
             signal_at = time.monotonic()
             try:
                 fut.result(op.grace_s)
-            except BaseException:  # noqa: BLE001, S110 - inspected below
+            except BaseException:
                 pass
             if not fut.done():
                 out = _Outcome("abandoned", signal=ctx.reason, signal_at=signal_at)
@@ -1148,8 +1341,9 @@ class ToolRegistry:
             # Not cancellable: the tool is not told, but the call stops waiting after the grace.
             ctx.mark(reason)
 
-    def _outcome(self, fut: concurrent.futures.Future[Any] | asyncio.Future[Any],
-                 ctx: CallContext) -> _Outcome:
+    def _outcome(
+        self, fut: concurrent.futures.Future[Any] | asyncio.Future[Any], ctx: CallContext
+    ) -> _Outcome:
         sig = ctx.reason if ctx.signalled else None
         sig_at = time.monotonic() if sig else None
         if fut.cancelled():
@@ -1159,14 +1353,15 @@ class ToolRegistry:
             return _Outcome("raised", None, exc, sig, sig_at)
         return _Outcome("returned", fut.result(), None, sig, sig_at)
 
-    def _on_late_done(self, fut: concurrent.futures.Future[Any] | asyncio.Future[Any],
-                      op: _Execute) -> None:
+    def _on_late_done(
+        self, fut: concurrent.futures.Future[Any] | asyncio.Future[Any], op: _Execute
+    ) -> None:
         ctx = op.ctx
 
         def done(f: Any) -> None:
             try:
                 self._resolve_late(ctx.call_id, ctx.tool, ctx.run_id, self._outcome(f, ctx))
-            except Exception:  # noqa: BLE001
+            except Exception:
                 self.sink_errors += 1
 
         fut.add_done_callback(done)
@@ -1187,7 +1382,7 @@ class ToolRegistry:
                 fut = loop.create_future()
                 try:
                     fut.set_result(invoke())
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     fut.set_exception(exc)
                 finally:
                     self._admission.release(tool)
@@ -1201,7 +1396,7 @@ class ToolRegistry:
         wake = loop.create_future()
 
         def poke(_r: str) -> None:
-            loop.call_soon_threadsafe(lambda: wake.done() or wake.set_result(None))
+            loop.call_soon_threadsafe(_resolve_future, wake)
 
         ctx.on_cancel(poke)
         try:
@@ -1250,7 +1445,7 @@ _ADMISSION_TEXT = {
 def _guard(fn: Callable[[Any], Any], arg: Any) -> tuple[str, Any]:
     try:
         return "ok", fn(arg)
-    except Exception as exc:  # noqa: BLE001 - reported to the pipeline
+    except Exception as exc:
         return "error", exc
 
 
@@ -1274,6 +1469,10 @@ def _replace(d: ToolDefinition, **changes: Any) -> ToolDefinition:
 
 
 def _error_type(exc: BaseException) -> str:
+    # A tool may name its own low-cardinality error type (the MCP proxy says "tool_error").
+    named = getattr(exc, "error_type", None)
+    if isinstance(named, str) and named:
+        return named[:64]
     return type(exc).__name__[:64]
 
 
@@ -1313,8 +1512,20 @@ class _Builder:
     """Collects the steps and facts of one call and makes its envelope and record."""
 
     __slots__ = (
-        "args_redacted", "attributes", "call_id", "entry", "error_type", "execution_started",
-        "hook_modified", "mode", "reg", "run_id", "span", "steps", "t0", "t_wall",
+        "args_redacted",
+        "attributes",
+        "call_id",
+        "entry",
+        "error_type",
+        "execution_started",
+        "hook_modified",
+        "mode",
+        "reg",
+        "run_id",
+        "span",
+        "steps",
+        "t0",
+        "t_wall",
     )
 
     def __init__(self, reg: ToolRegistry, t_wall: int, t0: int) -> None:
@@ -1341,30 +1552,59 @@ class _Builder:
         delta = mono_ns - time.monotonic_ns()
         return self.us(time.perf_counter_ns() + delta)
 
-    def step(self, name: str, t: int, decider: str, decision: str,
-             detail: Mapping[str, Any] | None) -> None:
+    def step(
+        self, name: str, t: int, decider: str, decision: str, detail: Mapping[str, Any] | None
+    ) -> None:
         now = time.perf_counter_ns()
-        self.steps.append(Step(len(self.steps), name, self.t_wall + (t - self.t0) // 1000,
-                               (now - t) // 1000, decider, decision, detail))
+        self.steps.append(
+            Step(
+                len(self.steps),
+                name,
+                self.t_wall + (t - self.t0) // 1000,
+                (now - t) // 1000,
+                decider,
+                decision,
+                detail,
+            )
+        )
 
-    def reject(self, stage: Stage, why: str, tool: str, *, shown_name: Any = None,
-               retry: Retry | None = None) -> ToolResultEnvelope:
+    def reject(
+        self,
+        stage: Stage,
+        why: str,
+        tool: str,
+        *,
+        shown_name: Any = None,
+        retry: Retry | None = None,
+    ) -> ToolResultEnvelope:
         reg = self.reg
         why = reg._scrub(why)[:500]
         label = tool if tool != UNREGISTERED else _safe_name(shown_name)
         summary = f"{label} was rejected ({stage.value}): {why}"
         self.error_type = stage.value
         if retry is None:
-            retry = Retry(stage in (Stage.PARAMS, Stage.RESOLVE, Stage.ADMISSION),
-                          after_ms=250 if stage is Stage.ADMISSION else 0,
-                          requires_inspection=stage in (Stage.AUDIT, Stage.HOOK))
-        env = self.envelope(Status.REJECTED, summary, None, None, stage, None, retry=retry,
-                            tool_override=tool)
+            retry = Retry(
+                stage in (Stage.PARAMS, Stage.RESOLVE, Stage.ADMISSION),
+                after_ms=250 if stage is Stage.ADMISSION else 0,
+                requires_inspection=stage in (Stage.AUDIT, Stage.HOOK),
+            )
+        env = self.envelope(
+            Status.REJECTED, summary, None, None, stage, None, retry=retry, tool_override=tool
+        )
         return self.emit(env)
 
-    def envelope(self, status: Status, summary: str, data: Any, artifact: Artifact | None,
-                 stage: Stage | None, result_preview: str | None, *, retry: Retry,
-                 tool_override: str | None = None) -> ToolResultEnvelope:
+    def envelope(
+        self,
+        status: Status,
+        summary: str,
+        data: Any,
+        artifact: Artifact | None,
+        stage: Stage | None,
+        result_preview: str | None,
+        *,
+        retry: Retry,
+        tool_override: str | None = None,
+    ) -> ToolResultEnvelope:
         e = self.entry
         d = e.definition if e is not None else None
         tool = tool_override or (d.name if d else UNREGISTERED)
@@ -1396,8 +1636,17 @@ class _Builder:
             hook_modified=self.hook_modified,
             attributes=self.attributes,
         )
-        return ToolResultEnvelope(self.call_id, tool, status, summary, data, artifact, retry,
-                                  Timing(self.t_wall, elapsed / 1000.0), record)
+        return ToolResultEnvelope(
+            self.call_id,
+            tool,
+            status,
+            summary,
+            data,
+            artifact,
+            retry,
+            Timing(self.t_wall, elapsed / 1000.0),
+            record,
+        )
 
     def emit(self, env: ToolResultEnvelope) -> ToolResultEnvelope:
         reg = self.reg
@@ -1405,7 +1654,7 @@ class _Builder:
         for sink in reg._sinks:
             try:
                 sink.emit(rec)
-            except Exception:  # noqa: BLE001 - a sink never raises into a call
+            except Exception:
                 reg.sink_errors += 1
         reg._remember(env)
         return env
@@ -1415,5 +1664,3 @@ def _safe_name(name: Any) -> str:
     if isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9._-]{1,128}", name):
         return name
     return "the requested tool"
-
-

@@ -51,8 +51,8 @@ class CallContext:
         "_callbacks",
         "_event",
         "_late",
-        "_stopped",
         "_reason",
+        "_stopped",
         "artifacts",
         "background",
         "call_id",
@@ -148,7 +148,9 @@ class CallContext:
         """Add a small, JSON-serialisable fact to the execute step (redacted before recording)."""
         self.detail[key] = value
 
-    def report_late(self, step: str, decision: str, detail: Mapping[str, Any] | None = None) -> None:
+    def report_late(
+        self, step: str, decision: str, detail: Mapping[str, Any] | None = None
+    ) -> None:
         """Record a step after the call returned (a background job ending, a late resolution)."""
         if self._late is not None:
             self._late(step, decision, detail)
@@ -182,7 +184,7 @@ _SIGNAL_LOCK = threading.Lock()
 def _safe(cb: Callable[[str], None], reason: str) -> None:
     try:
         cb(reason)
-    except Exception:  # noqa: BLE001, S110 - a tool's cancel callback must not break the canceller
+    except Exception:
         pass
 
 
@@ -212,7 +214,12 @@ class _Waiter:
             self.event.set()
         elif self.fut is not None and self.loop is not None:
             fut = self.fut
-            self.loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(None))
+            self.loop.call_soon_threadsafe(_resolve, fut)
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 class Admission:

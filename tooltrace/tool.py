@@ -104,8 +104,7 @@ class ToolDefinition:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.match(self.name):
             raise RegistrationError(
-                "tool name must match ^[A-Za-z0-9._-]{1,128}$, got "
-                f"{_short(self.name)!r}"
+                f"tool name must match ^[A-Za-z0-9._-]{{1,128}}$, got {_short(self.name)!r}"
             )
         if not isinstance(self.source, str) or not SOURCE_RE.match(self.source):
             raise RegistrationError(
@@ -221,7 +220,7 @@ def function_schema(fn: Callable[..., Any]) -> tuple[dict[str, Any], bool]:
     """Derive ``(arguments schema, wants_ctx)`` from a typed function's signature."""
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
-    except Exception as exc:  # noqa: BLE001 - any unresolvable hint is a registration error
+    except Exception as exc:
         raise RegistrationError(f"cannot read type hints of {fn!r}: {exc}") from None
     props: dict[str, Any] = {}
     required: list[str] = []

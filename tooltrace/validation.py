@@ -54,7 +54,9 @@ class CompiledSchema:
         The input mapping is never mutated.
         """
         try:
-            out = self._validate(copy.deepcopy(arguments) if _has_nested(arguments) else dict(arguments))
+            out = self._validate(
+                copy.deepcopy(arguments) if _has_nested(arguments) else dict(arguments)
+            )
         except fastjsonschema.JsonSchemaValueException as exc:
             return arguments, _sanitise(exc)
         except RecursionError:
@@ -126,7 +128,7 @@ def compile_schema(schema: Mapping[str, Any], *, tool: str) -> CompiledSchema:
         raise InvalidSchemaError(f"tool {tool!r}: the arguments schema must have type object")
     try:
         cls = validators.validator_for(schema)
-        cls.check_schema(schema)
+        cls.check_schema(dict(schema))
     except js_exceptions.SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
         raise InvalidSchemaError(
@@ -135,8 +137,10 @@ def compile_schema(schema: Mapping[str, Any], *, tool: str) -> CompiledSchema:
     try:
         validate = fastjsonschema.compile(dict(schema), use_default=True)
     except fastjsonschema.JsonSchemaDefinitionException as exc:
-        raise InvalidSchemaError(f"tool {tool!r}: arguments schema cannot be compiled: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - the compiler can fail in many ways on odd schemas
+        raise InvalidSchemaError(
+            f"tool {tool!r}: arguments schema cannot be compiled: {exc}"
+        ) from None
+    except Exception as exc:
         raise InvalidSchemaError(
             f"tool {tool!r}: arguments schema cannot be compiled ({type(exc).__name__})"
         ) from None
@@ -185,7 +189,9 @@ def parse_tool_call(
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            raise MalformedCallError("json", f"tool call is not valid JSON ({_json_where(exc)})") from None
+            raise MalformedCallError(
+                "json", f"tool call is not valid JSON ({_json_where(exc)})"
+            ) from None
     else:
         obj = raw
     if not isinstance(obj, Mapping):
@@ -193,7 +199,9 @@ def parse_tool_call(
     if strict_fields:
         unknown = sorted(str(k)[:40] for k in obj if k not in _CALL_FIELDS)
         if unknown:
-            raise MalformedCallError("unknown_field", f"tool call has unknown fields: {unknown[:5]}")
+            raise MalformedCallError(
+                "unknown_field", f"tool call has unknown fields: {unknown[:5]}"
+            )
     name = obj.get("name")
     if not isinstance(name, str) or not name:
         raise MalformedCallError("name", "tool call needs a non-empty string 'name'")

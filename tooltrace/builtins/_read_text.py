@@ -26,7 +26,10 @@ def read_text(
     ctx: CallContext,
     path: Annotated[str, "Workspace-relative path of a .txt file"],
 ) -> ToolResult:
-    """Read a .txt file inside the workspace; a file over 20 KB returns its first 2 KB and its size."""
+    """Read a .txt file inside the workspace.
+
+    A file over 20 KB returns its first 2 KB and its original size.
+    """
     text, size, rp = ctx.workspace.read_text(
         path, max_bytes=LARGE_FILE_BYTES + 1, allowed_suffixes=(".txt",)
     )

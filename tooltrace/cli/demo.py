@@ -23,16 +23,31 @@ SPOTLIGHT = (
 
 @click.command()
 @home_option
-@click.option("--calls", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Total calls to make (the scripted story, then a randomised mix).")
-@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=None,
-              help="Serve Prometheus metrics on 127.0.0.1:PORT while the demo runs (0 = any).")
-@click.option("--linger", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="Keep serving metrics this many seconds after the calls end.")
+@click.option(
+    "--calls",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Total calls to make (the scripted story, then a randomised mix).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve Prometheus metrics on 127.0.0.1:PORT while the demo runs (0 = any).",
+)
+@click.option(
+    "--linger",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Keep serving metrics this many seconds after the calls end.",
+)
 @click.option("--seed", type=int, default=7, show_default=True, help="Seed of the randomised mix.")
 @json_option
-def demo(home: Path | None, calls: int, metrics_port: int | None, linger: float, seed: int,
-         as_json: bool) -> None:
+def demo(
+    home: Path | None, calls: int, metrics_port: int | None, linger: float, seed: int, as_json: bool
+) -> None:
     """Run a realistic agent workload through the built-in tools (no servers needed).
 
     Successes, parameter errors, policy denials (path escape, symlink escape, denied command), an
@@ -55,28 +70,43 @@ def demo(home: Path | None, calls: int, metrics_port: int | None, linger: float,
 
     if metrics_port is not None:
         click.echo(f"demo: serving metrics on 127.0.0.1:{metrics_port or '<any port>'}", err=True)
-    result = run_demo(home=home, calls=calls, metrics_port=metrics_port, seed=seed,
-                      progress=progress, linger_s=linger)
-    spotlight = [(label, result.highlights[label], why) for label, why in SPOTLIGHT
-                 if label in result.highlights]
+    result = run_demo(
+        home=home,
+        calls=calls,
+        metrics_port=metrics_port,
+        seed=seed,
+        progress=progress,
+        linger_s=linger,
+    )
+    spotlight = [
+        (label, result.highlights[label], why)
+        for label, why in SPOTLIGHT
+        if label in result.highlights
+    ]
     home_arg = "" if home is None else f" --home {guard(str(home))}"
     if as_json:
-        print_json({
-            "calls": len(result.envelopes),
-            "by_status": dict(result.by_status()),
-            "by_tool": {t: dict(c) for t, c in sorted(result.by_tool().items())},
-            "highlights": result.highlights,
-            "autopsy": [f"tooltrace autopsy{home_arg} {cid}" for _, cid, _ in spotlight],
-            "metrics_port": result.metrics_port,
-        }, guard)
+        print_json(
+            {
+                "calls": len(result.envelopes),
+                "by_status": dict(result.by_status()),
+                "by_tool": {t: dict(c) for t, c in sorted(result.by_tool().items())},
+                "highlights": result.highlights,
+                "autopsy": [f"tooltrace autopsy{home_arg} {cid}" for _, cid, _ in spotlight],
+                "metrics_port": result.metrics_port,
+            },
+            guard,
+        )
         return
     statuses = ("ok", "rejected", "failed", "cancelled", "unknown")
-    rows = [[tool, *(c.get(s, 0) for s in statuses), sum(c.values())]
-            for tool, c in sorted(result.by_tool().items())]
+    rows = [
+        [tool, *(c.get(s, 0) for s in statuses), sum(c.values())]
+        for tool, c in sorted(result.by_tool().items())
+    ]
     totals = result.by_status()
     rows.append(["(all)", *(totals.get(s, 0) for s in statuses), sum(totals.values())])
-    table(f"tooltrace demo: {len(result.envelopes)} calls", ["tool", *statuses, "total"], rows,
-          guard)
+    table(
+        f"tooltrace demo: {len(result.envelopes)} calls", ["tool", *statuses, "total"], rows, guard
+    )
     story = [[label, cid, _status(result, cid)] for label, cid in result.highlights.items()]
     table("the scripted story", ["what", "call_id", "status"], story, guard)
     out = console()
@@ -91,4 +121,3 @@ def _status(result: Any, call_id: str) -> str:
         if e.call_id == call_id:
             return str(e.status.value)
     return "?"
-
