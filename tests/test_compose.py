@@ -116,7 +116,13 @@ def test_prometheus_config_and_mounted_rules_pass_promtool(
     ]
     hosts = {t.split(":")[0] for t in targets}
     assert hosts <= SERVICES | {"localhost"}
-    assert "tooltrace-demo:9464" in targets and "alertmanager:9093" in targets
+    assert "alertmanager:9093" in targets
+    # The demo serves on 127.0.0.1 inside the network namespace it shares with Prometheus.
+    demo = config["services"]["tooltrace-demo"]
+    assert demo["network_mode"] == "service:prometheus"
+    port = demo["command"][demo["command"].index("--metrics-port") + 1]
+    assert f"localhost:{port}" in targets
+    assert {p["target"] for p in prom["ports"]} >= {9090, int(port)}
 
 
 def test_prometheus_check_config_bites(config: dict[str, Any], tmp_path: Path) -> None:
@@ -214,8 +220,18 @@ def test_demo_image_installs_this_project_and_runs_its_cli(config: dict[str, Any
     for src in re.findall(r"^COPY (.+) \S+$", text, flags=re.M):
         for item in src.split():
             assert f"!{item}" in ignore or f"!{item}/" in ignore, item
-    # The published metrics port is the one the demo serves and Prometheus scrapes.
-    assert demo["command"][0] == "demo"
-    port = demo["command"][demo["command"].index("--metrics-port") + 1]
-    assert [p["target"] for p in demo["ports"]] == [int(port)]
+    # The image's default command is the one the stack runs.
+    cmd = json.loads(re.findall(r"^CMD (.+)$", text, flags=re.M)[-1])
+    assert cmd == demo["command"] and cmd[0] == "demo"
 
+
+def test_demo_command_uses_options_the_cli_accepts(config: dict[str, Any]) -> None:
+    from click.testing import CliRunner
+
+    from tooltrace.cli import main
+
+    argv = config["services"]["tooltrace-demo"]["command"]
+    result = CliRunner().invoke(main, [argv[0], "--help"])
+    assert result.exit_code == 0, result.output
+    for opt in (a for a in argv if a.startswith("--")):
+        assert opt in result.output, f"`tooltrace demo` has no {opt} option"
