@@ -136,6 +136,17 @@ class SegmentWriter:
         self._prev = h
         return seal_line(body, h)
 
+    def _lines(self, records: Sequence[dict[str, Any]]) -> list[bytes]:
+        """Chain records into lines, with a keyed checkpoint after every N records."""
+        out = []
+        for fields in records:
+            out.append(self._line(fields))
+            self._since_ckpt += 1
+            if self._since_ckpt >= self._ckpt_every:
+                out.append(self._line(self._checkpoint_fields("ckpt")))
+                self._since_ckpt = 0
+        return out
+
     def _mark(self) -> tuple[int, str, int]:
         return self._seq, self._prev, self._size
 
@@ -261,6 +272,9 @@ class SegmentWriter:
             or time.monotonic() - self._opened_at >= self._max_age_s
         ):
             self._seal(final=False)
+            # Open the successor now: the sealed segment promises one, and an empty successor
+            # is what a clean shutdown then seals as final.
+            self._open()
 
     # -- public (callers hold ``lock``) ---------------------------------------------------
 
@@ -283,20 +297,25 @@ class SegmentWriter:
         if self.fsync is FsyncPolicy.RECORD:
             for fields, cid in zip(records, call_ids, strict=True):
                 mark = self._mark()
-                self._write(self._line(fields), mark)
+                since = self._since_ckpt
+                try:
+                    self._write(b"".join(self._lines([fields])), mark)
+                except OSError:
+                    self._since_ckpt = since
+                    raise
                 self._sync()
                 self._acked(1, (cid,))
         else:
             mark = self._mark()
-            self._write(b"".join([self._line(f) for f in records]), mark)
+            since = self._since_ckpt
+            try:
+                self._write(b"".join(self._lines(records)), mark)
+            except OSError:
+                self._since_ckpt = since
+                raise
             if durable or self.fsync is FsyncPolicy.GROUPED:
                 self._sync()
             self._acked(len(records), tuple(call_ids))
-        self._since_ckpt += len(records)
-        if self._since_ckpt >= self._ckpt_every:
-            self._write_checkpoint("ckpt")
-            if self.fsync is not FsyncPolicy.NONE:
-                self._sync()
         self._maybe_rotate()
         return self.acked_seq
 

@@ -1,0 +1,251 @@
+"""AuditSink: records land complete and queryable, under each fsync policy, across rotation,
+with keyed checkpoints also when idle, late resolutions applied, and no exception ever raised
+into a call."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from test_audit_support import make_record, workload
+
+from tooltrace.envelope import Status, Step
+from tooltrace.registry import LateStep
+from tooltrace.telemetry import DurableSink, Sink
+from tooltrace.telemetry.audit import Ack, AuditSink, AuditStore, FsyncPolicy, verify
+
+
+def _segment_lines(home: Path) -> list[dict[str, object]]:
+    out = []
+    for p in sorted((home / "audit" / "segments").glob("*.jsonl")):
+        out += [orjson.loads(x) for x in p.read_bytes().splitlines()]
+    return out
+
+
+def test_implements_the_sink_protocols(tmp_path: Path) -> None:
+    sink = AuditSink(tmp_path, strict=True)
+    assert isinstance(sink, Sink) and isinstance(sink, DurableSink)
+    assert sink.name == "audit" and sink.strict
+    assert not AuditSink(tmp_path).strict
+
+
+def test_records_round_trip_into_tool_calls_and_steps(tmp_path: Path) -> None:
+    recs = list(workload(600))
+    sink = AuditSink(tmp_path)
+    for r in recs:
+        sink.emit(r)
+    sink.shutdown()
+    assert sink.dropped == 0 and sink.acked_records == 600
+    with AuditStore(tmp_path) as store:
+        assert store.counts() == {"calls": 600, "steps": sum(len(r.steps) for r in recs),
+                                  "intents": 0}
+        for r in (recs[0], recs[1], recs[8], recs[599]):
+            d = store.call(r.call_id)
+            assert d.record is not None
+            row = d.record
+            assert (row["tool"], row["status"], row["run_id"]) == (r.tool, r.status.value,
+                                                                   r.run_id)
+            assert row["reject_stage"] == (r.reject_stage.value if r.reject_stage else None)
+            assert orjson.loads(row["args_redacted"]) == dict(r.args_redacted or {})
+            assert row["elapsed_ms"] == pytest.approx(r.elapsed_us / 1000)
+            assert row["execution_started"] is r.execution_started
+            assert row["trace_id"] == r.trace_id
+            assert [s["step"] for s in d.steps] == [s.step for s in r.steps]
+            assert [s["decider"] for s in d.steps] == [s.decider for s in r.steps]
+        off = recs[1]  # the workload's second record is an offload
+        row = store.call(off.call_id).record
+        assert off.artifact is not None and row is not None
+        assert (row["artifact_path"], row["artifact_sha256"], row["artifact_chars"]) == (
+            off.artifact.path, off.artifact.sha256, off.artifact.chars)
+    assert verify(tmp_path).ok
+
+
+@pytest.mark.parametrize("policy", list(FsyncPolicy))
+def test_each_fsync_policy_acknowledges_every_record(tmp_path: Path, policy: FsyncPolicy) -> None:
+    acks: list[Ack] = []
+    sink = AuditSink(tmp_path, fsync=policy, on_ack=acks.append)
+    recs = list(workload(300))
+    for r in recs:
+        sink.emit(r)
+    assert sink.flush(10)
+    acked = [c for a in acks for c in a.call_ids]
+    assert acked == [r.call_id for r in recs]
+    seqs = [a.seq for a in acks]
+    assert seqs == sorted(seqs) and sink.acked_seq == seqs[-1]
+    if policy is FsyncPolicy.RECORD:
+        assert all(len(a.call_ids) == 1 for a in acks)
+    else:
+        assert len(acks) < 300  # grouped: one write (and sync) per batch
+    sink.shutdown()
+    with AuditStore(tmp_path) as store:
+        assert store.counts()["calls"] == 300
+
+
+def test_fsync_policy_from_environment_and_bad_value(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLTRACE_AUDIT_FSYNC", "none")
+    assert AuditSink(tmp_path).fsync is FsyncPolicy.NONE
+    assert AuditSink(tmp_path, fsync="record").fsync is FsyncPolicy.RECORD
+    monkeypatch.setenv("TOOLTRACE_AUDIT_FSYNC", "sometimes")
+    from tooltrace.exceptions import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="TOOLTRACE_AUDIT_FSYNC"):
+        AuditSink(tmp_path)
+
+
+def test_home_from_environment_and_key_file_is_private(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOOLTRACE_AUDIT_KEY", raising=False)
+    monkeypatch.setenv("TOOLTRACE_HOME", str(tmp_path / "envhome"))
+    sink = AuditSink()
+    sink.emit(make_record(__import__("random").Random(1)))
+    sink.shutdown()
+    key = tmp_path / "envhome" / "audit.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert len(key.read_bytes().strip()) == 64
+    assert list((tmp_path / "envhome" / "audit" / "segments").glob("*.jsonl"))
+
+
+def test_rotation_seals_segments_and_chains_them(tmp_path: Path) -> None:
+    sink = AuditSink(tmp_path, segment_max_bytes=40_000, group_max_records=16)
+    recs = list(workload(400))
+    for r in recs:
+        sink.emit(r)
+    sink.shutdown()
+    segs = sorted((tmp_path / "audit" / "segments").glob("*.jsonl"))
+    assert len(segs) > 5
+    assert not any(".live." in p.name for p in segs)  # all sealed after shutdown
+    lines = _segment_lines(tmp_path)
+    seals = [x for x in lines if x["k"] == "seal"]
+    assert len(seals) == len(segs) and seals[-1]["final"] is True
+    assert all(s["final"] is False for s in seals[:-1])
+    rep = verify(tmp_path)
+    assert rep.ok and rep.segments == len(segs) and rep.records == 400, rep.findings
+    with AuditStore(tmp_path) as store:
+        assert store.counts()["calls"] == 400
+
+
+def test_checkpoint_every_n_records_and_when_idle(tmp_path: Path) -> None:
+    sink = AuditSink(tmp_path, checkpoint_every=100, checkpoint_interval_s=0.1)
+    for r in workload(250):
+        sink.emit(r)
+    deadline = time.monotonic() + 5
+    # No flush: the idle timer must cover the last 50 records by itself.
+    while time.monotonic() < deadline:
+        lines = _segment_lines(tmp_path)
+        if lines and lines[-1]["k"] == "ckpt" and sum(x["k"] == "c" for x in lines) == 250:
+            break
+        time.sleep(0.05)
+    kinds = [x["k"] for x in _segment_lines(tmp_path)]
+    assert kinds[-1] == "ckpt"
+    assert kinds.count("ckpt") >= 3  # at 100, at 200, and the idle one after 250
+    sink.shutdown()
+
+
+def test_late_resolution_overrides_unknown(tmp_path: Path) -> None:
+    import random
+
+    rec = make_record(random.Random(3), kind="unknown")
+    sink = AuditSink(tmp_path)
+    sink.emit(rec)
+    late = LateStep(rec.call_id, rec.run_id, rec.tool,
+                    Step(1000, "resolved", rec.started_at_us + 900_000, 0, "runtime", "ok",
+                         {"outcome": "ok"}))
+    sink.emit_late(late)
+    sink.shutdown()
+    with AuditStore(tmp_path) as store:
+        row = store.call(rec.call_id).record
+        assert row is not None
+        assert (row["status"], row["ended_status"]) == ("ok", "unknown")
+        assert row["resolved_at"] is not None
+        steps = store.call(rec.call_id).steps
+        assert steps[-1]["step"] == "resolved" and steps[-1]["decision"] == "ok"
+
+
+def test_emit_never_raises_and_counts_what_it_could_not_write(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the home should be")
+    sink = AuditSink(blocker)
+    recs = list(workload(20))
+    for r in recs:
+        sink.emit(r)  # must not raise
+    sink.flush(5)
+    assert sink.dropped == 20 and sink.last_error is not None
+    sink.shutdown()
+
+
+def test_queue_full_drops_are_counted_not_blocking(tmp_path: Path) -> None:
+    sink = AuditSink(tmp_path, max_queue=10, group_interval_ms=10_000, group_max_records=10_000)
+    t0 = time.perf_counter()
+    for r in workload(50):
+        sink.emit(r)
+    assert time.perf_counter() - t0 < 1.0
+    assert sink.dropped == 40 and sink.depth == 10
+    sink.shutdown()
+    with AuditStore(tmp_path) as store:
+        assert store.counts()["calls"] == 10
+
+
+def test_threads_share_one_writer_chain(tmp_path: Path) -> None:
+    sink = AuditSink(tmp_path, strict=True)
+    recs = list(workload(400))
+
+    def work(part: list[object]) -> None:
+        for r in part:
+            sink.emit(r)  # type: ignore[arg-type]
+
+    threads = [threading.Thread(target=work, args=(recs[i::4],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    sink.shutdown()
+    assert sink.dropped == 0
+    rep = verify(tmp_path)
+    assert rep.ok and rep.records == 400 and rep.writers == 1
+
+
+def test_forked_child_writes_its_own_chain(tmp_path: Path) -> None:
+    sink = AuditSink(tmp_path)
+    recs = list(workload(40))
+    for r in recs[:20]:
+        sink.emit(r)
+    sink.flush()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            for r in recs[20:30]:
+                sink.emit(r)
+            sink.shutdown()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    for r in recs[30:]:
+        sink.emit(r)
+    sink.shutdown()
+    rep = verify(tmp_path)
+    assert rep.ok and rep.writers == 2 and rep.records == 40, rep.findings
+    with AuditStore(tmp_path) as store:
+        assert store.counts()["calls"] == 40
+
+
+def test_records_written_are_never_a_status_other_than_given(tmp_path: Path) -> None:
+    import random
+
+    rng = random.Random(5)
+    sink = AuditSink(tmp_path)
+    kinds = ["ok", "failed", "unknown", "cancelled", "params"]
+    recs = [make_record(rng, kind=k) for k in kinds]
+    for r in recs:
+        sink.emit(r)
+    sink.shutdown()
+    with AuditStore(tmp_path) as store:
+        got = dict(store.sql("SELECT call_id, status FROM tool_calls").rows)
+    assert got == {r.call_id: r.status.value for r in recs}
+    assert {Status(v) for v in got.values()} == {Status.OK, Status.FAILED, Status.UNKNOWN,
+                                                Status.CANCELLED, Status.REJECTED}
