@@ -467,3 +467,28 @@ def test_through_the_registry_nested_calls_are_children_and_failures_are_errors(
     assert unknown.is_error and unknown.attributes["tooltrace.status"] == "unknown"
     assert unknown.attributes["error.type"].startswith("unconfirmed_")
     assert not spans["execute_tool _unregistered"].is_error
+
+
+def test_a_forked_child_gets_a_working_sink_of_its_own() -> None:
+    with OtlpHttpReceiver() as rx:
+        sink = TracingSink(endpoint=rx.endpoint, interval_s=30)
+        parent_h = sink.open_span("before_fork")
+        sink.emit(make_record("before_fork", handle=parent_h))
+        assert sink.depth == 1  # queued in the parent, not yet exported
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            code = 1
+            try:
+                # The child starts with an empty queue and a fresh worker thread.
+                if sink.depth == 0:
+                    h = sink.open_span("in_child")
+                    sink.emit(make_record("in_child", handle=h))
+                    code = 0 if sink.flush(10.0) else 3
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert sink.flush(10.0)
+        names = sorted(s.name for s in rx.wait_for(2))
+        sink.shutdown(1.0)
+    assert names == ["execute_tool before_fork", "execute_tool in_child"]
