@@ -1,0 +1,46 @@
+"""The public surface is exactly what ``tooltrace.__all__`` says, and importing it stays cheap."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import tooltrace
+
+EXPECTED = {
+    "ApprovalDecision", "ApprovalRequest", "Artifact", "ArtifactStore", "AuditUnavailableError",
+    "CallContext", "CallRecord", "CallStatus", "Capability", "ConfigurationError",
+    "DeadlineExceeded", "DenyCommandPatterns", "DenyPrivateNetwork", "DuplicateToolError",
+    "Effect", "Execution", "FunctionHook", "FunctionTool", "Hook", "HookAction", "HookDecision",
+    "HookView", "InvalidSchemaError", "LateStep", "MalformedCallError", "Mode",
+    "PathPolicyError", "Policy", "PolicyDecision", "PolicyRequest", "Redactor",
+    "RegistrationError", "RequireApproval", "ResolvedPath", "Resolution", "Retry", "Rule",
+    "Stage", "Status", "Step", "StepName", "Timing", "ToolCall", "ToolCancelled",
+    "ToolDefinition", "ToolInterrupt", "ToolRegistry", "ToolResult", "ToolResultEnvelope",
+    "TooltraceError", "Verdict", "Visibility", "Workspace", "__version__", "create_registry",
+    "current_context", "hook", "tool",
+}
+
+
+def test_all_is_pinned() -> None:
+    assert set(tooltrace.__all__) == EXPECTED
+    assert sorted(tooltrace.__all__) == list(tooltrace.__all__)
+    for name in tooltrace.__all__:
+        assert getattr(tooltrace, name) is not None
+
+
+def test_public_names_have_docstrings() -> None:
+    missing = [n for n in tooltrace.__all__ if not n.startswith("__")
+               and callable(getattr(tooltrace, n)) and not getattr(tooltrace, n).__doc__]
+    assert missing == []
+
+
+def test_import_does_not_pull_heavy_dependencies() -> None:
+    code = (
+        "import sys, tooltrace\n"
+        "heavy = [m for m in ('duckdb', 'pyarrow', 'grpc', 'opentelemetry.sdk',"
+        " 'prometheus_client', 'structlog', 'rich') if m in sys.modules]\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
