@@ -879,10 +879,10 @@ def render_dashboard(data: dict[str, Any]) -> str:
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def rendered_files() -> dict[str, str]:
+def rendered_files(options: AlertOptions | None = None) -> dict[str, str]:
     """Every generated file's text, keyed by path relative to dashboards/."""
     files = {name: render_dashboard(d) for name, d in build_dashboards().items()}
-    files[RULES_FILE] = render_rules()
+    files[RULES_FILE] = render_rules(options=options)
     return files
 
 
@@ -891,9 +891,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="compare only; exit 1 on a diff")
     parser.add_argument("--out", type=Path, default=HERE, help="output directory")
+    defaults = AlertOptions()
+    parser.add_argument(
+        "--runbook-base",
+        default=defaults.runbook_base,
+        help="URL of the runbook document alerts link to (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--latency-slo",
+        type=float,
+        default=defaults.latency_p95_slo_s,
+        help="p95 latency SLO in seconds for ToolLatencyP95OverSLO (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--audit-backlog",
+        type=int,
+        default=defaults.audit_backlog,
+        help="queued audit records that raise TooltraceAuditBacklog (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
+    if not args.latency_slo > 0 or args.audit_backlog < 1:
+        parser.error("--latency-slo and --audit-backlog must be positive")
+    options = AlertOptions(
+        runbook_base=args.runbook_base,
+        latency_p95_slo_s=args.latency_slo,
+        audit_backlog=args.audit_backlog,
+    )
     stale = []
-    for rel, text in rendered_files().items():
+    for rel, text in rendered_files(options).items():
         path = args.out / rel
         current = path.read_text(encoding="utf-8") if path.exists() else None
         if current == text:
