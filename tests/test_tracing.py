@@ -492,3 +492,21 @@ def test_a_forked_child_gets_a_working_sink_of_its_own() -> None:
         names = sorted(s.name for s in rx.wait_for(2))
         sink.shutdown(1.0)
     assert names == ["execute_tool before_fork", "execute_tool in_child"]
+
+
+def test_default_sinks_add_tracing_only_when_otlp_is_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tooltrace.telemetry import LoggingSink, MetricsSink, default_sinks
+
+    kinds = [type(s) for s in default_sinks()]
+    assert kinds == [MetricsSink, LoggingSink]
+    monkeypatch.setenv(OTEL_EXPORTER_OTLP_ENDPOINT, f"http://127.0.0.1:{closed_port()}")
+    sinks = default_sinks(logging=False)
+    assert [type(s) for s in sinks] == [TracingSink, MetricsSink]
+    assert isinstance(sinks[0], SpanOpener)
+    monkeypatch.setenv(OTEL_SDK_DISABLED, "true")
+    assert [type(s) for s in default_sinks(logging=False)] == [MetricsSink]
+    for s in sinks:
+        s.shutdown(0.5)
+        s.shutdown(0.5)  # a second shutdown is harmless

@@ -261,6 +261,7 @@ class TracingSink:
         self.capture_content = capture_content
         self.max_attribute_chars = max_attribute_chars
         self._owns_exporter = False
+        self._closed = False
         self._exporter: SpanExporter | None = None
         built = tracer_provider is None
         if tracer_provider is None:
@@ -375,6 +376,9 @@ class TracingSink:
 
         A user-supplied provider is flushed but not shut down: its owner does that.
         """
+        if self._closed:
+            return
+        self._closed = True
         deadline = time.monotonic() + timeout_s
         self.flush(timeout_s)
         exporter = self._exporter
