@@ -222,7 +222,10 @@ def test_signal_panels_show_the_workload(scraped: tuple[Workload, PrometheusServ
     params = by_tool("Parameter-reject ratio by tool")
     assert 0 < params["lookup"] < 1 and params["render"] == 0
     policy = by_tool("Policy-reject ratio by tool")
-    assert policy["deploy"] == 1.0  # every deploy was denied (policy or approval)
+    # Every deploy was denied (policy or approval); rate() extrapolates each series on its
+    # own, so the ratio of sums is 1 only to within a few percent.
+    assert policy["deploy"] == pytest.approx(1.0, abs=0.1)
+    assert policy["lookup"] == 0
     assert by_tool("Hook-block ratio by tool")["fetch"] > 0
     offload = by_tool("Offload ratio by tool")
     assert 0 < offload["render"] < 1 and offload["lookup"] == 0

@@ -107,6 +107,22 @@ def test_unit_tests_fail_against_weaker_rules(tmp_path: Path) -> None:
     assert 'tool="c"' in proc.stdout + proc.stderr
 
 
+def test_generator_options_reach_the_rule_file(tmp_path: Path) -> None:
+    args = ["--out", str(tmp_path), "--runbook-base", "https://wiki.example/tt"]
+    assert build.main([*args, "--latency-slo", "2.5", "--audit-backlog", "900"]) == 0
+    groups = yaml.safe_load((tmp_path / build.RULES_FILE).read_text())["groups"]
+    alerts = {a["alert"]: a for a in groups[1]["rules"]}
+    assert alerts["ToolCallOutcomeUnknown"]["annotations"]["runbook_url"] == (
+        "https://wiki.example/tt#runbook-toolcalloutcomeunknown"
+    )
+    assert alerts["ToolLatencyP95OverSLO"]["expr"].startswith(
+        "tool:tooltrace_tool_call_duration_seconds:p95_rate5m > 2.5\n"
+    )
+    assert "> 900" in alerts["TooltraceAuditBacklog"]["expr"]
+    with pytest.raises(SystemExit):
+        build.main(["--out", str(tmp_path), "--latency-slo", "0"])
+
+
 # -- end to end: workload -> Prometheus -> Alertmanager -> webhook ------------------------------
 
 # The shipped expressions with windows of seconds, so the whole chain runs in well under a minute.
