@@ -60,7 +60,8 @@ _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}
 _PLACEHOLDER = re.compile(
     r"(?i)(?:none|null|nil|true|false|undefined|redacted|example|changeme|your[_-].*|"
     r"x+|\*+|\.+|<.*>|\$.*|\{.*\}|%.*|#.*|env|os\.environ.*|process\.env.*|"
-    r"password|secret|token|string|str|value|empty|dummy|test|placeholder|hidden|\[redacted.*)"
+    r"pass|passwd|pwd|pw|password|secret|token|string|str|value|empty|dummy|test|placeholder|"
+    r"hidden|\[redacted.*)"
 )
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -134,6 +135,10 @@ class _Detector:
 
 def _check_random(_m: re.Match[str], value: str) -> bool:
     return _mixed(value)
+
+
+def _check_not_placeholder(_m: re.Match[str], value: str) -> bool:
+    return _PLACEHOLDER.fullmatch(value) is None
 
 
 def _check_bearer(m: re.Match[str], value: str) -> bool:
@@ -255,6 +260,7 @@ _DETECTORS: tuple[_Detector, ...] = (
             r"(?P<s>[^\s@/\"'<>]{1,256})@"
         ),
         cs=("://",),
+        check=_check_not_placeholder,
         rank=3,
     ),
     _Detector(
@@ -296,7 +302,7 @@ _CS_ANCHORS = re.compile("|".join(re.escape(a) for d in _DETECTORS for a in d.cs
 # "Strong" names hold secrets whatever their value looks like; "weak" names (token, auth,
 # session ...) are also used for benign things, so their values must look machine-made.
 _STRONG_KEY = re.compile(
-    r"pass(?:word|wd|phrase)?|pwd|secret|api[_-]?key|apikey|private[_-]?key|"
+    r"pass(?:word|wd|phrase)|pass(?![a-z])|pwd|secret|api[_-]?key|apikey|private[_-]?key|"
     r"(?:access|secret|signing|encryption|master|account|client|app|auth|service)[_-]?key|"
     r"client[_-]?secret|credentials?|(?:auth|access|refresh|bearer|session|id)[_-]?token"
 )
@@ -320,7 +326,7 @@ _KEY_REST = re.compile(r"[A-Za-z0-9_\-]*")
 # so JSON-escaped and truncated text is covered) or a bare token. A "quoted value" starting
 # with a comma, parenthesis or space is the end of a string the key-like word sat in.
 _ASSIGN = re.compile(
-    r"\\?[\"']?(?P<op>[ \t]*(?::=|=>|[:=])[ \t]*)"
+    r"\\?[\"']?(?P<op>(?:[ \t]*(?::=|=>|=)|:)[ \t]*)"
     r"(?:\\?(?P<q>[\"'])(?P<qs>[^\"'\\\r\n\s,;)+][^\"'\\\r\n]{0,511})"
     r"|(?P<s>[^\s\"',;&<>(){}\[\]`\\]{1,512}))"
 )
@@ -332,6 +338,11 @@ _LC_ANCHORS = re.compile(
     )
 )
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+_TYPE_NAMES = frozenset(
+    {"str", "bytes", "int", "float", "bool", "None", "object", "dict", "list", "tuple", "any"}
+)
 
 
 def _assignment_ok(text: str, key: str, op: str, quoted: bool, value: str, end: int) -> bool:
@@ -356,11 +367,19 @@ def _assignment_ok(text: str, key: str, op: str, quoted: bool, value: str, end: 
         if nxt in ("(", "[", "."):
             return False  # code: a call or an index, not a literal
         env_style = key.isupper() and "=" in op and " " not in op
-        if (
+        if "." in value and not env_style and _IDENT.fullmatch(value):
+            return False  # code: a dotted name (module.Class, self.attr)
+        if "=" not in op:
+            # "key: value" is YAML/JSON-ish config, or a type annotation in code.
+            if value in _TYPE_NAMES or value[0].isupper() or nxt in ("|", ",", ")", "="):
+                return False
+            if nxt == " " and value.isalpha() and value.islower():
+                return False  # prose: "First pass: determine the ..."
+        elif (
             _IDENT.fullmatch(value)
             and not env_style
             and not _mixed(value)
-            and (" " in op or "_" in value or "." in value)
+            and (" " in op or "_" in value)
         ):
             return False  # code: another variable's name, not a literal
     if _STRONG_KEY.search(lower) is not None:
@@ -470,7 +489,9 @@ class Redactor:
     values. Thread-safe; the compiled rules are shared and swapped atomically.
     """
 
-    __slots__ = ("_detectors", "_key_cache", "_key_re", "_lock", "_registered", "_values")
+    __slots__ = (
+        "_detectors", "_dirty", "_key_cache", "_key_re", "_lock", "_registered", "_values"
+    )
 
     def __init__(
         self,
@@ -488,6 +509,7 @@ class Redactor:
         self._lock = threading.Lock()
         self._values: set[str] = set()
         self._registered: re.Pattern[str] | None = None
+        self._dirty = False
         for value in extra_values:
             self.register_value(value)
 
@@ -499,10 +521,20 @@ class Redactor:
         """
         if not isinstance(value, str) or len(value) < _MIN_REGISTERED_CHARS:
             raise ValueError(f"a registered secret must be a string of >= {_MIN_REGISTERED_CHARS}")
+        forms = _encoded_forms(value)
         with self._lock:
-            self._values |= _encoded_forms(value)
-            ordered = sorted(self._values, key=len, reverse=True)
-            self._registered = re.compile("|".join(re.escape(v) for v in ordered))
+            self._values |= forms
+            # Compiled on the next use, so registering many values costs one compile.
+            self._dirty = True
+
+    def _registered_re(self) -> re.Pattern[str] | None:
+        if self._dirty:
+            with self._lock:
+                if self._dirty:
+                    ordered = sorted(self._values, key=len, reverse=True)
+                    self._registered = re.compile("|".join(re.escape(v) for v in ordered))
+                    self._dirty = False
+        return self._registered
 
     # -- text ---------------------------------------------------------------------------------
 
@@ -512,7 +544,7 @@ class Redactor:
 
     def _redact_text(self, text: str) -> tuple[str, int]:
         count = 0
-        registered = self._registered
+        registered = self._registered_re()
         if registered is not None and registered.search(text) is not None:
             text, count = registered.subn(marker("registered"), text)
         if self._detectors and (

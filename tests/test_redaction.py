@@ -1,0 +1,539 @@
+"""Redaction detectors, key rules, registered values, previews and the artifact store."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import glob
+import hashlib
+import json
+import os
+import random
+import re
+import string
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, quote_plus
+
+import pytest
+import uuid_utils
+
+from tooltrace.envelope import Artifact
+from tooltrace.redaction import ArtifactStore, Redactor, marker, preview
+
+MARKER = re.compile(r"\[REDACTED:([a-z0-9_]+)\]")
+_rng = random.Random(20261202)
+
+
+def _rand(alphabet: str, n: int) -> str:
+    return "".join(_rng.choice(alphabet) for _ in range(n))
+
+
+ALNUM = string.ascii_letters + string.digits
+URLSAFE = ALNUM + "_-"
+HEX = "0123456789abcdef"
+
+# (kind, text containing the secret, the secret part that must disappear). Values are made
+# up at import time in each format's shape.
+_jwt_body = base64.urlsafe_b64encode(b'{"sub":"1234567890","name":"x"}').decode().rstrip("=")
+SECRETS: list[tuple[str, str]] = [
+    ("aws_access_key", "AKIA" + _rand(string.ascii_uppercase + string.digits, 16)),
+    ("aws_access_key", "ASIA" + _rand(string.ascii_uppercase + string.digits, 16)),
+    ("gcp_api_key", "AIza" + _rand(URLSAFE, 35)),
+    ("gcp_oauth_token", "ya29." + _rand(URLSAFE, 60)),
+    ("gcp_client_secret", "GOCSPX-" + _rand(URLSAFE, 28)),
+    ("azure_client_secret", _rand(ALNUM, 3) + "8Q~" + _rand(ALNUM + "_~.-", 34)),
+    ("github_token", "ghp_" + _rand(ALNUM, 36)),
+    ("github_token", "gho_" + _rand(ALNUM, 36)),
+    ("github_token", "ghs_" + _rand(ALNUM, 36)),
+    ("github_token", "github_pat_" + _rand(ALNUM, 22) + "_" + _rand(ALNUM, 59)),
+    ("gitlab_token", "glpat-" + _rand(URLSAFE, 20)),
+    ("slack_token", "xoxb-" + _rand(string.digits, 12) + "-" + _rand(ALNUM, 24)),
+    ("slack_token", "xoxp-" + _rand(string.digits, 12) + "-" + _rand(ALNUM, 32)),
+    ("stripe_key", "sk_live_" + _rand(ALNUM, 24)),
+    ("stripe_key", "rk_live_" + _rand(ALNUM, 24)),
+    ("stripe_key", "pk_live_" + _rand(ALNUM, 24)),
+    ("stripe_key", "whsec_" + _rand(ALNUM, 32)),
+    ("openai_key", "sk-proj-" + _rand(ALNUM, 20) + "T3BlbkFJ" + _rand(ALNUM, 20)),
+    ("openai_key", "sk-" + _rand(ALNUM, 20) + "T3BlbkFJ" + _rand(ALNUM, 20)),
+    ("anthropic_key", "sk-ant-api03-" + _rand(URLSAFE, 93) + "AA"),
+    ("twilio_key", "SK" + _rand(HEX, 32)),
+    ("sendgrid_key", "SG." + _rand(URLSAFE, 22) + "." + _rand(URLSAFE, 43)),
+    ("npm_token", "npm_" + _rand(ALNUM, 36)),
+    ("pypi_token", "pypi-AgEIcHlwaS5vcmc" + _rand(URLSAFE, 70)),
+    ("huggingface_token", "hf_" + _rand(ALNUM, 34)),
+    ("jwt", f"eyJhbGciOiJIUzI1NiJ9.{_jwt_body}.{_rand(URLSAFE, 43)}"),
+]
+
+PEM = (
+    "-----BEGIN RSA PRIVATE KEY-----\n"
+    + "\n".join(_rand(ALNUM + "+/", 64) for _ in range(5))
+    + "\n-----END RSA PRIVATE KEY-----"
+)
+
+
+def _contexts(secret: str) -> list[str]:
+    """The same secret raw, in JSON, in a URL, in a header, in a shell line and in prose."""
+    return [
+        secret,
+        json.dumps({"data": secret, "n": 1}),
+        f"https://api.example.com/v1/items?q={secret}&page=2",
+        f"X-Custom-Header: {secret}",
+        f"curl -s -d '{secret}' https://example.com",
+        f"the value was {secret}, as logged.",
+    ]
+
+
+def _assert_gone(out: str, secret: str) -> None:
+    assert secret not in out
+    # No fragment of the secret survives either (markers carry no prefix or suffix hint).
+    core = secret.split("_", 1)[-1] if "_" in secret[:12] else secret
+    for i in range(0, max(len(core) - 8, 1), 4):
+        assert core[i : i + 8] not in out, (core[i : i + 8], out)
+
+
+@pytest.fixture()
+def redactor() -> Redactor:
+    return Redactor()
+
+
+@pytest.mark.parametrize(("kind", "secret"), SECRETS, ids=[f"{k}-{s[:6]}" for k, s in SECRETS])
+def test_each_detector_catches_its_format_in_every_context(
+    redactor: Redactor, kind: str, secret: str
+) -> None:
+    for text in _contexts(secret):
+        out = redactor.redact_text(text)
+        _assert_gone(out, secret)
+        assert marker(kind) in out, (kind, text, out)
+        kinds = MARKER.findall(out)
+        assert kinds and all(k == kind for k in kinds)
+
+
+def test_pem_private_key_block_is_replaced_whole(redactor: Redactor) -> None:
+    text = f"before\n{PEM}\nafter"
+    out = redactor.redact_text(text)
+    assert out == f"before\n{marker('private_key')}\nafter"
+    # JSON-escaped (a service account file) and cut off without its END line.
+    sa = json.dumps({"type": "service_account", "private_key": PEM + "\n"})
+    out = redactor.redact_text(sa)
+    assert "PRIVATE KEY" not in out.replace("[REDACTED:private_key]", "")
+    assert all(line not in out for line in PEM.splitlines()[1:-1])
+    cut = redactor.redact_text("key: " + PEM[:150])
+    assert cut == "key: " + marker("private_key")
+
+
+def test_aws_secret_key_next_to_its_name(redactor: Redactor) -> None:
+    secret = _rand(ALNUM + "/+", 38) + "Ab"
+    for text in (
+        f"aws_secret_access_key = {secret}",
+        f'{{"AWS_SECRET_ACCESS_KEY": "{secret}"}}',
+        f"export AWS_SECRET_ACCESS_KEY={secret}",
+    ):
+        out = redactor.redact_text(text)
+        _assert_gone(out, secret)
+        assert marker("aws_secret_key") in out
+
+
+def test_azure_connection_strings_and_sas_signatures(redactor: Redactor) -> None:
+    key = _rand(ALNUM + "+/", 86) + "=="
+    conn = f"DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={key};EndpointSuffix=x"
+    out = redactor.redact_text(conn)
+    _assert_gone(out, key)
+    assert out.startswith("DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=[REDACTED")
+    assert out.endswith(";EndpointSuffix=x")
+    sig = _rand(ALNUM, 40) + "%2B%3D"
+    out = redactor.redact_text(f"https://a.blob.core.windows.net/c/b?sv=2022-11-02&sig={sig}")
+    _assert_gone(out, sig)
+    assert marker("azure_key") in out
+
+
+def test_slack_webhook_keeps_the_host(redactor: Redactor) -> None:
+    path = f"T{_rand(ALNUM, 10)}/B{_rand(ALNUM, 10)}/{_rand(ALNUM, 24)}"
+    out = redactor.redact_text(f"POST https://hooks.slack.com/services/{path}")
+    assert out == f"POST https://hooks.slack.com/services/{marker('slack_webhook')}"
+
+
+def test_twilio_token_next_to_its_name(redactor: Redactor) -> None:
+    token = _rand(HEX, 32)
+    out = redactor.redact_text(f"TWILIO_AUTH_TOKEN={token}")
+    assert token not in out and "[REDACTED:" in out
+
+
+@pytest.mark.parametrize(
+    ("text", "secret", "kept"),
+    [
+        ("postgres://alice:s3cr3t-Pa55@db.internal:5432/app", "s3cr3t-Pa55", "alice"),
+        ("https://bob:hunter2hunter2@example.com/x", "hunter2hunter2", "example.com"),
+        ('{"dsn": "redis://default:Zq9xLm2Pw@cache:6379/0"}', "Zq9xLm2Pw", "cache:6379"),
+        ("git clone https://user:ghx-token-value9@git.example/r.git", "ghx-token-value9", "user"),
+    ],
+)
+def test_password_in_url_keeps_user_and_host(
+    redactor: Redactor, text: str, secret: str, kept: str
+) -> None:
+    out = redactor.redact_text(text)
+    assert secret not in out
+    assert kept in out
+    assert marker("url_password") in out
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("Authorization: Bearer abc123DEF456ghi789JKL", "abc123DEF456ghi789JKL"),
+        ('headers = {"Authorization": "Bearer tok.en-value_123456"}', "tok.en-value_123456"),
+        ("authorization: token 0123456789abcdefXYZ", "0123456789abcdefXYZ"),
+        (
+            "Authorization: Basic " + base64.b64encode(b"admin:Opensesame1").decode(),
+            base64.b64encode(b"admin:Opensesame1").decode(),
+        ),
+        (
+            "curl -u x -H 'Basic " + base64.b64encode(b"svc:pw-12345").decode() + "'",
+            base64.b64encode(b"svc:pw-12345").decode(),
+        ),
+        ("Proxy-Authorization: Bearer q1w2e3r4t5y6u7i8", "q1w2e3r4t5y6u7i8"),
+    ],
+)
+def test_authorization_headers(redactor: Redactor, text: str, secret: str) -> None:
+    out = redactor.redact_text(text)
+    assert secret not in out
+    assert marker("authorization") in out
+
+
+def test_cookie_headers(redactor: Redactor) -> None:
+    out = redactor.redact_text("Cookie: sessionid=Zx81kLmQ; csrftoken=aa11bb22\nAccept: */*")
+    assert out == f"Cookie: {marker('cookie')}\nAccept: */*"
+    out = redactor.redact_text('{"Set-Cookie": "sid=9f8e7d6c; HttpOnly"}')
+    assert "9f8e7d6c" not in out
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ('api_key = "abcd1234efgh5678"', "abcd1234efgh5678"),
+        ("API_KEY=abcd1234efgh5678", "abcd1234efgh5678"),
+        ('{"token": "Zx8fK2mQ9pL4vT7rW1sY3nB6"}', "Zx8fK2mQ9pL4vT7rW1sY3nB6"),
+        ("SECRET=foo123", "foo123"),
+        ("DB_PASSWORD=correcthorse", "correcthorse"),
+        ("password: hunter2", "hunter2"),
+        ('"password": "correct horse battery staple"', "correct horse battery staple"),
+        ('{\\"password\\": \\"hunter22\\"}', "hunter22"),
+        ("client_secret='s3cr3t-v4lue'", "s3cr3t-v4lue"),
+        ("?user=bob&access_token=Ab3dEf6hIj9kLm2n&x=1", "Ab3dEf6hIj9kLm2n"),
+        ("accessToken: 'Q2xpZW50U2VjcmV0MTIz'", "Q2xpZW50U2VjcmV0MTIz"),
+        ("private_key := 'k3y-m4t3r14l'", "k3y-m4t3r14l"),
+        ("connect(password='pa55word!')", "pa55word!"),
+        ("session_token => Rk9vQmFyQmF6MTIzNDU2", "Rk9vQmFyQmF6MTIzNDU2"),
+        ("password: 'abc", "abc"[:0] + "abc"),
+    ],
+)
+def test_values_next_to_key_like_names(redactor: Redactor, text: str, secret: str) -> None:
+    out = redactor.redact_text(text)
+    if len(secret) >= 4:
+        assert secret not in out, out
+        assert "[REDACTED:" in out
+    else:
+        # Too short to tell from ordinary text: documented minimum length.
+        assert out is text
+
+
+BENIGN = [
+    "def get_token(self) -> str:",
+    "token = self.get_token()",
+    "password = request.form['password']",
+    "if not password:",
+    "secret = os.environ['SECRET']",
+    "api_key = settings.API_KEY",
+    'author = "Jane Doe"',
+    "max_tokens=1000",
+    "tokenizer = AutoTokenizer.from_pretrained(name)",
+    "for key, value in mapping.items():",
+    "Basic usage of the library is shown below.",
+    "Bearer token authentication is required for this endpoint.",
+    'token_type = "bearer"',
+    'PASSWORD_FIELD_NAME = "password"',
+    "session: requests.Session | None = None,",
+    "private_key: ec.EllipticCurvePrivateKey,",
+    "# pass the secret sauce to the next step",
+    "The passenger walked past the bypass.",
+    "git commit -m 'fix: rotate keys' && git push",
+    "commit 9fceb02d0ae598e95dc970b74767f19372d61af8",
+    "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    "call_id=0190a5b2-3c4d-7e8f-9a0b-1c2d3e4f5a6b status=ok",
+    "request_id: 3fa85f64-5717-4562-b3fc-2c963f66afa6",
+    "https://example.com/path?page=2&sort=asc",
+    "https://user@example.com/repo.git",
+    "ssh://git@github.com:org/repo.git",
+    "https://user:pass@host:port/path  (placeholder in docs)",
+    "task-runner-queue-worker-0001 started",
+    "x = {'key': 'value', 'other': 2}",
+    "SELECT id, token_count FROM usage WHERE session_id = $1",
+    "Traceback (most recent call last):",
+    "kubectl get secrets -n default",
+    "The quick brown fox jumps over the lazy dog.",
+    "int main(void) { return 0; }",
+    'const msg = "Hello, world";',
+]
+
+
+@pytest.mark.parametrize("line", BENIGN)
+def test_benign_lines_are_returned_unchanged(redactor: Redactor, line: str) -> None:
+    assert redactor.redact_text(line) is line
+
+
+def test_digests_ids_and_images_are_never_altered(redactor: Redactor) -> None:
+    for i in range(2000):
+        sha = hashlib.sha256(str(i).encode()).hexdigest()
+        git = hashlib.sha1(str(i).encode()).hexdigest()
+        for line in (
+            f"call_id={uuid_utils.uuid7()} sha256={sha} commit {git}",
+            f'{{"call_id": "{uuid_utils.uuid7()}", "sha256": "{sha}", "trace": "{uuid.uuid4()}"}}',
+            f'"token": "{uuid_utils.uuid7()}"',
+            f"secret_sha256={sha} session_id={uuid.uuid4()}",
+            "data:image/png;base64," + base64.b64encode(random.Random(i).randbytes(240)).decode(),
+            sha.upper(),
+        ):
+            assert redactor.redact_text(line) is line, line
+
+
+def _stdlib_lines() -> list[str]:
+    lib = os.path.dirname(os.__file__)
+    out: list[str] = []
+    for path in sorted(glob.glob(lib + "/**/*.py", recursive=True)):
+        if "/test" in path or "site-packages" in path or "idlelib" in path:
+            continue
+        try:
+            with open(path, encoding="utf-8") as fh:
+                out.extend(line for line in fh.read().splitlines() if line.strip())
+        except (UnicodeDecodeError, OSError):
+            continue
+    return out
+
+
+def test_benign_corpus_false_positive_rate_is_tiny(redactor: Redactor) -> None:
+    lines = _stdlib_lines()
+    assert len(lines) > 50_000
+    sample = random.Random(7).sample(lines, 100_000) if len(lines) > 100_000 else lines
+    altered = [line for line in sample if redactor.redact_text(line) is not line]
+    # The Python standard library (outside its tests) as ordinary source code and prose.
+    assert len(altered) / len(sample) <= 0.0005, altered[:20]
+
+
+# -- structured values ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "password", "Password", "passwd", "pwd", "secret", "client_secret", "token",
+        "access_token", "accessToken", "refreshToken", "api_key", "apiKey", "apikey",
+        "X-Api-Key", "Authorization", "auth", "cookie", "Set-Cookie", "private_key",
+        "privateKey", "credentials", "credential", "aws_access_key_id", "AWS_SECRET_ACCESS_KEY",
+        "db.password", "session_id", "x-auth-token",
+    ],
+)
+def test_key_rules_replace_the_whole_value(redactor: Redactor, key: str) -> None:
+    value: dict[str, Any] = {key: "plain words", "nested": {key: {"a": [1, 2]}}}
+    out, n = redactor.redact(value)
+    assert out[key] == marker("secret_field")
+    assert out["nested"][key] == marker("secret_field")
+    assert n == 2
+
+
+@pytest.mark.parametrize(
+    "key", ["author", "tokenizer", "max_tokens", "keyboard", "passenger", "name", "path"]
+)
+def test_key_rules_leave_ordinary_keys(redactor: Redactor, key: str) -> None:
+    value = {key: "plain words"}
+    out, n = redactor.redact(value)
+    assert out is value and n == 0
+
+
+def test_redact_deep_copy_shares_unchanged_parts_and_never_mutates(redactor: Redactor) -> None:
+    gh = "ghp_" + _rand(ALNUM, 36)
+    unchanged = {"a": [1, 2, {"b": "c"}], "t": ("x", "y")}
+    value = {
+        "keep": unchanged,
+        "list": ["fine", f"token is {gh}", ("ok", {"password": "pw-1234"})],
+        "password": None,
+        "token": "",
+        "auth": True,
+        gh: 1,
+    }
+    before = copy.deepcopy(value)
+    out, n = redactor.redact(value)
+    assert value == before  # input untouched
+    assert out["keep"] is unchanged  # unchanged sub-objects are shared
+    assert out["list"][0] == "fine"
+    assert out["list"][1] == f"token is {marker('github_token')}"
+    assert isinstance(out["list"][2], tuple)
+    assert out["list"][2][1] == {"password": marker("secret_field")}
+    assert out["password"] is None and out["token"] == "" and out["auth"] is True
+    assert marker("github_token") in out  # secrets in keys are redacted too
+    assert n == 3
+    assert gh not in json.dumps(out)
+
+
+def test_redact_returns_the_same_object_when_clean(redactor: Redactor) -> None:
+    value = {"path": "notes/a.txt", "limit": 10, "items": [1, "two", {"x": None}]}
+    out, n = redactor.redact(value)
+    assert out is value and n == 0
+    text = "nothing to see here"
+    assert redactor.redact_text(text) is text
+    assert redactor.redact(5) == (5, 0)
+    assert redactor.redact(None) == (None, 0)
+
+
+def test_custom_key_patterns_and_detectors_off() -> None:
+    r = Redactor(key_patterns=[r"^ssn$"], detectors=False)
+    out, n = r.redact({"ssn": "123-45-6789", "password": "x", "note": "ghp_" + "a" * 36})
+    assert out == {"ssn": marker("secret_field"), "password": "x", "note": "ghp_" + "a" * 36}
+    assert n == 1
+
+
+# -- registered values ----------------------------------------------------------------------
+
+
+def test_registered_values_raw_and_encoded() -> None:
+    secret = 'op-Secret/with "quotes" & ünï+code'
+    r = Redactor(extra_values=[secret])
+    raw = secret.encode()
+    forms = [
+        secret,
+        base64.b64encode(raw).decode(),
+        base64.b64encode(raw).decode().rstrip("="),
+        base64.urlsafe_b64encode(raw).decode(),
+        quote(secret, safe=""),
+        quote_plus(secret),
+        json.dumps(secret)[1:-1],
+        raw.hex(),
+    ]
+    for form in forms:
+        out = r.redact_text(f"before {form} after")
+        assert out == f"before {marker('registered')} after", form
+    out, n = r.redact({"msg": json.dumps({"v": secret})})
+    assert secret not in json.dumps(out) and n == 1
+
+
+def test_register_value_refuses_short_values() -> None:
+    r = Redactor()
+    with pytest.raises(ValueError):
+        r.register_value("abc")
+    with pytest.raises(ValueError):
+        r.register_value("")
+
+
+def test_register_value_is_thread_safe() -> None:
+    r = Redactor()
+    values = [f"registered-value-{i:04d}-{_rand(ALNUM, 12)}" for i in range(40)]
+    errors: list[BaseException] = []
+
+    def register(chunk: list[str]) -> None:
+        try:
+            for v in chunk:
+                r.register_value(v)
+                assert v not in r.redact_text(f"x {v} y")
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=register, args=(values[i::4],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    text = " ".join(values)
+    assert r.redact_text(text) == " ".join([marker("registered")] * len(values))
+
+
+# -- exceptions -----------------------------------------------------------------------------
+
+
+def test_redact_exception_names_type_and_hides_secrets(redactor: Redactor) -> None:
+    gh = "ghp_" + _rand(ALNUM, 36)
+    msg = redactor.redact_exception(ValueError(f"bad credentials {gh} for user"))
+    assert msg == f"ValueError: bad credentials {marker('github_token')} for user"
+    assert redactor.redact_exception(KeyError()) == "KeyError"
+    long = redactor.redact_exception(RuntimeError("x" * 10_000 + gh))
+    assert len(long) <= 600 and gh not in long and "truncated" in long
+
+    class Weird(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+    assert redactor.redact_exception(Weird()) == "Weird: <unprintable message>"
+
+
+# -- previews -------------------------------------------------------------------------------
+
+
+def test_preview_bounds() -> None:
+    assert preview("short", 10) == "short"
+    text = "abcdefghij" * 100
+    p = preview(text, 80)
+    assert len(p) <= 80
+    assert p.startswith("abcdefghij")
+    assert "truncated" in p and "1000" in p
+    assert preview(text, 5) == "abcde"
+    assert preview("", 0) == ""
+    with pytest.raises(ValueError):
+        preview("x", -1)
+
+
+# -- artifacts ------------------------------------------------------------------------------
+
+
+def test_artifact_store_is_content_addressed(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path / "artifacts")
+    text = "h\u00e9llo w\u00f6rld\n" * 1000
+    art = store.put(text)
+    data = text.encode()
+    digest = hashlib.sha256(data).hexdigest()
+    assert art == Artifact(
+        path=f"artifacts/{digest[:2]}/{digest}.txt", chars=len(text), bytes=len(data),
+        sha256=digest,
+    )
+    assert not os.path.isabs(art.path)
+    assert (tmp_path / art.path).read_bytes() == data
+    assert store.read(digest) == text
+
+
+def test_artifact_store_dedups_and_leaves_no_temporary_files(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path / "artifacts")
+    first = store.put("same content")
+    path = tmp_path / first.path
+    stat1 = path.stat()
+    second = store.put("same content")
+    assert second == first
+    assert path.stat().st_ino == stat1.st_ino  # not rewritten
+    store.put("other content")
+    files = sorted(p.name for p in (tmp_path / "artifacts").rglob("*") if p.is_file())
+    assert len(files) == 2 and all(f.endswith(".txt") and not f.startswith(".") for f in files)
+
+
+def test_artifact_store_concurrent_puts_are_atomic(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path / "home" / "artifacts", relative_to=tmp_path)
+    text = "x" * 200_000 + "end"
+    results: list[Artifact] = []
+
+    def put() -> None:
+        results.append(store.put(text))
+
+    threads = [threading.Thread(target=put) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({r.path for r in results}) == 1
+    assert results[0].path.startswith("home/artifacts/")
+    assert (tmp_path / results[0].path).read_text() == text
+    leftovers = [p for p in (tmp_path / "home").rglob("*.tmp")]
+    assert leftovers == []
+
+
+def test_artifact_store_rejects_bad_digests(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path / "artifacts")
+    with pytest.raises(ValueError):
+        store.read("../../etc/passwd")
