@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
+import msgspec
+
 from .tool import Capability, Effect, ToolDefinition
 
 __all__ = [
@@ -57,8 +59,7 @@ class PolicyDecision:
     reason: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class PolicyRequest:
+class PolicyRequest(msgspec.Struct, frozen=True):
     """What rules see: the tool, its validated arguments, the mode and the run."""
 
     tool: ToolDefinition
@@ -66,7 +67,7 @@ class PolicyRequest:
     mode: str
     run_id: str
     call_id: str
-    resolved_paths: Mapping[str, str] = field(default_factory=dict)
+    resolved_paths: Mapping[str, str] = msgspec.field(default_factory=dict)
 
 
 @runtime_checkable

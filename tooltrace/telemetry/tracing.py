@@ -531,10 +531,7 @@ class TracingSink:
 
 
 def _with_ids(record: CallRecord, h: SpanHandle) -> CallRecord:
-    import dataclasses
-
-    return dataclasses.replace(
-        record,
+    return record.replace(
         trace_id=h.trace_id,
         span_id=h.span_id,
         parent_span_id=h.parent_span_id,
