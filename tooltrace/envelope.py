@@ -3,8 +3,9 @@
 Everything here is immutable and already redacted: these are the objects that sinks, hooks'
 views, logs, the CLI and the model see. Records are frozen ``msgspec.Struct``s: as immutable as
 frozen dataclasses, and built in a fraction of the time (a frozen dataclass pays a Python-level
-``object.__setattr__`` per field, several microseconds for a call record, on every call). Timestamps are integer microseconds since the Unix epoch
-(``*_us``), which is what the audit store and the span builder want without conversion.
+``object.__setattr__`` per field, several microseconds for a call record, on every call).
+Timestamps are integer microseconds since the Unix epoch (``*_us``), which is what the audit
+store and the span builder want without conversion.
 """
 
 from __future__ import annotations
