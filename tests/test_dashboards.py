@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import json
 import math
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +16,7 @@ from typing import Any
 import jsonschema
 import pytest
 from sre_kit import REPO, dashboard_targets, grafana_schema, load_build, substitute
-from sre_prom import PrometheusServer, poll
+from sre_prom import PrometheusServer, free_port, poll
 from sre_workload import Workload, running_workload
 
 build = load_build()
@@ -252,3 +254,70 @@ def test_latency_exemplars_link_to_real_traces(scraped: tuple[Workload, Promethe
     ids = poll(exemplars, 20, "latency exemplars")
     traced = w.trace_ids()
     assert set(ids) & traced, "exemplar trace ids should be ids of exported spans"
+
+
+def test_the_demo_of_the_compose_stack_fills_every_panel(tmp_path: Path) -> None:
+    # What docker/compose.yaml runs: `tooltrace demo --metrics-port ...`, scraped by Prometheus.
+    port = free_port()
+    cli = Path(sys.executable).with_name("tooltrace")
+    prom = PrometheusServer(tmp_path / "prom", scrape_targets=[f"127.0.0.1:{port}"])
+    with prom:
+        log = (tmp_path / "demo.log").open("wb")
+        demo = subprocess.Popen(
+            [
+                str(cli),
+                "demo",
+                "--home",
+                str(tmp_path / "home"),
+                "--metrics-port",
+                str(port),
+                "--calls",
+                "400",
+                "--linger",
+                "60",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
+        try:
+            prom.wait_for('up{job="tooltrace"} == 1', timeout_s=30)
+            # The drill-down is checked for the demo's busiest tool, the overview for all.
+            top = prom.wait_for("topk(1, sum by (tool) (tooltrace_tool_calls_total))", 30)
+            value = {
+                "tooltrace-pipelines.json": ".*",
+                "tooltrace-tool.json": top[0]["metric"]["tool"],
+            }
+            panels = [
+                (name, title, [substitute(t["expr"], value[name]) for t in p_targets])
+                for name, d in DASHBOARDS.items()
+                for title, p_targets in _panels(d)
+            ]
+
+            def empty() -> list[str]:
+                return [
+                    f"{name} / {title}"
+                    for name, title, exprs in panels
+                    if not any(_finite_rows(prom, e) for e in exprs)
+                ]
+
+            missing = poll_until_empty(empty, 40)
+            assert missing == [], "panels without data from the demo:\n" + "\n".join(missing)
+        finally:
+            demo.terminate()
+            demo.wait(15)
+            log.close()
+
+
+def _panels(d: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    return [(p["title"], p["targets"]) for p in d["panels"] if p.get("targets")]
+
+
+def poll_until_empty(check: Any, timeout_s: float) -> list[str]:
+    """Call ``check`` (returning a list of problems) until it returns none or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        problems: list[str] = check()
+        if not problems or time.monotonic() > deadline:
+            return problems
+        time.sleep(1)
