@@ -111,6 +111,24 @@ def test_each_detector_catches_its_format_in_every_context(
         assert kinds and all(k == kind for k in kinds)
 
 
+def test_redacting_twice_changes_nothing_more(redactor: Redactor) -> None:
+    texts = [c for _kind, secret in SECRETS for c in _contexts(secret)]
+    texts += [
+        "Cookie: a=b; c=d",
+        "Authorization: Bearer abc123DEF456ghi789JKL",
+        "postgres://u:pw-Secret1@h/db",
+        '"password": "hunter22"',
+        PEM,
+    ]
+    for text in texts:
+        once = redactor.redact_text(text)
+        assert once is not text
+        assert redactor.redact_text(once) is once, once
+    value = {"password": "x1234", "note": "ghp_" + "c" * 36}
+    once_value, _ = redactor.redact(value)
+    assert redactor.redact(once_value) == (once_value, 0)
+
+
 def test_pem_private_key_block_is_replaced_whole(redactor: Redactor) -> None:
     text = f"before\n{PEM}\nafter"
     out = redactor.redact_text(text)
@@ -194,6 +212,10 @@ def test_password_in_url_keeps_user_and_host(
             base64.b64encode(b"svc:pw-12345").decode(),
         ),
         ("Proxy-Authorization: Bearer q1w2e3r4t5y6u7i8", "q1w2e3r4t5y6u7i8"),
+        (
+            'Authorization: Digest username="bob", response="6629fae49393a05397450978507c4ef1"',
+            "6629fae49393a05397450978507c4ef1",
+        ),
     ],
 )
 def test_authorization_headers(redactor: Redactor, text: str, secret: str) -> None:

@@ -29,6 +29,7 @@ for writing (reason ``hardlink``) always, and for reading when ``strict_hardlink
 from __future__ import annotations
 
 import codecs
+import errno
 import os
 import re
 import stat
@@ -463,7 +464,7 @@ class Workspace:
         if isinstance(exc, FileNotFoundError):
             return PathPolicyError("not_found", f"{shown} no longer exists")
         # ELOOP (final symlink with O_NOFOLLOW) or ENOTDIR (a directory became a symlink).
-        if isinstance(exc, NotADirectoryError) or exc.errno == 40:
+        if isinstance(exc, NotADirectoryError) or exc.errno == errno.ELOOP:
             return PathPolicyError("symlink_race", f"{shown} changed while being opened")
         if isinstance(exc, IsADirectoryError):
             return PathPolicyError("not_regular", f"{shown} is a directory")

@@ -278,9 +278,21 @@ _DETECTORS: tuple[_Detector, ...] = (
         rank=1,
     ),
     _Detector(
+        # Any other scheme (Digest, AWS4-HMAC-SHA256, Negotiate ...): the whole header value.
+        "authorization",
+        re.compile(
+            r"(?im:^[ \t\"']*(?:proxy-)?authorization[ \t]*:[ \t]*"
+            r"(?!(?:bearer|basic|token)\s)(?P<s>[^\s][^\r\n]*))"
+        ),
+        lc=("authorization",),
+        check=_check_not_placeholder,
+        rank=1,
+    ),
+    _Detector(
         "cookie",
         re.compile(r"(?im:^[ \t\"']*(?:set-)?cookie[ \t]*:[ \t]*(?P<s>[^\r\n]+))"),
         lc=("cookie",),
+        check=_check_not_placeholder,
         rank=1,
     ),
     _Detector(
@@ -479,6 +491,19 @@ def _encoded_forms(value: str) -> set[str]:
     return {f for f in forms if len(f) >= _MIN_REGISTERED_CHARS}
 
 
+_MARKER_RE = re.compile(r"\[REDACTED:[a-z0-9_]+\]")
+
+
+def _holds_nothing(value: Any) -> bool:
+    """Values a key rule leaves alone: no secret in them, or already redacted."""
+    return (
+        value is None
+        or value == ""
+        or isinstance(value, bool)
+        or (isinstance(value, str) and _MARKER_RE.fullmatch(value) is not None)
+    )
+
+
 class Redactor:
     """Find and replace secrets in text and in JSON-like values.
 
@@ -587,9 +612,7 @@ class Redactor:
             for k, v in value.items():
                 nk = k
                 if isinstance(k, str):
-                    if self._is_secret_key(k) and v is not None and v != "" and not isinstance(
-                        v, bool
-                    ):
+                    if self._is_secret_key(k) and not _holds_nothing(v):
                         items.append((k, marker("secret_field")))
                         total += 1
                         changed = True
