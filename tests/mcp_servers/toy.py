@@ -1,0 +1,121 @@
+"""A small MCP server over stdio, written against the wire protocol (JSON-RPC lines) so it
+starts in milliseconds and can misbehave in ways an SDK would not let it.
+
+Environment:
+    TOY_LABEL              prefix of ``echo`` results (tells which server answered)
+    TOY_ECHO_DESCRIPTION   description of ``echo`` (change it between runs: a "rug pull")
+    TOY_TOOLS              comma-separated subset of tools to expose (default: all)
+
+Tools: ``echo`` (read-only), ``write_marker`` (writes a file: a side effect), ``fail`` (an
+``isError`` result), ``crash`` (the process exits mid-call), ``hang`` (the whole server stops
+answering), ``garbage`` (prints a non-JSON line on stdout instead of an answer), ``meta``
+(returns the ``_meta`` the request carried), ``big`` (returns ``n`` characters).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+LABEL = os.environ.get("TOY_LABEL", "toy")
+READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "openWorldHint": False}
+
+
+def _schema(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": required}
+
+
+TOOLS: list[dict[str, Any]] = [
+    {"name": "echo", "description": os.environ.get("TOY_ECHO_DESCRIPTION", "Echo the text back."),
+     "inputSchema": _schema({"text": {"type": "string", "maxLength": 1000}}, ["text"]),
+     "annotations": READ_ONLY},
+    {"name": "write_marker", "description": "Write text to a file.",
+     "inputSchema": _schema({"path": {"type": "string"}, "text": {"type": "string"}},
+                            ["path", "text"])},
+    {"name": "fail", "description": "Always reports a tool error.",
+     "inputSchema": _schema({"reason": {"type": "string"}}, [])},
+    {"name": "crash", "description": "Exit the server process.", "inputSchema": _schema({}, [])},
+    {"name": "hang", "description": "Stop answering anything.",
+     "inputSchema": _schema({"seconds": {"type": "number"}}, [])},
+    {"name": "garbage", "description": "Print garbage on stdout.", "inputSchema": _schema({}, [])},
+    {"name": "meta", "description": "Return the request's _meta.", "inputSchema": _schema({}, []),
+     "annotations": READ_ONLY},
+    {"name": "big", "description": "Return n characters.", "annotations": READ_ONLY,
+     "inputSchema": _schema({"n": {"type": "integer", "minimum": 0}}, ["n"])},
+]
+_only = os.environ.get("TOY_TOOLS")
+if _only:
+    TOOLS = [t for t in TOOLS if t["name"] in _only.split(",")]
+
+
+def send(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def text(value: str, *, error: bool = False) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": value}], "isError": error}
+
+
+def call(name: str, args: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any] | None:
+    if name == "echo":
+        return text(f"{LABEL}:{args['text']}")
+    if name == "write_marker":
+        Path(args["path"]).write_text(args["text"])
+        return text("written")
+    if name == "fail":
+        return text(f"the tool failed: {args.get('reason', 'it broke')}", error=True)
+    if name == "crash":
+        os._exit(3)
+    if name == "hang":
+        time.sleep(float(args.get("seconds", 60)))
+        return text("woke up")
+    if name == "garbage":
+        sys.stdout.write("this is not JSON-RPC\n")
+        sys.stdout.flush()
+        time.sleep(60)
+        return None
+    if name == "meta":
+        return text(json.dumps(meta, sort_keys=True))
+    if name == "big":
+        line = "0123456789abcdefghijklmnopqrstuvwxyz" * 2 + "\n"
+        n = int(args["n"])
+        return text((line * (n // len(line) + 1))[:n])
+    return None
+
+
+def main() -> None:
+    names = {t["name"] for t in TOOLS}
+    for raw in sys.stdin:
+        if not raw.strip():
+            continue
+        msg = json.loads(raw)
+        method, mid = msg.get("method"), msg.get("id")
+        if mid is None:  # a notification
+            continue
+        params = msg.get("params") or {}
+        if method == "initialize":
+            send({"jsonrpc": "2.0", "id": mid, "result": {
+                "protocolVersion": params.get("protocolVersion", "2025-11-25"),
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": f"toy-{LABEL}", "version": "1.0"}}})
+        elif method == "ping":
+            send({"jsonrpc": "2.0", "id": mid, "result": {}})
+        elif method == "tools/list":
+            send({"jsonrpc": "2.0", "id": mid, "result": {"tools": TOOLS}})
+        elif method == "tools/call" and params.get("name") in names:
+            result = call(params["name"], params.get("arguments") or {}, params.get("_meta") or {})
+            if result is not None:
+                send({"jsonrpc": "2.0", "id": mid, "result": result})
+        else:
+            send({"jsonrpc": "2.0", "id": mid,
+                  "error": {"code": -32601 if method != "tools/call" else -32602,
+                            "message": f"unknown: {method}"}})
+
+
+if __name__ == "__main__":
+    main()

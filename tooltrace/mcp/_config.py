@@ -1,0 +1,307 @@
+"""The proxy's configuration: which upstream servers to start and how to police their tools.
+
+Read from a TOML file (``load_config``) or built in code. Relative paths in the file are
+relative to the file's directory. Hooks, approvers and extra policy rules are named as
+``module:attribute`` strings or as entry points (groups ``tooltrace.hooks``,
+``tooltrace.approvers``, ``tooltrace.rules``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Literal
+
+from ..exceptions import ConfigurationError
+from ..hooks import FunctionHook, Hook
+from ..policy import ApprovalDecision, ApprovalRequest, Rule
+from ..tool import Capability
+
+__all__ = [
+    "CollisionRule",
+    "ProxyConfig",
+    "RugPullAction",
+    "ServerConfig",
+    "load_config",
+    "load_object",
+    "resolve_approver",
+    "resolve_hooks",
+    "resolve_rules",
+]
+
+CollisionRule = Literal["prefix", "priority"]
+RugPullAction = Literal["ask", "deny", "allow"]
+Approver = Callable[[ApprovalRequest], ApprovalDecision]
+
+_LABEL_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_SEPARATORS = ("__", "_", ".", "-", "--")
+_TOOL_TYPES = ("extension", "function", "datastore")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """One upstream MCP server started over stdio.
+
+    ``label`` names it in tool sources (``mcp:<label>``) and prefixes; ``priority`` decides a
+    name clash under the ``priority`` rule; ``timeout_s`` is each call's default deadline;
+    ``capability`` is what tools not annotated read-only are policed as; with
+    ``trust_annotations`` a tool annotated ``readOnlyHint`` counts as read-only with no side
+    effects, otherwise every tool has external effects.
+    """
+
+    label: str
+    command: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    priority: int = 0
+    timeout_s: float = 30.0
+    tool_type: str = "extension"
+    capability: Capability = Capability.WRITE
+    trust_annotations: bool = True
+    startup_timeout_s: float = 20.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.label, str) or not _LABEL_RE.match(self.label):
+            raise ConfigurationError(
+                f"server label must match {_LABEL_RE.pattern}, got {str(self.label)[:40]!r}")
+        if not isinstance(self.command, str) or not self.command:
+            raise ConfigurationError(f"server {self.label!r}: command must be a non-empty string")
+        if not all(isinstance(a, str) for a in self.args):
+            raise ConfigurationError(f"server {self.label!r}: args must be strings")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
+            raise ConfigurationError(f"server {self.label!r}: env values must be strings")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise ConfigurationError(f"server {self.label!r}: priority must be an integer")
+        for name in ("timeout_s", "startup_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ConfigurationError(f"server {self.label!r}: {name} must be a positive number")
+        if self.tool_type not in _TOOL_TYPES:
+            raise ConfigurationError(
+                f"server {self.label!r}: tool_type must be one of {_TOOL_TYPES}")
+        try:
+            object.__setattr__(self, "capability", Capability(self.capability))
+        except ValueError:
+            raise ConfigurationError(
+                f"server {self.label!r}: capability must be one of "
+                f"{[c.value for c in Capability]}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    """Everything the proxy needs: upstream servers and the registry's settings.
+
+    ``collisions``: ``prefix`` exposes a name several servers share as ``<label><separator>
+    <name>`` for each of them (``prefix_all`` prefixes every tool); ``priority`` keeps the
+    shared name for the server with the highest priority and shadows the others (equal
+    priorities refuse to start). ``rug_pull``: what a call of a tool whose description or
+    schema changed since it was pinned gets: ``ask`` (approval), ``deny``, or ``allow`` (only
+    flagged). ``approval``: ``deny`` (default), ``allow``, or a ``module:function`` approver.
+    """
+
+    servers: tuple[ServerConfig, ...] = ()
+    home: str | None = None
+    workspace: str | None = None
+    collisions: CollisionRule = "prefix"
+    separator: str = "__"
+    prefix_all: bool = False
+    rug_pull: RugPullAction = "ask"
+    approval: str = "deny"
+    deny: frozenset[str] = frozenset()
+    ask: frozenset[str] = frozenset()
+    rules: tuple[str, ...] = ()
+    hooks: tuple[str, ...] = ()
+    mode: str = "default"
+    cancel_grace_s: float = 2.0
+    max_inline_chars: int = 16384
+    preview_chars: int = 2048
+    metrics_port: int | None = None
+
+    def __post_init__(self) -> None:
+        labels = [s.label for s in self.servers]
+        dupes = sorted({x for x in labels if labels.count(x) > 1})
+        if dupes:
+            raise ConfigurationError(f"server labels must be unique; repeated: {dupes}")
+        if self.collisions not in ("prefix", "priority"):
+            raise ConfigurationError("collisions must be 'prefix' or 'priority'")
+        if self.separator not in _SEPARATORS:
+            raise ConfigurationError(f"separator must be one of {_SEPARATORS}")
+        if self.rug_pull not in ("ask", "deny", "allow"):
+            raise ConfigurationError("rug_pull must be 'ask', 'deny' or 'allow'")
+        if not isinstance(self.approval, str) or not self.approval:
+            raise ConfigurationError("approval must be 'deny', 'allow' or 'module:function'")
+        if not self.cancel_grace_s > 0:
+            raise ConfigurationError("cancel_grace_s must be positive")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigurationError("metrics_port must be a TCP port number")
+
+
+_PROXY_KEYS = {
+    "home", "workspace", "collisions", "separator", "prefix_all", "rug_pull", "hooks", "mode",
+    "cancel_grace_s", "max_inline_chars", "preview_chars", "metrics_port",
+}
+_POLICY_KEYS = {"deny", "ask", "approval", "rules"}
+_SERVER_KEYS = {
+    "command", "args", "env", "cwd", "priority", "timeout_s", "tool_type", "capability",
+    "trust_annotations", "startup_timeout_s",
+}
+
+
+def _unknown(section: str, got: Mapping[str, Any], allowed: set[str]) -> None:
+    extra = sorted(set(got) - allowed)
+    if extra:
+        raise ConfigurationError(f"unknown key(s) in [{section}]: {', '.join(extra)}")
+
+
+def _rel(base: Path, value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{what} must be a string path")
+    p = Path(os.path.expandvars(os.path.expanduser(value)))
+    return str(p if p.is_absolute() else (base / p).resolve())
+
+
+def _strings(value: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigurationError(f"{what} must be a list of strings")
+    return tuple(value)
+
+
+def load_config(path: str | os.PathLike[str]) -> ProxyConfig:
+    """Read a TOML proxy configuration (see the README section on the MCP proxy)."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigurationError(f"config file not found: {p.name}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"config file {p.name} is not valid TOML: {exc}") from None
+    return config_from_dict(data, base=p.resolve().parent)
+
+
+def config_from_dict(data: Mapping[str, Any], *, base: Path | None = None) -> ProxyConfig:
+    """Build a ``ProxyConfig`` from parsed TOML (paths relative to ``base``)."""
+    base = base or Path.cwd()
+    _unknown("top level", data, {"proxy", "policy", "servers"})
+    proxy = dict(data.get("proxy", {}))
+    policy = dict(data.get("policy", {}))
+    _unknown("proxy", proxy, _PROXY_KEYS)
+    _unknown("policy", policy, _POLICY_KEYS)
+    servers: list[ServerConfig] = []
+    raw_servers = data.get("servers", {})
+    if not isinstance(raw_servers, Mapping):
+        raise ConfigurationError("[servers] must be a table of [servers.<label>] tables")
+    for label, raw in raw_servers.items():
+        if not isinstance(raw, Mapping):
+            raise ConfigurationError(f"[servers.{label}] must be a table")
+        _unknown(f"servers.{label}", raw, _SERVER_KEYS)
+        kw: dict[str, Any] = dict(raw)
+        if "command" not in kw:
+            raise ConfigurationError(f"[servers.{label}] needs a command")
+        if "args" in kw:
+            kw["args"] = _strings(kw["args"], f"servers.{label}.args")
+        if "cwd" in kw:
+            kw["cwd"] = _rel(base, kw["cwd"], f"servers.{label}.cwd")
+        if "env" in kw and not isinstance(kw["env"], Mapping):
+            raise ConfigurationError(f"servers.{label}.env must be a table")
+        try:
+            servers.append(ServerConfig(label=label, **kw))
+        except TypeError as exc:
+            raise ConfigurationError(f"[servers.{label}]: {exc}") from None
+    kw2: dict[str, Any] = {}
+    for key, value in proxy.items():
+        if key in ("home", "workspace"):
+            kw2[key] = _rel(base, value, f"proxy.{key}")
+        elif key == "hooks":
+            kw2[key] = _strings(value, "proxy.hooks")
+        else:
+            kw2[key] = value
+    if "deny" in policy:
+        kw2["deny"] = frozenset(_strings(policy["deny"], "policy.deny"))
+    if "ask" in policy:
+        kw2["ask"] = frozenset(_strings(policy["ask"], "policy.ask"))
+    if "rules" in policy:
+        kw2["rules"] = _strings(policy["rules"], "policy.rules")
+    if "approval" in policy:
+        kw2["approval"] = policy["approval"]
+    return ProxyConfig(servers=tuple(servers), **kw2)
+
+
+def load_object(spec: str, group: str) -> Any:
+    """Load ``module:attribute`` (dots allowed in the attribute) or an entry point by name."""
+    if ":" in spec:
+        module, _, attr = spec.partition(":")
+        try:
+            obj: Any = importlib.import_module(module)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigurationError(f"cannot load {spec!r}: {type(exc).__name__}: {exc}") from None
+        return obj
+    matches = [ep for ep in entry_points(group=group) if ep.name == spec]
+    if not matches:
+        raise ConfigurationError(f"no entry point {spec!r} in group {group!r}")
+    return matches[0].load()
+
+
+def resolve_hooks(specs: tuple[str, ...]) -> list[Hook]:
+    """Hooks from ``module:attribute`` strings or ``tooltrace.hooks`` entry points.
+
+    The object may be a ``Hook`` (for example made with ``@tooltrace.hook``) or a plain
+    function ``(HookView) -> HookDecision | None``, which becomes an optional pre-hook.
+    """
+    out: list[Hook] = []
+    for spec in specs:
+        obj = load_object(spec, "tooltrace.hooks")
+        if isinstance(obj, Hook):
+            out.append(obj)
+        elif callable(obj):
+            fh: Any = FunctionHook(obj, getattr(obj, "__name__", spec.rsplit(":", 1)[-1]))
+            out.append(fh)
+        else:
+            raise ConfigurationError(f"hook {spec!r} is neither a Hook nor a function")
+    return out
+
+
+def resolve_rules(specs: tuple[str, ...]) -> list[Rule]:
+    """Extra policy rules from ``module:attribute`` strings or ``tooltrace.rules`` entry points.
+
+    A rule object (callable with a ``name``) is used as is; a class or factory is called with
+    no arguments first.
+    """
+    out: list[Rule] = []
+    for spec in specs:
+        obj = load_object(spec, "tooltrace.rules")
+        if not isinstance(getattr(obj, "name", None), str) and callable(obj):
+            obj = obj()
+        if not isinstance(getattr(obj, "name", None), str) or not callable(obj):
+            raise ConfigurationError(f"policy rule {spec!r} must be callable with a string name")
+        out.append(obj)
+    return out
+
+
+def _allow_all(request: ApprovalRequest) -> ApprovalDecision:
+    return ApprovalDecision(True, "config", "approval = allow in the proxy configuration")
+
+
+def _deny_all(request: ApprovalRequest) -> ApprovalDecision:
+    return ApprovalDecision(False, "config", "approval = deny in the proxy configuration")
+
+
+def resolve_approver(spec: str) -> Approver:
+    """``deny`` / ``allow`` / ``module:function`` (or a ``tooltrace.approvers`` entry point)."""
+    if spec == "deny":
+        return _deny_all
+    if spec == "allow":
+        return _allow_all
+    obj = load_object(spec, "tooltrace.approvers")
+    if not callable(obj):
+        raise ConfigurationError(f"approver {spec!r} is not callable")
+    approver: Approver = obj
+    return approver

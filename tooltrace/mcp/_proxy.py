@@ -1,0 +1,517 @@
+"""The MCP proxy's core: upstream servers' tools registered in a ``ToolRegistry``.
+
+Every ``tools/call`` the proxy receives goes through ``ToolRegistry.acall``: validation against
+the upstream's input schema, policy (including the pin rule) and approval, hooks, admission and
+deadline, then the upstream call, then redaction and offload of the result, span, metrics, log
+line and audit record. A rejected call never reaches the upstream server; the client gets an
+``isError`` result carrying the envelope's summary, never raw exception text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .. import _config as tt_config
+from ..envelope import Status, ToolCall, ToolResultEnvelope
+from ..exceptions import ConfigurationError, RegistrationError
+from ..policy import (
+    DenyCommandPatterns,
+    DenyPrivateNetwork,
+    Policy,
+    PolicyDecision,
+    PolicyRequest,
+    RequireApproval,
+    Rule,
+    Verdict,
+)
+from ..registry import Resolution, ToolRegistry
+from ..runtime import CallContext
+from ..tool import NAME_RE, Capability, Effect, ToolDefinition
+from ._config import ProxyConfig, resolve_approver, resolve_hooks, resolve_rules
+from ._errors import UpstreamToolError
+from ._pins import ChangedToolsRule, PinCheck, PinStore
+from ._upstream import Upstream
+
+if TYPE_CHECKING:
+    import mcp.types as mt
+
+__all__ = [
+    "Collision",
+    "McpProxy",
+    "ProxyReport",
+    "ServerReport",
+    "ToolReport",
+]
+
+log = logging.getLogger("tooltrace.mcp")
+
+_MAX_ERROR_CHARS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ToolReport:
+    """One upstream tool: the name it is exposed under, and whether it is active."""
+
+    name: str
+    server: str
+    upstream_name: str
+    state: str  # active | shadowed | skipped
+    pin: str  # new | pinned | changed
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Collision:
+    """A tool name offered by more than one server, and how the configured rule resolved it."""
+
+    upstream_name: str
+    servers: tuple[str, ...]
+    rule: str
+    resolution: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServerReport:
+    """One upstream server's state."""
+
+    label: str
+    state: str
+    tools: int
+    restarts: int
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyReport:
+    """What the proxy exposes: servers, tools (with pin state), collisions, the shadow report."""
+
+    servers: tuple[ServerReport, ...]
+    tools: tuple[ToolReport, ...]
+    collisions: tuple[Collision, ...]
+    resolution: tuple[Resolution, ...]
+    conflicts: tuple[str, ...] = field(default=())
+
+    @property
+    def changed(self) -> tuple[ToolReport, ...]:
+        """Tools whose description or schema changed since they were pinned."""
+        return tuple(t for t in self.tools if t.pin == "changed")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable form."""
+        return {
+            "servers": [asdict(s) for s in self.servers],
+            "tools": [asdict(t) for t in self.tools],
+            "collisions": [asdict(c) for c in self.collisions],
+            "conflicts": list(self.conflicts),
+            "resolution": [asdict(r) for r in self.resolution],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Exposed:
+    name: str
+    server: str
+    upstream_name: str
+    wire: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _DenyTools:
+    """Policy rule ``mcp_deny``: deny the named (exposed) tools outright."""
+
+    tools: frozenset[str]
+    name: str = "mcp_deny"
+
+    def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
+        if request.tool.name in self.tools:
+            return PolicyDecision(Verdict.DENY, self.name,
+                                  f"{request.tool.name} is denied by the proxy configuration")
+        return None
+
+
+class McpProxy:
+    """Upstream MCP servers behind one registry.
+
+    Use ``await start()``, then ``list_tools()`` / ``await call_tool(...)`` (what the MCP
+    server front end serves), ``report()``, and ``await aclose()``. ``registry`` may be given
+    (tests, embedding); by default one is built with every configured sink, the proxy's policy,
+    hooks and approver.
+    """
+
+    def __init__(self, config: ProxyConfig, *, registry: ToolRegistry | None = None,
+                 pin_new: bool = True) -> None:
+        self.config = config
+        self.home = tt_config.resolve_home(config.home)
+        self.pins = PinStore(self.home)
+        self.pin_new = pin_new
+        verdict = {"ask": Verdict.ASK, "deny": Verdict.DENY, "allow": Verdict.ALLOW}[
+            config.rug_pull]
+        self.changed_rule = ChangedToolsRule(verdict)
+        self.registry = registry if registry is not None else self._build_registry()
+        #: Identifies this proxy's session in spans when the transport has no session id.
+        self.session_id = uuid.uuid4().hex
+        self.upstreams: dict[str, Upstream] = {}
+        self._exposed: dict[str, _Exposed] = {}
+        self._exposed_by_upstream: dict[tuple[str, str], str] = {}
+        self._checks: dict[str, dict[str, PinCheck]] = {}
+        self._listings: dict[str, list[dict[str, Any]]] = {}
+        self._tools: list[ToolReport] = []
+        self._collisions: list[Collision] = []
+        self._conflicts: list[str] = []
+        self._errors: dict[str, str] = {}
+        self._metrics_server: Any = None
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def policy_rules(self) -> list[Rule]:
+        """The proxy's policy: pin changes, configured deny/ask lists, the default content rules
+        and any extra rules from the configuration."""
+        cfg = self.config
+        rules: list[Rule] = [self.changed_rule]
+        if cfg.deny:
+            rules.append(_DenyTools(cfg.deny))
+        if cfg.ask:
+            rules.append(RequireApproval(tools=cfg.ask, name="mcp_ask"))
+        rules += [DenyCommandPatterns(), DenyPrivateNetwork()]
+        rules += resolve_rules(cfg.rules)
+        return rules
+
+    def _build_registry(self) -> ToolRegistry:
+        from .._setup import create_registry
+
+        cfg = self.config
+        metrics = cfg.metrics_port is not None
+        reg = create_registry(
+            cfg.workspace, home=self.home, metrics=metrics, builtins=False,
+            policy=Policy(self.policy_rules()), hooks=resolve_hooks(cfg.hooks),
+            approver=resolve_approver(cfg.approval), cancel_grace_s=cfg.cancel_grace_s,
+            max_inline_chars=cfg.max_inline_chars, preview_chars=cfg.preview_chars,
+        )
+        if metrics:
+            from ..telemetry.metrics import MetricsSink, serve_metrics
+
+            sink = next((s for s in reg.sinks if isinstance(s, MetricsSink)), None)
+            if sink is not None:
+                self._metrics_server = serve_metrics(cfg.metrics_port or 0, registry=sink)
+        return reg
+
+    async def start(self, *, strict: bool = True) -> None:
+        """Start every upstream, list its tools, check pins and register the tools.
+
+        A server that fails to start is reported and its tools are not exposed. With
+        ``strict``, a name clash the rule cannot resolve (equal priorities) raises
+        ``ConfigurationError``; otherwise it is only reported.
+        """
+        for sc in self.config.servers:
+            self.upstreams[sc.label] = Upstream(sc, on_tools=self._on_tools)
+        results = await asyncio.gather(
+            *(u.start() for u in self.upstreams.values()), return_exceptions=True)
+        for up, res in zip(self.upstreams.values(), results, strict=True):
+            if isinstance(res, BaseException):
+                self._errors[up.label] = str(res)[:300]
+                log.warning("mcp upstream %s: %s", up.label, self._errors[up.label])
+        self._plan_and_register()
+        for label in self._listings:
+            self._apply_flags(label)
+        if strict and self._conflicts:
+            raise ConfigurationError("tool name conflicts: " + "; ".join(self._conflicts))
+
+    def _on_tools(self, up: Upstream, tools: list[dict[str, Any]]) -> None:
+        checks = self.pins.check(up.label, tools, pin_new=self.pin_new)
+        self._checks[up.label] = {c.tool: c for c in checks}
+        self._listings.setdefault(up.label, tools)
+        for c in checks:
+            if c.state == "changed":
+                log.warning(
+                    "mcp tool %s from server %s changed its description or schema since it "
+                    "was pinned (sha256 %s, pinned %s)", c.tool, up.label, c.sha256[:12],
+                    (c.pinned_sha256 or "")[:12])
+        self._apply_flags(up.label)
+
+    def _apply_flags(self, label: str) -> None:
+        checks = self._checks.get(label, {})
+        changed: list[str] = []
+        same: list[str] = []
+        for tool, c in checks.items():
+            exposed = self._exposed_by_upstream.get((label, tool))
+            if exposed is None:
+                continue
+            (changed if c.state == "changed" else same).append(exposed)
+        self.changed_rule.flag(changed)
+        self.changed_rule.clear(same)
+
+    def _plan_and_register(self) -> None:
+        cfg = self.config
+        by_name: dict[str, list[str]] = {}
+        for sc in cfg.servers:
+            for t in self._listings.get(sc.label, []):
+                by_name.setdefault(str(t.get("name")), []).append(sc.label)
+        prio = {sc.label: sc.priority for sc in cfg.servers}
+        for name, labels in sorted(by_name.items()):
+            if len(labels) < 2:
+                continue
+            if cfg.collisions == "prefix":
+                res = ", ".join(f"{lb}{cfg.separator}{name}" for lb in labels)
+            else:
+                order = sorted(labels, key=lambda lb: -prio[lb])
+                if prio[order[0]] == prio[order[1]]:
+                    res = "conflict: equal priorities"
+                else:
+                    res = f"mcp:{order[0]} active; shadowed: " + ", ".join(
+                        f"mcp:{lb}" for lb in order[1:])
+            self._collisions.append(Collision(name, tuple(labels), cfg.collisions, res))
+        for sc in cfg.servers:
+            for t in self._listings.get(sc.label, []):
+                name = str(t.get("name"))
+                shared = len(by_name.get(name, [])) > 1
+                exposed = (f"{sc.label}{cfg.separator}{name}"
+                           if cfg.collisions == "prefix" and (shared or cfg.prefix_all) else name)
+                self._register(sc.label, name, exposed, t)
+        active = {r.name: r.active_source for r in self.registry.resolution()}
+        self._tools = [
+            ToolReport(t.name, t.server, t.upstream_name,
+                       t.state if t.state == "skipped" else (
+                           "active" if active.get(t.name) == f"mcp:{t.server}" else "shadowed"),
+                       t.pin, t.reason)
+            for t in self._tools
+        ]
+
+    def _register(self, label: str, name: str, exposed: str, wire: Mapping[str, Any]) -> None:
+        sc = next(s for s in self.config.servers if s.label == label)
+        check = self._checks.get(label, {}).get(name)
+        pin = check.state if check is not None else "new"
+
+        def skip(reason: str) -> None:
+            self._tools.append(ToolReport(exposed, label, name, "skipped", pin, reason))
+            log.warning("mcp tool %s from server %s is not exposed: %s", name, label, reason)
+
+        if not NAME_RE.match(exposed):
+            skip("name outside the allowed characters [A-Za-z0-9._-] or longer than 128")
+            return
+        if exposed in self._exposed and self.config.collisions == "prefix":
+            other = self._exposed[exposed]
+            skip(f"exposed name {exposed} is already taken by server {other.server}")
+            self._conflicts.append(f"{exposed} from {label} and {other.server}")
+            return
+        ann = wire.get("annotations") or {}
+        read_only = sc.trust_annotations and ann.get("readOnlyHint") is True
+        schema = wire.get("inputSchema")
+        if not isinstance(schema, Mapping):
+            schema = {"type": "object"}
+        try:
+            definition = ToolDefinition(
+                name=exposed,
+                description=str(wire.get("description") or ""),
+                parameters=schema,
+                capability=Capability.READ if read_only else sc.capability,
+                # An MCP server's work happens in another process we cannot confirm stopped:
+                # side effects reach outside, and the call is not cancellable.
+                effect=Effect.NONE if read_only else Effect.EXTERNAL,
+                cancellable=False,
+                timeout_s=sc.timeout_s,
+                source=f"mcp:{label}",
+                priority=sc.priority,
+                tool_type=sc.tool_type,
+            )
+            self.registry.register(definition, self._handler(label, name))
+        except RegistrationError as exc:
+            reason = str(exc)[:300]
+            if "same priority" in reason:
+                self._conflicts.append(f"{exposed} from {label}: equal priorities")
+            skip(reason)
+            return
+        if exposed not in self._exposed or self._wins(label, exposed):
+            self._exposed[exposed] = _Exposed(exposed, label, name, dict(wire))
+        self._exposed_by_upstream[(label, name)] = exposed
+        self._tools.append(ToolReport(exposed, label, name, "active", pin))
+
+    def _wins(self, label: str, exposed: str) -> bool:
+        d = self.registry.definition(exposed)
+        return d is not None and d.source == f"mcp:{label}"
+
+    def _handler(self, label: str, upstream_name: str) -> Any:
+        grace = self.config.cancel_grace_s
+
+        async def call_upstream(ctx: CallContext, /, **arguments: Any) -> Any:
+            up = self.upstreams[label]
+            meta = {"traceparent": ctx.traceparent} if ctx.traceparent else None
+            # Wait past the registry's deadline and grace: if the server is still silent then,
+            # the registry has already answered (unknown for side effects) and the server is
+            # restarted.
+            res = await up.call(upstream_name, arguments, meta=meta,
+                                wait_s=ctx.timeout_s + grace + 1.0)
+            if res.is_error:
+                raise UpstreamToolError(_error_text(res))
+            return _result_value(res)
+
+        call_upstream.__name__ = f"mcp_{label}_{upstream_name}"[:100]
+        return call_upstream
+
+    async def aclose(self) -> None:
+        """Stop the upstream servers, then flush and shut down the registry's sinks."""
+        await asyncio.gather(*(u.aclose() for u in self.upstreams.values()),
+                             return_exceptions=True)
+        await asyncio.to_thread(self.registry.shutdown, 5.0)
+        if self._metrics_server is not None:
+            try:
+                self._metrics_server.shutdown()
+            except Exception:
+                pass
+
+    # -- what the front end serves ---------------------------------------------------------
+
+    def list_tools(self) -> list[mt.Tool]:
+        """The tools visible in the configured mode, as MCP ``Tool`` objects."""
+        import mcp.types as mt
+
+        out: list[mt.Tool] = []
+        changed = self.changed_rule.changed
+        for d in self.registry.visible_tools(self.config.mode).visible:
+            ex = self._exposed.get(d.name)
+            if ex is None:
+                continue
+            wire = {k: v for k, v in ex.wire.items() if k not in ("_meta", "execution")}
+            wire["name"] = d.name
+            if d.name in changed and self.config.rug_pull != "allow":
+                wire["description"] = (
+                    "[tooltrace: this tool changed since it was pinned; calls need approval] "
+                    + str(wire.get("description") or ""))
+            try:
+                out.append(mt.Tool.model_validate(wire))
+            except Exception:
+                out.append(mt.Tool(name=d.name, description=d.description,
+                                   input_schema=dict(d.parameters)))
+        return out
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        *,
+        attributes: Mapping[str, str | int | bool] | None = None,
+    ) -> mt.CallToolResult:
+        """Run one ``tools/call`` through the registry and shape the envelope as an MCP result."""
+        attrs: dict[str, str | int | bool] = {"mcp.method.name": "tools/call"}
+        if attributes:
+            attrs.update(attributes)
+        ex = self._exposed.get(name)
+        if ex is not None:
+            attrs["tooltrace.mcp.server"] = ex.server
+            attrs["tooltrace.mcp.upstream_tool"] = ex.upstream_name
+        call = ToolCall(name=name, arguments=arguments if arguments is not None else {},
+                        mode=self.config.mode, attributes=attrs)
+        env = await self.registry.acall(call)
+        return envelope_to_result(env)
+
+    def report(self) -> ProxyReport:
+        """Servers, tools with their pin state, collisions and the registry's shadow report."""
+        servers = []
+        for sc in self.config.servers:
+            up = self.upstreams.get(sc.label)
+            state = up.state if up is not None else "stopped"
+            if sc.label in self._errors and (up is None or state != "running"):
+                state = "failed"
+            err = self._errors.get(sc.label) or (up.last_error if up is not None else None)
+            servers.append(ServerReport(sc.label, state, len(self._listings.get(sc.label, [])),
+                                        up.restarts if up is not None else 0, err))
+        tools = []
+        for t in self._tools:
+            c = self._checks.get(t.server, {}).get(t.upstream_name)
+            tools.append(ToolReport(t.name, t.server, t.upstream_name, t.state,
+                                    c.state if c is not None else t.pin, t.reason))
+        return ProxyReport(tuple(servers), tuple(tools), tuple(self._collisions),
+                           tuple(self.registry.resolution()), tuple(self._conflicts))
+
+    def accept(self, server: str | None = None, tools: list[str] | None = None) -> list[str]:
+        """Re-pin tools to what their servers say now; return ``server:tool`` names re-pinned."""
+        done: list[str] = []
+        for label, listing in self._listings.items():
+            if server is not None and label != server:
+                continue
+            names = None
+            if tools:
+                names = [t for t in (self._upstream_name(label, x) for x in tools) if t]
+            for n in self.pins.accept(label, listing, names):
+                done.append(f"{label}:{n}")
+            self._checks[label] = {c.tool: c for c in self.pins.check(label, listing,
+                                                                         pin_new=False)}
+            self._apply_flags(label)
+        return done
+
+    def _upstream_name(self, label: str, name: str) -> str | None:
+        ex = self._exposed.get(name)
+        if ex is not None and ex.server == label:
+            return ex.upstream_name
+        if any(t.get("name") == name for t in self._listings.get(label, [])):
+            return name
+        return None
+
+
+# -- shaping results ---------------------------------------------------------------------------
+
+
+def _error_text(res: mt.CallToolResult) -> str:
+    parts = [getattr(b, "text", "") for b in res.content if getattr(b, "type", "") == "text"]
+    text = "\n".join(p for p in parts if p) or "the upstream tool reported an error"
+    return text[:_MAX_ERROR_CHARS]
+
+
+def _result_value(res: mt.CallToolResult) -> Any:
+    """What the registry redacts and measures: structured content, text, or content blocks."""
+    if res.structured_content is not None:
+        return res.structured_content
+    if all(getattr(b, "type", "") == "text" for b in res.content):
+        return "\n".join(getattr(b, "text", "") for b in res.content)
+    return [b.model_dump(by_alias=True, exclude_none=True, mode="json") for b in res.content]
+
+
+def envelope_to_result(env: ToolResultEnvelope) -> mt.CallToolResult:
+    """An MCP ``CallToolResult`` for a registry envelope.
+
+    Anything but ``ok`` becomes ``isError: true`` with the envelope's summary (already redacted
+    and free of host paths). ``_meta`` carries the call id and status so a client can look the
+    call up (``tooltrace autopsy <call id>``).
+    """
+    import mcp.types as mt
+
+    meta: dict[str, Any] = {"tooltrace/call_id": env.call_id, "tooltrace/status": env.status.value}
+    if env.status is not Status.OK:
+        if env.reject_stage is not None:
+            meta["tooltrace/reject_stage"] = env.reject_stage.value
+        return mt.CallToolResult(content=[mt.TextContent(type="text", text=env.summary)],
+                                 is_error=True, _meta=meta)
+    data = env.data
+    structured: Any = None
+    content: list[Any] | None = None
+    if isinstance(data, str):
+        text = data
+    elif isinstance(data, dict) and env.artifact is None:
+        text = orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+        structured = data
+    elif isinstance(data, list) and env.artifact is None:
+        text = ""
+        try:
+            from pydantic import TypeAdapter
+
+            content = TypeAdapter(list[mt.ContentBlock]).validate_python(data)
+        except Exception:
+            content = None
+            text = orjson.dumps(data, default=str).decode()
+    else:
+        text = orjson.dumps(data, default=str).decode()
+    art = env.artifact
+    if art is not None:
+        meta["tooltrace/artifact"] = {"path": art.path, "chars": art.chars, "sha256": art.sha256}
+        text += (f"\n\n[tooltrace: output truncated; the full result ({art.chars} chars) is in "
+                 f"artifact {art.path} (sha256 {art.sha256[:16]}), call {env.call_id}]")
+    if content is None:
+        content = [mt.TextContent(type="text", text=text)]
+    return mt.CallToolResult(content=content, structured_content=structured, is_error=False,
+                             _meta=meta)

@@ -1,0 +1,125 @@
+"""The proxy's MCP front end: a low-level MCP server over stdio or streamable HTTP (loopback).
+
+``tools/list`` answers from the registry (visible tools in the configured mode);
+``tools/call`` runs ``McpProxy.call_tool``. Span attributes follow the MCP semantic conventions:
+``mcp.method.name``, ``jsonrpc.request.id``, ``mcp.session.id``, ``mcp.protocol.version``,
+``network.transport`` (``pipe`` for stdio, ``tcp`` for HTTP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import sys
+from typing import TYPE_CHECKING, Any
+
+from .._config import resolve_home
+from ..exceptions import ConfigurationError
+from ._config import ProxyConfig
+from ._proxy import McpProxy
+
+if TYPE_CHECKING:
+    import mcp.types as mt
+    from mcp.server.lowlevel import Server
+
+__all__ = ["build_server", "run_proxy", "serve_http", "serve_stdio"]
+
+log = logging.getLogger("tooltrace.mcp")
+
+_INTERNAL = ("the proxy could not handle this call (internal error); it was not forwarded "
+             "unless the audit trail shows an execute step")
+
+
+def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
+    """A low-level MCP server whose tools are the proxy's."""
+    import mcp.types as mt
+    from mcp.server.lowlevel import Server
+
+    from .. import __version__
+
+    network = "pipe" if transport == "stdio" else "tcp"
+
+    async def on_list_tools(ctx: Any, params: mt.PaginatedRequestParams | None
+                            ) -> mt.ListToolsResult:
+        return mt.ListToolsResult(tools=proxy.list_tools())
+
+    async def on_call_tool(ctx: Any, params: mt.CallToolRequestParams) -> mt.CallToolResult:
+        attrs: dict[str, str | int | bool] = {"network.transport": network}
+        if ctx.request_id is not None:
+            attrs["jsonrpc.request.id"] = str(ctx.request_id)
+        if ctx.protocol_version:
+            attrs["mcp.protocol.version"] = str(ctx.protocol_version)[:32]
+        attrs["mcp.session.id"] = _session_id(ctx) or proxy.session_id
+        try:
+            return await proxy.call_tool(params.name, params.arguments, attributes=attrs)
+        except Exception:
+            log.error("mcp proxy: internal error handling a call", exc_info=True)
+            return mt.CallToolResult(content=[mt.TextContent(type="text", text=_INTERNAL)],
+                                     is_error=True)
+
+    return Server(
+        "tooltrace-mcp-proxy",
+        version=__version__,
+        instructions="Tools of upstream MCP servers, run through tooltrace's audited pipeline.",
+        on_list_tools=on_list_tools,
+        on_call_tool=on_call_tool,
+    )
+
+
+def _session_id(ctx: Any) -> str | None:
+    request = getattr(ctx, "request", None)
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return None
+    try:
+        value = headers.get("mcp-session-id")
+    except Exception:
+        return None
+    return str(value)[:128] if value else None
+
+
+async def serve_stdio(proxy: McpProxy) -> None:
+    """Serve the proxy over stdin/stdout until the client closes stdin."""
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(proxy, "stdio")
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+async def serve_http(proxy: McpProxy, host: str, port: int) -> None:
+    """Serve the proxy over streamable HTTP at ``http://host:port/mcp`` (loopback only)."""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ConfigurationError(f"the HTTP transport listens on loopback only, not {host!r}")
+    import uvicorn
+
+    server = build_server(proxy, "http")
+    app = server.streamable_http_app(host=host)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    print(f"tooltrace mcp proxy listening on http://{host}:{port}/mcp", file=sys.stderr,
+          flush=True)
+    await uvicorn.Server(config).serve()
+
+
+async def run_proxy(config: ProxyConfig, *, http: tuple[str, int] | None = None) -> None:
+    """Start the upstreams, serve until the client goes away, then shut everything down."""
+    proxy = McpProxy(config)
+    try:
+        await proxy.start()
+        for t in proxy.report().changed:
+            print(f"tooltrace: tool {t.name} (server {t.server}) changed since it was pinned in "
+                  f"{resolve_home(config.home).name}/mcp-pins.json; calls need "
+                  f"{'approval' if config.rug_pull == 'ask' else config.rug_pull}",
+                  file=sys.stderr, flush=True)
+        if http is None:
+            await serve_stdio(proxy)
+        else:
+            await serve_http(proxy, *http)
+    finally:
+        await asyncio.shield(proxy.aclose())
+
