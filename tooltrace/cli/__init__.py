@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "calls": "tooltrace.cli.calls:calls",
     "compact": "tooltrace.cli.compact:compact",
     "demo": "tooltrace.cli.demo:demo",
+    "mcp": "tooltrace.cli.mcp:mcp",
     "query": "tooltrace.cli.query:query",
     "stats": "tooltrace.cli.stats:stats",
     "tools": "tooltrace.cli.tools:tools",
