@@ -9,6 +9,10 @@ out="$dir/dashboard.schema.json"
 if [ -s "$out" ]; then
   exit 0
 fi
+if ! command -v npm >/dev/null 2>&1; then
+  echo "40-grafana-schema.sh: npm is required (Node.js 18 or 20 with npm)" >&2
+  exit 1
+fi
 mkdir -p "$dir"
 cd "$dir"
 if [ ! -f package.json ]; then
