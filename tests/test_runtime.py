@@ -432,7 +432,8 @@ def test_randomised_cancels_and_deadlines_under_load(
         seconds = round(rng.uniform(0.0, 0.25), 3)
         args: dict[str, Any] = (
             {"argv": ["sleep", f"{seconds}"]} if kind == "run_command" else {"seconds": seconds})
-        call = ToolCall(kind, args, call_id=new_call_id(), timeout_s=round(rng.uniform(0.02, 0.3), 3))
+        timeout = round(rng.uniform(0.02, 0.3), 3)
+        call = ToolCall(kind, args, call_id=new_call_id(), timeout_s=timeout)
         cancel_after = rng.uniform(0.0, 0.25) if rng.random() < 0.35 else None
         plan.append((call, cancel_after))
 
