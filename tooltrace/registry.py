@@ -1160,13 +1160,15 @@ class ToolRegistry:
                 self.sink_errors += 1
 
     def _remember(self, env: ToolResultEnvelope) -> None:
+        # One critical section with _resolve_late: a late resolution landing between taking the
+        # pending entry and storing the status would otherwise be lost.
         with self._active_lock:
             resolved = self._pending_resolution.pop(env.call_id, None)
-        self._statuses[env.call_id] = CallStatus(
-            env.call_id, env.tool, env.status, resolved, env.summary
-        )
-        if len(self._statuses) > self._status_cap:
-            self._statuses.popitem(last=False)
+            self._statuses[env.call_id] = CallStatus(
+                env.call_id, env.tool, env.status, resolved, env.summary
+            )
+            if len(self._statuses) > self._status_cap:
+                self._statuses.popitem(last=False)
 
     def _resolve_late(self, call_id: str, tool: str, run_id: str, out: _Outcome) -> None:
         """An abandoned call finally ended: record how."""
