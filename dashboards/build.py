@@ -479,10 +479,27 @@ def _timeseries(
     return p
 
 
-def _stat(title: str, description: str, unit: str, query: Any, *, span: int = 4) -> Any:
+def _stat(
+    title: str,
+    description: str,
+    unit: str,
+    query: Any,
+    *,
+    span: int = 4,
+    warn: float | None = None,
+    bad: float | None = None,
+) -> Any:
+    from grafana_foundation_sdk.builders import dashboard as db
     from grafana_foundation_sdk.builders import stat
     from grafana_foundation_sdk.models import common
+    from grafana_foundation_sdk.models import dashboard as dm
 
+    # Colour by how worried to be: green below ``warn``, orange from it, red from ``bad``.
+    steps = [dm.Threshold(None, "green")]
+    if warn is not None:
+        steps.append(dm.Threshold(warn, "orange"))
+    if bad is not None:
+        steps.append(dm.Threshold(bad, "red"))
     return (
         stat.Panel()
         .title(title)
@@ -493,6 +510,7 @@ def _stat(title: str, description: str, unit: str, query: Any, *, span: int = 4)
         .height(4)
         .graph_mode(common.BigValueGraphMode.AREA)
         .color_mode(common.BigValueColorMode.VALUE)
+        .thresholds(db.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps(steps))
         .with_target(query)
     )
 
@@ -569,6 +587,8 @@ def _pipelines_panels() -> Iterator[Any]:
             f"/ (sum(rate({CALLS}{{{f}}}[{RATE}])) > 0)",
             "rejected",
         ),
+        warn=0.1,
+        bad=0.25,
     )
     yield _stat(
         "Failed",
@@ -580,6 +600,8 @@ def _pipelines_panels() -> Iterator[Any]:
             f"/ (sum(rate({CALLS}{{{f}}}[{RATE}])) > 0)",
             "failed",
         ),
+        warn=0.05,
+        bad=0.2,
     )
     yield _stat(
         "Unknown outcomes",
@@ -592,18 +614,22 @@ def _pipelines_panels() -> Iterator[Any]:
             "unknown",
             instant=True,
         ),
+        bad=1,
     )
     yield _stat(
         "Telemetry drops",
         "Records dropped by any telemetry sink in the time range.",
         "short",
         _query("A", f"sum(increase({DROPPED}[$__range]))", "dropped", instant=True),
+        bad=1,
     )
     yield _stat(
         "Audit backlog",
         "Audit records queued and not yet durable (tooltrace_telemetry_queue_depth, sink=audit).",
         "short",
         _query("A", f'sum({SINK_DEPTH}{{sink="audit"}})', "audit backlog"),
+        warn=1000,
+        bad=AlertOptions().audit_backlog,
     )
     yield _timeseries(
         "Call rate by status",
