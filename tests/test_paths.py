@@ -417,9 +417,17 @@ def test_swapping_a_file_or_directory_for_a_symlink_never_escapes(
     escapes = 0
     opened = 0
     refused = 0
+    outside = _tree.parent / "outside"
     for i in range(RACE_ITERATIONS):
         name = "victim.txt" if i % 2 == 0 else "vdir/victim.txt"
         try:
+            if i % 4 == 3:
+                # A write through the same gap must never land on (or truncate) the secret.
+                fd = ws.open_write(name)
+                os.write(fd, b"written")
+                os.close(fd)
+                opened += 1
+                continue
             rp = ws.resolve(name)
             fd = ws.open_read(rp)
         except PathPolicyError:
@@ -429,6 +437,8 @@ def test_swapping_a_file_or_directory_for_a_symlink_never_escapes(
         if _read_all(fd) == SECRET:
             escapes += 1
     assert escapes == 0
+    assert (outside / "secret.txt").read_bytes() == SECRET
+    assert (outside / "dir" / "victim.txt").read_bytes() == SECRET
     # Both outcomes happened, so the check/open gap was really exercised.
     assert opened > 0
     assert refused > 0
