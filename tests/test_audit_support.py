@@ -153,7 +153,7 @@ def workload(n: int, seed: int = 7, runs: int = 3) -> Iterator[CallRecord]:
         yield make_record(rng, run_id=f"run-{i % runs}", kind=kind, t0=t0 + i * 1000)
 
 
-def _writer_main(home: str, fsync: str) -> None:
+def _writer_main(home: str, fsync: str, seconds: float | None = None) -> None:
     from tooltrace.telemetry.audit import Ack, AuditSink
 
     out = sys.stdout
@@ -166,14 +166,18 @@ def _writer_main(home: str, fsync: str) -> None:
     rng = random.Random(os.getpid())
     out.write("ready\n")
     out.flush()
-    while True:
+    end = None if seconds is None else time.monotonic() + seconds
+    while end is None or time.monotonic() < end:
         for _ in range(50):
             sink.emit(make_record(rng, run_id=f"p{os.getpid()}"))
         time.sleep(0.001)
+    sink.shutdown()
+    out.write(f"done {sink.dropped}\n")
+    out.flush()
 
 
 if __name__ == "__main__" and len(sys.argv) >= 4 and sys.argv[1] == "writer":
-    _writer_main(sys.argv[2], sys.argv[3])
+    _writer_main(sys.argv[2], sys.argv[3], float(sys.argv[4]) if len(sys.argv) > 4 else None)
 
 
 # -- a real workload through the registry ------------------------------------------------------
@@ -278,3 +282,51 @@ def run_real_workload(home: Any, workspace: Any, *, strict: bool = False) -> dic
     time.sleep(0.6)  # the abandoned call finishes and its late ``resolved`` step is emitted
     reg.shutdown(timeout_s=5.0)
     return out
+
+
+def start_writer(home: Any, fsync: str = "grouped", seconds: float | None = None) -> Any:
+    """Start a writer process (see the module docstring); return the ``Popen``."""
+    import subprocess
+
+    cmd = [sys.executable, __file__, "writer", str(home), fsync]
+    if seconds is not None:
+        cmd.append(str(seconds))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env)
+
+
+def acked_ids(output: bytes) -> set[str]:
+    """Call ids a writer printed as acknowledged (a line cut by a kill is not one)."""
+    lines = output.split(b"\n")[:-1]  # whatever follows the last newline is incomplete
+    return {x.decode() for x in lines if len(x) == 36}
+
+
+def fork_writer(home: Any, ack_file: Any, fsync: str = "grouped") -> int:
+    """Fork a writer process (fast: no interpreter start-up); it appends each acknowledged
+    call id to ``ack_file`` and writes until killed. Returns its pid once it is writing."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        try:
+            os.close(r)
+            from tooltrace.telemetry.audit import Ack, AuditSink
+
+            fd = os.open(ack_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+            def on_ack(ack: Ack) -> None:
+                os.write(fd, "".join(c + "\n" for c in ack.call_ids).encode())
+
+            sink = AuditSink(home, fsync=fsync, group_interval_ms=2, on_ack=on_ack)
+            rng = random.Random(os.getpid())
+            os.write(w, b"r")
+            os.close(w)
+            while True:
+                for _ in range(20):
+                    sink.emit(make_record(rng, run_id=f"p{os.getpid()}"))
+                time.sleep(0.0005)
+        finally:
+            os._exit(3)
+    os.close(w)
+    assert os.read(r, 1) == b"r"
+    os.close(r)
+    return pid

@@ -34,26 +34,25 @@ class Recovered:
 
 
 def _last_good(data: bytes) -> tuple[int, dict[str, object] | None, int]:
-    """(length of the valid prefix, last valid line object, number of valid lines)."""
-    end = data.rfind(b"\n") + 1
-    good = 0
-    last: dict[str, object] | None = None
-    count = 0
-    pos = 0
-    while pos < end:
-        nl = data.index(b"\n", pos)
-        raw = data[pos:nl]
+    """(length of the valid prefix, last valid line object, number of valid lines).
+
+    A writer appends in order, so only the end can be torn: bytes after the last newline,
+    and (defensively) complete-looking trailing lines that do not parse as records.
+    """
+    good = data.rfind(b"\n") + 1
+    count = data.count(b"\n", 0, good)
+    while good:
+        start = data.rfind(b"\n", 0, good - 1) + 1
+        raw = data[start : good - 1]
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            break
-        if not isinstance(obj, dict) or split_hash(raw) is None:
-            break
-        last = obj
-        count += 1
-        pos = nl + 1
-        good = pos
-    return good, last, count
+            obj = None
+        if isinstance(obj, dict) and split_hash(raw) is not None:
+            return good, obj, count
+        good = start
+        count -= 1
+    return 0, None, 0
 
 
 def _recover_one(info: SegmentInfo, adir: Path, key: bytes, fd: int) -> Recovered | None:
@@ -77,6 +76,18 @@ def _recover_one(info: SegmentInfo, adir: Path, key: bytes, fd: int) -> Recovere
         (qdir / f"{base}.json").write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
         quarantined = f"quarantine/{base}.torn"
         os.ftruncate(fd, good)
+    # A recoverer killed between setting bytes aside and sealing leaves quarantine files the
+    # segment does not mention yet: claim them too, so the seal accounts for every torn byte.
+    qdir = adir / "quarantine"
+    names = sorted(p.name for p in qdir.glob(f"{info.path.name}.*.torn")) if qdir.is_dir() else []
+    torn_total = sum((qdir / n).stat().st_size for n in names)
+    if names:
+        quarantined = f"quarantine/{names[-1]}"
+    sealed_name = info.path.with_name(segment_name(info.writer, info.n, live=False))
+    if last is not None and last.get("k") == "seal":
+        # Sealed already by a recoverer that died before the rename.
+        os.rename(info.path, sealed_name)
+        return Recovered(info.path.name, count, torn_total, quarantined)
     if last is None:
         # Not even a header survived: there is no chain to seal. Keep the (empty) evidence
         # under quarantine and remove the segment.
@@ -94,16 +105,16 @@ def _recover_one(info: SegmentInfo, adir: Path, key: bytes, fd: int) -> Recovere
         "mac": checkpoint_mac(key, info.writer, info.n, seq, prev),
         "reason": "recovered",
         "final": True,
-        "torn_bytes": len(torn),
-        "quarantine": quarantined,
+        "torn_bytes": torn_total,
+        "quarantine": [f"quarantine/{n}" for n in names] or None,
         "seq": seq,
     }
     body = dumps(fields)
     os.lseek(fd, 0, os.SEEK_END)
     os.write(fd, seal_line(body, chain_hash(prev, body)))
     os.fsync(fd)
-    os.rename(info.path, info.path.with_name(segment_name(info.writer, info.n, live=False)))
-    return Recovered(info.path.name, count, len(torn), quarantined)
+    os.rename(info.path, sealed_name)
+    return Recovered(info.path.name, count, torn_total, quarantined)
 
 
 def recover_dead_segments(adir: Path, key: bytes) -> list[Recovered]:

@@ -197,7 +197,7 @@ def _verify_segment(
     if last.kind == "seal" and last.obj.get("reason") == "recovered" and last.obj.get("torn_bytes"):
         add(Finding("warning", "torn", name, last.no, last.seq,
                     f"writer crashed mid-write: {last.obj.get('torn_bytes')} torn bytes set aside"
-                    f" in {last.obj.get('quarantine')}"))
+                    f" in {', '.join(last.obj.get('quarantine') or [])}"))
     if parsed.tail and not parsed.alive:
         sev = "error" if not info.live else "warning"
         add(Finding(sev, "torn", name, last.no + 1, None,
