@@ -379,3 +379,26 @@ def test_real_prometheus_scrapes_rates_and_quantiles_match_the_calls(ws: Path) -
         assert trace_ids and all(len(t) == 32 for t in trace_ids)
     reg.shutdown(timeout_s=2.0)
     tracing.shutdown(0.5)
+
+
+def test_the_audit_backlog_is_reported_under_sink_audit(ws: Path) -> None:
+    from tooltrace.telemetry.audit import AuditSink
+
+    metrics = MetricsSink()
+    audit = AuditSink(home=ws.parent / "home", group_interval_ms=60_000, max_queue=4)
+    reg = ToolRegistry(workspace=ws, home=ws.parent / "home", sinks=[metrics, audit])
+
+    @tool()
+    def ping() -> str:
+        """Answer."""
+        return "pong"
+
+    reg.register(ping)
+    for _ in range(6):
+        reg.call(ToolCall("ping", {}))
+    r = metrics.registry
+    assert _value(r, "tooltrace_telemetry_queue_depth", sink="audit") == audit.depth
+    assert _value(r, "tooltrace_telemetry_dropped_total", sink="audit") == audit.dropped
+    assert audit.depth + audit.dropped >= 6 and audit.dropped >= 2
+    reg.shutdown(timeout_s=5.0)
+    assert _value(r, "tooltrace_telemetry_queue_depth", sink="audit") == 0
