@@ -109,7 +109,7 @@ def proxy(config_path: Path | None, home: str | None, name: str | None,
     except ConfigurationError as exc:
         click.echo(f"tooltrace mcp proxy: {exc}", err=True)
         sys.exit(EXIT_USAGE)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
         pass
 
 

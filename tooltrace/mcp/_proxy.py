@@ -356,9 +356,11 @@ class McpProxy:
 
     async def aclose(self) -> None:
         """Stop the upstream servers, then flush and shut down the registry's sinks."""
-        await asyncio.gather(*(u.aclose() for u in self.upstreams.values()),
+        # In parallel: a client that closed stdin gives the proxy only a short grace before it
+        # escalates to signals, and the audit and spans must be flushed within it.
+        await asyncio.gather(asyncio.to_thread(self.registry.shutdown, 5.0),
+                             *(u.aclose() for u in self.upstreams.values()),
                              return_exceptions=True)
-        await asyncio.to_thread(self.registry.shutdown, 5.0)
         if self._metrics_server is not None:
             try:
                 self._metrics_server.shutdown()

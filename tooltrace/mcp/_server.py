@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -109,6 +110,14 @@ async def serve_http(proxy: McpProxy, host: str, port: int) -> None:
 async def run_proxy(config: ProxyConfig, *, http: tuple[str, int] | None = None) -> None:
     """Start the upstreams, serve until the client goes away, then shut everything down."""
     proxy = McpProxy(config)
+    task = asyncio.current_task()
+    if task is not None:
+        try:
+            # SIGTERM (what an MCP client sends when the proxy does not exit in time) unwinds
+            # through the finally below, so sinks are flushed and upstreams stopped.
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        except (NotImplementedError, RuntimeError):
+            pass
     try:
         await proxy.start()
         for t in proxy.report().changed:

@@ -1,21 +1,23 @@
 """One upstream MCP server over stdio: start, list tools, call, detect failure, restart.
 
-A supervisor task owns the connection (``stdio_client`` + ``ClientSession`` must be entered and
-left by the same task). Between the transport and the session sits a relay that sees every
-inbound item: a line that is not JSON-RPC, or the end of the server's stdout, breaks the
-connection at once, so in-flight calls fail promptly instead of waiting out their deadline. A
-call that outlives its wait also breaks the connection (a hung server is killed). The
-supervisor then restarts the server with exponential backoff.
+A supervisor task owns the connection (the process and the ``ClientSession`` must be entered
+and left by the same task). The transport reads the server's stdout itself: a line that is not
+JSON-RPC, or the end of the output, breaks the connection at once, so in-flight calls fail
+promptly instead of waiting out their deadline. A call that outlives its wait also breaks the
+connection (a hung server is killed). The supervisor then restarts the server with
+exponential backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import sys
+import os
+import signal
 import time
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TextIO
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ._config import ServerConfig
 from ._errors import (
@@ -34,14 +36,12 @@ __all__ = ["Upstream"]
 
 log = logging.getLogger("tooltrace.mcp")
 
-# The SDK logs a full traceback with the offending line for every non-JSON line on a server's
-# stdout; that line is untrusted output and may hold secrets. The relay below reports it instead.
-logging.getLogger("mcp.client.stdio").setLevel(logging.CRITICAL)
-
 _BACKOFF_MIN_S = 0.2
 _BACKOFF_MAX_S = 10.0
 _STABLE_S = 30.0
 _CONNECTION_CLOSED = -32000
+_EXIT_GRACE_S = 1.0
+_MAX_LINE_BYTES = 64 * 1024 * 1024
 
 
 class Upstream:
@@ -56,12 +56,10 @@ class Upstream:
         config: ServerConfig,
         *,
         on_tools: Callable[[Upstream, list[dict[str, Any]]], None] | None = None,
-        errlog: TextIO | None = None,
     ) -> None:
         self.config = config
         self.label = config.label
         self._on_tools = on_tools
-        self._errlog = errlog if errlog is not None else sys.stderr
         self._session: ClientSession | None = None
         self._broken: asyncio.Event = asyncio.Event()
         self._broken_reason = ""
@@ -147,47 +145,31 @@ class Upstream:
 
     async def _run_once(self) -> None:
         import anyio
-        from mcp import ClientSession, StdioServerParameters, stdio_client
+        from mcp import ClientSession
 
         cfg = self.config
-        params = StdioServerParameters(
-            command=cfg.command, args=list(cfg.args), env=dict(cfg.env) or None, cwd=cfg.cwd)
         self._broken = asyncio.Event()
         self._broken_reason = ""
-        async with stdio_client(params, errlog=self._errlog) as (read, write):
-            relay_send, relay_recv = anyio.create_memory_object_stream[Any](16)
-
-            async def relay() -> None:
-                async with relay_send:
-                    async for item in read:
-                        if isinstance(item, Exception):
-                            log.warning("mcp upstream %s wrote a line that is not JSON-RPC",
-                                        self.label)
-                            self._break("protocol")
-                            return
-                        await relay_send.send(item)
-                self._break("exited")
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(relay)
-                async with ClientSession(relay_recv, write) as session:
-                    with anyio.fail_after(cfg.startup_timeout_s):
-                        init = await session.initialize()
-                        tools = await _list_all(session)
-                    self.server_name = init.server_info.name if init.server_info else None
-                    self.protocol_version = str(init.protocol_version)
-                    self.tools = tools
-                    if self._on_tools is not None:
-                        self._on_tools(self, [_wire(t) for t in tools])
-                    self._session = session
-                    self._ready.set()
-                    self.last_error = None
-                    if self._first is not None and not self._first.done():
-                        self._first.set_result(tools)
-                    await self._broken.wait()
-                    self._session = None
-                    self._ready.clear()
-                tg.cancel_scope.cancel()
+        async with (
+            _stdio_process(cfg, self._break) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            with anyio.fail_after(cfg.startup_timeout_s):
+                init = await session.initialize()
+                tools = await _list_all(session)
+            self.server_name = init.server_info.name if init.server_info else None
+            self.protocol_version = str(init.protocol_version)
+            self.tools = tools
+            if self._on_tools is not None:
+                self._on_tools(self, [_wire(t) for t in tools])
+            self._session = session
+            self._ready.set()
+            self.last_error = None
+            if self._first is not None and not self._first.done():
+                self._first.set_result(tools)
+            await self._broken.wait()
+            self._session = None
+            self._ready.clear()
         self.last_error = {"protocol": "wrote a line that is not JSON-RPC",
                            "exited": "the process exited",
                            "hung": "it stopped answering"}.get(self._broken_reason,
@@ -238,7 +220,7 @@ class Upstream:
         if isinstance(code, int):
             if code == _CONNECTION_CLOSED:
                 if self._broken.is_set() and self._broken_reason == "protocol":
-                    # The relay cut the connection because of a non-JSON-RPC line.
+                    # The transport cut the connection because of a non-JSON-RPC line.
                     return UpstreamProtocolError(
                         f"server {self.label} wrote a line that is not JSON-RPC; it is restarted")
                 self._break("exited")
@@ -249,6 +231,103 @@ class Upstream:
         if isinstance(exc, asyncio.CancelledError):
             return UpstreamExited(f"server {self.label} went away during the call")
         return UpstreamExited(f"server {self.label} failed during the call ({type(exc).__name__})")
+
+
+@contextlib.asynccontextmanager
+async def _stdio_process(
+    cfg: ServerConfig, on_broken: Callable[[str], None]
+) -> AsyncIterator[tuple[Any, Any]]:
+    """Spawn the server and connect its stdio to a pair of message streams.
+
+    Unlike the SDK's ``stdio_client``, this reports a non-JSON-RPC line or the end of stdout
+    to ``on_broken`` at once (without logging the line: it is untrusted output), and stops a
+    server that was declared broken (hung, garbage) by killing its process group instead of
+    waiting for it to notice its closed stdin.
+    """
+    import anyio
+    import mcp.types as mt
+    from mcp.client.stdio import get_default_environment
+    from mcp.shared.message import SessionMessage
+
+    env = {**get_default_environment(), **cfg.env}
+    process = await anyio.open_process(
+        [cfg.command, *cfg.args], env=env, cwd=cfg.cwd, stderr=None, start_new_session=True)
+    read_send, read_recv = anyio.create_memory_object_stream[Any](16)
+    write_send, write_recv = anyio.create_memory_object_stream[Any](16)
+    reason: list[str] = []
+
+    def broken(why: str) -> None:
+        reason.append(why)
+        on_broken(why)
+
+    async def reader() -> None:
+        assert process.stdout is not None
+        buf = b""
+        async with read_send:
+            try:
+                async for chunk in process.stdout:
+                    buf += chunk
+                    while b"\n" in buf:
+                        line, buf = buf.split(b"\n", 1)
+                        if not line.strip():
+                            continue
+                        try:
+                            msg = mt.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                        except ValueError:
+                            log.warning("mcp upstream %s wrote a line that is not JSON-RPC",
+                                        cfg.label)
+                            broken("protocol")
+                            return
+                        await read_send.send(SessionMessage(msg))
+                    if len(buf) > _MAX_LINE_BYTES:
+                        log.warning("mcp upstream %s wrote an over-long line", cfg.label)
+                        broken("protocol")
+                        return
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                pass
+        broken("exited")
+
+    async def writer() -> None:
+        assert process.stdin is not None
+        try:
+            async with write_recv:
+                async for sm in write_recv:
+                    data = sm.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await process.stdin.send((data + "\n").encode())
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            broken("exited")
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            tg.start_soon(writer)
+            try:
+                yield read_recv, write_send
+            finally:
+                tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _stop_process(process, graceful=not reason or reason[0] == "exited")
+
+
+async def _stop_process(process: Any, *, graceful: bool) -> None:
+    """Close stdin and give the server a moment to exit; then signal its process group."""
+    import anyio
+
+    with contextlib.suppress(Exception):
+        await process.stdin.aclose()
+    if graceful:
+        with anyio.move_on_after(_EXIT_GRACE_S):
+            await process.wait()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if process.returncode is not None:
+            break
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, sig)
+        with anyio.move_on_after(_EXIT_GRACE_S):
+            await process.wait()
+    with contextlib.suppress(Exception):
+        await process.aclose()
 
 
 async def _list_all(session: ClientSession) -> list[mt.Tool]:
