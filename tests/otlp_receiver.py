@@ -160,11 +160,14 @@ class OtlpHttpReceiver(_Collected):
     def __init__(self, port: int = 0) -> None:
         super().__init__()
         owner = self
+        #: Content-Encoding of each request received (``""`` when uncompressed).
+        self.encodings: list[str] = []
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 enc = (self.headers.get("Content-Encoding") or "").lower()
+                owner.encodings.append(enc)
                 if enc == "gzip":
                     body = gzip.decompress(body)
                 elif enc == "deflate":

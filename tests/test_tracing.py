@@ -49,6 +49,7 @@ _OTEL_VARS = (
     "OTEL_TRACES_SAMPLER",
     "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
     "TRACEPARENT",
+    "OTEL_EXPORTER_OTLP_COMPRESSION",
 )
 
 
@@ -165,6 +166,7 @@ def test_content_capture_is_bounded_and_offloads_are_referenced_by_digest(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")  # the receiver inflates it
     with OtlpHttpReceiver() as rx:
         sink = TracingSink(endpoint=rx.endpoint, max_attribute_chars=128)
         assert sink.capture_content
@@ -176,6 +178,7 @@ def test_content_capture_is_bounded_and_offloads_are_referenced_by_digest(
         sink.emit(make_record(handle=h2, artifact=art, result_preview="head of file"))
         sink.shutdown(5.0)
         spans = {s.span_id: s for s in rx.wait_for(2)}
+        assert set(rx.encodings) == {"gzip"}
     inline = spans[h1.span_id].attributes
     assert inline["gen_ai.tool.call.arguments"] == '{"path":"a.txt","token":"[REDACTED]"}'
     assert len(inline["gen_ai.tool.call.result"]) == 128
