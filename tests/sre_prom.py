@@ -4,7 +4,7 @@ Each server runs the Debian binary as a subprocess on a free high port with its 
 temporary directory; ``start()`` polls until it answers (never a blind sleep) and ``stop()``
 terminates it. Use them as context managers::
 
-    with PrometheusServer(tmp, scrape_targets=["127.0.0.1:9464"]) as prom:
+    with PrometheusServer(["127.0.0.1:9464"]) as prom:
         prom.wait_for("up == 1")
         rows = prom.query("sum(rate(tooltrace_tool_calls_total[1m]))")
 """
@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from otlp_receiver import free_port
+from prom import PROMTOOL, Prometheus
 
 __all__ = [
     "AlertmanagerServer",
@@ -34,16 +34,7 @@ __all__ = [
     "promtool",
 ]
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-alertmanager"
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (the OS picks one)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def poll(check: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.2) -> Any:
@@ -67,11 +58,6 @@ def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
     return subprocess.run(
         [PROMTOOL, *args], capture_output=True, text=True, timeout=120, cwd=cwd, check=False
     )
-
-
-def _get_json(url: str, timeout_s: float = 5.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-        return json.loads(resp.read())
 
 
 class _Process:
@@ -137,83 +123,17 @@ class _Process:
         self.stop()
 
 
-class PrometheusServer(_Process):
-    """Prometheus scraping ``scrape_targets`` every ``scrape_interval`` with ``rule_files``.
+class PrometheusServer(Prometheus):
+    """The shared test Prometheus (``tests/prom.py``) with exemplar storage on (scrapes
+    negotiate OpenMetrics, so exemplars are kept), plus ``wait_for``."""
 
-    Exemplar storage is on, and scrapes negotiate OpenMetrics, so exemplars are kept.
-    """
-
-    name = "prometheus"
-
-    def __init__(
-        self,
-        workdir: Path,
-        *,
-        scrape_targets: Sequence[str] = (),
-        rule_files: Sequence[Path] = (),
-        alertmanager: str | None = None,
-        scrape_interval: str = "1s",
-        evaluation_interval: str = "1s",
-        job: str = "tooltrace",
-    ) -> None:
-        super().__init__(workdir)
-        self.config_path = workdir / "prometheus.yml"
-        lines = [
-            "global:",
-            f"  scrape_interval: {scrape_interval}",
-            f"  evaluation_interval: {evaluation_interval}",
-        ]
-        if rule_files:
-            lines.append("rule_files:")
-            lines += [f"  - {json.dumps(str(p))}" for p in rule_files]
-        if alertmanager:
-            lines += [
-                "alerting:",
-                "  alertmanagers:",
-                "    - static_configs:",
-                f"        - targets: [{json.dumps(alertmanager)}]",
-            ]
-        lines += ["scrape_configs:", f"  - job_name: {job}", "    static_configs:"]
-        lines.append(f"      - targets: {json.dumps(list(scrape_targets))}")
-        self.config_path.parent.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text("\n".join(lines) + "\n")
-
-    def _argv(self) -> list[str]:
-        return [
-            PROMETHEUS,
-            f"--config.file={self.config_path}",
-            f"--storage.tsdb.path={self.workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{self.port}",
-            "--enable-feature=exemplar-storage",
-            "--log.level=warn",
-        ]
-
-    def api(self, path: str, **params: Any) -> Any:
-        """GET ``/api/v1/<path>`` and return ``data`` (raise on an error answer)."""
-        url = f"{self.url}/api/v1/{path}"
-        if params:
-            url += "?" + urllib.parse.urlencode(params)
-        try:
-            body = _get_json(url)
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")
-            raise ValueError(f"Prometheus rejected {path} {params}: {detail}") from exc
-        if body.get("status") != "success":
-            raise ValueError(f"Prometheus answered {body}")
-        return body["data"]
-
-    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
-        """Instant query; the result vector (a scalar result comes back as one row)."""
-        params: dict[str, Any] = {"query": expr}
-        if at is not None:
-            params["time"] = f"{at:.3f}"
-        data = self.api("query", **params)
-        if data["resultType"] == "scalar":
-            return [{"metric": {}, "value": data["result"]}]
-        return list(data["result"])
+    def __init__(self, targets: Sequence[str], **kwargs: Any) -> None:
+        super().__init__(
+            targets, extra_args=["--enable-feature=exemplar-storage", "--log.level=warn"], **kwargs
+        )
 
     def wait_for(self, expr: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:
-        """Poll until ``expr`` returns at least one sample."""
+        """Poll until ``expr`` returns at least one sample; return the samples."""
         return list(poll(lambda: self.query(expr), timeout_s, f"PromQL {expr!r} to return data"))
 
 

@@ -153,7 +153,7 @@ def scraped(
     tmp = tmp_path_factory.mktemp("sre-dash")
     with running_workload(tmp / "workload") as w:
         w.burst(MIX)
-        prom = PrometheusServer(tmp / "prom", scrape_targets=[w.target])
+        prom = PrometheusServer([w.target])
         with prom:
             w.run_in_background(MIX)
             prom.wait_for('up{job="tooltrace"} == 1', timeout_s=30)
@@ -260,7 +260,7 @@ def test_the_demo_of_the_compose_stack_fills_every_panel(tmp_path: Path) -> None
     # What docker/compose.yaml runs: `tooltrace demo --metrics-port ...`, scraped by Prometheus.
     port = free_port()
     cli = Path(sys.executable).with_name("tooltrace")
-    prom = PrometheusServer(tmp_path / "prom", scrape_targets=[f"127.0.0.1:{port}"])
+    prom = PrometheusServer([f"127.0.0.1:{port}"])
     with prom:
         log = (tmp_path / "demo.log").open("wb")
         demo = subprocess.Popen(

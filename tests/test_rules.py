@@ -152,8 +152,7 @@ def test_rejection_surge_fires_an_alert_delivered_by_alertmanager(tmp_path: Path
     ):
         w.burst({"ok": 20, "inline": 20})
         prom = PrometheusServer(
-            tmp_path / "prom",
-            scrape_targets=[w.target],
+            [w.target],
             rule_files=[rules],
             alertmanager=f"127.0.0.1:{am.port}",
         )
