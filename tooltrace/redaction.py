@@ -36,7 +36,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote, quote_plus, unquote_plus
 
 from tooltrace.envelope import Artifact
 
@@ -352,6 +352,9 @@ _LC_ANCHORS = re.compile(
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
+# A CamelCase type name (SecretStr, HttpUrl, UUID, Int64) after "key:" is an annotation;
+# a random-looking token that merely starts with a capital is not.
+_TYPE_LIKE = re.compile(r"(?:[A-Z][a-z]+|[A-Z]{2,4}(?![a-z]))+[0-9]{0,3}")
 _TYPE_NAMES = frozenset(
     {"str", "bytes", "int", "float", "bool", "None", "object", "dict", "list", "tuple", "any"}
 )
@@ -383,7 +386,7 @@ def _assignment_ok(text: str, key: str, op: str, quoted: bool, value: str, end: 
             return False  # code: a dotted name (module.Class, self.attr)
         if "=" not in op:
             # "key: value" is YAML/JSON-ish config, or a type annotation in code.
-            if value in _TYPE_NAMES or value[0].isupper() or nxt in ("|", ",", ")", "="):
+            if value in _TYPE_NAMES or _TYPE_LIKE.fullmatch(value) or nxt in ("|", ",", ")", "="):
                 return False
             if nxt == " " and value.isalpha() and value.islower():
                 return False  # prose: "First pass: determine the ..."
@@ -464,6 +467,45 @@ def _detect(text: str) -> tuple[str, int]:
         pos = end
     out.append(text[pos:])
     return "".join(out), len(merged)
+
+
+# -- encoded secrets ---------------------------------------------------------------------------
+# A secret often travels encoded: a base64 config blob or Kubernetes secret, a percent-encoded
+# URL or form body. Runs that look encoded are decoded and scanned like any other text; only a
+# run whose decoded text holds a secret is replaced, so benign blobs (images, digests, ids)
+# stay as they are. Binary (non-UTF-8 or unprintable) decodings are never scanned.
+
+_B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{24,}={0,2}")
+_PCT_TOKEN = re.compile(r"[^\s\"'<>`\\]*%[0-9A-Fa-f]{2}[^\s\"'<>`\\]*")
+_MAX_ENCODED_DEPTH = 2
+
+
+def _decode_b64(run: str) -> str | None:
+    """The text a base64 (standard or URL-safe) run encodes, or None if it is not text."""
+    body = run.rstrip("=")
+    std = "-" not in body and "_" not in body
+    if not std and ("+" in body or "/" in body):
+        return None
+    if len(body) % 4 == 1:
+        return None
+    try:
+        raw = base64.b64decode(
+            body + "=" * (-len(body) % 4), altchars=None if std else b"-_", validate=True
+        )
+        text = raw.decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    shown = sum(1 for ch in text if ch.isprintable() or ch in "\n\r\t")
+    return text if shown >= len(text) * 0.95 else None
+
+
+def _unquote(token: str) -> str | None:
+    """The text a percent-encoded token stands for, or None if it is not valid UTF-8."""
+    try:
+        text = unquote_plus(token, errors="strict")
+    except UnicodeDecodeError:
+        return None
+    return None if text == token else text
 
 
 DEFAULT_KEY_PATTERNS: tuple[str, ...] = (
@@ -567,7 +609,7 @@ class Redactor:
         """Return ``text`` with secrets replaced; the same object when nothing was found."""
         return self._redact_text(text)[0]
 
-    def _redact_text(self, text: str) -> tuple[str, int]:
+    def _redact_text(self, text: str, depth: int = 0) -> tuple[str, int]:
         count = 0
         registered = self._registered_re()
         if registered is not None and registered.search(text) is not None:
@@ -579,7 +621,48 @@ class Redactor:
         ):
             text, n = _detect(text)
             count += n
+        if self._detectors and depth < _MAX_ENCODED_DEPTH:
+            if "%" in text and _PCT_TOKEN.search(text) is not None:
+                text, n = self._redact_encoded(text, _PCT_TOKEN, _unquote, depth, decoded=True)
+                count += n
+            if _B64_RUN.search(text) is not None:
+                text, n = self._redact_encoded(text, _B64_RUN, _decode_b64, depth, decoded=False)
+                count += n
         return text, count
+
+    def _redact_encoded(
+        self,
+        text: str,
+        runs: re.Pattern[str],
+        decode: Callable[[str], str | None],
+        depth: int,
+        *,
+        decoded: bool,
+    ) -> tuple[str, int]:
+        """Decode each run and scan it; replace runs that hold a secret.
+
+        ``decoded``: put the redacted decoded text in the run's place (percent-encoding, which
+        stays readable); otherwise the whole run becomes one marker (base64).
+        """
+        count = 0
+        out: list[str] = []
+        pos = 0
+        for m in runs.finditer(text):
+            plain = decode(m.group())
+            if plain is None:
+                continue
+            red, n = self._redact_text(plain, depth + 1)
+            if not n:
+                continue
+            count += n
+            out.append(text[pos : m.start()])
+            out.append(red if decoded else marker("encoded_secret"))
+            pos = m.end()
+        if not count:
+            return text, 0
+        out.append(text[pos:])
+        return "".join(out), count
+
 
     # -- structured values --------------------------------------------------------------------
 
