@@ -180,6 +180,41 @@ def test_cancel_of_a_read_only_call_is_cancelled(reg: ToolRegistry, sink: Record
     assert len(sink.by_id(env.call_id)) == 1
 
 
+@tool("slow_to_stop", effect=Effect.LOCAL, timeout_s=5.0)
+def slow_to_stop(ctx: CallContext) -> str:
+    """Notices the signal at once but needs 150 ms to wind down before confirming."""
+    ctx.wait(10)
+    time.sleep(0.15)
+    ctx.check()
+    return "finished"
+
+
+def test_cancel_requested_and_cancelled_carry_their_own_times(tmp_path: Path,
+                                                              sink: RecordingSink) -> None:
+    reg = make_registry(tmp_path, sink, cancel_grace_s=1.0)
+    reg.register(slow_to_stop)
+    try:
+        cid = new_call_id()
+        t, out = _in_background(lambda: reg.call(ToolCall("slow_to_stop", {}, call_id=cid,
+                                                          timeout_s=0.2)))
+        wait_for(lambda: reg.inflight().get("slow_to_stop"), 5.0, "the call to start")
+        requested_at_us = time.time_ns() // 1000
+        assert reg.cancel_call(cid) is Status.CANCELLED
+        t.join(5)
+        env = out[0]
+        req, done = _step(env, "cancel_requested"), _step(env, "cancelled")
+        # The request is stamped when it was made, the confirmation when it came.
+        assert abs(req.started_at_us - requested_at_us) < 50_000
+        assert done.started_at_us - req.started_at_us >= 140_000
+        # A deadline step likewise marks the deadline, not the moment the tool gave up.
+        env = reg.call(ToolCall("slow_to_stop", {}, timeout_s=0.1))
+        assert env.status is Status.FAILED and env.record.error_type == "timeout"
+        ex, dl = _step(env, "execute"), _step(env, "deadline")
+        assert abs(dl.started_at_us - ex.started_at_us - 100_000) < 50_000
+    finally:
+        reg.shutdown(2.0)
+
+
 def test_cancel_of_a_read_only_call_that_ignores_it_is_abandoned(reg: ToolRegistry) -> None:
     cid = new_call_id()
     t, out = _in_background(lambda: reg.call(ToolCall("ignore_sleep", {"seconds": 0.8},

@@ -1277,7 +1277,7 @@ class ToolRegistry:
                 out = _Outcome(kind, value, err)
                 if ctx.signalled:
                     out.signal = ctx.reason
-                    out.signal_at = time.monotonic()
+                    out.signal_at = ctx.signalled_at or time.monotonic()
                 elif time.monotonic() > ctx.deadline and kind == "returned":
                     ctx.set_detail(
                         "deadline_overrun_ms", round((time.monotonic() - ctx.deadline) * 1000, 3)
@@ -1325,7 +1325,7 @@ class ToolRegistry:
         if not fut.done():
             if cancel is not None and op.entry.definition.cancellable:
                 cancel()
-            signal_at = time.monotonic()
+            signal_at = ctx.signalled_at or time.monotonic()
             try:
                 fut.result(op.grace_s)
             except BaseException:
@@ -1347,7 +1347,7 @@ class ToolRegistry:
         self, fut: concurrent.futures.Future[Any] | asyncio.Future[Any], ctx: CallContext
     ) -> _Outcome:
         sig = ctx.reason if ctx.signalled else None
-        sig_at = time.monotonic() if sig else None
+        sig_at = (ctx.signalled_at or time.monotonic()) if sig else None
         if fut.cancelled():
             return _Outcome("raised", None, asyncio.CancelledError(), sig, sig_at)
         exc = fut.exception()
@@ -1416,7 +1416,7 @@ class ToolRegistry:
         if not fut.done():
             if e.is_async and e.definition.cancellable:
                 fut.cancel()
-            signal_at = time.monotonic()
+            signal_at = ctx.signalled_at or time.monotonic()
             await asyncio.wait({fut}, timeout=op.grace_s)
             if not fut.done():
                 self._on_late_done(fut, op)

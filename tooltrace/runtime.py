@@ -59,6 +59,7 @@ class CallContext:
         "deadline",
         "detail",
         "run_id",
+        "signalled_at",
         "timeout_s",
         "tool",
         "traceparent",
@@ -95,6 +96,9 @@ class CallContext:
         self._callbacks: list[Callable[[str], None]] | None = None
         self._stopped = False
         self._late = late
+        #: ``time.monotonic()`` when the call was signalled (or marked), so the deadline and
+        #: cancel-request steps carry the moment of the request, not of the confirmation.
+        self.signalled_at: float | None = None
 
     def start_clock(self) -> None:
         """Start the deadline now (at execution start, after admission)."""
@@ -162,6 +166,7 @@ class CallContext:
                 return False
             self._reason = reason
             self._stopped = True
+            self.signalled_at = time.monotonic()
             if self._event is not None:
                 self._event.set()
             callbacks, self._callbacks = self._callbacks or [], None
@@ -176,6 +181,7 @@ class CallContext:
             if not self._stopped:
                 self._reason = reason
                 self._stopped = True
+                self.signalled_at = time.monotonic()
 
 
 _SIGNAL_LOCK = threading.Lock()
