@@ -60,3 +60,12 @@ def test_benign_encoded_text_is_untouched() -> None:
             "VeryLongIdentifierNameThatLooksLikeBase64ButIsNot_" + str(i),
         ):
             assert red.redact_text(line) is line, line
+
+
+def test_yaml_style_value_starting_with_a_capital_is_a_secret_not_a_type() -> None:
+    red = Redactor()
+    for value in ("QPegENBQDqJDSuzHE0dRymCiarm83yM4", "Zx81kLmQ0pRt5vWy2AbCdEfGh3JkLmN4"):
+        for key in ("api_key", "signing_key", "client_secret", "DB_PASSWORD"):
+            assert value not in red.redact_text(f"{key}: {value}"), key
+    for annotation in ("api_key: SecretStr", "password: HttpUrl", "token: UUID"):
+        assert red.redact_text(annotation) == annotation

@@ -1,0 +1,296 @@
+"""Secret canaries: fake credentials of 26 kinds, each raw, base64, percent-encoded and
+JSON-escaped, placed in arguments, results, exception messages, hook inputs and outputs, command
+output (split across two flushes) and file contents, through a registry with every sink on.
+Then the raw bytes of every sink are searched: OTLP requests received on 127.0.0.1, the metrics
+exposition, log lines, every audit file (segments, and Parquet after compaction, decoded), the
+artifact files, what hooks were shown, and the CLI's output (calls, stats, query, autopsy).
+
+"Found" is defined in ``_canaries.py``: 24 or more consecutive characters of a canary's random
+core, as is or in any encoding. Artifacts hold the *redacted* full text (the registry redacts
+before it offloads), so they are searched like every other sink.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from prometheus_client import CollectorRegistry, generate_latest
+
+from tooltrace import (
+    HookAction,
+    HookDecision,
+    HookView,
+    Redactor,
+    Status,
+    ToolCall,
+    ToolResult,
+    create_registry,
+    hook,
+    tool,
+)
+from tooltrace.cli import main as cli
+from tooltrace.telemetry.audit import compact
+from tooltrace.telemetry.tracing import TracingSink
+
+from ._canaries import ENCODINGS, KINDS, Canary, Finder, make_canaries
+from ._figures import LONG, record, size
+from ._sinks import RawOtlpReceiver, home_blobs
+
+N_CANARIES = size(312, 10_000)
+SEED = int(os.environ.get("TOOLTRACE_CANARY_SEED", "20261202"))
+PER_COMMAND = 26  # canaries printed by one run_command child (each in 4 encodings)
+AUTOPSIES = size(40, 300)
+
+# The second placement of each (canary, encoding), besides arguments and result, rotates here.
+EXTRA = (
+    "exception",
+    "file",
+    "offload",
+    "pre_warn",
+    "pre_modify",
+    "pre_raise",
+    "post_modify",
+    "post_annotate",
+    "post_block",
+    "tool_summary",
+)
+
+# What each child prints: every canary of its batch, in every encoding, each in two flushes.
+CHILD = r"""
+import json, sys, time
+for line in json.load(open(sys.argv[1])):
+    cut = max(1, len(line) // 2)
+    sys.stdout.write(line[:cut]); sys.stdout.flush(); time.sleep(0.0005)
+    sys.stdout.write(line[cut:] + "\n"); sys.stdout.flush()
+"""
+
+
+class _Plan:
+    """Which placed value each call carries; hooks look theirs up by the ``slot`` argument."""
+
+    def __init__(self) -> None:
+        self.values: dict[int, str] = {}
+        self.seen_by_hooks: list[bytes] = []
+
+    def put(self, value: str) -> int:
+        slot = len(self.values)
+        self.values[slot] = value
+        return slot
+
+
+def _build(tmp_path: Path, canaries: list[Canary], plan: _Plan, rx: RawOtlpReceiver) -> Any:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    home = tmp_path / "home"
+    redactor = Redactor(extra_values=[c.secret for c in canaries if c.registered])
+    metrics = CollectorRegistry()
+    log = io.BytesIO()
+
+    def seen(view: HookView) -> None:
+        plan.seen_by_hooks.append(json.dumps([view.arguments, view.result], default=str).encode())
+
+    @hook("pre_probe", tools={"hooked"})
+    def pre_probe(view: HookView) -> HookDecision | None:
+        seen(view)
+        how = view.arguments.get("how")
+        value = plan.values[int(view.arguments["slot"])]
+        if how == "pre_warn":
+            return HookDecision.warn(f"looked at {value}")
+        if how == "pre_modify":
+            return HookDecision.modify(
+                arguments={**view.arguments, "note": value}, reason=f"set note to {value}"
+            )
+        if how == "pre_raise":
+            raise RuntimeError(f"hook crashed on {value}")
+        return None
+
+    @hook("post_probe", phase="post", tools={"hooked"})
+    def post_probe(view: HookView) -> HookDecision | None:
+        seen(view)
+        how = view.arguments.get("how")
+        value = plan.values[int(view.arguments["slot"])]
+        if how == "post_modify":
+            return HookDecision.modify(result={"rewritten": value}, reason=f"now {value}")
+        if how == "post_annotate":
+            return HookDecision(HookAction.CONTINUE, f"noted {value}", annotations={"why": value})
+        if how == "post_block":
+            return HookDecision.block(f"withheld because of {value}")
+        return None
+
+    tracing = TracingSink(endpoint=rx.endpoint, protocol="http/protobuf", capture_content=True,
+                          interval_s=0.05)
+    reg = create_registry(
+        ws, home=home, tracing=False, metrics_registry=metrics, log_stream=log,
+        extra_sinks=(tracing,), redactor=redactor, hooks=[pre_probe, post_probe],
+        cancel_grace_s=2.0,
+    )
+
+    @tool(capability="read")
+    def echo(note: str) -> dict[str, Any]:
+        """Return the note (arguments and results)."""
+        return {"echo": note}
+
+    @tool(capability="read")
+    def explode(note: str) -> str:
+        """Raise with the note in the message."""
+        raise RuntimeError(f"upstream refused: {note}")
+
+    @tool(capability="read")
+    def big(note: str) -> str:
+        """A result long enough to be offloaded to an artifact."""
+        return ("filler line of ordinary output\n" * 700) + note + "\n" + "tail\n" * 50
+
+    @tool(capability="read")
+    def summarised(note: str) -> ToolResult:
+        """The note in the tool's own summary and detail."""
+        return ToolResult({"ok": True}, summary=f"handled {note}", detail={"saw": note})
+
+    @tool(capability="read")
+    def hooked(slot: int, how: str, note: str = "") -> dict[str, Any]:
+        """A tool whose hooks place the canaries."""
+        return {"slot": slot, "note": note}
+
+    for t in (echo, explode, big, summarised, hooked):
+        reg.register(t)
+    return reg, ws, home, metrics, log
+
+
+def _drive(reg: Any, ws: Path, canaries: list[Canary], plan: _Plan) -> dict[str, int]:
+    counts = {"calls": 0, "placements": 0}
+    statuses: dict[str, int] = {}
+
+    def call(name: str, args: dict[str, Any]) -> Any:
+        env = reg.call(ToolCall(name, args))
+        counts["calls"] += 1
+        statuses[env.status.value] = statuses.get(env.status.value, 0) + 1
+        return env
+
+    i = 0
+    for c in canaries:
+        for fn in ENCODINGS.values():
+            placed = fn(c.text)
+            env = call("echo", {"note": placed})  # arguments and result
+            assert env.status is Status.OK
+            counts["placements"] += 2
+            how = EXTRA[i % len(EXTRA)]
+            i += 1
+            if how == "exception":
+                assert call("explode", {"note": placed}).status is Status.FAILED
+            elif how == "file":
+                name = f"c{i}.txt"
+                (ws / name).write_text(placed + "\n")
+                assert call("read_text", {"path": name}).status is Status.OK
+            elif how == "offload":
+                env = call("big", {"note": placed})
+                assert env.status is Status.OK and env.artifact is not None
+            elif how == "tool_summary":
+                assert call("summarised", {"note": placed}).status is Status.OK
+            else:
+                slot = plan.put(placed)
+                call("hooked", {"slot": slot, "how": how, "note": placed})
+            counts["placements"] += 1
+    # Command output: a child prints each canary of its batch, in every encoding, in two
+    # flushes; the canaries reach it through a file, never through its arguments.
+    for b in range(0, len(canaries), PER_COMMAND):
+        batch = canaries[b : b + PER_COMMAND]
+        lines = [fn(c.text) for c in batch for fn in ENCODINGS.values()]
+        (ws / f"batch{b}.json").write_text(json.dumps(lines))
+        env = call("run_command", {"argv": [sys.executable, "-c", CHILD, f"batch{b}.json"]})
+        assert env.status is Status.OK, env.summary
+        counts["placements"] += len(lines)
+    counts.update({f"status_{k}": v for k, v in statuses.items()})
+    return counts
+
+
+def _cli_outputs(home: Path, call_ids: list[str]) -> list[tuple[str, bytes]]:
+    runner = CliRunner()
+    env = {"COLUMNS": "100000", "NO_COLOR": "1"}
+    out: list[tuple[str, bytes]] = []
+
+    def run(*args: str) -> None:
+        res = runner.invoke(cli, [*args, "--home", str(home)], env=env, catch_exceptions=False)
+        assert res.exit_code == 0, (args, res.output[-2000:])
+        out.append((" ".join(args[:2]), res.output.encode()))
+
+    run("calls", "--json", "--limit", "1000000")
+    run("calls", "--limit", "1000000")
+    run("stats", "--json")
+    run("stats")
+    run("query", "SELECT * FROM tool_calls", "--json")
+    run("query", "SELECT * FROM tool_call_steps", "--json")
+    for cid in call_ids:
+        run("autopsy", cid, "--json")
+    for cid in call_ids[:10]:
+        run("autopsy", cid)
+    return out
+
+
+@pytest.mark.timeout(3600 if LONG else 300)
+def test_no_canary_reaches_any_sink(tmp_path: Path) -> None:
+    assert len(KINDS) >= 20
+    canaries = make_canaries(N_CANARIES, SEED)
+    finder = Finder(canaries)
+    plan = _Plan()
+    t0 = time.monotonic()
+    with RawOtlpReceiver() as rx:
+        reg, ws, home, metrics, log = _build(tmp_path, canaries, plan, rx)
+        counts = _drive(reg, ws, canaries, plan)
+        exposition = generate_latest(metrics)
+        dropped = {s.name: getattr(s, "dropped", 0) for s in reg.sinks}
+        reg.shutdown(timeout_s=30.0)
+        spans = rx.spans
+        otlp = rx.bodies
+    drive_s = time.monotonic() - t0
+    # Nothing was lost on the way, so every sink really saw every call.
+    assert all(v == 0 for v in dropped.values()), dropped
+    assert spans == counts["calls"]
+
+    result = compact(home)
+    assert result.calls == counts["calls"]
+    with_ids = sorted({ln.split('"call_id":"')[1][:36] for ln in log.getvalue().decode()
+                       .splitlines() if '"call_id":"' in ln})
+    step = max(1, len(with_ids) // AUTOPSIES)
+    cli_out = _cli_outputs(home, with_ids[::step][:AUTOPSIES])
+
+    blobs: list[tuple[str, bytes]] = []
+    blobs += [(f"otlp request {i}", b) for i, b in enumerate(otlp)]
+    blobs.append(("metrics exposition", exposition))
+    blobs.append(("log lines", log.getvalue()))
+    blobs += list(home_blobs(home))
+    blobs += [(f"hook view {i}", b) for i, b in enumerate(plan.seen_by_hooks)]
+    blobs += [(f"cli {label}", b) for label, b in cli_out]
+    kinds = {label.split("/")[0].split(" ")[0] for label, _ in blobs}
+    assert {"otlp", "metrics", "log", "audit", "artifacts", "hook", "cli"} <= kinds, kinds
+    assert any(label.endswith("(rows)") for label, _ in blobs)  # Parquet after compaction
+
+    found: list[tuple[str, str, int]] = []
+    scanned = 0
+    for label, data in blobs:
+        scanned += len(data)
+        for c, off in finder.find(data):
+            found.append((label, c.kind, off))
+    record(
+        "canaries",
+        canaries=len(canaries),
+        kinds=len(KINDS),
+        encodings=len(ENCODINGS),
+        placements=counts["placements"],
+        calls=counts["calls"],
+        spans=spans,
+        sink_bytes_scanned=scanned,
+        found=len(found),
+        seconds=round(drive_s, 1),
+    )
+    assert not found, found[:20]
+    # The search itself works: the workspace files hold the canaries as placed.
+    placed = [hit for _, data in (("ws", p.read_bytes()) for p in ws.glob("*"))
+              for hit in finder.find(data)]
+    assert len({c.core for c, _ in placed}) == len(canaries)
