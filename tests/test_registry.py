@@ -435,3 +435,22 @@ def test_policy_step_records_where_the_path_resolved(
     env = registry.call(ToolCall("read_text", {"path": "alias.txt"}))
     pol = next(s for s in env.steps if s.step == "policy")
     assert pol.detail is not None and pol.detail["paths"] == {"path": "notes/a.txt"}
+
+
+def test_tracing_sink_is_the_tracer_and_rejected_calls_share_its_ids(tmp_path: Path) -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tooltrace.telemetry.tracing import TracingSink
+
+    exporter = InMemorySpanExporter()
+    tracing = TracingSink(exporter=exporter)
+    sink = RecordingSink()
+    reg = ToolRegistry(workspace=tmp_path, home=tmp_path / "h", sinks=[tracing, sink])
+    reg.register(_defn("t"), lambda x=0: x)
+    envs = [reg.call(ToolCall("t", {})), reg.call(ToolCall("nope", {})), reg.call("{bad json")]
+    reg.shutdown()
+    spans = {format(s.context.span_id, "016x"): s for s in exporter.get_finished_spans()}
+    for env in envs:
+        rec = sink.by_id(env.call_id)[0]
+        assert rec.trace_id and rec.span_id in spans
+        assert spans[rec.span_id].attributes["gen_ai.tool.call.id"] == env.call_id

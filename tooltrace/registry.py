@@ -238,6 +238,10 @@ class ToolRegistry:
         for h in self._hooks:
             if h.phase not in ("pre", "post"):
                 raise ValueError(f"hook {h.name!r}: phase must be 'pre' or 'post'")
+        sinks = tuple(sinks)
+        if tracer is None:
+            # A tracing sink is also the span opener: use it without making callers pass it twice.
+            tracer = next((s for s in sinks if isinstance(s, SpanOpener)), None)
         self._tracer = tracer
         self._sinks: tuple[Sink, ...] = ()
         self._durable: tuple[DurableSink, ...] = ()
@@ -543,6 +547,8 @@ class ToolRegistry:
                 call = ToolCall.parse(raw)
             except MalformedCallError as exc:
                 b.call_id = new_call_id()
+                if self._tracer is not None:
+                    b.span = self._tracer.open_span(UNREGISTERED)
                 b.step(StepName.RESOLVE, t0, "registry", "reject", {"reason": exc.reason})
                 return b.reject(Stage.PARAMS, f"malformed tool call: {exc}", UNREGISTERED)
         b.call_id = call.call_id or new_call_id()
@@ -556,12 +562,14 @@ class ToolRegistry:
         # 1. resolve
         t = time.perf_counter_ns()
         entry = self._active_entries.get(name) if isinstance(name, str) else None
+        if self._tracer is not None:
+            # Every call gets its span, rejected ones included, so all sinks share its ids.
+            b.span = self._tracer.open_span(entry.definition.name if entry else UNREGISTERED)
         if entry is None:
             b.step(StepName.RESOLVE, t, "registry", "reject", {"requested": _safe_name(name)})
             return b.reject(Stage.RESOLVE, "unknown tool", UNREGISTERED, shown_name=name)
         d = entry.definition
         b.entry = entry
-        b.span = self._tracer.open_span(d.name) if self._tracer is not None else None
         if b.run_id in self._cancelled_runs:
             b.step(StepName.RESOLVE, t, "runtime", "reject", {"reason": "run cancelled"})
             return b.reject(Stage.CANCEL, "its run was cancelled", d.name)
