@@ -365,12 +365,25 @@ def test_key_rules_replace_the_whole_value(redactor: Redactor, key: str) -> None
 
 
 @pytest.mark.parametrize(
-    "key", ["author", "tokenizer", "max_tokens", "keyboard", "passenger", "name", "path"]
+    "key",
+    [
+        "author", "tokenizer", "max_tokens", "keyboard", "passenger", "name", "path",
+        "token_type", "auth_method", "password_policy", "secret_name", "call_id", "is_private",
+    ],
 )
 def test_key_rules_leave_ordinary_keys(redactor: Redactor, key: str) -> None:
     value = {key: "plain words"}
     out, n = redactor.redact(value)
     assert out is value and n == 0
+
+
+def test_numbers_are_kept_unless_the_key_names_a_numeric_secret(redactor: Redactor) -> None:
+    out, n = redactor.redact({"token_count": 5, "token": 7, "pin": 1234, "password": 99})
+    assert out == {
+        "token_count": 5, "token": 7, "pin": marker("secret_field"),
+        "password": marker("secret_field"),
+    }
+    assert n == 2
 
 
 def test_redact_deep_copy_shares_unchanged_parts_and_never_mutates(redactor: Redactor) -> None:

@@ -95,7 +95,13 @@ def _benign_value(value: str) -> bool:
 
 def _random_looking(value: str) -> bool:
     """A token that looks machine-generated rather than a word or identifier."""
-    return len(value) >= 16 and _classes(value) >= 2 and _entropy(value) >= 3.0
+    if len(value) < 16 or _entropy(value) < 3.0:
+        return False
+    digit = any(c.isdigit() for c in value)
+    alpha = any(c.isalpha() for c in value)
+    upper = any(c.isupper() for c in value)
+    lower = any(c.islower() for c in value)
+    return (digit and alpha) or (upper and lower and len(value) >= 20)
 
 
 def _mixed(value: str) -> bool:
@@ -328,7 +334,7 @@ _META_SUFFIX = re.compile(
     r"[_\-.]?(?:types?|header|hdr|names?|file|path|dir|url|uri|len|length|count|mgr|manager|"
     r"handler|class|kind|field|label|prefix|suffix|format|policy|pattern|regex|prompt|hint|"
     r"min|max|size|expires?|expiry|ttl|endpoint|mode|method|scheme|source|location|required|"
-    r"enabled|id|ids|index|idx|param|arg|attr|col|column|env|var|tag|version|algorithm|alg|"
+    r"enabled|index|idx|param|arg|attr|col|column|env|var|tag|version|algorithm|alg|"
     r"validator|widget|input|form|reset|changed|timeout|store|cache|provider|backend|"
     r"dialog|error|errors|message|msg)$"
 )
@@ -509,12 +515,14 @@ def _unquote(token: str) -> str | None:
 
 
 DEFAULT_KEY_PATTERNS: tuple[str, ...] = (
-    r"(?:^|_)(?:password|passwd|pass|pwd|passphrase|secret|secrets|token|tokens_secret)(?:$|_)",
-    r"(?:^|_)(?:api_?key|apikey|x_api_key|private_?key|access_?key|secret_?key|signing_?key)(?:$|_)",
-    r"(?:^|_)(?:client_?secret|credentials?|authorization|auth|cookie|cookies|set_cookie)(?:$|_)",
+    r"(?:^|_)(?:password|passwd|pass|pwd|passphrase|secret|secrets|token)(?:$|_)",
+    r"(?:^|_)(?:api_?key|apikey|private_?key|access_?key|secret_?key|signing_?key)(?:$|_)",
+    r"(?:^|_)(?:client_?secret|credentials?|authorization|auth|cookie|cookies)(?:$|_)",
     r"(?:^|_)(?:session_?id|session_?token|refresh_?token|access_?token|id_?token)(?:$|_)",
-    r"(?:^|_)(?:auth_?token|bearer|private|pin|otp|ssn|card_?number|cvv)(?:$|_)",
+    r"(?:^|_)(?:auth_?token|bearer|pin|otp|card_?number|cvv)(?:$|_)",
 )
+# Numbers are kept unless the key names a secret that can be numeric (a PIN, a passcode).
+_NUMERIC_KEY = re.compile(r"(?:^|_)(?:pass\w*|pwd|pin|otp|cvv|secret\w*|card_?number)(?:$|_)")
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
 
 
@@ -663,16 +671,26 @@ class Redactor:
         out.append(text[pos:])
         return "".join(out), count
 
-
     # -- structured values --------------------------------------------------------------------
 
     def _is_secret_key(self, key: str) -> bool:
         hit = self._key_cache.get(key)
         if hit is None:
-            hit = self._key_re is not None and self._key_re.search(_normalise_key(key)) is not None
+            hit = self._decide_key(key)
             if len(self._key_cache) < 4096:
                 self._key_cache[key] = hit
         return hit
+
+    def _decide_key(self, key: str) -> bool:
+        if self._key_re is None:
+            return False
+        norm = _normalise_key(key)
+        m = self._key_re.search(norm)
+        if m is None:
+            return False
+        # "token_type", "auth_method", "password_policy" talk about a secret; "session_id",
+        # "db_password" hold one (the secret word ends the key).
+        return m.end() >= len(norm) or _META_SUFFIX.search(norm) is None
 
     def redact(self, value: Any) -> tuple[Any, int]:
         """Deep-redact a JSON-like value; return (redacted copy, number of redactions).
@@ -695,7 +713,14 @@ class Redactor:
             for k, v in value.items():
                 nk = k
                 if isinstance(k, str):
-                    if self._is_secret_key(k) and not _holds_nothing(v):
+                    if (
+                        self._is_secret_key(k)
+                        and not _holds_nothing(v)
+                        and (
+                            not isinstance(v, (int, float))
+                            or _NUMERIC_KEY.search(_normalise_key(k)) is not None
+                        )
+                    ):
                         items.append((k, marker("secret_field")))
                         total += 1
                         changed = True
