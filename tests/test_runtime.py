@@ -454,6 +454,7 @@ def test_randomised_cancels_and_deadlines_under_load(
     short deadlines: one record per call, no orphan process, a bounded deadline overrun."""
     marker = os.urandom(8).hex()
     monkeypatch.setenv("TT_TEST_MARK", marker)
+    fds_before = len(os.listdir("/proc/self/fd"))
     grace = 0.1
     sink = RecordingSink()
     reg = make_registry(tmp_path, sink, cancel_grace_s=grace, max_concurrency=48,
@@ -571,6 +572,10 @@ def test_randomised_cancels_and_deadlines_under_load(
         assert worst < grace + 0.9, worst
         orphans = live_with_marker(marker)
         assert not orphans, f"orphan processes: {orphans}"
+        # Pipes, pidfds and selectors of ~200 commands are all closed (a few fds belong to the
+        # registry's own loop and pools).
+        fds_after = len(os.listdir("/proc/self/fd"))
+        assert fds_after - fds_before < 20, (fds_before, fds_after)
         with capsys.disabled():
             print(f"\nruntime stress: {len(envs)} calls in {wall:.1f} s, grace {grace} s; "
                   f"deadline overrun max {worst * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, "
