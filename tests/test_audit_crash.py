@@ -13,7 +13,7 @@ import signal
 import time
 from pathlib import Path
 
-from test_audit_support import acked_ids, fork_writer, start_writer
+from test_audit_support import acked_ids, collect, fork_writer, start_writer
 
 from tooltrace.telemetry.audit import AuditStore, recover_dead_segments, verify
 from tooltrace.telemetry.audit._format import load_key
@@ -78,9 +78,12 @@ def test_sigkill_loses_nothing_acknowledged(tmp_path: Path) -> None:
 def test_a_torn_tail_is_reported_quarantined_and_sealed(tmp_path: Path) -> None:
     p = start_writer(tmp_path, "grouped")
     assert p.stdout is not None and p.stdout.readline() == b"ready\n"
+    deadline = time.monotonic() + 20
+    while not list_segments(tmp_path / "audit") and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the writer has opened its segment
     time.sleep(0.05)
     p.send_signal(signal.SIGKILL)
-    out, _ = p.communicate(timeout=30)
+    out = collect(p)
     acked = acked_ids(out)
     (seg,) = list_segments(tmp_path / "audit")
     full = seg.path.read_bytes()

@@ -1,0 +1,43 @@
+"""Several writer processes at once, for a few seconds: none blocks another, every
+acknowledged record is queryable, and a reader running meanwhile sees a consistent trail."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from test_audit_support import acked_ids, collect, start_writer
+
+from tooltrace.telemetry.audit import AuditStore, verify
+
+WRITERS = 4
+SECONDS = 2.0
+
+
+def test_concurrent_writer_processes(tmp_path: Path) -> None:
+    procs = [start_writer(tmp_path, "grouped", SECONDS) for _ in range(WRITERS)]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline() == b"ready\n"
+    # Read while they write: live segments are read up to their last complete line, and an
+    # in-flight tail of a live writer is not mistaken for a torn one.
+    time.sleep(SECONDS / 2)
+    with AuditStore(tmp_path) as store:
+        during = store.counts()["calls"]
+        assert not store.issues
+        live = {r[0] for r in store.sql("SELECT DISTINCT writer FROM tool_calls").rows}
+    assert during > 0 and len(live) == WRITERS
+    acked: set[str] = set()
+    for p in procs:
+        out = collect(p)
+        assert p.returncode == 0
+        assert out.rstrip().endswith(b"done 0")  # no drops in any writer
+        acked |= acked_ids(out)
+    assert len(acked) > during
+    with AuditStore(tmp_path) as store:
+        ids = {r[0] for r in store.sql("SELECT call_id FROM tool_calls").rows}
+        per_writer = dict(store.sql(
+            "SELECT writer, count(*) FROM tool_calls GROUP BY writer").rows)
+    assert acked <= ids and len(ids) == len(acked)
+    assert len(per_writer) == WRITERS and min(per_writer.values()) > 100
+    rep = verify(tmp_path)
+    assert rep.ok and rep.writers == WRITERS and rep.records == len(acked)
