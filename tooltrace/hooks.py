@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+import msgspec
+
 __all__ = [
     "FunctionHook",
     "Hook",
@@ -69,8 +71,7 @@ class HookDecision:
         return cls(HookAction.MODIFY, reason, arguments=arguments, result=result)
 
 
-@dataclass(frozen=True, slots=True)
-class HookView:
+class HookView(msgspec.Struct, frozen=True):
     """What a hook sees: the redacted call (and, for post-hooks, the redacted result)."""
 
     call_id: str

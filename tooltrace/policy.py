@@ -173,17 +173,24 @@ class DenyCommandPatterns:
 _URL_RE = re.compile(r"\b(?:https?|ftp|wss?|gopher|file)://[^\s'\"<>]+", re.IGNORECASE)
 
 
-def _strings(value: Any, depth: int = 0) -> Iterable[str]:
+def _urls(value: Any, depth: int = 0) -> Iterable[str]:
+    """Every string inside ``value`` that may hold a URL (cheap: most arguments hold none)."""
     if depth > 32:
         return
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
+    t = type(value)
+    if t is str:
+        if "://" in value:
+            yield value
+    elif t is dict or isinstance(value, Mapping):
         for v in value.values():
-            yield from _strings(v, depth + 1)
+            if type(v) is str:
+                if "://" in v:
+                    yield v
+            elif not isinstance(v, int | float | bool) and v is not None:
+                yield from _urls(v, depth + 1)
     elif isinstance(value, list | tuple):
         for v in value:
-            yield from _strings(v, depth + 1)
+            yield from _urls(v, depth + 1)
 
 
 def _is_private_host(host: str) -> bool:
@@ -228,9 +235,7 @@ class DenyPrivateNetwork:
     def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
         if request.tool.capability not in self.capabilities:
             return None
-        for text in _strings(request.arguments):
-            if "://" not in text:
-                continue
+        for text in _urls(request.arguments):
             for m in _URL_RE.finditer(text):
                 try:
                     host = urlsplit(m.group(0)).hostname or ""

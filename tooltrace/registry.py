@@ -33,6 +33,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import orjson
 
 from . import _config
@@ -100,8 +101,7 @@ class Visibility:
     hidden: tuple[tuple[str, str], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class CallStatus:
+class CallStatus(msgspec.Struct, frozen=True):
     """What ``status(call_id)`` knows: the returned status and, for ``unknown``, the resolution."""
 
     call_id: str
