@@ -1,0 +1,155 @@
+"""The other side of redaction: a benign corpus stays as it is.
+
+100,000 lines (CI: 10,000) mixing source code (the Python standard library), prose (license
+texts and docstrings), UUIDs, git SHAs and sha256 digests in their usual contexts, and base64
+images; at most 0.5% may be altered. The digests and UUIDv7 call ids tooltrace itself writes
+are never altered, neither by the Redactor nor on their way through the registry.
+"""
+
+from __future__ import annotations
+
+import base64
+import glob
+import hashlib
+import os
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import uuid_utils
+
+from tooltrace import CallContext, Status, ToolCall, ToolRegistry, tool
+from tooltrace.redaction import Redactor
+
+from ._figures import record, size
+
+N_LINES = size(10_000, 100_000)
+
+
+def _source_lines() -> list[str]:
+    lib = os.path.dirname(os.__file__)
+    out: list[str] = []
+    for path in sorted(glob.glob(lib + "/**/*.py", recursive=True)):
+        if "/test" in path or "site-packages" in path or "idlelib" in path:
+            continue
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        out.extend(line for line in text.splitlines() if line.strip())
+    return out
+
+
+def _prose_lines() -> list[str]:
+    out: list[str] = []
+    for path in sorted(glob.glob("/usr/share/common-licenses/*")):
+        try:
+            out.extend(ln.strip() for ln in Path(path).read_text().splitlines() if ln.strip())
+        except (UnicodeDecodeError, OSError, IsADirectoryError):
+            continue
+    import json
+    import textwrap
+
+    for mod in (os, json, textwrap, random, base64, hashlib, uuid):
+        for name in dir(mod):
+            doc = getattr(getattr(mod, name), "__doc__", None)
+            if isinstance(doc, str):
+                out.extend(ln.strip() for ln in doc.splitlines() if len(ln.strip()) > 20)
+    return out
+
+
+def _generated(rng: random.Random, kind: str, i: int) -> str:
+    sha = hashlib.sha256(f"{kind}{i}".encode()).hexdigest()
+    git = hashlib.sha1(f"{kind}{i}".encode()).hexdigest()
+    if kind == "uuid":
+        u = rng.choice([str(uuid.uuid4()), str(uuid_utils.uuid7()), str(uuid.uuid1())])
+        return rng.choice([
+            f"request_id={u}", f'{{"id": "{u}", "session_id": "{u}"}}', f"trace {u} done",
+            f"token: {u}", f"X-Request-Id: {u}",
+        ])
+    if kind == "git":
+        return rng.choice([
+            f"commit {git}", f"Merge: {git[:7]} {git[7:14]}", f"{git} refs/heads/main",
+            f"git checkout {git}", f"parent {git}", f'"sha": "{git}"',
+        ])
+    if kind == "sha256":
+        return rng.choice([
+            f"sha256:{sha}", f"{sha}  dist/tooltrace-0.1.0.tar.gz", f'"digest": "sha256:{sha}"',
+            f"secret_sha256={sha}", f"--hash=sha256:{sha}", f"checksum {sha.upper()}",
+        ])
+    data = rng.randbytes(rng.randint(60, 600))
+    b64 = base64.b64encode(b"\x89PNG\r\n\x1a\n" + data).decode()
+    return rng.choice([
+        f"data:image/png;base64,{b64}", b64[:76], f'<img src="data:image/png;base64,{b64}">',
+        f'"icon": "{b64}"',
+    ])
+
+
+def test_benign_corpus_is_left_alone() -> None:
+    rng = random.Random(20261202)
+    source, prose = _source_lines(), _prose_lines()
+    assert len(source) > 50_000 and len(prose) > 2_000
+    mix = [("source", 0.40), ("prose", 0.20), ("uuid", 0.10), ("git", 0.10),
+           ("sha256", 0.10), ("base64_image", 0.10)]
+    lines: list[tuple[str, str]] = []
+    for kind, share in mix:
+        n = int(N_LINES * share)
+        if kind == "source":
+            lines += [(kind, x) for x in rng.sample(source, n)]
+        elif kind == "prose":
+            lines += [(kind, rng.choice(prose)) for _ in range(n)]
+        else:
+            lines += [(kind, _generated(rng, kind, i)) for i in range(n)]
+    red = Redactor()
+    altered: dict[str, list[str]] = {k: [] for k, _ in mix}
+    for kind, line in lines:
+        if red.redact_text(line) != line:
+            altered[kind].append(line)
+    total = sum(len(v) for v in altered.values())
+    rate = total / len(lines)
+    record("benign corpus", lines=len(lines), altered=total, rate_pct=round(rate * 100, 3),
+           **{f"altered_{k}": len(v) for k, v in altered.items()})
+    assert rate <= 0.005, {k: v[:5] for k, v in altered.items() if v}
+    # Identifiers and digests are never touched, whatever name they sit next to.
+    for kind in ("uuid", "git", "sha256", "base64_image"):
+        assert not altered[kind], altered[kind][:5]
+
+
+def test_own_call_ids_and_digests_pass_untouched(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    seen: list[dict[str, Any]] = []
+
+    @tool(capability="read")
+    def ids(ctx: CallContext, n: int) -> dict[str, Any]:
+        """Return tooltrace's own identifiers and digests under the names tooltrace uses."""
+        digest = hashlib.sha256(str(n).encode()).hexdigest()
+        out = {
+            "call_id": ctx.call_id,
+            "run_id": ctx.run_id,
+            "job_id": str(uuid_utils.uuid7()),
+            "sha256_before": digest,
+            "sha256_after": hashlib.sha256(digest.encode()).hexdigest(),
+            "artifact": {"sha256": digest, "path": f"artifacts/{digest[:2]}/{digest}.txt"},
+            "text": f"call {ctx.call_id} wrote sha256:{digest} (token {ctx.call_id})",
+            "big": "x" * (20_000 if n < 0 else 0),
+        }
+        seen.append(out)
+        return out
+
+    reg = ToolRegistry(workspace=ws, home=tmp_path / "home")
+    reg.register(ids)
+    n = size(500, 5000)
+    for i in range(n):
+        env = reg.call(ToolCall("ids", {"n": i}))
+        assert env.status is Status.OK
+        assert env.data == seen[-1], (env.data, seen[-1])
+        assert env.record.result_preview is not None and "REDACTED" not in env.record.result_preview
+    big = reg.call(ToolCall("ids", {"n": -1}))  # offloaded: the artifact holds it whole
+    assert big.artifact is not None
+    stored = reg.artifacts.read(big.artifact.sha256)
+    assert seen[-1]["call_id"] in stored and seen[-1]["sha256_after"] in stored
+    assert "REDACTED" not in stored
+    reg.shutdown()
+    record("own ids untouched", calls=n + 1, altered=0)
