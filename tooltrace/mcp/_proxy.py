@@ -342,11 +342,12 @@ class McpProxy:
         async def call_upstream(ctx: CallContext, /, **arguments: Any) -> Any:
             up = self.upstreams[label]
             meta = {"traceparent": ctx.traceparent} if ctx.traceparent else None
-            # Wait past the registry's deadline and grace: if the server is still silent then,
-            # the registry has already answered (unknown for side effects) and the server is
-            # restarted.
+            # Wait a little past the registry's deadline and grace: if the server is still
+            # silent then, the registry has already answered (unknown for side effects, as the
+            # server may have acted) and the server is killed and restarted.
+            left = ctx.remaining()
             res = await up.call(upstream_name, arguments, meta=meta,
-                                wait_s=ctx.timeout_s + grace + 1.0)
+                                wait_s=left + grace + 0.25, suspect_after_s=left)
             if res.is_error:
                 raise UpstreamToolError(_error_text(res))
             return _result_value(res)

@@ -67,6 +67,7 @@ class Upstream:
         self._first: asyncio.Future[list[mt.Tool]] | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._served = False
         #: Tools as listed by the last successful connect (SDK models).
         self.tools: list[mt.Tool] = []
         #: How many times the server was (re)started after the first start.
@@ -135,7 +136,8 @@ class Upstream:
             self._ready.clear()
             if self._closing:
                 break
-            if time.monotonic() - started > _STABLE_S:
+            if self._served or time.monotonic() - started > _STABLE_S:
+                # The connection worked: a new failure starts the backoff afresh.
                 backoff = _BACKOFF_MIN_S
             log.warning("mcp upstream %s stopped (%s); restarting in %.1f s", self.label,
                         self.last_error or self._broken_reason or "exited", backoff)
@@ -150,8 +152,10 @@ class Upstream:
         cfg = self.config
         self._broken = asyncio.Event()
         self._broken_reason = ""
+        self._served = False
         async with (
-            _stdio_process(cfg, self._break) as (read, write),
+            _stdio_process(cfg, self._break,
+                           lambda: self._broken_reason in ("", "exited")) as (read, write),
             ClientSession(read, write) as session,
         ):
             with anyio.fail_after(cfg.startup_timeout_s):
@@ -178,9 +182,16 @@ class Upstream:
     # -- calls -----------------------------------------------------------------------------
 
     async def call(self, name: str, arguments: Mapping[str, Any], *,
-                   meta: Mapping[str, Any] | None, wait_s: float) -> mt.CallToolResult:
-        """Forward one ``tools/call``; raise an ``UpstreamError`` if no answer comes."""
-        deadline = time.monotonic() + wait_s
+                   meta: Mapping[str, Any] | None, wait_s: float,
+                   suspect_after_s: float | None = None) -> mt.CallToolResult:
+        """Forward one ``tools/call``; raise an ``UpstreamError`` if no answer comes.
+
+        After ``suspect_after_s`` without an answer (the call's deadline), new calls wait for
+        the server to answer or be replaced instead of queueing behind a server that may hang;
+        after ``wait_s`` the server is declared hung, killed and restarted.
+        """
+        start = time.monotonic()
+        deadline = start + wait_s
         if not self._ready.is_set():
             try:
                 await asyncio.wait_for(self._ready.wait(), max(0.0, deadline - time.monotonic()))
@@ -194,15 +205,28 @@ class Upstream:
         call = asyncio.ensure_future(session.call_tool(
             name, dict(arguments), meta=dict(meta) if meta else None))  # type: ignore[arg-type]
         stop = asyncio.ensure_future(broken.wait())
+        suspect = False
         try:
-            done, _ = await asyncio.wait(
-                {call, stop}, timeout=max(0.0, deadline - time.monotonic()),
-                return_when=asyncio.FIRST_COMPLETED)
+            done: set[asyncio.Future[Any]] = set()
+            if suspect_after_s is not None and suspect_after_s < wait_s:
+                done, _ = await asyncio.wait(
+                    {call, stop}, timeout=max(0.0, start + suspect_after_s - time.monotonic()),
+                    return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    suspect = True
+                    self._ready.clear()
+            if not done:
+                done, _ = await asyncio.wait(
+                    {call, stop}, timeout=max(0.0, deadline - time.monotonic()),
+                    return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
+            if suspect and not broken.is_set() and call.done():
+                self._ready.set()  # it answered late after all: not hung
         if call in done:
             exc = call.exception()
             if exc is None:
+                self._served = True
                 return call.result()
             raise self._map_error(exc) from None
         call.cancel()
@@ -235,7 +259,7 @@ class Upstream:
 
 @contextlib.asynccontextmanager
 async def _stdio_process(
-    cfg: ServerConfig, on_broken: Callable[[str], None]
+    cfg: ServerConfig, on_broken: Callable[[str], None], graceful: Callable[[], bool]
 ) -> AsyncIterator[tuple[Any, Any]]:
     """Spawn the server and connect its stdio to a pair of message streams.
 
@@ -307,7 +331,7 @@ async def _stdio_process(
                 tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
-            await _stop_process(process, graceful=not reason or reason[0] == "exited")
+            await _stop_process(process, graceful=graceful() and reason[:1] != ["protocol"])
 
 
 async def _stop_process(process: Any, *, graceful: bool) -> None:
