@@ -311,6 +311,21 @@ def test_open_refuses_a_component_swapped_after_the_check(ws: Workspace, tree: P
     assert (tree.parent / "outside" / "b.txt").read_bytes() == SECRET
 
 
+def test_open_parent_gives_the_real_parent_directory(ws: Workspace, tree: Path) -> None:
+    rp = ws.resolve("indir/new.txt", must_exist=False)
+    dfd, name = ws.open_parent(rp)
+    try:
+        assert name == "new.txt"
+        assert os.fstat(dfd).st_ino == (tree / "notes").stat().st_ino
+    finally:
+        os.close(dfd)
+    os.rename(tree / "notes", tree / "moved")
+    os.symlink(tree.parent / "outside", tree / "notes")
+    with pytest.raises(PathPolicyError) as info:
+        ws.open_parent(rp)
+    assert info.value.reason == "symlink_race"
+
+
 def test_open_write_creates_truncates_and_refuses_hardlinks(ws: Workspace, tree: Path) -> None:
     fd = ws.open_write("notes/new.txt")
     os.write(fd, b"hello")

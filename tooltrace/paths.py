@@ -70,6 +70,7 @@ REASONS = frozenset(
         "not_regular",
         "bad_extension",
         "hardlink",
+        "too_large",
     }
 )
 
@@ -433,11 +434,14 @@ class Workspace:
 
     # -- opening ------------------------------------------------------------------------------
 
-    def _open_parent(self, rp: ResolvedPath) -> tuple[int, str]:
+    def open_parent(self, rp: ResolvedPath) -> tuple[int, str]:
         """Open the parent directory of ``rp`` by walking from the root with O_NOFOLLOW.
 
-        Returns (dir fd, final name). Any component that is no longer a plain directory
-        (swapped for a symlink, removed) fails the walk: nothing is followed.
+        Returns (directory fd, final name); the caller closes the fd and does its own
+        ``*at``-style work relative to it (``os.open(name, ..., dir_fd=fd)``, ``os.rename`` with
+        ``src_dir_fd``/``dst_dir_fd``), for example an atomic replace. Any component that is no
+        longer a plain directory (swapped for a symlink, removed) fails the walk: nothing is
+        followed.
         """
         parts = rp.relative.split("/") if rp.relative else []
         if not parts:
@@ -457,6 +461,8 @@ class Workspace:
             os.close(dfd)
             raise
         return dfd, parts[-1]
+
+    _open_parent = open_parent  # older spelling, kept for callers inside the package
 
     @staticmethod
     def _open_error(exc: OSError, rp: ResolvedPath) -> PathPolicyError:
@@ -484,7 +490,7 @@ class Workspace:
 
         The walk cannot be raced into following a symlink; FIFOs and devices are refused.
         """
-        dfd, name = self._open_parent(rp)
+        dfd, name = self.open_parent(rp)
         try:
             try:
                 fd = os.open(name, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK, dir_fd=dfd)
@@ -518,7 +524,7 @@ class Workspace:
             rp = rp_or_relative
         else:
             rp = self.resolve(rp_or_relative, must_exist=not create)
-        dfd, name = self._open_parent(rp)
+        dfd, name = self.open_parent(rp)
         flags = os.O_WRONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK
         if create:
             flags |= os.O_CREAT
