@@ -1,0 +1,99 @@
+"""`tooltrace demo`: the scripted story produces every kind of call, and the trail shows it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tooltrace.demo import FAKE_KEY, run_demo
+
+EXPECTED = {
+    "read": ("ok", None),
+    "params": ("rejected", "params"),
+    "path-escape": ("rejected", "policy"),
+    "symlink-escape": ("rejected", "policy"),
+    "denied-command": ("rejected", "policy"),
+    "approved-write": ("ok", None),
+    "denied-write": ("rejected", "approval"),
+    "hook-block": ("rejected", "hook"),
+    "hook-modify": ("ok", None),
+    "command": ("ok", None),
+    "deadline": ("failed", None),
+    "offload": ("ok", None),
+    "big-file": ("ok", None),
+    "cancel": ("cancelled", None),
+    "unknown": ("unknown", None),
+    "secret-arg": ("ok", None),
+}
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
+    cwd = tmp_path_factory.mktemp("demo")
+    env = {**os.environ, "NO_COLOR": "1"}
+    env.pop("TOOLTRACE_HOME", None)
+    exe = Path(sys.executable).with_name("tooltrace")
+    out = subprocess.run([str(exe), "demo", "--json"], cwd=cwd, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return cwd, json.loads(out.stdout)
+
+
+def test_demo_makes_every_kind_of_call(tmp_path: Path) -> None:
+    result = run_demo(home=tmp_path / "home")
+    by_id = {e.call_id: e for e in result.envelopes}
+    assert set(result.highlights) == set(EXPECTED)
+    for label, (status, stage) in EXPECTED.items():
+        env = by_id[result.highlights[label]]
+        assert env.status.value == status, (label, env.summary)
+        if stage is not None:
+            assert env.reject_stage is not None and env.reject_stage.value == stage, label
+    approved = by_id[result.highlights["approved-write"]]
+    assert any(s.decider == "user:oncall-bot" and s.decision == "approve" for s in approved.steps)
+    modified = by_id[result.highlights["hook-modify"]]
+    assert modified.record.hook_modified
+    offload = by_id[result.highlights["offload"]]
+    assert offload.artifact is not None and len(offload.artifact.sha256) == 64
+    deadline = by_id[result.highlights["deadline"]]
+    assert deadline.record.error_type == "timeout" and deadline.record.execution_started
+    for e in result.envelopes:
+        assert FAKE_KEY not in repr(e.to_dict())
+        assert str(tmp_path) not in e.summary
+
+
+def test_demo_command_prints_summary_and_autopsy_commands(
+        demo_run: tuple[Path, dict[str, object]]) -> None:
+    cwd, data = demo_run
+    assert data["calls"] == len(EXPECTED)
+    assert isinstance(data["autopsy"], list) and len(data["autopsy"]) == 3
+    by_status = data["by_status"]
+    assert isinstance(by_status, dict)
+    assert {"ok", "rejected", "failed", "cancelled", "unknown"} <= set(by_status)
+    exe = Path(sys.executable).with_name("tooltrace")
+    for cmd in data["autopsy"]:
+        assert isinstance(cmd, str) and cmd.startswith("tooltrace autopsy ")
+        out = subprocess.run([str(exe), *cmd.split()[1:]], cwd=cwd, capture_output=True,
+                             text=True, timeout=60, env={**os.environ, "NO_COLOR": "1"})
+        assert out.returncode == 0, out.stderr
+        assert cmd.split()[-1] in out.stdout
+        assert FAKE_KEY not in out.stdout and str(cwd) not in out.stdout
+
+
+def test_demo_trail_is_queryable_and_verifies(demo_run: tuple[Path, dict[str, object]]) -> None:
+    cwd, _ = demo_run
+    exe = Path(sys.executable).with_name("tooltrace")
+    env = {**os.environ, "NO_COLOR": "1"}
+    calls = subprocess.run([str(exe), "calls", "--json", "--limit", "100"], cwd=cwd, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert calls.returncode == 0, calls.stderr
+    rows = json.loads(calls.stdout)
+    assert len(rows) == len(EXPECTED)
+    assert FAKE_KEY not in calls.stdout
+    verify = subprocess.run([str(exe), "verify"], cwd=cwd, env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
