@@ -275,6 +275,29 @@ def test_cancelling_a_run_refuses_its_queued_calls(tmp_path: Path, sink: Recordi
         reg.shutdown(2.0)
 
 
+def test_cancel_call_refuses_a_queued_call(tmp_path: Path, sink: RecordingSink) -> None:
+    reg = make_registry(tmp_path, sink, max_concurrency=1, max_queue=4, admission_timeout_s=10)
+    try:
+        t1, out1 = _in_background(lambda: reg.call(ToolCall("coop_sleep", {"seconds": 0.5})))
+        wait_for(lambda: reg.inflight().get("coop_sleep"), 5.0, "the first call to run")
+        cid = new_call_id()
+        t2, out2 = _in_background(lambda: reg.call(ToolCall("coop_sleep", {"seconds": 0},
+                                                            call_id=cid)))
+        wait_for(lambda: reg.queue_depth().get("coop_sleep"), 5.0, "the second call to queue")
+        t0 = time.monotonic()
+        assert reg.cancel_call(cid) is Status.REJECTED
+        t2.join(5)
+        assert time.monotonic() - t0 < 0.4  # refused at once, not when a slot frees
+        env = out2[0]
+        assert env.status is Status.REJECTED and env.reject_stage is Stage.CANCEL
+        assert _step(env, "admission").detail["reason"] == "cancelled"
+        assert not env.record.execution_started
+        t1.join(5)
+        assert out1[0].status is Status.OK  # the other call of the run is untouched
+    finally:
+        reg.shutdown(2.0)
+
+
 # -- admission ---------------------------------------------------------------------------------
 
 
@@ -545,8 +568,12 @@ def test_randomised_cancels_and_deadlines_under_load(
         tally: dict[tuple[str, str], int] = {}
         overruns: list[float] = []
         for env in envs:
-            assert env.status in allowed[env.tool], (env.tool, env.status, env.summary)
-            assert env.status is not Status.REJECTED
+            if env.status is Status.REJECTED:
+                # A cancel that lands while the call waits for a slot refuses it there.
+                assert env.reject_stage is Stage.CANCEL, env.summary
+                assert not env.record.execution_started
+            else:
+                assert env.status in allowed[env.tool], (env.tool, env.status, env.summary)
             if env.status is Status.FAILED:
                 assert env.record.error_type == "timeout", env.summary
             key = (env.tool, env.status.value)

@@ -147,6 +147,7 @@ class _Admit:
     tool: str
     run_id: str
     timeout_s: float
+    call_id: str = ""
 
 
 @dataclass(slots=True)
@@ -478,6 +479,8 @@ class ToolRegistry:
         """Cancel one call by id; return its final status (None if unknown or undecided)."""
         a = self._active.get(call_id)
         if a is None:
+            if self._admission.cancel_call(call_id):
+                return Status.REJECTED  # it was waiting for a slot: refused with stage cancel
             st = self._statuses.get(call_id)
             return st.status if st else None
         return self._cancel_targets({call_id: a}, wait).get(call_id)
@@ -682,7 +685,7 @@ class ToolRegistry:
         if self._admission.try_acquire(d.name):
             adm = _FREE
         else:
-            adm = yield _Admit(d.name, b.run_id, self.admission_timeout_s)
+            adm = yield _Admit(d.name, b.run_id, self.admission_timeout_s, b.call_id)
         info = {"waited_ms": round(adm.waited_s * 1000, 3), "reason": adm.reason}
         if detail:
             info.update(detail)
@@ -1205,7 +1208,7 @@ class ToolRegistry:
         if isinstance(op, _Execute):
             return self._execute_blocking(op)
         if isinstance(op, _Admit):
-            return self._admission.acquire(op.tool, op.run_id, op.timeout_s)
+            return self._admission.acquire(op.tool, op.run_id, op.timeout_s, op.call_id)
         if isinstance(op, _RunHook):
             return self._bounded(self._hook_pool, op.hook, op.view, op.hook.timeout_s)
         if isinstance(op, _Approve):
@@ -1221,7 +1224,9 @@ class ToolRegistry:
         if isinstance(op, _Execute):
             return await self._execute_async(op)
         if isinstance(op, _Admit):
-            return await self._admission.acquire_async(op.tool, op.run_id, op.timeout_s)
+            return await self._admission.acquire_async(
+                op.tool, op.run_id, op.timeout_s, op.call_id
+            )
         if isinstance(op, _RunHook):
             fut = loop.run_in_executor(self._hook_pool, _guard, op.hook, op.view)
             try:
@@ -1447,7 +1452,7 @@ _FREE = AdmissionResult(True, 0.0, "free")
 _ADMISSION_TEXT = {
     "queue_full": "too many calls waiting for a slot (queue full)",
     "timeout": "no concurrency slot became free in time",
-    "cancelled": "its run was cancelled while it waited",
+    "cancelled": "it (or its run) was cancelled while it waited for a slot",
     "shutdown": "the registry is shutting down",
 }
 

@@ -204,11 +204,12 @@ class AdmissionResult:
 
 
 class _Waiter:
-    __slots__ = ("admitted", "cancelled", "event", "fut", "loop", "run_id", "tool")
+    __slots__ = ("admitted", "call_id", "cancelled", "event", "fut", "loop", "run_id", "tool")
 
-    def __init__(self, tool: str, run_id: str) -> None:
+    def __init__(self, tool: str, run_id: str, call_id: str = "") -> None:
         self.tool = tool
         self.run_id = run_id
+        self.call_id = call_id
         self.admitted = False
         self.cancelled = False
         self.event: threading.Event | None = None
@@ -255,7 +256,9 @@ class Admission:
         self._total += 1
         self._inflight[tool] += 1
 
-    def _enqueue(self, tool: str, run_id: str) -> tuple[AdmissionResult | None, _Waiter | None]:
+    def _enqueue(
+        self, tool: str, run_id: str, call_id: str = ""
+    ) -> tuple[AdmissionResult | None, _Waiter | None]:
         """Under the lock: admit at once, refuse, or queue a waiter."""
         if self._closed:
             return AdmissionResult(False, 0.0, "shutdown"), None
@@ -264,7 +267,7 @@ class Admission:
             return AdmissionResult(True, 0.0, "free"), None
         if len(self._waiters) >= self.max_queue:
             return AdmissionResult(False, 0.0, "queue_full"), None
-        w = _Waiter(tool, run_id)
+        w = _Waiter(tool, run_id, call_id)
         self._waiters.append(w)
         return None, w
 
@@ -276,10 +279,12 @@ class Admission:
             self._take(tool)
             return True
 
-    def acquire(self, tool: str, run_id: str, timeout_s: float) -> AdmissionResult:
+    def acquire(
+        self, tool: str, run_id: str, timeout_s: float, call_id: str = ""
+    ) -> AdmissionResult:
         """Wait (blocking) up to ``timeout_s`` for a slot."""
         with self._lock:
-            res, w = self._enqueue(tool, run_id)
+            res, w = self._enqueue(tool, run_id, call_id)
             if w is not None:
                 w.event = threading.Event()
         if res is not None:
@@ -289,11 +294,13 @@ class Admission:
         w.event.wait(timeout_s)
         return self._settle(w, time.monotonic() - t0)
 
-    async def acquire_async(self, tool: str, run_id: str, timeout_s: float) -> AdmissionResult:
+    async def acquire_async(
+        self, tool: str, run_id: str, timeout_s: float, call_id: str = ""
+    ) -> AdmissionResult:
         """Wait (on the running event loop) up to ``timeout_s`` for a slot."""
         loop = asyncio.get_running_loop()
         with self._lock:
-            res, w = self._enqueue(tool, run_id)
+            res, w = self._enqueue(tool, run_id, call_id)
             if w is not None:
                 w.loop = loop
                 w.fut = loop.create_future()
@@ -360,6 +367,17 @@ class Admission:
                     w.wake()
                     n += 1
         return n
+
+    def cancel_call(self, call_id: str) -> bool:
+        """Refuse the queued call ``call_id``; False if it is not waiting."""
+        with self._lock:
+            for w in self._waiters:
+                if call_id and w.call_id == call_id:
+                    self._waiters.remove(w)
+                    w.cancelled = True
+                    w.wake()
+                    return True
+        return False
 
     def close(self) -> None:
         """Refuse new admissions and wake every waiter (shutdown)."""
