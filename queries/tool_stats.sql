@@ -1,4 +1,4 @@
--- Question: Per tool: how many calls, what share was rejected for bad parameters or by policy/approval, what share of successes was offloaded, and the p50/p95 latency? (The same definitions as the Prometheus recording rules.)
+-- Question: Per tool (with the definitions of the Prometheus recording rules): how many calls, what share was rejected for bad parameters or by policy/approval, what share of successes was offloaded, and what are the p50/p95 latencies?
 -- @param since TIMESTAMP = NULL : only calls started at or after this (UTC)
 -- @param tool VARCHAR = NULL : only this tool
 -- Columns: tool, calls, ok, param_reject_ratio (reject_stage params / calls), policy_reject_ratio (reject_stage policy or approval / calls), offload_ratio (offloaded / ok calls), p50_ms, p95_ms

@@ -220,7 +220,8 @@ def run_real_workload(home: Any, workspace: Any, *, strict: bool = False) -> dic
     @hook("cap_limit", tools={"search"})
     def cap_limit(view: HookView) -> HookDecision:
         if int(view.arguments.get("limit", 0)) > 10:
-            return HookDecision.modify(arguments={"limit": 10}, reason="limit capped at 10")
+            return HookDecision.modify(arguments={**view.arguments, "limit": 10},
+                                       reason="limit capped at 10")
         return HookDecision.proceed()
 
     @hook("no_forbidden", tools={"search"})

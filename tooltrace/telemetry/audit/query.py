@@ -137,7 +137,11 @@ class AuditStore:
         live = build_tables(parsed)
         files = manifest.get("files") or {}
         for t in TABLES:
-            self.con.register(f"_live_{t}", live[t])
+            # Copied into DuckDB rather than scanned as Arrow: joins push filters (bloom
+            # filters) into their inputs, which DuckDB's Arrow scan does not take.
+            self.con.register("_arrow_in", live[t])
+            self.con.execute(f"CREATE TABLE _live_{t} AS SELECT * FROM _arrow_in")
+            self.con.unregister("_arrow_in")
             paths = [str(self.adir / rel) for rel in files.get(t, [])]
             paths = [p for p in paths if Path(p).exists()]
             self.parquet_files += len(paths)
