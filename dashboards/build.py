@@ -42,10 +42,13 @@ __all__ = [
     "alert_names",
     "build_dashboards",
     "build_rule_groups",
+    "latency_expr",
     "main",
+    "ratio_expr",
     "render_dashboard",
     "render_rules",
     "rendered_files",
+    "runbook_anchor",
 ]
 
 HERE = Path(__file__).resolve().parent
