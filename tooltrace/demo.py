@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import sys
 import threading
 import time
 from collections import Counter
@@ -206,8 +205,9 @@ def run_demo(
         if metrics_port is not None:
             server = _serve(reg, metrics_port)
             result.metrics_port = getattr(server, "port", metrics_port)
+        # "python3" from PATH, not sys.executable: arguments are shown as given, host paths too.
         big = [
-            sys.executable,
+            "python3",
             "-c",
             "print('\\n'.join(f'build step {i}: ok' for i in range(3000)))",
         ]
