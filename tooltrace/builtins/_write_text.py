@@ -80,8 +80,7 @@ def atomic_write(
     or cancelled leaves the file untouched and confirms it stopped.
     """
     rp = workspace.resolve(user_path, must_exist=False, allowed_suffixes=(".txt",))
-    # Same-package use of the walk that opens the parent without following symlinks.
-    dfd, name = workspace._open_parent(rp)
+    dfd, name = workspace.open_parent(rp)
     shown = repr(rp.relative[-60:])
     try:
         before, mode = _digest_existing(dfd, name, shown)
