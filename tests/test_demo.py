@@ -82,6 +82,7 @@ def test_demo_command_prints_summary_and_autopsy_commands(
         assert out.returncode == 0, out.stderr
         assert cmd.split()[-1] in out.stdout
         assert FAKE_KEY not in out.stdout and str(cwd) not in out.stdout
+        assert sys.prefix not in out.stdout
 
 
 def test_demo_trail_is_queryable_and_verifies(demo_run: tuple[Path, dict[str, object]]) -> None:
