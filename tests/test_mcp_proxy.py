@@ -464,3 +464,53 @@ cancel_grace_s = 0.5
     assert rows[call_id(out["hang"])]["ended_status"] == "unknown"
     assert rows[call_id(out["garbage"])]["error_type"] == "upstream_protocol_error"
     assert rows[call_id(out["after_garbage"])]["status"] == "ok"
+
+
+# -- streamable HTTP on loopback -----------------------------------------------------------------
+
+
+def test_streamable_http_on_loopback(tmp_path: Path) -> None:
+    from mcp.client.streamable_http import streamable_http_client
+    from otlp_receiver import free_port
+
+    config = write_config(tmp_path, f"""
+[proxy]
+home = "home"
+{toy_server("toy", env={"TOY_TOOLS": "echo"})}
+""")
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tooltrace.mcp", "proxy", "--config", str(config),
+         "--http", f"127.0.0.1:{port}"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), "TOOLTRACE_LOG_LEVEL": "error"},
+        stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # the proxy says when it listens (after the upstreams are up)
+            if "listening on" in line:
+                break
+        else:
+            pytest.fail("the proxy exited before listening")
+
+        async def scenario() -> Any:
+            url = f"http://127.0.0.1:{port}/mcp"
+            async with streamable_http_client(url) as (read, write, *_), \
+                    ClientSession(read, write) as s:
+                await s.initialize()
+                assert [t.name for t in (await s.list_tools()).tools] == ["echo"]
+                return await s.call_tool("echo", {"text": "over http"})
+
+        res = asyncio.run(scenario())
+        assert not res.is_error and text_of(res) == "toy:over http"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    row = audit_rows(tmp_path / "home")[call_id(res)]
+    attrs = json.loads(row["attributes"])
+    assert attrs["network.transport"] == "tcp"
+    assert attrs["mcp.session.id"]
+
+    # Only loopback: anything else is a usage error.
+    out = CliRunner().invoke(mcp_cli, ["proxy", "--config", str(config),
+                                       "--http", "0.0.0.0:8080"])
+    assert out.exit_code == 2

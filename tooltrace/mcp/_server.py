@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import mcp.types as mt
     from mcp.server.lowlevel import Server
 
-__all__ = ["build_server", "run_proxy", "serve_http", "serve_stdio"]
+__all__ = ["build_server", "check_loopback", "run_proxy", "serve_http", "serve_stdio"]
 
 log = logging.getLogger("tooltrace.mcp")
 
@@ -89,14 +89,19 @@ async def serve_stdio(proxy: McpProxy) -> None:
         await server.run(read, write, server.create_initialization_options())
 
 
-async def serve_http(proxy: McpProxy, host: str, port: int) -> None:
-    """Serve the proxy over streamable HTTP at ``http://host:port/mcp`` (loopback only)."""
+def check_loopback(host: str) -> None:
+    """Raise ``ConfigurationError`` unless ``host`` is a loopback address or ``localhost``."""
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
     if not loopback:
         raise ConfigurationError(f"the HTTP transport listens on loopback only, not {host!r}")
+
+
+async def serve_http(proxy: McpProxy, host: str, port: int) -> None:
+    """Serve the proxy over streamable HTTP at ``http://host:port/mcp`` (loopback only)."""
+    check_loopback(host)
     import uvicorn
 
     server = build_server(proxy, "http")
