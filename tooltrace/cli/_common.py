@@ -104,7 +104,8 @@ def _default(obj: Any) -> Any:
 
 def to_json(obj: Any, guard: OutputGuard) -> str:
     """JSON text of ``obj`` with host paths scrubbed."""
-    text = orjson.dumps(obj, default=_default, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+    opts = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_NAIVE_UTC | orjson.OPT_UTC_Z
+    text = orjson.dumps(obj, default=_default, option=opts)
     return guard(text.decode())
 
 

@@ -53,7 +53,7 @@ def autopsy(call_id: str, home: Path | None, as_json: bool) -> None:
 
 
 def _line(label: str, value: Any, guard: OutputGuard) -> None:
-    console().print(f"[bold]{label:<18}[/bold] {guard(cell(value, 400))}", markup=True)
+    console().print(f"[bold]{label:<20}[/bold] {guard(cell(value, 400))}", markup=True)
 
 
 def _render(a: Any, guard: OutputGuard) -> None:
@@ -74,6 +74,8 @@ def _render(a: Any, guard: OutputGuard) -> None:
     _line("summary", res.get("summary"), guard)
     _line("elapsed", f"{res.get('elapsed_ms') or 0:.3f} ms", guard)
     _line("arguments", a.arguments, guard)
+    if a.final_arguments != a.arguments:
+        _line("arguments (final)", a.final_arguments, guard)
     for s in a.schema:
         _line(f"schema ({s['step']})", f"{s['decision']}"
               + (f": {s['error']}" if s.get("error") else ""), guard)

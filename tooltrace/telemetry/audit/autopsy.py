@@ -43,6 +43,7 @@ class Autopsy:
     call_id: str
     record: dict[str, Any] | None
     arguments: Any
+    final_arguments: Any
     schema: list[dict[str, Any]]
     paths: dict[str, str]
     policy: list[dict[str, Any]]
@@ -64,6 +65,7 @@ class Autopsy:
             "call_id": self.call_id,
             "call": self.record,
             "arguments": self.arguments,
+            "final_arguments": self.final_arguments,
             "schema": self.schema,
             "paths": self.paths,
             "policy": self.policy,
@@ -79,6 +81,31 @@ class Autopsy:
             "intent": self.intent,
             "steps": self.steps,
         }
+
+
+_REMOVED = "<removed by a hook; value not recorded>"
+
+
+def _before_hooks(final: Any, diffs: list[Any]) -> Any:
+    """The arguments as the model gave them: the final ones with each hook's diff undone."""
+    args = final
+    for diff in reversed(diffs):
+        if not isinstance(diff, dict):
+            continue
+        if "before" in diff and "after" in diff:
+            args = diff["before"]
+            continue
+        if not isinstance(args, dict):
+            continue
+        args = dict(args)
+        for k in diff.get("added") or {}:
+            args.pop(k, None)
+        for k, pair in (diff.get("changed") or {}).items():
+            if isinstance(pair, list) and len(pair) == 2:
+                args[k] = pair[0]
+        for k in diff.get("removed") or []:
+            args.setdefault(k, _REMOVED)
+    return args
 
 
 def _us(t: dt.datetime | None) -> int | None:
@@ -171,6 +198,8 @@ def explain(detail: CallDetail) -> Autopsy:
     if detail.intent is not None:
         intent = dict(detail.intent)
         intent["args_redacted"] = _j(intent.get("args_redacted"))
-    args = rec["args_redacted"] if rec else (intent or {}).get("args_redacted")
-    return Autopsy(detail.call_id, rec, args, schema, paths, policy, approvals, hooks, started,
-                   execution, events, result, artifact, trace, resolution, intent, steps)
+    final = rec["args_redacted"] if rec else (intent or {}).get("args_redacted")
+    args = _before_hooks(final, [h.get("diff") for h in hooks if h["decision"] == "modify"
+                                 and h["phase"] == "pre"])
+    return Autopsy(detail.call_id, rec, args, final, schema, paths, policy, approvals, hooks,
+                   started, execution, events, result, artifact, trace, resolution, intent, steps)
