@@ -129,6 +129,33 @@ def test_redacting_twice_changes_nothing_more(redactor: Redactor) -> None:
     assert redactor.redact(once_value) == (once_value, 0)
 
 
+def test_secrets_inside_long_text_and_long_lines(redactor: Redactor) -> None:
+    # Long text takes the windowed path (detectors run only around their anchors).
+    filler = "ordinary output line with words, numbers 12345 and a path notes/a.txt\n" * 300
+    one_line = json.dumps({"rows": [{"id": i, "name": f"row {i}"} for i in range(2000)]})
+    assert len(filler) > 4096 and len(one_line) > 20_000 and "\n" not in one_line
+    extra = [
+        ("url_password", "postgres://app:Pw-9x8y7z6w5v@db:5432/app", "Pw-9x8y7z6w5v"),
+        ("cookie", "Cookie: sid=Zx81kLmQ9; csrftoken=aa11bb22cc33", "Zx81kLmQ9"),
+        ("authorization", "Authorization: Bearer abc123DEF456ghi789JKL", "abc123DEF456ghi789JKL"),
+        ("private_key", PEM, PEM.splitlines()[2]),
+    ]
+    cases = [(k, s_, s_) for k, s_ in SECRETS] + extra
+    for kind, placed, secret in cases:
+        for text in (
+            filler + placed + "\n" + filler,
+            placed + "\n" + filler,
+            filler + placed,
+            one_line[:12_000] + " " + placed + " " + one_line[12_000:],
+        ):
+            if kind == "cookie" and not text.startswith(placed) and "\n" + placed not in text:
+                continue  # a cookie header is recognised at the start of a line
+            out = redactor.redact_text(text)
+            assert secret not in out, (kind, len(text))
+            assert marker(kind) in out, (kind, len(text))
+    assert redactor.redact_text(filler + one_line) is not None
+
+
 def test_pem_private_key_block_is_replaced_whole(redactor: Redactor) -> None:
     text = f"before\n{PEM}\nafter"
     out = redactor.redact_text(text)

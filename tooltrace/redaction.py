@@ -162,13 +162,15 @@ def _check_basic(m: re.Match[str], value: str) -> bool:
 _HDR = r"(?P<hdr>(?i:authorization|proxy-authorization)[\"']?\s*[:=]\s*[\"']?)?"
 _AWS_PREFIXES = ("AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AIPA", "ANPA", "ANVA", "AROA")
 
+_PEM_RE = re.compile(
+    r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----"
+    r"(?s:.*?)(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
+)
+
 _DETECTORS: tuple[_Detector, ...] = (
     _Detector(
         "private_key",
-        re.compile(
-            r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----"
-            r"(?s:.*?)(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
-        ),
+        _PEM_RE,
         cs=("PRIVATE KEY",),
         rank=3,
     ),
@@ -435,21 +437,57 @@ def _find_assignments(text: str, low: str, found: list[tuple[int, int, int, str]
             seen_to = s_end
 
 
+# In long text a detector's regex runs only on the lines around its anchors (a scan of the
+# whole text costs a few ms per detector; the anchors are found with str.find). A window is the
+# anchor's line, cut to _WINDOW_REACH characters either side: every format's secret lies within
+# a few hundred characters of its anchor. The multi-line PEM block is always scanned whole.
+_WINDOW_MIN_TEXT = 4096
+_WINDOW_REACH = 8192
+
+
+def _anchor_windows(text: str, low: str, det: _Detector) -> list[tuple[int, int]]:
+    hits: list[int] = []
+    for source, anchors in ((text, det.cs), (low, det.lc)):
+        for a in anchors:
+            i = source.find(a)
+            while i >= 0:
+                hits.append(i)
+                i = source.find(a, i + 1)
+    hits.sort()
+    windows: list[tuple[int, int]] = []
+    n = len(text)
+    for i in hits:
+        start = max(text.rfind("\n", 0, i) + 1, i - _WINDOW_REACH)
+        end = text.find("\n", i)
+        end = min(n if end < 0 else end, i + _WINDOW_REACH)
+        if windows and start <= windows[-1][1]:
+            windows[-1] = (windows[-1][0], max(windows[-1][1], end))
+        else:
+            windows.append((start, end))
+    return windows
+
+
 def _detect(text: str) -> tuple[str, int]:
     """Run the detectors whose anchors occur in ``text``; replace what they find."""
     low = text.lower() if text.isascii() else text.translate(_ASCII_LOWER)
     found: list[tuple[int, int, int, str]] = []  # (start, end, rank, kind)
+    small = len(text) <= _WINDOW_MIN_TEXT
     for det in _DETECTORS:
         if not (any(a in text for a in det.cs) or any(a in low for a in det.lc)):
             continue
-        for m in det.regex.finditer(text):
-            if m.groupdict().get("s") is not None:
-                start, end = m.span("s")
-            else:
-                start, end = m.span()
-            if det.check is not None and not det.check(m, text[start:end]):
-                continue
-            found.append((start, end, det.rank, det.kind))
+        if small or det.regex is _PEM_RE:
+            spans: list[tuple[int, int]] = [(0, len(text))]
+        else:
+            spans = _anchor_windows(text, low, det)
+        for w_start, w_end in spans:
+            for m in det.regex.finditer(text, w_start, w_end):
+                if m.groupdict().get("s") is not None:
+                    start, end = m.span("s")
+                else:
+                    start, end = m.span()
+                if det.check is not None and not det.check(m, text[start:end]):
+                    continue
+                found.append((start, end, det.rank, det.kind))
     if _KEYWORDS.search(low) is not None:
         _find_assignments(text, low, found)
     if not found:
@@ -482,7 +520,9 @@ def _detect(text: str) -> tuple[str, int]:
 # stay as they are. Binary (non-UTF-8 or unprintable) decodings are never scanned.
 
 _B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{24,}={0,2}")
-_PCT_TOKEN = re.compile(r"[^\s\"'<>`\\]*%[0-9A-Fa-f]{2}[^\s\"'<>`\\]*")
+_PCT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+# Tried only at token starts (the lookbehind), so a long token is not rescanned per position.
+_PCT_TOKEN = re.compile(r"(?<![^\s\"'<>`\\])[^\s\"'<>`\\]*%[0-9A-Fa-f]{2}[^\s\"'<>`\\]*")
 _MAX_ENCODED_DEPTH = 2
 
 
@@ -630,7 +670,8 @@ class Redactor:
             text, n = _detect(text)
             count += n
         if self._detectors and depth < _MAX_ENCODED_DEPTH:
-            if "%" in text and _PCT_TOKEN.search(text) is not None:
+            # The cheap escape search gates the token regex (which is slow on long text).
+            if "%" in text and _PCT_ESCAPE.search(text) is not None:
                 text, n = self._redact_encoded(text, _PCT_TOKEN, _unquote, depth, decoded=True)
                 count += n
             if _B64_RUN.search(text) is not None:
