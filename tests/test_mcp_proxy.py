@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -33,6 +34,8 @@ from tooltrace.telemetry.audit.query import AuditStore
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 TOY = str(REPO / "tests" / "mcp_servers" / "toy.py")
+CLIENT_TRACE_ID, CLIENT_SPAN_ID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+CLIENT_TRACEPARENT = f"00-{CLIENT_TRACE_ID}-{CLIENT_SPAN_ID}-01"
 
 
 def _toml_str(value: str) -> str:
@@ -152,7 +155,8 @@ args = ["--repository", {_toml_str(str(repo))}]
             async with proxy_session(config, env=env) as s:
                 listed = await s.list_tools()
                 out["tools"] = {t.name: t for t in listed.tools}
-                out["time"] = await s.call_tool("get_current_time", {"timezone": "UTC"})
+                out["time"] = await s.call_tool("get_current_time", {"timezone": "UTC"},
+                                                meta={"traceparent": CLIENT_TRACEPARENT})
                 out["bad_tz"] = await s.call_tool("get_current_time", {"timezone": "Nope/Zone"})
                 out["bad_args"] = await s.call_tool("get_current_time", {"timezone": 7})
                 out["commit"] = await s.call_tool(
@@ -231,6 +235,8 @@ args = ["--repository", {_toml_str(str(repo))}]
         assert span.attributes["mcp.session.id"]
     time_span = by_id[call_id(out["time"])]
     assert time_span.name == "execute_tool get_current_time"
+    # The client's trace context is the parent of the call's span.
+    assert (time_span.trace_id, time_span.parent_span_id) == (CLIENT_TRACE_ID, CLIENT_SPAN_ID)
     assert time_span.attributes["tooltrace.source"] == "mcp:time"
     assert by_id[call_id(out["bad_tz"])].attributes["error.type"] == "tool_error"
     assert by_id[call_id(out["bad_tz"])].status_code == 2
@@ -245,20 +251,27 @@ args = ["--repository", {_toml_str(str(repo))}]
 
 
 def test_blocking_hook_means_the_upstream_never_runs(tmp_path: Path) -> None:
+    from otlp_receiver import free_port
+
     marker = tmp_path / "marker.txt"
+    port = free_port()
     config = write_config(tmp_path, f"""
 [proxy]
 home = "home"
 hooks = ["tests.mcp_servers.hooks:block_all"]
+metrics_port = {port}
 {toy_server("toy", env={"TOY_TOOLS": "write_marker,echo"})}
 """)
 
-    async def scenario() -> list[Any]:
+    async def scenario() -> tuple[list[Any], str]:
         async with proxy_session(config) as s:
-            return [await s.call_tool("write_marker", {"path": str(marker), "text": "x"}),
-                    await s.call_tool("echo", {"text": "hi"})]
+            results = [await s.call_tool("write_marker", {"path": str(marker), "text": "x"}),
+                       await s.call_tool("echo", {"text": "hi"})]
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                return results, r.read().decode()
 
-    wrote, echoed = asyncio.run(scenario())
+    (wrote, echoed), metrics = asyncio.run(scenario())
+    assert 'tooltrace_tool_rejections_total{stage="hook",tool="write_marker"} 1.0' in metrics
     assert not marker.exists()
     assert wrote.is_error and echoed.is_error
 
