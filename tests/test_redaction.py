@@ -276,6 +276,9 @@ def test_cookie_headers(redactor: Redactor) -> None:
         ("connect(password='pa55word!')", "pa55word!"),
         ("session_token => Rk9vQmFyQmF6MTIzNDU2", "Rk9vQmFyQmF6MTIzNDU2"),
         ("password: 'abc", "abc"[:0] + "abc"),
+        ("password: Hunter2", "Hunter2"),
+        ('def connect(password: str = "hunter2x"):', "hunter2x"),
+        ("db_password: Optional[str] = 's3cr3t-pw'", "s3cr3t-pw"),
     ],
 )
 def test_values_next_to_key_like_names(redactor: Redactor, text: str, secret: str) -> None:
@@ -305,6 +308,9 @@ BENIGN = [
     'PASSWORD_FIELD_NAME = "password"',
     "session: requests.Session | None = None,",
     "private_key: ec.EllipticCurvePrivateKey,",
+    "password: SecretStr",
+    "api_key: APIKey | None = None",
+    "def f(token: Optional[str] = None) -> None:",
     "# pass the secret sauce to the next step",
     "The passenger walked past the bypass.",
     "git commit -m 'fix: rotate keys' && git push",

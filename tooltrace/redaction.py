@@ -350,6 +350,10 @@ _ASSIGN = re.compile(
     r"(?:\\?(?P<q>[\"'])(?P<qs>[^\"'\\\r\n\s,;)+][^\"'\\\r\n]{0,511})"
     r"|(?P<s>[^\s\"',;&<>(){}\[\]`\\]{1,512}))"
 )
+_ANNOTATED_DEFAULT = re.compile(
+    r"[\"']?[ \t]*:[ \t]*[A-Za-z_][\w.\[\], |]{0,60}?[ \t]*=(?!=)[ \t]*"
+    r"(?P<q>[\"'])(?P<qs>[^\"'\\\r\n]{1,512})"
+)
 _ASSIGN_RANK = 0
 _ASSIGN_KIND = "secret_assignment"
 _LC_ANCHORS = re.compile(
@@ -362,7 +366,9 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 
 # A CamelCase type name (SecretStr, HttpUrl, UUID, Int64) after "key:" is an annotation;
 # a random-looking token that merely starts with a capital is not.
-_TYPE_LIKE = re.compile(r"(?:[A-Z][a-z]+|[A-Z]{2,4}(?![a-z]))+[0-9]{0,3}")
+# A type name after "key:" (SecretStr, APIKey, Ed25519PrivateKey); no trailing digits, which
+# are the mark of a human-chosen password (Hunter2, Summer2024).
+_TYPE_LIKE = re.compile(r"(?:[A-Z][a-z]+|[A-Z]{2,4}(?![a-z])|[0-9]+(?=[A-Z]))+")
 _TYPE_NAMES = frozenset(
     {"str", "bytes", "int", "float", "bool", "None", "object", "dict", "list", "tuple", "any"}
 )
@@ -424,10 +430,18 @@ def _find_assignments(text: str, low: str, found: list[tuple[int, int, int, str]
         rest = _KEY_REST.match(text, hit.end())
         key_end = rest.end() if rest else hit.end()
         seen_to = key_end
+        key = text[start:key_end]
+        d = _ANNOTATED_DEFAULT.match(text, key_end)
+        if d is not None and _STRONG_KEY.search(key.lower()) is not None:
+            # "password: str = 'hunter2'": the annotation is code, the default is the secret.
+            value = d.group("qs")
+            if len(value) >= 4 and not _benign_value(value):
+                found.append((d.start("qs"), d.end("qs"), _ASSIGN_RANK, _ASSIGN_KIND))
+                seen_to = d.end("qs")
+                continue
         m = _ASSIGN.match(text, key_end)
         if m is None:
             continue
-        key = text[start:key_end]
         quoted = m.group("q") is not None
         group = "qs" if quoted else "s"
         value = m.group(group)
