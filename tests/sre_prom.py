@@ -132,6 +132,10 @@ class PrometheusServer(Prometheus):
             targets, extra_args=["--enable-feature=exemplar-storage", "--log.level=warn"], **kwargs
         )
 
+    def __enter__(self) -> PrometheusServer:
+        self.start()
+        return self
+
     def wait_for(self, expr: str, timeout_s: float = 30.0) -> list[dict[str, Any]]:
         """Poll until ``expr`` returns at least one sample; return the samples."""
         return list(poll(lambda: self.query(expr), timeout_s, f"PromQL {expr!r} to return data"))

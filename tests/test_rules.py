@@ -4,6 +4,8 @@ Alertmanager delivers to a webhook."""
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import shutil
 import time
@@ -15,6 +17,8 @@ import yaml
 from sre_kit import REPO, load_build
 from sre_prom import AlertmanagerServer, PrometheusServer, WebhookReceiver, promtool
 from sre_workload import running_workload
+
+from tooltrace.telemetry.metrics import DURATION_BUCKETS
 
 build = load_build()
 RULES = REPO / "dashboards" / build.RULES_FILE
@@ -121,6 +125,61 @@ def test_generator_options_reach_the_rule_file(tmp_path: Path) -> None:
     assert "> 900" in alerts["TooltraceAuditBacklog"]["expr"]
     with pytest.raises(SystemExit):
         build.main(["--out", str(tmp_path), "--latency-slo", "0"])
+
+
+def test_recording_rule_expressions_agree_with_tooltrace_stats(tmp_path: Path) -> None:
+    # The same calls seen two ways: the rules' PromQL over scraped metrics, and `tooltrace
+    # stats` over the audit trail. Every series starts at 0 in a scrape before the first call
+    # and all share scrape times, so rate() extrapolation cancels out and the ratios are exact.
+    from click.testing import CliRunner
+
+    from tooltrace.cli import main
+
+    mix = {"ok": 30, "params": 9, "offload": 6, "inline": 10, "policy": 3, "approval": 5}
+    mix |= {"hook": 4, "fetch_ok": 8, "failed": 3, "unknown": 2}
+    with running_workload(tmp_path / "workload") as w, PrometheusServer([w.target]) as prom:
+        # Zero-valued series for every registered tool are scraped before any call.
+        prom.wait_for('count(tooltrace_tool_calls_total{tool="commit"} == 0) == 5', 30)
+        w.burst(mix)
+        w.registry.flush(10.0)
+        total = sum(mix.values())
+        prom.wait_for(f'sum(tooltrace_tool_calls_total{{tool!="_unregistered"}}) == {total}')
+        promql = {
+            s.key: {
+                r["metric"]["tool"]: float(r["value"][1])
+                for r in prom.query(build.ratio_expr(s, "5m"))
+            }
+            for s in build.SIGNALS
+        }
+        p95 = {
+            r["metric"]["tool"]: float(r["value"][1])
+            for r in prom.query(build.latency_expr(0.95, "5m"))
+        }
+    # After the registry's shutdown: every record, late resolutions included, is durable.
+    home = tmp_path / "workload" / "tt"
+    res = CliRunner().invoke(main, ["stats", "--home", str(home), "--json"])
+    assert res.exit_code == 0, res.output
+    stats = {row["tool"]: row for row in json.loads(res.output)}
+    assert set(stats) == {"lookup", "render", "deploy", "fetch", "explode", "commit"}
+    for tool, row in stats.items():
+        assert row["param_reject_ratio"] == pytest.approx(promql["param_reject"][tool], abs=1e-4)
+        assert row["policy_reject_ratio"] == pytest.approx(promql["policy_reject"][tool], abs=1e-4)
+        if tool == "commit":
+            # Metrics count the status a call ended with (unknown); the audit trail keeps the
+            # final one, after the late `resolved` step (ok). The offload ratios' bases differ.
+            assert tool not in promql["offload"] and row["ok"] == mix["unknown"]
+        elif row["ok"]:
+            assert row["offload_ratio"] == pytest.approx(promql["offload"][tool], abs=1e-4)
+        else:
+            assert tool not in promql["offload"]  # no successes: no ratio, not NaN
+    assert stats["lookup"]["param_reject_ratio"] > 0 and stats["render"]["offload_ratio"] > 0
+    assert stats["deploy"]["policy_reject_ratio"] == 1
+    # Latency: the histogram's p95 lands in the same bucket as the exact one, or next to it.
+    buckets = [0.0, *DURATION_BUCKETS, math.inf]
+    for tool, row in stats.items():
+        exact, estimated = row["p95_ms"] / 1000, p95[tool]
+        i = next(k for k, b in enumerate(buckets) if exact <= b)
+        assert buckets[max(i - 2, 0)] <= estimated <= buckets[min(i + 1, len(buckets) - 1)], tool
 
 
 # -- end to end: workload -> Prometheus -> Alertmanager -> webhook ------------------------------
