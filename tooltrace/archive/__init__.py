@@ -1,0 +1,56 @@
+"""The scale-out audit archive: sealed segments shipped exactly once to object storage.
+
+Two targets, one layout (see ``_layout``): a DuckLake table set (``ducklake:postgres:...``,
+catalog in PostgreSQL, Parquet on S3, written concurrently by a fleet) and plain Parquet
+partitioned by day (``s3://bucket/prefix``) for any engine that reads Parquet.
+
+- ``ship(home, archive)`` / ``tooltrace audit ship``: move sealed segments, exactly once.
+- ``ArchiveShipper``: the same on a background thread, as a sink placed after ``AuditSink``.
+- ``ArchiveStore`` / ``open_archive``: the ``tool_calls`` / ``tool_call_steps`` views over the
+  archive, with the helpers every CLI reader uses.
+- ``verify_archive``: hash chains and keyed checkpoints over shipped and local records.
+
+Everything here imports DuckDB and pyarrow only when used; the DuckDB extensions come from the
+``archive`` extra (``pip install 'tooltrace[archive]'``).
+"""
+
+from typing import TYPE_CHECKING
+
+from ._connect import TOOLTRACE_ARCHIVE, TOOLTRACE_ARCHIVE_DATA_PATH, ArchiveError, parse_target
+
+if TYPE_CHECKING:
+    from ._ship import ArchiveShipper, ShipResult, ship
+    from ._store import ArchiveStore, open_archive
+    from ._verify import verify_archive
+
+__all__ = [
+    "TOOLTRACE_ARCHIVE",
+    "TOOLTRACE_ARCHIVE_DATA_PATH",
+    "ArchiveError",
+    "ArchiveShipper",
+    "ArchiveStore",
+    "ShipResult",
+    "open_archive",
+    "parse_target",
+    "ship",
+    "verify_archive",
+]
+
+_LAZY = {
+    "ArchiveShipper": "_ship",
+    "ShipResult": "_ship",
+    "ship": "_ship",
+    "ArchiveStore": "_store",
+    "open_archive": "_store",
+    "verify_archive": "_verify",
+}
+
+
+def __getattr__(name: str) -> object:
+    # The shipper and the store pull in DuckDB and pyarrow: load them only when asked for.
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(name)
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{mod}"), name)

@@ -1,0 +1,67 @@
+"""Read the archive with the same views and helpers as a local audit trail.
+
+``ArchiveStore`` is an ``AuditStore`` whose ``tool_calls``, ``tool_call_steps`` and
+``tool_call_intents`` views cover the archive instead of a home: the DuckLake tables, or the
+day-partitioned Parquet read in place over S3. Every CLI reader (``autopsy``, ``calls``,
+``stats``, ``query``) works on it unchanged; lookups by call id prune by the min/max of the
+string call id, so one call among millions reads a few row groups.
+"""
+
+from __future__ import annotations
+
+from ..telemetry.audit._tables import TABLES, empty_tables, schemas
+from ..telemetry.audit.query import _VIEWS, AuditStore
+from ._connect import ArchiveError, Target, connect, first_line, parse_target
+
+__all__ = ["ArchiveStore", "open_archive"]
+
+
+class ArchiveStore(AuditStore):
+    """A read-only DuckDB view of an archive (``ducklake:...``, ``s3://...`` or a directory)."""
+
+    def __init__(self, archive: str | None = None) -> None:
+        import duckdb
+
+        self.target: Target = parse_target(archive)
+        self.issues = []
+        self.segments = 0
+        self.parquet_files = 0
+        self.con = connect(self.target, read_only=True)
+        try:
+            self._load_archive()
+        except duckdb.Error as exc:
+            self.con.close()
+            raise ArchiveError(f"cannot read the archive {self.target.display()}:"
+                               f" {first_line(exc)}") from None
+
+    def _load_archive(self) -> None:
+        con = self.con
+        cols = {t: ", ".join(f'"{c}"' for c in s.names) for t, s in schemas().items()}
+        empty = empty_tables()
+        if self.target.kind == "ducklake":
+            have = {r[0] for r in con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = 'lake'"
+            ).fetchall()}
+        for t in TABLES:
+            src: str | None = None
+            if self.target.kind == "ducklake":
+                if t in have:
+                    src = f"SELECT {cols[t]} FROM lake.{t}"
+            else:
+                pattern = f"{self.target.location}/{t}/*/*.parquet"
+                n = con.execute("SELECT count(*) FROM glob($p)", {"p": pattern}).fetchone()
+                if n and n[0]:
+                    self.parquet_files += int(n[0])
+                    quoted = pattern.replace("'", "''")
+                    src = (f"SELECT {cols[t]} FROM read_parquet('{quoted}',"
+                           " hive_partitioning = true, union_by_name = true)")
+            if src is None:
+                con.register(f"_empty_{t}", empty[t])
+                src = f"SELECT * FROM _empty_{t}"
+            con.execute(f"CREATE OR REPLACE VIEW _all_{t} AS {src}")
+        con.execute(_VIEWS)
+
+
+def open_archive(archive: str | None = None) -> ArchiveStore:
+    """Open an archive for reading (``None``: ``TOOLTRACE_ARCHIVE``)."""
+    return ArchiveStore(archive)

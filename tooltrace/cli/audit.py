@@ -1,0 +1,80 @@
+"""``tooltrace audit ship``: move sealed audit segments into the archive, exactly once."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from ._common import EXIT_FAIL, EXIT_USAGE, OutputGuard, fail, home_option, json_option
+from ._common import print_json as _print_json
+
+
+@click.group()
+def audit() -> None:
+    """Audit trail maintenance beyond one machine (the archive)."""
+
+
+@audit.command()
+@click.option("--archive", envvar="TOOLTRACE_ARCHIVE", metavar="URI",
+              help="ducklake:postgres:<conninfo>, s3://bucket/prefix or a directory"
+                   " (default: $TOOLTRACE_ARCHIVE).")
+@click.option("--data-path", envvar="TOOLTRACE_ARCHIVE_DATA_PATH", metavar="URI",
+              help="Where a new DuckLake catalog keeps its Parquet (s3://bucket/prefix/);"
+                   " default $TOOLTRACE_ARCHIVE_DATA_PATH.")
+@click.option("--prune", is_flag=True, help="Delete local segments once they are archived.")
+@click.option("--segments-per-commit", type=click.IntRange(1, 100_000), default=64,
+              show_default=True, help="Segments per DuckLake transaction.")
+@click.option("--follow", is_flag=True,
+              help="Keep shipping every --interval seconds until SIGTERM or Ctrl-C.")
+@click.option("--interval", type=click.FloatRange(0.1, 86_400), default=30.0,
+              show_default=True, help="Seconds between rounds with --follow.")
+@home_option
+@json_option
+def ship(archive: str | None, data_path: str | None, prune: bool, segments_per_commit: int,
+         follow: bool, interval: float, home: Path | None, as_json: bool) -> None:
+    """Ship sealed segments not yet in the archive; a re-run skips what landed.
+
+    A ship killed at any point neither loses nor duplicates a record. Exit 1 when the archive
+    cannot be reached or written (nothing secret is printed), 2 for a bad URI.
+    """
+    from ..archive import ArchiveError
+    from ..archive import ship as do_ship
+    from ..exceptions import ConfigurationError
+
+    guard = OutputGuard(home)
+    stop = threading.Event()
+    if follow:
+        def _stop(signum: int, frame: FrameType | None) -> None:
+            stop.set()
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+    while True:
+        started = time.monotonic()
+        try:
+            res = do_ship(home, archive, data_path=data_path,
+                          segments_per_commit=segments_per_commit, prune=prune)
+        except ConfigurationError as exc:
+            fail(str(exc), EXIT_USAGE, guard)
+        except ArchiveError as exc:
+            if not follow:
+                fail(str(exc), EXIT_FAIL, guard)
+            click.echo(f"error: {guard(str(exc))} (retrying)", err=True)
+        else:
+            if as_json:
+                _print_json(res.to_dict(), guard)
+            else:
+                click.echo(f"shipped {len(res.shipped)} segments ({res.calls} calls, {res.steps}"
+                           f" steps) to {res.archive}; {res.already} already there, {res.live}"
+                           " still being written" + (f", {res.pruned} pruned locally"
+                                                     if res.pruned else ""))
+                for name in res.lost_before_ship:
+                    click.echo(f"warning: segment {name} was pruned locally before it was"
+                               " shipped: its records are only in the local Parquet", err=True)
+        if not follow or stop.wait(max(0.0, interval - (time.monotonic() - started))):
+            return
