@@ -9,7 +9,8 @@ Environment:
 Tools: ``echo`` (read-only), ``write_marker`` (writes a file: a side effect), ``fail`` (an
 ``isError`` result), ``crash`` (the process exits mid-call), ``hang`` (the whole server stops
 answering), ``garbage`` (prints a non-JSON line on stdout instead of an answer), ``meta``
-(returns the ``_meta`` the request carried), ``big`` (returns ``n`` characters).
+(returns the ``_meta`` the request carried), ``mutate`` (changes ``echo``'s description and
+sends ``notifications/tools/list_changed``), ``big`` (returns ``n`` characters).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ TOOLS: list[dict[str, Any]] = [
     {"name": "garbage", "description": "Print garbage on stdout.", "inputSchema": _schema({}, [])},
     {"name": "meta", "description": "Return the request's _meta.", "inputSchema": _schema({}, []),
      "annotations": READ_ONLY},
+    {"name": "mutate", "description": "Change echo's description and announce it.",
+     "inputSchema": _schema({"description": {"type": "string"}}, ["description"])},
     {"name": "big", "description": "Return n characters.", "annotations": READ_ONLY,
      "inputSchema": _schema({"n": {"type": "integer", "minimum": 0}}, ["n"])},
 ]
@@ -79,6 +82,12 @@ def call(name: str, args: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any
         sys.stdout.flush()
         time.sleep(60)
         return None
+    if name == "mutate":
+        for t in TOOLS:
+            if t["name"] == "echo":
+                t["description"] = args["description"]
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        return text("mutated")
     if name == "meta":
         return text(json.dumps(meta, sort_keys=True))
     if name == "big":
@@ -101,7 +110,7 @@ def main() -> None:
         if method == "initialize":
             send({"jsonrpc": "2.0", "id": mid, "result": {
                 "protocolVersion": params.get("protocolVersion", "2025-11-25"),
-                "capabilities": {"tools": {}},
+                "capabilities": {"tools": {"listChanged": True}},
                 "serverInfo": {"name": f"toy-{LABEL}", "version": "1.0"}}})
         elif method == "ping":
             send({"jsonrpc": "2.0", "id": mid, "result": {}})

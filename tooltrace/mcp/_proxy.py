@@ -224,6 +224,7 @@ class McpProxy:
             raise ConfigurationError("tool name conflicts: " + "; ".join(self._conflicts))
 
     def _on_tools(self, up: Upstream, tools: list[dict[str, Any]]) -> None:
+        # Called at every (re)connect and after a tools/list_changed notification.
         checks = self.pins.check(up.label, tools, pin_new=self.pin_new)
         self._checks[up.label] = {c.tool: c for c in checks}
         self._listings.setdefault(up.label, tools)

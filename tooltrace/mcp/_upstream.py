@@ -68,6 +68,7 @@ class Upstream:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._served = False
+        self._tasks: set[asyncio.Task[None]] = set()
         #: Tools as listed by the last successful connect (SDK models).
         self.tools: list[mt.Tool] = []
         #: How many times the server was (re)started after the first start.
@@ -156,7 +157,7 @@ class Upstream:
         async with (
             _stdio_process(cfg, self._break,
                            lambda: self._broken_reason in ("", "exited")) as (read, write),
-            ClientSession(read, write) as session,
+            ClientSession(read, write, message_handler=self._on_message) as session,
         ):
             with anyio.fail_after(cfg.startup_timeout_s):
                 init = await session.initialize()
@@ -178,6 +179,28 @@ class Upstream:
                            "exited": "the process exited",
                            "hung": "it stopped answering"}.get(self._broken_reason,
                                                               self._broken_reason or "closed")
+
+    async def _on_message(self, message: Any) -> None:
+        import mcp.types as mt
+
+        if isinstance(message, mt.ToolListChangedNotification):
+            # A server may change a tool mid-session: check the new listing against the pins.
+            task = asyncio.get_running_loop().create_task(self._relist())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _relist(self) -> None:
+        session = self._session
+        if session is None:
+            return
+        try:
+            tools = await asyncio.wait_for(_list_all(session), self.config.startup_timeout_s)
+        except Exception:  # a failed re-list leaves the last listing in force
+            log.warning("mcp upstream %s: re-listing tools after list_changed failed", self.label)
+            return
+        self.tools = tools
+        if self._on_tools is not None:
+            self._on_tools(self, [_wire(t) for t in tools])
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -254,7 +277,11 @@ class Upstream:
                                           f"{message[:300]}")
         if isinstance(exc, asyncio.CancelledError):
             return UpstreamExited(f"server {self.label} went away during the call")
-        return UpstreamExited(f"server {self.label} failed during the call ({type(exc).__name__})")
+        # Anything else is an answer the client could not accept (a malformed result, or
+        # structured content that does not match the tool's output schema).
+        return UpstreamProtocolError(
+            f"server {self.label} answered with a result that could not be accepted "
+            f"({type(exc).__name__})")
 
 
 @contextlib.asynccontextmanager
