@@ -16,6 +16,7 @@ __all__ = ["COMMANDS", "main"]
 
 #: command name -> "module:attribute" of its click command.
 COMMANDS: dict[str, str] = {
+    "audit": "tooltrace.cli.audit:audit",
     "autopsy": "tooltrace.cli.autopsy:autopsy",
     "calls": "tooltrace.cli.calls:calls",
     "compact": "tooltrace.cli.compact:compact",
