@@ -467,7 +467,8 @@ _COMPONENTS = st.sampled_from(
         "a.txt", "notes", "b.txt", "indir", "outdir", "link_a.txt", "chain2.txt", "deep", "er",
         "parent", "evil", "loop1", "..", ".", "", "new", "x.txt", "secret.txt", "outside",
         "to_secret.txt", "dangling_out.txt", "CON", "a:b", "PROGRA~1", "\uff0e\uff0e", "%2e%2e",
-        "~", "$HOME", "c:", "root",
+        "~", "$HOME", "c:", "root", "%41", "%2f", "caf\u00e9", "cafe\u0301", "a b", ".hidden",
+        "x~1", "COM1", "a.txt.", "chain1.txt", "abs_a.txt", "dangling_in.txt", "procroot",
     ]
 )
 _SEPARATORS = st.sampled_from(["/", "\\", "//", "/./", "\\.\\"])
