@@ -9,6 +9,7 @@ tools that want to say something specific, and for sinks that cannot keep a prom
     │   ├── InvalidSchemaError     the arguments schema is not valid JSON Schema
     │   └── DuplicateToolError     the same name twice from one source
     ├── MalformedCallError         the tool call itself could not be parsed (fix the caller)
+    ├── PathPolicyError            a path was refused by the workspace policy (tooltrace.paths)
     ├── ConfigurationError         a setting or environment variable has a bad value
     ├── AuditUnavailableError      strict audit could not make a record durable (call refused)
     └── ToolInterrupt              raised inside a tool to confirm it stopped

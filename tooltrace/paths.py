@@ -37,6 +37,8 @@ import unicodedata
 from dataclasses import dataclass
 from urllib.parse import unquote_to_bytes
 
+from .exceptions import TooltraceError
+
 __all__ = ["PathPolicyError", "ResolvedPath", "Workspace", "canonical_form"]
 
 _MAX_INPUT_CHARS = 4096
@@ -75,7 +77,7 @@ REASONS = frozenset(
 )
 
 
-class PathPolicyError(ValueError):
+class PathPolicyError(TooltraceError, ValueError):
     """A path was refused by the workspace policy.
 
     ``reason`` is a short code from a closed set (``outside_workspace``, ``symlink_escape``,
