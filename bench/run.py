@@ -1,0 +1,209 @@
+"""Run the benchmarks and print their tables.
+
+Usage (from the repository root)::
+
+    .venv/bin/python -m bench                      # all sections, documented sizes
+    .venv/bin/python -m bench --quick              # every section, tiny sizes (seconds)
+    .venv/bin/python -m bench --sections overhead,profile
+    .venv-bench/bin/python -m bench                # the same, with the peers installed
+
+Sections: ``overhead`` (per-call cost vs a hand-rolled reference and peers), ``ingest`` (audit
+writer throughput, queue depth and drops at a paced rate), ``autopsy`` (find one call among
+1M/10M), ``memory`` (RSS growth over many calls), ``profile`` (where a registry call's time
+goes; not in the default set). The last table compares each figure with its target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench._common import Table, machine
+
+__all__ = ["main"]
+
+SECTIONS = ("overhead", "ingest", "autopsy", "memory", "profile")
+DEFAULT_SECTIONS = ("overhead", "ingest", "autopsy", "memory")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x.replace("_", "")) for x in text.split(",") if x.strip()]
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="tooltrace benchmarks: per-call overhead, audit ingest, autopsy, memory.",
+    )
+    ap.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
+                    help=f"comma-separated, from {', '.join(SECTIONS)} (default: "
+                    f"{','.join(DEFAULT_SECTIONS)})")
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny sizes everywhere (a smoke run; figures are not meaningful)")
+    g = ap.add_argument_group("overhead")
+    g.add_argument("--rounds", type=int, help="interleaved rounds (default 20; quick 2)")
+    g.add_argument("--round-calls", type=int,
+                   help="calls per contender per round (default 2500; quick 200)")
+    g.add_argument("--warmup", type=int, help="warm-up calls per contender (default 2000)")
+    g.add_argument("--contenders", help="comma-separated subset (the reference always runs)")
+    g = ap.add_argument_group("ingest")
+    g.add_argument("--ingest-records", type=int,
+                   help="records per writer process (default 200000; quick 2000)")
+    g.add_argument("--writers", help="writer process counts (default 1,2,4; quick 2)")
+    g.add_argument("--paced-seconds", type=float, help="paced runs' length (default 10; quick 0.5)")
+    g.add_argument("--rate", type=float, default=5000.0, help="paced call rate (default 5000)")
+    g = ap.add_argument_group("autopsy")
+    g.add_argument("--autopsy-rows",
+                   help="calls to generate, comma-separated (default 1000000; e.g. "
+                   "1000000,10000000; quick 5000)")
+    g.add_argument("--autopsy-repeats", type=int, help="whole-command runs (default 7)")
+    g = ap.add_argument_group("memory")
+    g.add_argument("--calls", type=int, help="calls in the memory run (default 1000000)")
+    g.add_argument("--memory-base", type=int,
+                   help="first checkpoint, the growth baseline (default 10000)")
+    g = ap.add_argument_group("profile")
+    g.add_argument("--profile-calls", type=int, help="profiled calls (default 20000)")
+    g.add_argument("--profile-full", action="store_true",
+                   help="profile the everything-on registry instead of telemetry off")
+    ap.add_argument("--json", type=Path, help="also write every figure to this JSON file")
+    return ap
+
+
+def _pick(v: Any, default: Any, quick: Any, is_quick: bool) -> Any:
+    if v is not None:
+        return v
+    return quick if is_quick else default
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the chosen sections; 0 when they all ran (targets missed are reported, not fatal)."""
+    ns = _parser().parse_args(argv)
+    sections = [s.strip() for s in ns.sections.split(",") if s.strip()]
+    bad = [s for s in sections if s not in SECTIONS]
+    if bad:
+        _parser().error(f"unknown section(s): {', '.join(bad)}")
+    q = ns.quick
+    load = os.getloadavg()
+    print(f"# tooltrace bench ({'quick' if q else 'full'} run)\n")
+    print(f"- machine: {machine()}")
+    print(f"- python: {sys.executable}")
+    print(f"- load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(f"- started: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}\n")
+    sys.stdout.flush()
+    results: dict[str, Any] = {"machine": machine(), "python": sys.executable,
+                               "load_start": load, "quick": q}
+    t0 = time.perf_counter()
+    if "overhead" in sections:
+        from bench import overhead
+
+        only = ns.contenders.split(",") if ns.contenders else None
+        results["overhead"] = overhead.run(
+            rounds=_pick(ns.rounds, 20, 2, q), calls=_pick(ns.round_calls, 2500, 200, q),
+            warmup=_pick(ns.warmup, 2000, 100, q), only=only)
+    if "ingest" in sections:
+        from bench import ingest
+
+        results["ingest"] = ingest.run(
+            records=_pick(ns.ingest_records, 200_000, 2000, q),
+            writers=_ints(_pick(ns.writers, "1,2,4", "2", q)),
+            paced_seconds=_pick(ns.paced_seconds, 10.0, 0.5, q), rate=ns.rate)
+    if "autopsy" in sections:
+        from bench import autopsy
+
+        results["autopsy"] = autopsy.run(
+            rows=_ints(_pick(ns.autopsy_rows, "1000000", "5000", q)),
+            repeats=_pick(ns.autopsy_repeats, 7, 1, q))
+    if "memory" in sections:
+        from bench import memory
+
+        results["memory"] = memory.run(calls=_pick(ns.calls, 1_000_000, 2000, q),
+                                       base=_pick(ns.memory_base, 10_000, 200, q))
+    if "profile" in sections:
+        from bench import profile_callpath
+
+        results["profile"] = profile_callpath.run(
+            calls=_pick(ns.profile_calls, 20_000, 500, q), full=ns.profile_full)
+    _targets(results)
+    load = os.getloadavg()
+    results["load_end"] = load
+    print(f"- load average at end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
+          f"total {time.perf_counter() - t0:.0f} s")
+    if ns.json is not None:
+        ns.json.write_text(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+def _verdict(ok: bool | None) -> str:
+    return "not measured" if ok is None else ("met" if ok else "MISSED")
+
+
+def _targets(r: dict[str, Any]) -> None:
+    t = Table("Targets", ["target", "measured", "verdict"])
+    oh = r.get("overhead")
+    if oh:
+        c = oh["contenders"]
+        ref = c.get("reference: SDK span + counter + histogram", {})
+        bare = c.get("bare function call", {})
+        for mode in ("inline", "thread"):
+            full = c.get(f"tooltrace, everything on ({mode})", {})
+            if full.get("available") and ref.get("available"):
+                ratio = full["p50_us"] / ref["p50_us"]
+                t.add(f"everything on ({mode}): p50 <= 1.5x reference",
+                      f"{ratio:.2f}x ({full['p50_us']:.1f} vs {ref['p50_us']:.1f} us)",
+                      _verdict(ratio <= 1.5))
+            ol = c.get("OpenLLMetry @tool", {})
+            if full.get("available"):
+                if ol.get("available"):
+                    t.add(f"everything on ({mode}): p50 below OpenLLMetry @tool",
+                          f"{full['p50_us']:.1f} vs {ol['p50_us']:.1f} us",
+                          _verdict(full["p50_us"] < ol["p50_us"]))
+                else:
+                    t.add(f"everything on ({mode}): p50 below OpenLLMetry @tool",
+                          f"OpenLLMetry not available: {ol.get('reason', '?')}",
+                          _verdict(None))
+            off = c.get(f"tooltrace, telemetry off ({mode})", {})
+            if off.get("available"):
+                over = off["p50_us"] - bare.get("p50_us", 0.0)
+                t.add(f"telemetry off ({mode}): p50 overhead <= 10 us", f"{over:.1f} us",
+                      _verdict(over <= 10.0))
+    ing = r.get("ingest")
+    if ing:
+        one = ing["one_core"]
+        t.add("audit ingest >= 200,000 step records/s on one core",
+              f"{one['step_records_per_s']:,.0f} ({one['records_per_s']:,.0f} records/s x "
+              f"{one['steps_per_record']} steps)", _verdict(one["step_records_per_s"] >= 200_000))
+        pr = ing["paced_registry"]
+        drops = sum(pr["dropped"].values())
+        reached = pr["achieved"] >= 0.95 * pr["rate"]
+        t.add(f"zero drops at {pr['rate']:,.0f} calls/s (paced, everything on)",
+              f"{drops} dropped at {pr['achieved']:,.0f} calls/s achieved",
+              _verdict(drops == 0 and reached) if reached or drops else
+              f"MISSED (rate not reached; {drops} dropped)")
+    au = r.get("autopsy")
+    if au and au["sizes"]:
+        big = max(au["sizes"], key=lambda s: s["rows"])
+        lk = big["lookup"]
+        at = f" at {big['rows']:,} calls"
+        ok: bool | None = lk["warm_p50_ms"] <= 20.0
+        note = "" if big["rows"] >= 10_000_000 else " (target is at 10M: run --autopsy-rows)"
+        t.add("autopsy lookup in process <= 20 ms at 10M",
+              f"warm p50 {lk['warm_p50_ms']:.1f} ms, first {lk['first_ms']:.1f} ms{at}{note}",
+              _verdict(ok))
+        t.add("whole `tooltrace autopsy` command <= 2x floor",
+              f"{big['command_ms']:.0f} ms vs floor {big['floor_ms']:.0f} ms = "
+              f"{big['ratio']:.1f}x{at}", _verdict(big["ratio"] <= 2.0))
+    mem = r.get("memory")
+    if mem:
+        pts = mem["points"]
+        t.add("RSS growth 10k -> 1M calls <= 10%",
+              f"{mem['growth_pct']:.1f}% ({pts[0]['calls']:,} -> {pts[-1]['calls']:,} calls: "
+              f"{pts[0]['rss_mib']:.1f} -> {pts[-1]['rss_mib']:.1f} MiB)",
+              _verdict(mem["growth_pct"] <= 10.0))
+    if t.rows:
+        t.print()
+    r["targets"] = [dict(zip(t.columns, row, strict=True)) for row in t.rows]
