@@ -502,15 +502,11 @@ def test_streamable_http_on_loopback(tmp_path: Path) -> None:
     from mcp.client.streamable_http import streamable_http_client
     from otlp_receiver import free_port
 
-    config = write_config(tmp_path, f"""
-[proxy]
-home = "home"
-{toy_server("toy", env={"TOY_TOOLS": "echo"})}
-""")
+    # The one-server form: no configuration file.
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tooltrace.mcp", "proxy", "--config", str(config),
-         "--http", f"127.0.0.1:{port}"],
+        [sys.executable, "-m", "tooltrace.mcp", "proxy", "--home", str(tmp_path / "home"),
+         "--http", f"127.0.0.1:{port}", "--name", "toy", "--", sys.executable, TOY],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), "TOOLTRACE_LOG_LEVEL": "error"},
         stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -526,7 +522,8 @@ home = "home"
             async with streamable_http_client(url) as (read, write, *_), \
                     ClientSession(read, write) as s:
                 await s.initialize()
-                assert [t.name for t in (await s.list_tools()).tools] == ["echo"]
+                names = {t.name for t in (await s.list_tools()).tools}
+                assert {"echo", "write_marker", "hang"} <= names
                 return await s.call_tool("echo", {"text": "over http"})
 
         res = asyncio.run(scenario())
@@ -540,6 +537,6 @@ home = "home"
     assert attrs["mcp.session.id"]
 
     # Only loopback: anything else is a usage error.
-    out = CliRunner().invoke(mcp_cli, ["proxy", "--config", str(config),
-                                       "--http", "0.0.0.0:8080"])
-    assert out.exit_code == 2
+    out = CliRunner().invoke(mcp_cli, ["proxy", "--http", "0.0.0.0:8080", "--name", "toy",
+                                       "--", sys.executable, TOY])
+    assert out.exit_code == 2 and "loopback only" in out.output
