@@ -25,14 +25,14 @@ def test_concurrent_writer_processes(tmp_path: Path) -> None:
         during = store.counts()["calls"]
         assert not store.issues
         live = {r[0] for r in store.sql("SELECT DISTINCT writer FROM tool_calls").rows}
-    assert during > 0 and len(live) == WRITERS
+    assert during > 0 and len(live) >= 2  # several writers were live while it read
     acked: set[str] = set()
     for p in procs:
         out = collect(p)
         assert p.returncode == 0
         assert out.rstrip().endswith(b"done 0")  # no drops in any writer
         acked |= acked_ids(out)
-    assert len(acked) > during
+    assert len(acked) >= during
     with AuditStore(tmp_path) as store:
         ids = {r[0] for r in store.sql("SELECT call_id FROM tool_calls").rows}
         per_writer = dict(store.sql(

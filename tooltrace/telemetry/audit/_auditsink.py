@@ -13,7 +13,7 @@ from ..._config import resolve_home
 from ...envelope import CallRecord
 from ...exceptions import AuditUnavailableError, ConfigurationError
 from .._worker import BatchWorker
-from ._format import LateStepLike, encode_call, encode_late, load_key
+from ._format import LateStepLike, dumps, encode_call, encode_late, load_key
 from ._recover import Recovered, recover_dead_segments
 from ._segments import audit_dir
 from ._writer import Ack, FsyncPolicy, SegmentWriter
@@ -229,12 +229,14 @@ class AuditSink:
     def _export(self, batch: list[CallRecord | LateStepLike]) -> None:
         try:
             w = self._get_writer()
-            fields = [
-                encode_call(r) if type(r) is CallRecord else encode_late(r)  # type: ignore[arg-type]
+            # Encode each record at once so its intermediate dict dies young (a batch of live
+            # dicts would be promoted and rescanned by the garbage collector).
+            bodies = [
+                dumps(encode_call(r) if type(r) is CallRecord else encode_late(r))  # type: ignore[arg-type]
                 for r in batch
             ]
             with w.lock:
-                w.append(fields, [r.call_id for r in batch], durable=False)
+                w.append(bodies, [r.call_id for r in batch], durable=False)
         except Exception as exc:
             self._lost += len(batch)
             self.last_error = type(exc).__name__

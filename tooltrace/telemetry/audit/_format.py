@@ -104,9 +104,26 @@ def split_hash(line: bytes) -> tuple[bytes, str] | None:
     return line[:cut] + b"}", line[cut + len(_H_PREFIX) : -2].decode("ascii", "replace")
 
 
-def checkpoint_mac(key: bytes, writer: str, segment: int, seq: int, head: str) -> str:
-    """The keyed MAC a checkpoint carries over the chain head it covers."""
+# Fields of a checkpoint line that its MAC does not cover: the MAC itself, the chain hash and
+# the values already in the MAC's fixed part.
+_MAC_SKIP = frozenset({"mac", "h", "seq", "head"})
+
+
+def checkpoint_mac(
+    key: bytes,
+    writer: str,
+    segment: int,
+    seq: int,
+    head: str,
+    fields: Mapping[str, Any] | None = None,
+) -> str:
+    """The keyed MAC a checkpoint carries over the chain head it covers and over the
+    checkpoint's own fields (kind, ``final``, ``reason``, ...): a seal re-chained without the
+    key, say one turned ``final`` to hide the segments deleted after it, no longer verifies."""
     msg = f"{writer}|{segment}|{seq}|{head}".encode()
+    if fields:
+        own = {k: v for k, v in fields.items() if k not in _MAC_SKIP}
+        msg += b"|" + orjson.dumps(own, default=_default, option=_OPTS | orjson.OPT_SORT_KEYS)
     return hmac.new(key, msg, hashlib.sha256).hexdigest()
 
 

@@ -102,13 +102,13 @@ def _recover_one(info: SegmentInfo, adir: Path, key: bytes, fd: int) -> Recovere
         "k": "seal",
         "ts": time.time_ns() // 1000,
         "head": prev,
-        "mac": checkpoint_mac(key, info.writer, info.n, seq, prev),
         "reason": "recovered",
         "final": True,
         "torn_bytes": torn_total,
         "quarantine": [f"quarantine/{n}" for n in names] or None,
         "seq": seq,
     }
+    fields["mac"] = checkpoint_mac(key, info.writer, info.n, seq, prev, fields)
     body = dumps(fields)
     os.lseek(fd, 0, os.SEEK_END)
     os.write(fd, seal_line(body, chain_hash(prev, body)))

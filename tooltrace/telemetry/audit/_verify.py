@@ -181,7 +181,8 @@ def _verify_segment(
         if ln.kind in ("ckpt", "seal"):
             report.checkpoints += 1
             if key is not None and ln.seq is not None:
-                mac = checkpoint_mac(key, info.writer, info.n, ln.seq, str(ln.obj.get("head")))
+                mac = checkpoint_mac(key, info.writer, info.n, ln.seq, str(ln.obj.get("head")),
+                                     ln.obj)
                 if mac != ln.obj.get("mac") or ln.obj.get("head") != before:
                     since = "the segment start" if last_good_ckpt is None else (
                         f"line {last_good_ckpt}")

@@ -128,15 +128,18 @@ class SegmentWriter:
 
     # -- lines ----------------------------------------------------------------------------
 
-    def _line(self, fields: dict[str, Any]) -> bytes:
+    def _line(self, encoded: bytes | dict[str, Any]) -> bytes:
+        """Chain one record: ``encoded`` is its JSON object (bytes, or fields to encode)."""
+        if not isinstance(encoded, bytes):
+            encoded = dumps(encoded)
         self._seq += 1
-        fields["seq"] = self._seq
-        body = dumps(fields)
+        # The seq goes in as the object's last field: a splice, not a second encode.
+        body = b"%b,\"seq\":%d}" % (encoded[:-1], self._seq)
         h = chain_hash(self._prev, body)
         self._prev = h
         return seal_line(body, h)
 
-    def _lines(self, records: Sequence[dict[str, Any]]) -> list[bytes]:
+    def _lines(self, records: Sequence[bytes | dict[str, Any]]) -> list[bytes]:
         """Chain records into lines, with a keyed checkpoint after every N records."""
         out = []
         for fields in records:
@@ -234,20 +237,15 @@ class SegmentWriter:
         self._since_ckpt = 0
         self._unsynced = False
 
-    def _checkpoint_fields(self, kind: str) -> dict[str, Any]:
+    def _checkpoint_fields(self, kind: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         head = self._prev
         nxt = self._seq + 1
-        return {
-            "k": kind,
-            "ts": _now_us(),
-            "head": head,
-            "mac": checkpoint_mac(self._key, self.writer_id, self._segment, nxt, head),
-        }
+        fields: dict[str, Any] = {"k": kind, "ts": _now_us(), "head": head, **(extra or {})}
+        fields["mac"] = checkpoint_mac(self._key, self.writer_id, self._segment, nxt, head, fields)
+        return fields
 
     def _write_checkpoint(self, kind: str, extra: dict[str, Any] | None = None) -> None:
-        fields = self._checkpoint_fields(kind)
-        if extra:
-            fields.update(extra)
+        fields = self._checkpoint_fields(kind, extra)
         mark = self._mark()
         self._write(self._line(fields), mark)
         self._since_ckpt = 0
@@ -279,9 +277,11 @@ class SegmentWriter:
     # -- public (callers hold ``lock``) ---------------------------------------------------
 
     def append(
-        self, records: Sequence[dict[str, Any]], call_ids: Sequence[str], *, durable: bool
+        self, records: Sequence[bytes | dict[str, Any]], call_ids: Sequence[str], *,
+        durable: bool,
     ) -> int:
-        """Write records (line fields without seq/hash); return the last acknowledged seq.
+        """Write records (each its JSON object, or the fields to encode; without seq and hash);
+        return the last acknowledged seq.
 
         ``durable`` forces an fsync before returning whatever the policy (strict mode).
         Raises ``OSError`` if the records could not be written; none of them is then on disk
