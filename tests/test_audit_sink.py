@@ -249,3 +249,25 @@ def test_records_written_are_never_a_status_other_than_given(tmp_path: Path) -> 
     assert got == {r.call_id: r.status.value for r in recs}
     assert {Status(v) for v in got.values()} == {Status.OK, Status.FAILED, Status.UNKNOWN,
                                                 Status.CANCELLED, Status.REJECTED}
+
+
+def test_export_to_a_duckdb_file_with_uuid_ids(tmp_path: Path) -> None:
+    import duckdb
+
+    recs = list(workload(200))
+    sink = AuditSink(tmp_path / "home")
+    for r in recs:
+        sink.emit(r)
+    sink.shutdown()
+    with AuditStore(tmp_path / "home") as store:
+        counts = store.to_duckdb(tmp_path / "audit.duckdb")
+    assert counts["tool_calls"] == 200
+    assert counts["tool_call_steps"] == sum(len(r.steps) for r in recs)
+    con = duckdb.connect(str(tmp_path / "audit.duckdb"), read_only=True)
+    typ = con.execute("SELECT data_type FROM information_schema.columns WHERE "
+                      "table_name = 'tool_calls' AND column_name = 'call_id'").fetchone()
+    assert typ == ("UUID",)
+    row = con.execute("SELECT tool, status FROM tool_calls WHERE call_id = $c",
+                      {"c": recs[57].call_id}).fetchone()
+    assert row == (recs[57].tool, recs[57].status.value)
+    con.close()
