@@ -313,13 +313,17 @@ async def _stdio_process(
 
     async def reader() -> None:
         assert process.stdout is not None
-        buf = b""
+        buf = bytearray()
         async with read_send:
             try:
                 async for chunk in process.stdout:
+                    # Search only the new bytes: a big result arrives in many chunks.
+                    start = len(buf)
                     buf += chunk
-                    while b"\n" in buf:
-                        line, buf = buf.split(b"\n", 1)
+                    while (nl := buf.find(b"\n", start)) >= 0:
+                        line = bytes(buf[:nl])
+                        del buf[: nl + 1]
+                        start = 0
                         if not line.strip():
                             continue
                         try:
