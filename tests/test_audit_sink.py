@@ -271,3 +271,18 @@ def test_export_to_a_duckdb_file_with_uuid_ids(tmp_path: Path) -> None:
                       {"c": recs[57].call_id}).fetchone()
     assert row == (recs[57].tool, recs[57].status.value)
     con.close()
+
+
+def test_reader_follows_a_segment_sealed_after_listing(tmp_path: Path) -> None:
+    from tooltrace.telemetry.audit._segments import list_segments, read_segment
+
+    sink = AuditSink(tmp_path)
+    for r in workload(30):
+        sink.emit(r)
+    sink.flush()
+    (live,) = list_segments(tmp_path / "audit")
+    assert live.live
+    sink.shutdown()  # seals: the live name is gone now
+    seg = read_segment(live)
+    assert seg is not None and not seg.info.live and not seg.alive
+    assert sum(1 for _, o, _ in seg.lines if o["k"] == "c") == 30

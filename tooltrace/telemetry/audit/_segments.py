@@ -136,12 +136,23 @@ class ParsedSegment:
 
 
 def read_segment(info: SegmentInfo) -> ParsedSegment | None:
-    """Read one segment; None if it vanished (sealed or compacted since it was listed)."""
+    """Read one segment; None if it vanished (pruned by compaction since it was listed).
+
+    A live segment sealed (renamed) between listing and reading is read under its new name.
+    """
     alive = info.live and writer_alive(info.path)
     try:
         data = info.path.read_bytes()
     except FileNotFoundError:
-        return None
+        if not info.live:
+            return None
+        sealed = info.path.with_name(segment_name(info.writer, info.n, live=False))
+        info = SegmentInfo(sealed, info.writer, info.n, False)
+        alive = False
+        try:
+            data = sealed.read_bytes()
+        except FileNotFoundError:
+            return None
     end = data.rfind(b"\n") + 1
     tail = data[end:]
     lines: list[tuple[int, dict[str, Any], bytes]] = []
