@@ -454,3 +454,28 @@ def test_tracing_sink_is_the_tracer_and_rejected_calls_share_its_ids(tmp_path: P
         rec = sink.by_id(env.call_id)[0]
         assert rec.trace_id and rec.span_id in spans
         assert spans[rec.span_id].attributes["gen_ai.tool.call.id"] == env.call_id
+
+
+def test_cancel_before_execution_refuses_the_call(tmp_path: Path) -> None:
+    import threading
+
+    from tooltrace import HookView, hook
+
+    ran: list[int] = []
+    entered = threading.Event()
+
+    @hook()
+    def slow_check(view: HookView) -> None:
+        entered.set()
+        time.sleep(0.3)
+
+    reg = ToolRegistry(workspace=tmp_path, home=tmp_path / "h", hooks=[slow_check])
+    reg.register(_defn("t"), lambda x=0: ran.append(x))
+    call = ToolCall("t", {"x": 1}, call_id="01a23600-0000-7000-8000-000000000001")
+    t = threading.Thread(target=lambda: (entered.wait(2), reg.cancel_call(call.call_id or "")))
+    t.start()
+    env = reg.call(call)
+    t.join()
+    assert env.status is Status.REJECTED and env.reject_stage is Stage.CANCEL
+    assert ran == [] and not env.record.execution_started
+    reg.shutdown()

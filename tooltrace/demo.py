@@ -67,11 +67,15 @@ class DemoResult:
 @tool("scan_index", capability="read", effect="none", timeout_s=30.0, source="project")
 def _scan_index(ctx: CallContext, shards: int = 50) -> str:
     """Scan index shards (slow; stops when asked)."""
+    _SCANS_STARTED.add(ctx.call_id)
     for i in range(shards):
         if ctx.wait(0.05):
             ctx.check()
         ctx.set_detail("shards_done", i + 1)
     return f"scanned {shards} shards"
+
+
+_SCANS_STARTED: set[str] = set()
 
 
 @tool(
@@ -240,9 +244,12 @@ def _run_one(reg: ToolRegistry, call: ToolCall, action: Any) -> ToolResultEnvelo
     call = ToolCall(call.name, call.arguments, call_id=_fresh_id(), mode=call.mode)
 
     def cancel_soon() -> None:
-        for _ in range(200):
+        # Wait until the scan is really running, then cancel it: a cancel that lands earlier
+        # would (correctly) refuse the call before it starts, which is another story.
+        for _ in range(500):
             time.sleep(0.01)
-            if reg.cancel_call(call.call_id or "", wait=False) is not None:
+            if call.call_id in _SCANS_STARTED:
+                reg.cancel_call(call.call_id or "", wait=False)
                 return
 
     t = threading.Thread(target=cancel_soon, daemon=True)

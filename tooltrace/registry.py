@@ -256,6 +256,7 @@ class ToolRegistry:
         self._active: dict[str, _Active] = {}
         self._active_lock = threading.Lock()
         self._cancelled_runs: set[str] = set()
+        self._cancel_early: dict[str, None] = {}
         self._statuses: collections.OrderedDict[str, CallStatus] = collections.OrderedDict()
         self._status_cap = 100_000
         self._late_seq: dict[str, int] = {}
@@ -482,7 +483,14 @@ class ToolRegistry:
             if self._admission.cancel_call(call_id):
                 return Status.REJECTED  # it was waiting for a slot: refused with stage cancel
             st = self._statuses.get(call_id)
-            return st.status if st else None
+            if st is not None:
+                return st.status
+            # Not started yet (still validating, in policy or hooks): refuse it when it gets to
+            # admission. Bounded: ids that never show up are forgotten oldest first.
+            self._cancel_early[call_id] = None
+            if len(self._cancel_early) > 10_000:
+                self._cancel_early.pop(next(iter(self._cancel_early)))
+            return None
         return self._cancel_targets({call_id: a}, wait).get(call_id)
 
     def _cancel_targets(self, targets: dict[str, _Active], wait: bool) -> dict[str, Status | None]:
@@ -573,9 +581,9 @@ class ToolRegistry:
             return b.reject(Stage.RESOLVE, "unknown tool", UNREGISTERED, shown_name=name)
         d = entry.definition
         b.entry = entry
-        if b.run_id in self._cancelled_runs:
-            b.step(StepName.RESOLVE, t, "runtime", "reject", {"reason": "run cancelled"})
-            return b.reject(Stage.CANCEL, "its run was cancelled", d.name)
+        if b.run_id in self._cancelled_runs or b.call_id in self._cancel_early:
+            b.step(StepName.RESOLVE, t, "runtime", "reject", {"reason": "cancelled"})
+            return b.reject(Stage.CANCEL, "it was cancelled before it started", d.name)
         ok, why = self.policy.mode_allows(d, call.mode)
         b.step(StepName.RESOLVE, t, "registry", "accept", None)
 
@@ -673,6 +681,15 @@ class ToolRegistry:
             )
 
         # 5. admission, deadline, strict audit, execute
+        if b.call_id in self._cancel_early or b.run_id in self._cancelled_runs:
+            b.step(
+                StepName.ADMISSION,
+                time.perf_counter_ns(),
+                "runtime",
+                "reject",
+                {"reason": "cancelled"},
+            )
+            return b.reject(Stage.CANCEL, "it was cancelled before it started", d.name)
         timeout = d.timeout_s
         detail: dict[str, Any] | None = None
         if call.timeout_s is not None:
@@ -732,6 +749,8 @@ class ToolRegistry:
             active = _Active(ctx, d.name)
             # Plain dict operations are atomic under the GIL; cancel() copies before iterating.
             self._active[b.call_id] = active
+            if b.call_id in self._cancel_early:  # cancelled while it was being admitted
+                ctx.signal("cancel")
             b.execution_started = True
             t = time.perf_counter_ns()
             released = True  # from here the executor's finally gives the slot back
@@ -1224,9 +1243,7 @@ class ToolRegistry:
         if isinstance(op, _Execute):
             return await self._execute_async(op)
         if isinstance(op, _Admit):
-            return await self._admission.acquire_async(
-                op.tool, op.run_id, op.timeout_s, op.call_id
-            )
+            return await self._admission.acquire_async(op.tool, op.run_id, op.timeout_s, op.call_id)
         if isinstance(op, _RunHook):
             fut = loop.run_in_executor(self._hook_pool, _guard, op.hook, op.view)
             try:
