@@ -378,7 +378,7 @@ def ship(
             try:
                 done = backend.shipped(writers)
             except duckdb.Error as exc:
-                raise ArchiveError(f"cannot read the ship ledger of {target.display()}:"
+                raise ArchiveError(f"cannot read the ship ledger of the archive {target.display()}:"
                                    f" {first_line(exc)}") from None
             todo = [s for s in sealed if segment_key(s.writer, s.n) not in done]
             lost = _lost_before_ship(adir, done)
@@ -393,7 +393,7 @@ def ship(
                 try:
                     landed = backend.ship(segs, entries)
                 except duckdb.Error as exc:
-                    raise ArchiveError(f"shipping to {target.display()} failed after"
+                    raise ArchiveError(f"shipping to the archive {target.display()} failed after"
                                        f" {len(shipped)} segments: {first_line(exc)}") from None
                 shipped.extend(landed)
                 if prune and landed:
