@@ -1,0 +1,199 @@
+"""Tamper: random mutations of a sealed audit trail (flip a byte, delete, reorder, duplicate or
+insert a line, insert a line re-chained without the key, truncate a file, delete a segment),
+100 in CI and 1,000 with ``TOOLTRACE_LONG=1``. ``tooltrace verify --json`` must fail (exit 1)
+every time and name the place: the mutated segment file and, for a line mutation, a line within
+one of the touched line.
+
+``tests/test_audit_verify.py`` pins one hand-made case of each kind; this is the random sweep.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from click.testing import CliRunner
+from test_audit_support import workload
+
+from tooltrace.cli import main as cli
+from tooltrace.telemetry.audit import AuditSink, verify
+from tooltrace.telemetry.audit._format import chain_hash, seal_line, split_hash
+
+from ._figures import LONG, record, size
+
+MUTATIONS = size(100, 1000)
+KINDS = ("flip", "delete", "reorder", "duplicate", "insert", "rechain", "truncate",
+         "drop_segment", "cut_newest")
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sealed trail of two writers, several segments each, checkpoints every 25 records."""
+    home = tmp_path_factory.mktemp("pristine")
+    recs = list(workload(400, seed=3))
+    for half in (recs[:200], recs[200:]):
+        sink = AuditSink(home, checkpoint_every=25, segment_max_bytes=40_000,
+                         group_max_records=16)
+        for r in half:
+            sink.emit(r)
+        sink.shutdown()
+    rep = verify(home)
+    assert rep.ok and rep.records == 400 and not rep.findings, rep.findings[:3]
+    assert rep.segments >= 6
+    return home
+
+
+def _segments(home: Path) -> list[Path]:
+    return sorted((home / "audit" / "segments").glob("*.jsonl"))
+
+
+def _mutate(home: Path, rng: random.Random, kind: str) -> tuple[str, set[int] | None]:
+    """Apply one mutation; return (segment file name, touched 1-based lines or None)."""
+    segs = _segments(home)
+    seg = rng.choice(segs)
+    data = seg.read_bytes()
+    lines = data.splitlines(keepends=True)
+    n = len(lines)
+    if kind == "flip":
+        pos = rng.randrange(len(data))
+        new = bytearray(data)
+        new[pos] ^= rng.randint(1, 255)
+        seg.write_bytes(bytes(new))
+        line = data.count(b"\n", 0, pos) + 1
+        return seg.name, {line}
+    if kind == "delete":
+        i = rng.randrange(n)
+        del lines[i]
+        seg.write_bytes(b"".join(lines))
+        return seg.name, {i, i + 1}
+    if kind == "reorder":
+        i = rng.randrange(n)
+        j = rng.choice([x for x in range(n) if x != i])
+        lines[i], lines[j] = lines[j], lines[i]
+        seg.write_bytes(b"".join(lines))
+        return seg.name, {i + 1, j + 1}
+    if kind == "duplicate":
+        i = rng.randrange(n)
+        j = rng.randrange(n + 1)
+        lines.insert(j, lines[i])
+        seg.write_bytes(b"".join(lines))
+        return seg.name, {j + 1}
+    if kind == "insert":
+        # A real line of another segment (another writer's record, say) slipped in.
+        other = rng.choice([s for s in segs if s != seg]).read_bytes().splitlines(keepends=True)
+        j = rng.randrange(1, n + 1)
+        lines.insert(j, rng.choice(other))
+        seg.write_bytes(b"".join(lines))
+        return seg.name, {j + 1}
+    if kind == "rechain":
+        # A forged record whose hash is chained correctly from the line before it, and every
+        # later line re-chained too: only the keyed checkpoints can tell.
+        j = rng.randrange(1, n)
+        prev = split_hash(lines[j - 1].rstrip(b"\n"))
+        assert prev is not None
+        template = orjson.loads(lines[j])
+        body = dict(template, summary="forged", seq=template.get("seq"))
+        out = lines[:j]
+        h = prev[1]
+        for raw in [orjson.dumps(_without_h(body))] + [
+            split_hash(x.rstrip(b"\n"))[0] for x in lines[j + 1 :]  # type: ignore[index]
+        ]:
+            h = chain_hash(h, raw)
+            out.append(seal_line(raw, h))
+        seg.write_bytes(b"".join(out))
+        return seg.name, None  # found at the next keyed checkpoint, wherever that is
+    if kind == "truncate":
+        cut = rng.randrange(len(data))
+        seg.write_bytes(data[:cut])
+        return seg.name, None
+    if kind == "cut_newest":
+        # Erase a writer's newest segments and make the seal before them say "final",
+        # re-chained without the key.
+        writer = seg.name.split(".")[0]
+        mine = [s for s in segs if s.name.startswith(writer + ".")]
+        keep = rng.randrange(len(mine) - 1)
+        for s in mine[keep + 1 :]:
+            os.unlink(s)
+        kept = mine[keep]
+        klines = kept.read_bytes().splitlines(keepends=True)
+        body = split_hash(klines[-1].rstrip(b"\n"))
+        prev = split_hash(klines[-2].rstrip(b"\n"))
+        assert body is not None and prev is not None
+        obj = dict(orjson.loads(body[0]), final=True, reason="close")
+        raw = orjson.dumps(obj)
+        klines[-1] = seal_line(raw, chain_hash(prev[1], raw))
+        kept.write_bytes(b"".join(klines))
+        return kept.name, {len(klines)}
+    os.unlink(seg)
+    return seg.name.replace(".live", ""), None
+
+
+def _successor(name: str) -> str:
+    writer, n, rest = name.split(".", 2)
+    return f"{writer}.{int(n) + 1:06d}.{rest}"
+
+
+def _without_h(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k != "h"}
+
+
+def test_every_mutation_is_detected_and_located(pristine: Path, tmp_path: Path) -> None:
+    rng = random.Random(int(os.environ.get("TOOLTRACE_TAMPER_SEED", "777")))
+    runner = CliRunner()
+    detected = 0
+    located = 0
+    misses: list[tuple[str, str, Any]] = []
+    by_kind: Counter[str] = Counter()
+    for i in range(MUTATIONS):
+        kind = KINDS[i % len(KINDS)]
+        home = tmp_path / f"m{i}"
+        shutil.copytree(pristine, home)
+        seg, touched = _mutate(home, rng, kind)
+        res = runner.invoke(cli, ["verify", "--json", "--home", str(home)],
+                            catch_exceptions=False)
+        report = orjson.loads(res.output)
+        errors = [f for f in report["findings"] if f["severity"] == "error"]
+        by_kind[kind] += 1
+        if res.exit_code == 1 and errors:
+            detected += 1
+        else:
+            misses.append((kind, seg, touched))
+            continue
+        here = [f for f in errors if f["segment"] == seg]
+        # A changed last line breaks the link to the next segment: naming that boundary (the
+        # successor's line 1) names the place too.
+        nxt = _successor(seg)
+        boundary = [f for f in errors if f["segment"] == nxt and f["line"] == 1]
+        if (here or boundary) and (touched is None or boundary or any(
+            f["line"] is not None and min(abs(f["line"] - t) for t in touched) <= 1
+            for f in here
+        )):
+            located += 1
+        else:
+            misses.append((kind, seg, [(f["kind"], f["segment"], f["line"]) for f in errors]))
+        shutil.rmtree(home)
+    record("tamper", mutations=MUTATIONS, detected=detected, located=located,
+           detected_pct=round(100 * detected / MUTATIONS, 2), **dict(by_kind))
+    assert not misses, misses[:10]
+    assert detected == located == MUTATIONS
+    assert LONG or MUTATIONS >= 100
+
+
+def test_newest_segments_erased_behind_a_forged_final_seal_are_caught(pristine: Path,
+                                                                      tmp_path: Path) -> None:
+    """Regression: checkpoint MACs cover the checkpoint's own fields, not only the chain head,
+    so a seal turned ``final`` without the key cannot hide the segments deleted after it."""
+    home = tmp_path / "cut"
+    shutil.copytree(pristine, home)
+    seg, _ = _mutate(home, random.Random(1), "cut_newest")
+    rep = verify(home)
+    assert not rep.ok
+    assert [(f.kind, f.segment) for f in rep.findings if f.severity == "error"] == [
+        ("rewritten", seg)
+    ]
