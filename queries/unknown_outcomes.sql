@@ -6,7 +6,8 @@ SELECT c.call_id, c.started_at, c.run_id, c.tool, c.elapsed_ms, c.error_type, c.
        (SELECT string_agg(s.step || ':' || s.decision, ' > ' ORDER BY s.started_at, s.seq)
           FROM tool_call_steps s
          WHERE s.call_id = c.call_id
-           AND s.step IN ('execute', 'deadline', 'cancel_requested', 'cancelled', 'resolved'))
+           AND s.step IN ('execute', 'deadline', 'cancel_requested', 'cancelled', 'stopped',
+                          'resolved'))
          AS events
 FROM tool_calls c
 WHERE c.ended_status = 'unknown'

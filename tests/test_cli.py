@@ -117,6 +117,7 @@ def test_autopsy_unknown_then_resolved(trail: tuple[Path, dict[str, str]]) -> No
     f = facts(autopsy(trail, "unknown"))
     assert f["status"] == ["ok (returned unknown, resolved later)"]
     assert f["deadline"][0].startswith("signal at +")
+    assert f["stopped"][0].startswith("unconfirmed at +")  # it did not confirm it stopped
     assert any(r.startswith("ok at +") for r in f["resolved"])  # the late step
     assert f["resolution"][0].startswith("ok at ") and "resolved later as ok" in f[
         "resolution"][0]

@@ -24,7 +24,9 @@ __all__ = ["TOOLTRACE_TRACE_URL", "Autopsy", "explain"]
 #: Template of a link to a trace viewer, with ``{trace_id}`` (and optionally ``{span_id}``).
 TOOLTRACE_TRACE_URL = "TOOLTRACE_TRACE_URL"
 
-_EVENT_STEPS = ("deadline", "cancel_requested", "cancelled", "resolved", "job_started", "job_ended")
+_EVENT_STEPS = (
+    "deadline", "cancel_requested", "cancelled", "stopped", "resolved", "job_started", "job_ended",
+)
 
 
 def _j(v: Any) -> Any:
