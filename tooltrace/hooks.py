@@ -91,10 +91,21 @@ class HookView(msgspec.Struct, frozen=True):
 class Hook(Protocol):
     """A pre- or post-hook."""
 
-    name: str
-    phase: Literal["pre", "post"]
-    required: bool
-    timeout_s: float
+    @property
+    def name(self) -> str:
+        """The hook's name (deciders read ``hook:<name>``)."""
+
+    @property
+    def phase(self) -> Literal["pre", "post"]:
+        """``pre`` (before execution) or ``post`` (on the redacted result)."""
+
+    @property
+    def required(self) -> bool:
+        """True: a crash or timeout blocks the call (fail closed); False: it warns."""
+
+    @property
+    def timeout_s(self) -> float:
+        """How long the hook may take."""
 
     def applies_to(self, tool: str) -> bool:
         """Whether the hook runs for calls of ``tool``."""
