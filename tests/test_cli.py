@@ -265,6 +265,8 @@ def test_compact_then_autopsy_from_parquet(trail: tuple[Path, dict[str, str]],
     f = facts(cli("autopsy", trail[1]["unknown"], "--home", str(home)))
     assert f["status"] == ["ok (returned unknown, resolved later)"]
     assert cli("verify", "--home", str(home)).exit_code == 0
+    nothing = cli("compact", "--home", str(tmp_path / "nothing"))
+    assert nothing.exit_code == 1 and not (tmp_path / "nothing").exists()
 
 
 def test_help_is_lazy_and_lists_every_command() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ._common import OutputGuard, home_option, json_option, print_json
+from ._common import OutputGuard, fail, home_option, json_option, print_json
 
 
 @click.command()
@@ -15,9 +15,13 @@ from ._common import OutputGuard, home_option, json_option, print_json
 @json_option
 def compact(prune: bool, home: Path | None, as_json: bool) -> None:
     """Compact sealed segments into Parquet (crashed writers' segments are sealed first)."""
+    from .._config import resolve_home
     from ..telemetry.audit import compact as do_compact
 
     guard = OutputGuard(home)
+    if not (resolve_home(home) / "audit").is_dir():
+        fail(f"no audit trail under {guard(str(resolve_home(home)))} (set --home or"
+             " TOOLTRACE_HOME)")
     res = do_compact(home, prune=prune)
     data = {"segments": res.segments, "calls": res.calls, "steps": res.steps,
             "files": list(res.files), "pruned": res.pruned,
