@@ -12,7 +12,7 @@ EXPECTED = {
     "CallContext", "CallRecord", "CallStatus", "Capability", "ConfigurationError",
     "DeadlineExceeded", "DenyCommandPatterns", "DenyPrivateNetwork", "DuplicateToolError",
     "Effect", "Execution", "FunctionHook", "FunctionTool", "Hook", "HookAction", "HookDecision",
-    "HookView", "InvalidSchemaError", "LateStep", "MalformedCallError", "Mode",
+    "HookView", "InvalidSchemaError", "LateStep", "MalformedCallError", "Mode", "OutcomeUnknown",
     "PathPolicyError", "Policy", "PolicyDecision", "PolicyRequest", "Redactor",
     "RegistrationError", "RequireApproval", "ResolvedPath", "Resolution", "Retry", "Rule",
     "Stage", "Status", "Step", "StepName", "Timing", "ToolCall", "ToolCancelled",

@@ -479,3 +479,23 @@ def test_cancel_before_execution_refuses_the_call(tmp_path: Path) -> None:
     assert env.status is Status.REJECTED and env.reject_stage is Stage.CANCEL
     assert ran == [] and not env.record.execution_started
     reg.shutdown()
+
+
+def test_outcome_unknown_from_a_side_effecting_tool_ends_unknown(tmp_path: Path) -> None:
+    from tooltrace import OutcomeUnknown
+
+    class LinkLost(OutcomeUnknown):
+        error_type = "link_lost"
+
+    def lost(x: int = 0) -> None:
+        raise LinkLost("connection dropped after the request was sent")
+
+    reg = ToolRegistry(workspace=tmp_path, home=tmp_path / "h")
+    reg.register(_defn("deploy", effect=Effect.EXTERNAL, capability=Capability.EXECUTE), lost)
+    reg.register(_defn("peek"), lost)
+    deploy = reg.call(ToolCall("deploy", {}))
+    peek = reg.call(ToolCall("peek", {}))
+    assert deploy.status is Status.UNKNOWN and deploy.record.error_type == "link_lost"
+    assert deploy.retry.requires_inspection and not deploy.retry.allowed
+    assert peek.status is Status.FAILED  # no side effects: nothing may have happened
+    reg.shutdown()

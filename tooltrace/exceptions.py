@@ -12,9 +12,11 @@ tools that want to say something specific, and for sinks that cannot keep a prom
     ├── PathPolicyError            a path was refused by the workspace policy (tooltrace.paths)
     ├── ConfigurationError         a setting or environment variable has a bad value
     ├── AuditUnavailableError      strict audit could not make a record durable (call refused)
-    └── ToolInterrupt              raised inside a tool to confirm it stopped
-        ├── ToolCancelled          ... because the call was cancelled
-        └── DeadlineExceeded       ... because the deadline passed
+    ├── ToolInterrupt              raised inside a tool to confirm it stopped
+    │   ├── ToolCancelled          ... because the call was cancelled
+    │   └── DeadlineExceeded       ... because the deadline passed
+    └── OutcomeUnknown             raised inside a tool: the action was dispatched, and whether it
+                                   took effect cannot be known (a connection lost mid-call)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ __all__ = [
     "DuplicateToolError",
     "InvalidSchemaError",
     "MalformedCallError",
+    "OutcomeUnknown",
     "RegistrationError",
     "ToolCancelled",
     "ToolInterrupt",
@@ -79,3 +82,13 @@ class ToolCancelled(ToolInterrupt):
 
 class DeadlineExceeded(ToolInterrupt):
     """The tool stopped because its deadline passed."""
+
+
+class OutcomeUnknown(TooltraceError):
+    """Raised by a tool whose action was dispatched but whose end cannot be confirmed.
+
+    For a tool with side effects the call ends ``unknown`` (not ``failed``): a post-mortem must
+    not read "failed" as "did not happen". ``error_type`` names the cause (low cardinality).
+    """
+
+    error_type = "outcome_unknown"

@@ -54,6 +54,7 @@ from .exceptions import (
     AuditUnavailableError,
     DuplicateToolError,
     MalformedCallError,
+    OutcomeUnknown,
     RegistrationError,
     ToolInterrupt,
 )
@@ -1035,6 +1036,13 @@ class ToolRegistry:
             note = " (finished after it was asked to stop)" if out.signal else ""
             summary = (self._scrub(tool_summary)[:500] if tool_summary else "") + note
             retry = Retry(True)
+        elif out.kind == "raised" and side_effects and isinstance(out.error, OutcomeUnknown):
+            status, error_type = Status.UNKNOWN, _error_type(out.error)
+            summary = (
+                f"{d.name} may have run: {self._error_text(out.error)}; "
+                "its outcome cannot be confirmed"
+            )
+            retry = Retry(False, requires_inspection=True)
         elif (
             out.kind == "raised"
             and not (out.signal and isinstance(out.error, ToolInterrupt | asyncio.CancelledError))

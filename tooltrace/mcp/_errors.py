@@ -1,7 +1,9 @@
 """Errors the proxy's tool handlers raise; each names a low-cardinality ``error_type``.
 
 The registry records ``error_type`` on the span (``error.type``), the metrics and the audit row.
-Messages are short and never carry raw upstream output beyond a bounded, redacted excerpt::
+Messages are short and never carry raw upstream output beyond a bounded, redacted excerpt. The
+ones raised after the request was sent are also ``OutcomeUnknown``: for a tool with side effects
+the call ends ``unknown``, since the upstream may have acted before it failed::
 
     UpstreamError                 base: something went wrong talking to an upstream server
     ├── UpstreamToolError         the upstream answered ``isError: true``   (tool_error)
@@ -13,6 +15,8 @@ Messages are short and never carry raw upstream output beyond a bounded, redacte
 """
 
 from __future__ import annotations
+
+from ..exceptions import OutcomeUnknown
 
 __all__ = [
     "UpstreamError",
@@ -53,19 +57,19 @@ class UpstreamUnavailable(UpstreamError):
     error_type = "upstream_unavailable"
 
 
-class UpstreamExited(UpstreamError):
+class UpstreamExited(UpstreamError, OutcomeUnknown):
     """The upstream process exited (or closed its stdout) while the call was in flight."""
 
     error_type = "upstream_exited"
 
 
-class UpstreamProtocolError(UpstreamError):
+class UpstreamProtocolError(UpstreamError, OutcomeUnknown):
     """The upstream wrote a line that is not a JSON-RPC message."""
 
     error_type = "upstream_protocol_error"
 
 
-class UpstreamTimeout(UpstreamError):
+class UpstreamTimeout(UpstreamError, OutcomeUnknown):
     """The upstream did not answer before the call's deadline and grace period."""
 
     error_type = "upstream_timeout"
