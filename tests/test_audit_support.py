@@ -324,9 +324,9 @@ def fork_writer(home: Any, ack_file: Any, fsync: str = "grouped") -> int:
             os.write(w, b"r")
             os.close(w)
             while True:
-                for _ in range(20):
+                for _ in range(10):
                     sink.emit(make_record(rng, run_id=f"p{os.getpid()}"))
-                time.sleep(0.0005)
+                time.sleep(0.001)
         finally:
             os._exit(3)
     os.close(w)
