@@ -74,6 +74,7 @@ def test_autopsy_policy_deny(trail: tuple[Path, dict[str, str]]) -> None:
     f = facts(autopsy(trail, "policy"))
     assert f["status"] == ["rejected at stage policy"]
     assert f["policy"][0].startswith("deny by rule path_scope")
+    assert f["path"] == ["path refused: outside_workspace"]
     assert f["execution started"] == ["no (execution never started)"]
 
 

@@ -81,6 +81,8 @@ def _render(a: Any, guard: OutputGuard) -> None:
               + (f": {s['error']}" if s.get("error") else ""), guard)
     for param, where in a.paths.items():
         _line("path", f"{param} -> {where} (within the workspace)", guard)
+    for param, why in a.refused_paths.items():
+        _line("path", f"{param} refused: {why}", guard)
     for p in a.policy:
         if p.get("rule"):
             txt = f"{p['decision']} by rule {p['rule']}"

@@ -48,6 +48,7 @@ class Autopsy:
     final_arguments: Any
     schema: list[dict[str, Any]]
     paths: dict[str, str]
+    refused_paths: dict[str, str]
     policy: list[dict[str, Any]]
     approvals: list[dict[str, Any]]
     hooks: list[dict[str, Any]]
@@ -70,6 +71,7 @@ class Autopsy:
             "final_arguments": self.final_arguments,
             "schema": self.schema,
             "paths": self.paths,
+            "refused_paths": self.refused_paths,
             "policy": self.policy,
             "approvals": self.approvals,
             "hooks": self.hooks,
@@ -133,6 +135,7 @@ def explain(detail: CallDetail) -> Autopsy:
         steps.append(d)
     schema, policy, approvals, hooks, events = [], [], [], [], []
     paths: dict[str, str] = {}
+    refused: dict[str, str] = {}
     execution: dict[str, Any] | None = None
     for s in steps:
         name, det = s["step"], s["detail"] if isinstance(s["detail"], dict) else {}
@@ -147,6 +150,8 @@ def explain(detail: CallDetail) -> Autopsy:
             p = det.get("paths")
             if isinstance(p, dict):
                 paths.update({str(k): str(v) for k, v in p.items()})
+            if s["decision"] == "deny" and det.get("param") is not None:
+                refused[str(det["param"])] = str(det.get("reason") or "refused")
         elif name == "approval":
             who = s["decider"].split(":", 1)[1] if s["decider"].startswith("user:") else None
             approvals.append({**brief, "approver": who, "rule": det.get("rule"),
@@ -203,5 +208,6 @@ def explain(detail: CallDetail) -> Autopsy:
     final = rec["args_redacted"] if rec else (intent or {}).get("args_redacted")
     args = _before_hooks(final, [h.get("diff") for h in hooks if h["decision"] == "modify"
                                  and h["phase"] == "pre"])
-    return Autopsy(detail.call_id, rec, args, final, schema, paths, policy, approvals, hooks,
-                   started, execution, events, result, artifact, trace, resolution, intent, steps)
+    return Autopsy(detail.call_id, rec, args, final, schema, paths, refused, policy, approvals,
+                   hooks, started, execution, events, result, artifact, trace, resolution,
+                   intent, steps)
