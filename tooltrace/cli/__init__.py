@@ -18,6 +18,7 @@ __all__ = ["COMMANDS", "main"]
 COMMANDS: dict[str, str] = {
     "audit": "tooltrace.cli.audit:audit",
     "autopsy": "tooltrace.cli.autopsy:autopsy",
+    "call": "tooltrace.cli.call:call",
     "calls": "tooltrace.cli.calls:calls",
     "compact": "tooltrace.cli.compact:compact",
     "demo": "tooltrace.cli.demo:demo",
