@@ -143,10 +143,11 @@ class Postgres:
         """libpq conninfo of a database on this server."""
         return f"dbname={name} host=127.0.0.1 port={self.port} user=postgres"
 
-    def psql(self, db: str, sql: str) -> str:
-        """Run SQL with psql; return its unaligned output."""
-        return self._run(str(PG_BIN.parent / "bin" / "psql"), "-h", str(self.sock), "-p",
-                         str(self.port), "-U", "postgres", "-d", db, "-At", "-c", sql).stdout
+    def psql(self, db: str, sql: str) -> str | None:
+        """Run SQL with psql; its unaligned output, or None when the query failed."""
+        proc = self._run(str(PG_BIN / "psql"), "-h", str(self.sock), "-p", str(self.port),
+                         "-U", "postgres", "-d", db, "-At", "-c", sql, check=False)
+        return proc.stdout if proc.returncode == 0 else None
 
     def stop(self) -> None:
         self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop",
@@ -170,7 +171,7 @@ def run_writer(home: str, n: int, segment_bytes: int) -> None:
     rng = random.Random(os.getpid())
     for i in range(n):
         sink.emit(make_record(rng, run_id=f"{Path(home).name}-{i % 4}"))
-        if i % 200 == 199:
+        if i % 50 == 49:
             sink.flush()
     sink.shutdown()
     sys.stdout.write("".join(c + "\n" for c in acked))

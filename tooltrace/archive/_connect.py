@@ -19,11 +19,14 @@ through ``scrub``, which removes those values and any password in the URI.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import random
 import re
 import stat
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -223,8 +226,8 @@ def connect(target: Target, *, read_only: bool = False, data_path: str | None = 
             rendered = ", ".join(
                 f"{k} {_sql_str(v) if isinstance(v, str) else str(v).lower()}"
                 for k, v in opts.items())
-            con.execute(f"ATTACH {_sql_str(target.location)} AS lake"
-                        + (f" ({rendered})" if rendered else ""))
+            _attach(con, f"ATTACH {_sql_str(target.location)} AS lake"
+                    + (f" ({rendered})" if rendered else ""))
     except ArchiveError:
         con.close()
         raise
@@ -233,6 +236,25 @@ def connect(target: Target, *, read_only: bool = False, data_path: str | None = 
         raise ArchiveError(
             f"cannot open the archive {target.display()}: {first_line(exc)}") from None
     return con
+
+
+_RACE = ("duplicate key", "already exists", "conflict", "could not serialize")
+
+
+def _attach(con: duckdb.DuckDBPyConnection, sql: str, attempts: int = 10) -> None:
+    """ATTACH, retried while another machine is creating the same catalog at this moment."""
+    import duckdb
+
+    for i in range(attempts):
+        try:
+            con.execute(sql)
+            return
+        except duckdb.Error as exc:
+            if i == attempts - 1 or not any(r in str(exc).lower() for r in _RACE):
+                raise
+            with contextlib.suppress(duckdb.Error):
+                con.execute("DETACH DATABASE IF EXISTS lake")
+            time.sleep(min(1.0, 0.05 * 2 ** i) * (0.5 + random.random()))
 
 
 def first_line(exc: BaseException, limit: int = 400) -> str:
