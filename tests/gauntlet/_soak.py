@@ -170,7 +170,8 @@ def run_soak(
     proc.wait(10)
     warm = next((v for t, v in rss if t >= warm_s), rss[0][1])
     end = statistics.median(v for t, v in rss if t >= elapsed * 0.9)
-    log_lines = sum(1 for _ in open(work / "tooltrace.log", "rb"))
+    with open(work / "tooltrace.log", "rb") as fh:
+        log_lines = sum(1 for _ in fh)
     return {
         "seconds": round(elapsed, 1),
         "calls": total,
