@@ -93,7 +93,9 @@ def main(home: str, ws: str, port: int, n_calls: int, strict: bool) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (used + 30_000, resource.RLIM_INFINITY))
     for i in range(n_calls):
         call(tools[i % len(tools)])
-    audit = next(s for s in reg.sinks if s.name == "audit")
+    from tooltrace.telemetry.audit import AuditSink
+
+    audit = next(s for s in reg.sinks if isinstance(s, AuditSink))
     exposition = generate_latest(metrics).decode()
     reg.shutdown(timeout_s=15.0)
     lines = [ln for ln in log.getvalue().splitlines() if b'"event":"tool_call"' in ln]

@@ -122,12 +122,12 @@ def _mutate(home: Path, rng: random.Random, kind: str) -> tuple[str, set[int] | 
             os.unlink(s)
         kept = mine[keep]
         klines = kept.read_bytes().splitlines(keepends=True)
-        body = split_hash(klines[-1].rstrip(b"\n"))
-        prev = split_hash(klines[-2].rstrip(b"\n"))
-        assert body is not None and prev is not None
-        obj = dict(orjson.loads(body[0]), final=True, reason="close")
-        raw = orjson.dumps(obj)
-        klines[-1] = seal_line(raw, chain_hash(prev[1], raw))
+        seal = split_hash(klines[-1].rstrip(b"\n"))
+        before = split_hash(klines[-2].rstrip(b"\n"))
+        assert seal is not None and before is not None
+        forged = dict(orjson.loads(seal[0]), final=True, reason="close")
+        raw = orjson.dumps(forged)
+        klines[-1] = seal_line(raw, chain_hash(before[1], raw))
         kept.write_bytes(b"".join(klines))
         return kept.name, {len(klines)}
     os.unlink(seg)

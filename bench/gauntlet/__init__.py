@@ -1,0 +1,1 @@
+"""The gauntlet's long versions: ``python -m bench.gauntlet`` (see ``__main__.py``)."""
