@@ -113,7 +113,11 @@ class AuditStore:
         self.segments = 0
         self.parquet_files = 0
         self.con = duckdb.connect(":memory:")
+        # Parquet footers are parsed once per store, not once per query.
+        self.con.execute("SET parquet_metadata_cache = true")
         self._load()
+        row = self.con.execute("SELECT count(*) FROM _all_intents").fetchone()
+        self._has_intents = bool(row and row[0])
 
     def _load(self) -> None:
         manifest = read_manifest(self.adir)
@@ -193,14 +197,20 @@ class AuditStore:
 
     def call(self, call_id: str) -> CallDetail:
         """Everything recorded about one call (``call_id`` may be a unique prefix)."""
-        cid = self.resolve_call_id(call_id)
+        p = call_id.strip().lower()
+        # A full id needs no resolution query: each query over Parquet costs a pruned scan.
+        cid = p if len(p) == 36 and _PREFIX_OK.match(p) else self.resolve_call_id(call_id)
         rec = self.sql("SELECT * FROM tool_calls WHERE call_id = $c", {"c": cid}).dicts()
+        intent: list[dict[str, Any]] = []
+        if self._has_intents:
+            intent = self.sql(
+                "SELECT * FROM tool_call_intents WHERE call_id = $c", {"c": cid}
+            ).dicts()
+        if not rec and not intent:
+            raise CallNotFound(f"no call with id {call_id[:40]!r}")
         steps = self.sql(
             "SELECT seq, step, started_at, elapsed_ms, decider, decision, detail "
             "FROM tool_call_steps WHERE call_id = $c ORDER BY started_at, seq", {"c": cid}
-        ).dicts()
-        intent = self.sql(
-            "SELECT * FROM tool_call_intents WHERE call_id = $c", {"c": cid}
         ).dicts()
         return CallDetail(cid, rec[0] if rec else None, steps, intent[0] if intent else None)
 
