@@ -155,6 +155,9 @@ def run_soak(
         assert env.status is not Status.UNKNOWN
     elapsed = time.perf_counter() - t0
     rss.append((elapsed, rss_bytes()))
+    # The registry remembers recent call statuses (for ``status(call_id)``), up to a cap: part
+    # of any RSS growth before that cap is reached.
+    remembered = len(getattr(reg, "_statuses", ()))
     reg.flush(30.0)
     drops = {getattr(s, "name", type(s).__name__): int(getattr(s, "dropped", 0) or 0)
              for s in reg.sinks}
@@ -185,6 +188,7 @@ def run_soak(
         "rss_after_warmup_mib": round(warm / 2**20, 1),
         "rss_end_mib": round(end / 2**20, 1),
         "rss_growth_pct": round(100 * (end - warm) / warm, 2),
+        "statuses_remembered": remembered,
         "drops": drops,
         "export_failures": export_failures,
         "spans_received": int(received["spans"]),
