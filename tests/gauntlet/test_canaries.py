@@ -294,3 +294,35 @@ def test_no_canary_reaches_any_sink(tmp_path: Path) -> None:
     placed = [hit for _, data in (("ws", p.read_bytes()) for p in ws.glob("*"))
               for hit in finder.find(data)]
     assert len({c.core for c, _ in placed}) == len(canaries)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known fault: the envelope fields of a call are not redacted before the sinks: an "
+    "unknown tool name (registry.py _Builder.reject label and the resolve step's 'requested' "
+    "detail), mode, run_id and attributes (ToolRegistry._pipeline) reach every sink as given; "
+    "when this passes, remove the mark",
+)
+def test_canaries_in_the_call_envelope_fields(tmp_path: Path) -> None:
+    from tooltrace import ToolRegistry
+    from tooltrace.testing import RecordingSink
+
+    canaries = [c for c in make_canaries(52, SEED + 1) if " " not in c.text and "\n" not in c.text]
+    finder = Finder(canaries)
+    sink = RecordingSink()
+    reg = ToolRegistry(workspace=tmp_path, home=tmp_path / "home", sinks=[sink])
+    leaks: dict[str, int] = {}
+    for c in canaries:
+        for field, call in (
+            ("tool name", ToolCall(c.text, {})),
+            ("mode", ToolCall("read_text", {}, mode=c.text)),
+            ("run_id", ToolCall("read_text", {}, run_id=c.text)),
+            ("attributes", ToolCall("read_text", {}, attributes={"note": c.text})),
+        ):
+            env = reg.call(call)
+            blob = json.dumps([env.to_dict(), repr(sink.records[-1])], default=str).encode()
+            if finder.find(blob):
+                leaks[field] = leaks.get(field, 0) + 1
+    reg.shutdown()
+    record("canaries in envelope fields", canaries=len(canaries), **leaks)
+    assert not leaks, leaks
