@@ -286,3 +286,21 @@ def test_reader_follows_a_segment_sealed_after_listing(tmp_path: Path) -> None:
     seg = read_segment(live)
     assert seg is not None and not seg.info.live and not seg.alive
     assert sum(1 for _, o, _ in seg.lines if o["k"] == "c") == 30
+
+
+def test_a_malformed_record_does_not_make_the_trail_unreadable(tmp_path: Path) -> None:
+    import random
+
+    import msgspec
+
+    rng = random.Random(4)
+    good = make_record(rng)
+    # Records are not type-checked when built; a wrong type must still not poison readers.
+    bad = msgspec.structs.replace(make_record(rng), call_id=5, run_id=["x"])  # type: ignore[arg-type]
+    sink = AuditSink(tmp_path)
+    sink.emit(good)
+    sink.emit(bad)
+    sink.shutdown()
+    with AuditStore(tmp_path) as store:
+        rows = dict(store.sql("SELECT call_id, run_id FROM tool_calls").rows)
+    assert rows == {good.call_id: good.run_id, "5": '["x"]'}

@@ -13,7 +13,7 @@ from ..._config import resolve_home
 from ...envelope import CallRecord
 from ...exceptions import AuditUnavailableError, ConfigurationError
 from .._worker import BatchWorker
-from ._format import LateStepLike, dumps, encode_call, encode_late, load_key
+from ._format import LateStepLike, dumps, encode_call_bytes, encode_late, load_key
 from ._recover import Recovered, recover_dead_segments
 from ._segments import audit_dir
 from ._writer import Ack, FsyncPolicy, SegmentWriter
@@ -177,7 +177,7 @@ class AuditSink:
         try:
             w = self._get_writer()
             with w.lock:
-                w.append([encode_call(record)], [record.call_id], durable=True)
+                w.append([encode_call_bytes(record)], [record.call_id], durable=True)
         except Exception as exc:
             self._lost += 1
             self.last_error = type(exc).__name__
@@ -232,7 +232,8 @@ class AuditSink:
             # Encode each record at once so its intermediate dict dies young (a batch of live
             # dicts would be promoted and rescanned by the garbage collector).
             bodies = [
-                dumps(encode_call(r) if type(r) is CallRecord else encode_late(r))  # type: ignore[arg-type]
+                encode_call_bytes(r) if type(r) is CallRecord
+                else dumps(encode_late(r))  # type: ignore[arg-type]
                 for r in batch
             ]
             with w.lock:

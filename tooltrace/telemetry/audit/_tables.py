@@ -58,6 +58,14 @@ def _json(v: Any) -> str | None:
     return None if v is None else orjson.dumps(v).decode()
 
 
+def _artifact(a: Any) -> tuple[Any, Any, Any, Any]:
+    if isinstance(a, dict):
+        return a.get("path"), a.get("chars"), a.get("bytes"), a.get("sha256")
+    if isinstance(a, list) and len(a) == 4:
+        return a[0], a[1], a[2], a[3]
+    return None, None, None, None
+
+
 def _resolution_summary(row: Any) -> str:
     detail = row[6] if len(row) > 6 and isinstance(row[6], dict) else {}
     err = detail.get("error_type")
@@ -92,7 +100,7 @@ def build_tables(segments: Iterable[ParsedSegment]) -> dict[str, pa.Table]:
             k = o.get("k")
             if k == "c":
                 cid = o["call_id"]
-                art = o.get("artifact") or (None, None, None, None)
+                art = _artifact(o.get("artifact"))
                 c["call_id"].append(cid)
                 for f in ("run_id", "tool", "source", "status", "reject_stage", "summary",
                           "error_type", "trace_id", "span_id", "parent_span_id",
@@ -103,8 +111,8 @@ def build_tables(segments: Iterable[ParsedSegment]) -> dict[str, pa.Table]:
                 c["execution_started"].append(bool(o.get("execution_started")))
                 c["trace_sampled"].append(bool(o.get("trace_sampled")))
                 c["hook_modified"].append(bool(o.get("hook_modified")))
-                c["args_redacted"].append(_json(o.get("args")))
-                c["attributes"].append(_json(o.get("attributes")))
+                c["args_redacted"].append(_json(o.get("args_redacted", o.get("args"))))
+                c["attributes"].append(_json(o.get("attributes") or None))
                 c["artifact_path"].append(art[0])
                 c["artifact_chars"].append(art[1])
                 c["artifact_bytes"].append(art[2])
@@ -140,12 +148,32 @@ def build_tables(segments: Iterable[ParsedSegment]) -> dict[str, pa.Table]:
         arrays = []
         for f in sch[t]:
             vals = cols[t][f.name]
-            if pa.types.is_timestamp(f.type):
-                arrays.append(pa.array(vals, pa.int64()).cast(f.type))
-            else:
-                arrays.append(pa.array(vals, f.type))
+            is_ts = pa.types.is_timestamp(f.type)
+            try:
+                arr = pa.array(vals, pa.int64() if is_ts else f.type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                # One malformed value must not make the whole trail unreadable.
+                arr = pa.array(_coerce(vals, f.type), pa.int64() if is_ts else f.type)
+            arrays.append(arr.cast(f.type) if is_ts else arr)
         out[t] = pa.Table.from_arrays(arrays, schema=sch[t])
     return out
+
+
+def _coerce(vals: list[Any], typ: pa.DataType) -> list[Any]:
+    """Values made to fit a column type: text for strings, None where a number is not one."""
+    import pyarrow as pa
+
+    if pa.types.is_string(typ):
+        return [v if v is None or isinstance(v, str) else orjson.dumps(v, default=str).decode()
+                for v in vals]
+    if pa.types.is_boolean(typ):
+        return [None if v is None else bool(v) for v in vals]
+    if pa.types.is_floating(typ):
+        return [v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+                for v in vals]
+    lim = 2**31 if typ == pa.int32() else 2**63
+    return [v if isinstance(v, int) and not isinstance(v, bool) and -lim <= v < lim else None
+            for v in vals]
 
 
 def empty_tables() -> dict[str, pa.Table]:
