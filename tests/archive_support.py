@@ -32,7 +32,9 @@ __all__ = ["ACCESS_KEY", "SECRET_KEY", "MotoS3", "Postgres", "run_writer"]
 ACCESS_KEY = "AKIAARCHIVETEST00001"
 #: The S3 secret every test uses; tests assert it never appears in output or errors.
 SECRET_KEY = "archive-s3-secret-Zq9vXw2LmN4pR7tY"
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
+#: Debian's PostgreSQL binaries (package ``postgresql``; the newest major installed).
+PG_BIN = max(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name),
+             default=Path("/usr/lib/postgresql/15/bin"))
 _VENV_BIN = Path(sys.executable).parent
 
 

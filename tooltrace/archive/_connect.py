@@ -44,6 +44,7 @@ __all__ = [
     "Target",
     "connect",
     "parse_target",
+    "prepare",
     "scrub",
 ]
 
@@ -196,7 +197,22 @@ def s3_secret_sql(env: dict[str, str] | None = None) -> str | None:
 
 def connect(target: Target, *, read_only: bool = False, data_path: str | None = None,
             attach_options: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection that reaches ``target``.
+    """An in-memory DuckDB connection that reaches ``target`` (see ``prepare``)."""
+    import duckdb
+
+    con = duckdb.connect(":memory:")
+    try:
+        prepare(con, target, read_only=read_only, data_path=data_path,
+                attach_options=attach_options)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def prepare(con: duckdb.DuckDBPyConnection, target: Target, *, read_only: bool = False,
+            data_path: str | None = None, attach_options: dict[str, Any] | None = None) -> None:
+    """Make ``con`` reach ``target``.
 
     Loads the packaged extensions the target needs, creates the S3 secret from the
     environment, and (DuckLake) attaches the catalog as ``lake``. Raises ``ArchiveError`` with a
@@ -204,7 +220,6 @@ def connect(target: Target, *, read_only: bool = False, data_path: str | None = 
     """
     import duckdb
 
-    con = duckdb.connect(":memory:")
     try:
         needed = ["httpfs"] if target.remote else []
         if target.kind == "ducklake":
@@ -228,14 +243,9 @@ def connect(target: Target, *, read_only: bool = False, data_path: str | None = 
                 for k, v in opts.items())
             _attach(con, f"ATTACH {_sql_str(target.location)} AS lake"
                     + (f" ({rendered})" if rendered else ""))
-    except ArchiveError:
-        con.close()
-        raise
     except duckdb.Error as exc:
-        con.close()
         raise ArchiveError(
             f"cannot open the archive {target.display()}: {first_line(exc)}") from None
-    return con
 
 
 _RACE = ("duplicate key", "already exists", "conflict", "could not serialize")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..telemetry.audit._tables import TABLES, empty_tables, schemas
 from ..telemetry.audit.query import _VIEWS, AuditStore
-from ._connect import ArchiveError, Target, connect, first_line, parse_target
+from ._connect import ArchiveError, Target, first_line, parse_target, prepare
 
 __all__ = ["ArchiveStore", "open_archive"]
 
@@ -20,19 +20,23 @@ class ArchiveStore(AuditStore):
     """A read-only DuckDB view of an archive (``ducklake:...``, ``s3://...`` or a directory)."""
 
     def __init__(self, archive: str | None = None) -> None:
+        self.target: Target = parse_target(archive)
+        super().__init__()
+
+    def _load(self) -> None:
+        # Called by AuditStore.__init__ on its fresh in-memory connection.
         import duckdb
 
-        self.target: Target = parse_target(archive)
-        self.issues = []
-        self.segments = 0
-        self.parquet_files = 0
-        self.con = connect(self.target, read_only=True)
         try:
+            prepare(self.con, self.target, read_only=True)
             self._load_archive()
         except duckdb.Error as exc:
             self.con.close()
             raise ArchiveError(f"cannot read the archive {self.target.display()}:"
                                f" {first_line(exc)}") from None
+        except BaseException:
+            self.con.close()
+            raise
 
     def _load_archive(self) -> None:
         con = self.con
