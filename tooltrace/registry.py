@@ -252,6 +252,7 @@ class ToolRegistry:
         self._reg_lock = threading.RLock()
         self._admission = Admission(max_concurrency, max_queue, tool_concurrency)
         self._pool = make_pool(max_concurrency, "tooltrace-tool")
+        self._hook_threads = hook_threads
         self._hook_pool = make_pool(hook_threads, "tooltrace-hook")
         self._loop = LoopThread()
         self._active: dict[str, _Active] = {}
@@ -563,10 +564,20 @@ class ToolRegistry:
                     b.span = self._tracer.open_span(UNREGISTERED)
                 b.step(StepName.RESOLVE, t0, "registry", "reject", {"reason": exc.reason})
                 return b.reject(Stage.PARAMS, f"malformed tool call: {exc}", UNREGISTERED)
-        b.call_id = call.call_id or new_call_id()
+        bad = self._check_call(call)
+        if bad is not None:
+            # A ToolCall object is as untrusted as JSON: its fields are checked before any of
+            # them reaches a record (ids are queried by type, anything may hold a secret).
+            b.call_id = new_call_id()
+            if self._tracer is not None:
+                b.span = self._tracer.open_span(UNREGISTERED)
+            b.step(StepName.RESOLVE, t0, "registry", "reject", {"reason": bad})
+            return b.reject(Stage.PARAMS, f"malformed tool call: {bad}", UNREGISTERED)
+        b.call_id = call.call_id.lower() if call.call_id else new_call_id()
         b.run_id = call.run_id or self.run_id
         b.mode = call.mode
-        b.attributes = call.attributes
+        if call.attributes:
+            b.attributes = self._clean_attributes(call.attributes)
         name = call.name
         raw_args = call.arguments
         b.args_redacted = self._redact_args(raw_args)
@@ -578,8 +589,11 @@ class ToolRegistry:
             # Every call gets its span, rejected ones included, so all sinks share its ids.
             b.span = self._tracer.open_span(entry.definition.name if entry else UNREGISTERED)
         if entry is None:
-            b.step(StepName.RESOLVE, t, "registry", "reject", {"requested": _safe_name(name)})
-            return b.reject(Stage.RESOLVE, "unknown tool", UNREGISTERED, shown_name=name)
+            shown = _safe_name(name)
+            if self.redactor.redact_text(shown) != shown:  # a name may itself be a secret
+                shown = "the requested tool"
+            b.step(StepName.RESOLVE, t, "registry", "reject", {"requested": shown})
+            return b.reject(Stage.RESOLVE, "unknown tool", UNREGISTERED, shown_name=shown)
         d = entry.definition
         b.entry = entry
         if b.run_id in self._cancelled_runs or b.call_id in self._cancel_early:
@@ -872,6 +886,46 @@ class ToolRegistry:
         if not res.approved:
             return b.reject(Stage.APPROVAL, f"denied by {who}", d.name)
         return None
+
+    def _check_call(self, call: ToolCall) -> str | None:
+        """Why a ToolCall's own fields are unusable, or None."""
+        cid, rid, mode = call.call_id, call.run_id, call.mode
+        if cid is not None and (type(cid) is not str or not _UUID_RE.match(cid)):
+            return "call_id must be a UUID string"
+        if rid is not None and (
+            type(rid) is not str
+            or not _TOKEN_RE.match(rid)
+            or self.redactor.redact_text(rid) != rid
+        ):
+            return "run_id must be 1-128 characters of [A-Za-z0-9._:-] and not a secret"
+        if mode not in self.policy.modes and (
+            type(mode) is not str
+            or not _TOKEN_RE.match(mode)
+            or self.redactor.redact_text(mode) != mode
+        ):
+            return "mode must be 1-128 characters of [A-Za-z0-9._:-] and not a secret"
+        t = call.timeout_s
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int | float) or not t > 0):
+            return "timeout_s must be a positive number"
+        if not isinstance(call.background, bool):
+            return "background must be a boolean"
+        if not isinstance(call.attributes, Mapping):
+            return "attributes must be a mapping"
+        return None
+
+    def _clean_attributes(self, attrs: Mapping[str, Any]) -> dict[str, str | int | bool]:
+        """Extra span attributes, bounded and redacted (they reach every sink)."""
+        out: dict[str, str | int | bool] = {}
+        for k, v in list(attrs.items())[:32]:
+            if type(k) is not str or not _TOKEN_RE.match(k):
+                continue
+            if isinstance(v, bool | int):
+                out[k] = v
+            elif isinstance(v, float):
+                out[k] = str(v)
+            else:
+                out[k] = self.redactor.redact_text(str(v)[:256])
+        return out
 
     def _narrows(self, before: str, after_relative: str) -> bool:
         """A hook may move a path only within the directory the original path named."""
@@ -1237,7 +1291,10 @@ class ToolRegistry:
         if isinstance(op, _Admit):
             return self._admission.acquire(op.tool, op.run_id, op.timeout_s, op.call_id)
         if isinstance(op, _RunHook):
-            return self._bounded(self._hook_pool, op.hook, op.view, op.hook.timeout_s)
+            res = self._bounded(self._hook_pool, op.hook, op.view, op.hook.timeout_s)
+            if res[0] == "timeout":
+                self._replace_hook_pool()
+            return res
         if isinstance(op, _Approve):
             assert self.approver is not None
             try:
@@ -1257,6 +1314,7 @@ class ToolRegistry:
             try:
                 return await asyncio.wait_for(fut, op.hook.timeout_s)
             except TimeoutError:
+                self._replace_hook_pool()
                 return "timeout", None
         if isinstance(op, _Approve):
             approver = self.approver
@@ -1274,6 +1332,13 @@ class ToolRegistry:
             return res
         except concurrent.futures.TimeoutError:
             return "timeout", None
+
+    def _replace_hook_pool(self) -> None:
+        """A hook overran its limit and still holds a pool thread: give later hooks a fresh
+        pool, so a hung hook cannot starve healthy ones (its thread ends when it returns)."""
+        with self._reg_lock:
+            old, self._hook_pool = self._hook_pool, make_pool(self._hook_threads, "tooltrace-hook")
+        old.shutdown(wait=False)
 
     def _write_intent(self, op: _Intent) -> BaseException | None:
         try:
@@ -1473,6 +1538,10 @@ class LateStep:
 
 
 _FREE = AdmissionResult(True, 0.0, "free")
+_UUID_RE = re.compile(
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+)
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 _ADMISSION_TEXT = {
     "queue_full": "too many calls waiting for a slot (queue full)",

@@ -155,13 +155,6 @@ def test_deep_nesting_and_odd_values_through_every_entry(reg: tuple[ToolRegistry
     assert r.sink_errors == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known fault: ToolCall fields are not type-checked when a ToolCall object is passed "
-    "(registry.py ToolRegistry._pipeline uses call.call_id as is); an int call id reaches the "
-    "audit trail and every reader then fails with ArrowTypeError; when this passes, remove "
-    "the mark",
-)
 def test_a_non_string_call_id_is_rejected_and_the_trail_stays_readable(tmp_path: Path) -> None:
     (tmp_path / "ws").mkdir()
     r = create_registry(tmp_path / "ws", home=tmp_path / "home",

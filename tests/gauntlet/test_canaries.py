@@ -296,13 +296,6 @@ def test_no_canary_reaches_any_sink(tmp_path: Path) -> None:
     assert len({c.core for c, _ in placed}) == len(canaries)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known fault: the envelope fields of a call are not redacted before the sinks: an "
-    "unknown tool name (registry.py _Builder.reject label and the resolve step's 'requested' "
-    "detail), mode, run_id and attributes (ToolRegistry._pipeline) reach every sink as given; "
-    "when this passes, remove the mark",
-)
 def test_canaries_in_the_call_envelope_fields(tmp_path: Path) -> None:
     from tooltrace import ToolRegistry
     from tooltrace.testing import RecordingSink

@@ -118,12 +118,6 @@ def test_calls_keep_their_contract_and_losses_are_counted(tmp_path: Path, strict
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known fault: hung hooks keep their thread of the registry's shared hook pool "
-    "(registry.py: ToolRegistry._serve -> _bounded(self._hook_pool, ...)); when this passes, "
-    "remove the mark",
-)
 def test_a_hanging_optional_hook_does_not_starve_a_healthy_required_one() -> None:
     """An optional hook past its time limit is abandoned (fail open), but its thread keeps
     running; the registry's hook pool (``hook_threads``, default 8) then fills with hung hooks
