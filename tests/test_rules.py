@@ -165,10 +165,10 @@ def test_recording_rule_expressions_agree_with_tooltrace_stats(tmp_path: Path) -
         assert row["param_reject_ratio"] == pytest.approx(promql["param_reject"][tool], abs=1e-4)
         assert row["policy_reject_ratio"] == pytest.approx(promql["policy_reject"][tool], abs=1e-4)
         if tool == "commit":
-            # Metrics count the status a call ended with (unknown); the audit trail keeps the
-            # final one, after the late `resolved` step (ok). The offload ratios' bases differ.
-            assert tool not in promql["offload"] and row["ok"] == mix["unknown"]
-        elif row["ok"]:
+            # Its calls ended unknown and resolved ok later: stats counts the status a call
+            # ended with, as the metrics do, so they are not successes on either side.
+            assert row["ok"] == 0 and mix["unknown"] > 0
+        if row["ok"]:
             assert row["offload_ratio"] == pytest.approx(promql["offload"][tool], abs=1e-4)
         else:
             assert tool not in promql["offload"]  # no successes: no ratio, not NaN
