@@ -5,8 +5,10 @@ spans shipped and local records, the background shipper, and secrets kept out of
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -301,3 +303,30 @@ def test_ship_without_a_trail_or_archive(tmp_path: Path, monkeypatch: pytest.Mon
         ship(tmp_path / "home", None)
     res = ship(tmp_path / "nothing-here", str(tmp_path / "arch"))
     assert res.shipped == () and res.already == 0
+
+
+def test_ship_follow_keeps_shipping_until_sigterm(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    archive = tmp_path / "archive"
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "tooltrace"), "audit", "ship", "--follow",
+         "--interval", "0.2", "--home", str(home), "--archive", str(archive)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ids = _fill(home, 300, seed=21, seg_bytes=20_000)
+        sealed = {p.name[: -len(".jsonl")] for p in (home / "audit" / "segments").iterdir()
+                  if p.name.endswith(".jsonl") and ".live" not in p.name}
+        deadline = time.monotonic() + 60
+        shipped: set[str] = set()
+        while time.monotonic() < deadline and shipped != sealed:
+            marks = archive / "_shipped"
+            shipped = {p.stem for p in marks.glob("*.json")} if marks.is_dir() else set()
+            time.sleep(0.05)
+        assert shipped == sealed
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "shipped" in out
+    with ArchiveStore(str(archive)) as arc:
+        assert sorted(r[0] for r in arc.sql("SELECT call_id FROM tool_calls").rows) == sorted(ids)

@@ -18,10 +18,12 @@ from pathlib import Path
 import pytest
 from archive_support import MotoS3, Postgres
 
-from tooltrace.archive import ArchiveStore
+from tooltrace.archive import ArchiveStore, verify_archive
 
 TESTS = Path(__file__).resolve().parent
 TOOLTRACE = str(Path(sys.executable).parent / "tooltrace")
+#: One checkpoint key for the whole fleet, so one verify checks every machine's checkpoints.
+FLEET_KEY = "fleet-checkpoint-key-5b1e"
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +42,7 @@ def _env(s3: MotoS3, cwd: Path) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
     env["HOME"] = str(cwd)
     env["TOOLTRACE_HOME"] = str(cwd / ".tooltrace")
+    env["TOOLTRACE_AUDIT_KEY"] = FLEET_KEY
     return env
 
 
@@ -104,6 +107,11 @@ def test_four_machines_ship_concurrently_to_ducklake_exactly_once(
     for k, v in s3.env().items():
         monkeypatch.setenv(k, v)
     _check_exactly_once(archive, s3, expected)
+    # One verify checks all four machines' chains and keyed checkpoints in the archive.
+    monkeypatch.setenv("TOOLTRACE_AUDIT_KEY", FLEET_KEY)
+    report = verify_archive(archive, cwds[0] / ".tooltrace")
+    assert report.ok, [f.to_dict() for f in report.findings][:5]
+    assert report.keyed and report.writers == 4 and report.records >= 4 * 700
     # The data went to S3 as Parquet, not into the catalog.
     keys = s3.client().list_objects_v2(Bucket=bucket, Prefix="lake/").get("KeyCount", 0)
     assert keys > 0
@@ -115,7 +123,6 @@ def test_four_machines_ship_concurrently_to_ducklake_exactly_once(
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
         assert json.loads(out)["segments"] == 0
-    _check_exactly_once(archive, s3, expected)
 
 
 def _kill_mid_ship(cmd: list[str], cwd: Path, env: dict[str, str], landed: object,
@@ -172,7 +179,8 @@ def test_ship_killed_mid_way_and_rerun_duplicates_nothing(
             return int(r.get("KeyCount", 0))
 
     _kill_mid_ship(cmd, cwd, env, landed, segs)
-    rerun = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    rerun = subprocess.run(_ship_cmd(archive), cwd=cwd, env=env, capture_output=True, text=True,
+                           timeout=120)
     assert rerun.returncode == 0, rerun.stderr
     res = json.loads(rerun.stdout)
     assert res["already_shipped"] + res["segments"] == segs
