@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import pyarrow.parquet as pq
 import pytest
 from archive_support import SECRET_KEY, MotoS3
@@ -330,3 +331,22 @@ def test_ship_follow_keeps_shipping_until_sigterm(tmp_path: Path) -> None:
     assert "shipped" in out
     with ArchiveStore(str(archive)) as arc:
         assert sorted(r[0] for r in arc.sql("SELECT call_id FROM tool_calls").rows) == sorted(ids)
+
+
+def test_ship_cli_usage_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from tooltrace.cli import main
+
+    monkeypatch.delenv("TOOLTRACE_ARCHIVE", raising=False)
+    _fill(tmp_path / "home", 5)
+    res = CliRunner().invoke(main, ["audit", "ship", "--home", str(tmp_path / "home")])
+    assert res.exit_code == 2 and "TOOLTRACE_ARCHIVE" in res.output
+    res = CliRunner().invoke(main, ["audit", "ship", "--home", str(tmp_path / "home"),
+                                    "--archive", "ftp://host/x"])
+    assert res.exit_code == 2 and "unsupported archive URI" in res.output
+    res = CliRunner().invoke(main, ["audit", "ship", "--home", str(tmp_path / "home"),
+                                    "--archive", str(tmp_path / "arch"), "--json"])
+    assert res.exit_code == 0
+    data = orjson.loads(res.output)
+    assert data["calls"] == 5 and data["segments"] >= 1

@@ -239,11 +239,15 @@ class _Plain(_Backend):
         self.con = connect(target)
 
     def shipped(self, writers: Sequence[str]) -> set[str]:
-        pattern = f"{self.root}/_shipped/*.json"
         if self.local and not Path(self.root, "_shipped").is_dir():
             return set()
-        rows = self.con.execute("SELECT file FROM glob($p)", {"p": pattern}).fetchall()
-        return {str(r[0]).rsplit("/", 1)[-1][: -len(".json")] for r in rows}
+        out: set[str] = set()
+        # One listing per local writer (a prefix on S3), not of the whole fleet's markers.
+        for w in writers:
+            rows = self.con.execute("SELECT file FROM glob($p)",
+                                    {"p": f"{self.root}/_shipped/{w}.*.json"}).fetchall()
+            out.update(str(r[0]).rsplit("/", 1)[-1][: -len(".json")] for r in rows)
+        return out
 
     def _copy(self, rel: str, query: str, fmt: str = "parquet") -> None:
         dest = f"{self.root}/{rel}"
