@@ -17,36 +17,45 @@ from pathlib import Path
 
 from .._config import resolve_home
 from ..telemetry.audit._format import load_key
-from ..telemetry.audit._manifest import manifest_path
+from ..telemetry.audit._manifest import read_manifest, write_manifest
 from ..telemetry.audit._segments import audit_dir, list_segments, segment_name
 from ..telemetry.audit._verify import Finding, VerifyReport, verify_audit
 from ._connect import ArchiveError, connect, first_line, parse_target
+from ._layout import segment_key
 
 __all__ = ["verify_archive"]
 
 
-def _shipped_lines(archive: str | None) -> dict[tuple[str, int], list[str]]:
+def _shipped_lines(archive: str | None) -> tuple[dict[tuple[str, int], list[str]], set[str]]:
+    """The shipped lines per (writer, n), and the segment ids the ship ledger lists."""
     import duckdb
 
     target = parse_target(archive)
     con = connect(target, read_only=True)
     try:
+        ledger: set[str] = set()
         if target.kind == "ducklake":
-            have = con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = 'lake'"
-                               " AND table_name = 'lines'").fetchone()
-            src = "lake.lines" if have and have[0] else None
+            have = {r[0] for r in con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = 'lake'").fetchall()}
+            src = "lake.lines" if "lines" in have else None
+            if "ship_ledger" in have:
+                ledger = {r[0] for r in con.execute(
+                    "SELECT segment FROM lake.ship_ledger").fetchall()}
         else:
-            pattern = f"{target.location}/lines/*.parquet"
+            root = target.location
+            pattern = f"{root}/lines/*.parquet"
             n = con.execute("SELECT count(*) FROM glob($p)", {"p": pattern}).fetchone()
             src = ("read_parquet('" + pattern.replace("'", "''") + "')") if n and n[0] else None
+            ledger = {str(r[0]).rsplit("/", 1)[-1][: -len(".json")] for r in con.execute(
+                "SELECT file FROM glob($p)", {"p": f"{root}/_shipped/*.json"}).fetchall()}
         out: dict[tuple[str, int], list[str]] = collections.defaultdict(list)
         if src is None:
-            return out
+            return out, ledger
         cur = con.execute(f"SELECT writer, n, line FROM {src} ORDER BY writer, n, line_no")
         while batch := cur.fetchmany(65536):
             for writer, n, line in batch:
                 out[(writer, int(n))].append(line)
-        return out
+        return out, ledger
     except duckdb.Error as exc:
         raise ArchiveError(f"cannot read the archive {target.display()}: {first_line(exc)}"
                            ) from None
@@ -64,8 +73,12 @@ def verify_archive(archive: str | None = None,
     h = resolve_home(home)
     adir = audit_dir(h)
     key = load_key(h, create=False)
-    shipped = _shipped_lines(archive)
-    diverged: list[Finding] = []
+    shipped, ledger = _shipped_lines(archive)
+    diverged: list[Finding] = [
+        Finding("error", "deleted", f"{seg}.jsonl", None, None,
+                "the ship ledger lists this segment but its lines are gone from the archive:"
+                " deleted")
+        for seg in sorted(ledger - {segment_key(w, n) for w, n in shipped})]
     tmp = Path(tempfile.mkdtemp(prefix="tooltrace-verify-"))
     try:
         segdir = tmp / "audit" / "segments"
@@ -89,11 +102,12 @@ def verify_archive(archive: str | None = None,
                 continue
             # Not shipped yet: check it in place (a link keeps the writer's lock visible).
             os.symlink(info.path.absolute(), segdir / info.name)
-        mp = manifest_path(adir)
-        if mp.exists():
-            dest = manifest_path(tmp / "audit")
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(mp, dest)
+        manifest = read_manifest(adir)
+        # Segments pruned after shipping must be found in the archive: their local chain
+        # heads must not paper over a segment deleted there.
+        manifest["segments"] = [s for s in manifest.get("segments", [])
+                                if not s.get("archived")]
+        write_manifest(tmp / "audit", manifest)
         report = verify_audit(tmp / "audit", key)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
