@@ -5,6 +5,7 @@ spans shipped and local records, the background shipper, and secrets kept out of
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -350,3 +351,27 @@ def test_ship_cli_usage_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert res.exit_code == 0
     data = orjson.loads(res.output)
     assert data["calls"] == 5 and data["segments"] >= 1
+
+
+def test_a_segment_spanning_midnight_lands_in_both_day_partitions(tmp_path: Path) -> None:
+    from test_audit_support import make_record
+
+    home = tmp_path / "home"
+    archive = tmp_path / "archive"
+    midnight_us = 1_798_761_600_000_000  # 2027-01-01T00:00:00Z
+    rng = random.Random(2)
+    recs = [make_record(rng, kind="ok", t0=midnight_us + d) for d in
+            (-2_000_000, -1_000, 0, 5_000_000)]
+    sink = AuditSink(home)
+    for r in recs:
+        sink.emit(r)
+    sink.shutdown()
+    res = ship(home, str(archive))
+    assert res.calls == 4
+    before = list((archive / "calls" / "day=2026-12-31").glob("*.parquet"))
+    after = list((archive / "calls" / "day=2027-01-01").glob("*.parquet"))
+    assert len(before) == len(after) == 1
+    assert pq.read_table(before[0]).num_rows == 2 and pq.read_table(after[0]).num_rows == 2
+    with ArchiveStore(str(archive)) as arc:
+        got = arc.sql("SELECT call_id FROM tool_calls ORDER BY started_at").rows
+    assert [r[0] for r in got] == [r.call_id for r in recs]
