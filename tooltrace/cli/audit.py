@@ -1,17 +1,26 @@
-"""``tooltrace audit ship``: move sealed audit segments into the archive, exactly once."""
+"""``tooltrace audit ship``: move sealed audit segments into the archive, exactly once; and
+what the readers (``autopsy``, ``calls``, ``stats``, ``query``, ``verify``) use with
+``--archive``."""
 
 from __future__ import annotations
 
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
 from ._common import EXIT_FAIL, EXIT_USAGE, OutputGuard, fail, home_option, json_option
 from ._common import print_json as _print_json
+
+if TYPE_CHECKING:
+    from ..archive import ArchiveStore
+    from ..telemetry.audit._verify import VerifyReport
 
 
 @click.group()
@@ -78,3 +87,37 @@ def ship(archive: str | None, data_path: str | None, prune: bool, segments_per_c
                                " shipped: its records are only in the local Parquet", err=True)
         if not follow or stop.wait(max(0.0, interval - (time.monotonic() - started))):
             return
+
+
+# -- what the readers use with --archive (see _common.open_store and verify) ------------------
+
+
+@contextmanager
+def open_archive_store(archive: str, guard: OutputGuard) -> Iterator[ArchiveStore]:
+    """Open the archive for the readers; exit 1 (2 for a bad URI) with a secret-free message."""
+    from ..archive import ArchiveError, ArchiveStore
+    from ..exceptions import ConfigurationError
+
+    try:
+        store = ArchiveStore(archive)
+    except ConfigurationError as exc:
+        fail(str(exc), EXIT_USAGE, guard)
+    except ArchiveError as exc:
+        fail(str(exc), EXIT_FAIL, guard)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def verify_archive_report(archive: str, home: Path, guard: OutputGuard) -> VerifyReport:
+    """``verify --archive``: the chains over shipped and local segments, or exit 1 / 2."""
+    from ..archive import ArchiveError, verify_archive
+    from ..exceptions import ConfigurationError
+
+    try:
+        return verify_archive(archive, home)
+    except ConfigurationError as exc:
+        fail(str(exc), EXIT_USAGE, guard)
+    except ArchiveError as exc:
+        fail(str(exc), EXIT_FAIL, guard)
