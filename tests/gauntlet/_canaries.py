@@ -251,6 +251,7 @@ def windows(form: str) -> list[str]:
 
 # Characters of every form above: a leaked run is a substring of a run of these.
 _RUN = re.compile(rb"[A-Za-z0-9+/=_\-.~%\\!*]{16,}")
+_HEXISH = re.compile(rb"[0-9a-f\-]+")
 
 
 class Finder:
@@ -270,23 +271,27 @@ class Finder:
         self._short_lens = sorted({len(b) for b in self.short})
 
     def find(self, data: bytes) -> list[tuple[Canary, int]]:
-        """Canaries found in ``data`` with the offset of the first hit of each."""
+        """Canaries found in ``data`` with the offset of the first hit of each.
+
+        Runs are collected and de-duplicated by the regex engine first; runs of lowercase hex
+        and dashes (ids, digests: no canary form is one) are not windowed.
+        """
         hits: dict[str, tuple[Canary, int]] = {}
         win = self.by_window
         short = self.short
         lens = self._short_lens
-        for m in _RUN.finditer(data):
-            run = m.group()
-            base = m.start()
+        for run in set(_RUN.findall(data)):
+            if _HEXISH.fullmatch(run):
+                continue
             n = len(run)
             for i in range(n - WINDOW + 1):
                 c = win.get(run[i : i + WINDOW])
                 if c is not None and c.core not in hits:
-                    hits[c.core] = (c, base + i)
+                    hits[c.core] = (c, data.find(run))
                 for ln in lens:
                     if ln > n - i:
                         break
                     c = short.get(run[i : i + ln])
                     if c is not None and c.core not in hits:
-                        hits[c.core] = (c, base + i)
+                        hits[c.core] = (c, data.find(run))
         return list(hits.values())

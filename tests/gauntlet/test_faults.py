@@ -10,7 +10,7 @@ process of its own: EFBIG from the kernel), and hooks raise or hang.
   at stage ``audit`` once the disk is full;
 - logs and metrics still account for every call.
 
-A second test pins a hook-pool fault: an optional hook that hangs must not make a healthy
+A second test guards the hook pool: an optional hook that hangs must not make a healthy
 required hook of another tool time out.
 
 An upstream MCP server dying mid-call is covered by ``tests/test_mcp_proxy.py``
@@ -119,10 +119,9 @@ def test_calls_keep_their_contract_and_losses_are_counted(tmp_path: Path, strict
 
 
 def test_a_hanging_optional_hook_does_not_starve_a_healthy_required_one() -> None:
-    """An optional hook past its time limit is abandoned (fail open), but its thread keeps
-    running; the registry's hook pool (``hook_threads``, default 8) then fills with hung hooks
-    and a healthy required hook of another tool times out: its calls are rejected although
-    nothing is wrong with them."""
+    """Regression: an optional hook past its time limit is abandoned (fail open) but its thread
+    keeps running; hung hooks used to fill the registry's hook pool (``hook_threads``, 8) until
+    a healthy required hook of another tool timed out and its calls were rejected."""
     ws = tempfile.mkdtemp()
 
     @hook("hangs", tools={"b"}, timeout_s=0.05)
