@@ -158,6 +158,9 @@ class _Lake(_Backend):
             return
         con.execute("BEGIN")
         try:
+            # Small row groups: one call's lookup reads one 16k-row group per file, as locally.
+            con.execute(f"CALL lake.set_option('parquet_row_group_size', '{_ROW_GROUP}')")
+            con.execute("CALL lake.set_option('parquet_compression', 'zstd')")
             for t, tbl in empty_archive_tables().items():
                 if t in have:
                     continue
