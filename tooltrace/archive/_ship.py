@@ -172,7 +172,8 @@ class _Lake(_Backend):
             con.execute(_LEDGER_DDL)
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
+            with contextlib.suppress(Exception):
+                con.execute("ROLLBACK")
             raise
 
     def shipped(self, writers: Sequence[str]) -> set[str]:
@@ -206,7 +207,7 @@ class _Lake(_Backend):
                     "SELECT segment FROM lake.ship_ledger WHERE segment IN (SELECT unnest($k))",
                     {"k": keys}).fetchall()}
                 if landed:
-                    # Another shipper of this home got there first: ship only the rest.
+                    # Landed meanwhile (a shipper that ignored the home's lock): skip those.
                     con.execute("ROLLBACK")
                     return [e for e in entries if e.segment in landed]
                 for name in (*DATA_TABLES, "lines"):
