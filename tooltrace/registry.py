@@ -245,6 +245,8 @@ class ToolRegistry:
             # A tracing sink is also the span opener: use it without making callers pass it twice.
             tracer = next((s for s in sinks if isinstance(s, SpanOpener)), None)
         self._tracer = tracer
+        self._pre_hooks = tuple(h for h in self._hooks if h.phase == "pre")
+        self._post_hook_list = tuple(h for h in self._hooks if h.phase == "post")
         self._sinks: tuple[Sink, ...] = ()
         self._durable: tuple[DurableSink, ...] = ()
         self._tools: dict[str, dict[str, _Entry]] = {}
@@ -627,8 +629,8 @@ class ToolRegistry:
             return verdict
 
         # 4. pre-hooks (modify => re-validate and re-authorise; only narrowing allowed)
-        for h in self._hooks:
-            if h.phase != "pre" or not h.applies_to(d.name):
+        for h in self._pre_hooks:
+            if not h.applies_to(d.name):
                 continue
             view = HookView(
                 b.call_id,
@@ -718,9 +720,12 @@ class ToolRegistry:
             adm = _FREE
         else:
             adm = yield _Admit(d.name, b.run_id, self.admission_timeout_s, b.call_id)
-        info = {"waited_ms": round(adm.waited_s * 1000, 3), "reason": adm.reason}
-        if detail:
-            info.update(detail)
+        if adm is _FREE and not detail:
+            info = _FREE_INFO  # shared and never mutated: records are read-only downstream
+        else:
+            info = {"waited_ms": round(adm.waited_s * 1000, 3), "reason": adm.reason}
+            if detail:
+                info.update(detail)
         if not adm.admitted:
             b.step(StepName.ADMISSION, t, "runtime", "reject", info)
             stage = Stage.CANCEL if adm.reason == "cancelled" else Stage.ADMISSION
@@ -951,7 +956,11 @@ class ToolRegistry:
         self, b: _Builder, entry: _Entry, env: ToolResultEnvelope
     ) -> Generator[_Op, Any, ToolResultEnvelope]:
         d = entry.definition
-        posts = [h for h in self._hooks if h.phase == "post" and h.applies_to(d.name)]
+        posts = (
+            [h for h in self._post_hook_list if h.applies_to(d.name)]
+            if self._post_hook_list
+            else ()
+        )
         if not posts:
             return b.emit(env)
         data = env.data
@@ -1089,7 +1098,7 @@ class ToolRegistry:
             status = Status.OK
             note = " (finished after it was asked to stop)" if out.signal else ""
             summary = (self._scrub(tool_summary)[:500] if tool_summary else "") + note
-            retry = Retry(True)
+            retry = _RETRY_OK
         elif out.kind == "raised" and side_effects and isinstance(out.error, OutcomeUnknown):
             status, error_type = Status.UNKNOWN, _error_type(out.error)
             summary = (
@@ -1112,7 +1121,7 @@ class ToolRegistry:
             summary = f"{d.name} was cancelled" + (
                 "" if confirmed else " (abandoned; it has no side effects)"
             )
-            retry = Retry(True)
+            retry = _RETRY_OK
         elif out.signal == "deadline" and (confirmed or not side_effects):
             status, error_type = Status.FAILED, "timeout"
             summary = f"{d.name} timed out after {ctx.timeout_s:g} s" + (
@@ -1538,6 +1547,8 @@ class LateStep:
 
 
 _FREE = AdmissionResult(True, 0.0, "free")
+_FREE_INFO: Mapping[str, Any] = {"waited_ms": 0.0, "reason": "free"}
+_RETRY_OK = Retry(True)
 _UUID_RE = re.compile(
     r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 )
