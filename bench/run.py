@@ -124,10 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         results["memory"] = memory.run(calls=_pick(ns.calls, 1_000_000, 2000, q),
                                        base=_pick(ns.memory_base, 10_000, 200, q))
     if "profile" in sections:
-        from bench import profile_callpath
+        from bench import profile_callpath, profile_sinks
 
         results["profile"] = profile_callpath.run(
             calls=_pick(ns.profile_calls, 20_000, 500, q), full=ns.profile_full)
+        results["profile_sinks"] = profile_sinks.run(
+            records=_pick(ns.profile_calls, 20_000, 500, q))
     _targets(results)
     load = os.getloadavg()
     results["load_end"] = load
