@@ -261,8 +261,12 @@ class ToolRegistry:
         self._active_lock = threading.Lock()
         self._cancelled_runs: set[str] = set()
         self._cancel_early: dict[str, None] = {}
+        # Recent calls are remembered briefly; `unknown` ones much longer, since their handle is
+        # the call id a later status query resolves. Both are bounded (memory stays flat).
         self._statuses: collections.OrderedDict[str, CallStatus] = collections.OrderedDict()
-        self._status_cap = 100_000
+        self._status_cap = 4096
+        self._unknowns: collections.OrderedDict[str, CallStatus] = collections.OrderedDict()
+        self._unknown_cap = 10_000
         self._late_seq: dict[str, int] = {}
         self._pending_resolution: dict[str, Status] = {}
         self._shutdown_callbacks: list[Callable[[float], None]] = []
@@ -467,8 +471,9 @@ class ToolRegistry:
             return env
 
     def status(self, call_id: str) -> CallStatus | None:
-        """What the registry knows of a recent call (None if it is not remembered)."""
-        return self._statuses.get(call_id)
+        """What the registry knows of a call: the last 4,096 calls, and the last 10,000 that
+        ended ``unknown`` (None if it is not remembered; the audit trail has every call)."""
+        return self._unknowns.get(call_id) or self._statuses.get(call_id)
 
     def cancel(self, run_id: str, *, wait: bool = True) -> dict[str, Status | None]:
         """Cancel a run: admit no more of its calls, signal each active one, wait the grace.
@@ -486,7 +491,7 @@ class ToolRegistry:
         if a is None:
             if self._admission.cancel_call(call_id):
                 return Status.REJECTED  # it was waiting for a slot: refused with stage cancel
-            st = self._statuses.get(call_id)
+            st = self.status(call_id)
             if st is not None:
                 return st.status
             # Not started yet (still validating, in policy or hooks): refuse it when it gets to
@@ -1265,11 +1270,14 @@ class ToolRegistry:
         # pending entry and storing the status would otherwise be lost.
         with self._active_lock:
             resolved = self._pending_resolution.pop(env.call_id, None)
-            self._statuses[env.call_id] = CallStatus(
-                env.call_id, env.tool, env.status, resolved, env.summary
-            )
+            st = CallStatus(env.call_id, env.tool, env.status, resolved, env.summary)
+            self._statuses[env.call_id] = st
             if len(self._statuses) > self._status_cap:
                 self._statuses.popitem(last=False)
+            if env.status is Status.UNKNOWN:
+                self._unknowns[env.call_id] = st
+                if len(self._unknowns) > self._unknown_cap:
+                    self._unknowns.popitem(last=False)
 
     def _resolve_late(self, call_id: str, tool: str, run_id: str, out: _Outcome) -> None:
         """An abandoned call finally ended: record how."""
@@ -1283,11 +1291,12 @@ class ToolRegistry:
         if out.error is not None and resolved is Status.FAILED:
             detail["error_type"] = _error_type(out.error)
         with self._active_lock:
-            st = self._statuses.get(call_id)
+            st = self._unknowns.get(call_id) or self._statuses.get(call_id)
             if st is not None:
-                self._statuses[call_id] = CallStatus(
-                    call_id, st.tool, st.status, resolved, st.summary
-                )
+                new = CallStatus(call_id, st.tool, st.status, resolved, st.summary)
+                for table in (self._unknowns, self._statuses):
+                    if call_id in table:
+                        table[call_id] = new
             else:
                 self._pending_resolution[call_id] = resolved
         self._emit_late(call_id, run_id, tool, StepName.RESOLVED, resolved.value, detail)
