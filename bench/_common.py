@@ -10,13 +10,29 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "SCRATCH_ENV",
     "DropExporter",
     "Table",
     "fmt",
     "machine",
     "percentile",
     "rss_mib",
+    "scratch",
 ]
+
+#: Directory under which every bench process makes its temporary homes (set by ``run.py``,
+#: inherited by child processes, removed at the end of the run).
+SCRATCH_ENV = "TOOLTRACE_BENCH_TMP"
+
+
+def scratch(prefix: str) -> str:
+    """A new temporary directory inside this run's scratch directory (or the system's)."""
+    import tempfile
+
+    base = os.environ.get(SCRATCH_ENV)
+    if base:
+        os.makedirs(base, exist_ok=True)
+    return tempfile.mkdtemp(prefix=prefix, dir=base or None)
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:

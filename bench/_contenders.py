@@ -10,12 +10,11 @@ others.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench._common import DropExporter
+from bench._common import DropExporter, scratch
 
 __all__ = ["CONTENDERS", "Contender", "Unavailable", "build"]
 
@@ -64,7 +63,7 @@ def _provider() -> tuple[Any, Any]:
 def _registry(execution: str, full: bool) -> Contender:
     from tooltrace import ToolCall, tool
 
-    home = tempfile.mkdtemp(prefix="tooltrace-bench-")
+    home = scratch("tooltrace-bench-")
     fn = tool(TOOL, execution=execution, description=DESCRIPTION)(noop)
     extra: dict[str, Any] = {"home": home}
     if full:
@@ -115,7 +114,7 @@ def _step_names() -> list[str]:
     """The steps tooltrace records for one successful call of the no-op tool."""
     from tooltrace import ToolCall, ToolRegistry, tool
 
-    home = tempfile.mkdtemp(prefix="tooltrace-bench-")
+    home = scratch("tooltrace-bench-")
     reg = ToolRegistry(workspace=home, home=home)
     reg.register(tool(TOOL, execution="inline", description=DESCRIPTION)(noop))
     env = reg.call(ToolCall(TOOL, {"x": "a"}))

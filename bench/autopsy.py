@@ -25,12 +25,11 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import Table
+from bench._common import Table, scratch
 
 __all__ = ["generate", "run"]
 
@@ -231,7 +230,7 @@ def run(*, rows: list[int], repeats: int, keep: Path | None = None) -> dict[str,
     floors = [_timed(floor_cmd, env)[0] for _ in range(repeats)]
     floor = statistics.median(floors)
     for n in rows:
-        home = Path(tempfile.mkdtemp(prefix=f"tooltrace-bench-autopsy-{n}-"))
+        home = Path(scratch(f"tooltrace-bench-autopsy-{n}-"))
         try:
             gen = generate(home, n)
             ids = _pick_ids(home, 8)

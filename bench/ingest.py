@@ -19,14 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import Table
+from bench._common import Table, scratch
 
 __all__ = ["run"]
 
@@ -38,7 +38,7 @@ def _template() -> Any:
     from bench._contenders import DESCRIPTION, TOOL, noop
     from tooltrace import ToolCall, ToolRegistry, tool
 
-    home = tempfile.mkdtemp(prefix="tooltrace-bench-")
+    home = scratch("tooltrace-bench-")
     reg = ToolRegistry(workspace=home, home=home)
     reg.register(tool(TOOL, execution="inline", description=DESCRIPTION)(noop))
     env = reg.call(ToolCall(TOOL, {"x": "a"}))
@@ -193,7 +193,7 @@ def _result(p: subprocess.Popen[str]) -> dict[str, Any]:
 
 
 def _writers(n_proc: int, records: int, pin: int | None = None) -> dict[str, Any]:
-    home = tempfile.mkdtemp(prefix="tooltrace-bench-ingest-")
+    home = scratch("tooltrace-bench-ingest-")
     # Children build their records first; all start writing at the same moment.
     start = time.time() + 1.0 + 0.15 * records / 10_000
     procs = [
@@ -202,6 +202,7 @@ def _writers(n_proc: int, records: int, pin: int | None = None) -> dict[str, Any
         for _ in range(n_proc)
     ]
     res = [_result(p) for p in procs]
+    shutil.rmtree(home, ignore_errors=True)  # ~1 GB per million records: free it now
     wall = max(r["t1"] for r in res) - min(r["t0"] for r in res)
     total = sum(r["records"] for r in res)
     spr = res[0]["steps_per_record"]
@@ -240,11 +241,12 @@ def run(*, records: int, writers: list[int], paced_seconds: float, rate: float =
     out["paced_audit"] = []
     for what, pace in ((f"{rate:,.0f}/s", rate), ("half the one-core rate", sustained_rate / 2),
                     ("the one-core rate", sustained_rate)):
-        home = tempfile.mkdtemp(prefix="tooltrace-bench-ingest-")
+        home = scratch("tooltrace-bench-ingest-")
         pa = _result(_spawn(["paced-audit", "--home", home, "--rate", str(pace),
                              "--seconds", str(paced_seconds)]))
         pa["what"] = what
         out["paced_audit"].append(pa)
+        shutil.rmtree(home, ignore_errors=True)
     pr = _result(_spawn(["paced-registry", "--rate", str(rate), "--seconds",
                          str(paced_seconds), "--execution", "inline"]))
     out["paced_registry"] = pr

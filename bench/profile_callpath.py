@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import cProfile
 import pstats
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import Table
+from bench._common import Table, scratch
 from bench._contenders import DESCRIPTION, TOOL, noop
 
 __all__ = ["run"]
@@ -26,7 +25,7 @@ def run(*, calls: int, execution: str = "inline", top: int = 25, full: bool = Fa
     """Profile ``calls`` registry calls; print the hottest functions; return them."""
     from tooltrace import ToolCall, ToolRegistry, tool
 
-    home = tempfile.mkdtemp(prefix="tooltrace-bench-")
+    home = scratch("tooltrace-bench-")
     if full:
         from bench._contenders import _registry
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 import cProfile
 import os
 import pstats
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
-from bench._common import Table
+from bench._common import Table, scratch
 
 __all__ = ["run"]
 
@@ -32,7 +31,7 @@ def _sinks() -> dict[str, Any]:
 
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(BatchSpanProcessor(DropExporter()))
-    home = tempfile.mkdtemp(prefix="tooltrace-bench-sinks-")
+    home = scratch("tooltrace-bench-sinks-")
     return {
         "tracing": TracingSink(provider),
         "metrics": MetricsSink(tool_names=["noop"]),

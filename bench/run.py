@@ -18,12 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import Table, machine
+from bench._common import SCRATCH_ENV, Table, machine
 
 __all__ = ["main"]
 
@@ -97,6 +99,22 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     results: dict[str, Any] = {"machine": machine(), "python": sys.executable,
                                "load_start": load, "quick": q}
+    # Every temporary home (audit trails of millions of records) lives under one directory
+    # that child processes inherit through the environment and that is removed at the end.
+    scratch_dir = tempfile.mkdtemp(prefix="tooltrace-bench-run-")
+    os.environ[SCRATCH_ENV] = scratch_dir
+    try:
+        _sections(ns, sections, results)
+    finally:
+        os.environ.pop(SCRATCH_ENV, None)
+        shutil.rmtree(scratch_dir, ignore_errors=True)
+    if ns.json is not None:
+        ns.json.write_text(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+def _sections(ns: argparse.Namespace, sections: list[str], results: dict[str, Any]) -> None:
+    q = ns.quick
     t0 = time.perf_counter()
     if "overhead" in sections:
         from bench import overhead
@@ -135,9 +153,6 @@ def main(argv: list[str] | None = None) -> int:
     results["load_end"] = load
     print(f"- load average at end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
           f"total {time.perf_counter() - t0:.0f} s")
-    if ns.json is not None:
-        ns.json.write_text(json.dumps(results, indent=1, default=str))
-    return 0
 
 
 def _verdict(ok: bool | None) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -79,12 +80,20 @@ def _num(cell: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The TMPDIR the bench (and every process it starts) makes its temporary homes in."""
+    return tmp_path_factory.mktemp("bench-tmp")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory, scratch: Path) -> Run:
     out = tmp_path_factory.mktemp("bench") / "figures.json"
+    env = dict(os.environ, TMPDIR=str(scratch))
+    env.pop("TOOLTRACE_HOME", None)
     p = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--rounds", "1", "--round-calls", "200",
          "--paced-seconds", "0.3", "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
+        cwd=ROOT, capture_output=True, text=True, timeout=240, env=env,
     )
     assert p.returncode == 0, p.stderr[-2000:]
     return _tables(p.stdout), json.loads(out.read_text())
@@ -181,3 +190,8 @@ def test_targets_table_has_a_verdict_per_target(run: Run) -> None:
     verdicts = {r[2].split(" ")[0] for r in rows}
     assert verdicts <= {"met", "MISSED", "not"}
     assert len(rows) >= 8
+
+
+def test_run_leaves_no_temporary_homes(run: Run, scratch: Path) -> None:
+    # Audit trails of a full run are gigabytes: every home the bench made must be gone.
+    assert list(scratch.iterdir()) == []
