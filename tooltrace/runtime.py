@@ -242,7 +242,8 @@ class Admission:
         self.tool_caps: dict[str, int] = dict(tool_caps or {})
         self._lock = threading.Lock()
         self._total = 0
-        self._inflight: collections.Counter[str] = collections.Counter()
+        # A plain dict: Counter's Python-level __delitem__ showed up on the hot path.
+        self._inflight: dict[str, int] = {}
         self._waiters: collections.deque[_Waiter] = collections.deque()
         self._closed = False
 
@@ -250,11 +251,11 @@ class Admission:
         if self._total >= self.global_cap:
             return False
         cap = self.tool_caps.get(tool)
-        return cap is None or self._inflight[tool] < cap
+        return cap is None or self._inflight.get(tool, 0) < cap
 
     def _take(self, tool: str) -> None:
         self._total += 1
-        self._inflight[tool] += 1
+        self._inflight[tool] = self._inflight.get(tool, 0) + 1
 
     def _enqueue(
         self, tool: str, run_id: str, call_id: str = ""
@@ -342,11 +343,13 @@ class Admission:
 
     def _release_locked(self, tool: str) -> None:
         self._total -= 1
-        n = self._inflight[tool] - 1
+        n = self._inflight.get(tool, 0) - 1
         if n > 0:
             self._inflight[tool] = n
         else:
-            del self._inflight[tool]
+            self._inflight.pop(tool, None)
+        if not self._waiters:
+            return
         for w in list(self._waiters):
             if self._total >= self.global_cap:
                 break
