@@ -44,3 +44,20 @@ def test_import_does_not_pull_heavy_dependencies() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_cli_commands_do_not_import_the_registry() -> None:
+    # The audit readers start fast: `tooltrace autopsy` needs DuckDB, not the call pipeline.
+    code = (
+        "import sys, tooltrace.cli.autopsy, tooltrace.cli.calls\n"
+        "print(','.join(m for m in ('tooltrace.registry', 'asyncio') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_tool_is_the_decorator_even_after_its_module_loads() -> None:
+    import importlib
+
+    module = importlib.import_module("tooltrace.tool")
+    assert callable(tooltrace.tool) and tooltrace.tool is module.tool

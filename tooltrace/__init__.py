@@ -4,51 +4,128 @@
 deadlines and concurrency, redaction and offload, then telemetry sinks and the result envelope.
 """
 
-from ._setup import create_registry
-from .envelope import (
-    Artifact,
-    CallRecord,
-    Retry,
-    Stage,
-    Status,
-    Step,
-    StepName,
-    Timing,
-    ToolCall,
-    ToolResultEnvelope,
-)
-from .exceptions import (
-    AuditUnavailableError,
-    ConfigurationError,
-    DeadlineExceeded,
-    DuplicateToolError,
-    InvalidSchemaError,
-    MalformedCallError,
-    OutcomeUnknown,
-    RegistrationError,
-    ToolCancelled,
-    ToolInterrupt,
-    TooltraceError,
-)
-from .hooks import FunctionHook, Hook, HookAction, HookDecision, HookView, hook
-from .paths import PathPolicyError, ResolvedPath, Workspace
-from .policy import (
-    ApprovalDecision,
-    ApprovalRequest,
-    DenyCommandPatterns,
-    DenyPrivateNetwork,
-    Mode,
-    Policy,
-    PolicyDecision,
-    PolicyRequest,
-    RequireApproval,
-    Rule,
-    Verdict,
-)
-from .redaction import ArtifactStore, Redactor
-from .registry import CallStatus, LateStep, Resolution, ToolRegistry, Visibility
-from .runtime import CallContext, current_context
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# ``tool`` is also the name of a submodule: bind the decorator eagerly so the package attribute
+# is the function, whatever imports ``tooltrace.tool`` later (the module is light).
 from .tool import Capability, Effect, Execution, FunctionTool, ToolDefinition, ToolResult, tool
+
+if TYPE_CHECKING:
+    from ._setup import create_registry
+    from .envelope import (
+        Artifact,
+        CallRecord,
+        Retry,
+        Stage,
+        Status,
+        Step,
+        StepName,
+        Timing,
+        ToolCall,
+        ToolResultEnvelope,
+    )
+    from .exceptions import (
+        AuditUnavailableError,
+        ConfigurationError,
+        DeadlineExceeded,
+        DuplicateToolError,
+        InvalidSchemaError,
+        MalformedCallError,
+        OutcomeUnknown,
+        RegistrationError,
+        ToolCancelled,
+        ToolInterrupt,
+        TooltraceError,
+    )
+    from .hooks import FunctionHook, Hook, HookAction, HookDecision, HookView, hook
+    from .paths import PathPolicyError, ResolvedPath, Workspace
+    from .policy import (
+        ApprovalDecision,
+        ApprovalRequest,
+        DenyCommandPatterns,
+        DenyPrivateNetwork,
+        Mode,
+        Policy,
+        PolicyDecision,
+        PolicyRequest,
+        RequireApproval,
+        Rule,
+        Verdict,
+    )
+    from .redaction import ArtifactStore, Redactor
+    from .registry import CallStatus, LateStep, Resolution, ToolRegistry, Visibility
+    from .runtime import CallContext, current_context
+
+# Public names load on first use, so ``import tooltrace`` (and every CLI command, which lives in
+# ``tooltrace.cli``) pays only for what it touches.
+_LAZY: dict[str, str] = {
+    "ApprovalDecision": ".policy",
+    "ApprovalRequest": ".policy",
+    "Artifact": ".envelope",
+    "ArtifactStore": ".redaction",
+    "AuditUnavailableError": ".exceptions",
+    "CallContext": ".runtime",
+    "CallRecord": ".envelope",
+    "CallStatus": ".registry",
+    "ConfigurationError": ".exceptions",
+    "DeadlineExceeded": ".exceptions",
+    "DenyCommandPatterns": ".policy",
+    "DenyPrivateNetwork": ".policy",
+    "DuplicateToolError": ".exceptions",
+    "FunctionHook": ".hooks",
+    "Hook": ".hooks",
+    "HookAction": ".hooks",
+    "HookDecision": ".hooks",
+    "HookView": ".hooks",
+    "InvalidSchemaError": ".exceptions",
+    "LateStep": ".registry",
+    "MalformedCallError": ".exceptions",
+    "Mode": ".policy",
+    "OutcomeUnknown": ".exceptions",
+    "PathPolicyError": ".paths",
+    "Policy": ".policy",
+    "PolicyDecision": ".policy",
+    "PolicyRequest": ".policy",
+    "Redactor": ".redaction",
+    "RegistrationError": ".exceptions",
+    "RequireApproval": ".policy",
+    "Resolution": ".registry",
+    "ResolvedPath": ".paths",
+    "Retry": ".envelope",
+    "Rule": ".policy",
+    "Stage": ".envelope",
+    "Status": ".envelope",
+    "Step": ".envelope",
+    "StepName": ".envelope",
+    "Timing": ".envelope",
+    "ToolCall": ".envelope",
+    "ToolCancelled": ".exceptions",
+    "ToolInterrupt": ".exceptions",
+    "ToolRegistry": ".registry",
+    "ToolResultEnvelope": ".envelope",
+    "TooltraceError": ".exceptions",
+    "Verdict": ".policy",
+    "Visibility": ".registry",
+    "Workspace": ".paths",
+    "create_registry": "._setup",
+    "current_context": ".runtime",
+    "hook": ".hooks",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 
