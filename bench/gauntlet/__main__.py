@@ -56,13 +56,19 @@ def _print_figures(path: Path) -> None:
 def _run_items(items: list[str], extra: list[str]) -> int:
     figures = Path(tempfile.mkdtemp(prefix="gauntlet-")) / "figures.jsonl"
     env = dict(os.environ, TOOLTRACE_LONG="1", TOOLTRACE_GAUNTLET_FIGURES=str(figures))
-    files = [str(ROOT / "tests" / "gauntlet" / f) for i in items for f in ITEMS[i]]
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files, *extra]
+    codes: dict[str, int] = {}
     t0 = time.monotonic()
-    code = subprocess.call(cmd, cwd=ROOT, env=env)
-    print(f"\n{len(items)} items in {time.monotonic() - t0:.0f} s, pytest exit code {code}")
+    for item in items:
+        # One process per item: memory figures (soak RSS, peak RSS) must not start from what
+        # an earlier item left in the same process.
+        files = [str(ROOT / "tests" / "gauntlet" / f) for f in ITEMS[item]]
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files, *extra]
+        print(f"== {item}", flush=True)
+        codes[item] = subprocess.call(cmd, cwd=ROOT, env=env)
+    print(f"\n{len(items)} items in {time.monotonic() - t0:.0f} s; pytest exit codes: "
+          + ", ".join(f"{k}={v}" for k, v in codes.items()))
     _print_figures(figures)
-    return code
+    return max(codes.values(), default=0)
 
 
 def _soak(minutes: float, rate: float) -> int:
