@@ -73,6 +73,10 @@ def _fill(home: Path, n: int, *, seed: int = 7, seg_bytes: int = 40_000) -> list
             at = rec.started_at_us + rec.elapsed_us + 1000
             sink.emit_late(_Late(rec.call_id, rec.run_id, rec.tool,
                                  Step(99, "resolved", at, 0, "runtime", "ok", None)))
+        if len(ids) % 100 == 0:
+            # Segments rotate between batches: flushing makes batches (and so several sealed
+            # segments) however fast the writer drains its queue.
+            sink.flush()
     sink.shutdown()
     return ids
 
