@@ -25,6 +25,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "OutputGuard",
+    "archive_option",
     "console",
     "fail",
     "home_option",
@@ -47,6 +48,18 @@ def home_option(f: F) -> F:
         envvar="TOOLTRACE_HOME",
         default=None,
         help="tooltrace home (default: $TOOLTRACE_HOME, else ./.tooltrace).",
+    )(f)
+
+
+def archive_option(f: F) -> F:
+    """``--archive``: read the shipped audit archive instead of the home."""
+    return click.option(
+        "--archive",
+        envvar="TOOLTRACE_ARCHIVE",
+        default=None,
+        metavar="URI",
+        help="Read the audit archive (ducklake:..., s3://bucket/prefix or a directory) instead"
+        " of the home (default: $TOOLTRACE_ARCHIVE).",
     )(f)
 
 
@@ -151,8 +164,17 @@ def parse_since(value: str | None) -> str | None:
 
 
 @contextmanager
-def open_store(home: Path | None, guard: OutputGuard) -> Iterator[AuditStore]:
-    """Open the audit trail; exit 1 with a clear message when there is none."""
+def open_store(
+    home: Path | None, guard: OutputGuard, archive: str | None = None
+) -> Iterator[AuditStore]:
+    """Open the audit trail (the archive when given); exit 1 with a clear message when there
+    is none."""
+    if archive:
+        from .audit import open_archive_store
+
+        with open_archive_store(archive, guard) as arc:
+            yield arc
+        return
     from .._config import resolve_home
     from ..telemetry.audit.query import AuditStore
 

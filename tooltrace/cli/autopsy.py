@@ -11,6 +11,7 @@ from ._common import (
     EXIT_FAIL,
     EXIT_USAGE,
     OutputGuard,
+    archive_option,
     cell,
     console,
     fail,
@@ -27,7 +28,8 @@ from ._common import (
 @click.argument("call_id")
 @home_option
 @json_option
-def autopsy(call_id: str, home: Path | None, as_json: bool) -> None:
+@archive_option
+def autopsy(call_id: str, home: Path | None, as_json: bool, archive: str | None) -> None:
     """Replay one call step by step (CALL_ID may be a unique prefix).
 
     Exit 1 when no call has this id, 2 when the prefix matches several calls.
@@ -36,7 +38,7 @@ def autopsy(call_id: str, home: Path | None, as_json: bool) -> None:
     from ..telemetry.audit.query import AmbiguousCallId, CallNotFound
 
     guard = OutputGuard(home)
-    with open_store(home, guard) as store:
+    with open_store(home, guard, archive) as store:
         try:
             detail = store.call(call_id)
         except AmbiguousCallId as exc:

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import click
 
-from ._common import OutputGuard, home_option, json_option, open_store, parse_since, print_json
+from ._common import (
+    OutputGuard,
+    archive_option,
+    home_option,
+    json_option,
+    open_store,
+    parse_since,
+    print_json,
+)
 from ._common import table as print_table
 
 
@@ -19,11 +27,12 @@ from ._common import table as print_table
 @click.option("--limit", type=click.IntRange(1, 1_000_000), default=50, show_default=True)
 @home_option
 @json_option
+@archive_option
 def calls(tool: str | None, status: str | None, run_id: str | None, since: str | None,
-          limit: int, home: Path | None, as_json: bool) -> None:
+          limit: int, home: Path | None, as_json: bool, archive: str | None) -> None:
     """List calls, newest first."""
     guard = OutputGuard(home)
-    with open_store(home, guard) as store:
+    with open_store(home, guard, archive) as store:
         res = store.calls(tool=tool, status=status, run_id=run_id, since=parse_since(since),
                           limit=limit)
     if as_json:

@@ -10,6 +10,7 @@ from ._common import (
     EXIT_FAIL,
     EXIT_USAGE,
     OutputGuard,
+    archive_option,
     fail,
     home_option,
     json_option,
@@ -36,8 +37,9 @@ def _params(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--list", "list_", is_flag=True, help="List shipped queries and their parameters.")
 @home_option
 @json_option
+@archive_option
 def query(source: str | None, params: tuple[str, ...], list_: bool, home: Path | None,
-          as_json: bool) -> None:
+          as_json: bool, archive: str | None) -> None:
     """Run SQL over tool_calls, tool_call_steps and tool_call_intents.
 
     SOURCE is a shipped query name (see --list), a .sql file, or SQL text. Parameters are
@@ -81,7 +83,7 @@ def query(source: str | None, params: tuple[str, ...], list_: bool, home: Path |
         fail(str(exc), EXIT_USAGE)
     import duckdb
 
-    with open_store(home, guard) as store:
+    with open_store(home, guard, archive) as store:
         try:
             res = store.sql(sql.text, bound)
         except duckdb.Error as exc:

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import click
 
-from ._common import OutputGuard, home_option, json_option, open_store, parse_since, print_json
+from ._common import (
+    OutputGuard,
+    archive_option,
+    home_option,
+    json_option,
+    open_store,
+    parse_since,
+    print_json,
+)
 from ._common import table as print_table
 
 
@@ -15,7 +23,9 @@ from ._common import table as print_table
 @click.option("--tool", help="Only this tool.")
 @home_option
 @json_option
-def stats(since: str | None, tool: str | None, home: Path | None, as_json: bool) -> None:
+@archive_option
+def stats(since: str | None, tool: str | None, home: Path | None, as_json: bool,
+          archive: str | None) -> None:
     """Per tool: calls, parameter-reject, policy-reject and offload ratios, p50/p95 (ms).
 
     The definitions are those of the Prometheus recording rules: parameter-reject ratio =
@@ -27,7 +37,7 @@ def stats(since: str | None, tool: str | None, home: Path | None, as_json: bool)
     q = find_sql("tool_stats")
     assert q is not None, "the tool_stats query ships with tooltrace"
     guard = OutputGuard(home)
-    with open_store(home, guard) as store:
+    with open_store(home, guard, archive) as store:
         given = {k: v for k, v in (("since", parse_since(since)), ("tool", tool)) if v is not None}
         res = store.sql(q.text, q.bind(given))
     if as_json:

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import click
 
-from ._common import EXIT_FAIL, OutputGuard, fail, home_option, json_option, print_json
+from ._common import (
+    EXIT_FAIL,
+    OutputGuard,
+    archive_option,
+    fail,
+    home_option,
+    json_option,
+    print_json,
+)
 from ._common import table as print_table
 
 
@@ -15,7 +23,8 @@ from ._common import table as print_table
               help="First seal segments of crashed writers (torn tails go to quarantine/).")
 @home_option
 @json_option
-def verify(recover: bool, home: Path | None, as_json: bool) -> None:
+@archive_option
+def verify(recover: bool, home: Path | None, as_json: bool, archive: str | None) -> None:
     """Detect edited, deleted, reordered or inserted records and truncated segments.
 
     Findings name the segment file, line and seq. Exit 0 when no error was found (warnings,
@@ -30,11 +39,16 @@ def verify(recover: bool, home: Path | None, as_json: bool) -> None:
     guard = OutputGuard(home)
     h = resolve_home(home)
     adir = audit_dir(h)
-    if not adir.is_dir():
+    if not adir.is_dir() and not archive:
         fail(f"no audit trail under {guard(str(h))} (set --home or TOOLTRACE_HOME)")
     key = load_key(h, create=False)
     recovered = recover_dead_segments(adir, key) if recover and key is not None else []
-    report = verify_audit(adir, key)
+    if archive:
+        from .audit import verify_archive_report
+
+        report = verify_archive_report(archive, h, guard)
+    else:
+        report = verify_audit(adir, key)
     if as_json:
         data = report.to_dict()
         data["recovered"] = [
