@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import orjson
@@ -637,16 +637,7 @@ class ToolRegistry:
         for h in self._pre_hooks:
             if not h.applies_to(d.name):
                 continue
-            view = HookView(
-                b.call_id,
-                b.run_id,
-                d.name,
-                d.source,
-                d.capability.value,
-                d.effect.value,
-                call.mode,
-                self._redact_args(args),
-            )
+            view = _hook_view(b, d, self._redact_args(args))
             t = time.perf_counter_ns()
             kind, res = yield _RunHook(h, view)
             decider = f"hook:{h.name}"
@@ -973,19 +964,7 @@ class ToolRegistry:
         summary = env.summary
         error_type = b.error_type
         for h in posts:
-            view = HookView(
-                b.call_id,
-                b.run_id,
-                d.name,
-                d.source,
-                d.capability.value,
-                d.effect.value,
-                b.mode,
-                b.args_redacted or {},
-                "post",
-                status.value,
-                data,
-            )
+            view = _hook_view(b, d, b.args_redacted or {}, "post", status.value, data)
             t = time.perf_counter_ns()
             kind, res = yield _RunHook(h, view)
             decider = f"hook:{h.name}"
@@ -1787,6 +1766,30 @@ class _Builder:
                 reg.sink_errors += 1
         reg._remember(env)
         return env
+
+
+def _hook_view(
+    b: _Builder,
+    d: ToolDefinition,
+    arguments: Mapping[str, Any],
+    phase: Literal["pre", "post"] = "pre",
+    status: str | None = None,
+    result: Any = None,
+) -> HookView:
+    """What a hook sees of the call (arguments already redacted)."""
+    return HookView(
+        b.call_id,
+        b.run_id,
+        d.name,
+        d.source,
+        d.capability.value,
+        d.effect.value,
+        b.mode,
+        arguments,
+        phase,
+        status,
+        result,
+    )
 
 
 def _safe_name(name: Any) -> str:
