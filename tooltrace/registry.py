@@ -634,10 +634,13 @@ class ToolRegistry:
             return verdict
 
         # 4. pre-hooks (modify => re-validate and re-authorise; only narrowing allowed)
+        hook_args: Any = None  # the redacted arguments hooks see, made once per version of them
         for h in self._pre_hooks:
             if not h.applies_to(d.name):
                 continue
-            view = _hook_view(b, d, self._redact_args(args))
+            if hook_args is None:
+                hook_args = self._redact_args(args)
+            view = _hook_view(b, d, hook_args)
             t = time.perf_counter_ns()
             kind, res = yield _RunHook(h, view)
             decider = f"hook:{h.name}"
@@ -683,7 +686,7 @@ class ToolRegistry:
                 if verdict is not None:
                     return verdict
                 args = checked
-                b.args_redacted = self._redact_args(args)
+                b.args_redacted = hook_args = self._redact_args(args)
                 continue
             b.step(
                 StepName.PRE_HOOK,
