@@ -4,8 +4,9 @@
 deadlines and concurrency, redaction and offload, then telemetry sinks and the result envelope.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports
 
 # ``tool`` is also the name of a submodule: bind the decorator eagerly so the package attribute
 # is the function, whatever imports ``tooltrace.tool`` later (the module is light).
@@ -114,17 +115,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
 __version__ = "0.1.0"

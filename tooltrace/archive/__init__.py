@@ -36,6 +36,8 @@ __all__ = [
     "verify_archive",
 ]
 
+from .._lazy import lazy_exports
+
 _LAZY = {
     "ArchiveShipper": "_ship",
     "ShipResult": "_ship",
@@ -46,11 +48,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    # The shipper and the store pull in DuckDB and pyarrow: load them only when asked for.
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(name)
-    import importlib
-
-    return getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

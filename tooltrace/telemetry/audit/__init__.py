@@ -41,6 +41,8 @@ __all__ = [
     "verify_audit",
 ]
 
+from ..._lazy import lazy_exports
+
 _LAZY = {
     "AuditStore": "query",
     "CallNotFound": "query",
@@ -58,11 +60,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    # Readers pull in DuckDB and pyarrow: load them only when asked for.
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(name)
-    import importlib
-
-    return getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
