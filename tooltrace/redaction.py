@@ -619,7 +619,14 @@ class Redactor:
     """
 
     __slots__ = (
-        "_detectors", "_dirty", "_key_cache", "_key_re", "_lock", "_registered", "_values"
+        "_detectors",
+        "_dirty",
+        "_key_cache",
+        "_key_re",
+        "_keys",
+        "_lock",
+        "_registered",
+        "_values",
     )
 
     def __init__(
@@ -634,6 +641,10 @@ class Redactor:
             re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE) if patterns else None
         )
         self._key_cache: dict[str, bool] = {}
+        # Mapping keys repeat from call to call: what the structured pass needs to know of a key
+        # (secret-naming?, may a number under it be a secret?, the key text redacted, count) is
+        # decided once. Cleared when a value is registered (the key text may now hold one).
+        self._keys: dict[str, tuple[bool, bool, str, int]] = {}
         self._detectors = detectors
         self._lock = threading.Lock()
         self._values: set[str] = set()
@@ -655,6 +666,7 @@ class Redactor:
             self._values |= forms
             # Compiled on the next use, so registering many values costs one compile.
             self._dirty = True
+            self._keys = {}
 
     def _registered_re(self) -> re.Pattern[str] | None:
         if self._dirty:
@@ -756,41 +768,64 @@ class Redactor:
         """
         return self._redact_value(value, 0)
 
+    def _key_info(self, key: str) -> tuple[bool, bool, str, int]:
+        info = self._keys.get(key)
+        if info is None:
+            secret = self._is_secret_key(key)
+            numeric = secret and _NUMERIC_KEY.search(_normalise_key(key)) is not None
+            shown, n = self._redact_text(key)
+            info = (secret, numeric, shown, n)
+            keys = self._keys
+            if len(keys) < 4096:
+                keys[key] = info
+        return info
+
     def _redact_value(self, value: Any, depth: int) -> tuple[Any, int]:
-        if isinstance(value, str):
+        t = type(value)
+        if t is str:
             return self._redact_text(value)
+        if t is int or t is float or t is bool or value is None:
+            return value, 0
         if depth > 64:
             return marker("too_deep"), 1
-        if isinstance(value, Mapping):
+        if t is dict or isinstance(value, Mapping):
             changed = False
             total = 0
             items: list[tuple[Any, Any]] = []
             for k, v in value.items():
                 nk = k
-                if isinstance(k, str):
+                if type(k) is str:
+                    secret, numeric, nk, nkc = self._key_info(k)
                     if (
-                        self._is_secret_key(k)
+                        secret
                         and not _holds_nothing(v)
-                        and (
-                            not isinstance(v, (int, float))
-                            or _NUMERIC_KEY.search(_normalise_key(k)) is not None
-                        )
+                        and (numeric or not isinstance(v, (int, float)))
                     ):
                         items.append((k, marker("secret_field")))
                         total += 1
                         changed = True
                         continue
+                    if nkc:
+                        total += nkc
+                        changed = True
+                elif isinstance(k, str):  # a str subclass: no caching on its identity
                     nk, nkc = self._redact_text(k)
-                    total += nkc
+                    if nkc:
+                        total += nkc
+                        changed = True
+                vt = type(v)
+                if vt is int or vt is bool or vt is float or v is None:
+                    items.append((nk, v))
+                    continue
                 nv, n = self._redact_value(v, depth + 1)
-                if n or nk is not k:
+                if n:
                     changed = True
                     total += n
                 items.append((nk, nv))
             if not changed:
                 return value, 0
             return dict(items), total
-        if isinstance(value, (list, tuple)):
+        if t is list or t is tuple or isinstance(value, (list, tuple)):
             total = 0
             new: list[Any] | None = None
             for i, v in enumerate(value):
