@@ -88,8 +88,13 @@ def _line_bytes() -> int:
     return len(dumps(encode_call(_template()))) + 80
 
 
-def generate(home: Path, calls: int, *, per_file: int | None = None) -> dict[str, Any]:
-    """Write ``calls`` calls as compacted Parquet under ``home``; return what was written."""
+def generate(
+    home: Path, calls: int, *, per_file: int | None = None, with_ranges: bool = True
+) -> dict[str, Any]:
+    """Write ``calls`` calls as compacted Parquet under ``home``; return what was written.
+
+    ``with_ranges=False`` writes a manifest without per-file call-id ranges (as compaction did
+    before it recorded them): lookups then read every file's footer."""
     import duckdb
     import pyarrow.parquet as pq
 
@@ -116,6 +121,7 @@ def generate(home: Path, calls: int, *, per_file: int | None = None) -> dict[str
     )
     steps_values = ", ".join(f"({s}, '{n}', '{d}', '{v}')" for s, n, d, v in _STEPS)
     files: dict[str, list[str]] = {"calls": [], "steps": []}
+    ranges: dict[str, list[str]] = {}
     file_no = 0
     for start in range(0, calls, per_file):
         n = min(per_file, calls - start)
@@ -140,8 +146,13 @@ def generate(home: Path, calls: int, *, per_file: int | None = None) -> dict[str
             pq.write_table(tab, out, row_group_size=16384, compression="zstd",
                            write_statistics=True)
             files[t].append(rel)
+            # Sorted by call id: the file's range, as compaction records it.
+            ranges[rel] = [tab["call_id"][0].as_py(), tab["call_id"][-1].as_py()]
         file_no += 1
-    write_manifest(adir, {"version": 1, "segments": [], "files": files})
+    manifest: dict[str, Any] = {"version": 1, "segments": [], "files": files}
+    if with_ranges:
+        manifest["ranges"] = ranges
+    write_manifest(adir, manifest)
     con.close()
     size = sum(p.stat().st_size for p in (adir / "parquet").rglob("*.parquet"))
     return {"calls": calls, "steps": calls * len(_STEPS), "files_per_table": file_no,

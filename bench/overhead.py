@@ -120,7 +120,12 @@ def run(
     only: list[str] | None = None, seed: int = 1,
 ) -> dict[str, Any]:
     """Measure every contender; print the table; return the figures."""
-    names = [n for n in CONTENDERS if only is None or n in only or n == REFERENCE]
+    # Names hold commas, so a selection is a list of case-insensitive substrings of them.
+    wanted = [w.strip().lower() for w in only or () if w.strip()]
+    names = [
+        n for n in CONTENDERS
+        if not wanted or n == REFERENCE or any(w in n.lower() for w in wanted)
+    ]
     py = python or sys.executable
     workers: dict[str, _Worker] = {}
     results: dict[str, Result] = {}

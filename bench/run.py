@@ -52,7 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--round-calls", type=int,
                    help="calls per contender per round (default 2500; quick 200)")
     g.add_argument("--warmup", type=int, help="warm-up calls per contender (default 2000)")
-    g.add_argument("--contenders", help="comma-separated subset (the reference always runs)")
+    g.add_argument("--contenders",
+                   help="comma-separated substrings of contender names, e.g. 'bare,(inline)' "
+                   "(the reference always runs)")
     g = ap.add_argument_group("ingest")
     g.add_argument("--ingest-records", type=int,
                    help="records per writer process (default 200000; quick 2000)")

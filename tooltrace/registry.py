@@ -119,6 +119,12 @@ class _Entry:
     wants_ctx: bool
     is_async: bool
     schema: CompiledSchema
+    # A plain function declared inline runs on the caller's thread (or loop) in both drivers,
+    # so the pipeline runs it itself instead of yielding it to the driver.
+    inline: bool = False
+
+    def __post_init__(self) -> None:
+        self.inline = not self.is_async and self.definition.execution is Execution.INLINE
 
 
 @dataclass(slots=True)
@@ -558,9 +564,9 @@ class ToolRegistry:
 
     def _pipeline(self, raw: ToolCall | Mapping[str, Any] | str | bytes) -> _Pipeline:
         t_wall = time.time_ns() // 1000
-        t0 = time.perf_counter_ns()
+        t0 = _perf_ns()
         b = _Builder(self, t_wall, t0)
-        if isinstance(raw, ToolCall):
+        if type(raw) is ToolCall or isinstance(raw, ToolCall):
             call = raw
         else:
             try:
@@ -587,11 +593,15 @@ class ToolRegistry:
             b.attributes = self._clean_attributes(call.attributes)
         name = call.name
         raw_args = call.arguments
+        if type(raw_args) is dict:
+            # The call's own copy: records keep (redacted views of) these arguments and sinks
+            # read them later, so a caller reusing its dict must not change what was recorded.
+            raw_args = raw_args.copy()
         b.args_redacted = self._redact_args(raw_args)
 
         # 1. resolve
-        t = time.perf_counter_ns()
-        entry = self._active_entries.get(name) if isinstance(name, str) else None
+        t = _perf_ns()
+        entry = self._active_entries.get(name) if type(name) is str else None
         if self._tracer is not None:
             # Every call gets its span, rejected ones included, so all sinks share its ids.
             b.span = self._tracer.open_span(entry.definition.name if entry else UNREGISTERED)
@@ -607,25 +617,25 @@ class ToolRegistry:
             b.step(StepName.RESOLVE, t, "runtime", "reject", {"reason": "cancelled"})
             return b.reject(Stage.CANCEL, "it was cancelled before it started", d.name)
         ok, why = self.policy.mode_allows(d, call.mode)
-        b.step(StepName.RESOLVE, t, "registry", "accept", None)
+        t = b.step(StepName.RESOLVE, t, "registry", "accept", None)
 
         # 2. validate
-        t = time.perf_counter_ns()
-        if not isinstance(raw_args, Mapping):
+        if type(raw_args) is not dict and not isinstance(raw_args, Mapping):
             b.step(
                 StepName.VALIDATE, t, "schema", "reject", {"error": "arguments must be an object"}
             )
             return b.reject(Stage.PARAMS, "arguments must be an object", d.name)
-        args, err = entry.schema.validate(dict(raw_args))
+        args, err = entry.schema.validate(
+            raw_args if type(raw_args) is dict else dict(raw_args)
+        )
         if err is not None:
             b.step(
                 StepName.VALIDATE, t, "schema", "reject", {"error": err.message, "rule": err.rule}
             )
             return b.reject(Stage.PARAMS, err.message, d.name)
-        b.step(StepName.VALIDATE, t, "schema", "accept", None)
+        t = b.step(StepName.VALIDATE, t, "schema", "accept", None)
 
         # 3. policy (mode, resource scope, argument content) and approval
-        t = time.perf_counter_ns()
         if not ok:
             b.step(StepName.POLICY, t, "policy:mode", "deny", {"reason": why})
             return b.reject(Stage.POLICY, f"not allowed in this mode ({why})", d.name)
@@ -771,9 +781,13 @@ class ToolRegistry:
             if b.call_id in self._cancel_early:  # cancelled while it was being admitted
                 ctx.signal("cancel")
             b.execution_started = True
-            t = time.perf_counter_ns()
+            t = _perf_ns()
             released = True  # from here the executor's finally gives the slot back
-            out: _Outcome = yield _Execute(entry, ctx, args, b.span, self.cancel_grace_s)
+            out: _Outcome
+            if entry.inline:
+                out = self._execute_inline(entry, ctx, args, b.span)
+            else:
+                out = yield _Execute(entry, ctx, args, b.span, self.cancel_grace_s)
         finally:
             if not released:
                 self._admission.release(d.name)
@@ -1021,41 +1035,49 @@ class ToolRegistry:
         """Map an execution outcome to a status, redact, trim and offload."""
         d = entry.definition
         side_effects = d.effect is not Effect.NONE
-        now = time.perf_counter_ns()
+        steps = b.steps
+        now = _perf_ns()
         exec_detail: dict[str, Any] = {"timeout_s": ctx.timeout_s}
         if ctx.detail:
             red, _ = self.redactor.redact(ctx.detail)
             exec_detail.update(red)
-        if out.signal is not None:
-            exec_detail["signal"] = out.signal
-        b.steps.append(
-            Step(
-                len(b.steps),
-                StepName.EXECUTE,
-                b.us(t),
-                (now - t) // 1000,
-                "tool",
-                out.kind,
-                exec_detail,
+        signal = out.signal
+        if signal is not None:
+            exec_detail["signal"] = signal
+        steps.append(
+            _new_tuple(
+                Step,
+                (
+                    len(steps),
+                    StepName.EXECUTE,
+                    b.us(t),
+                    (now - t) // 1000,
+                    "tool",
+                    out.kind,
+                    exec_detail,
+                ),
             )
         )
-        if out.signal is not None and out.signal_at is not None:
+        if signal is not None and out.signal_at is not None:
             sig_ns = int(out.signal_at * 1e9)
-            name = StepName.DEADLINE if out.signal == "deadline" else StepName.CANCEL_REQUESTED
-            b.steps.append(
-                Step(
-                    len(b.steps),
-                    name,
-                    b.us_mono(sig_ns),
-                    0,
-                    "runtime",
-                    "signal",
-                    {"cancellable": d.cancellable, "grace_s": self.cancel_grace_s},
+            name = StepName.DEADLINE if signal == "deadline" else StepName.CANCEL_REQUESTED
+            steps.append(
+                _new_tuple(
+                    Step,
+                    (
+                        len(steps),
+                        name,
+                        b.us_mono(sig_ns),
+                        0,
+                        "runtime",
+                        "signal",
+                        {"cancellable": d.cancellable, "grace_s": self.cancel_grace_s},
+                    ),
                 )
             )
         tool_summary: str | None = None
         value = out.value
-        if isinstance(value, ToolResult):
+        if type(value) is ToolResult or isinstance(value, ToolResult):
             tool_summary = value.summary
             if value.detail:
                 red, _ = self.redactor.redact(dict(value.detail))
@@ -1065,128 +1087,134 @@ class ToolRegistry:
         summary: str
         retry: Retry
         error_type: str | None = None
+        kind = out.kind
+        if kind == "returned" and signal is None:
+            status = Status.OK
+            summary = self._scrub(tool_summary)[:500] if tool_summary else ""
+            retry = _RETRY_OK
+        else:
+            status, summary, retry, error_type = self._settle(b, d, ctx, out, side_effects)
+            tool_summary_note = summary
+            if status is Status.OK:
+                summary = (self._scrub(tool_summary)[:500] if tool_summary else "") + (
+                    tool_summary_note
+                )
+        b.error_type = error_type
+        if status is not Status.OK:
+            return b.envelope(status, summary, None, None, None, None, retry=retry)
+        # 6. redact and trim
+        artifact: Artifact | None = None
+        t = _perf_ns()
+        data, n = self.redactor.redact(value)
+        text = data if type(data) is str else _to_text(data)
+        result_preview = text[: self.preview_chars] if text is not None else None
+        t = b.step(
+            StepName.REDACT,
+            t,
+            "redactor",
+            "redacted" if n else "clean",
+            {"redactions": n} if n else None,
+        )
+        if text is not None and len(text) > self.max_inline_chars:
+            try:
+                artifact = self.artifacts.put(text)
+            except OSError as exc:
+                b.step(
+                    StepName.OFFLOAD, _perf_ns(), "runtime", "error", {"error": _error_type(exc)}
+                )
+                artifact = None
+            else:
+                b.step(
+                    StepName.OFFLOAD,
+                    t,
+                    "runtime",
+                    "offloaded",
+                    {"chars": artifact.chars, "sha256": artifact.sha256, "path": artifact.path},
+                )
+            data = preview(text, self.preview_chars)
+            result_preview = data
+        if not summary or summary.startswith(" ("):
+            size = len(text) if text is not None else 0
+            where = f"; full output in artifact sha256:{artifact.sha256[:12]}" if artifact else ""
+            summary = f"{d.name} succeeded ({size} chars{where})" + summary
+        return b.envelope(status, summary, data, artifact, None, result_preview, retry=retry)
+
+    def _settle(
+        self, b: _Builder, d: ToolDefinition, ctx: CallContext, out: _Outcome, side_effects: bool
+    ) -> tuple[Status, str, Retry, str | None]:
+        """The status of an execution that raised, was signalled or was abandoned.
+
+        For ``ok`` the text returned is only the note appended to the tool's summary."""
+        steps = b.steps
+        signal = out.signal
         confirmed = out.kind != "abandoned"
-        if out.signal is not None:
+        error_type: str | None = None
+        if signal is not None:
             # A confirmed cancel is its own step ("cancel requested" and "cancelled" differ);
             # anything else that was told to stop says whether it confirmed.
-            name = StepName.CANCELLED if confirmed and out.signal == "cancel" else StepName.STOPPED
-            b.steps.append(
-                Step(
-                    len(b.steps),
-                    name,
-                    b.us(time.perf_counter_ns()),
-                    0,
-                    "runtime",
-                    "confirmed" if confirmed else "unconfirmed",
-                    {"outcome": out.kind},
+            name = StepName.CANCELLED if confirmed and signal == "cancel" else StepName.STOPPED
+            steps.append(
+                _new_tuple(
+                    Step,
+                    (
+                        len(steps),
+                        name,
+                        b.us(_perf_ns()),
+                        0,
+                        "runtime",
+                        "confirmed" if confirmed else "unconfirmed",
+                        {"outcome": out.kind},
+                    ),
                 )
             )
-        if out.kind == "returned" and (out.signal != "cancel" or side_effects):
-            status = Status.OK
-            note = " (finished after it was asked to stop)" if out.signal else ""
-            summary = (self._scrub(tool_summary)[:500] if tool_summary else "") + note
-            retry = _RETRY_OK
-        elif out.kind == "raised" and side_effects and isinstance(out.error, OutcomeUnknown):
-            status, error_type = Status.UNKNOWN, _error_type(out.error)
+        if out.kind == "returned" and (signal != "cancel" or side_effects):
+            return Status.OK, " (finished after it was asked to stop)", _RETRY_OK, None
+        if out.kind == "raised" and side_effects and isinstance(out.error, OutcomeUnknown):
             summary = (
                 f"{d.name} may have run: {self._error_text(out.error)}; "
                 "its outcome cannot be confirmed"
             )
-            retry = Retry(False, requires_inspection=True)
-        elif (
+            return (
+                Status.UNKNOWN,
+                summary,
+                Retry(False, requires_inspection=True),
+                _error_type(out.error),
+            )
+        if (
             out.kind == "raised"
-            and not (out.signal and isinstance(out.error, ToolInterrupt | asyncio.CancelledError))
-            and not (out.signal == "deadline" and isinstance(out.error, TimeoutError))
+            and not (signal and isinstance(out.error, ToolInterrupt | asyncio.CancelledError))
+            and not (signal == "deadline" and isinstance(out.error, TimeoutError))
         ):
-            status = Status.FAILED
             assert out.error is not None
             error_type = _error_type(out.error)
             summary = f"{d.name} failed: {self._error_text(out.error)}"
-            retry = Retry(not side_effects, requires_inspection=side_effects)
-        elif out.signal == "cancel" and (confirmed or not side_effects):
-            status, error_type = Status.CANCELLED, "cancelled"
+            return (
+                Status.FAILED,
+                summary,
+                Retry(not side_effects, requires_inspection=side_effects),
+                error_type,
+            )
+        if signal == "cancel" and (confirmed or not side_effects):
             summary = f"{d.name} was cancelled" + (
                 "" if confirmed else " (abandoned; it has no side effects)"
             )
-            retry = _RETRY_OK
-        elif out.signal == "deadline" and (confirmed or not side_effects):
-            status, error_type = Status.FAILED, "timeout"
+            return Status.CANCELLED, summary, _RETRY_OK, "cancelled"
+        if signal == "deadline" and (confirmed or not side_effects):
             summary = f"{d.name} timed out after {ctx.timeout_s:g} s" + (
                 "" if confirmed else " (abandoned; it has no side effects)"
             )
-            retry = Retry(True, after_ms=1000)
-        else:
-            status, error_type = Status.UNKNOWN, "unconfirmed_" + (out.signal or "stop")
-            why = "its deadline passed" if out.signal == "deadline" else "it was cancelled"
-            summary = (
-                f"{d.name} may have run: {why} and it did not confirm it stopped within "
-                f"{self.cancel_grace_s:g} s; query status({b.call_id})"
-            )
-            retry = Retry(False, requires_inspection=True)
-        b.error_type = error_type
-        # 6. redact and trim
-        data: Any = None
-        artifact: Artifact | None = None
-        result_preview: str | None = None
-        if status is Status.OK:
-            t = time.perf_counter_ns()
-            data, n = self.redactor.redact(value)
-            text = data if isinstance(data, str) else _to_text(data)
-            result_preview = text[: self.preview_chars] if text is not None else None
-            red_detail = {"redactions": n} if n else None
-            b.steps.append(
-                Step(
-                    len(b.steps),
-                    StepName.REDACT,
-                    b.us(t),
-                    (time.perf_counter_ns() - t) // 1000,
-                    "redactor",
-                    "redacted" if n else "clean",
-                    red_detail,
-                )
-            )
-            if text is not None and len(text) > self.max_inline_chars:
-                t = time.perf_counter_ns()
-                try:
-                    artifact = self.artifacts.put(text)
-                except OSError as exc:
-                    b.steps.append(
-                        Step(
-                            len(b.steps),
-                            StepName.OFFLOAD,
-                            b.us(t),
-                            0,
-                            "runtime",
-                            "error",
-                            {"error": _error_type(exc)},
-                        )
-                    )
-                    artifact = None
-                else:
-                    b.steps.append(
-                        Step(
-                            len(b.steps),
-                            StepName.OFFLOAD,
-                            b.us(t),
-                            (time.perf_counter_ns() - t) // 1000,
-                            "runtime",
-                            "offloaded",
-                            {
-                                "chars": artifact.chars,
-                                "sha256": artifact.sha256,
-                                "path": artifact.path,
-                            },
-                        )
-                    )
-                data = preview(text, self.preview_chars)
-                result_preview = data
-            if not summary or summary.startswith(" ("):
-                size = len(text) if text is not None else 0
-                where = (
-                    f"; full output in artifact sha256:{artifact.sha256[:12]}" if artifact else ""
-                )
-                summary = f"{d.name} succeeded ({size} chars{where})" + summary
-        return b.envelope(status, summary, data, artifact, None, result_preview, retry=retry)
+            return Status.FAILED, summary, Retry(True, after_ms=1000), "timeout"
+        why = "its deadline passed" if signal == "deadline" else "it was cancelled"
+        summary = (
+            f"{d.name} may have run: {why} and it did not confirm it stopped within "
+            f"{self.cancel_grace_s:g} s; query status({b.call_id})"
+        )
+        return (
+            Status.UNKNOWN,
+            summary,
+            Retry(False, requires_inspection=True),
+            "unconfirmed_" + (signal or "stop"),
+        )
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -1248,18 +1276,29 @@ class ToolRegistry:
                 self.sink_errors += 1
 
     def _remember(self, env: ToolResultEnvelope) -> None:
-        # One critical section with _resolve_late: a late resolution landing between taking the
-        # pending entry and storing the status would otherwise be lost.
-        with self._active_lock:
-            resolved = self._pending_resolution.pop(env.call_id, None)
-            st = CallStatus(env.call_id, env.tool, env.status, resolved, env.summary)
-            self._statuses[env.call_id] = st
-            if len(self._statuses) > self._status_cap:
-                self._statuses.popitem(last=False)
-            if env.status is Status.UNKNOWN:
-                self._unknowns[env.call_id] = st
-                if len(self._unknowns) > self._unknown_cap:
-                    self._unknowns.popitem(last=False)
+        # Lock-free on the common path: each OrderedDict operation is atomic under the GIL, and
+        # _resolve_late (under the lock) either finds the stored status or leaves its resolution
+        # in _pending_resolution, which is checked *after* the store and merged under the lock.
+        call_id = env.call_id
+        # status() looks in _unknowns first, so an unknown is stored there first: a resolution
+        # landing between the two stores then updates the table status() reads.
+        st = CallStatus(call_id, env.tool, env.status, None, env.summary)
+        if env.status is Status.UNKNOWN:
+            self._unknowns[call_id] = st
+            if len(self._unknowns) > self._unknown_cap:
+                self._unknowns.popitem(last=False)
+        statuses = self._statuses
+        statuses[call_id] = st
+        if len(statuses) > self._status_cap:
+            statuses.popitem(last=False)
+        if self._pending_resolution:
+            with self._active_lock:
+                resolved = self._pending_resolution.pop(call_id, None)
+                if resolved is not None:
+                    st = CallStatus(call_id, env.tool, env.status, resolved, env.summary)
+                    for table in (self._unknowns, self._statuses):
+                        if call_id in table:
+                            table[call_id] = st
 
     def _resolve_late(self, call_id: str, tool: str, run_id: str, out: _Outcome) -> None:
         """An abandoned call finally ended: record how."""
@@ -1356,6 +1395,33 @@ class ToolRegistry:
         fn = e.fn
         return (lambda: fn(ctx, **args)) if e.wants_ctx else (lambda: fn(**args))
 
+    def _execute_inline(
+        self, e: _Entry, ctx: CallContext, args: dict[str, Any], span: OpenSpan | None
+    ) -> _Outcome:
+        """Run a plain inline tool on this thread (both drivers: it is the caller's)."""
+        token = span.attach() if span is not None else None
+        ctx_token = _CURRENT.set(ctx)
+        try:
+            ctx.start_clock()
+            try:
+                out = _Outcome("returned", e.fn(ctx, **args) if e.wants_ctx else e.fn(**args))
+            except Exception as exc:
+                out = _Outcome("raised", None, exc)
+            finally:
+                self._admission.release(e.definition.name)
+            if ctx._stopped:
+                out.signal = ctx.reason
+                out.signal_at = ctx.signalled_at or time.monotonic()
+            elif out.kind == "returned":
+                late = time.monotonic() - ctx.deadline
+                if late > 0:
+                    ctx.set_detail("deadline_overrun_ms", round(late * 1000, 3))
+            return out
+        finally:
+            _CURRENT.reset(ctx_token)
+            if span is not None:
+                span.detach(token)
+
     def _execute_blocking(self, op: _Execute) -> _Outcome:
         e, ctx = op.entry, op.ctx
         tool = e.definition.name
@@ -1369,23 +1435,6 @@ class ToolRegistry:
                     self._run_coro(invoke, tool), self._loop.loop()
                 )
                 return self._wait(cfut, op, lambda: cfut.cancel())
-            if e.definition.execution is Execution.INLINE:
-                try:
-                    value = invoke()
-                    kind, err = "returned", None
-                except Exception as exc:
-                    value, kind, err = None, "raised", exc
-                finally:
-                    self._admission.release(tool)
-                out = _Outcome(kind, value, err)
-                if ctx.signalled:
-                    out.signal = ctx.reason
-                    out.signal_at = ctx.signalled_at or time.monotonic()
-                elif time.monotonic() > ctx.deadline and kind == "returned":
-                    ctx.set_detail(
-                        "deadline_overrun_ms", round((time.monotonic() - ctx.deadline) * 1000, 3)
-                    )
-                return out
             run = contextvars.copy_context().run
             try:
                 fut = self._pool.submit(run, self._run_sync, invoke, tool)
@@ -1483,14 +1532,6 @@ class ToolRegistry:
             fut: asyncio.Future[Any]
             if e.is_async:
                 fut = loop.create_task(self._run_coro(invoke, tool))
-            elif e.definition.execution is Execution.INLINE:
-                fut = loop.create_future()
-                try:
-                    fut.set_result(invoke())
-                except Exception as exc:
-                    fut.set_exception(exc)
-                finally:
-                    self._admission.release(tool)
             else:
                 run = contextvars.copy_context().run
                 fut = loop.run_in_executor(self._pool, run, self._run_sync, invoke, tool)
@@ -1537,6 +1578,36 @@ class LateStep:
     step: Step
 
 
+_RECORD_FIELDS = (
+    "call_id",
+    "run_id",
+    "tool",
+    "source",
+    "status",
+    "reject_stage",
+    "summary",
+    "error_type",
+    "started_at_us",
+    "elapsed_us",
+    "execution_started",
+    "args_redacted",
+    "result_preview",
+    "artifact",
+    "steps",
+    "mode",
+    "tool_type",
+    "description",
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "trace_sampled",
+    "hook_modified",
+    "attributes",
+)
+if CallRecord.__struct_fields__ != _RECORD_FIELDS:  # _Builder.envelope builds it positionally
+    raise ImportError("CallRecord's fields changed: update _Builder.envelope and _RECORD_FIELDS")
+_perf_ns = time.perf_counter_ns
+_new_tuple = tuple.__new__  # Step(...) goes through a Python-level __new__; this does not
 _FREE = AdmissionResult(True, 0.0, "free")
 _FREE_INFO: Mapping[str, Any] = {"waited_ms": 0.0, "reason": "free"}
 _RETRY_OK = Retry(True)
@@ -1665,19 +1736,26 @@ class _Builder:
 
     def step(
         self, name: str, t: int, decider: str, decision: str, detail: Mapping[str, Any] | None
-    ) -> None:
-        now = time.perf_counter_ns()
-        self.steps.append(
-            Step(
-                len(self.steps),
-                name,
-                self.t_wall + (t - self.t0) // 1000,
-                (now - t) // 1000,
-                decider,
-                decision,
-                detail,
+    ) -> int:
+        """Append a step that began at ``t`` (perf ns) and ends now; return now, which is
+        where the next step begins."""
+        now = _perf_ns()
+        steps = self.steps
+        steps.append(
+            _new_tuple(
+                Step,
+                (
+                    len(steps),
+                    name,
+                    self.t_wall + (t - self.t0) // 1000,
+                    (now - t) // 1000,
+                    decider,
+                    decision,
+                    detail,
+                ),
             )
         )
+        return now
 
     def reject(
         self,
@@ -1721,31 +1799,33 @@ class _Builder:
         tool = tool_override or (d.name if d else UNREGISTERED)
         elapsed = (time.perf_counter_ns() - self.t0) // 1000
         span = self.span
+        # Positional: keyword construction of a 24-field Struct costs four times as much. The
+        # order is checked against CallRecord's fields at import (_RECORD_FIELDS).
         record = CallRecord(
-            call_id=self.call_id,
-            run_id=self.run_id,
-            tool=tool,
-            source=d.source if d else "",
-            status=status,
-            reject_stage=stage,
-            summary=summary,
-            error_type=self.error_type if status is not Status.OK else None,
-            started_at_us=self.t_wall,
-            elapsed_us=elapsed,
-            execution_started=self.execution_started,
-            args_redacted=self.args_redacted,
-            result_preview=result_preview,
-            artifact=artifact,
-            steps=tuple(self.steps),
-            mode=self.mode,
-            tool_type=d.tool_type if d else "function",
-            description=d.description[:500] if d else None,
-            trace_id=span.trace_id if span else None,
-            span_id=span.span_id if span else None,
-            parent_span_id=span.parent_span_id if span else None,
-            trace_sampled=span.sampled if span else False,
-            hook_modified=self.hook_modified,
-            attributes=self.attributes,
+            self.call_id,
+            self.run_id,
+            tool,
+            d.source if d else "",
+            status,
+            stage,
+            summary,
+            self.error_type if status is not Status.OK else None,
+            self.t_wall,
+            elapsed,
+            self.execution_started,
+            self.args_redacted,
+            result_preview,
+            artifact,
+            tuple(self.steps),
+            self.mode,
+            d.tool_type if d else "function",
+            d.description[:500] if d else None,
+            span.trace_id if span else None,
+            span.span_id if span else None,
+            span.parent_span_id if span else None,
+            span.sampled if span else False,
+            self.hook_modified,
+            self.attributes,
         )
         return ToolResultEnvelope(
             self.call_id,

@@ -42,21 +42,29 @@ class ArgumentsError:
 class CompiledSchema:
     """A validated and compiled arguments schema."""
 
-    __slots__ = ("_validate", "schema")
+    __slots__ = ("_fills", "_validate", "schema")
 
     def __init__(self, schema: Mapping[str, Any], validate: Callable[[Any], Any]) -> None:
         self.schema = schema
         self._validate = validate
+        # The compiled validator writes only defaults into the data: a schema without any
+        # validates the caller's mapping as it is, with no copy.
+        self._fills = _has_default(schema)
 
     def validate(self, arguments: dict[str, Any]) -> tuple[dict[str, Any], ArgumentsError | None]:
         """Return ``(arguments with defaults filled in, None)`` or ``(arguments, error)``.
 
-        The input mapping is never mutated.
+        The input mapping is never mutated; when the schema has no defaults the returned
+        arguments may be the input mapping itself.
         """
+        if not self._fills:
+            data: dict[str, Any] = arguments if type(arguments) is dict else dict(arguments)
+        elif _has_nested(arguments):
+            data = copy.deepcopy(arguments)
+        else:
+            data = dict(arguments)
         try:
-            out = self._validate(
-                copy.deepcopy(arguments) if _has_nested(arguments) else dict(arguments)
-            )
+            out = self._validate(data)
         except fastjsonschema.JsonSchemaValueException as exc:
             return arguments, _sanitise(exc)
         except RecursionError:
@@ -69,6 +77,16 @@ class CompiledSchema:
 def _has_nested(arguments: Mapping[str, Any]) -> bool:
     # fastjsonschema fills defaults in place, also inside nested objects: copy only when needed.
     return any(isinstance(v, dict | list) for v in arguments.values())
+
+
+def _has_default(schema: Any) -> bool:
+    """Whether a ``default`` keyword appears anywhere in the schema (a property that happens to
+    be named "default" also counts: that only costs a copy)."""
+    if isinstance(schema, Mapping):
+        return "default" in schema or any(_has_default(v) for v in schema.values())
+    if isinstance(schema, list | tuple):
+        return any(_has_default(v) for v in schema)
+    return False
 
 
 _RULE_TEXT = {

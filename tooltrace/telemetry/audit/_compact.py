@@ -6,6 +6,11 @@ written in row groups of ``row_group_size`` rows, so a lookup of one call reads 
 statistics and then one row group. Call ids are stored as canonical lowercase strings: DuckDB
 (and other engines) prune row groups by min/max on strings; they do not for the Parquet UUID
 type. The same files work unchanged from object storage (see the README).
+
+The manifest also records each file's smallest and largest call id (``ranges``), so a reader
+looking up one call opens only the files whose range holds it instead of every file's footer.
+A manifest written before ranges existed gets them on the next compaction (from the files'
+Parquet statistics); until then readers scan every file it lists.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import fcntl
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..._config import resolve_home
 from ..._ids import new_call_id
@@ -23,7 +29,11 @@ from ._recover import Recovered, recover_dead_segments
 from ._segments import ParsedSegment, audit_dir, list_segments, read_segment
 from ._tables import TABLES, build_tables
 
-__all__ = ["CompactionResult", "compact"]
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+__all__ = ["CompactionResult", "compact", "parquet_id_range"]
 
 _SORT = {
     "calls": [("call_id", "ascending")],
@@ -86,6 +96,8 @@ def compact(
                 size = 0
             batches[-1].append(seg)
             size += seg.tail_offset
+        if _backfill_ranges(adir, manifest):
+            write_manifest(adir, manifest)
         for batch in batches:
             if not batch:
                 continue
@@ -106,6 +118,9 @@ def compact(
                 _fsync_file(tmp)
                 os.replace(tmp, out)
                 written[t] = rel
+                lo_hi = _id_range(tbl)
+                if lo_hi is not None:
+                    manifest.setdefault("ranges", {})[rel] = lo_hi
             n_calls += tables["calls"].num_rows
             n_steps += tables["steps"].num_rows
             for t, rel in written.items():
@@ -137,6 +152,69 @@ def compact(
         return CompactionResult(n_segs, n_calls, n_steps, tuple(files), tuple(recovered), prune)
     finally:
         os.close(lock_fd)
+
+
+def _id_range(tbl: pa.Table) -> list[str] | None:
+    """[smallest, largest] call id of a table (None when it has no call id)."""
+    import pyarrow.compute as pc
+
+    mm = pc.min_max(tbl["call_id"]).as_py()
+    if mm["min"] is None or mm["max"] is None:
+        return None
+    return [str(mm["min"]), str(mm["max"])]
+
+
+def _backfill_ranges(adir: Path, manifest: dict[str, Any]) -> bool:
+    """Give every listed file without a call-id range one, from its Parquet statistics.
+
+    A file whose statistics do not cover every row group stays without one: readers then
+    scan it for every lookup, which is slower but never wrong. True when a range was added.
+    """
+    import pyarrow.parquet as pq
+
+    ranges = manifest.setdefault("ranges", {})
+    added = False
+    for rels in (manifest.get("files") or {}).values():
+        for rel in rels:
+            if rel in ranges:
+                continue
+            try:
+                md = pq.read_metadata(adir / rel)
+            except (FileNotFoundError, OSError):
+                continue
+            lo_hi = parquet_id_range(md)
+            if lo_hi is not None:
+                ranges[rel] = lo_hi
+                added = True
+    return added
+
+
+def parquet_id_range(md: pq.FileMetaData) -> list[str] | None:
+    """[smallest, largest] ``call_id`` from a Parquet file's row-group statistics, or None
+    when some row group has no usable statistics (or the file has no rows)."""
+    names = md.schema.names
+    if "call_id" not in names:
+        return None
+    col = names.index("call_id")
+    lo: str | None = None
+    hi: str | None = None
+    for g in range(md.num_row_groups):
+        rg = md.row_group(g)
+        if rg.num_rows == 0:
+            continue
+        st = rg.column(col).statistics
+        if st is None or not st.has_min_max:
+            return None
+        a, b = st.min, st.max
+        if isinstance(a, bytes):
+            a, b = a.decode(), b.decode()
+        if not isinstance(a, str) or not isinstance(b, str):
+            return None
+        lo = a if lo is None or a < lo else lo
+        hi = b if hi is None or b > hi else hi
+    if lo is None or hi is None:
+        return None
+    return [lo, hi]
 
 
 def _fsync_file(path: Path) -> None:

@@ -17,41 +17,57 @@ from ._segments import ParsedSegment
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["TABLES", "build_tables", "empty_tables", "schemas"]
+__all__ = [
+    "COLUMNS", "DUCKDB_TYPES", "TABLES", "build_columns", "build_tables", "empty_tables", "schemas",
+]
 
 TABLES = ("calls", "steps", "intents", "resolutions")
+
+
+#: Column names and kinds of each stored table, in storage order. Kinds: ``str``, ``i32``,
+#: ``i64``, ``f64``, ``bool`` and ``ts`` (naive UTC microseconds). The one definition both
+#: the Arrow schemas (compaction, archive) and the DuckDB tables of live rows come from.
+COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "calls": (
+        ("call_id", "str"), ("run_id", "str"), ("tool", "str"), ("source", "str"),
+        ("status", "str"), ("reject_stage", "str"), ("summary", "str"), ("error_type", "str"),
+        ("started_at", "ts"), ("elapsed_ms", "f64"), ("execution_started", "bool"),
+        ("trace_id", "str"), ("span_id", "str"), ("parent_span_id", "str"),
+        ("trace_sampled", "bool"), ("args_redacted", "str"), ("result_preview", "str"),
+        ("artifact_path", "str"), ("artifact_sha256", "str"), ("artifact_chars", "i64"),
+        ("artifact_bytes", "i64"), ("mode", "str"), ("tool_type", "str"),
+        ("hook_modified", "bool"), ("attributes", "str"), ("writer", "str"), ("segment", "str"),
+        ("line", "i64"),
+    ),
+    "steps": (
+        ("call_id", "str"), ("seq", "i32"), ("step", "str"), ("started_at", "ts"),
+        ("elapsed_ms", "f64"), ("decider", "str"), ("decision", "str"), ("detail", "str"),
+    ),
+    "intents": (
+        ("call_id", "str"), ("run_id", "str"), ("tool", "str"), ("started_at", "ts"),
+        ("args_redacted", "str"), ("writer", "str"), ("segment", "str"), ("line", "i64"),
+    ),
+    "resolutions": (
+        ("call_id", "str"), ("status", "str"), ("summary", "str"), ("resolved_at", "ts"),
+        ("segment", "str"), ("line", "i64"),
+    ),
+}
+
+#: DuckDB type of each column kind.
+DUCKDB_TYPES = {"str": "VARCHAR", "i32": "INTEGER", "i64": "BIGINT", "f64": "DOUBLE",
+                "bool": "BOOLEAN", "ts": "TIMESTAMP"}
 
 
 def schemas() -> dict[str, pa.Schema]:
     """The Arrow schema of each stored table."""
     import pyarrow as pa
 
-    ts = pa.timestamp("us")  # UTC; naive so readers need no time-zone database
-    s, i64, f64, b = pa.string(), pa.int64(), pa.float64(), pa.bool_()
-    return {
-        "calls": pa.schema([
-            ("call_id", s), ("run_id", s), ("tool", s), ("source", s), ("status", s),
-            ("reject_stage", s), ("summary", s), ("error_type", s), ("started_at", ts),
-            ("elapsed_ms", f64), ("execution_started", b), ("trace_id", s), ("span_id", s),
-            ("parent_span_id", s), ("trace_sampled", b), ("args_redacted", s),
-            ("result_preview", s), ("artifact_path", s), ("artifact_sha256", s),
-            ("artifact_chars", i64), ("artifact_bytes", i64), ("mode", s), ("tool_type", s),
-            ("hook_modified", b), ("attributes", s), ("writer", s), ("segment", s),
-            ("line", i64),
-        ]),
-        "steps": pa.schema([
-            ("call_id", s), ("seq", pa.int32()), ("step", s), ("started_at", ts),
-            ("elapsed_ms", f64), ("decider", s), ("decision", s), ("detail", s),
-        ]),
-        "intents": pa.schema([
-            ("call_id", s), ("run_id", s), ("tool", s), ("started_at", ts),
-            ("args_redacted", s), ("writer", s), ("segment", s), ("line", i64),
-        ]),
-        "resolutions": pa.schema([
-            ("call_id", s), ("status", s), ("summary", s), ("resolved_at", ts),
-            ("segment", s), ("line", i64),
-        ]),
+    kinds = {
+        "str": pa.string(), "i32": pa.int32(), "i64": pa.int64(), "f64": pa.float64(),
+        "bool": pa.bool_(),
+        "ts": pa.timestamp("us"),  # UTC; naive so readers need no time-zone database
     }
+    return {t: pa.schema([(n, kinds[k]) for n, k in cols]) for t, cols in COLUMNS.items()}
 
 
 def _json(v: Any) -> str | None:
@@ -72,13 +88,11 @@ def _resolution_summary(row: Any) -> str:
     return f"resolved later as {row[5]}" + (f" ({err})" if err else "")
 
 
-def build_tables(segments: Iterable[ParsedSegment]) -> dict[str, pa.Table]:
-    """Arrow tables of every call, step, intent and resolution line in ``segments``."""
-    import pyarrow as pa
-
-    sch = schemas()
+def build_columns(segments: Iterable[ParsedSegment]) -> dict[str, dict[str, list[Any]]]:
+    """The values of every call, step, intent and resolution line in ``segments``, column by
+    column (``COLUMNS`` order), as parsed: no type is enforced yet (see ``build_tables``)."""
     cols: dict[str, dict[str, list[Any]]] = {
-        t: {f.name: [] for f in sch[t]} for t in TABLES
+        t: {n: [] for n, _k in COLUMNS[t]} for t in TABLES
     }
     c, st, it, rs = cols["calls"], cols["steps"], cols["intents"], cols["resolutions"]
 
@@ -143,6 +157,15 @@ def build_tables(segments: Iterable[ParsedSegment]) -> dict[str, pa.Table]:
                     rs["resolved_at"].append(row[2])
                     rs["segment"].append(sname)
                     rs["line"].append(no)
+    return cols
+
+
+def build_tables(segments: Iterable[ParsedSegment]) -> dict[str, pa.Table]:
+    """Arrow tables of every call, step, intent and resolution line in ``segments``."""
+    import pyarrow as pa
+
+    sch = schemas()
+    cols = build_columns(segments)
     out: dict[str, pa.Table] = {}
     for t in TABLES:
         arrays = []

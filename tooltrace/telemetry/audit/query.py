@@ -2,29 +2,36 @@
 
 ``AuditStore`` opens an in-memory DuckDB database whose views cover every record: the Parquet
 files compaction produced (read in place, pruned by call id) plus every segment not yet
-compacted (sealed, live, or left by a crashed writer; parsed into Arrow). Views:
+compacted (sealed, live, or left by a crashed writer; parsed and copied into DuckDB). Views:
 
 - ``tool_calls``       one row per call; ``status`` is the final status (a late ``resolved``
   step overrides ``unknown``), ``ended_status`` what the call returned with.
 - ``tool_call_steps``  one row per pipeline step, ``detail`` as JSON.
 - ``tool_call_intents`` strict-mode intents; ``orphaned`` is true when no final record exists.
 
-DuckDB and pyarrow are imported here, only when a store is opened.
+Only DuckDB is imported, when a store is opened: no pyarrow, no pandas. A lookup by call id
+(``call``, ``resolve_call_id``) does not go through the views: it reads only the Parquet files
+whose call-id range (recorded in the compaction manifest) can hold the id, plus the rows not
+yet compacted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import orjson
+
 from ..._config import resolve_home
 from ._manifest import read_manifest
 from ._segments import ParsedSegment, audit_dir, list_segments, read_segment
-from ._tables import TABLES, build_tables
+from ._tables import COLUMNS, DUCKDB_TYPES, TABLES, build_columns
 
 __all__ = [
     "AmbiguousCallId",
@@ -72,29 +79,64 @@ class QueryResult:
 
 _PREFIX_OK = re.compile(r"^[0-9a-fA-F-]{1,36}$")
 
-_VIEWS = """
-CREATE OR REPLACE VIEW _resolved AS
-  SELECT call_id, arg_max(status, resolved_at) AS status,
+# The row shapes of the views, shared with the direct lookups in ``AuditStore.call``.
+_RESOLVED = """SELECT call_id, arg_max(status, resolved_at) AS status,
          arg_max(summary, resolved_at) AS summary, max(resolved_at) AS resolved_at
-  FROM _all_resolutions GROUP BY call_id;
-CREATE OR REPLACE VIEW tool_calls AS
-  SELECT c.call_id, c.run_id, c.tool, c.source, coalesce(r.status, c.status) AS status,
+  FROM {src} GROUP BY call_id"""
+_CALL_ROW = """SELECT c.call_id, c.run_id, c.tool, c.source, coalesce(r.status, c.status) AS status,
          c.reject_stage, c.summary, c.error_type, c.started_at, c.elapsed_ms,
          c.execution_started, c.trace_id, c.span_id, c.parent_span_id, c.trace_sampled,
          c.args_redacted::JSON AS args_redacted, c.result_preview, c.artifact_path,
          c.artifact_sha256, c.artifact_chars, c.artifact_bytes, c.mode, c.tool_type,
          c.hook_modified, c.attributes::JSON AS attributes, c.status AS ended_status,
          r.resolved_at, r.summary AS resolution_summary, c.writer, c.segment, c.line
-  FROM _all_calls c LEFT JOIN _resolved r ON r.call_id = c.call_id;
-CREATE OR REPLACE VIEW tool_call_steps AS
-  SELECT call_id, seq, step, started_at, elapsed_ms, decider, decision, detail::JSON AS detail
-  FROM _all_steps;
+  FROM {calls} c LEFT JOIN {resolved} r ON r.call_id = c.call_id"""
+_STEP_COLS = "seq, step, started_at, elapsed_ms, decider, decision, detail::JSON AS detail"
+_INTENT_COLS = """i.call_id, i.run_id, i.tool, i.started_at, i.args_redacted::JSON AS args_redacted,
+         i.writer, i.segment, i.line"""
+
+_VIEWS = f"""
+CREATE OR REPLACE VIEW _resolved AS {_RESOLVED.format(src="_all_resolutions")};
+CREATE OR REPLACE VIEW tool_calls AS {_CALL_ROW.format(calls="_all_calls", resolved="_resolved")};
+CREATE OR REPLACE VIEW tool_call_steps AS SELECT call_id, {_STEP_COLS} FROM _all_steps;
 CREATE OR REPLACE VIEW tool_call_intents AS
-  SELECT i.call_id, i.run_id, i.tool, i.started_at, i.args_redacted::JSON AS args_redacted,
-         i.writer, i.segment, i.line,
+  SELECT {_INTENT_COLS},
          NOT EXISTS (SELECT 1 FROM _all_calls c WHERE c.call_id = i.call_id) AS orphaned
   FROM _all_intents i;
 """
+
+#: Options of ``read_json`` for the rows not yet compacted: every column read as text and cast
+#: in SQL, so one malformed value becomes NULL instead of failing the whole trail.
+_JSON_OPTS = "format = 'newline_delimited', maximum_object_size = 1073741824"
+
+
+@dataclass(frozen=True, slots=True)
+class _ParquetFile:
+    """One compacted file and, when the manifest records it, its call-id range."""
+
+    path: str
+    lo: str | None
+    hi: str | None
+
+    def overlaps(self, lo: str, hi_excl: str) -> bool:
+        """Can the file hold a call id in ``[lo, hi_excl)``? (True when its range is unknown.)"""
+        if self.lo is None or self.hi is None:
+            return True
+        return self.lo < hi_excl and self.hi >= lo
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _cast(col: str, kind: str) -> str:
+    """SQL turning the text of column ``col`` into its kind (NULL where it does not fit)."""
+    q = f'"{col}"'
+    if kind == "str":
+        return q
+    if kind == "ts":
+        return f"make_timestamp(TRY_CAST({q} AS BIGINT)) AS {q}"
+    return f"TRY_CAST({q} AS {DUCKDB_TYPES[kind]}) AS {q}"
 
 
 class AuditStore:
@@ -102,6 +144,8 @@ class AuditStore:
 
     Opening parses every segment not yet compacted; Parquet files are read in place. Use
     ``sql`` for any query (named parameters ``$name``), or the helpers the CLI uses.
+
+    ``lookup_files`` lists the Parquet files the last ``call`` or ``resolve_call_id`` read.
     """
 
     def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
@@ -112,12 +156,17 @@ class AuditStore:
         self.issues: list[ReadIssue] = []
         self.segments = 0
         self.parquet_files = 0
+        self.lookup_files: list[str] = []
+        # Per table: the compacted files with their call-id ranges, and how many rows are not
+        # compacted yet. None (a store whose _load does not fill them) means: look up through
+        # the views.
+        self._files: dict[str, list[_ParquetFile]] | None = None
+        self._live_rows: dict[str, int] = {}
+        self._has_intents: bool | None = None
         self.con = duckdb.connect(":memory:")
         # Parquet footers are parsed once per store, not once per query.
         self.con.execute("SET parquet_metadata_cache = true")
         self._load()
-        row = self.con.execute("SELECT count(*) FROM _all_intents").fetchone()
-        self._has_intents = bool(row and row[0])
 
     def _load(self) -> None:
         manifest = read_manifest(self.adir)
@@ -138,25 +187,86 @@ class AuditStore:
             for no, _raw in seg.bad:
                 self.issues.append(ReadIssue(info.name, no, "line is not a valid record"))
         self.segments = len(parsed)
-        live = build_tables(parsed)
+        self._load_live(parsed)
         files = manifest.get("files") or {}
+        ranges = manifest.get("ranges") or {}
+        self._files = {}
         for t in TABLES:
-            # Copied into DuckDB rather than scanned as Arrow: joins push filters (bloom
-            # filters) into their inputs, which DuckDB's Arrow scan does not take.
-            self.con.register("_arrow_in", live[t])
-            self.con.execute(f"CREATE TABLE _live_{t} AS SELECT * FROM _arrow_in")
-            self.con.unregister("_arrow_in")
-            paths = [str(self.adir / rel) for rel in files.get(t, [])]
-            paths = [p for p in paths if Path(p).exists()]
-            self.parquet_files += len(paths)
-            if paths:
-                lst = ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
-                src = (f"SELECT * FROM read_parquet([{lst}]) UNION ALL "
-                       f"SELECT * FROM _live_{t}")
-            else:
-                src = f"SELECT * FROM _live_{t}"
-            self.con.execute(f"CREATE OR REPLACE VIEW _all_{t} AS {src}")
+            listed: list[_ParquetFile] = []
+            for rel in files.get(t, []):
+                path = self.adir / rel
+                if not path.exists():
+                    continue
+                r = ranges.get(rel) if isinstance(ranges, dict) else None
+                if (isinstance(r, list) and len(r) == 2
+                        and isinstance(r[0], str) and isinstance(r[1], str)):
+                    listed.append(_ParquetFile(str(path), r[0], r[1]))
+                else:  # a manifest from before ranges: this file is read for every lookup
+                    listed.append(_ParquetFile(str(path), None, None))
+            self._files[t] = listed
+            self.parquet_files += len(listed)
+            src = self._source(t, [f.path for f in listed], live=True) or f"_live_{t}"
+            self.con.execute(f"CREATE OR REPLACE VIEW _all_{t} AS SELECT * FROM {src}")
         self.con.execute(_VIEWS)
+
+    def _load_live(self, parsed: list[ParsedSegment]) -> None:
+        """Copy the rows not yet compacted into DuckDB tables ``_live_<table>``.
+
+        Copied rather than scanned in place: joins push filters (bloom filters) into their
+        inputs. The rows go through a private temporary NDJSON file that DuckDB's ``read_json``
+        loads in bulk: no pyarrow (whose list conversions import pandas where it is installed).
+        """
+        cols = build_columns(parsed) if parsed else None
+        tmpdir: str | None = None
+        try:
+            for t in TABLES:
+                spec = COLUMNS[t]
+                n = len(cols[t][spec[0][0]]) if cols is not None else 0
+                self._live_rows[t] = n
+                if n == 0:
+                    ddl = ", ".join(f'"{c}" {DUCKDB_TYPES[k]}' for c, k in spec)
+                    self.con.execute(f"CREATE TABLE _live_{t} ({ddl})")
+                    continue
+                assert cols is not None
+                if tmpdir is None:
+                    tmpdir = tempfile.mkdtemp(prefix="tooltrace-live-")
+                path = os.path.join(tmpdir, f"{t}.jsonl")
+                names = [c for c, _k in spec]
+                dumps = orjson.dumps
+                with open(path, "wb") as f:
+                    f.write(b"\n".join(
+                        dumps(dict(zip(names, row, strict=True)))
+                        for row in zip(*(cols[t][c] for c in names), strict=True)))
+                types = ", ".join(f"{_quote(c)}: 'VARCHAR'" for c in names)
+                self.con.execute(
+                    f"CREATE TABLE _live_{t} AS SELECT {', '.join(_cast(c, k) for c, k in spec)}"
+                    f" FROM read_json({_quote(path)}, {_JSON_OPTS}, columns = {{{types}}})")
+        finally:
+            if tmpdir is not None:
+                for name in os.listdir(tmpdir):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(tmpdir, name))
+                os.rmdir(tmpdir)
+
+    def _source(self, t: str, paths: list[str], *, live: bool) -> str | None:
+        """A FROM item over ``paths`` and (with ``live``) the rows not yet compacted of table
+        ``t``; None when there is nothing to read."""
+        parts = []
+        if paths:
+            parts.append(f"SELECT * FROM read_parquet([{', '.join(map(_quote, paths))}])")
+        if live and self._live_rows.get(t):
+            parts.append(f"SELECT * FROM _live_{t}")
+        if not parts:
+            return None
+        return f"({' UNION ALL '.join(parts)})"
+
+    def _lookup_source(self, t: str, lo: str, hi_excl: str) -> str | None:
+        """A FROM item over only what can hold a call id in ``[lo, hi_excl)``: the files whose
+        recorded range overlaps it (every file without a range) and the live rows."""
+        assert self._files is not None
+        paths = [f.path for f in self._files[t] if f.overlaps(lo, hi_excl)]
+        self.lookup_files.extend(paths)
+        return self._source(t, paths, live=True)
 
     # -- generic ------------------------------------------------------------------------------
 
@@ -171,24 +281,29 @@ class AuditStore:
     def resolve_call_id(self, prefix: str) -> str:
         """The full call id for an id or unique id prefix.
 
-        Raises ``CallNotFound`` or ``AmbiguousCallId``. The range predicate lets DuckDB skip
-        every Parquet row group whose min/max excludes the prefix.
+        Raises ``CallNotFound`` or ``AmbiguousCallId``. Only the files whose call-id range
+        overlaps the prefix are read, and in them the range predicate lets DuckDB skip every
+        row group whose min/max excludes it.
         """
         p = prefix.strip().lower()
         if not _PREFIX_OK.match(p):
             raise CallNotFound(f"not a call id: {prefix[:40]!r}")
-        if len(p) == 36:
-            rows = self.con.execute(
-                "SELECT call_id FROM _all_calls WHERE call_id = $p "
-                "UNION SELECT call_id FROM _all_intents WHERE call_id = $p LIMIT 1", {"p": p}
-            ).fetchall()
+        upper = p + "\x00" if len(p) == 36 else p[:-1] + chr(ord(p[-1]) + 1)
+        self.lookup_files = []
+        if self._files is None:
+            calls: str | None = "_all_calls"
+            intents: str | None = "_all_intents"
         else:
-            upper = p[:-1] + chr(ord(p[-1]) + 1)
-            rows = self.con.execute(
-                "SELECT DISTINCT call_id FROM (SELECT call_id FROM _all_calls WHERE call_id >= $p"
-                " AND call_id < $u UNION SELECT call_id FROM _all_intents WHERE call_id >= $p"
-                " AND call_id < $u) ORDER BY call_id LIMIT 5", {"p": p, "u": upper}
-            ).fetchall()
+            calls = self._lookup_source("calls", p, upper)
+            intents = self._lookup_source("intents", p, upper)
+        where = f"call_id = {_quote(p)}" if len(p) == 36 else (
+            f"call_id >= {_quote(p)} AND call_id < {_quote(upper)}")
+        parts = [f"SELECT call_id FROM {src} WHERE {where}" for src in (calls, intents) if src]
+        if not parts:
+            raise CallNotFound(f"no call with id {prefix[:40]!r}")
+        rows = self.con.execute(
+            f"SELECT DISTINCT call_id FROM ({' UNION '.join(parts)}) ORDER BY call_id LIMIT 5"
+        ).fetchall()
         if not rows:
             raise CallNotFound(f"no call with id {prefix[:40]!r}")
         if len(rows) > 1:
@@ -200,7 +315,42 @@ class AuditStore:
         p = call_id.strip().lower()
         # A full id needs no resolution query: each query over Parquet costs a pruned scan.
         cid = p if len(p) == 36 and _PREFIX_OK.match(p) else self.resolve_call_id(call_id)
+        if self._files is None:
+            return self._call_via_views(call_id, cid)
+        self.lookup_files = []
+        hi = cid + "\x00"
+        lit = _quote(cid)  # a validated call id: hex digits and dashes only
+        calls = self._lookup_source("calls", cid, hi)
+        rec: list[dict[str, Any]] = []
+        if calls is not None:
+            res = self._lookup_source("resolutions", cid, hi)
+            resolved = (f"({_RESOLVED.format(src=f'{res} WHERE call_id = {lit}')})" if res
+                        else "(SELECT NULL::VARCHAR AS call_id, NULL::VARCHAR AS status, "
+                        "NULL::VARCHAR AS summary, NULL::TIMESTAMP AS resolved_at LIMIT 0)")
+            c_src = f"(SELECT * FROM {calls} WHERE call_id = {lit})"
+            rec = self.sql(_CALL_ROW.format(calls=c_src, resolved=resolved)).dicts()
+        intent: list[dict[str, Any]] = []
+        intents = self._lookup_source("intents", cid, hi)
+        if intents is not None:
+            intent = self.sql(
+                f"SELECT {_INTENT_COLS}, {'false' if rec else 'true'} AS orphaned "
+                f"FROM {intents} i WHERE call_id = {lit}").dicts()
+        if not rec and not intent:
+            raise CallNotFound(f"no call with id {call_id[:40]!r}")
+        steps: list[dict[str, Any]] = []
+        src = self._lookup_source("steps", cid, hi)
+        if src is not None:
+            steps = self.sql(
+                f"SELECT {_STEP_COLS} FROM {src} WHERE call_id = {lit} "
+                "ORDER BY started_at, seq").dicts()
+        return CallDetail(cid, rec[0] if rec else None, steps, intent[0] if intent else None)
+
+    def _call_via_views(self, call_id: str, cid: str) -> CallDetail:
+        """``call`` for a store without per-file ranges (an archive): through the views."""
         rec = self.sql("SELECT * FROM tool_calls WHERE call_id = $c", {"c": cid}).dicts()
+        if self._has_intents is None:
+            row = self.con.execute("SELECT count(*) FROM _all_intents").fetchone()
+            self._has_intents = bool(row and row[0])
         intent: list[dict[str, Any]] = []
         if self._has_intents:
             intent = self.sql(
