@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -32,6 +32,9 @@ from ..._config import resolve_home
 from ._manifest import read_manifest
 from ._segments import ParsedSegment, audit_dir, list_segments, read_segment
 from ._tables import COLUMNS, DUCKDB_TYPES, TABLES, build_columns
+
+if TYPE_CHECKING:
+    import duckdb
 
 __all__ = [
     "AmbiguousCallId",
@@ -163,10 +166,20 @@ class AuditStore:
         self._files: dict[str, list[_ParquetFile]] | None = None
         self._live_rows: dict[str, int] = {}
         self._has_intents: bool | None = None
-        self.con = duckdb.connect(":memory:")
+        # SQL that creates the views, run when ``con`` is first used: a lookup by call id
+        # needs none of them, and binding them reads Parquet footers.
+        self._pending: list[str] = []
+        self._con = duckdb.connect(":memory:")
         # Parquet footers are parsed once per store, not once per query.
-        self.con.execute("SET parquet_metadata_cache = true")
+        self._con.execute("SET parquet_metadata_cache = true")
         self._load()
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB connection, with every view in place."""
+        while self._pending:
+            self._con.execute(self._pending.pop(0))
+        return self._con
 
     def _load(self) -> None:
         manifest = read_manifest(self.adir)
@@ -206,8 +219,8 @@ class AuditStore:
             self._files[t] = listed
             self.parquet_files += len(listed)
             src = self._source(t, [f.path for f in listed], live=True) or f"_live_{t}"
-            self.con.execute(f"CREATE OR REPLACE VIEW _all_{t} AS SELECT * FROM {src}")
-        self.con.execute(_VIEWS)
+            self._pending.append(f"CREATE OR REPLACE VIEW _all_{t} AS SELECT * FROM {src}")
+        self._pending.append(_VIEWS)
 
     def _load_live(self, parsed: list[ParsedSegment]) -> None:
         """Copy the rows not yet compacted into DuckDB tables ``_live_<table>``.
@@ -225,7 +238,7 @@ class AuditStore:
                 self._live_rows[t] = n
                 if n == 0:
                     ddl = ", ".join(f'"{c}" {DUCKDB_TYPES[k]}' for c, k in spec)
-                    self.con.execute(f"CREATE TABLE _live_{t} ({ddl})")
+                    self._pending.append(f"CREATE TABLE _live_{t} ({ddl})")
                     continue
                 assert cols is not None
                 if tmpdir is None:
@@ -238,7 +251,7 @@ class AuditStore:
                         dumps(dict(zip(names, row, strict=True)))
                         for row in zip(*(cols[t][c] for c in names), strict=True)))
                 types = ", ".join(f"{_quote(c)}: 'VARCHAR'" for c in names)
-                self.con.execute(
+                self._con.execute(
                     f"CREATE TABLE _live_{t} AS SELECT {', '.join(_cast(c, k) for c, k in spec)}"
                     f" FROM read_json({_quote(path)}, {_JSON_OPTS}, columns = {{{types}}})")
         finally:
@@ -301,7 +314,8 @@ class AuditStore:
         parts = [f"SELECT call_id FROM {src} WHERE {where}" for src in (calls, intents) if src]
         if not parts:
             raise CallNotFound(f"no call with id {prefix[:40]!r}")
-        rows = self.con.execute(
+        con = self.con if self._files is None else self._con
+        rows = con.execute(
             f"SELECT DISTINCT call_id FROM ({' UNION '.join(parts)}) ORDER BY call_id LIMIT 5"
         ).fetchall()
         if not rows:
@@ -328,22 +342,27 @@ class AuditStore:
                         else "(SELECT NULL::VARCHAR AS call_id, NULL::VARCHAR AS status, "
                         "NULL::VARCHAR AS summary, NULL::TIMESTAMP AS resolved_at LIMIT 0)")
             c_src = f"(SELECT * FROM {calls} WHERE call_id = {lit})"
-            rec = self.sql(_CALL_ROW.format(calls=c_src, resolved=resolved)).dicts()
+            rec = self._dicts(_CALL_ROW.format(calls=c_src, resolved=resolved))
         intent: list[dict[str, Any]] = []
         intents = self._lookup_source("intents", cid, hi)
         if intents is not None:
-            intent = self.sql(
+            intent = self._dicts(
                 f"SELECT {_INTENT_COLS}, {'false' if rec else 'true'} AS orphaned "
-                f"FROM {intents} i WHERE call_id = {lit}").dicts()
+                f"FROM {intents} i WHERE call_id = {lit}")
         if not rec and not intent:
             raise CallNotFound(f"no call with id {call_id[:40]!r}")
         steps: list[dict[str, Any]] = []
         src = self._lookup_source("steps", cid, hi)
         if src is not None:
-            steps = self.sql(
-                f"SELECT {_STEP_COLS} FROM {src} WHERE call_id = {lit} "
-                "ORDER BY started_at, seq").dicts()
+            steps = self._dicts(
+                f"SELECT {_STEP_COLS} FROM {src} WHERE call_id = {lit} ORDER BY started_at, seq")
         return CallDetail(cid, rec[0] if rec else None, steps, intent[0] if intent else None)
+
+    def _dicts(self, query: str) -> list[dict[str, Any]]:
+        """Rows of a lookup query (no view needed) as dicts."""
+        cur = self._con.execute(query)
+        cols = [d[0] for d in cur.description or []]
+        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
     def _call_via_views(self, call_id: str, cid: str) -> CallDetail:
         """``call`` for a store without per-file ranges (an archive): through the views."""
@@ -419,7 +438,8 @@ class AuditStore:
 
     def close(self) -> None:
         """Close the DuckDB connection."""
-        self.con.close()
+        self._pending.clear()
+        self._con.close()
 
     def __enter__(self) -> AuditStore:
         return self
