@@ -1,6 +1,6 @@
 """Telemetry sinks: tracing, metrics, logging and audit, fed from finished call records.
 
-The sinks themselves are imported on first use (``from tooltrace.telemetry import
+Every name is imported on first use (``from tooltrace.telemetry import
 TracingSink``), so ``import tooltrace`` does not pay for OpenTelemetry, prometheus-client or
 structlog until a sink is wanted.
 """
@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
-from ._sink import DurableSink, OpenSpan, Sink, SpanOpener
-from ._worker import BatchWorker
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from ._sink import DurableSink, OpenSpan, Sink, SpanOpener
+    from ._worker import BatchWorker
     from .logging import LoggingSink
     from .metrics import MetricsServer, MetricsSink, serve_metrics
     from .tracing import TracingSink, context_from_traceparent, traceparent
@@ -37,6 +37,12 @@ __all__ = [
 ]
 
 _LAZY = {
+    # The protocols too: the audit readers (CLI) import this package and need none of them.
+    "BatchWorker": "._worker",
+    "DurableSink": "._sink",
+    "OpenSpan": "._sink",
+    "Sink": "._sink",
+    "SpanOpener": "._sink",
     "LoggingSink": ".logging",
     "MetricsServer": ".metrics",
     "MetricsSink": ".metrics",
