@@ -170,6 +170,7 @@ class DenyCommandPatterns:
         return None
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
 _URL_RE = re.compile(r"\b(?:https?|ftp|wss?|gopher|file)://[^\s'\"<>]+", re.IGNORECASE)
 
 
@@ -235,7 +236,12 @@ class DenyPrivateNetwork:
     def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
         if request.tool.capability not in self.capabilities:
             return None
-        for text in _urls(request.arguments):
+        args = request.arguments
+        if type(args) is dict and not any(
+            (type(v) is str and "://" in v) or type(v) not in _PLAIN for v in args.values()
+        ):
+            return None  # flat arguments without "://": the common case, decided in one pass
+        for text in _urls(args):
             for m in _URL_RE.finditer(text):
                 try:
                     host = urlsplit(m.group(0)).hostname or ""
@@ -284,6 +290,8 @@ class Policy:
         for rule in self.rules:
             if not isinstance(getattr(rule, "name", None), str):
                 raise TypeError(f"policy rule {rule!r} needs a string 'name'")
+        self._named = self.rules
+        self._names = tuple(rule.name for rule in self.rules)
 
     def mode_allows(self, tool: ToolDefinition, mode: str) -> tuple[bool, str]:
         """``(visible, reason)`` for a tool in a mode; an unknown mode hides everything."""
@@ -295,14 +303,16 @@ class Policy:
     def evaluate(self, request: PolicyRequest) -> tuple[PolicyDecision | None, tuple[str, ...]]:
         """Run the rules: ``(first deny, else first ask, else None; names of rules run)``."""
         ask: PolicyDecision | None = None
-        names: list[str] = []
-        for rule in self.rules:
-            names.append(rule.name)
+        rules = self.rules
+        if rules is not self._named:  # the rules were replaced: name them again
+            self._names = tuple(rule.name for rule in rules)
+            self._named = rules
+        for i, rule in enumerate(rules):
             d = rule(request)
             if d is None or d.verdict is Verdict.ALLOW:
                 continue
             if d.verdict is Verdict.DENY:
-                return d, tuple(names)
+                return d, self._names[: i + 1]
             if ask is None:
                 ask = d
-        return ask, tuple(names)
+        return ask, self._names

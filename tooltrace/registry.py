@@ -24,6 +24,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextvars
+import functools
 import inspect
 import os
 import re
@@ -31,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 import orjson
@@ -64,6 +65,7 @@ from .policy import (
     ApprovalDecision,
     ApprovalRequest,
     Policy,
+    PolicyDecision,
     PolicyRequest,
     Verdict,
 )
@@ -127,14 +129,6 @@ class _Entry:
         self.inline = not self.is_async and self.definition.execution is Execution.INLINE
 
 
-@dataclass(slots=True)
-class _Active:
-    ctx: CallContext
-    tool: str
-    done: bool = False
-    status: Status | None = None
-
-
 # -- operations the pipeline yields to its driver ---------------------------------------------
 
 
@@ -147,6 +141,15 @@ class _RunHook:
 @dataclass(slots=True)
 class _Approve:
     request: ApprovalRequest
+
+
+class _Ask(NamedTuple):
+    """A policy rule asked for approval (``t``: when the approval step begins)."""
+
+    decision: PolicyDecision
+    reason: str
+    decider: str
+    t: int
 
 
 @dataclass(slots=True)
@@ -263,7 +266,8 @@ class ToolRegistry:
         self._hook_threads = hook_threads
         self._hook_pool = make_pool(hook_threads, "tooltrace-hook")
         self._loop = LoopThread()
-        self._active: dict[str, _Active] = {}
+        # Running calls by id; a context's _done/_final say when and how its call returned.
+        self._active: dict[str, CallContext] = {}
         self._active_lock = threading.Lock()
         self._cancelled_runs: set[str] = set()
         self._cancel_early: dict[str, None] = {}
@@ -275,6 +279,7 @@ class ToolRegistry:
         self._unknown_cap = 10_000
         self._late_seq: dict[str, int] = {}
         self._pending_resolution: dict[str, Status] = {}
+        self._allow_details: dict[tuple[str, ...], Mapping[str, Any]] = {}
         self._shutdown_callbacks: list[Callable[[float], None]] = []
         self._closed = False
         self.sink_errors = 0
@@ -488,7 +493,7 @@ class ToolRegistry:
         """
         self._cancelled_runs.add(run_id)
         self._admission.cancel_run(run_id)
-        targets = {cid: a for cid, a in list(self._active.items()) if a.ctx.run_id == run_id}
+        targets = {cid: c for cid, c in list(self._active.items()) if c.run_id == run_id}
         return self._cancel_targets(targets, wait)
 
     def cancel_call(self, call_id: str, *, wait: bool = True) -> Status | None:
@@ -508,15 +513,17 @@ class ToolRegistry:
             return None
         return self._cancel_targets({call_id: a}, wait).get(call_id)
 
-    def _cancel_targets(self, targets: dict[str, _Active], wait: bool) -> dict[str, Status | None]:
-        for a in targets.values():
-            a.ctx.signal("cancel")
+    def _cancel_targets(
+        self, targets: dict[str, CallContext], wait: bool
+    ) -> dict[str, Status | None]:
+        for c in targets.values():
+            c.signal("cancel")
         if wait:
             # Cancels are rare: poll rather than give every call an event to wait on.
             deadline = time.monotonic() + self.cancel_grace_s + 1.0
-            while time.monotonic() < deadline and not all(a.done for a in targets.values()):
+            while time.monotonic() < deadline and not all(c._done for c in targets.values()):
                 time.sleep(0.002)
-        return {cid: a.status for cid, a in targets.items()}
+        return {cid: c._final for cid, c in targets.items()}
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Stop admitting calls, run shutdown callbacks (jobs), flush and close every sink."""
@@ -625,9 +632,7 @@ class ToolRegistry:
                 StepName.VALIDATE, t, "schema", "reject", {"error": "arguments must be an object"}
             )
             return b.reject(Stage.PARAMS, "arguments must be an object", d.name)
-        args, err = entry.schema.validate(
-            raw_args if type(raw_args) is dict else dict(raw_args)
-        )
+        args, err = entry.schema.validate(raw_args if type(raw_args) is dict else dict(raw_args))
         if err is not None:
             b.step(
                 StepName.VALIDATE, t, "schema", "reject", {"error": err.message, "rule": err.rule}
@@ -639,9 +644,13 @@ class ToolRegistry:
         if not ok:
             b.step(StepName.POLICY, t, "policy:mode", "deny", {"reason": why})
             return b.reject(Stage.POLICY, f"not allowed in this mode ({why})", d.name)
-        verdict = yield from self._authorize(b, entry, args, call.mode, t, None)
+        verdict = self._authorize(b, entry, args, call.mode, t, None)
         if verdict is not None:
-            return verdict
+            if isinstance(verdict, ToolResultEnvelope):
+                return verdict
+            approval = yield from self._approve(b, d, args, verdict)
+            if approval is not None:
+                return approval
 
         # 4. pre-hooks (modify => re-validate and re-authorise; only narrowing allowed)
         hook_args: Any = None  # the redacted arguments hooks see, made once per version of them
@@ -690,11 +699,13 @@ class ToolRegistry:
                         d.name,
                     )
                 b.step(StepName.REVALIDATE, t, "schema", "accept", None)
-                verdict = yield from self._authorize(
-                    b, entry, checked, call.mode, t, (h.name, args)
-                )
+                verdict = self._authorize(b, entry, checked, call.mode, t, (h.name, args))
                 if verdict is not None:
-                    return verdict
+                    if isinstance(verdict, ToolResultEnvelope):
+                        return verdict
+                    approval = yield from self._approve(b, d, checked, verdict)
+                    if approval is not None:
+                        return approval
                 args = checked
                 b.args_redacted = hook_args = self._redact_args(args)
                 continue
@@ -764,20 +775,20 @@ class ToolRegistry:
                         Stage.AUDIT, "the audit record could not be made durable", d.name
                     )
                 b.step(StepName.AUDIT_INTENT, t, "audit", "durable", None)
-            ctx = CallContext(
-                call_id=b.call_id,
-                run_id=b.run_id,
-                tool=d.name,
-                timeout_s=timeout,
-                workspace=self.workspace,
-                artifacts=self.artifacts,
-                traceparent=_traceparent(b.span),
-                background=call.background and d.background,
-                late=self._late_reporter(b.call_id, b.run_id, d.name),
+            span = b.span
+            ctx = CallContext(  # positional: this runs on every call
+                b.call_id,
+                b.run_id,
+                d.name,
+                timeout,
+                self.workspace,
+                self.artifacts,
+                None if span is None else _traceparent(span),
+                call.background and d.background,
+                functools.partial(self._emit_late, b.call_id, b.run_id, d.name),
             )
-            active = _Active(ctx, d.name)
             # Plain dict operations are atomic under the GIL; cancel() copies before iterating.
-            self._active[b.call_id] = active
+            self._active[b.call_id] = ctx
             if b.call_id in self._cancel_early:  # cancelled while it was being admitted
                 ctx.signal("cancel")
             b.execution_started = True
@@ -794,11 +805,14 @@ class ToolRegistry:
         env: ToolResultEnvelope | None = None
         try:
             env = self._finish(b, entry, ctx, out, t)
-            env = yield from self._post_hooks(b, entry, env)
+            if self._post_hook_list:
+                env = yield from self._post_hooks(b, entry, env)
+            else:
+                env = b.emit(env)
         finally:
             self._active.pop(b.call_id, None)
-            active.status = env.status if env is not None else None
-            active.done = True
+            ctx._final = env.status if env is not None else None
+            ctx._done = True
         return env
 
     def _authorize(
@@ -809,8 +823,11 @@ class ToolRegistry:
         mode: str,
         t: int,
         hook: tuple[str, Mapping[str, Any]] | None,
-    ) -> Generator[_Op, Any, ToolResultEnvelope | None]:
-        """Resource scope, argument rules and approval; ``hook`` = (name, arguments before)."""
+    ) -> ToolResultEnvelope | _Ask | None:
+        """Resource scope and argument rules; ``hook`` = (name, arguments before).
+
+        A plain function (no generator on the common path): a rule that asks returns ``_Ask``
+        and the pipeline then runs ``_approve``, which may yield to the approver."""
         d = entry.definition
         stage = Stage.HOOK if hook else Stage.POLICY
         resolved: dict[str, str] = {}
@@ -853,9 +870,17 @@ class ToolRegistry:
         req = PolicyRequest(d, args, mode, b.run_id, b.call_id, resolved)
         decision, rules = self.policy.evaluate(req)
         if decision is None:
-            detail: dict[str, Any] = {"rules": list(rules)}
             if resolved:
-                detail["paths"] = resolved
+                b.step(
+                    StepName.POLICY, t, "policy", "allow", {"rules": list(rules), "paths": resolved}
+                )
+                return None
+            # Shared and never mutated (records are read-only downstream), like _FREE_INFO.
+            detail = self._allow_details.get(rules)
+            if detail is None:
+                detail = {"rules": list(rules)}
+                if len(self._allow_details) < 64:
+                    self._allow_details[rules] = detail
             b.step(StepName.POLICY, t, "policy", "allow", detail)
             return None
         reason = self._scrub(decision.reason)[:300]
@@ -863,8 +888,14 @@ class ToolRegistry:
         if decision.verdict is Verdict.DENY:
             b.step(StepName.POLICY, t, decider, "deny", {"reason": reason, "paths": resolved})
             return b.reject(stage, f"denied by policy rule {decision.rule}: {reason}", d.name)
-        b.step(StepName.POLICY, t, decider, "ask", {"reason": reason, "paths": resolved})
-        t = time.perf_counter_ns()
+        t = b.step(StepName.POLICY, t, decider, "ask", {"reason": reason, "paths": resolved})
+        return _Ask(decision, reason, decider, t)
+
+    def _approve(
+        self, b: _Builder, d: ToolDefinition, args: Mapping[str, Any], ask: _Ask
+    ) -> Generator[_Op, Any, ToolResultEnvelope | None]:
+        """Ask the approver (or apply TOOLTRACE_APPROVAL when there is none)."""
+        decision, reason, decider, t = ask
         if self.approver is None:
             allow = os.environ.get(_config.TOOLTRACE_APPROVAL, "deny").strip().lower() == "allow"
             b.step(
@@ -927,7 +958,8 @@ class ToolRegistry:
             return "timeout_s must be a positive number"
         if not isinstance(call.background, bool):
             return "background must be a boolean"
-        if not isinstance(call.attributes, Mapping):
+        attrs = call.attributes
+        if type(attrs) is not dict and not isinstance(attrs, Mapping):
             return "attributes must be a mapping"
         return None
 
@@ -1240,14 +1272,6 @@ class ToolRegistry:
         if exc is None:
             return "error"
         return self._scrub(self.redactor.redact_exception(exc))[:500]
-
-    def _late_reporter(
-        self, call_id: str, run_id: str, tool: str
-    ) -> Callable[[str, str, Mapping[str, Any] | None], None]:
-        def report(step: str, decision: str, detail: Mapping[str, Any] | None) -> None:
-            self._emit_late(call_id, run_id, tool, step, decision, detail)
-
-        return report
 
     def _emit_late(
         self,

@@ -49,7 +49,9 @@ class CallContext:
 
     __slots__ = (
         "_callbacks",
+        "_done",
         "_event",
+        "_final",
         "_late",
         "_reason",
         "_stopped",
@@ -68,7 +70,6 @@ class CallContext:
 
     def __init__(
         self,
-        *,
         call_id: str,
         run_id: str,
         tool: str,
@@ -96,6 +97,9 @@ class CallContext:
         self._callbacks: list[Callable[[str], None]] | None = None
         self._stopped = False
         self._late = late
+        # Set by the registry when the call has returned (what cancel() waits for).
+        self._done = False
+        self._final: Any = None
         #: ``time.monotonic()`` when the call was signalled (or marked), so the deadline and
         #: cancel-request steps carry the moment of the request, not of the confirmation.
         self.signalled_at: float | None = None
@@ -274,10 +278,16 @@ class Admission:
 
     def try_acquire(self, tool: str) -> bool:
         """Take a slot if one is free and nobody is queued (never waits)."""
-        with self._lock:
-            if self._closed or self._waiters or not self._fits(tool):
+        with self._lock:  # _fits and _take, written out: this runs on every call
+            if self._closed or self._waiters or self._total >= self.global_cap:
                 return False
-            self._take(tool)
+            inflight = self._inflight
+            n = inflight.get(tool, 0)
+            cap = self.tool_caps.get(tool)
+            if cap is not None and n >= cap:
+                return False
+            self._total += 1
+            inflight[tool] = n + 1
             return True
 
     def acquire(
@@ -339,7 +349,16 @@ class Admission:
     def release(self, tool: str) -> None:
         """Give a slot back and admit queued calls that now fit, in FIFO order."""
         with self._lock:
-            self._release_locked(tool)
+            if self._waiters:
+                self._release_locked(tool)
+                return
+            self._total -= 1  # _release_locked with nobody waiting, written out
+            inflight = self._inflight
+            n = inflight.get(tool, 0) - 1
+            if n > 0:
+                inflight[tool] = n
+            else:
+                inflight.pop(tool, None)
 
     def _release_locked(self, tool: str) -> None:
         self._total -= 1

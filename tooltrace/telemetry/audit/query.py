@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -242,6 +241,8 @@ class AuditStore:
                     continue
                 assert cols is not None
                 if tmpdir is None:
+                    import tempfile
+
                     tmpdir = tempfile.mkdtemp(prefix="tooltrace-live-")
                 path = os.path.join(tmpdir, f"{t}.jsonl")
                 names = [c for c, _k in spec]
