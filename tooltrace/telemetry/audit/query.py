@@ -131,6 +131,13 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _dicts(con: duckdb.DuckDBPyConnection, query: str) -> list[dict[str, Any]]:
+    """Rows of one query as dicts."""
+    cur = con.execute(query)
+    cols = [d[0] for d in cur.description or []]
+    return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+
 def _cast(col: str, kind: str) -> str:
     """SQL turning the text of column ``col`` into its kind (NULL where it does not fit)."""
     q = f'"{col}"'
@@ -335,35 +342,68 @@ class AuditStore:
         self.lookup_files = []
         hi = cid + "\x00"
         lit = _quote(cid)  # a validated call id: hex digits and dashes only
+        queries: dict[str, str] = {}
         calls = self._lookup_source("calls", cid, hi)
-        rec: list[dict[str, Any]] = []
         if calls is not None:
             res = self._lookup_source("resolutions", cid, hi)
             resolved = (f"({_RESOLVED.format(src=f'{res} WHERE call_id = {lit}')})" if res
                         else "(SELECT NULL::VARCHAR AS call_id, NULL::VARCHAR AS status, "
                         "NULL::VARCHAR AS summary, NULL::TIMESTAMP AS resolved_at LIMIT 0)")
             c_src = f"(SELECT * FROM {calls} WHERE call_id = {lit})"
-            rec = self._dicts(_CALL_ROW.format(calls=c_src, resolved=resolved))
-        intent: list[dict[str, Any]] = []
+            queries["record"] = _CALL_ROW.format(calls=c_src, resolved=resolved)
         intents = self._lookup_source("intents", cid, hi)
         if intents is not None:
-            intent = self._dicts(
-                f"SELECT {_INTENT_COLS}, {'false' if rec else 'true'} AS orphaned "
-                f"FROM {intents} i WHERE call_id = {lit}")
-        if not rec and not intent:
-            raise CallNotFound(f"no call with id {call_id[:40]!r}")
-        steps: list[dict[str, Any]] = []
+            queries["intent"] = f"SELECT {_INTENT_COLS} FROM {intents} i WHERE call_id = {lit}"
         src = self._lookup_source("steps", cid, hi)
         if src is not None:
-            steps = self._dicts(
-                f"SELECT {_STEP_COLS} FROM {src} WHERE call_id = {lit} ORDER BY started_at, seq")
-        return CallDetail(cid, rec[0] if rec else None, steps, intent[0] if intent else None)
+            queries["steps"] = (f"SELECT {_STEP_COLS} FROM {src} WHERE call_id = {lit} "
+                                "ORDER BY started_at, seq")
+        found = self._run_all(queries)
+        rec, intent, steps = found.get("record"), found.get("intent"), found.get("steps")
+        if not rec and not intent:
+            raise CallNotFound(f"no call with id {call_id[:40]!r}")
+        if intent:
+            intent[0]["orphaned"] = not rec
+        return CallDetail(cid, rec[0] if rec else None, steps or [],
+                          intent[0] if intent else None)
 
-    def _dicts(self, query: str) -> list[dict[str, Any]]:
-        """Rows of a lookup query (no view needed) as dicts."""
-        cur = self._con.execute(query)
-        cols = [d[0] for d in cur.description or []]
-        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+    def _run_all(self, queries: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
+        """Run independent lookup queries at once, each on its own cursor of the database.
+
+        Each reads one row group of a different file (footer, decompression, decoding) and
+        DuckDB releases the GIL while it does, so on two cores the lookup takes as long as
+        the slowest query rather than the sum.
+        """
+        if len(queries) < 2:
+            return {k: _dicts(self._con, q) for k, q in queries.items()}
+        import threading
+
+        out: dict[str, list[dict[str, Any]]] = {}
+        errors: list[BaseException] = []
+        first, *rest = queries.items()
+        cursors = [self._con.cursor() for _ in rest]
+
+        def run(cur: duckdb.DuckDBPyConnection, key: str, query: str) -> None:
+            try:
+                out[key] = _dicts(cur, query)
+            except BaseException as exc:  # re-raised in the caller's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(cur, k, q), name="tooltrace-lookup",
+                                    daemon=True) for cur, (k, q) in zip(cursors, rest,
+                                                                        strict=True)]
+        try:
+            for t in threads:
+                t.start()
+            out[first[0]] = _dicts(self._con, first[1])
+        finally:
+            for t in threads:
+                t.join()
+            for cur in cursors:
+                cur.close()
+        if errors:
+            raise errors[0]
+        return out
 
     def _call_via_views(self, call_id: str, cid: str) -> CallDetail:
         """``call`` for a store without per-file ranges (an archive): through the views."""
