@@ -1,7 +1,15 @@
-"""``tooltrace autopsy <callId>``: replay one call step by step."""
+"""``tooltrace autopsy <callId>``: replay one call step by step.
+
+The report is written with ``click.echo`` (labels in bold on a terminal), not rich: the
+command is run at the scene of an incident, often in a loop, and rich's import and layout
+cost more than the lookup itself.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +21,12 @@ from ._common import (
     OutputGuard,
     archive_option,
     cell,
-    console,
     fail,
     home_option,
     iso,
     json_option,
     open_store,
     print_json,
-    table,
 )
 
 
@@ -54,14 +60,43 @@ def autopsy(call_id: str, home: Path | None, as_json: bool, archive: str | None)
     _render(a, guard)
 
 
+def _styled() -> bool:
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
 def _line(label: str, value: Any, guard: OutputGuard) -> None:
-    console().print(f"[bold]{label:<20}[/bold] {guard(cell(value, 400))}", markup=True)
+    head = f"{label:<20}"
+    click.echo(f"{click.style(head, bold=True) if _styled() else head} "
+               f"{guard(cell(value, 400))}")
+
+
+def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+           guard: OutputGuard, *, limit: int) -> None:
+    """A boxed table (the same box characters a rich table uses), cells cut to ``limit``."""
+    cells = [[guard(cell(v, limit)) for v in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+
+    def row(left: str, sep: str, right: str, vals: Sequence[str]) -> str:
+        return left + sep.join(f" {v:<{w}} " for v, w in zip(vals, widths, strict=True)) + right
+
+    def rule(left: str, fill: str, sep: str, right: str) -> str:
+        return left + sep.join(fill * (w + 2) for w in widths) + right
+
+    inner = sum(widths) + 3 * len(widths) + 1
+    click.echo(f"{title:^{inner}}".rstrip())
+    click.echo(rule("┏", "━", "┳", "┓"))
+    head = row("┃", "┃", "┃", columns)
+    click.echo(click.style(head, bold=True) if _styled() else head)
+    click.echo(rule("┡", "━", "╇", "┩"))
+    for r in cells:
+        click.echo(row("│", "│", "│", r))
+    click.echo(rule("└", "─", "┴", "┘"))
 
 
 def _render(a: Any, guard: OutputGuard) -> None:
     rec = a.record or {}
-    out = console()
-    out.rule(f"call {a.call_id}")
+    title = f" call {a.call_id} "
+    click.echo("─" * 3 + title + "─" * max(3, 100 - len(title)))
     _line("tool", f"{rec.get('tool') or (a.intent or {}).get('tool')}"
           f"  (source {rec.get('source') or '?'}, mode {rec.get('mode') or '?'})", guard)
     _line("run", rec.get("run_id") or (a.intent or {}).get("run_id"), guard)
@@ -127,11 +162,10 @@ def _render(a: Any, guard: OutputGuard) -> None:
         _line("trace", tr["trace_id"] + (f"  {tr['url']}" if tr.get("url") else ""), guard)
     if a.intent is not None:
         _line("strict intent", f"recorded at {iso(a.intent['started_at'])}", guard)
-    table(
+    _table(
         "steps",
         ["seq", "step", "at (UTC)", "+ms", "elapsed ms", "decider", "decision", "detail"],
         [[s["seq"], s["step"], s["started_at"], s["offset_ms"], s["elapsed_ms"], s["decider"],
           s["decision"], s["detail"]] for s in a.steps],
         guard, limit=120,
     )
-    del out
