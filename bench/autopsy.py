@@ -10,9 +10,11 @@ files -> min/max pruning on the time-ordered call id.
 Measured:
 - in process: ``AuditStore(home)`` open, then ``store.call(id)`` + ``explain(...)`` +
   ``to_dict()`` as JSON (find and render) for ids spread over the data (first lookup in a fresh
-  process, then warm lookups);
+  process, then warm lookups), wall and CPU time of the process;
 - the whole command ``tooltrace autopsy <id> --home H`` (a new process each time, human output)
-  against the floor ``python -c "import duckdb; duckdb.connect().sql('select 1')"``.
+  against the floor ``python -c "import duckdb; duckdb.connect().sql('select 1')"``, run in
+  turns (command, floor, command, ...) so both see the same machine load; wall time and the
+  child's CPU time (user + system), which other work on the machine disturbs less.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -198,11 +201,14 @@ def child_lookup(home: str, ids: list[str]) -> dict[str, Any]:
     store = AuditStore(home)
     t2 = time.perf_counter()
     times = []
+    cpu = []
     for cid in ids:
         a = time.perf_counter()
+        c = time.process_time()
         detail = store.call(cid)
         rendered = orjson.dumps(explain(detail).to_dict(), default=str)
         times.append((time.perf_counter() - a) * 1000)
+        cpu.append((time.process_time() - c) * 1000)
         if detail.record is None or detail.record["call_id"] != cid or len(detail.steps) != 6:
             raise RuntimeError(f"lookup of {cid} returned the wrong call")
         if cid.encode() not in rendered:
@@ -213,15 +219,24 @@ def child_lookup(home: str, ids: list[str]) -> dict[str, Any]:
     prefix_ms = (time.perf_counter() - a) * 1000
     store.close()
     warm = sorted(times[1:]) or times
+    heavy = sorted(m for m in ("pyarrow", "pandas", "numpy") if m in sys.modules)
     return {"import_ms": (t1 - t0) * 1000, "open_ms": (t2 - t1) * 1000,
             "first_ms": times[0], "warm_p50_ms": statistics.median(warm),
-            "warm_max_ms": max(warm), "lookups": len(ids), "prefix_ms": prefix_ms}
+            "warm_max_ms": max(warm), "warm_cpu_p50_ms": statistics.median(cpu[1:] or cpu),
+            "lookups": len(ids), "prefix_ms": prefix_ms, "heavy_modules": heavy}
 
 
-def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+def _timed(
+    cmd: list[str], env: dict[str, str]
+) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """Wall ms, CPU ms (user + system of the child) and the finished process."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     a = time.perf_counter()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
-    return (time.perf_counter() - a) * 1000, p
+    wall = (time.perf_counter() - a) * 1000
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * 1000
+    return wall, cpu, p
 
 
 def run(*, rows: list[int], repeats: int, keep: Path | None = None) -> dict[str, Any]:
@@ -235,11 +250,11 @@ def run(*, rows: list[int], repeats: int, keep: Path | None = None) -> dict[str,
     t = Table(
         "Autopsy: find and render one call (compacted Parquet, warm page cache)",
         ["calls", "generate s", "disk MiB", "files/table", "store open ms",
-         "first lookup ms", "warm lookup p50 ms", "warm lookup max ms", "prefix lookup ms",
-         "command ms (p50)", "floor ms (p50)", "command / floor"],
+         "first lookup ms", "warm lookup p50 ms", "warm lookup max ms", "warm lookup CPU ms",
+         "prefix lookup ms", "command ms (p50)", "floor ms (p50)", "command / floor",
+         "command CPU ms", "floor CPU ms", "CPU command / floor"],
     )
-    floors = [_timed(floor_cmd, env)[0] for _ in range(repeats)]
-    floor = statistics.median(floors)
+    floors: list[float] = []
     for n in rows:
         home = Path(scratch(f"tooltrace-bench-autopsy-{n}-"))
         try:
@@ -251,21 +266,33 @@ def run(*, rows: list[int], repeats: int, keep: Path | None = None) -> dict[str,
             if p.returncode != 0:
                 raise RuntimeError(f"lookup child failed: {p.stderr.strip()[-500:]}")
             look = json.loads(p.stdout.strip().splitlines()[-1])
-            cmd_times = []
+            cmd_times: list[float] = []
+            cmd_cpu: list[float] = []
+            size_floors: list[float] = []
+            floor_cpu: list[float] = []
             for i in range(repeats):
-                ms, cp = _timed([cli, "autopsy", ids[i % len(ids)], "--home", str(home)], env)
+                ms, cpu, cp = _timed(
+                    [cli, "autopsy", ids[i % len(ids)], "--home", str(home)], env)
                 if cp.returncode != 0 or ids[i % len(ids)] not in cp.stdout:
                     raise RuntimeError(f"tooltrace autopsy failed: {cp.stderr.strip()[-300:]}")
                 cmd_times.append(ms)
-            floors += [_timed(floor_cmd, env)[0] for _ in range(repeats)]
-            floor = statistics.median(floors)
+                cmd_cpu.append(cpu)
+                ms, cpu, _p = _timed(floor_cmd, env)
+                size_floors.append(ms)
+                floor_cpu.append(cpu)
+            floors += size_floors
+            floor = statistics.median(size_floors)
             cmd = statistics.median(cmd_times)
+            c_cpu, f_cpu = statistics.median(cmd_cpu), statistics.median(floor_cpu)
             res = {"rows": n, "generate": gen, "lookup": look, "command_ms": cmd,
-                   "command_ms_all": cmd_times, "floor_ms": floor, "ratio": cmd / floor}
+                   "command_ms_all": cmd_times, "floor_ms": floor, "ratio": cmd / floor,
+                   "floor_ms_all": size_floors, "command_cpu_ms": c_cpu,
+                   "floor_cpu_ms": f_cpu, "cpu_ratio": c_cpu / f_cpu if f_cpu else None}
             out["sizes"].append(res)
             t.add(n, gen["seconds"], gen["bytes"] / 2**20, gen["files_per_table"],
                   look["open_ms"], look["first_ms"], look["warm_p50_ms"], look["warm_max_ms"],
-                  look["prefix_ms"], cmd, floor, cmd / floor, digits=1)
+                  look["warm_cpu_p50_ms"], look["prefix_ms"], cmd, floor, cmd / floor,
+                  c_cpu, f_cpu, c_cpu / f_cpu if f_cpu else 0.0, digits=1)
         finally:
             if keep is None:
                 shutil.rmtree(home, ignore_errors=True)

@@ -215,7 +215,8 @@ def _targets(r: dict[str, Any]) -> None:
               _verdict(ok))
         t.add("whole `tooltrace autopsy` command <= 2x floor",
               f"{big['command_ms']:.0f} ms vs floor {big['floor_ms']:.0f} ms = "
-              f"{big['ratio']:.1f}x{at}", _verdict(big["ratio"] <= 2.0))
+              f"{big['ratio']:.1f}x (CPU {big['command_cpu_ms']:.0f} vs "
+              f"{big['floor_cpu_ms']:.0f} ms){at}", _verdict(big["ratio"] <= 2.0))
     mem = r.get("memory")
     if mem:
         pts = mem["points"]
