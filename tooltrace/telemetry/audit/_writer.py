@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import enum
 import fcntl
+import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ._format import FORMAT_VERSION, chain_hash, checkpoint_mac, dumps, genesis_hash, seal_line
+from ._format import FORMAT_VERSION, checkpoint_mac, dumps, genesis_hash
 from ._segments import segment_name
 
 __all__ = ["Ack", "FsyncPolicy", "SegmentWriter", "new_writer_id"]
@@ -58,11 +59,22 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+#: Size of the writer's one write buffer: a batch's lines are copied into it and it is written
+#: whenever it is full and at the end of the batch. It is allocated once per writer and reused,
+#: never freed and reallocated: a batch built as one fresh string each time (2,048 records of
+#: ~1 KiB, after a copy per record for each splice) made multi-MiB transient allocations on the
+#: writer thread that glibc kept, fragmented and resident, in that thread's arena, and freeing
+#: such a block raises glibc's mmap and trim thresholds for every arena of the process. 1 MiB
+#: keeps a default batch to two or three ``write`` calls (each lets the call path take the
+#: GIL for a switch interval, which slows the writer down).
+WRITE_BUFFER = 1024 * 1024
+
+
+def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    with memoryview(data) as view:
+        off, end = 0, len(view)
+        while off < end:
+            off += os.write(fd, view[off:])
 
 
 def _fsync_dir(path: Path) -> None:
@@ -100,6 +112,8 @@ class SegmentWriter:
         self._ckpt_every = checkpoint_every
         self._on_ack = on_ack
         self.lock = threading.Lock()
+        self._buf: bytearray | None = None
+        self._pos = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -128,16 +142,67 @@ class SegmentWriter:
 
     # -- lines ----------------------------------------------------------------------------
 
-    def _line(self, encoded: bytes | dict[str, Any]) -> bytes:
-        """Chain one record: ``encoded`` is its JSON object (bytes, or fields to encode)."""
+    def _chain(self, encoded: bytes | dict[str, Any]) -> tuple[bytes, bytes]:
+        """Chain one record: ``encoded`` is its JSON object (bytes, or fields to encode).
+
+        Returns ``(encoded, tail)``: the line is ``encoded`` without its closing brace, then
+        ``tail`` (seq, hash, brace, newline): the same bytes as ``seal_line(body,
+        chain_hash(prev, body))`` with ``body`` the object plus its seq, without building
+        ``body`` or the line as strings of their own.
+        """
         if not isinstance(encoded, bytes):
             encoded = dumps(encoded)
         self._seq += 1
         # The seq goes in as the object's last field: a splice, not a second encode.
-        body = b"%b,\"seq\":%d}" % (encoded[:-1], self._seq)
-        h = chain_hash(self._prev, body)
-        self._prev = h
-        return seal_line(body, h)
+        seq = b',"seq":%d' % self._seq
+        h = hashlib.sha256(self._prev.encode())
+        with memoryview(encoded) as view, view[:-1] as head:
+            h.update(head)
+        h.update(seq)
+        h.update(b"}")
+        hx = h.hexdigest()
+        self._prev = hx
+        return encoded, b'%b,"h":"%b"}\n' % (seq, hx.encode())
+
+    def _line(self, encoded: bytes | dict[str, Any]) -> bytes:
+        """One chained line (for lines written on their own: headers, checkpoints, seals)."""
+        encoded, tail = self._chain(encoded)
+        return encoded[:-1] + tail
+
+    def _put_line(self, encoded: bytes | dict[str, Any]) -> None:
+        """Chain one record into the write buffer (writing the buffer out when full)."""
+        encoded, tail = self._chain(encoded)
+        with memoryview(encoded) as view, view[:-1] as head:
+            self._put(head)
+        self._put(tail)
+
+    def _put(self, data: bytes | memoryview) -> None:
+        buf = self._buf
+        if buf is None:
+            buf = self._buf = bytearray(WRITE_BUFFER)
+        n = len(data)
+        pos = self._pos
+        if pos + n > len(buf):
+            self._write_buffer()
+            pos = 0
+            if n > len(buf):  # a line larger than the whole buffer goes out on its own
+                self._write_direct(data)
+                return
+        # Same-size slice assignment: a copy into the buffer, never a resize.
+        buf[pos : pos + n] = data
+        self._pos = pos + n
+
+    def _write_direct(self, data: bytes | bytearray | memoryview) -> None:
+        assert self._fd is not None
+        _write_all(self._fd, data)
+        self._size += len(data)
+        self._unsynced = True
+
+    def _write_buffer(self) -> None:
+        pos, self._pos = self._pos, 0
+        if pos and self._buf is not None:
+            with memoryview(self._buf) as view, view[:pos] as used:
+                self._write_direct(used)
 
     def _lines(self, records: Sequence[bytes | dict[str, Any]]) -> list[bytes]:
         """Chain records into lines, with a keyed checkpoint after every N records."""
@@ -155,6 +220,7 @@ class SegmentWriter:
 
     def _rollback(self, mark: tuple[int, str, int]) -> None:
         self._seq, self._prev, size = mark
+        self._size = size
         fd = self._fd
         if fd is None:
             return
@@ -276,16 +342,38 @@ class SegmentWriter:
 
     # -- public (callers hold ``lock``) ---------------------------------------------------
 
+    def _write_lines(self, records: Iterable[bytes | dict[str, Any]]) -> int:
+        """Chain records through the write buffer and write them; return how many.
+
+        Raises whatever writing (``OSError``) or producing a record raised, with the buffer
+        emptied; the caller rolls the file and the chain back.
+        """
+        n = 0
+        try:
+            for fields in records:
+                self._put_line(fields)
+                n += 1
+                self._since_ckpt += 1
+                if self._since_ckpt >= self._ckpt_every:
+                    self._put_line(self._checkpoint_fields("ckpt"))
+                    self._since_ckpt = 0
+            self._write_buffer()
+        finally:
+            self._pos = 0
+        return n
+
     def append(
-        self, records: Sequence[bytes | dict[str, Any]], call_ids: Sequence[str], *,
+        self, records: Iterable[bytes | dict[str, Any]], call_ids: Sequence[str], *,
         durable: bool,
     ) -> int:
         """Write records (each its JSON object, or the fields to encode; without seq and hash);
         return the last acknowledged seq.
 
+        ``records`` may be a lazy iterable (the audit worker encodes each record as it is
+        written, so a batch never exists as encoded strings all at once).
         ``durable`` forces an fsync before returning whatever the policy (strict mode).
-        Raises ``OSError`` if the records could not be written; none of them is then on disk
-        as a complete line.
+        Raises ``OSError`` if the records could not be written (or whatever producing a record
+        raised); none of them is then on disk as a complete line.
         """
         if os.getpid() != self._owner_pid:
             # Forked child that did not go through ``after_fork``: never write into the
@@ -309,13 +397,14 @@ class SegmentWriter:
             mark = self._mark()
             since = self._since_ckpt
             try:
-                self._write(b"".join(self._lines(records)), mark)
-            except OSError:
+                n = self._write_lines(records)
+            except BaseException:
                 self._since_ckpt = since
+                self._rollback(mark)
                 raise
             if durable or self.fsync is FsyncPolicy.GROUPED:
                 self._sync()
-            self._acked(len(records), tuple(call_ids))
+            self._acked(n, tuple(call_ids))
         self._maybe_rotate()
         return self.acked_seq
 
@@ -354,3 +443,4 @@ class SegmentWriter:
         """Seal the current segment as the writer's last."""
         if self._fd is not None and os.getpid() == self._owner_pid:
             self._seal(final=True)
+        self._buf = None
