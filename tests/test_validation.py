@@ -101,3 +101,63 @@ def test_parse_never_raises_anything_but_malformed(raw: Any) -> None:
     except MalformedCallError:
         return
     assert isinstance(call.name, str) and isinstance(call.arguments, dict)
+
+
+FLAT_SCHEMAS: list[dict[str, Any]] = [
+    {
+        "type": "object",
+        "properties": {
+            "s": {"type": "string"},
+            "i": {"type": "integer"},
+            "n": {"type": "number"},
+            "b": {"type": "boolean"},
+            "o": {"type": ["string", "null"]},
+        },
+        "required": ["s", "i"],
+        "additionalProperties": False,
+    },
+    {"type": "object", "properties": {"i": {"type": "integer"}}},  # open: extra keys allowed
+]
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(max_size=5),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    which=st.integers(0, len(FLAT_SCHEMAS) - 1),
+    args=st.dictionaries(st.sampled_from(["s", "i", "n", "b", "o", "x"]), _VALUES, max_size=6),
+)
+def test_flat_schema_fast_path_agrees_with_the_full_validator(
+    which: int, args: dict[str, Any]
+) -> None:
+    import fastjsonschema
+
+    schema = FLAT_SCHEMAS[which]
+    cs = compile_schema(schema, tool="t")
+    assert cs._flat is not None  # these schemas take the one-pass check
+    full = fastjsonschema.compile(schema)
+    try:
+        full(dict(args))
+        expected_ok = True
+    except fastjsonschema.JsonSchemaValueException:
+        expected_ok = False
+    out, err = cs.validate(args)
+    assert (err is None) == expected_ok, (schema, args, err)
+    if err is None:
+        assert out == args
+
+
+def test_schemas_with_more_than_plain_types_always_take_the_full_validator() -> None:
+    assert compile_schema(SCHEMA, tool="t")._flat is None  # minLength, enum, defaults, nesting
+    cs = compile_schema(
+        {"type": "object", "properties": {"p": {"type": "string", "pattern": "^a"}}}, tool="t"
+    )
+    assert cs._flat is None
+    assert cs.validate({"p": "b"})[1] is not None

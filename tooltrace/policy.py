@@ -237,10 +237,13 @@ class DenyPrivateNetwork:
         if request.tool.capability not in self.capabilities:
             return None
         args = request.arguments
-        if type(args) is dict and not any(
-            (type(v) is str and "://" in v) or type(v) not in _PLAIN for v in args.values()
-        ):
-            return None  # flat arguments without "://": the common case, decided in one pass
+        if type(args) is dict:
+            for v in args.values():  # flat arguments without "://" (the common case): done
+                t = type(v)
+                if (t is str and "://" in v) or t not in _PLAIN:
+                    break
+            else:
+                return None
         for text in _urls(args):
             for m in _URL_RE.finditer(text):
                 try:

@@ -734,7 +734,7 @@ class ToolRegistry:
             timeout = min(max(asked, 0.001), self.max_timeout_s)
             if timeout != asked:
                 detail = {"timeout_requested_s": asked, "timeout_s": timeout}
-        t = time.perf_counter_ns()
+        t = b.last  # admission begins where the last step ended (one clock read less)
         adm: AdmissionResult
         if self._admission.try_acquire(d.name):
             adm = _FREE
@@ -792,7 +792,7 @@ class ToolRegistry:
             if b.call_id in self._cancel_early:  # cancelled while it was being admitted
                 ctx.signal("cancel")
             b.execution_started = True
-            t = _perf_ns()
+            t = b.last
             released = True  # from here the executor's finally gives the slot back
             out: _Outcome
             if entry.inline:
@@ -1136,7 +1136,7 @@ class ToolRegistry:
             return b.envelope(status, summary, None, None, None, None, retry=retry)
         # 6. redact and trim
         artifact: Artifact | None = None
-        t = _perf_ns()
+        t = now
         data, n = self.redactor.redact(value)
         text = data if type(data) is str else _to_text(data)
         result_preview = text[: self.preview_chars] if text is not None else None
@@ -1685,6 +1685,8 @@ def _error_type(exc: BaseException) -> str:
 def _to_text(value: Any) -> str | None:
     if value is None:
         return None
+    if type(value) is int:
+        return str(value)  # the same text as JSON, without the encoder
     try:
         return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
     except TypeError:
@@ -1725,6 +1727,7 @@ class _Builder:
         "error_type",
         "execution_started",
         "hook_modified",
+        "last",
         "mode",
         "reg",
         "run_id",
@@ -1739,6 +1742,7 @@ class _Builder:
         self.t_wall = t_wall
         self.t0 = t0
         self.steps: list[Step] = []
+        self.last = t0  # when the last step ended (perf ns)
         self.call_id = ""
         self.run_id = reg.run_id
         self.mode = "default"
@@ -1763,7 +1767,7 @@ class _Builder:
     ) -> int:
         """Append a step that began at ``t`` (perf ns) and ends now; return now, which is
         where the next step begins."""
-        now = _perf_ns()
+        now = self.last = _perf_ns()
         steps = self.steps
         steps.append(
             _new_tuple(

@@ -42,7 +42,7 @@ class ArgumentsError:
 class CompiledSchema:
     """A validated and compiled arguments schema."""
 
-    __slots__ = ("_fills", "_validate", "schema")
+    __slots__ = ("_fills", "_flat", "_validate", "schema")
 
     def __init__(self, schema: Mapping[str, Any], validate: Callable[[Any], Any]) -> None:
         self.schema = schema
@@ -50,6 +50,7 @@ class CompiledSchema:
         # The compiled validator writes only defaults into the data: a schema without any
         # validates the caller's mapping as it is, with no copy.
         self._fills = _has_default(schema)
+        self._flat = _flat_shape(schema)
 
     def validate(self, arguments: dict[str, Any]) -> tuple[dict[str, Any], ArgumentsError | None]:
         """Return ``(arguments with defaults filled in, None)`` or ``(arguments, error)``.
@@ -57,6 +58,25 @@ class CompiledSchema:
         The input mapping is never mutated; when the schema has no defaults the returned
         arguments may be the input mapping itself.
         """
+        flat = self._flat
+        if flat is not None and type(arguments) is dict:
+            # Flat schemas of plain types (most tools): accept what plainly conforms in one
+            # pass; anything else (a wrong type, a missing or unknown key, a float standing
+            # for an integer) goes to the full validator, which decides and explains.
+            types, required, closed = flat
+            for k, v in arguments.items():
+                allowed = types.get(k)
+                if allowed is None:
+                    if closed:
+                        break
+                elif type(v) not in allowed:
+                    break
+            else:
+                for k in required:
+                    if k not in arguments:
+                        break
+                else:
+                    return arguments, None
         if not self._fills:
             data: dict[str, Any] = arguments if type(arguments) is dict else dict(arguments)
         elif _has_nested(arguments):
@@ -77,6 +97,55 @@ class CompiledSchema:
 def _has_nested(arguments: Mapping[str, Any]) -> bool:
     # fastjsonschema fills defaults in place, also inside nested objects: copy only when needed.
     return any(isinstance(v, dict | list) for v in arguments.values())
+
+
+_PLAIN_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
+_FLAT_TOP = frozenset(
+    {"type", "properties", "required", "additionalProperties", "description", "title", "$schema"}
+)
+_FLAT_PROP = frozenset({"type", "description", "title"})
+
+
+def _flat_shape(
+    schema: Mapping[str, Any],
+) -> tuple[dict[str, frozenset[type]], tuple[str, ...], bool] | None:
+    """``({property: exact types}, required, closed)`` when the schema is an object of
+    plain-typed properties and nothing else, else None (the full validator always runs)."""
+    if not set(schema) <= _FLAT_TOP or schema.get("type", "object") != "object":
+        return None
+    props = schema.get("properties", {})
+    required = schema.get("required", [])
+    extra = schema.get("additionalProperties", True)
+    if (
+        not isinstance(props, Mapping)
+        or not isinstance(required, list)
+        or extra
+        not in (
+            True,
+            False,
+        )
+    ):
+        return None
+    types: dict[str, frozenset[type]] = {}
+    for name, sub in props.items():
+        if not isinstance(sub, Mapping) or not set(sub) <= _FLAT_PROP or "type" not in sub:
+            return None
+        names = sub["type"] if isinstance(sub["type"], list) else [sub["type"]]
+        allowed: set[type] = set()
+        for n in names:
+            if n not in _PLAIN_TYPES:
+                return None
+            allowed.update(_PLAIN_TYPES[n])
+        types[name] = frozenset(allowed)
+    if not all(isinstance(r, str) for r in required):
+        return None
+    return types, tuple(required), extra is False
 
 
 def _has_default(schema: Any) -> bool:
