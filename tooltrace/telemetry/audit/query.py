@@ -109,7 +109,9 @@ CREATE OR REPLACE VIEW tool_call_intents AS
 
 #: Options of ``read_json`` for the rows not yet compacted: every column read as text and cast
 #: in SQL, so one malformed value becomes NULL instead of failing the whole trail.
-_JSON_OPTS = "format = 'newline_delimited', maximum_object_size = 1073741824"
+_JSON_OPTS = "format = 'newline_delimited', maximum_object_size = 2147483647"
+#: Rows per line of the file the rows not yet compacted pass through.
+_CHUNK = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,8 +234,9 @@ class AuditStore:
         """Copy the rows not yet compacted into DuckDB tables ``_live_<table>``.
 
         Copied rather than scanned in place: joins push filters (bloom filters) into their
-        inputs. The rows go through a private temporary NDJSON file that DuckDB's ``read_json``
-        loads in bulk: no pyarrow (whose list conversions import pandas where it is installed).
+        inputs. The rows go through a private temporary NDJSON file (column lists, a chunk of
+        rows per line) that DuckDB's ``read_json`` loads in bulk: no pyarrow, whose list
+        conversions import pandas where it is installed.
         """
         cols = build_columns(parsed) if parsed else None
         tmpdir: str | None = None
@@ -253,15 +256,19 @@ class AuditStore:
                     tmpdir = tempfile.mkdtemp(prefix="tooltrace-live-")
                 path = os.path.join(tmpdir, f"{t}.jsonl")
                 names = [c for c, _k in spec]
-                dumps = orjson.dumps
+                col = cols[t]
+                # Column-major, one line per chunk of rows: one orjson call per chunk instead
+                # of one per row, and DuckDB parses the lines in parallel.
                 with open(path, "wb") as f:
                     f.write(b"\n".join(
-                        dumps(dict(zip(names, row, strict=True)))
-                        for row in zip(*(cols[t][c] for c in names), strict=True)))
-                types = ", ".join(f"{_quote(c)}: 'VARCHAR'" for c in names)
+                        orjson.dumps({c: col[c][i:i + _CHUNK] for c in names})
+                        for i in range(0, n, _CHUNK)))
+                types = ", ".join(f"{_quote(c)}: 'VARCHAR[]'" for c in names)
+                rows = ", ".join(f'unnest("{c}") AS "{c}"' for c in names)
                 self._con.execute(
                     f"CREATE TABLE _live_{t} AS SELECT {', '.join(_cast(c, k) for c, k in spec)}"
-                    f" FROM read_json({_quote(path)}, {_JSON_OPTS}, columns = {{{types}}})")
+                    f" FROM (SELECT {rows} FROM read_json({_quote(path)}, {_JSON_OPTS},"
+                    f" columns = {{{types}}}))")
         finally:
             if tmpdir is not None:
                 for name in os.listdir(tmpdir):
