@@ -795,7 +795,7 @@ class Redactor:
             for k, v in value.items():
                 nk = k
                 if type(k) is str:
-                    secret, numeric, nk, nkc = self._key_info(k)
+                    secret, numeric, nk, nkc = self._keys.get(k) or self._key_info(k)
                     if (
                         secret
                         and not _holds_nothing(v)

@@ -1069,13 +1069,26 @@ class ToolRegistry:
         side_effects = d.effect is not Effect.NONE
         steps = b.steps
         now = _perf_ns()
-        exec_detail: dict[str, Any] = {"timeout_s": ctx.timeout_s}
-        if ctx.detail:
-            red, _ = self.redactor.redact(ctx.detail)
-            exec_detail.update(red)
         signal = out.signal
-        if signal is not None:
-            exec_detail["signal"] = signal
+        tool_summary: str | None = None
+        value = out.value
+        result_detail: Mapping[str, Any] | None = None
+        if type(value) is ToolResult or isinstance(value, ToolResult):
+            tool_summary = value.summary
+            result_detail = value.detail
+            value = value.data
+        exec_detail: Mapping[str, Any]
+        if ctx.detail or signal is not None or result_detail:
+            exec_detail = {"timeout_s": ctx.timeout_s}
+            if ctx.detail:
+                exec_detail.update(self.redactor.redact(ctx.detail)[0])
+            if signal is not None:
+                exec_detail["signal"] = signal
+            if result_detail:
+                exec_detail.update(self.redactor.redact(dict(result_detail))[0])
+        else:
+            # Shared per timeout and never mutated (records are read-only downstream).
+            exec_detail = _EXEC_DETAILS.get(ctx.timeout_s) or _exec_detail(ctx.timeout_s)
         steps.append(
             _new_tuple(
                 Step,
@@ -1107,14 +1120,6 @@ class ToolRegistry:
                     ),
                 )
             )
-        tool_summary: str | None = None
-        value = out.value
-        if type(value) is ToolResult or isinstance(value, ToolResult):
-            tool_summary = value.summary
-            if value.detail:
-                red, _ = self.redactor.redact(dict(value.detail))
-                exec_detail.update(red)
-            value = value.data
         status: Status
         summary: str
         retry: Retry
@@ -1426,7 +1431,7 @@ class ToolRegistry:
         token = span.attach() if span is not None else None
         ctx_token = _CURRENT.set(ctx)
         try:
-            ctx.start_clock()
+            # No start_clock(): the context was made just now, its deadline counts from then.
             try:
                 out = _Outcome("returned", e.fn(ctx, **args) if e.wants_ctx else e.fn(**args))
             except Exception as exc:
@@ -1631,6 +1636,16 @@ _RECORD_FIELDS = (
 if CallRecord.__struct_fields__ != _RECORD_FIELDS:  # _Builder.envelope builds it positionally
     raise ImportError("CallRecord's fields changed: update _Builder.envelope and _RECORD_FIELDS")
 _perf_ns = time.perf_counter_ns
+_EXEC_DETAILS: dict[float, Mapping[str, Any]] = {}
+
+
+def _exec_detail(timeout_s: float) -> Mapping[str, Any]:
+    detail = {"timeout_s": timeout_s}
+    if len(_EXEC_DETAILS) < 256:
+        _EXEC_DETAILS[timeout_s] = detail
+    return detail
+
+
 _new_tuple = tuple.__new__  # Step(...) goes through a Python-level __new__; this does not
 _FREE = AdmissionResult(True, 0.0, "free")
 _FREE_INFO: Mapping[str, Any] = {"waited_ms": 0.0, "reason": "free"}
