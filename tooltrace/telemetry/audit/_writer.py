@@ -172,11 +172,11 @@ class SegmentWriter:
     def _put_line(self, encoded: bytes | dict[str, Any]) -> None:
         """Chain one record into the write buffer (writing the buffer out when full)."""
         encoded, tail = self._chain(encoded)
-        with memoryview(encoded) as view, view[:-1] as head:
-            self._put(head)
+        self._put(encoded, cut=1)  # without its closing brace
         self._put(tail)
 
-    def _put(self, data: bytes | memoryview) -> None:
+    def _put(self, data: bytes, cut: int = 0) -> None:
+        """Copy ``data`` minus its last ``cut`` bytes into the write buffer."""
         buf = self._buf
         if buf is None:
             buf = self._buf = bytearray(WRITE_BUFFER)
@@ -186,11 +186,13 @@ class SegmentWriter:
             self._write_buffer()
             pos = 0
             if n > len(buf):  # a line larger than the whole buffer goes out on its own
-                self._write_direct(data)
+                with memoryview(data) as view, view[: n - cut] as part:
+                    self._write_direct(part)
                 return
-        # Same-size slice assignment: a copy into the buffer, never a resize.
+        # Same-size slice assignment: a copy into the buffer, never a resize. The cut bytes
+        # are copied too and overwritten by what comes next.
         buf[pos : pos + n] = data
-        self._pos = pos + n
+        self._pos = pos + n - cut
 
     def _write_direct(self, data: bytes | bytearray | memoryview) -> None:
         assert self._fd is not None
