@@ -152,7 +152,7 @@ class DenyCommandPatterns:
         object.__setattr__(self, "_compiled", tuple(re.compile(p) for p in self.patterns))
 
     def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
-        if request.tool.capability is not Capability.EXECUTE:
+        if request.tool.capability is not _EXECUTE:
             return None
         args = request.arguments
         argv = args.get("argv")
@@ -170,6 +170,7 @@ class DenyCommandPatterns:
         return None
 
 
+_EXECUTE = Capability.EXECUTE  # read through the class on every call otherwise
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 _URL_RE = re.compile(r"\b(?:https?|ftp|wss?|gopher|file)://[^\s'\"<>]+", re.IGNORECASE)
 

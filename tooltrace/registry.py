@@ -36,6 +36,7 @@ from typing import Any, Literal, NamedTuple
 
 import msgspec
 import orjson
+import uuid_utils
 
 from . import _config
 from ._ids import new_call_id, new_run_id
@@ -461,14 +462,22 @@ class ToolRegistry:
 
     def call(self, call: ToolCall | Mapping[str, Any] | str | bytes) -> ToolResultEnvelope:
         """Run one tool call through the whole pipeline and return its envelope (blocking)."""
-        gen = self._pipeline(call)
-        try:
-            op = next(gen)
-            while True:
+        box: list[ToolResultEnvelope] = []
+        gen = self._boxed(call, box)
+        # next(gen, None) ends without raising when the generator returns None: most calls
+        # (inline tools, no hooks or approval) never yield, and pay for no StopIteration.
+        op = next(gen, None)
+        while op is not None:
+            try:
                 op = gen.send(self._serve(op))
-        except StopIteration as stop:
-            env: ToolResultEnvelope = stop.value
-            return env
+            except StopIteration:
+                break
+        return box[0]
+
+    def _boxed(
+        self, call: ToolCall | Mapping[str, Any] | str | bytes, box: list[ToolResultEnvelope]
+    ) -> Generator[_Op, Any, None]:
+        box.append((yield from self._pipeline(call)))
 
     async def acall(self, call: ToolCall | Mapping[str, Any] | str | bytes) -> ToolResultEnvelope:
         """Run one tool call through the same pipeline on the running event loop."""
@@ -593,7 +602,7 @@ class ToolRegistry:
                 b.span = self._tracer.open_span(UNREGISTERED)
             b.step(StepName.RESOLVE, t0, "registry", "reject", {"reason": bad})
             return b.reject(Stage.PARAMS, f"malformed tool call: {bad}", UNREGISTERED)
-        b.call_id = call.call_id.lower() if call.call_id else new_call_id()
+        b.call_id = call.call_id.lower() if call.call_id else str(_uuid7())  # new_call_id()
         b.run_id = call.run_id or self.run_id
         b.mode = call.mode
         if call.attributes:
@@ -624,7 +633,7 @@ class ToolRegistry:
             b.step(StepName.RESOLVE, t, "runtime", "reject", {"reason": "cancelled"})
             return b.reject(Stage.CANCEL, "it was cancelled before it started", d.name)
         ok, why = self.policy.mode_allows(d, call.mode)
-        t = b.step(StepName.RESOLVE, t, "registry", "accept", None)
+        t = b.step(_RESOLVE, t, "registry", "accept", None)
 
         # 2. validate
         if type(raw_args) is not dict and not isinstance(raw_args, Mapping):
@@ -638,7 +647,7 @@ class ToolRegistry:
                 StepName.VALIDATE, t, "schema", "reject", {"error": err.message, "rule": err.rule}
             )
             return b.reject(Stage.PARAMS, err.message, d.name)
-        t = b.step(StepName.VALIDATE, t, "schema", "accept", None)
+        t = b.step(_VALIDATE, t, "schema", "accept", None)
 
         # 3. policy (mode, resource scope, argument content) and approval
         if not ok:
@@ -755,7 +764,7 @@ class ToolRegistry:
                 d.name,
                 retry=Retry(adm.reason != "shutdown", after_ms=250),
             )
-        b.step(StepName.ADMISSION, t, "runtime", "accept", info)
+        b.step(_ADMISSION, t, "runtime", "accept", info)
         released = False
         try:
             for sink in self._durable:
@@ -881,7 +890,7 @@ class ToolRegistry:
                 detail = {"rules": list(rules)}
                 if len(self._allow_details) < 64:
                     self._allow_details[rules] = detail
-            b.step(StepName.POLICY, t, "policy", "allow", detail)
+            b.step(_POLICY, t, "policy", "allow", detail)
             return None
         reason = self._scrub(decision.reason)[:300]
         decider = f"policy:{decision.rule}"
@@ -1066,7 +1075,7 @@ class ToolRegistry:
     ) -> ToolResultEnvelope:
         """Map an execution outcome to a status, redact, trim and offload."""
         d = entry.definition
-        side_effects = d.effect is not Effect.NONE
+        side_effects = d.effect is not _NO_EFFECT
         steps = b.steps
         now = _perf_ns()
         signal = out.signal
@@ -1094,8 +1103,8 @@ class ToolRegistry:
                 Step,
                 (
                     len(steps),
-                    StepName.EXECUTE,
-                    b.us(t),
+                    _EXECUTE,
+                    b.t_wall + (t - b.t0) // 1000,
                     (now - t) // 1000,
                     "tool",
                     out.kind,
@@ -1126,7 +1135,7 @@ class ToolRegistry:
         error_type: str | None = None
         kind = out.kind
         if kind == "returned" and signal is None:
-            status = Status.OK
+            status = _OK
             summary = self._scrub(tool_summary)[:500] if tool_summary else ""
             retry = _RETRY_OK
         else:
@@ -1137,7 +1146,7 @@ class ToolRegistry:
                     tool_summary_note
                 )
         b.error_type = error_type
-        if status is not Status.OK:
+        if status is not _OK:
             return b.envelope(status, summary, None, None, None, None, retry=retry)
         # 6. redact and trim
         artifact: Artifact | None = None
@@ -1146,7 +1155,7 @@ class ToolRegistry:
         text = data if type(data) is str else _to_text(data)
         result_preview = text[: self.preview_chars] if text is not None else None
         t = b.step(
-            StepName.REDACT,
+            _REDACT,
             t,
             "redactor",
             "redacted" if n else "clean",
@@ -1312,7 +1321,7 @@ class ToolRegistry:
         # status() looks in _unknowns first, so an unknown is stored there first: a resolution
         # landing between the two stores then updates the table status() reads.
         st = CallStatus(call_id, env.tool, env.status, None, env.summary)
-        if env.status is Status.UNKNOWN:
+        if env.status is _UNKNOWN:
             self._unknowns[call_id] = st
             if len(self._unknowns) > self._unknown_cap:
                 self._unknowns.popitem(last=False)
@@ -1636,6 +1645,12 @@ _RECORD_FIELDS = (
 if CallRecord.__struct_fields__ != _RECORD_FIELDS:  # _Builder.envelope builds it positionally
     raise ImportError("CallRecord's fields changed: update _Builder.envelope and _RECORD_FIELDS")
 _perf_ns = time.perf_counter_ns
+# Enum members read through their class cost a metaclass lookup each: the hot path reads these.
+_RESOLVE, _VALIDATE, _POLICY = StepName.RESOLVE, StepName.VALIDATE, StepName.POLICY
+_ADMISSION, _EXECUTE, _REDACT = StepName.ADMISSION, StepName.EXECUTE, StepName.REDACT
+_OK, _UNKNOWN, _NO_EFFECT = Status.OK, Status.UNKNOWN, Effect.NONE
+_NO_ATTRIBUTES: Mapping[str, str | int | bool] = {}  # shared, never mutated (like _FREE_INFO)
+_uuid7 = uuid_utils.uuid7
 _EXEC_DETAILS: dict[float, Mapping[str, Any]] = {}
 
 
@@ -1761,7 +1776,7 @@ class _Builder:
         self.call_id = ""
         self.run_id = reg.run_id
         self.mode = "default"
-        self.attributes: Mapping[str, str | int | bool] = {}
+        self.attributes: Mapping[str, str | int | bool] = _NO_ATTRIBUTES
         self.args_redacted: Any = None
         self.entry: _Entry | None = None
         self.span: OpenSpan | None = None
@@ -1852,7 +1867,7 @@ class _Builder:
             status,
             stage,
             summary,
-            self.error_type if status is not Status.OK else None,
+            self.error_type if status is not _OK else None,
             self.t_wall,
             elapsed,
             self.execution_started,
