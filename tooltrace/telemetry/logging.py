@@ -217,7 +217,10 @@ class LoggingSink:
         if not lines:
             return
         sep: Any = b"\n" if self._binary else "\n"
-        data = sep.join(lines) + sep
+        # An empty last element gives the trailing newline: one batch-sized string, not a
+        # second copy of it (``join(...) + sep``) that glibc may keep resident afterwards.
+        lines.append(sep[:0])
+        data = sep.join(lines)
         lines.clear()
         try:
             self._stream.write(data)
