@@ -6,18 +6,26 @@ call to /dev/null, audit to a temporary home), makes calls as fast as it can, an
 checkpoint flushes every sink, collects garbage and reads VmRSS. Growth is measured from the
 first checkpoint (10k calls by default) to the last.
 
-By design the registry remembers the status of its last 100,000 calls (for ``status(id)``),
-so some growth up to 100k calls is expected; past that, memory should stay flat.
+The registry remembers the status of its last 4,096 calls (for ``status(id)``), full well
+before the first checkpoint, so memory should stay flat. Beside RSS, each checkpoint says where
+the memory is, to tell a leak from allocator retention: Python's own allocator (pymalloc:
+arenas held vs bytes in live objects), glibc malloc (bytes in use vs free but kept, summed over
+every thread's arena; Linux/glibc only) and the deepest any sink's queue got since the last
+checkpoint (records waiting in a queue are live Python objects: a backlog raises the pymalloc
+high-water mark, and an arena is returned only once every object in it is gone).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,8 +37,51 @@ __all__ = ["run"]
 ROOT = Path(__file__).resolve().parent.parent
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _malloc_mib() -> tuple[float | None, float | None]:
+    """glibc malloc: (MiB in use, MiB free but kept in arenas), summed over all arenas."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        fn = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None, None
+    fn.restype = _MallInfo2
+    mi = fn()
+    return (mi.uordblks + mi.hblkhd) / 2**20, mi.fordblks / 2**20
+
+
+def _pymalloc_mib() -> tuple[float | None, float | None]:
+    """pymalloc: (MiB of arenas held, MiB in live objects), from ``sys._debugmallocstats``
+    (which writes to file descriptor 2: captured through a temporary file)."""
+    stats = getattr(sys, "_debugmallocstats", None)
+    if stats is None:
+        return None, None
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as tmp:
+        saved = os.dup(2)
+        try:
+            os.dup2(tmp.fileno(), 2)
+            stats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        tmp.seek(0)
+        text = tmp.read().decode("ascii", "replace")
+    arenas = re.search(r"(\d+) arenas \* (\d+) bytes/arena", text)
+    live = re.search(r"# bytes in allocated blocks\s*=\s*([\d,]+)", text)
+    if arenas is None or live is None:
+        return None, None
+    return (int(arenas.group(1)) * int(arenas.group(2)) / 2**20,
+            int(live.group(1).replace(",", "")) / 2**20)
+
+
 def child(calls: int, base: int) -> dict[str, Any]:
-    """Make ``calls`` calls; return RSS at each checkpoint."""
+    """Make ``calls`` calls; return RSS and the allocators' figures at each checkpoint."""
     from bench._contenders import TOOL, _registry
     from tooltrace import ToolCall
 
@@ -40,15 +91,24 @@ def child(calls: int, base: int) -> dict[str, Any]:
     points = []
     args = {"x": "a"}
     done = 0
+    queued = [s for s in reg.sinks if hasattr(s, "depth")]
     t0 = time.perf_counter()
     for m in marks:
+        peak = 0
         while done < m:
             reg.call(ToolCall(TOOL, args))
             done += 1
+            if not done & 1023:
+                peak = max(peak, *(int(s.depth or 0) for s in queued), 0)
         reg.flush(60.0)
         gc.collect()
+        py_arenas, py_live = _pymalloc_mib()
+        c_used, c_free = _malloc_mib()
         points.append({"calls": done, "rss_mib": rss_mib(),
-                       "seconds": time.perf_counter() - t0})
+                       "seconds": time.perf_counter() - t0,
+                       "pymalloc_arenas_mib": py_arenas, "pymalloc_live_mib": py_live,
+                       "malloc_used_mib": c_used, "malloc_free_mib": c_free,
+                       "peak_queue": peak})
     dropped = {s.name: int(getattr(s, "dropped", 0) or 0) for s in reg.sinks}
     c.close()
     return {"points": points, "dropped": dropped}
@@ -69,11 +129,19 @@ def run(*, calls: int, base: int) -> dict[str, Any]:
     first = pts[0]["rss_mib"]
     t = Table(
         "Memory: RSS with everything on (flushed, after gc.collect())",
-        ["calls", "RSS MiB", "growth vs first checkpoint %", "elapsed s"],
+        ["calls", "RSS MiB", "growth vs first checkpoint %", "elapsed s",
+         "pymalloc arenas / live MiB", "malloc used / free MiB", "peak queue"],
     )
+
+    def pair(a: float | None, b: float | None) -> str:
+        return "n/a" if a is None or b is None else f"{a:.1f} / {b:.1f}"
+
     for pt in pts:
         t.add(pt["calls"], pt["rss_mib"], 100.0 * (pt["rss_mib"] - first) / first,
-              pt["seconds"], digits=1)
+              pt["seconds"],
+              pair(pt.get("pymalloc_arenas_mib"), pt.get("pymalloc_live_mib")),
+              pair(pt.get("malloc_used_mib"), pt.get("malloc_free_mib")),
+              pt.get("peak_queue", 0), digits=1)
     t.print()
     res["growth_pct"] = 100.0 * (pts[-1]["rss_mib"] - first) / first
     return res
