@@ -402,3 +402,28 @@ def test_the_audit_backlog_is_reported_under_sink_audit(ws: Path) -> None:
     assert audit.depth + audit.dropped >= 6 and audit.dropped >= 2
     reg.shutdown(timeout_s=5.0)
     assert _value(r, "tooltrace_telemetry_queue_depth", sink="audit") == 0
+
+
+def test_each_bucket_takes_at_most_one_exemplar_per_interval() -> None:
+    sink = MetricsSink(tool_names={"read_text"}, exemplar_interval_s=3600)
+    tracing = TracingSink(enabled=True, endpoint=f"http://127.0.0.1:{closed_port()}/v1/traces")
+    first, second, slow = (tracing.open_span("read_text") for _ in range(3))
+    assert first is not None and second is not None and slow is not None
+    sink.emit(make_record(handle=first, elapsed_us=3_000))
+    sink.emit(make_record(handle=second, elapsed_us=3_100))  # same bucket, within the interval
+    sink.emit(make_record(handle=slow, elapsed_us=2_000_000))  # another bucket: its own
+    with serve_metrics(0, registry=sink) as srv:
+        om = _get(srv.url, "application/openmetrics-text; version=1.0.0; charset=utf-8")
+    assert f'trace_id="{first.trace_id}"' in om
+    assert second.trace_id not in om
+    assert f'trace_id="{slow.trace_id}"' in om
+    # Every call is still counted and observed.
+    assert 'tooltrace_tool_call_duration_seconds_count{status="ok",tool="read_text"} 3.0' in om
+    # With no interval every call replaces its bucket's exemplar.
+    eager = MetricsSink(tool_names={"read_text"}, exemplar_interval_s=0)
+    eager.emit(make_record(handle=first, elapsed_us=3_000))
+    eager.emit(make_record(handle=second, elapsed_us=3_100))
+    with serve_metrics(0, registry=eager) as srv:
+        om = _get(srv.url, "application/openmetrics-text; version=1.0.0; charset=utf-8")
+    assert f'trace_id="{second.trace_id}"' in om and first.trace_id not in om
+    tracing.shutdown(0.5)

@@ -26,7 +26,9 @@ id, run id, path, argument or error text never becomes a label. Metric contract:
 
 from __future__ import annotations
 
+import bisect
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
@@ -90,10 +92,14 @@ class MetricsSink:
         buckets: Iterable[float] = DURATION_BUCKETS,
         admission_buckets: Iterable[float] = ADMISSION_BUCKETS,
         exemplars: bool = True,
+        exemplar_interval_s: float = 1.0,
     ) -> None:
         #: The prometheus-client registry holding this sink's metrics (serve or scrape it).
         self.registry = CollectorRegistry(auto_describe=True) if registry is None else registry
         self.exemplars = exemplars
+        # A bucket keeps only its latest exemplar, so each (tool, status, bucket) takes a new
+        # one at most this often: validating exemplar labels costs more than the observation.
+        self._exemplar_every_ns = max(0, int(exemplar_interval_s * 1e9))
         #: Records whose metrics could not be updated (counted, never raised).
         self.dropped = 0
         #: Always 0: metrics are updated inline, nothing is queued.
@@ -124,6 +130,8 @@ class MetricsSink:
             "tooltrace_tool_call_duration_seconds", "End-to-end tool call duration.",
             ["tool", "status"], buckets=tuple(buckets), registry=reg,
         )
+        # Upper bounds as the histogram orders them (value <= bound), +Inf last.
+        self._bounds: tuple[float, ...] = (*sorted(float(b) for b in buckets), float("inf"))
         self._admission = Histogram(
             "tooltrace_tool_admission_wait_seconds", "Time a call waited for admission.",
             ["tool"], buckets=tuple(admission_buckets), registry=reg,
@@ -196,7 +204,14 @@ class MetricsSink:
             calls.inc()
             seconds = record.elapsed_us / 1e6
             if self.exemplars and record.trace_sampled and record.trace_id:
-                duration.observe(seconds, {"trace_id": record.trace_id})
+                due = ch.exemplar_due[record.status]
+                i = bisect.bisect_left(self._bounds, seconds)
+                now = time.monotonic_ns()
+                if now >= due[i]:
+                    due[i] = now + self._exemplar_every_ns
+                    duration.observe(seconds, {"trace_id": record.trace_id})
+                else:
+                    duration.observe(seconds)
             else:
                 duration.observe(seconds)
             stage = record.reject_stage
@@ -237,10 +252,12 @@ class MetricsSink:
 class _ToolChildren:
     """All label children of one ``tool`` label value, created at once."""
 
-    __slots__ = ("admission", "by_stage", "by_status", "hook_mods", "offloads")
+    __slots__ = ("admission", "by_stage", "by_status", "exemplar_due", "hook_mods", "offloads")
 
     def __init__(self, sink: MetricsSink, tool: str) -> None:
         self.by_status: dict[str, tuple[Any, Any]] = {}
+        # Per status, per duration bucket: when (monotonic ns) it may take its next exemplar.
+        self.exemplar_due: dict[str, list[int]] = {s: [0] * len(sink._bounds) for s in _STATUSES}
         for status in _STATUSES:
             # Keyed by the plain string: a StrEnum member hashes and compares equal to it.
             self.by_status[status] = (
