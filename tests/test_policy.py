@@ -122,3 +122,35 @@ def test_modes() -> None:
 def test_rules_need_names() -> None:
     with pytest.raises(TypeError):
         Policy([lambda req: None])  # type: ignore[list-item]
+
+
+def test_rules_that_do_not_apply_to_a_tool_are_skipped_but_still_listed() -> None:
+    asked: list[str] = []
+
+    class Scoped:
+        name = "scoped"
+
+        def applies_to(self, tool: ToolDefinition) -> bool:
+            return tool.name == "t"
+
+        def __call__(self, request: PolicyRequest) -> None:
+            asked.append(f"scoped:{request.tool.name}")
+
+    class Everywhere:
+        name = "everywhere"
+
+        def __call__(self, request: PolicyRequest) -> None:
+            asked.append(f"everywhere:{request.tool.name}")
+
+    policy = Policy([Scoped(), Everywhere(), DenyCommandPatterns()])
+    for name in ("t", "other", "t"):
+        decision, names = policy.evaluate(_req({"argv": ["ls"]}, Capability.READ, name=name))
+        assert decision is None and names == ("scoped", "everywhere", "denied_command")
+    assert asked == ["scoped:t", "everywhere:t", "everywhere:other", "scoped:t", "everywhere:t"]
+    # The skip never hides a verdict: an execute tool still meets the command rule.
+    decision, _ = policy.evaluate(_req({"argv": ["rm", "-rf", "/"]}, Capability.EXECUTE))
+    assert decision is not None and decision.verdict is Verdict.DENY
+    # Replacing the rules drops what was decided for the old ones.
+    policy.rules = (Everywhere(),)
+    decision, names = policy.evaluate(_req({"argv": ["rm", "-rf", "/"]}, Capability.EXECUTE))
+    assert decision is None and names == ("everywhere",)

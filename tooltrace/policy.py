@@ -82,6 +82,11 @@ class Rule(Protocol):
         """Return a verdict, or None for no opinion."""
 
 
+# A rule may also define ``applies_to(tool: ToolDefinition) -> bool``: False promises no opinion
+# on any call of that tool, and the policy then skips calling it for that tool (decided once per
+# definition). The built-in rules do; a rule without it is asked on every call.
+
+
 @dataclass(frozen=True, slots=True)
 class ApprovalRequest:
     """What an approver is asked: which tool, which (redacted) arguments, which rule asked, why."""
@@ -150,6 +155,10 @@ class DenyCommandPatterns:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_compiled", tuple(re.compile(p) for p in self.patterns))
+
+    def applies_to(self, tool: ToolDefinition) -> bool:
+        """Only ``execute`` tools run commands."""
+        return tool.capability is _EXECUTE
 
     def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
         if request.tool.capability is not _EXECUTE:
@@ -234,6 +243,10 @@ class DenyPrivateNetwork:
     name: str = "private_network"
     capabilities: frozenset[Capability] = frozenset(Capability)
 
+    def applies_to(self, tool: ToolDefinition) -> bool:
+        """Tools of the guarded capabilities."""
+        return tool.capability in self.capabilities
+
     def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
         if request.tool.capability not in self.capabilities:
             return None
@@ -270,6 +283,14 @@ class RequireApproval:
     name: str = "require_approval"
     when: Callable[[PolicyRequest], bool] | None = None
 
+    def applies_to(self, tool: ToolDefinition) -> bool:
+        """The named tools and tools of the listed capabilities or effects."""
+        return (
+            tool.name in self.tools
+            or tool.capability in self.capabilities
+            or (tool.effect in self.effects)
+        )
+
     def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
         t = request.tool
         hit = t.name in self.tools or t.capability in self.capabilities or t.effect in self.effects
@@ -296,6 +317,21 @@ class Policy:
                 raise TypeError(f"policy rule {rule!r} needs a string 'name'")
         self._named = self.rules
         self._names = tuple(rule.name for rule in self.rules)
+        # id(definition) -> (definition, ((index, rule), ...) that may have an opinion on it)
+        self._relevant: dict[int, tuple[ToolDefinition, tuple[tuple[int, Rule], ...]]] = {}
+
+    @staticmethod
+    def _rules_for(tool: ToolDefinition, rules: tuple[Rule, ...]) -> tuple[tuple[int, Rule], ...]:
+        out = []
+        for i, rule in enumerate(rules):
+            applies = getattr(rule, "applies_to", None)
+            try:
+                if applies is not None and not applies(tool):
+                    continue
+            except Exception:
+                pass  # a rule that cannot say is asked on every call
+            out.append((i, rule))
+        return tuple(out)
 
     def mode_allows(self, tool: ToolDefinition, mode: str) -> tuple[bool, str]:
         """``(visible, reason)`` for a tool in a mode; an unknown mode hides everything."""
@@ -311,7 +347,15 @@ class Policy:
         if rules is not self._named:  # the rules were replaced: name them again
             self._names = tuple(rule.name for rule in rules)
             self._named = rules
-        for i, rule in enumerate(rules):
+            self._relevant = {}
+        tool = request.tool
+        hit = self._relevant.get(id(tool))
+        if hit is None or hit[0] is not tool:
+            hit = (tool, self._rules_for(tool, rules))
+            if len(self._relevant) >= 1024:
+                self._relevant = {}
+            self._relevant[id(tool)] = hit
+        for i, rule in hit[1]:
             d = rule(request)
             if d is None or d.verdict is Verdict.ALLOW:
                 continue

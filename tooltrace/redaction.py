@@ -759,15 +759,6 @@ class Redactor:
         # "db_password" hold one (the secret word ends the key).
         return m.end() >= len(norm) or _META_SUFFIX.search(norm) is None
 
-    def redact(self, value: Any) -> tuple[Any, int]:
-        """Deep-redact a JSON-like value; return (redacted copy, number of redactions).
-
-        Mapping keys matching the key rules get their whole value replaced (``None``, booleans
-        and empty strings are kept: they hold no secret). Unchanged sub-objects are shared with
-        the input; the input is never mutated. Other types are returned as they are.
-        """
-        return self._redact_value(value, 0)
-
     def _key_info(self, key: str) -> tuple[bool, bool, str, int]:
         info = self._keys.get(key)
         if info is None:
@@ -780,7 +771,14 @@ class Redactor:
                 keys[key] = info
         return info
 
-    def _redact_value(self, value: Any, depth: int) -> tuple[Any, int]:
+    def redact(self, value: Any, depth: int = 0) -> tuple[Any, int]:
+        """Deep-redact a JSON-like value; return (redacted copy, number of redactions).
+
+        Mapping keys matching the key rules get their whole value replaced (``None``, booleans
+        and empty strings are kept: they hold no secret). Unchanged sub-objects are shared with
+        the input; the input is never mutated. Other types are returned as they are. (``depth``
+        is the recursion's own; callers leave it out.)
+        """
         t = type(value)
         if t is str:
             return self._redact_text(value)
@@ -817,7 +815,7 @@ class Redactor:
                 if vt is int or vt is bool or vt is float or v is None:
                     items.append((nk, v))
                     continue
-                nv, n = self._redact_value(v, depth + 1)
+                nv, n = self.redact(v, depth + 1)
                 if n:
                     changed = True
                     total += n
@@ -829,7 +827,7 @@ class Redactor:
             total = 0
             new: list[Any] | None = None
             for i, v in enumerate(value):
-                nv, n = self._redact_value(v, depth + 1)
+                nv, n = self.redact(v, depth + 1)
                 if n:
                     if new is None:
                         new = list(value[:i])
