@@ -133,6 +133,14 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _cores() -> int:
+    """CPUs this process may run on (DuckDB's own default)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def _dicts(con: duckdb.DuckDBPyConnection, query: str) -> list[dict[str, Any]]:
     """Rows of one query as dicts."""
     cur = con.execute(query)
@@ -177,14 +185,21 @@ class AuditStore:
         # SQL that creates the views, run when ``con`` is first used: a lookup by call id
         # needs none of them, and binding them reads Parquet footers.
         self._pending: list[str] = []
-        self._con = duckdb.connect(":memory:")
+        # One DuckDB thread until ``con`` is first used: a lookup reads one row group per table,
+        # which a second thread cannot share, and handing work to the pool and back costs more
+        # CPU than it saves (most on a busy machine). Analytical queries get every core.
+        self._con = duckdb.connect(":memory:", config={"threads": 1})
+        self._single = True
         # Parquet footers are parsed once per store, not once per query.
         self._con.execute("SET parquet_metadata_cache = true")
         self._load()
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
-        """The DuckDB connection, with every view in place."""
+        """The DuckDB connection, with every view in place and every core in use."""
+        if self._single:
+            self._single = False
+            self._con.execute(f"SET threads = {_cores()}")
         while self._pending:
             self._con.execute(self._pending.pop(0))
         return self._con
@@ -239,7 +254,10 @@ class AuditStore:
         conversions import pandas where it is installed.
         """
         cols = build_columns(parsed) if parsed else None
+        rows_in = sum(len(cols[t][COLUMNS[t][0][0]]) for t in TABLES) if cols else 0
         tmpdir: str | None = None
+        if rows_in:
+            self._con.execute(f"SET threads = {_cores()}")  # read_json parses in parallel
         try:
             for t in TABLES:
                 spec = COLUMNS[t]
@@ -270,6 +288,8 @@ class AuditStore:
                     f" FROM (SELECT {rows} FROM read_json({_quote(path)}, {_JSON_OPTS},"
                     f" columns = {{{types}}}))")
         finally:
+            if rows_in:
+                self._con.execute("SET threads = 1")
             if tmpdir is not None:
                 for name in os.listdir(tmpdir):
                     with contextlib.suppress(FileNotFoundError):
@@ -365,7 +385,7 @@ class AuditStore:
         if src is not None:
             queries["steps"] = (f"SELECT {_STEP_COLS} FROM {src} WHERE call_id = {lit} "
                                 "ORDER BY started_at, seq")
-        found = self._run_all(queries)
+        found = {k: _dicts(self._con, q) for k, q in queries.items()}
         rec, intent, steps = found.get("record"), found.get("intent"), found.get("steps")
         if not rec and not intent:
             raise CallNotFound(f"no call with id {call_id[:40]!r}")
@@ -373,44 +393,6 @@ class AuditStore:
             intent[0]["orphaned"] = not rec
         return CallDetail(cid, rec[0] if rec else None, steps or [],
                           intent[0] if intent else None)
-
-    def _run_all(self, queries: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
-        """Run independent lookup queries at once, each on its own cursor of the database.
-
-        Each reads one row group of a different file (footer, decompression, decoding) and
-        DuckDB releases the GIL while it does, so on two cores the lookup takes as long as
-        the slowest query rather than the sum.
-        """
-        if len(queries) < 2:
-            return {k: _dicts(self._con, q) for k, q in queries.items()}
-        import threading
-
-        out: dict[str, list[dict[str, Any]]] = {}
-        errors: list[BaseException] = []
-        first, *rest = queries.items()
-        cursors = [self._con.cursor() for _ in rest]
-
-        def run(cur: duckdb.DuckDBPyConnection, key: str, query: str) -> None:
-            try:
-                out[key] = _dicts(cur, query)
-            except BaseException as exc:  # re-raised in the caller's thread
-                errors.append(exc)
-
-        threads = [threading.Thread(target=run, args=(cur, k, q), name="tooltrace-lookup",
-                                    daemon=True) for cur, (k, q) in zip(cursors, rest,
-                                                                        strict=True)]
-        try:
-            for t in threads:
-                t.start()
-            out[first[0]] = _dicts(self._con, first[1])
-        finally:
-            for t in threads:
-                t.join()
-            for cur in cursors:
-                cur.close()
-        if errors:
-            raise errors[0]
-        return out
 
     def _call_via_views(self, call_id: str, cid: str) -> CallDetail:
         """``call`` for a store without per-file ranges (an archive): through the views."""
