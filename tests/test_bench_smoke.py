@@ -40,6 +40,7 @@ TABLES = {
     ],
     "Memory: RSS with everything on": [
         "calls", "RSS MiB", "growth vs first checkpoint %", "elapsed s",
+        "pymalloc arenas / live MiB", "malloc used / free MiB", "peak queue",
     ],
     "Targets": ["target", "measured", "verdict"],
 }
@@ -180,6 +181,9 @@ def test_memory_reports_each_checkpoint(run: Run) -> None:
     assert [r[0] for r in rows] == ["200", "2000"]
     for r in rows:
         assert _num(r[1]) > 10  # MiB: a Python process with the sinks loaded
+        # Where the memory is: pymalloc arenas hold at least the live objects' bytes.
+        arenas, live = (float(x) for x in r[4].split(" / "))
+        assert arenas >= live > 1
     assert figures["memory"]["dropped"] == {"metrics": 0, "logging": 0, "audit": 0,
                                             "tracing": 0}
 
