@@ -165,7 +165,9 @@ class Artifact(msgspec.Struct, frozen=True):
     sha256: str
 
 
-class Retry(msgspec.Struct, frozen=True):
+# gc=False: only atomic fields, so no instance can be part of a reference cycle, and the
+# collector need not track the several made per call.
+class Retry(msgspec.Struct, frozen=True, gc=False):
     """Advice to the caller: may the call be retried, after how long, and must a person look."""
 
     allowed: bool
@@ -173,7 +175,7 @@ class Retry(msgspec.Struct, frozen=True):
     requires_inspection: bool = False
 
 
-class Timing(msgspec.Struct, frozen=True):
+class Timing(msgspec.Struct, frozen=True, gc=False):  # atomic fields only (see Retry)
     """When the call started (epoch microseconds) and how long it took end to end."""
 
     started_at_us: int

@@ -24,7 +24,6 @@ import asyncio
 import collections
 import concurrent.futures
 import contextvars
-import functools
 import inspect
 import os
 import re
@@ -105,7 +104,7 @@ class Visibility:
     hidden: tuple[tuple[str, str], ...]
 
 
-class CallStatus(msgspec.Struct, frozen=True):
+class CallStatus(msgspec.Struct, frozen=True, gc=False):  # atomic fields: never in a cycle
     """What ``status(call_id)`` knows: the returned status and, for ``unknown``, the resolution."""
 
     call_id: str
@@ -281,6 +280,7 @@ class ToolRegistry:
         self._late_seq: dict[str, int] = {}
         self._pending_resolution: dict[str, Status] = {}
         self._allow_details: dict[tuple[str, ...], Mapping[str, Any]] = {}
+        self._emit_late_fn = self._emit_late  # bound once, shared by every call's context
         self._shutdown_callbacks: list[Callable[[float], None]] = []
         self._closed = False
         self.sink_errors = 0
@@ -794,7 +794,7 @@ class ToolRegistry:
                 self.artifacts,
                 None if span is None else _traceparent(span),
                 call.background and d.background,
-                functools.partial(self._emit_late, b.call_id, b.run_id, d.name),
+                self._emit_late_fn,
             )
             # Plain dict operations are atomic under the GIL; cancel() copies before iterating.
             self._active[b.call_id] = ctx

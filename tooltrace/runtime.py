@@ -78,7 +78,7 @@ class CallContext:
         artifacts: ArtifactStore,
         traceparent: str | None = None,
         background: bool = False,
-        late: Callable[[str, str, Mapping[str, Any] | None], None] | None = None,
+        late: Callable[[str, str, str, str, str, Mapping[str, Any] | None], None] | None = None,
     ) -> None:
         self.call_id = call_id
         self.run_id = run_id
@@ -161,7 +161,8 @@ class CallContext:
     ) -> None:
         """Record a step after the call returned (a background job ending, a late resolution)."""
         if self._late is not None:
-            self._late(step, decision, detail)
+            # (call_id, run_id, tool, step, decision, detail): one callable serves every call.
+            self._late(self.call_id, self.run_id, self.tool, step, decision, detail)
 
     def signal(self, reason: str) -> bool:
         """Tell the tool to stop; return False if it was already signalled."""
