@@ -179,9 +179,9 @@ class _Execute:
     grace_s: float
 
 
-@dataclass(slots=True)
-class _Outcome:
-    """What execution produced, as seen by the caller's driver."""
+class _Outcome(msgspec.Struct):
+    """What execution produced, as seen by the caller's driver (a Struct: one is made per
+    call, and a dataclass's Python __init__ costs three times as much)."""
 
     kind: str  # "returned" | "raised" | "abandoned"
     value: Any = None

@@ -89,7 +89,8 @@ class CallContext:
         self.artifacts = artifacts
         self.traceparent = traceparent
         self.background = background
-        self.detail: dict[str, Any] = {}
+        #: Facts for the execute step (``set_detail``); made on first use, most calls add none.
+        self.detail: dict[str, Any] | None = None
         # Signals are rare, so the event, the callback list and the lock are made lazily or
         # shared: a call that is never cancelled pays for none of them.
         self._event: threading.Event | None = None
@@ -154,6 +155,8 @@ class CallContext:
 
     def set_detail(self, key: str, value: Any) -> None:
         """Add a small, JSON-serialisable fact to the execute step (redacted before recording)."""
+        if self.detail is None:
+            self.detail = {}
         self.detail[key] = value
 
     def report_late(
@@ -284,9 +287,10 @@ class Admission:
                 return False
             inflight = self._inflight
             n = inflight.get(tool, 0)
-            cap = self.tool_caps.get(tool)
-            if cap is not None and n >= cap:
-                return False
+            if self.tool_caps:
+                cap = self.tool_caps.get(tool)
+                if cap is not None and n >= cap:
+                    return False
             self._total += 1
             inflight[tool] = n + 1
             return True
