@@ -838,8 +838,8 @@ class ToolRegistry:
         A plain function (no generator on the common path): a rule that asks returns ``_Ask``
         and the pipeline then runs ``_approve``, which may yield to the approver."""
         d = entry.definition
-        stage = Stage.HOOK if hook else Stage.POLICY
-        resolved: dict[str, str] = {}
+        stage = _HOOK_STAGE if hook else _POLICY_STAGE
+        resolved: dict[str, str] = {} if d.path_params else _NO_PATHS
         for p in d.path_params:
             value = args.get(p)
             if value is None:
@@ -1649,6 +1649,8 @@ _perf_ns = time.perf_counter_ns
 _RESOLVE, _VALIDATE, _POLICY = StepName.RESOLVE, StepName.VALIDATE, StepName.POLICY
 _ADMISSION, _EXECUTE, _REDACT = StepName.ADMISSION, StepName.EXECUTE, StepName.REDACT
 _OK, _UNKNOWN, _NO_EFFECT = Status.OK, Status.UNKNOWN, Effect.NONE
+_HOOK_STAGE, _POLICY_STAGE = Stage.HOOK, Stage.POLICY
+_NO_PATHS: dict[str, str] = {}  # shared by calls of tools without path arguments, never mutated
 _NO_ATTRIBUTES: Mapping[str, str | int | bool] = {}  # shared, never mutated (like _FREE_INFO)
 _uuid7 = uuid_utils.uuid7
 _EXEC_DETAILS: dict[float, Mapping[str, Any]] = {}
