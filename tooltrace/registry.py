@@ -1501,9 +1501,19 @@ class ToolRegistry:
         self, fut: concurrent.futures.Future[Any], op: _Execute, cancel: Callable[[], Any] | None
     ) -> _Outcome:
         ctx = op.ctx
-        wake = threading.Event()
-        fut.add_done_callback(lambda _f: wake.set())
-        ctx.on_cancel(lambda _r: wake.set())
+        # A bare lock held here and released by whoever wakes us (the tool finishing, a
+        # cancel): waiting on it is one C call, where an Event goes through a Condition.
+        wake = _allocate_lock()
+        wake.acquire()
+
+        def poke(_: object) -> None:
+            try:
+                wake.release()
+            except RuntimeError:
+                pass  # already released by the other waker
+
+        fut.add_done_callback(poke)
+        ctx.on_cancel(poke)
         while not fut.done():
             left = ctx.deadline - time.monotonic()
             if ctx.signalled:
@@ -1511,7 +1521,7 @@ class ToolRegistry:
             if left <= 0:
                 self._signal(ctx, op, "deadline")
                 break
-            wake.wait(left)
+            wake.acquire(True, min(left, threading.TIMEOUT_MAX))
         if not fut.done():
             if cancel is not None and op.entry.definition.cancellable:
                 cancel()
@@ -1645,6 +1655,7 @@ _RECORD_FIELDS = (
 if CallRecord.__struct_fields__ != _RECORD_FIELDS:  # _Builder.envelope builds it positionally
     raise ImportError("CallRecord's fields changed: update _Builder.envelope and _RECORD_FIELDS")
 _perf_ns = time.perf_counter_ns
+_allocate_lock = threading.Lock
 # Enum members read through their class cost a metaclass lookup each: the hot path reads these.
 _RESOLVE, _VALIDATE, _POLICY = StepName.RESOLVE, StepName.VALIDATE, StepName.POLICY
 _ADMISSION, _EXECUTE, _REDACT = StepName.ADMISSION, StepName.EXECUTE, StepName.REDACT
