@@ -180,7 +180,7 @@ def _backfill_ranges(adir: Path, manifest: dict[str, Any]) -> bool:
                 continue
             try:
                 md = pq.read_metadata(adir / rel)
-            except (FileNotFoundError, OSError):
+            except (OSError, ValueError):  # gone, or not readable as Parquet: no range
                 continue
             lo_hi = parquet_id_range(md)
             if lo_hi is not None:
