@@ -77,13 +77,13 @@ class CompiledSchema:
                         break
                 else:
                     return arguments, None
-        if not self._fills:
-            data: dict[str, Any] = arguments if type(arguments) is dict else dict(arguments)
-        elif _has_nested(arguments):
-            data = copy.deepcopy(arguments)
-        else:
-            data = dict(arguments)
         try:
+            if not self._fills:
+                data: dict[str, Any] = arguments if type(arguments) is dict else dict(arguments)
+            elif _has_nested(arguments):
+                data = copy.deepcopy(arguments)  # RecursionError on absurd nesting: below
+            else:
+                data = dict(arguments)
             out = self._validate(data)
         except fastjsonschema.JsonSchemaValueException as exc:
             return arguments, _sanitise(exc)
