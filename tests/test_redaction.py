@@ -605,3 +605,22 @@ def test_artifact_store_rejects_bad_digests(tmp_path: Path) -> None:
     store = ArtifactStore(tmp_path / "artifacts")
     with pytest.raises(ValueError):
         store.read("../../etc/passwd")
+
+
+def test_no_rule_finds_anything_in_text_shorter_than_a_registered_value() -> None:
+    """_redact_text skips text of 1-3 characters; this is why that is safe."""
+    import itertools
+
+    from tooltrace.redaction import _B64_RUN, _MIN_REGISTERED_CHARS, _PCT_TOKEN, _detect
+
+    assert _MIN_REGISTERED_CHARS == 4
+    with pytest.raises(ValueError):
+        Redactor().register_value("abc")
+    alphabet = [chr(c) for c in range(32, 127)] + ["é", "ß", "\u00a0", "\u2028"]
+    for n in (1, 2, 3):
+        for chars in itertools.product(alphabet, repeat=n):
+            text = "".join(chars)
+            assert _detect(text)[1] == 0, text
+            assert _B64_RUN.search(text) is None, text
+            m = _PCT_TOKEN.search(text)  # decodes to at most one character
+            assert m is None or len(m.group()) <= 3, text
