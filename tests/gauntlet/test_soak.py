@@ -4,7 +4,9 @@ about 10 s in CI, ``TOOLTRACE_SOAK_MINUTES`` (default 10) with ``TOOLTRACE_LONG=
 length with ``python -m bench.gauntlet soak --minutes N``.
 
 Asserted: no drops with the default queue sizes, every call reaches every sink (spans received,
-log lines, metrics scrapes), and RSS grows less than 5% after the warm-up. The per-call overhead
+log lines, metrics scrapes), and RSS grows less than 5% after the warm-up (5,096 unpaced calls
+that fill the registry's table of recent call statuses, then the first 10% of the paced run or
+2 s). The per-call overhead
 (p50/p99/p99.9 of the no-op tool) is measured and printed, not asserted: speed targets live in
 ``bench/``.
 """
@@ -30,8 +32,8 @@ def test_soak_everything_on(tmp_path: Path) -> None:
            drops=sum(f["drops"].values()), **{f"status_{k}": v for k, v in f["statuses"].items()})
     assert all(v == 0 for v in f["drops"].values()), f["drops"]
     assert f["export_failures"] == 0
-    assert f["spans_received"] == f["calls"]
-    assert f["log_lines"] >= f["calls"]
+    assert f["spans_received"] == f["calls"] + f["warmup_calls"]
+    assert f["log_lines"] >= f["calls"] + f["warmup_calls"]
     assert f["scrapes_ok"] >= SECONDS * 0.5 and f["scrapes_failed"] == 0
     # The offered load was really 500 calls/s (calls more than 100 ms behind schedule are
     # counted and printed: on a loaded machine they are the scheduler's, not the sinks').
