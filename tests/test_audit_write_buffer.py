@@ -109,3 +109,26 @@ def test_the_write_buffer_is_allocated_once_and_reused(tmp_path: Path) -> None:
         w.close()
     rep = verify(tmp_path)
     assert rep.ok and rep.records == 15001, rep.findings
+
+
+def test_every_write_ends_at_the_end_of_a_line(
+    tmp_path: Path, small_buffer: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes: list[bytes] = []
+    real = _writer._write_all
+
+    def recording(fd: int, data: bytes | bytearray | memoryview) -> None:
+        writes.append(bytes(data))
+        real(fd, data)
+
+    monkeypatch.setattr(_writer, "_write_all", recording)
+    w = _writer_in(tmp_path)
+    recs = [_rec(i, pad=small_buffer * 2 if i % 50 == 7 else (i * 37) % 700) for i in range(600)]
+    with w.lock:
+        w.append(recs, [f"c{i:06d}" for i in range(600)], durable=False)
+        w.close()
+    assert len(writes) > 20  # the batch went out in many buffer-sized writes
+    assert all(d.endswith(b"\n") for d in writes)
+    assert all(len(d) <= small_buffer for d in writes if d.count(b"\n") > 1)
+    rep = verify(tmp_path)
+    assert rep.ok and rep.records == 600, rep.findings

@@ -170,29 +170,27 @@ class SegmentWriter:
         return encoded[:-1] + tail
 
     def _put_line(self, encoded: bytes | dict[str, Any]) -> None:
-        """Chain one record into the write buffer (writing the buffer out when full)."""
+        """Chain one record into the write buffer, writing the buffer out first when the line
+        does not fit: a buffer write always ends at a line's end, so a crash between two of
+        them never leaves half a line."""
         encoded, tail = self._chain(encoded)
-        self._put(encoded, cut=1)  # without its closing brace
-        self._put(tail)
-
-    def _put(self, data: bytes, cut: int = 0) -> None:
-        """Copy ``data`` minus its last ``cut`` bytes into the write buffer."""
         buf = self._buf
         if buf is None:
             buf = self._buf = bytearray(WRITE_BUFFER)
-        n = len(data)
-        pos = self._pos
-        if pos + n > len(buf):
+        n = len(encoded) - 1  # the line holds the object without its closing brace
+        size = n + len(tail)
+        if self._pos + size > len(buf):
             self._write_buffer()
-            pos = 0
-            if n > len(buf):  # a line larger than the whole buffer goes out on its own
-                with memoryview(data) as view, view[: n - cut] as part:
-                    self._write_direct(part)
+            if size > len(buf):  # a line larger than the whole buffer goes out on its own
+                self._write_direct(encoded[:-1] + tail)
                 return
-        # Same-size slice assignment: a copy into the buffer, never a resize. The cut bytes
-        # are copied too and overwritten by what comes next.
-        buf[pos : pos + n] = data
-        self._pos = pos + n - cut
+        pos = self._pos
+        # Same-size slice assignments: copies into the buffer, never a resize. The brace is
+        # copied too and overwritten by the tail.
+        buf[pos : pos + n + 1] = encoded
+        pos += n
+        buf[pos : pos + len(tail)] = tail
+        self._pos = pos + len(tail)
 
     def _write_direct(self, data: bytes | bytearray | memoryview) -> None:
         assert self._fd is not None
