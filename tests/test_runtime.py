@@ -611,3 +611,74 @@ def test_randomised_cancels_and_deadlines_under_load(
     finally:
         stop.set()
         reg.shutdown(5.0)
+
+
+def test_tool_threads_run_jobs_like_futures_and_cancel_queued_ones_at_shutdown() -> None:
+    import concurrent.futures
+
+    from tooltrace.runtime import ToolThreads
+
+    pool = ToolThreads(1, "test-tool")
+    gate = threading.Event()
+    seen: list[str] = []
+
+    def slow() -> str:
+        gate.wait(5)
+        return "slow"
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    first = pool.submit(slow)
+    queued = pool.submit(lambda: "never")  # one thread: waits behind `first`
+    first.add_done_callback(lambda j: seen.append(f"done:{j.result()}"))
+    with pytest.raises(concurrent.futures.TimeoutError):
+        first.result(0.05)
+    assert not first.done() and seen == []
+    gate.set()
+    assert first.result(5) == "slow" and seen == ["done:slow"]
+    assert queued.result(5) == "never"
+    failed = pool.submit(boom)
+    with pytest.raises(ValueError, match="boom"):
+        failed.result(5)
+    assert isinstance(failed.exception(), ValueError) and not failed.cancelled()
+    late: list[bool] = []
+    failed.add_done_callback(lambda j: late.append(j.done()))  # already done: runs at once
+    assert late == [True]
+
+    gate.clear()
+    started = threading.Event()
+
+    def slow_started() -> str:
+        started.set()
+        return slow()
+
+    blocker = pool.submit(slow_started)
+    assert started.wait(5)  # running, so shutdown cannot cancel it
+    waiting = pool.submit(lambda: "queued")
+    pool.shutdown()
+    assert waiting.cancelled() and waiting.done()
+    with pytest.raises(concurrent.futures.CancelledError):
+        waiting.result(0)
+    with pytest.raises(RuntimeError, match="shut down"):
+        pool.submit(lambda: None)
+    gate.set()
+    assert blocker.result(5) == "slow"  # the running job still finishes
+
+
+def test_tool_threads_start_workers_on_demand_up_to_their_size() -> None:
+    from tooltrace.runtime import ToolThreads
+
+    pool = ToolThreads(3, "test-size")
+    gate = threading.Event()
+    jobs = [pool.submit(gate.wait, 5) for _ in range(5)]
+    time.sleep(0.1)
+    names = {t.name for t in threading.enumerate() if t.name.startswith("test-size_")}
+    assert len(names) == 3  # capped; the other two jobs wait in the queue
+    gate.set()
+    assert all(j.result(5) is True for j in jobs)
+    # Finished workers are reused: sequential jobs start no new thread.
+    for _ in range(20):
+        pool.submit(lambda: None).result(5)
+    assert len({t.name for t in threading.enumerate() if t.name.startswith("test-size_")}) == 3
+    pool.shutdown()

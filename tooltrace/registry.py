@@ -24,6 +24,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextvars
+import functools
 import inspect
 import os
 import re
@@ -70,7 +71,16 @@ from .policy import (
     Verdict,
 )
 from .redaction import ArtifactStore, Redactor, preview
-from .runtime import _CURRENT, Admission, AdmissionResult, CallContext, LoopThread, make_pool
+from .runtime import (
+    _CURRENT,
+    Admission,
+    AdmissionResult,
+    CallContext,
+    Job,
+    LoopThread,
+    ToolThreads,
+    make_pool,
+)
 from .runtime import _resolve as _resolve_future
 from .telemetry._sink import DurableSink, OpenSpan, Sink, SpanOpener
 from .tool import Effect, Execution, FunctionTool, ToolDefinition, ToolResult
@@ -262,7 +272,7 @@ class ToolRegistry:
         self._active_entries: dict[str, _Entry] = {}
         self._reg_lock = threading.RLock()
         self._admission = Admission(max_concurrency, max_queue, tool_concurrency)
-        self._pool = make_pool(max_concurrency, "tooltrace-tool")
+        self._pool = ToolThreads(max_concurrency, "tooltrace-tool")
         self._hook_threads = hook_threads
         self._hook_pool = make_pool(hook_threads, "tooltrace-hook")
         self._loop = LoopThread()
@@ -555,7 +565,7 @@ class ToolRegistry:
                 sink.shutdown(max(0.1, deadline - time.monotonic()))
             except Exception:
                 self.sink_errors += 1
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown()
         self._hook_pool.shutdown(wait=False, cancel_futures=True)
         self._loop.stop()
 
@@ -1498,7 +1508,10 @@ class ToolRegistry:
             self._admission.release(tool)
 
     def _wait(
-        self, fut: concurrent.futures.Future[Any], op: _Execute, cancel: Callable[[], Any] | None
+        self,
+        fut: concurrent.futures.Future[Any] | Job,
+        op: _Execute,
+        cancel: Callable[[], Any] | None,
     ) -> _Outcome:
         ctx = op.ctx
         # A bare lock held here and released by whoever wakes us (the tool finishing, a
@@ -1544,7 +1557,9 @@ class ToolRegistry:
             ctx.mark(reason)
 
     def _outcome(
-        self, fut: concurrent.futures.Future[Any] | asyncio.Future[Any], ctx: CallContext
+        self,
+        fut: concurrent.futures.Future[Any] | asyncio.Future[Any] | Job,
+        ctx: CallContext,
     ) -> _Outcome:
         sig = ctx.reason if ctx.signalled else None
         sig_at = (ctx.signalled_at or time.monotonic()) if sig else None
@@ -1556,7 +1571,7 @@ class ToolRegistry:
         return _Outcome("returned", fut.result(), None, sig, sig_at)
 
     def _on_late_done(
-        self, fut: concurrent.futures.Future[Any] | asyncio.Future[Any], op: _Execute
+        self, fut: concurrent.futures.Future[Any] | asyncio.Future[Any] | Job, op: _Execute
     ) -> None:
         ctx = op.ctx
 
@@ -1582,7 +1597,14 @@ class ToolRegistry:
                 fut = loop.create_task(self._run_coro(invoke, tool))
             else:
                 run = contextvars.copy_context().run
-                fut = loop.run_in_executor(self._pool, run, self._run_sync, invoke, tool)
+                fut = loop.create_future()
+                try:
+                    job = self._pool.submit(run, self._run_sync, invoke, tool)
+                except RuntimeError as exc:  # shut down: the tool never started
+                    self._admission.release(tool)
+                    fut.set_exception(exc)
+                else:
+                    job.add_done_callback(functools.partial(_to_loop, loop, fut))
         finally:
             _CURRENT.reset(ctx_token)
             if op.span is not None:
@@ -1689,6 +1711,25 @@ _ADMISSION_TEXT = {
     "cancelled": "it (or its run) was cancelled while it waited for a slot",
     "shutdown": "the registry is shutting down",
 }
+
+
+def _to_loop(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any], job: Job) -> None:
+    """Carry a finished tool job's outcome to the asyncio future its caller awaits."""
+    try:
+        loop.call_soon_threadsafe(_copy_job, fut, job)
+    except RuntimeError:
+        pass  # the loop is closed: nobody awaits it any more
+
+
+def _copy_job(fut: asyncio.Future[Any], job: Job) -> None:
+    if fut.done():
+        return
+    if job.cancelled():
+        fut.cancel()
+    elif job.exception() is not None:
+        fut.set_exception(job.exception())  # type: ignore[arg-type]
+    else:
+        fut.set_result(job.result(0))
 
 
 def _guard(fn: Callable[[Any], Any], arg: Any) -> tuple[str, Any]:
