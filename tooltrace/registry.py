@@ -1087,7 +1087,6 @@ class ToolRegistry:
         d = entry.definition
         side_effects = d.effect is not _NO_EFFECT
         steps = b.steps
-        now = _perf_ns()
         signal = out.signal
         tool_summary: str | None = None
         value = out.value
@@ -1108,20 +1107,7 @@ class ToolRegistry:
         else:
             # Shared per timeout and never mutated (records are read-only downstream).
             exec_detail = _EXEC_DETAILS.get(ctx.timeout_s) or _exec_detail(ctx.timeout_s)
-        steps.append(
-            _new_tuple(
-                Step,
-                (
-                    len(steps),
-                    _EXECUTE,
-                    b.t_wall + (t - b.t0) // 1000,
-                    (now - t) // 1000,
-                    "tool",
-                    out.kind,
-                    exec_detail,
-                ),
-            )
-        )
+        now = b.step(_EXECUTE, t, "tool", out.kind, exec_detail)
         if signal is not None and out.signal_at is not None:
             sig_ns = int(out.signal_at * 1e9)
             name = StepName.DEADLINE if signal == "deadline" else StepName.CANCEL_REQUESTED
