@@ -612,7 +612,8 @@ class ToolRegistry:
                 b.span = self._tracer.open_span(UNREGISTERED)
             b.step(StepName.RESOLVE, t0, "registry", "reject", {"reason": bad})
             return b.reject(Stage.PARAMS, f"malformed tool call: {bad}", UNREGISTERED)
-        b.call_id = call.call_id.lower() if call.call_id else str(_uuid7())  # new_call_id()
+        # str(uuid7()) is new_call_id() without a function call, on every call.
+        b.call_id = call.call_id.lower() if call.call_id else str(_uuid7())
         b.run_id = call.run_id or self.run_id
         b.mode = call.mode
         if call.attributes:
@@ -1136,11 +1137,8 @@ class ToolRegistry:
             retry = _RETRY_OK
         else:
             status, summary, retry, error_type = self._settle(b, d, ctx, out, side_effects)
-            tool_summary_note = summary
-            if status is Status.OK:
-                summary = (self._scrub(tool_summary)[:500] if tool_summary else "") + (
-                    tool_summary_note
-                )
+            if status is _OK:  # summary is the note for the tool's own summary
+                summary = (self._scrub(tool_summary)[:500] if tool_summary else "") + summary
         b.error_type = error_type
         if status is not _OK:
             return b.envelope(status, summary, None, None, None, None, retry=retry)
