@@ -288,7 +288,7 @@ class RequireApproval:
         return (
             tool.name in self.tools
             or tool.capability in self.capabilities
-            or (tool.effect in self.effects)
+            or tool.effect in self.effects
         )
 
     def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
