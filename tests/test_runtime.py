@@ -682,3 +682,39 @@ def test_tool_threads_start_workers_on_demand_up_to_their_size() -> None:
         pool.submit(lambda: None).result(5)
     assert len({t.name for t in threading.enumerate() if t.name.startswith("test-size_")}) == 3
     pool.shutdown()
+
+
+def test_tool_threads_wake_lock_released_by_job_or_signal() -> None:
+    """A job submitted with a held `wake` lock releases it when done, and a call's signal
+    releases the call's wake lock too (a cancel must end the caller's wait at once); either
+    party may come second without error."""
+    import _thread
+    import tempfile
+
+    from tooltrace import ArtifactStore, Workspace
+    from tooltrace.runtime import ToolThreads
+
+    pool = ToolThreads(1, "test-wake")
+    gate = threading.Event()
+    wake = _thread.allocate_lock()
+    wake.acquire()
+    job = pool.submit(gate.wait, 5, wake=wake)
+    assert not wake.acquire(True, 0.05)  # still running: nobody released it
+    gate.set()
+    assert wake.acquire(True, 5) and job.result(5) is True
+
+    ws = Workspace(tempfile.mkdtemp())
+    ctx = CallContext("c-wake", "r", "t", 30.0, ws, ArtifactStore(Path(tempfile.mkdtemp())))
+    held = _thread.allocate_lock()
+    held.acquire()
+    ctx._wake = held
+    gate.clear()
+    job = pool.submit(gate.wait, 5, wake=held)
+    threading.Timer(0.05, ctx.signal, ("cancel",)).start()
+    t0 = time.monotonic()
+    assert held.acquire(True, 5)  # woken by the signal, the job still running
+    assert time.monotonic() - t0 < 4 and not job.done()
+    gate.set()
+    assert job.result(5) is True  # the job's own release of the free lock is ignored
+    assert not held.locked()
+    pool.shutdown()

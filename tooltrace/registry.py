@@ -487,7 +487,7 @@ class ToolRegistry:
     def _boxed(
         self, call: ToolCall | Mapping[str, Any] | str | bytes, box: list[ToolResultEnvelope]
     ) -> Generator[_Op, Any, None]:
-        box.append((yield from self._pipeline(call)))
+        box.append((yield from self._pipeline(call, True)))
 
     async def acall(self, call: ToolCall | Mapping[str, Any] | str | bytes) -> ToolResultEnvelope:
         """Run one tool call through the same pipeline on the running event loop."""
@@ -588,7 +588,10 @@ class ToolRegistry:
 
     # -- the pipeline (one copy, two drivers) -------------------------------------------------
 
-    def _pipeline(self, raw: ToolCall | Mapping[str, Any] | str | bytes) -> _Pipeline:
+    def _pipeline(
+        self, raw: ToolCall | Mapping[str, Any] | str | bytes, blocking: bool = False
+    ) -> _Pipeline:
+        """The pipeline; ``blocking`` when its driver is ``call()`` (which may wait here)."""
         t_wall = time.time_ns() // 1000
         t0 = _perf_ns()
         b = _Builder(self, t_wall, t0)
@@ -817,6 +820,12 @@ class ToolRegistry:
             out: _Outcome
             if entry.inline:
                 out = self._execute_inline(entry, ctx, args, b.span)
+            elif blocking:
+                # The blocking driver would only hand the operation back to this thread: run it
+                # here and save the round trip through the generator.
+                out = self._execute_blocking(
+                    _Execute(entry, ctx, args, b.span, self.cancel_grace_s)
+                )
             else:
                 out = yield _Execute(entry, ctx, args, b.span, self.cancel_grace_s)
         finally:
@@ -1461,29 +1470,47 @@ class ToolRegistry:
         ctx_token = _CURRENT.set(ctx)
         try:
             ctx.start_clock()
-            invoke = self._invoke(op)
             if e.is_async:
                 cfut = asyncio.run_coroutine_threadsafe(
-                    self._run_coro(invoke, tool), self._loop.loop()
+                    self._run_coro(self._invoke(op), tool), self._loop.loop()
                 )
                 return self._wait(cfut, op, lambda: cfut.cancel())
+            # The caller sleeps on a bare lock that the worker releases when the tool is done
+            # and a cancel releases too: one C call to wait, no callbacks on the way.
+            wake = _allocate_lock()
+            wake.acquire()
+            ctx._wake = wake
             run = contextvars.copy_context().run
             try:
-                fut = self._pool.submit(run, self._run_sync, invoke, tool)
+                job = self._pool.submit(
+                    run,
+                    _run_tool,
+                    e.fn,
+                    ctx,
+                    op.arguments,
+                    e.wants_ctx,
+                    self._admission.release,
+                    tool,
+                    wake=wake,
+                )
             except RuntimeError as exc:  # the pool is shut down: the tool never started
                 self._admission.release(tool)
                 return _Outcome("raised", None, exc)
-            return self._wait(fut, op, None)
+            while not job._done:
+                if ctx._stopped:
+                    break
+                left = ctx.deadline - time.monotonic()
+                if left <= 0:
+                    self._signal(ctx, op, "deadline")
+                    break
+                wake.acquire(True, left if left < threading.TIMEOUT_MAX else threading.TIMEOUT_MAX)
+            if job._done:
+                return self._outcome(job, ctx)
+            return self._wait(job, op, None)
         finally:
             _CURRENT.reset(ctx_token)
             if op.span is not None:
                 op.span.detach(token)
-
-    def _run_sync(self, invoke: Callable[[], Any], tool: str) -> Any:
-        try:
-            return invoke()
-        finally:
-            self._admission.release(tool)
 
     async def _run_coro(self, invoke: Callable[[], Any], tool: str) -> Any:
         try:
@@ -1575,15 +1602,23 @@ class ToolRegistry:
         ctx_token = _CURRENT.set(ctx)
         try:
             ctx.start_clock()
-            invoke = self._invoke(op)
             fut: asyncio.Future[Any]
             if e.is_async:
-                fut = loop.create_task(self._run_coro(invoke, tool))
+                fut = loop.create_task(self._run_coro(self._invoke(op), tool))
             else:
                 run = contextvars.copy_context().run
                 fut = loop.create_future()
                 try:
-                    job = self._pool.submit(run, self._run_sync, invoke, tool)
+                    job = self._pool.submit(
+                        run,
+                        _run_tool,
+                        e.fn,
+                        ctx,
+                        op.arguments,
+                        e.wants_ctx,
+                        self._admission.release,
+                        tool,
+                    )
                 except RuntimeError as exc:  # shut down: the tool never started
                     self._admission.release(tool)
                     fut.set_exception(exc)
@@ -1714,6 +1749,21 @@ def _copy_job(fut: asyncio.Future[Any], job: Job) -> None:
         fut.set_exception(job.exception())  # type: ignore[arg-type]
     else:
         fut.set_result(job.result(0))
+
+
+def _run_tool(
+    fn: Callable[..., Any],
+    ctx: CallContext,
+    args: dict[str, Any],
+    wants_ctx: bool,
+    release: Callable[[str], None],
+    tool: str,
+) -> Any:
+    """A synchronous tool on a worker thread; its admission slot is given back when it ends."""
+    try:
+        return fn(ctx, **args) if wants_ctx else fn(**args)
+    finally:
+        release(tool)
 
 
 def _guard(fn: Callable[[Any], Any], arg: Any) -> tuple[str, Any]:

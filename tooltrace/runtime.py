@@ -17,6 +17,7 @@ import contextvars
 import queue
 import threading
 import time
+from _thread import LockType
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -56,6 +57,7 @@ class CallContext:
         "_late",
         "_reason",
         "_stopped",
+        "_wake",
         "artifacts",
         "background",
         "call_id",
@@ -98,6 +100,9 @@ class CallContext:
         self._reason: str | None = None
         self._callbacks: list[Callable[[str], None]] | None = None
         self._stopped = False
+        #: A held lock the registry waits on while the tool runs on a worker; the signal
+        #: releases it, so the wait ends at once (set by the registry, None otherwise).
+        self._wake: LockType | None = None
         self._late = late
         # Set by the registry when the call has returned (what cancel() waits for).
         self._done = False
@@ -182,6 +187,8 @@ class CallContext:
             if self._event is not None:
                 self._event.set()
             callbacks, self._callbacks = self._callbacks or [], None
+        if self._wake is not None:
+            release_quietly(self._wake)
         for cb in callbacks:
             _safe(cb, reason)
         return True
@@ -197,6 +204,14 @@ class CallContext:
 
 
 _SIGNAL_LOCK = threading.Lock()
+
+
+def release_quietly(lock: LockType) -> None:
+    """Release a lock two parties may both release (the second release is a no-op)."""
+    try:
+        lock.release()
+    except RuntimeError:
+        pass
 
 
 def _safe(cb: Callable[[str], None], reason: str) -> None:
@@ -471,9 +486,21 @@ class Job:
     the registry uses (``done``, ``cancelled``, ``exception``, ``result``,
     ``add_done_callback``), without a ``Condition`` per job."""
 
-    __slots__ = ("_args", "_callbacks", "_cancelled", "_done", "_error", "_fn", "_gate", "_value")
+    __slots__ = (
+        "_args",
+        "_callbacks",
+        "_cancelled",
+        "_done",
+        "_error",
+        "_fn",
+        "_gate",
+        "_value",
+        "_wake",
+    )
 
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], wake: LockType | None = None
+    ) -> None:
         self._fn = fn
         self._args = args
         self._done = False
@@ -484,13 +511,19 @@ class Job:
         # Held until the job is done: result(timeout) waits on it with one C call.
         self._gate = threading.Lock()
         self._gate.acquire()
+        # A lock the submitter holds and waits on; released (once) when the job is done. The
+        # submitter may release it too (a cancel), so a second release is ignored.
+        self._wake = wake
 
     def _run(self) -> None:
+        self._call()
+        self._finish()
+
+    def _call(self) -> None:
         try:
             self._value = self._fn(*self._args)
         except BaseException as exc:  # like a Future: the waiter decides what it means
             self._error = exc
-        self._finish()
 
     def _cancel(self) -> None:
         """Never ran (its pool shut down first)."""
@@ -506,6 +539,8 @@ class Job:
         finally:
             _JOB_LOCK.release()
         self._gate.release()
+        if self._wake is not None:
+            release_quietly(self._wake)
         for cb in callbacks or ():
             try:
                 cb(self)
@@ -575,9 +610,12 @@ class ToolThreads:
         self._idle = 0
         self._closed = False
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Job:
-        """Queue ``fn(*args)``; ``RuntimeError`` after shutdown (the job never starts)."""
-        job = Job(fn, args)
+    def submit(self, fn: Callable[..., Any], *args: Any, wake: LockType | None = None) -> Job:
+        """Queue ``fn(*args)``; ``RuntimeError`` after shutdown (the job never starts).
+
+        ``wake``, a held lock, is released when the job is done: a caller blocked on it wakes
+        with one C call, no callback."""
+        job = Job(fn, args, wake)
         start = False
         lock = self._lock
         lock.acquire()
@@ -604,11 +642,15 @@ class ToolThreads:
             job = get()
             if job is None:
                 return
-            job._run()
-            del job
+            job._call()
+            # Idle again *before* the submitter is woken: its next job then finds this worker
+            # (no new thread), and nothing is left to do here but go back to waiting, which
+            # frees the interpreter for the woken caller at once.
             lock.acquire()
             self._idle += 1
             lock.release()
+            job._finish()
+            del job
 
     def shutdown(self) -> None:
         """Refuse new jobs, cancel queued ones, let workers end after their current job."""
