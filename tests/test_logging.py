@@ -217,3 +217,26 @@ def test_registry_calls_are_logged_with_trace_ids_and_late_steps(tmp_path: Path)
     assert stuck_line["status"] == "unknown" and stuck_line["level"] == "error"
     late = [x for x in lines if x["event"] == "tool_late_step"]
     assert late and late[0]["call_id"] == lost.call_id
+
+
+def test_iso_timestamps_are_exact_and_match_datetime() -> None:
+    """Log timestamps are formatted from a per-second cache; every one must equal the exact
+    datetime rendering (integer arithmetic, so no float rounding), across seconds, year and
+    leap-day boundaries, and after the cache was filled by another second."""
+    import random
+    from datetime import UTC, datetime, timedelta
+
+    from tooltrace.telemetry.logging import _iso
+
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+
+    def exact(us: int) -> str:
+        return (epoch + timedelta(microseconds=us)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    rng = random.Random(7)
+    samples = [0, 1, 999_999, 1_000_000, 951_782_399_999_999, 951_782_400_000_000]
+    samples += [rng.randrange(0, 4_102_444_800_000_000) for _ in range(20_000)]
+    base = 1_764_695_000_000_000
+    samples += [base + rng.randrange(0, 3_000_000) for _ in range(2_000)]  # cache hits
+    for us in samples:
+        assert _iso(us) == exact(us), us

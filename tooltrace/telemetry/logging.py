@@ -17,6 +17,7 @@ import io
 import logging as _stdlib_logging
 import os
 import sys
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import IO, Any, Final
@@ -61,10 +62,26 @@ _STATUS_LEVEL: Final = {
 }
 
 
+#: (second, "YYYY-MM-DDTHH:MM:SS") of the last timestamp formatted: a batch's lines mostly
+#: share their second. One tuple, replaced whole, so threads never see a torn pair.
+_ISO_SECOND: tuple[int, str] = (-1, "")
+
+
 def _iso(us: int) -> str:
-    return datetime.fromtimestamp(us / 1e6, UTC).isoformat(timespec="microseconds").replace(
-        "+00:00", "Z"
-    )
+    """RFC 3339 UTC with microseconds (``2026-12-02T17:20:17.123456Z``), a quarter of the cost
+    of ``datetime.isoformat`` when the second repeats."""
+    global _ISO_SECOND
+    sec, micro = divmod(us, 1_000_000)
+    cached = _ISO_SECOND
+    if cached[0] != sec:
+        try:
+            cached = (sec, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)))
+        except (OverflowError, OSError, ValueError):  # outside what the C library can format
+            return datetime.fromtimestamp(us / 1e6, UTC).isoformat(
+                timespec="microseconds"
+            ).replace("+00:00", "Z")
+        _ISO_SECOND = cached
+    return f"{cached[1]}.{micro:06d}Z"
 
 
 def _bounded(text: str, limit: int) -> str:
@@ -234,8 +251,8 @@ class LoggingSink:
             "call_id": rec.call_id,
             "run_id": rec.run_id,
             "tool": rec.tool,
-            "status": rec.status.value,
-            "stage": None if rec.reject_stage is None else rec.reject_stage.value,
+            "status": str(rec.status),  # a StrEnum's str() is its value, minus .value's cost
+            "stage": None if rec.reject_stage is None else str(rec.reject_stage),
             "elapsed_ms": round(rec.elapsed_us / 1000.0, 3),
             "trace_id": rec.trace_id,
             "span_id": rec.span_id,

@@ -40,6 +40,8 @@ import orjson
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState
+from opentelemetry.trace.status import Status as OtelStatus
+from opentelemetry.trace.status import StatusCode
 
 from ..envelope import CallRecord, Stage, Status
 from ._worker import BatchWorker
@@ -445,12 +447,11 @@ class TracingSink:
 
     def build_span(self, rec: CallRecord) -> ReadableSpan:
         """Build the finished SDK span for one record (what the worker exports)."""
-        from opentelemetry.sdk.trace import Event, ReadableSpan
-        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-        from opentelemetry.trace.status import Status as OtelStatus
-        from opentelemetry.trace.status import StatusCode
-
+        sdk = _SDK or _load_sdk()
+        Event, ReadableSpan = sdk
         if self._scope is None:
+            from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
             self._scope = InstrumentationScope("tooltrace", _version())
         limit = self.max_attribute_chars
         tid = int(rec.trace_id or "0", 16)
@@ -467,15 +468,17 @@ class TracingSink:
             attrs[_bounded(str(key), 255)] = (
                 _bounded(value, limit) if isinstance(value, str) else value
             )
+        tool = rec.tool if len(rec.tool) <= 255 else _bounded(rec.tool, 255)
         attrs["gen_ai.operation.name"] = "execute_tool"
-        attrs["gen_ai.tool.name"] = _bounded(rec.tool, 255)
+        attrs["gen_ai.tool.name"] = tool
         attrs["gen_ai.tool.call.id"] = rec.call_id
         attrs["gen_ai.tool.type"] = rec.tool_type
         if rec.description:
             attrs["gen_ai.tool.description"] = _bounded(rec.description, limit)
-        attrs["tooltrace.status"] = rec.status.value
+        # str() of a StrEnum member is its value, without the enum's slow .value property.
+        attrs["tooltrace.status"] = str(rec.status)
         if rec.reject_stage is not None:
-            attrs["tooltrace.reject_stage"] = rec.reject_stage.value
+            attrs["tooltrace.reject_stage"] = str(rec.reject_stage)
         attrs["tooltrace.source"] = rec.source
         attrs["tooltrace.run_id"] = rec.run_id
         attrs["tooltrace.mode"] = rec.mode
@@ -488,9 +491,9 @@ class TracingSink:
             attrs["tooltrace.artifact.chars"] = art.chars
         if rec.status in _ERROR_STATUSES:
             attrs["error.type"] = _bounded(rec.error_type or "_OTHER", 255)
-            status = OtelStatus(StatusCode.ERROR, rec.error_type or rec.status.value)
+            status = OtelStatus(StatusCode.ERROR, rec.error_type or str(rec.status))
         else:
-            status = OtelStatus(StatusCode.UNSET)
+            status = _UNSET_STATUS
         if self.capture_content:
             if rec.args_redacted is not None:
                 attrs["gen_ai.tool.call.arguments"] = _json(rec.args_redacted, limit)
@@ -503,20 +506,24 @@ class TracingSink:
             elif rec.result_preview is not None:
                 attrs["gen_ai.tool.call.result"] = _bounded(rec.result_preview, limit)
         events = []
+        content = self.capture_content
         for st in rec.steps:
+            decider, decision = st.decider, st.decision
             ev: dict[str, Any] = {
                 "tooltrace.step": st.step,
                 "tooltrace.step.seq": st.seq,
-                "tooltrace.decider": _bounded(st.decider, 255),
-                "tooltrace.decision": _bounded(st.decision, 255),
+                "tooltrace.decider": decider if len(decider) <= 255 else _bounded(decider, 255),
+                "tooltrace.decision": (
+                    decision if len(decision) <= 255 else _bounded(decision, 255)
+                ),
                 "tooltrace.elapsed_ms": st.elapsed_us / 1000.0,
             }
-            if self.capture_content and st.detail:
+            if content and st.detail:
                 ev["tooltrace.detail"] = _json(st.detail, min(limit, 1024))
-            events.append(Event(st.step, ev, timestamp=st.started_at_us * 1000))
+            events.append(Event(st.step, ev, st.started_at_us * 1000))
         start_ns = rec.started_at_us * 1000
         return ReadableSpan(
-            name=f"execute_tool {_bounded(rec.tool, 255)}",
+            name=f"execute_tool {tool}",
             context=ctx,
             parent=parent,
             resource=self._resource,
@@ -528,6 +535,20 @@ class TracingSink:
             end_time=start_ns + rec.elapsed_us * 1000,
             instrumentation_scope=self._scope,
         )
+
+
+_UNSET_STATUS: Final = OtelStatus(StatusCode.UNSET)
+#: (Event, ReadableSpan) from the SDK, imported on the first span built (``import tooltrace``
+#: stays free of the SDK; an import statement per span cost 2 us).
+_SDK: tuple[Any, Any] | None = None
+
+
+def _load_sdk() -> tuple[Any, Any]:
+    global _SDK
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+
+    _SDK = (Event, ReadableSpan)
+    return _SDK
 
 
 def _with_ids(record: CallRecord, h: SpanHandle) -> CallRecord:
