@@ -48,7 +48,7 @@ from ._worker import BatchWorker
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Histogram, MeterProvider
-    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.sdk.trace.sampling import Sampler
 
@@ -447,8 +447,7 @@ class TracingSink:
 
     def build_span(self, rec: CallRecord) -> ReadableSpan:
         """Build the finished SDK span for one record (what the worker exports)."""
-        sdk = _SDK or _load_sdk()
-        Event, ReadableSpan = sdk
+        event_cls, span_cls = _SDK or _load_sdk()
         if self._scope is None:
             from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
@@ -520,9 +519,9 @@ class TracingSink:
             }
             if content and st.detail:
                 ev["tooltrace.detail"] = _json(st.detail, min(limit, 1024))
-            events.append(Event(st.step, ev, st.started_at_us * 1000))
+            events.append(event_cls(st.step, ev, st.started_at_us * 1000))
         start_ns = rec.started_at_us * 1000
-        return ReadableSpan(
+        return span_cls(
             name=f"execute_tool {tool}",
             context=ctx,
             parent=parent,
@@ -540,14 +539,15 @@ class TracingSink:
 _UNSET_STATUS: Final = OtelStatus(StatusCode.UNSET)
 #: (Event, ReadableSpan) from the SDK, imported on the first span built (``import tooltrace``
 #: stays free of the SDK; an import statement per span cost 2 us).
-_SDK: tuple[Any, Any] | None = None
+_SDK: tuple[type[Event], type[ReadableSpan]] | None = None
 
 
-def _load_sdk() -> tuple[Any, Any]:
+def _load_sdk() -> tuple[type[Event], type[ReadableSpan]]:
     global _SDK
-    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.sdk.trace import Event as _Event
+    from opentelemetry.sdk.trace import ReadableSpan as _ReadableSpan
 
-    _SDK = (Event, ReadableSpan)
+    _SDK = (_Event, _ReadableSpan)
     return _SDK
 
 
