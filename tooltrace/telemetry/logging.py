@@ -167,12 +167,13 @@ class LoggingSink:
                 renderer = structlog.processors.JSONRenderer(serializer=_dumps_str)
         else:
             renderer = structlog.dev.ConsoleRenderer(colors=False, pad_event_to=0)
+        # bind() turns the lazy proxy into the bound logger itself: each line then skips the
+        # proxy's __getattr__.
         self._log = structlog.wrap_logger(
             self._buffer,
             processors=[structlog.processors.add_log_level, renderer],
             wrapper_class=structlog.make_filtering_bound_logger(self.level),
-            cache_logger_on_first_use=True,
-        )
+        ).bind()
         #: Lines that could not be written (stream closed or failing), counted, never raised.
         self.export_failures = 0
         # Holds CallRecords and late steps (see emit_late).
