@@ -87,10 +87,12 @@ def test_a_torn_tail_is_reported_quarantined_and_sealed(tmp_path: Path) -> None:
     acked = acked_ids(out)
     (seg,) = list_segments(tmp_path / "audit")
     full = seg.path.read_bytes()
-    cut = full.rstrip(b"\n").rfind(b"\n") + 1
-    partial = full[cut : cut + 40]
-    with open(seg.path, "ab") as f:  # a record the writer was half way through
-        f.write(partial)
+    # The kill may itself have torn the last write: keep whole lines only, so the tail below
+    # is the one torn record this test plants.
+    whole = full[: full.rfind(b"\n") + 1]
+    cut = whole.rstrip(b"\n").rfind(b"\n") + 1
+    partial = whole[cut : cut + 40]
+    seg.path.write_bytes(whole + partial)  # plus a record the writer was half way through
     with AuditStore(tmp_path) as store:
         (issue,) = store.issues
         assert issue.segment == seg.name and "torn record (40 bytes)" in issue.message
