@@ -11,8 +11,8 @@ store and the span builder want without conversion.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import msgspec
 
@@ -83,11 +83,15 @@ class StepName(enum.StrEnum):
     RESOLVED = "resolved"
 
 
-class Step(NamedTuple):
+class Step(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """One pipeline step: what ran, when, for how long, who decided and what.
 
-    A ``NamedTuple`` rather than a dataclass because several are made per call on the hot path;
-    it is just as immutable. ``detail`` is redacted, JSON-serialisable and small.
+    Immutable, built positionally and never tracked by the cyclic garbage collector: six or
+    more are made per call and many wait in the sinks' queues, where tracked objects made every
+    young collection and its promotions cost more (a step holds only strings, numbers and a
+    small redacted ``detail``, so it cannot be part of a reference cycle). It still behaves like
+    the tuple it encodes as: it unpacks and indexes in field order, and ``_asdict()`` and
+    ``_replace()`` work as on a named tuple. ``detail`` is redacted, JSON-serialisable and small.
     """
 
     seq: int
@@ -97,6 +101,21 @@ class Step(NamedTuple):
     decider: str
     decision: str
     detail: Mapping[str, Any] | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(msgspec.structs.astuple(self))
+
+    def __getitem__(self, index: int | slice) -> Any:
+        return msgspec.structs.astuple(self)[index]
+
+    def __len__(self) -> int:
+        return 7
+
+    def _asdict(self) -> dict[str, Any]:
+        return msgspec.structs.asdict(self)
+
+    def _replace(self, **changes: Any) -> Step:
+        return msgspec.structs.replace(self, **changes)
 
 
 class ToolCall(msgspec.Struct, frozen=True):

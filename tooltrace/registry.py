@@ -1122,17 +1122,14 @@ class ToolRegistry:
             sig_ns = int(out.signal_at * 1e9)
             name = StepName.DEADLINE if signal == "deadline" else StepName.CANCEL_REQUESTED
             steps.append(
-                _new_tuple(
-                    Step,
-                    (
-                        len(steps),
-                        name,
-                        b.us_mono(sig_ns),
-                        0,
-                        "runtime",
-                        "signal",
-                        {"cancellable": d.cancellable, "grace_s": self.cancel_grace_s},
-                    ),
+                Step(
+                    len(steps),
+                    name,
+                    b.us_mono(sig_ns),
+                    0,
+                    "runtime",
+                    "signal",
+                    {"cancellable": d.cancellable, "grace_s": self.cancel_grace_s},
                 )
             )
         status: Status
@@ -1203,17 +1200,14 @@ class ToolRegistry:
             # anything else that was told to stop says whether it confirmed.
             name = StepName.CANCELLED if confirmed and signal == "cancel" else StepName.STOPPED
             steps.append(
-                _new_tuple(
-                    Step,
-                    (
-                        len(steps),
-                        name,
-                        b.us(_perf_ns()),
-                        0,
-                        "runtime",
-                        "confirmed" if confirmed else "unconfirmed",
-                        {"outcome": out.kind},
-                    ),
+                Step(
+                    len(steps),
+                    name,
+                    b.us(_perf_ns()),
+                    0,
+                    "runtime",
+                    "confirmed" if confirmed else "unconfirmed",
+                    {"outcome": out.kind},
                 )
             )
         if out.kind == "returned" and (signal != "cancel" or side_effects):
@@ -1698,8 +1692,15 @@ if CallRecord.__struct_fields__ != _RECORD_FIELDS:  # _Builder.envelope builds i
 _perf_ns = time.perf_counter_ns
 _allocate_lock = threading.Lock
 # Enum members read through their class cost a metaclass lookup each: the hot path reads these.
-_RESOLVE, _VALIDATE, _POLICY = StepName.RESOLVE, StepName.VALIDATE, StepName.POLICY
-_ADMISSION, _EXECUTE, _REDACT = StepName.ADMISSION, StepName.EXECUTE, StepName.REDACT
+# The hot steps' names as plain strings (equal to the StepName members): a dict holding only
+# plain values can be untracked by the garbage collector, an enum member keeps it tracked, and
+# every span event's attributes hold the step's name.
+_RESOLVE, _VALIDATE, _POLICY = str(StepName.RESOLVE), str(StepName.VALIDATE), str(StepName.POLICY)
+_ADMISSION, _EXECUTE, _REDACT = (
+    str(StepName.ADMISSION),
+    str(StepName.EXECUTE),
+    str(StepName.REDACT),
+)
 _OK, _UNKNOWN, _NO_EFFECT = Status.OK, Status.UNKNOWN, Effect.NONE
 _HOOK_STAGE, _POLICY_STAGE = Stage.HOOK, Stage.POLICY
 _NO_PATHS: dict[str, str] = {}  # shared by calls of tools without path arguments, never mutated
@@ -1715,7 +1716,6 @@ def _exec_detail(timeout_s: float) -> Mapping[str, Any]:
     return detail
 
 
-_new_tuple = tuple.__new__  # Step(...) goes through a Python-level __new__; this does not
 _FREE = AdmissionResult(True, 0.0, "free")
 _FREE_INFO: Mapping[str, Any] = {"waited_ms": 0.0, "reason": "free"}
 _RETRY_OK = Retry(True)
@@ -1888,17 +1888,14 @@ class _Builder:
         now = self.last = _perf_ns()
         steps = self.steps
         steps.append(
-            _new_tuple(
-                Step,
-                (
-                    len(steps),
-                    name,
-                    self.t_wall + (t - self.t0) // 1000,
-                    (now - t) // 1000,
-                    decider,
-                    decision,
-                    detail,
-                ),
+            Step(
+                len(steps),
+                name,
+                self.t_wall + (t - self.t0) // 1000,
+                (now - t) // 1000,
+                decider,
+                decision,
+                detail,
             )
         )
         return now
