@@ -4,7 +4,9 @@ For a batch of real records (the no-op tool's record, with trace ids), times eac
 ``emit`` (what the call path pays) and its deferred work (what its background worker pays:
 building SDK spans and handing them to a BatchSpanProcessor, rendering log lines, encoding and
 appending audit lines with grouped fsync), then profiles the deferred work with cProfile and
-lists the hottest functions of each.
+lists the hottest functions of each. Last, the cyclic garbage collector's share with everything
+on: records and spans waiting in queues survive young collections, and every collection of an
+older generation walks them.
 """
 
 from __future__ import annotations
@@ -108,4 +110,53 @@ def run(*, records: int = 20000, top: int = 8) -> dict[str, Any]:
         out[f"{name}_hot"] = [f"{r[3][0]}:{r[3][1]}({r[3][2]})" for r in rows]
     for sink in sinks.values():
         sink.shutdown(10.0)
+    out["gc"] = gc_cost(records)
+    return out
+
+
+def gc_cost(calls: int) -> dict[str, Any]:
+    """Calls through the everything-on registry (inline no-op), timing each collection of the
+    cyclic garbage collector (``gc.callbacks``), whichever thread it ran on."""
+    import gc
+
+    from bench._contenders import build
+
+    c = build("tooltrace, everything on (inline)")
+    for _ in range(min(calls, 2000)):
+        c.call()
+    c.flush()
+    stats = {g: [0, 0] for g in range(3)}
+    started = [0]
+
+    def cb(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter_ns()
+        else:
+            s = stats[info["generation"]]
+            s[0] += 1
+            s[1] += time.perf_counter_ns() - started[0]
+
+    gc.callbacks.append(cb)
+    try:
+        cpu0 = time.process_time()
+        for _ in range(calls):
+            c.call()
+        c.flush()
+        cpu = time.process_time() - cpu0
+    finally:
+        gc.callbacks.remove(cb)
+        c.close()
+    t = Table(
+        f"Cyclic garbage collection, everything on ({calls} calls, deferred work included; "
+        f"CPU {cpu / calls * 1e6:.1f} us/call)",
+        ["generation", "collections", "calls per collection", "ms each (mean)", "us per call"],
+    )
+    out: dict[str, Any] = {"cpu_us_per_call": cpu / calls * 1e6}
+    for g, (n, ns) in stats.items():
+        t.add(f"gen{g}", n, calls / n if n else 0.0, ns / n / 1e6 if n else 0.0, ns / calls / 1e3,
+              digits=2)
+        out[f"gen{g}"] = {"collections": n, "us_per_call": ns / calls / 1e3}
+    t.add("all", sum(v[0] for v in stats.values()), "", "",
+          sum(v[1] for v in stats.values()) / calls / 1e3, digits=2)
+    t.print()
     return out
