@@ -499,3 +499,36 @@ def test_outcome_unknown_from_a_side_effecting_tool_ends_unknown(tmp_path: Path)
     assert deploy.retry.requires_inspection and not deploy.retry.allowed
     assert peek.status is Status.FAILED  # no side effects: nothing may have happened
     reg.shutdown()
+
+
+def test_steps_behave_like_their_tuple_and_cost_the_collector_nothing(tmp_path: Path) -> None:
+    """Steps unpack, index, encode and convert like the 7-tuple they stand for, and are never
+    tracked by the cyclic garbage collector (records wait in sink queues by the thousand)."""
+    import gc
+
+    import msgspec
+
+    from tooltrace.envelope import Step
+
+    reg = ToolRegistry(workspace=tmp_path)
+
+    @tool("echo_steps", execution="inline")
+    def echo_steps(text: str) -> str:
+        """Echo."""
+        return text
+
+    reg.register(echo_steps)
+    env = reg.call(ToolCall("echo_steps", {"text": "hi"}))
+    assert env.status == Status.OK and len(env.steps) >= 5
+    for st in env.steps:
+        assert not gc.is_tracked(st)
+        seq, name, started, elapsed, decider, decision, detail = st
+        assert (seq, name, decider) == (st.seq, st.step, st.decider) and st[1] == name
+        assert len(st) == 7 and tuple(st)[-1] is detail
+        assert msgspec.json.decode(msgspec.json.encode(st)) == msgspec.json.decode(
+            msgspec.json.encode(list(st))
+        )
+        assert st._asdict()["decision"] == decision
+        assert st._replace(decision="x") == Step(seq, name, started, elapsed, decider, "x", detail)
+    assert [s.step for s in env.steps][:3] == ["resolve", "validate", "policy"]
+    reg.shutdown()
