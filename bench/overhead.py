@@ -180,30 +180,36 @@ def _report(results: dict[str, Result], names: list[str], rounds: int, calls: in
     t = Table(
         f"Per-call cost around a no-op tool ({rounds} interleaved rounds x {calls} calls each)",
         ["contender", "p50 us", "p99 us", "p99.9 us", "p50 overhead us", "p50 / reference",
-         "CPU/call us", "CPU / reference", "notes"],
+         "per-round p50 / reference (median)", "CPU/call us", "CPU / reference", "notes"],
     )
     out: dict[str, Any] = {"rounds": rounds, "calls_per_round": calls, "contenders": {}}
     for n in names:
         r = results[n]
         out["contenders"][n] = r.summary()
         if not r.available:
-            t.add(n, None, None, None, None, None, None, None, f"not available: {r.note}")
+            t.add(n, None, None, None, None, None, None, None, None, f"not available: {r.note}")
             continue
         p50 = r.p(50)
         cpu = r.cpu_total_ns / max(1, r.calls)
         ratio = p50 / ref_p50 if ref_p50 else None
         cratio = cpu / ref_cpu if ref_cpu else None
-        # Per-round ratios against the reference: robust to drift between rounds.
+        # Per-round ratios against the reference (each round runs every contender back to
+        # back): robust to the machine's speed drifting between rounds.
+        round_ratio: float | None = None
         if ref and ref.available and ref.round_p50 and n != REFERENCE:
             rr = sorted(a / b for a, b in zip(r.round_p50, ref.round_p50, strict=False) if b)
-            out["contenders"][n]["round_ratio_median"] = percentile(rr, 50)
+            if rr:
+                round_ratio = percentile(rr, 50)
+                out["contenders"][n]["round_ratio_median"] = round_ratio
+        elif n == REFERENCE:
+            round_ratio = 1.0
         notes = r.note
         if r.dropped:
             notes += f"; {r.dropped} telemetry records dropped"
         if r.exported is not None:
             notes += f"; {r.exported} spans exported"
-        t.add(n, p50, r.p(99), r.p(99.9), p50 - bare_p50, ratio, cpu / 1000.0, cratio,
-              notes, digits=2)
+        t.add(n, p50, r.p(99), r.p(99.9), p50 - bare_p50, ratio, round_ratio, cpu / 1000.0,
+              cratio, notes, digits=2)
     t.print()
     out["reference_p50_us"] = ref_p50
     return out
