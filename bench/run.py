@@ -150,6 +150,8 @@ def _sections(ns: argparse.Namespace, sections: list[str], results: dict[str, An
             calls=_pick(ns.profile_calls, 20_000, 500, q), full=ns.profile_full)
         results["profile_sinks"] = profile_sinks.run(
             records=_pick(ns.profile_calls, 20_000, 500, q))
+        # After the sink profiles have returned, so their records are garbage already.
+        results["profile_gc"] = profile_sinks.gc_cost(_pick(ns.profile_calls, 20_000, 500, q))
     _targets(results)
     load = os.getloadavg()
     results["load_end"] = load

@@ -210,3 +210,32 @@ def test_targets_table_has_a_verdict_per_target(run: Run) -> None:
 def test_run_leaves_no_temporary_homes(run: Run, scratch: Path) -> None:
     # Audit trails of a full run are gigabytes: every home the bench made must be gone.
     assert list(scratch.iterdir()) == []
+
+
+def test_profile_section_reports_sinks_and_the_collector(tmp_path: Path) -> None:
+    """`--sections profile` (not in the default run) prints the call-path profile, each sink's
+    cost, and the garbage collector's share with everything on, with figures that add up."""
+    out = tmp_path / "figures.json"
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    env.pop("TOOLTRACE_HOME", None)
+    p = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--sections", "profile", "--profile-calls",
+         "3000", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, env=env,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    tables = _tables(p.stdout)
+    _header, sinks = _find(tables, "Sink cost per record")
+    assert {r[0] for r in sinks} == {"tracing", "metrics", "logging", "audit"}
+    header, rows = _find(tables, "Cyclic garbage collection, everything on")
+    assert header == ["generation", "collections", "calls per collection", "ms each (mean)",
+                      "us per call"]
+    by_gen = {r[0]: r for r in rows}
+    assert list(by_gen) == ["gen0", "gen1", "gen2", "all"]
+    gc_fig = json.loads(out.read_text())["profile_gc"]
+    # 3,000 calls with every sink on leave records and spans waiting in queues: the young
+    # generation is collected at least once, and the totals are the sum of the generations.
+    assert gc_fig["gen0"]["collections"] >= 1 and gc_fig["cpu_us_per_call"] > 0
+    assert int(by_gen["all"][1]) == sum(gc_fig[f"gen{g}"]["collections"] for g in range(3))
+    total = sum(gc_fig[f"gen{g}"]["us_per_call"] for g in range(3))
+    assert abs(_num(by_gen["all"][4]) - total) < 0.02
