@@ -532,3 +532,38 @@ def test_steps_behave_like_their_tuple_and_cost_the_collector_nothing(tmp_path: 
         assert st._replace(decision="x") == Step(seq, name, started, elapsed, decider, "x", detail)
     assert [s.step for s in env.steps][:3] == ["resolve", "validate", "policy"]
     reg.shutdown()
+
+
+def test_step_details_share_no_container_with_the_tool(tmp_path: Path) -> None:
+    """Steps are invisible to the garbage collector, so a detail must not hold the tool's own
+    list: if the caller later puts the envelope into that list, the cycle would run through a
+    step and never be collected. The detail is a copy; the cycle is collectable."""
+    import gc
+    import weakref
+
+    class Marker:
+        pass
+
+    shared: list[Any] = ["a"]
+
+    @tool("with_detail", execution="inline")
+    def with_detail(ctx: CallContext, n: int) -> str:
+        """Report a detail that holds a list the caller keeps."""
+        ctx.set_detail("items", shared)
+        return "done"
+
+    reg = ToolRegistry(workspace=tmp_path)
+    reg.register(with_detail)
+    env = reg.call(ToolCall("with_detail", {"n": 1}))
+    assert env.status == Status.OK
+    (execute,) = [s for s in env.steps if s.step == "execute"]
+    assert execute.detail is not None and execute.detail["items"] == ["a"]
+    assert execute.detail["items"] is not shared  # a copy, not the tool's list
+    marker = Marker()
+    alive = weakref.ref(marker)
+    shared.extend([env, marker])  # the caller makes a cycle through its own list
+    del env, execute, marker, shared
+    reg.shutdown()
+    del reg
+    gc.collect()
+    assert alive() is None

@@ -88,10 +88,12 @@ class Step(msgspec.Struct, frozen=True, gc=False, array_like=True):
 
     Immutable, built positionally and never tracked by the cyclic garbage collector: six or
     more are made per call and many wait in the sinks' queues, where tracked objects made every
-    young collection and its promotions cost more (a step holds only strings, numbers and a
-    small redacted ``detail``, so it cannot be part of a reference cycle). It still behaves like
-    the tuple it encodes as: it unpacks and indexes in field order, and ``_asdict()`` and
-    ``_replace()`` work as on a named tuple. ``detail`` is redacted, JSON-serialisable and small.
+    young collection and its promotions cost more. So a step must never be part of a reference
+    cycle: it holds strings and numbers, and a small ``detail`` the registry builds itself or
+    copies (a tool's or hook's detail is copied, never shared, so nothing in it can refer back
+    to the record). It still behaves like the tuple it encodes as: it unpacks and indexes in
+    field order, and ``_asdict()`` and ``_replace()`` work as on a named tuple. ``detail`` is
+    redacted, JSON-serialisable and small.
     """
 
     seq: int

@@ -710,7 +710,13 @@ class ToolRegistry:
             if dec.action is HookAction.MODIFY and dec.arguments is not None:
                 new_args = self._merge_hook_args(args, view.arguments, dec.arguments)
                 diff = _diff(view.arguments, self._redact_args(new_args))
-                b.step(StepName.PRE_HOOK, t, decider, "modify", {"reason": reason, "diff": diff})
+                b.step(
+                    StepName.PRE_HOOK,
+                    t,
+                    decider,
+                    "modify",
+                    {"reason": reason, "diff": _detached(diff)},
+                )
                 b.hook_modified = True
                 t = time.perf_counter_ns()
                 checked, err = entry.schema.validate(new_args)
@@ -1070,7 +1076,7 @@ class ToolRegistry:
             else:
                 ann = dict(dec.annotations) if dec.annotations else None
                 if ann is not None:
-                    ann, _ = self.redactor.redact(ann)
+                    ann = _detached(self.redactor.redact(ann)[0])
                 b.step(
                     StepName.POST_HOOK,
                     t,
@@ -1109,11 +1115,11 @@ class ToolRegistry:
         if ctx.detail or signal is not None or result_detail:
             exec_detail = {"timeout_s": ctx.timeout_s}
             if ctx.detail:
-                exec_detail.update(self.redactor.redact(ctx.detail)[0])
+                exec_detail.update(_detached(self.redactor.redact(ctx.detail)[0]))
             if signal is not None:
                 exec_detail["signal"] = signal
             if result_detail:
-                exec_detail.update(self.redactor.redact(dict(result_detail))[0])
+                exec_detail.update(_detached(self.redactor.redact(dict(result_detail))[0]))
         else:
             # Shared per timeout and never mutated (records are read-only downstream).
             exec_detail = _EXEC_DETAILS.get(ctx.timeout_s) or _exec_detail(ctx.timeout_s)
@@ -1293,7 +1299,7 @@ class ToolRegistry:
         decision: str,
         detail: Mapping[str, Any] | None,
     ) -> None:
-        red = self.redactor.redact(dict(detail))[0] if detail else None
+        red = _detached(self.redactor.redact(dict(detail))[0]) if detail else None
         with self._active_lock:
             seq = self._late_seq.get(call_id, 1000)
             self._late_seq[call_id] = seq + 1
@@ -1815,6 +1821,31 @@ def _traceparent(span: OpenSpan | None) -> str | None:
     if span is None:
         return None
     return f"00-{span.trace_id}-{span.span_id}-{'01' if span.sampled else '00'}"
+
+
+def _detached(value: Any, depth: int = 0) -> Any:
+    """A copy of a step detail that shares no container with the caller or the tool.
+
+    Steps are not tracked by the garbage collector, so nothing they hold may refer back to a
+    record or an envelope; redaction shares unchanged sub-objects with its input, and a tool's
+    or hook's list could later be given the envelope. Mappings and sequences are copied (as dict
+    and list, what the detail encodes as anyway); values other than JSON scalars become text.
+    """
+    t = type(value)
+    if t is str or t is int or t is float or t is bool or value is None:
+        return value
+    if depth > 64:
+        return "<too deep>"
+    if isinstance(value, Mapping):
+        return {str(k): _detached(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_detached(v, depth + 1) for v in value]
+    if isinstance(value, str | int | float):  # subclasses (StrEnum members, IntEnums)
+        return value
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
 
 
 def _diff(before: Any, after: Any) -> dict[str, Any]:
