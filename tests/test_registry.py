@@ -544,12 +544,12 @@ def test_step_details_share_no_container_with_the_tool(tmp_path: Path) -> None:
     class Marker:
         pass
 
-    shared: list[Any] = ["a"]
+    holder: dict[str, list[Any]] = {"items": ["a"]}
 
     @tool("with_detail", execution="inline")
     def with_detail(ctx: CallContext, n: int) -> str:
         """Report a detail that holds a list the caller keeps."""
-        ctx.set_detail("items", shared)
+        ctx.set_detail("items", holder["items"])
         return "done"
 
     reg = ToolRegistry(workspace=tmp_path)
@@ -558,6 +558,7 @@ def test_step_details_share_no_container_with_the_tool(tmp_path: Path) -> None:
     assert env.status == Status.OK
     (execute,) = [s for s in env.steps if s.step == "execute"]
     assert execute.detail is not None and execute.detail["items"] == ["a"]
+    shared = holder.pop("items")
     assert execute.detail["items"] is not shared  # a copy, not the tool's list
     marker = Marker()
     alive = weakref.ref(marker)
