@@ -30,6 +30,7 @@ import os
 import re
 import threading
 import time
+from _thread import LockType
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -1480,19 +1481,8 @@ class ToolRegistry:
             wake = _allocate_lock()
             wake.acquire()
             ctx._wake = wake
-            run = contextvars.copy_context().run
             try:
-                job = self._pool.submit(
-                    run,
-                    _run_tool,
-                    e.fn,
-                    ctx,
-                    op.arguments,
-                    e.wants_ctx,
-                    self._admission.release,
-                    tool,
-                    wake=wake,
-                )
+                job = self._submit(op, wake)
             except RuntimeError as exc:  # the pool is shut down: the tool never started
                 self._admission.release(tool)
                 return _Outcome("raised", None, exc)
@@ -1511,6 +1501,23 @@ class ToolRegistry:
             _CURRENT.reset(ctx_token)
             if op.span is not None:
                 op.span.detach(token)
+
+    def _submit(self, op: _Execute, wake: LockType | None = None) -> Job:
+        """Queue a synchronous tool on the tool threads, in a copy of this thread's context (the
+        call's span and ``CallContext`` stay current inside the tool); ``wake`` is released
+        when it ends. ``RuntimeError`` once the threads are shut down."""
+        e = op.entry
+        return self._pool.submit(
+            contextvars.copy_context().run,
+            _run_tool,
+            e.fn,
+            op.ctx,
+            op.arguments,
+            e.wants_ctx,
+            self._admission.release,
+            e.definition.name,
+            wake=wake,
+        )
 
     async def _run_coro(self, invoke: Callable[[], Any], tool: str) -> Any:
         try:
@@ -1606,19 +1613,9 @@ class ToolRegistry:
             if e.is_async:
                 fut = loop.create_task(self._run_coro(self._invoke(op), tool))
             else:
-                run = contextvars.copy_context().run
                 fut = loop.create_future()
                 try:
-                    job = self._pool.submit(
-                        run,
-                        _run_tool,
-                        e.fn,
-                        ctx,
-                        op.arguments,
-                        e.wants_ctx,
-                        self._admission.release,
-                        tool,
-                    )
+                    job = self._submit(op)
                 except RuntimeError as exc:  # shut down: the tool never started
                     self._admission.release(tool)
                     fut.set_exception(exc)
