@@ -188,7 +188,7 @@ class CallContext:
                 self._event.set()
             callbacks, self._callbacks = self._callbacks or [], None
         if self._wake is not None:
-            release_quietly(self._wake)
+            _release_quietly(self._wake)
         for cb in callbacks:
             _safe(cb, reason)
         return True
@@ -206,7 +206,7 @@ class CallContext:
 _SIGNAL_LOCK = threading.Lock()
 
 
-def release_quietly(lock: LockType) -> None:
+def _release_quietly(lock: LockType) -> None:
     """Release a lock two parties may both release (the second release is a no-op)."""
     try:
         lock.release()
@@ -515,10 +515,6 @@ class Job:
         # submitter may release it too (a cancel), so a second release is ignored.
         self._wake = wake
 
-    def _run(self) -> None:
-        self._call()
-        self._finish()
-
     def _call(self) -> None:
         try:
             self._value = self._fn(*self._args)
@@ -540,7 +536,7 @@ class Job:
             _JOB_LOCK.release()
         self._gate.release()
         if self._wake is not None:
-            release_quietly(self._wake)
+            _release_quietly(self._wake)
         for cb in callbacks or ():
             try:
                 cb(self)
