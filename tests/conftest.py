@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tooltrace import ToolRegistry
 from tooltrace.builtins import register_builtins
 from tooltrace.testing import RecordingSink
+
+if TYPE_CHECKING:
+    from archive_support import MotoS3, Postgres
 
 
 @pytest.fixture
@@ -37,3 +41,15 @@ def registry(workspace: Path, tmp_path: Path, sink: RecordingSink) -> Iterator[T
     register_builtins(reg)
     yield reg
     reg.shutdown(timeout_s=2.0)
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[MotoS3, Postgres]]:
+    """A real S3 (moto) and PostgreSQL on loopback for one archive test module."""
+    from archive_support import MotoS3, Postgres
+
+    s3 = MotoS3().start()
+    pg = Postgres().start()
+    yield s3, pg
+    pg.stop()
+    s3.stop()

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,15 +23,6 @@ TESTS = Path(__file__).resolve().parent
 TOOLTRACE = str(Path(sys.executable).parent / "tooltrace")
 #: One checkpoint key for the whole fleet, so one verify checks every machine's checkpoints.
 FLEET_KEY = "fleet-checkpoint-key-5b1e"
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[MotoS3, Postgres]]:
-    s3 = MotoS3().start()
-    pg = Postgres().start()
-    yield s3, pg
-    pg.stop()
-    s3.stop()
 
 
 def _env(s3: MotoS3, cwd: Path) -> dict[str, str]:

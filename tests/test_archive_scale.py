@@ -30,15 +30,6 @@ DAYS = ("2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04")
 PER_DAY = 262_144  # 4 days: 1,048,576 calls, 2 steps each
 
 
-@pytest.fixture(scope="module")
-def servers() -> Iterator[tuple[MotoS3, Postgres]]:
-    s3 = MotoS3().start()
-    pg = Postgres().start()
-    yield s3, pg
-    pg.stop()
-    s3.stop()
-
-
 def _calls_sql(day_idx: int, day: str) -> str:
     # A time-ordered id: 48-bit millisecond time, version 7, random bits from a hash.
     ms, h = "ms", "h"
