@@ -6,6 +6,8 @@ deadlines and concurrency, redaction and offload, then telemetry sinks and the r
 
 from typing import TYPE_CHECKING
 
+# First: it decides whether the call path's modules load compiled or from source.
+from . import _build  # noqa: F401
 from ._lazy import lazy_exports
 
 # ``tool`` is also the name of a submodule: bind the decorator eagerly so the package attribute
@@ -13,6 +15,7 @@ from ._lazy import lazy_exports
 from .tool import Capability, Effect, Execution, FunctionTool, ToolDefinition, ToolResult, tool
 
 if TYPE_CHECKING:
+    from ._current import current_context
     from ._setup import create_registry
     from .envelope import (
         Artifact,
@@ -56,7 +59,7 @@ if TYPE_CHECKING:
     )
     from .redaction import ArtifactStore, Redactor
     from .registry import CallStatus, LateStep, Resolution, ToolRegistry, Visibility
-    from .runtime import CallContext, current_context
+    from .runtime import CallContext
 
 # Public names load on first use, so ``import tooltrace`` (and every CLI command, which lives in
 # ``tooltrace.cli``) pays only for what it touches.
@@ -110,7 +113,7 @@ _LAZY: dict[str, str] = {
     "Visibility": ".registry",
     "Workspace": ".paths",
     "create_registry": "._setup",
-    "current_context": ".runtime",
+    "current_context": "._current",
     "hook": ".hooks",
 }
 

@@ -19,6 +19,7 @@ import msgspec
 __all__ = [
     "Artifact",
     "CallRecord",
+    "CallStatus",
     "Retry",
     "Stage",
     "Status",
@@ -118,6 +119,16 @@ class Step(msgspec.Struct, frozen=True, gc=False, array_like=True):
 
     def _replace(self, **changes: Any) -> Step:
         return msgspec.structs.replace(self, **changes)
+
+
+class CallStatus(msgspec.Struct, frozen=True, gc=False):  # atomic fields: never in a cycle
+    """What ``status(call_id)`` knows: the returned status and, for ``unknown``, the resolution."""
+
+    call_id: str
+    tool: str
+    status: Status
+    resolved: Status | None
+    summary: str
 
 
 class ToolCall(msgspec.Struct, frozen=True):

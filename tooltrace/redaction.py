@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote_plus
 
+from tooltrace import _build
 from tooltrace.envelope import Artifact
 
 __all__ = ["DEFAULT_KEY_PATTERNS", "ArtifactStore", "Redactor", "marker", "preview"]
@@ -941,3 +942,6 @@ class ArtifactStore:
         """The stored text for a digest (``FileNotFoundError`` if absent)."""
         with open(self.path_for(sha256), "rb") as fh:
             return fh.read().decode("utf-8", "surrogatepass")
+
+
+_build.keep_docs(__name__, globals())

@@ -39,11 +39,13 @@ import msgspec
 import orjson
 import uuid_utils
 
-from . import _config
+from . import _build, _config
+from ._current import _CURRENT
 from ._ids import new_call_id, new_run_id
 from .envelope import (
     Artifact,
     CallRecord,
+    CallStatus,
     Retry,
     Stage,
     Status,
@@ -73,7 +75,6 @@ from .policy import (
 )
 from .redaction import ArtifactStore, Redactor, preview
 from .runtime import (
-    _CURRENT,
     Admission,
     AdmissionResult,
     CallContext,
@@ -113,16 +114,6 @@ class Visibility:
     mode: str
     visible: tuple[ToolDefinition, ...]
     hidden: tuple[tuple[str, str], ...]
-
-
-class CallStatus(msgspec.Struct, frozen=True, gc=False):  # atomic fields: never in a cycle
-    """What ``status(call_id)`` knows: the returned status and, for ``unknown``, the resolution."""
-
-    call_id: str
-    tool: str
-    status: Status
-    resolved: Status | None
-    summary: str
 
 
 @dataclass(slots=True)
@@ -622,8 +613,11 @@ class ToolRegistry:
         b.mode = call.mode
         if call.attributes:
             b.attributes = self._clean_attributes(call.attributes)
-        name = call.name
-        raw_args = call.arguments
+        # Read as Any: a ToolCall built in code may hold anything in these two (they are checked
+        # below), and compiled code would raise a TypeError reading them as their declared type.
+        untyped: Any = call
+        name = untyped.name
+        raw_args = untyped.arguments
         if type(raw_args) is dict:
             # The call's own copy: records keep (redacted views of) these arguments and sinks
             # read them later, so a caller reusing its dict must not change what was recorded.
@@ -760,7 +754,7 @@ class ToolRegistry:
         timeout = d.timeout_s
         detail: dict[str, Any] | None = None
         if call.timeout_s is not None:
-            asked = float(call.timeout_s)
+            asked = float(untyped.timeout_s)  # an int passes _check_call too
             timeout = min(max(asked, 0.001), self.max_timeout_s)
             if timeout != asked:
                 detail = {"timeout_requested_s": asked, "timeout_s": timeout}
@@ -974,7 +968,8 @@ class ToolRegistry:
 
     def _check_call(self, call: ToolCall) -> str | None:
         """Why a ToolCall's own fields are unusable, or None."""
-        cid, rid, mode = call.call_id, call.run_id, call.mode
+        c: Any = call  # untyped reads: compiled code would check the declared types first
+        cid, rid, mode = c.call_id, c.run_id, c.mode
         if cid is not None and (type(cid) is not str or not _UUID_RE.match(cid)):
             return "call_id must be a UUID string"
         if rid is not None and (
@@ -989,12 +984,12 @@ class ToolRegistry:
             or self.redactor.redact_text(mode) != mode
         ):
             return "mode must be 1-128 characters of [A-Za-z0-9._:-] and not a secret"
-        t = call.timeout_s
+        t = c.timeout_s
         if t is not None and (isinstance(t, bool) or not isinstance(t, int | float) or not t > 0):
             return "timeout_s must be a positive number"
-        if not isinstance(call.background, bool):
+        if not isinstance(c.background, bool):
             return "background must be a boolean"
-        attrs = call.attributes
+        attrs = c.attributes
         if type(attrs) is not dict and not isinstance(attrs, Mapping):
             return "attributes must be a mapping"
         return None
@@ -2050,3 +2045,6 @@ def _safe_name(name: Any) -> str:
     if isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9._-]{1,128}", name):
         return name
     return "the requested tool"
+
+
+_build.keep_docs(__name__, globals())

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import contextvars
 import queue
 import threading
 import time
@@ -22,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import _build
+from ._current import current_context
 from .exceptions import DeadlineExceeded, ToolCancelled
 
 if TYPE_CHECKING:
@@ -30,14 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Admission", "AdmissionResult", "CallContext", "current_context"]
 
-_CURRENT: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(
-    "tooltrace_call_context", default=None
-)
-
-
-def current_context() -> CallContext | None:
-    """The ``CallContext`` of the tool call running in this context, if any."""
-    return _CURRENT.get()
 
 
 class CallContext:
@@ -664,3 +657,6 @@ class ToolThreads:
                 job._cancel()
         for _ in range(n):
             self._queue.put(None)
+
+
+_build.keep_docs(__name__, globals())

@@ -17,6 +17,7 @@ from typing import Any
 import fastjsonschema
 import orjson
 
+from . import _build
 from .exceptions import InvalidSchemaError, MalformedCallError
 
 __all__ = [
@@ -315,3 +316,6 @@ def parse_tool_call(
 
 def _json_where(exc: orjson.JSONDecodeError) -> str:
     return f"line {exc.lineno} column {exc.colno}"
+
+
+_build.keep_docs(__name__, globals())

@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from tooltrace import _build
+
 __all__ = ["COMMANDS", "main"]
 
 #: command name -> "module:attribute" of its click command.
@@ -47,7 +49,11 @@ class _LazyGroup(click.Group):
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="tooltrace", prog_name="tooltrace")
+@click.version_option(
+    package_name="tooltrace",
+    prog_name="tooltrace",
+    message=f"%(prog)s %(version)s (call path: {_build.BUILD.reason})",
+)
 def main() -> None:
     """Every tool call an AI agent makes, observable and auditable.
 

@@ -1,0 +1,101 @@
+"""Build: the call path's modules are compiled with mypyc; everything else stays Python.
+
+``TOOLTRACE_BUILD`` chooses: ``auto`` (the default) compiles and falls back to pure Python with
+a warning when it cannot (no C compiler, say); ``compiled`` fails the build instead; ``pure``
+does not compile. A successful build writes ``tooltrace/_build.json`` with the SHA-256 of each
+compiled module's source: at import, ``tooltrace._build`` runs the compiled modules only while
+their sources still match (an edited checkout runs its edits, see ``tooltrace/_build.py``).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+# Keep in step with tooltrace/_build.py (COMPILED); tests/test_build.py checks they agree.
+COMPILED = ("redaction", "registry", "runtime", "validation")
+GROUP = "tooltrace._callpath"
+MODE = os.environ.get("TOOLTRACE_BUILD", "auto").strip().lower() or "auto"
+if MODE not in ("auto", "compiled", "pure"):
+    sys.exit(f"TOOLTRACE_BUILD must be auto, compiled or pure, not {MODE!r}")
+
+
+def _say(text: str) -> None:
+    print(f"tooltrace build: {text}", file=sys.stderr)
+
+
+def _extensions() -> list[Any]:
+    if MODE == "pure":
+        return []
+    try:
+        from mypyc.build import mypycify
+
+        paths = [f"tooltrace/{m}.py" for m in COMPILED]
+        # Dependencies missing from the build environment type as Any; the compiled code then
+        # calls them as Python objects do, which is what it does for them anyway.
+        return list(mypycify(["--ignore-missing-imports", *paths], group_name=GROUP))
+    except BaseException as exc:  # mypyc missing or refusing the sources
+        if MODE == "compiled":
+            raise
+        _say(f"not compiling the call path ({type(exc).__name__}: {exc}); pure Python")
+        return []
+
+
+def _docs(path: Path) -> dict[str, str]:
+    """The module's and its classes' docstrings ("" for the module): compiled modules and
+    classes lose them, and ``tooltrace._build.keep_docs`` puts them back."""
+    tree = ast.parse(path.read_text())
+    docs = {"": ast.get_docstring(tree, clean=False) or ""}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                docs[node.name] = doc
+    return docs
+
+
+class _BuildExt(build_ext):
+    """Builds all compiled modules or none, and records the sources they were built from."""
+
+    def run(self) -> None:
+        if not self.extensions:
+            return
+        try:
+            super().run()
+        except Exception as exc:
+            if MODE == "compiled":
+                raise
+            _say(f"compiling failed ({type(exc).__name__}: {exc}); pure Python")
+            for out in self.get_outputs():
+                Path(out).unlink(missing_ok=True)
+            return
+        manifest = {
+            "modules": {
+                m: hashlib.sha256((ROOT / "tooltrace" / f"{m}.py").read_bytes()).hexdigest()
+                for m in COMPILED
+            },
+            "group": GROUP,
+            "docs": {m: _docs(ROOT / "tooltrace" / f"{m}.py") for m in COMPILED},
+        }
+        for base in {Path(self.build_lib), ROOT} if self.inplace else {Path(self.build_lib)}:
+            target = base / "tooltrace" / "_build.json"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(json.dumps(manifest, indent=1) + "\n")
+
+    def get_outputs(self) -> list[str]:
+        outs = list(super().get_outputs())
+        if self.extensions:
+            outs.append(str(Path(self.build_lib) / "tooltrace" / "_build.json"))
+        return outs
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": _BuildExt})

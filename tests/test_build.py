@@ -1,0 +1,178 @@
+"""The compiled call path: which build runs, and that an edited or opted-out one runs source."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tooltrace
+from tooltrace import _build
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = Path(tooltrace.__file__).resolve().parent
+
+# Which build each module came from, and one call through the registry.
+PROBE = """
+import json, sys, tempfile
+import tooltrace
+from tooltrace import ToolCall, ToolRegistry, _build, tool
+@tool("noop", execution="inline")
+def noop(x: str) -> str:
+    return x
+d = tempfile.mkdtemp()
+reg = ToolRegistry(workspace=d, home=d)
+reg.register(noop)
+env = reg.call(ToolCall("noop", {"x": "a"}))
+bad = reg.call(ToolCall(7, {"x": "a"}))  # a non-string name is rejected, not a TypeError
+reg.shutdown(1.0)
+print(json.dumps({
+    "compiled": _build.BUILD.compiled,
+    "reason": _build.BUILD.reason,
+    "files": {m: sys.modules["tooltrace." + m].__file__ for m in _build.COMPILED},
+    "status": str(env.status),
+    "steps": [str(s.step) for s in env.record.steps],
+    "bad": [str(bad.status), str(bad.record.reject_stage)],
+}))
+"""
+
+
+def _probe(env: dict[str, str] | None = None, path: Path | None = None) -> dict[str, object]:
+    e = dict(os.environ)
+    e.pop("TOOLTRACE_PURE_PYTHON", None)
+    if env:
+        e.update(env)
+    if path is not None:
+        e["PYTHONPATH"] = str(path) + os.pathsep + e.get("PYTHONPATH", "")
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=e,
+        cwd=path or ROOT,
+        timeout=120,
+    )
+    assert out.stderr == ""
+    probe: dict[str, object] = json.loads(out.stdout)
+    assert probe["status"] == "ok"
+    assert probe["steps"] == ["resolve", "validate", "policy", "admission", "execute", "redact"]
+    assert probe["bad"] == ["rejected", "resolve"]
+    return probe
+
+
+def _is_built(pkg: Path) -> bool:
+    return (pkg / "_build.json").exists()
+
+
+def test_setup_compiles_the_modules_the_selector_knows() -> None:
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    found = [
+        ast.literal_eval(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "COMPILED" for t in node.targets)
+    ]
+    assert found == [_build.COMPILED]
+    for name in _build.COMPILED:
+        assert (PKG / f"{name}.py").exists()
+
+
+def test_the_build_in_use_is_the_one_on_disk() -> None:
+    probe = _probe()
+    files = probe["files"]
+    assert isinstance(files, dict)
+    if os.environ.get("TOOLTRACE_BUILD") == "compiled":
+        assert _is_built(PKG), "TOOLTRACE_BUILD=compiled, but the install compiled nothing"
+    if _is_built(PKG):
+        assert probe["compiled"] is True, probe["reason"]
+        assert all(not f.endswith(".py") for f in files.values()), files
+    else:
+        assert probe["compiled"] is False
+        assert all(f.endswith(".py") for f in files.values()), files
+
+
+def test_pure_python_on_request() -> None:
+    probe = _probe({"TOOLTRACE_PURE_PYTHON": "1"})
+    assert probe["compiled"] is False
+    assert probe["reason"] == "TOOLTRACE_PURE_PYTHON is set"
+    files = probe["files"]
+    assert isinstance(files, dict)
+    assert sorted(files) == sorted(_build.COMPILED)
+    assert all(str(f).endswith(".py") for f in files.values()), files
+
+
+@pytest.mark.skipif(not _is_built(PKG), reason="needs the compiled build (pip install -e .)")
+def test_an_edited_source_runs_instead_of_its_stale_build(tmp_path: Path) -> None:
+    copy = tmp_path / "tooltrace"
+    shutil.copytree(PKG, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    # An unchanged copy runs compiled...
+    assert _probe(path=tmp_path)["compiled"] is True
+    # ...and once one module's source changes, every module runs from source (never a mix).
+    with (copy / "runtime.py").open("a") as f:
+        f.write("\nEDITED = True\n")
+    probe = _probe(path=tmp_path)
+    assert probe["compiled"] is False
+    assert probe["reason"] == "stale: runtime.py changed since it was compiled"
+    files = probe["files"]
+    assert isinstance(files, dict)
+    assert files == {m: str(copy / f"{m}.py") for m in _build.COMPILED}
+
+
+@pytest.mark.skipif(not _is_built(PKG), reason="needs the compiled build (pip install -e .)")
+def test_a_damaged_build_record_means_source(tmp_path: Path) -> None:
+    copy = tmp_path / "tooltrace"
+    shutil.copytree(PKG, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "_build.json").write_text("{not json")
+    probe = _probe(path=tmp_path)
+    assert probe["compiled"] is False
+    assert probe["reason"] == "unreadable build record _build.json (JSONDecodeError)"
+    (copy / "_build.json").unlink()
+    probe = _probe(path=tmp_path)
+    assert probe["compiled"] is False
+    assert str(probe["reason"]).startswith("not compiled")
+    files = probe["files"]
+    assert isinstance(files, dict)
+    assert all(str(f).endswith(".py") for f in files.values()), files
+
+
+def test_version_says_which_build_runs() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", "from tooltrace.cli import main; main()", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "TOOLTRACE_PURE_PYTHON": "1"},
+    )
+    assert out.stdout.strip().endswith("(call path: TOOLTRACE_PURE_PYTHON is set)")
+
+
+def test_compiled_modules_declare_no_class_options() -> None:
+    # mypyc builds a class with a non-native base (msgspec.Struct, say) without its class
+    # keywords: frozen=True or gc=False would be silently lost. Such classes live in modules
+    # that stay Python (envelope.py).
+    for name in _build.COMPILED:
+        tree = ast.parse((PKG / f"{name}.py").read_text())
+        options = [
+            f"{name}.py:{node.lineno} class {node.name}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ClassDef) and node.keywords
+        ]
+        assert options == []
+
+
+def test_records_keep_their_options_in_the_build_in_use() -> None:
+    import gc
+
+    from tooltrace.registry import CallStatus, Status
+
+    st = CallStatus("c", "t", Status.OK, None, "s")
+    assert not gc.is_tracked(st)
+    with pytest.raises(AttributeError):
+        st.tool = "other"  # type: ignore[misc]
