@@ -467,6 +467,53 @@ def test_deadline_and_cancel_from_sync_and_async_callers(reg: ToolRegistry,
     assert "cancel_requested" in names and "cancelled" in names
 
 
+def test_an_async_tool_stopped_before_it_started_gives_its_slot_back(
+    reg: ToolRegistry,
+) -> None:
+    """A blocking caller's async tool whose deadline passes before the registry's loop gets to
+    start it: the call times out at its deadline and the admission slot comes back."""
+    loop = reg._loop.loop()
+    for _ in range(3):
+        loop.call_soon_threadsafe(time.sleep, 0.3)  # the loop is busy: the tool cannot start
+        env = reg.call(ToolCall("async_sleep", {"seconds": 0}, timeout_s=0.05))
+        assert env.status is Status.FAILED and env.record.error_type == "timeout"
+        assert _step(env, "execute").decision == "raised"  # cancelled, not abandoned
+        wait_for(lambda: not reg.inflight(), 5.0, "the slot to come back")
+    # And one that runs normally afterwards still works and gives its slot back too.
+    assert reg.call(ToolCall("async_sleep", {"seconds": 0})).status is Status.OK
+    wait_for(lambda: not reg.inflight(), 5.0, "the slot to come back")
+
+
+def _acall_cancelled_before_its_task_runs(reg: ToolRegistry) -> ToolResultEnvelope:
+    cid = new_call_id()
+    made: list[object] = []
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task[Any]:
+        if not made:  # the tool's task: the cancel lands before it ever runs
+            reg.cancel_call(cid, wait=False)
+        made.append(coro)
+        return asyncio.Task(coro, loop=loop, **kw)
+
+    async def main() -> ToolResultEnvelope:
+        asyncio.get_running_loop().set_task_factory(factory)
+        return await reg.acall(ToolCall("async_sleep", {"seconds": 0}, call_id=cid))
+
+    env = asyncio.run(main())
+    assert made  # the tool's task was made (asyncio.run makes more as it closes)
+    return env
+
+
+def test_an_async_tool_cancelled_before_its_task_ran_gives_its_slot_back(
+    reg: ToolRegistry,
+) -> None:
+    """On an event loop, a cancel that lands after the tool's task is made but before it first
+    runs: the task never runs the tool, the call is cancelled and the slot comes back."""
+    for _ in range(3):
+        env = _acall_cancelled_before_its_task_runs(reg)
+        assert env.status is Status.CANCELLED, env.summary
+        wait_for(lambda: not reg.inflight(), 5.0, "the slot to come back")
+
+
 # -- randomised load ---------------------------------------------------------------------------
 
 

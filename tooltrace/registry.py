@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import inspect
@@ -1467,8 +1468,8 @@ class ToolRegistry:
         try:
             ctx.start_clock()
             if e.is_async:
-                cfut = asyncio.run_coroutine_threadsafe(
-                    self._run_coro(self._invoke(op), tool), self._loop.loop()
+                cfut = _start_on_loop(
+                    self._loop.loop(), self._invoke(op), functools.partial(_release, self, tool)
                 )
                 return self._wait(cfut, op, lambda: cfut.cancel())
             # The caller sleeps on a bare lock that the worker releases when the tool is done
@@ -1513,12 +1514,6 @@ class ToolRegistry:
             e.definition.name,
             wake=wake,
         )
-
-    async def _run_coro(self, invoke: Callable[[], Any], tool: str) -> Any:
-        try:
-            return await invoke()
-        finally:
-            self._admission.release(tool)
 
     def _wait(
         self,
@@ -1606,7 +1601,10 @@ class ToolRegistry:
             ctx.start_clock()
             fut: asyncio.Future[Any]
             if e.is_async:
-                fut = loop.create_task(self._run_coro(self._invoke(op), tool))
+                # The slot is given back when the task is done, which a task cancelled before
+                # it ever ran also is (a finally in its coroutine would never run then).
+                fut = loop.create_task(self._invoke(op)())
+                fut.add_done_callback(functools.partial(_release, self, tool))
             else:
                 fut = loop.create_future()
                 try:
@@ -1728,6 +1726,56 @@ _ADMISSION_TEXT = {
     "cancelled": "it (or its run) was cancelled while it waited for a slot",
     "shutdown": "the registry is shutting down",
 }
+
+
+def _release(reg: ToolRegistry, tool: str, _done: object = None) -> None:
+    """Give an async tool's admission slot back (a done callback of its task)."""
+    reg._admission.release(tool)
+
+
+def _start_on_loop(
+    loop: asyncio.AbstractEventLoop,
+    invoke: Callable[[], Any],
+    on_done: Callable[[object], None],
+) -> concurrent.futures.Future[Any]:
+    """Run an async tool on the registry's loop from another thread, like
+    ``asyncio.run_coroutine_threadsafe``, except that ``on_done`` runs exactly once when the
+    tool is over: when its task is done, or at once if the call was cancelled before the task
+    was made (then the tool never runs). Cancelling the returned future cancels the task."""
+    cfut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def settle(task: asyncio.Task[Any]) -> None:
+        try:
+            if task.cancelled():
+                cfut.cancel()
+            elif task.exception() is not None:
+                cfut.set_exception(task.exception())
+            else:
+                cfut.set_result(task.result())
+        except concurrent.futures.InvalidStateError:
+            pass  # the caller cancelled it meanwhile
+
+    def start() -> None:
+        if cfut.cancelled():
+            on_done(None)
+            return
+        task = loop.create_task(invoke())
+        task.add_done_callback(on_done)
+        task.add_done_callback(settle)
+
+        def cancel(f: concurrent.futures.Future[Any]) -> None:
+            if f.cancelled():
+                with contextlib.suppress(RuntimeError):  # the loop closed: nothing to cancel
+                    loop.call_soon_threadsafe(task.cancel)
+
+        cfut.add_done_callback(cancel)
+
+    try:
+        loop.call_soon_threadsafe(start)
+    except RuntimeError as exc:  # the loop is closed (shutdown): the tool never runs
+        on_done(None)
+        cfut.set_exception(exc)
+    return cfut
 
 
 def _to_loop(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any], job: Job) -> None:
