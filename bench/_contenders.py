@@ -106,8 +106,11 @@ def _registry(execution: str, full: bool) -> Contender:
     if env.status != "ok":
         raise RuntimeError(f"the no-op tool did not succeed: {env.summary}")
     extra["registry"] = reg
-    return Contender(call, lambda: reg.flush(30.0), close, note=f"{execution}; {note}",
-                     extra=extra)
+    from tooltrace._build import BUILD
+
+    build_note = "compiled" if BUILD.compiled else f"source: {BUILD.reason}"
+    return Contender(call, lambda: reg.flush(30.0), close,
+                     note=f"{execution}; {build_note}; {note}", extra=extra)
 
 
 def _step_names() -> list[str]:
@@ -275,6 +278,10 @@ CONTENDERS: dict[str, Callable[[], Contender]] = {
     "tooltrace, telemetry off (thread)": lambda: _registry("thread", False),
     "tooltrace, everything on (inline)": lambda: _registry("inline", True),
     "tooltrace, everything on (thread)": lambda: _registry("thread", True),
+    # The same registries with the call path run from its Python source instead of the
+    # compiled build (the worker gets TOOLTRACE_PURE_PYTHON=1, see SOURCE_BUILD).
+    "tooltrace, telemetry off (inline, from source)": lambda: _registry("inline", False),
+    "tooltrace, everything on (inline, from source)": lambda: _registry("inline", True),
     "reference: SDK span + counter + histogram": _reference,
     "OpenLLMetry @tool": _openllmetry,
     "Logfire logfire.span": _logfire,
@@ -282,6 +289,8 @@ CONTENDERS: dict[str, Callable[[], Contender]] = {
 }
 
 REFERENCE = "reference: SDK span + counter + histogram"
+#: Contenders whose worker runs tooltrace's call path from source (TOOLTRACE_PURE_PYTHON=1).
+SOURCE_BUILD = frozenset(n for n in CONTENDERS if n.endswith(", from source)"))
 PEERS = ("OpenLLMetry @tool", "Logfire logfire.span", "OpenInference tool span")
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import Table, percentile
-from bench._contenders import CONTENDERS, PEERS, REFERENCE
+from bench._contenders import CONTENDERS, PEERS, REFERENCE, SOURCE_BUILD
 
 __all__ = ["Result", "run"]
 
@@ -83,6 +83,8 @@ class _Worker:
             if k.startswith(("OTEL_EXPORTER_OTLP", "TRACELOOP_", "LOGFIRE_")):
                 del env[k]
         env["OTEL_SDK_DISABLED"] = "false"
+        if name in SOURCE_BUILD:
+            env["TOOLTRACE_PURE_PYTHON"] = "1"
         self.proc = subprocess.Popen(
             [python, "-m", "bench._worker", name], cwd=ROOT, env=env, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,

@@ -3,7 +3,8 @@
 Profiles ``ToolRegistry.call`` of the no-op tool with telemetry off (no sinks, no tracer), the
 path whose target is <= 10 us, and prints the functions with the most own time, as
 microseconds per call. cProfile's own cost inflates every figure (roughly 2-3x here); read
-the shares, not the absolute numbers.
+the shares, not the absolute numbers. It sees inside the call path only in the source build
+(``TOOLTRACE_PURE_PYTHON=1``): compiled functions are invisible to it.
 """
 
 from __future__ import annotations
@@ -54,9 +55,14 @@ def run(*, calls: int, execution: str = "inline", top: int = 25, full: bool = Fa
         rows.append((tt, ct, nc, f"{_short(file)}:{line}({fn})"))
     rows.sort(reverse=True)
     what = "everything on" if full else "telemetry off"
+    from tooltrace._build import BUILD
+
+    # cProfile sees compiled functions only where Python code calls them.
+    build = "compiled build: TOOLTRACE_PURE_PYTHON=1 shows the split" if BUILD.compiled else (
+        "source build")
     t = Table(
         f"Registry call path profile, {what}, {execution} ({calls} calls; unprofiled "
-        f"{plain_us:.1f} us/call)",
+        f"{plain_us:.1f} us/call; {build})",
         ["function", "calls/call", "own us/call", "own %", "cumulative us/call"],
     )
     out = []

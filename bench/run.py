@@ -78,6 +78,13 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _call_path_build() -> str:
+    """Which build of tooltrace's call path this run measures (and why)."""
+    from tooltrace._build import BUILD
+
+    return BUILD.reason
+
+
 def _pick(v: Any, default: Any, quick: Any, is_quick: bool) -> Any:
     if v is not None:
         return v
@@ -96,10 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# tooltrace bench ({'quick' if q else 'full'} run)\n")
     print(f"- machine: {machine()}")
     print(f"- python: {sys.executable}")
+    print(f"- tooltrace call path: {_call_path_build()}")
     print(f"- load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"- started: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}\n")
     sys.stdout.flush()
     results: dict[str, Any] = {"machine": machine(), "python": sys.executable,
+                               "call_path_build": _call_path_build(),
                                "load_start": load, "quick": q}
     # Every temporary home (audit trails of millions of records) lives under one directory
     # that child processes inherit through the environment and that is removed at the end.

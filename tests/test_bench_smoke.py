@@ -53,6 +53,8 @@ CORE = [
     "tooltrace, telemetry off (thread)",
     "tooltrace, everything on (inline)",
     "tooltrace, everything on (thread)",
+    "tooltrace, telemetry off (inline, from source)",
+    "tooltrace, everything on (inline, from source)",
     "reference: SDK span + counter + histogram",
 ]
 
@@ -134,6 +136,17 @@ def test_overhead_rows_are_measured(run: Run) -> None:
         if name != "reference: SDK span + counter + histogram":
             got = figures["overhead"]["contenders"][name]["round_ratio_median"]
             assert abs(_num(by_name[name]["per-round p50 / reference (median)"]) - got) < 0.01
+    # The "from source" rows run the call path from its Python source; the others run the
+    # build this checkout has (compiled when installed with a C compiler).
+    from tooltrace._build import BUILD
+
+    for name in CORE:
+        if name.startswith("tooltrace"):
+            note = by_name[name]["notes"]
+            if name.endswith(", from source)"):
+                assert "; source: TOOLTRACE_PURE_PYTHON is set;" in note, note
+            else:
+                assert ("; compiled;" in note) == BUILD.compiled, note
     # A registry call does real work: it cannot be as cheap as a bare function call.
     bare = _num(by_name["bare function call"]["p50 us"])
     assert _num(by_name["tooltrace, telemetry off (inline)"]["p50 us"]) > bare
