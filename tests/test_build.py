@@ -176,3 +176,49 @@ def test_records_keep_their_options_in_the_build_in_use() -> None:
     assert not gc.is_tracked(st)
     with pytest.raises(AttributeError):
         st.tool = "other"  # type: ignore[misc]
+
+
+def test_public_classes_of_the_call_path_can_be_subclassed(tmp_path: Path) -> None:
+    # Compiled classes refuse Python subclasses unless they allow them: the public ones do, and
+    # their overrides are honoured from the compiled code that calls them.
+    from typing import Any
+
+    from tooltrace import CallContext, Redactor, ToolCall, ToolRegistry, tool
+    from tooltrace.redaction import ArtifactStore
+
+    class MyRedactor(Redactor):
+        def redact(self, value: Any, depth: int = 0) -> tuple[Any, int]:
+            red, n = super().redact(value, depth)
+            if isinstance(red, str) and "hunter2" in red:
+                return red.replace("hunter2", "[MINE]"), n + 1
+            return red, n
+
+    class MyRegistry(ToolRegistry):
+        seen: list[str] = []
+
+        def call(self, call: Any) -> Any:
+            self.seen.append(call.name)
+            return super().call(call)
+
+    class MyStore(ArtifactStore):
+        pass
+
+    class MyContext(CallContext):
+        pass
+
+    @tool("echo", execution="inline")
+    def echo(x: str) -> str:
+        return x
+
+    reg = MyRegistry(workspace=tmp_path, home=tmp_path / ".home", redactor=MyRedactor())
+    try:
+        reg.register(echo)
+        env = reg.call(ToolCall("echo", {"x": "pw hunter2"}))
+        assert env.status == "ok", env.summary
+        assert env.data == "pw [MINE]"
+        assert env.record.args_redacted == {"x": "pw [MINE]"}
+        assert MyRegistry.seen == ["echo"]
+        assert isinstance(MyStore(tmp_path / "artifacts"), ArtifactStore)
+        assert issubclass(MyContext, CallContext)
+    finally:
+        reg.shutdown(2.0)

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote_plus
 
+from mypy_extensions import mypyc_attr
+
 from tooltrace import _build
 from tooltrace.envelope import Artifact
 
@@ -609,6 +611,8 @@ def _holds_nothing(value: Any) -> bool:
     )
 
 
+# Python subclasses of the compiled class are allowed (it is public API).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Redactor:
     """Find and replace secrets in text and in JSON-like values.
 
@@ -881,6 +885,8 @@ def preview(text: str, limit_chars: int) -> str:
     return text[:keep] + note
 
 
+# Python subclasses of the compiled class are allowed (it is public API).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ArtifactStore:
     """Content-addressed storage for results too big to keep inline.
 

@@ -39,6 +39,7 @@ from typing import Any, Literal, NamedTuple
 import msgspec
 import orjson
 import uuid_utils
+from mypy_extensions import mypyc_attr
 
 from . import _build, _config
 from ._current import _CURRENT
@@ -200,6 +201,8 @@ _Pipeline = Generator[_Op, Any, ToolResultEnvelope]
 _ABS_PATH = re.compile(r"(?<![\w.:/])/(?:[^\s'\"`:,;()\[\]{}<>]+/)+[^\s'\"`:,;()\[\]{}<>]*")
 
 
+# Python subclasses of the compiled class are allowed (it is public API).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ToolRegistry:
     """Registered tools and the one way to run them.
 

@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import mypyc_attr
+
 from . import _build
 from ._current import current_context
 from .exceptions import DeadlineExceeded, ToolCancelled
@@ -33,6 +35,8 @@ __all__ = ["Admission", "AdmissionResult", "CallContext", "current_context"]
 
 
 
+# Python subclasses of the compiled class are allowed (it is public API).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class CallContext:
     """What a running tool may know and use about its call.
 
