@@ -22,7 +22,7 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 # Keep in step with tooltrace/_build.py (COMPILED); tests/test_build.py checks they agree.
-COMPILED = ("redaction", "registry", "runtime", "validation")
+COMPILED = ("policy", "redaction", "registry", "runtime", "validation")
 GROUP = "tooltrace._callpath"
 MODE = os.environ.get("TOOLTRACE_BUILD", "auto").strip().lower() or "auto"
 if MODE not in ("auto", "compiled", "pure"):

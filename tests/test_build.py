@@ -170,12 +170,15 @@ def test_compiled_modules_declare_no_class_options() -> None:
 def test_records_keep_their_options_in_the_build_in_use() -> None:
     import gc
 
+    from tooltrace.policy import PolicyRequest
     from tooltrace.registry import CallStatus, Status
 
     st = CallStatus("c", "t", Status.OK, None, "s")
     assert not gc.is_tracked(st)
     with pytest.raises(AttributeError):
         st.tool = "other"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        PolicyRequest(None, {}, "default", "r", "c").mode = "plan"  # type: ignore[arg-type,misc]
 
 
 def test_public_classes_of_the_call_path_can_be_subclassed(tmp_path: Path) -> None:
@@ -183,8 +186,28 @@ def test_public_classes_of_the_call_path_can_be_subclassed(tmp_path: Path) -> No
     # their overrides are honoured from the compiled code that calls them.
     from typing import Any
 
-    from tooltrace import CallContext, Redactor, ToolCall, ToolRegistry, tool
+    from tooltrace import (
+        CallContext,
+        DenyCommandPatterns,
+        Policy,
+        PolicyDecision,
+        PolicyRequest,
+        Redactor,
+        ToolCall,
+        ToolRegistry,
+        Verdict,
+        tool,
+    )
     from tooltrace.redaction import ArtifactStore
+
+    class MyPolicy(Policy):
+        def evaluate(self, request: PolicyRequest) -> Any:
+            if request.arguments.get("x") == "no":
+                return PolicyDecision(Verdict.DENY, "mine", "said no"), ("mine",)
+            return super().evaluate(request)
+
+    class MyPatterns(DenyCommandPatterns):
+        pass
 
     class MyRedactor(Redactor):
         def redact(self, value: Any, depth: int = 0) -> tuple[Any, int]:
@@ -210,7 +233,12 @@ def test_public_classes_of_the_call_path_can_be_subclassed(tmp_path: Path) -> No
     def echo(x: str) -> str:
         return x
 
-    reg = MyRegistry(workspace=tmp_path, home=tmp_path / ".home", redactor=MyRedactor())
+    reg = MyRegistry(
+        workspace=tmp_path,
+        home=tmp_path / ".home",
+        redactor=MyRedactor(),
+        policy=MyPolicy(rules=[MyPatterns()]),
+    )
     try:
         reg.register(echo)
         env = reg.call(ToolCall("echo", {"x": "pw hunter2"}))
@@ -218,6 +246,8 @@ def test_public_classes_of_the_call_path_can_be_subclassed(tmp_path: Path) -> No
         assert env.data == "pw [MINE]"
         assert env.record.args_redacted == {"x": "pw [MINE]"}
         assert MyRegistry.seen == ["echo"]
+        denied = reg.call(ToolCall("echo", {"x": "no"}))
+        assert denied.status == "rejected" and "said no" in denied.summary, denied.summary
         assert isinstance(MyStore(tmp_path / "artifacts"), ArtifactStore)
         assert issubclass(MyContext, CallContext)
     finally:

@@ -27,7 +27,7 @@ __all__ = ["BUILD", "COMPILED", "Build", "select"]
 
 PACKAGE = "tooltrace"
 # Keep in step with setup.py (COMPILED); tests/test_build.py checks they agree.
-COMPILED = ("redaction", "registry", "runtime", "validation")
+COMPILED = ("policy", "redaction", "registry", "runtime", "validation")
 _DIR = Path(__file__).resolve().parent
 _MANIFEST: dict[str, Any] = {}  # _build.json as read by _check()
 

@@ -20,11 +20,13 @@ import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 from urllib.parse import urlsplit
 
-import msgspec
+from mypy_extensions import mypyc_attr
 
+from . import _build
+from ._policy_types import PolicyRequest, Rule
 from .tool import Capability, Effect, ToolDefinition
 
 __all__ = [
@@ -50,6 +52,7 @@ class Verdict(enum.StrEnum):
     ASK = "ask"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class PolicyDecision:
     """One rule's verdict; ``reason`` is readable and must not contain secrets or host paths."""
@@ -59,34 +62,12 @@ class PolicyDecision:
     reason: str = ""
 
 
-class PolicyRequest(msgspec.Struct, frozen=True):
-    """What rules see: the tool, its validated arguments, the mode and the run."""
-
-    tool: ToolDefinition
-    arguments: Mapping[str, Any]
-    mode: str
-    run_id: str
-    call_id: str
-    resolved_paths: Mapping[str, str] = msgspec.field(default_factory=dict)
-
-
-@runtime_checkable
-class Rule(Protocol):
-    """A named policy rule."""
-
-    @property
-    def name(self) -> str:
-        """The rule's name, as it appears in decisions (``policy:<name>``)."""
-
-    def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
-        """Return a verdict, or None for no opinion."""
-
-
 # A rule may also define ``applies_to(tool: ToolDefinition) -> bool``: False promises no opinion
 # on any call of that tool, and the policy then skips calling it for that tool (decided once per
 # definition). The built-in rules do; a rule without it is asked on every call.
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class ApprovalRequest:
     """What an approver is asked: which tool, which (redacted) arguments, which rule asked, why."""
@@ -99,6 +80,7 @@ class ApprovalRequest:
     reason: str
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class ApprovalDecision:
     """An approver's answer; ``who`` names the person or system that decided."""
@@ -108,6 +90,7 @@ class ApprovalDecision:
     reason: str = ""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class Mode:
     """A mode: which capabilities and effects are allowed, optionally which tools only."""
@@ -134,6 +117,7 @@ DEFAULT_MODES: tuple[Mode, ...] = (
 )
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class DenyCommandPatterns:
     """Deny ``execute`` tools whose command line matches any pattern (regular expressions).
@@ -231,6 +215,7 @@ def _is_private_host(host: str) -> bool:
     )
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class DenyPrivateNetwork:
     """Deny any argument holding a URL to loopback, private, link-local or reserved addresses.
@@ -273,6 +258,7 @@ class DenyPrivateNetwork:
         return None
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class RequireApproval:
     """Answer ``ask`` for the named tools, or for tools with the given capabilities/effects."""
@@ -299,6 +285,7 @@ class RequireApproval:
         return None
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Policy:
     """Modes plus an ordered list of rules. The default denies dangerous commands and URLs to
     private networks, and defines the ``default`` and read-only ``plan`` modes."""
@@ -364,3 +351,6 @@ class Policy:
             if ask is None:
                 ask = d
         return ask, self._names
+
+
+_build.keep_docs(__name__, globals())
