@@ -96,8 +96,11 @@ def keep_docs(module: str, namespace: dict[str, Any]) -> None:
     Functions and methods keep none in the compiled build (their docstrings cannot be set)."""
     if namespace.get("__file__", "").endswith(".py"):
         return
-    docs = _MANIFEST.get("docs", {}).get(module.rpartition(".")[2], {})
-    for name, doc in docs.items():
+    every = _MANIFEST.get("docs")
+    docs = every.get(module.rpartition(".")[2]) if isinstance(every, dict) else None
+    for name, doc in docs.items() if isinstance(docs, dict) else ():
+        if not isinstance(doc, str):
+            continue
         if not name:
             namespace["__doc__"] = doc
             continue

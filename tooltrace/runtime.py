@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["Admission", "AdmissionResult", "CallContext", "current_context"]
 
 
-
 # Python subclasses of the compiled class are allowed (it is public API).
 @mypyc_attr(allow_interpreted_subclasses=True)
 class CallContext:
