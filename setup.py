@@ -2,7 +2,7 @@
 
 ``TOOLTRACE_BUILD`` chooses: ``auto`` (the default) compiles and falls back to pure Python with
 a warning when it cannot (no C compiler, say); ``compiled`` fails the build instead; ``pure``
-does not compile. A successful build writes ``tooltrace/_build.json`` with the SHA-256 of each
+does not compile. A successful build writes ``tooltrace/_build.json`` with a fingerprint of each
 compiled module's source: at import, ``tooltrace._build`` runs the compiled modules only while
 their sources still match (an edited checkout runs its edits, see ``tooltrace/_build.py``).
 """
@@ -10,10 +10,10 @@ their sources still match (an edited checkout runs its edits, see ``tooltrace/_b
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import os
 import sys
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,12 @@ def _docs(path: Path) -> dict[str, str]:
     return docs
 
 
+def fingerprint(source: bytes) -> str:
+    """A module source's size and CRC-32, as ``tooltrace._build.fingerprint`` computes it (were
+    they to differ, every build would read as stale: tests/test_build.py would fail in CI)."""
+    return f"{len(source)}:{zlib.crc32(source):08x}"
+
+
 class _BuildExt(build_ext):
     """Builds all compiled modules or none, and records the sources they were built from."""
 
@@ -91,8 +97,7 @@ class _BuildExt(build_ext):
             return
         manifest = {
             "modules": {
-                m: hashlib.sha256((ROOT / "tooltrace" / f"{m}.py").read_bytes()).hexdigest()
-                for m in COMPILED
+                m: fingerprint((ROOT / "tooltrace" / f"{m}.py").read_bytes()) for m in COMPILED
             },
             "group": GROUP,
             "docs": {m: _docs(ROOT / "tooltrace" / f"{m}.py") for m in COMPILED},

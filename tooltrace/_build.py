@@ -1,6 +1,6 @@
 """Which build of the call path runs: the mypyc-compiled modules, or their Python source.
 
-The build (``setup.py``) compiles the modules in ``COMPILED`` and records the SHA-256 of each
+The build (``setup.py``) compiles the modules in ``COMPILED`` and records a fingerprint of each
 one's source in ``_build.json``. Python would import a compiled module in preference to its
 source whatever the source says since; so before any of them is imported, ``select()`` checks
 the record and, unless every compiled module matches its source, makes all of them load from
@@ -12,23 +12,22 @@ source (one build or the other, never a mix: compiled modules call each other di
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.machinery
-import importlib.util
 import json
 import os
 import sys
+import zlib
 from collections.abc import Sequence
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["BUILD", "COMPILED", "Build", "select"]
+__all__ = ["BUILD", "COMPILED", "Build", "fingerprint", "select"]
 
 PACKAGE = "tooltrace"
 # Keep in step with setup.py (COMPILED); tests/test_build.py checks they agree.
 COMPILED = ("policy", "redaction", "registry", "runtime", "validation")
-_DIR = Path(__file__).resolve().parent
+# Light on purpose: every CLI command imports this first (no pathlib, hashlib or importlib.util).
+_DIR = os.path.dirname(os.path.realpath(__file__))
 _MANIFEST: dict[str, Any] = {}  # _build.json as read by _check()
 
 
@@ -55,15 +54,23 @@ class _SourceFinder(importlib.machinery.PathFinder):
         prefix, _, name = fullname.rpartition(".")
         if prefix != PACKAGE or name not in COMPILED:
             return None
-        return importlib.util.spec_from_file_location(fullname, _DIR / f"{name}.py")
+        import importlib.util
+
+        return importlib.util.spec_from_file_location(fullname, os.path.join(_DIR, f"{name}.py"))
 
 
-def _compiled_file(name: str) -> Path | None:
+def _compiled_file(name: str) -> str | None:
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        p = _DIR / f"{name}{suffix}"
-        if p.exists():
+        p = os.path.join(_DIR, name + suffix)
+        if os.path.exists(p):
             return p
     return None
+
+
+def fingerprint(source: bytes) -> str:
+    """How the build record identifies a module's source: its size and CRC-32 (an edit, not an
+    attack, is what it detects; whoever can edit the sources can replace the build too)."""
+    return f"{len(source)}:{zlib.crc32(source):08x}"
 
 
 def _check() -> Build:
@@ -72,7 +79,8 @@ def _check() -> Build:
         return Build(False, "TOOLTRACE_PURE_PYTHON is set")
     global _MANIFEST
     try:
-        _MANIFEST = json.loads((_DIR / "_build.json").read_text())
+        with open(os.path.join(_DIR, "_build.json"), "rb") as fh:
+            _MANIFEST = json.loads(fh.read())
         recorded = _MANIFEST["modules"]
     except FileNotFoundError:
         return Build(False, "not compiled (no C compiler at install, or TOOLTRACE_BUILD=pure)")
@@ -82,7 +90,8 @@ def _check() -> Build:
         if _compiled_file(name) is None:
             return Build(False, f"{name} was not compiled")
         try:
-            digest = hashlib.sha256((_DIR / f"{name}.py").read_bytes()).hexdigest()
+            with open(os.path.join(_DIR, f"{name}.py"), "rb") as fh:
+                digest = fingerprint(fh.read())
         except OSError:
             return Build(True, "compiled (sources not shipped)")
         if not isinstance(recorded, dict) or recorded.get(name) != digest:
