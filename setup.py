@@ -10,10 +10,10 @@ their sources still match (an edited checkout runs its edits, see ``tooltrace/_b
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import sys
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,15 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
-# Keep in step with tooltrace/_build.py (COMPILED); tests/test_build.py checks they agree.
-COMPILED = ("policy", "redaction", "registry", "runtime", "validation")
+# What to compile and how sources are fingerprinted come from the module that checks them at
+# import (loaded by path: it needs only the standard library, the package's dependencies may
+# not be installed here).
+_spec = importlib.util.spec_from_file_location("_tooltrace_build", ROOT / "tooltrace" / "_build.py")
+assert _spec is not None and _spec.loader is not None
+_selector = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_selector)
+COMPILED: tuple[str, ...] = _selector.COMPILED
+fingerprint = _selector.fingerprint
 GROUP = "tooltrace._callpath"
 MODE = os.environ.get("TOOLTRACE_BUILD", "auto").strip().lower() or "auto"
 if MODE not in ("auto", "compiled", "pure"):
@@ -72,12 +79,6 @@ def _docs(path: Path) -> dict[str, str]:
             if doc:
                 docs[node.name] = doc
     return docs
-
-
-def fingerprint(source: bytes) -> str:
-    """A module source's size and CRC-32, as ``tooltrace._build.fingerprint`` computes it (were
-    they to differ, every build would read as stale: tests/test_build.py would fail in CI)."""
-    return f"{len(source)}:{zlib.crc32(source):08x}"
 
 
 class _BuildExt(build_ext):

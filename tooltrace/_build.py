@@ -24,7 +24,7 @@ from typing import Any
 __all__ = ["BUILD", "COMPILED", "Build", "fingerprint", "select"]
 
 PACKAGE = "tooltrace"
-# Keep in step with setup.py (COMPILED); tests/test_build.py checks they agree.
+# setup.py compiles these (it reads this tuple and fingerprint() from this file).
 COMPILED = ("policy", "redaction", "registry", "runtime", "validation")
 # Light on purpose: every CLI command imports this first (no pathlib, hashlib or importlib.util).
 _DIR = os.path.dirname(os.path.realpath(__file__))
