@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote_to_bytes
 
 from .exceptions import TooltraceError
+from .redaction import Redactor
 
 __all__ = ["PathPolicyError", "ResolvedPath", "Workspace", "canonical_form"]
 
@@ -46,6 +47,9 @@ _MAX_COMPONENT_BYTES = 255
 _MAX_SYMLINKS = 40
 _MAX_DECODE_ROUNDS = 3
 _SHOWN_CHARS = 60
+# How much of a refused input a message looks at (it is redacted whole, then cut to
+# _SHOWN_CHARS); beyond this the input is long enough to be refused as such.
+_SCANNED_CHARS = 8192
 
 # Reasons form a closed set (they end up in step details and may be counted).
 REASONS = frozenset(
@@ -133,15 +137,29 @@ _CONFUSABLES = frozenset("\u2215\u2044\u29f8\u2216\u29f5\u29f9\u2571\u2572\u01c0
 
 
 def _show(user_path: str) -> str:
-    """The user's input as it may appear in a message: printable, short, no host path."""
-    text = "".join(ch if ch.isprintable() else "?" for ch in user_path[: _SHOWN_CHARS * 4])
+    """The user's input as it may appear in a message: printable, redacted, short, no host
+    path. Redacted before it is cut: a secret cut first is no longer recognised."""
+    text = "".join(ch if ch.isprintable() else "?" for ch in user_path[:_SCANNED_CHARS])
     if text.startswith(("/", "\\")) or _DRIVE.match(text):
         # An absolute input may be (part of) a host path: keep only its last component.
         last = re.split(r"[/\\]+", text.rstrip("/\\"))[-1] if text.strip("/\\") else ""
         text = "<absolute>/" + last
+    text = _redactor().redact_text(text)
     if len(text) > _SHOWN_CHARS:
         text = text[: _SHOWN_CHARS - 3] + "..."
     return repr(text)
+
+
+_default_redactor: Redactor | None = None
+
+
+def _redactor() -> Redactor:
+    """The detectors' redactor for messages (made on first use; a registry redacts again
+    with its own, which also knows the operator's registered values)."""
+    global _default_redactor
+    if _default_redactor is None:
+        _default_redactor = Redactor()
+    return _default_redactor
 
 
 def _fail(reason: str, user_path: str, what: str) -> PathPolicyError:

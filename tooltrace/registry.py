@@ -27,6 +27,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
+import itertools
 import os
 import re
 import threading
@@ -284,8 +285,14 @@ class ToolRegistry:
         self._unknowns: collections.OrderedDict[str, CallStatus] = collections.OrderedDict()
         self._unknown_cap = 10_000
         self._late_seq: dict[str, int] = {}
+        # Caller-supplied call ids already taken (a reuse is refused as duplicate_call_id).
+        self._claimed: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self._tickets = itertools.count()
+        self._claimed_cap = 100_000
         self._pending_resolution: dict[str, Status] = {}
         self._allow_details: dict[tuple[str, ...], Mapping[str, Any]] = {}
+        # Ids of the shared details this registry made and keeps alive (see _VETTED).
+        self._vetted: set[int] = set()
         self._emit_late_fn = self._emit_late  # bound once, shared by every call's context
         self._shutdown_callbacks: list[Callable[[float], None]] = []
         self._closed = False
@@ -611,8 +618,30 @@ class ToolRegistry:
                 b.span = self._tracer.open_span(UNREGISTERED)
             b.step(StepName.RESOLVE, t0, "registry", "reject", {"reason": bad})
             return b.reject(Stage.PARAMS, f"malformed tool call: {bad}", UNREGISTERED)
-        # str(uuid7()) is new_call_id() without a function call, on every call.
-        b.call_id = call.call_id.lower() if call.call_id else str(_uuid7())
+        if call.call_id:
+            cid = call.call_id.lower()
+            if not self._claim_id(cid):
+                # A call id is an identity: the refusal is recorded under an id of its own, so
+                # no reader can take it (or the first call) for the other.
+                b.call_id = new_call_id()
+                if self._tracer is not None:
+                    b.span = self._tracer.open_span(UNREGISTERED)
+                b.step(
+                    StepName.RESOLVE,
+                    t0,
+                    "registry",
+                    "reject",
+                    {"reason": "duplicate_call_id", "call_id": cid},
+                )
+                return b.reject(
+                    Stage.PARAMS,
+                    "malformed tool call: call_id is already in use (duplicate_call_id)",
+                    UNREGISTERED,
+                )
+            b.call_id = cid
+        else:
+            # str(uuid7()) is new_call_id() without a function call, on every call.
+            b.call_id = str(_uuid7())
         b.run_id = call.run_id or self.run_id
         b.mode = call.mode
         if call.attributes:
@@ -914,7 +943,10 @@ class ToolRegistry:
             if detail is None:
                 detail = {"rules": list(rules)}
                 if len(self._allow_details) < 64:
+                    # Redacted once here, so the record builder may skip it on every call.
+                    detail = _detached(self.redactor.redact(detail)[0])
                     self._allow_details[rules] = detail
+                    self._vetted.add(id(detail))
             b.step(_POLICY, t, "policy", "allow", detail)
             return None
         reason = self._scrub(decision.reason)[:300]
@@ -969,6 +1001,21 @@ class ToolRegistry:
         if not res.approved:
             return b.reject(Stage.APPROVAL, f"denied by {who}", d.name)
         return None
+
+    def _claim_id(self, call_id: str) -> bool:
+        """Take a caller-supplied call id for one call; False when it is live or was recorded
+        by this registry (a generated id is new by construction and is not looked up)."""
+        if call_id in self._statuses or call_id in self._unknowns or call_id in self._active:
+            return False
+        claimed = self._claimed
+        ticket = next(self._tickets)
+        # setdefault is one atomic operation: of two calls racing with one id, one wins.
+        if claimed.setdefault(call_id, ticket) != ticket:
+            return False
+        if len(claimed) > self._claimed_cap:
+            with contextlib.suppress(KeyError, StopIteration):
+                claimed.popitem(last=False)
+        return True
 
     def _check_call(self, call: ToolCall) -> str | None:
         """Why a ToolCall's own fields are unusable, or None."""
@@ -1273,6 +1320,25 @@ class ToolRegistry:
         except Exception:
             return {"_redaction_error": True}
         return red
+
+    def _recorded_steps(self, steps: list[Step]) -> tuple[Step, ...]:
+        """The steps as a record holds them: every detail has been through the redactor.
+
+        Details the registry itself made once from fixed text and numbers (``_VETTED``) are
+        skipped; everything else (paths, reasons, errors, diffs) is redacted here, whichever
+        stage wrote it."""
+        redact = self.redactor.redact
+        for i, s in enumerate(steps):
+            detail = s.detail
+            if detail is None or id(detail) in _VETTED or id(detail) in self._vetted:
+                continue
+            try:
+                red, n = redact(detail)
+            except Exception:
+                red, n = {"_redaction_error": True}, 1
+            if n:
+                steps[i] = s._replace(detail=_detached(red))
+        return tuple(steps)
 
     def _scrub(self, text: str | None) -> str:
         """Redact secrets and hide host paths in readable text."""
@@ -1708,15 +1774,24 @@ _uuid7 = uuid_utils.uuid7
 _EXEC_DETAILS: dict[float, Mapping[str, Any]] = {}
 
 
+# Identities of the step details the registry builds once from fixed text and numbers and
+# shares between calls. They live as long as the module (so an id is never reused) and are
+# the only details the record builder need not redact.
+_VETTED: set[int] = set()
+_SUMMARY_CHARS = 500
+
+
 def _exec_detail(timeout_s: float) -> Mapping[str, Any]:
     detail = {"timeout_s": timeout_s}
     if len(_EXEC_DETAILS) < 256:
         _EXEC_DETAILS[timeout_s] = detail
+        _VETTED.add(id(detail))
     return detail
 
 
 _FREE = AdmissionResult(True, 0.0, "free")
 _FREE_INFO: Mapping[str, Any] = {"waited_ms": 0.0, "reason": "free"}
+_VETTED.add(id(_FREE_INFO))
 _RETRY_OK = Retry(True)
 _UUID_RE = re.compile(
     r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
@@ -2016,6 +2091,11 @@ class _Builder:
         tool = tool_override or (d.name if d else UNREGISTERED)
         elapsed = (time.perf_counter_ns() - self.t0) // 1000
         span = self.span
+        reg = self.reg
+        # The record builder owns redaction: nothing a stage wrote (a step's detail, a summary)
+        # reaches a record, and so any sink, before the redactor has seen all of it. Redact,
+        # then cut: a secret cut first is no longer recognised.
+        summary = reg._scrub(summary)[:_SUMMARY_CHARS]
         # Positional: keyword construction of a 24-field Struct costs four times as much. The
         # order is checked against CallRecord's fields at import (_RECORD_FIELDS).
         record = CallRecord(
@@ -2033,7 +2113,7 @@ class _Builder:
             self.args_redacted,
             result_preview,
             artifact,
-            tuple(self.steps),
+            reg._recorded_steps(self.steps),
             self.mode,
             d.tool_type if d else "function",
             d.description[:500] if d else None,

@@ -41,7 +41,7 @@ def autopsy(call_id: str, home: Path | None, as_json: bool, archive: str | None)
     Exit 1 when no call has this id, 2 when the prefix matches several calls.
     """
     from ..telemetry.audit.autopsy import explain
-    from ..telemetry.audit.query import AmbiguousCallId, CallNotFound
+    from ..telemetry.audit.query import AmbiguousCallId, CallNotFound, DuplicateCallId
 
     guard = OutputGuard(home)
     with open_store(home, guard, archive) as store:
@@ -53,6 +53,13 @@ def autopsy(call_id: str, home: Path | None, as_json: bool, archive: str | None)
                  " -- give more characters", EXIT_USAGE)
         except CallNotFound:
             fail(f"no call with id {call_id[:40]!r} in this audit trail", EXIT_FAIL)
+        except DuplicateCallId as exc:
+            where = "; ".join(
+                f"{r['tool']} at {r['started_at']} ({r['segment']} line {r['line']})"
+                for r in exc.records[:4]
+            )
+            fail(f"call id {exc.call_id} was recorded for {len(exc.records)} different calls "
+                 f"({where}); they are not merged into one", EXIT_FAIL)
         a = explain(detail)
     if as_json:
         print_json(a.to_dict(), guard)

@@ -15,7 +15,14 @@ if TYPE_CHECKING:
     from ._verify import Finding, VerifyReport, verify, verify_audit
     from ._writer import Ack, FsyncPolicy
     from .autopsy import Autopsy, explain
-    from .query import AmbiguousCallId, AuditStore, CallDetail, CallNotFound, open_store
+    from .query import (
+        AmbiguousCallId,
+        AuditStore,
+        CallDetail,
+        CallNotFound,
+        DuplicateCallId,
+        open_store,
+    )
 
 __all__ = [
     "TOOLTRACE_AUDIT_FSYNC",
@@ -29,6 +36,7 @@ __all__ = [
     "CallDetail",
     "CallNotFound",
     "CompactionResult",
+    "DuplicateCallId",
     "Finding",
     "FsyncPolicy",
     "Recovered",
@@ -55,6 +63,7 @@ _LAZY = {
     "AuditStore": "query",
     "CallNotFound": "query",
     "AmbiguousCallId": "query",
+    "DuplicateCallId": "query",
     "CallDetail": "query",
     "open_store": "query",
     "compact": "_compact",

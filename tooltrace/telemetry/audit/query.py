@@ -39,6 +39,7 @@ __all__ = [
     "AmbiguousCallId",
     "AuditStore",
     "CallNotFound",
+    "DuplicateCallId",
     "QueryResult",
     "ReadIssue",
     "open_store",
@@ -56,6 +57,16 @@ class AmbiguousCallId(LookupError):
         super().__init__(f"call id prefix {prefix!r} matches {len(matches)}+ calls")
         self.prefix = prefix
         self.matches = matches
+
+
+class DuplicateCallId(LookupError):
+    """More than one call was recorded under one id; ``records`` names each (tool, start,
+    writer, segment, line). Readers refuse to merge them into one call."""
+
+    def __init__(self, call_id: str, records: list[dict[str, Any]]) -> None:
+        super().__init__(f"call id {call_id} was recorded for {len(records)} different calls")
+        self.call_id = call_id
+        self.records = records
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,6 +400,7 @@ class AuditStore:
         rec, intent, steps = found.get("record"), found.get("intent"), found.get("steps")
         if not rec and not intent:
             raise CallNotFound(f"no call with id {call_id[:40]!r}")
+        _one_call(cid, rec)
         if intent:
             intent[0]["orphaned"] = not rec
         return CallDetail(cid, rec[0] if rec else None, steps or [],
@@ -407,6 +419,7 @@ class AuditStore:
             ).dicts()
         if not rec and not intent:
             raise CallNotFound(f"no call with id {call_id[:40]!r}")
+        _one_call(cid, rec)
         steps = self.sql(
             "SELECT seq, step, started_at, elapsed_ms, decider, decision, detail "
             "FROM tool_call_steps WHERE call_id = $c ORDER BY started_at, seq", {"c": cid}
@@ -491,6 +504,14 @@ class CallDetail:
     record: dict[str, Any] | None
     steps: list[dict[str, Any]] = field(default_factory=list)
     intent: dict[str, Any] | None = None
+
+
+def _one_call(call_id: str, records: list[dict[str, Any]] | None) -> None:
+    """Refuse to merge: several records under one id are several calls (see
+    ``DuplicateCallId``), whose steps cannot be told apart by id."""
+    if records and len(records) > 1:
+        keys = ("tool", "started_at", "writer", "segment", "line")
+        raise DuplicateCallId(call_id, [{k: r.get(k) for k in keys} for r in records])
 
 
 def open_store(home: str | os.PathLike[str] | None = None) -> AuditStore:

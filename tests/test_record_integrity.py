@@ -1,0 +1,201 @@
+"""What a call's record may hold: only redacted text (whichever stage wrote it), and one
+call per call id."""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import tooltrace
+from tooltrace import Stage, Status, ToolCall, ToolRegistry, tool
+from tooltrace.builtins import register_builtins
+from tooltrace.cli import main as cli
+from tooltrace.telemetry.audit import AuditSink, DuplicateCallId, open_store
+from tooltrace.testing import RecordingSink
+
+ALNUM = string.ascii_letters + string.digits
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _token(rng: random.Random) -> str:
+    return "ghp_" + "".join(rng.choice(ALNUM) for _ in range(36))
+
+
+def _core(token: str) -> str:
+    return token[4:]
+
+
+def _leaks(blob: str, token: str) -> bool:
+    """Any 12 consecutive characters of the token's random part."""
+    core = _core(token)
+    return any(core[i : i + 12] in blob for i in range(len(core) - 11))
+
+
+def _record_text(env: tooltrace.ToolResultEnvelope) -> str:
+    return json.dumps(env.to_dict(), default=str) + repr(env.record)
+
+
+# -- 1. step details go through the redactor --------------------------------------------------
+
+
+def test_a_secret_in_a_path_reaches_no_step_detail(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "notes").mkdir(parents=True)
+    home = tmp_path / "home"
+    rng = random.Random(7)
+    sink = RecordingSink()
+    reg = tooltrace.create_registry(workspace=ws, home=home, tracing=False)
+    reg.add_sink(sink)
+    try:
+        for _ in range(5):
+            token = _token(rng)
+            name = f"notes/{token}.txt"
+            (ws / name).write_text("hello")
+            envs = [
+                reg.call({"name": "read_text", "arguments": {"path": name}}),
+                reg.call({"name": "write_text", "arguments": {"path": f"notes/w-{token}.txt",
+                                                               "text": "x"}}),
+            ]
+            for env in envs:
+                assert env.status is Status.OK, env.summary
+                pol = next(s for s in env.steps if s.step == "policy")
+                assert pol.detail is not None and "paths" in pol.detail
+                assert "[REDACTED:github_token]" in json.dumps(pol.detail)
+                assert not _leaks(_record_text(env), token), env.to_dict()
+        reg.flush()
+        for rec in sink.records:
+            assert "ghp_" not in repr(rec.steps) or "REDACTED" in repr(rec.steps)
+    finally:
+        reg.shutdown()
+    # The trail as every reader sees it: raw segment bytes, autopsy and calls --json.
+    raw = b"".join(p.read_bytes() for p in (home / "audit").rglob("*") if p.is_file())
+    runner = CliRunner()
+    listing = runner.invoke(cli, ["calls", "--home", str(home), "--json", "--limit", "100"])
+    assert listing.exit_code == 0, listing.output
+    ids = [c["call_id"] for c in json.loads(listing.output)]
+    autopsies = "".join(
+        runner.invoke(cli, ["autopsy", cid, "--home", str(home), "--json"]).output for cid in ids
+    )
+    rng = random.Random(7)
+    for _ in range(5):
+        token = _token(rng)
+        assert not _leaks(raw.decode("utf-8", "replace"), token)
+        assert not _leaks(listing.output, token)
+        assert not _leaks(autopsies, token)
+
+
+def test_a_tool_detail_and_a_hook_reason_are_redacted_in_the_record(tmp_path: Path) -> None:
+    secret = _token(random.Random(3))
+
+    @tool(effect="none")
+    def leaky(ctx: tooltrace.CallContext) -> str:
+        """A tool that puts a secret in its step detail."""
+        ctx.set_detail("note", f"used {secret}")
+        return "ok"
+
+    reg = ToolRegistry(workspace=tmp_path)
+    reg.register(leaky)
+    env = reg.call(ToolCall("leaky", {}))
+    assert env.status is Status.OK
+    assert not _leaks(_record_text(env), secret)
+    reg.shutdown()
+
+
+# -- 2. redact, then cut -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("offset", range(0, 80, 3))
+def test_a_long_token_in_a_denied_path_is_redacted_before_it_is_cut(
+    tmp_path: Path, offset: int
+) -> None:
+    token = _token(random.Random(offset))
+    reg = register_builtins(ToolRegistry(workspace=tmp_path))
+    path = "../" + "d" * offset + "/" + token + ".txt"
+    env = reg.call(ToolCall("read_text", {"path": path}))
+    assert env.status is Status.REJECTED and env.reject_stage is Stage.POLICY
+    assert not _leaks(_record_text(env), token), env.summary
+    reg.shutdown()
+
+
+# -- 8. a call id is an identity ---------------------------------------------------------------
+
+
+def test_a_reused_call_id_is_rejected_before_anything_runs(tmp_path: Path) -> None:
+    runs: list[int] = []
+
+    @tool(effect="none")
+    def count(n: int) -> int:
+        """Count a run."""
+        runs.append(n)
+        return n
+
+    reg = ToolRegistry(workspace=tmp_path)
+    reg.register(count)
+    cid = _new_id()
+    first = reg.call(ToolCall("count", {"n": 1}, call_id=cid))
+    second = reg.call(ToolCall("count", {"n": 2}, call_id=cid.upper()))
+    assert first.status is Status.OK and first.call_id == cid
+    assert second.status is Status.REJECTED and second.reject_stage is Stage.PARAMS
+    assert second.call_id != cid
+    assert "duplicate_call_id" in second.summary
+    assert second.steps[0].detail == {"reason": "duplicate_call_id", "call_id": cid}
+    assert runs == [1]
+    reg.shutdown()
+
+
+def test_racing_calls_with_one_id_run_once(tmp_path: Path) -> None:
+    runs: list[int] = []
+    gate = threading.Barrier(8)
+
+    @tool(effect="none")
+    def count(n: int) -> int:
+        """Count a run."""
+        runs.append(n)
+        return n
+
+    reg = ToolRegistry(workspace=tmp_path)
+    reg.register(count)
+    for _ in range(20):
+        cid = _new_id()
+        out: list[Status] = []
+
+        def go(n: int, cid: str = cid, out: list[Status] = out) -> None:
+            gate.wait()
+            out.append(reg.call(ToolCall("count", {"n": n}, call_id=cid)).status)
+
+        threads = [threading.Thread(target=go, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert out.count(Status.OK) == 1 and out.count(Status.REJECTED) == 7
+    assert len(runs) == 20
+    reg.shutdown()
+
+
+def test_readers_never_merge_two_calls_recorded_under_one_id(tmp_path: Path) -> None:
+    """Two registries (two processes' worth) that each ran a call under one id."""
+    cid = _new_id()
+    home = tmp_path / "home"
+    for n in (1, 2):
+        reg = register_builtins(ToolRegistry(workspace=tmp_path, sinks=[AuditSink(home=home)]))
+        (tmp_path / f"f{n}.txt").write_text("x")
+        env = reg.call(ToolCall("read_text", {"path": f"f{n}.txt"}, call_id=cid))
+        assert env.status is Status.OK
+        reg.shutdown()
+    with open_store(home) as store, pytest.raises(DuplicateCallId) as info:
+        store.call(cid)
+    assert len(info.value.records) == 2
+    res = CliRunner().invoke(cli, ["autopsy", cid, "--home", str(home)])
+    assert res.exit_code == 1
+    assert "recorded for 2 different calls" in res.output
