@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 import sys
 import threading
 from dataclasses import dataclass
@@ -13,9 +14,10 @@ from typing import Any
 import pytest
 from runtime_support import live_in_group, live_with_marker, wait_for
 
-from tooltrace import Stage, Status, ToolCall, ToolRegistry
+from tooltrace import Stage, Status, ToolCall, ToolRegistry, Workspace
 from tooltrace.builtins import CommandConfig, register_builtins, register_command_tools
 from tooltrace.builtins._run_command import OutputCapture, scrub_env
+from tooltrace.paths import ResolvedPath
 from tooltrace.testing import RecordingSink
 
 
@@ -161,6 +163,54 @@ def test_run_command_cwd_is_policed(registry: ToolRegistry, workspace: Path,
         assert env.status is Status.REJECTED, cwd
         assert env.reject_stage is Stage.POLICY
         assert not env.record.execution_started
+
+
+def test_run_command_starts_in_the_checked_cwd_whatever_its_name_became(
+        registry: ToolRegistry, workspace: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("TOP SECRET outside the workspace\n")
+    box = workspace / "box"
+    box.mkdir()
+    (box / "victim.txt").write_text("inside\n")
+    call = ToolCall("run_command", {"argv": ["cat", "victim.txt"], "cwd": "box"})
+
+    def swap() -> None:
+        box.rename(workspace / "box.aside")
+        box.symlink_to(outside)
+
+    def unswap() -> None:
+        box.unlink()
+        (workspace / "box.aside").rename(box)
+
+    # Swapped for a symlink after the check, just before the process starts: the command
+    # still runs in the directory that was checked (it was renamed, not left).
+    real_popen = subprocess.Popen
+
+    def popen_after_swap(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        swap()
+        return real_popen(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(subprocess, "Popen", popen_after_swap)
+        env = registry.call(call)
+    assert env.status is Status.OK, env.summary
+    assert (env.data["exit_code"], env.data["stdout"]) == (0, "inside\n")
+    # Swapped after the check, before the directory is opened: refused, nothing followed.
+    unswap()
+    real_open_dir = Workspace.open_dir
+
+    def open_dir_after_swap(self: Workspace, rp: ResolvedPath) -> int:
+        swap()
+        return real_open_dir(self, rp)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Workspace, "open_dir", open_dir_after_swap)
+        env = registry.call(call)
+    assert env.status is Status.FAILED
+    assert env.record.error_type == "PathPolicyError"
+    assert "TOP SECRET" not in repr(env.to_dict())
 
 
 def test_run_command_scrubs_secret_looking_env(workspace: Path, tmp_path: Path,

@@ -17,10 +17,10 @@ The decision is made in two layers:
    component-wise on the final real path: ``/w/root-evil`` is not inside ``/w/root``, and a
    symlink leading outside is refused even when it is dangling.
 
-Opening (:meth:`Workspace.open_read`, :meth:`Workspace.open_write`) never trusts the earlier
-decision: it walks the already symlink-free relative path from a directory descriptor of the
-root with ``O_NOFOLLOW`` on every component, so a component swapped for a symlink between the
-check and the open makes the open fail instead of escaping.
+Opening (:meth:`Workspace.open_read`, :meth:`Workspace.open_write`, :meth:`Workspace.open_dir`)
+never trusts the earlier decision: it walks the already symlink-free relative path from a
+directory descriptor of the root with ``O_NOFOLLOW`` on every component, so a component swapped
+for a symlink between the check and the open makes the open fail instead of escaping.
 
 Hard links cannot be told apart from the original file: a file with ``st_nlink > 1`` is refused
 for writing (reason ``hardlink``) always, and for reading when ``strict_hardlinks=True``.
@@ -466,9 +466,25 @@ class Workspace:
         parts = rp.relative.split("/") if rp.relative else []
         if not parts:
             raise PathPolicyError("not_regular", "the workspace root is a directory, not a file")
+        return self._open_dirs(parts[:-1], rp), parts[-1]
+
+    _open_parent = open_parent  # older spelling, kept for callers inside the package
+
+    def open_dir(self, rp: ResolvedPath) -> int:
+        """Open the directory ``rp`` itself by the same O_NOFOLLOW walk; the caller closes it.
+
+        Every component, the last one included, must still be a plain directory (a symlink
+        fails the walk with ``symlink_race``). The descriptor then stays on that directory
+        whatever later happens to the names leading to it, so work that must happen *in* the
+        directory (a process's working directory) uses the descriptor, never the path again.
+        """
+        return self._open_dirs(rp.relative.split("/") if rp.relative else [], rp)
+
+    def _open_dirs(self, parts: list[str], rp: ResolvedPath) -> int:
+        """Walk ``parts`` from the root, one directory at a time, following no symlink."""
         dfd = os.open(self.root, _DIR_FLAGS)
         try:
-            for comp in parts[:-1]:
+            for comp in parts:
                 if comp in ("", ".", ".."):
                     raise PathPolicyError("invalid", "resolved path is not canonical")
                 try:
@@ -480,9 +496,7 @@ class Workspace:
         except BaseException:
             os.close(dfd)
             raise
-        return dfd, parts[-1]
-
-    _open_parent = open_parent  # older spelling, kept for callers inside the package
+        return dfd
 
     @staticmethod
     def _open_error(exc: OSError, rp: ResolvedPath) -> PathPolicyError:

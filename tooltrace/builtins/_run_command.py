@@ -7,8 +7,11 @@ How a command runs:
   then ``argv`` must be one script string run by ``/bin/sh -c``.
 - The child starts its own session (``start_new_session``), so it and everything it starts share
   one process group that is signalled as a whole.
-- ``cwd`` is a workspace path checked by the same policy as every path argument. It is a scope,
-  not a sandbox: the command itself can still reach anything its user can.
+- ``cwd`` is a workspace path checked by the same policy as every path argument, then opened by
+  the policy's no-follow walk; the command starts in that open directory, never in whatever has
+  its name by then, so a directory swapped for a symlink after the check cannot move it
+  outside. It is a scope, not a sandbox: the command itself can still reach anything its user
+  can.
 - The environment is the parent's, minus every variable whose name looks like a secret (KEY,
   TOKEN, SECRET, PASSWORD, CREDENTIAL, AUTH, COOKIE, SESSION, PRIVATE, ...) unless the operator
   allows it by name; ``TRACEPARENT`` carries the call's span context when tracing is on.
@@ -38,11 +41,12 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..exceptions import DeadlineExceeded, ToolCancelled
+from ..paths import ResolvedPath, Workspace
 from ..runtime import CallContext
 from ..tool import Capability, Effect, FunctionTool, ToolResult, tool
 
@@ -62,6 +66,8 @@ SECRET_ENV_PATTERN = (
 )
 
 _READ_CHUNK = 64 * 1024
+# A cwd under this prefix names a directory descriptor the caller holds open (see ProcessTree).
+_FD_DIR = "/proc/self/fd/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +200,15 @@ class ProcessTree:
     ``run()`` drains the output until the program and its group are done, or until ``stop()``
     is called or ``deadline`` passes; then it kills the group and reports whether it could
     confirm the group is gone.
+
+    ``cwd`` may be ``/proc/self/fd/N``, a directory this process holds open as descriptor N
+    (what ``run_command`` passes). The child changes into it itself, and there ``/proc/self`` is
+    the child, so N is handed down (``pass_fds``, documented to survive ``close_fds``); the
+    kernel takes that name to the open directory, not to a path looked up again (without a
+    mounted ``/proc`` the start fails: it never falls back to a name). ``os.fchdir`` in a
+    ``preexec_fn`` would do the same, but it runs Python between fork and exec in a threaded
+    process (it can deadlock on a lock another thread held at the fork). The program keeps
+    descriptor N: it names the directory the program starts in, so it grants nothing more.
     """
 
     def __init__(
@@ -220,10 +235,12 @@ class ProcessTree:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
+        held = cwd[len(_FD_DIR):] if cwd.startswith(_FD_DIR) else ""
         try:
             self.proc = subprocess.Popen(
                 argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+                pass_fds=(int(held),) if held.isdecimal() else (),
             )
         except BaseException:
             os.close(self._wake_r)
@@ -412,8 +429,8 @@ def prepare(
     cwd: str,
     env: Mapping[str, str] | None,
     shell: bool,
-) -> tuple[list[str], str, dict[str, str]]:
-    """Check the arguments and build (argv, host cwd, environment) for a command."""
+) -> tuple[list[str], ResolvedPath, dict[str, str]]:
+    """Check the arguments and build (argv, checked cwd, environment) for a command."""
     if not argv or not all(isinstance(a, str) for a in argv):
         raise ValueError("argv must be a non-empty list of strings")
     if any("\x00" in a for a in argv):
@@ -437,7 +454,20 @@ def prepare(
         child_env["TRACEPARENT"] = ctx.traceparent
     ctx.set_detail("cwd", rp.relative or ".")
     ctx.set_detail("env_removed", len(removed))
-    return argv, rp.absolute, child_env
+    return argv, rp, child_env
+
+
+@contextlib.contextmanager
+def held_cwd(workspace: Workspace, rp: ResolvedPath) -> Iterator[str]:
+    """Hold the checked directory ``rp`` open; give the ``cwd`` that names it (see ProcessTree).
+
+    A process must be started inside the block: the name is valid only while it is open.
+    """
+    fd = workspace.open_dir(rp)
+    try:
+        yield f"{_FD_DIR}{fd}"
+    finally:
+        os.close(fd)
 
 
 def result_data(tree: ProcessTree) -> dict[str, Any]:
@@ -456,6 +486,7 @@ def result_data(tree: ProcessTree) -> dict[str, Any]:
     }
 
 
+# Starts the process before it returns: the cwd it gets is valid only during the call.
 StartJob = Callable[[CallContext, list[str], str, dict[str, str], bool], ToolResult]
 
 
@@ -498,11 +529,12 @@ def build_run_command(
         shell: bool = False,
     ) -> ToolResult:
         """Run a command (argv, no shell) in the workspace; returns exit code and output."""
-        full_argv, host_cwd, child_env = prepare(ctx, config, argv, cwd, env, shell)
-        if ctx.background and start_job is not None:
-            return start_job(ctx, full_argv, host_cwd, child_env, keep_after_shutdown)
-        tree = ProcessTree(full_argv, cwd=host_cwd, env=child_env, config=config,
-                           kill_grace_s=kill_grace_s)
+        full_argv, checked, child_env = prepare(ctx, config, argv, cwd, env, shell)
+        with held_cwd(ctx.workspace, checked) as host_cwd:
+            if ctx.background and start_job is not None:
+                return start_job(ctx, full_argv, host_cwd, child_env, keep_after_shutdown)
+            tree = ProcessTree(full_argv, cwd=host_cwd, env=child_env, config=config,
+                               kill_grace_s=kill_grace_s)
         ctx.set_detail("pid", tree.pid)
         ctx.on_cancel(tree.stop)
         # The registry signals the deadline; the tool's own check covers inline use and makes
