@@ -278,8 +278,8 @@ CONTENDERS: dict[str, Callable[[], Contender]] = {
     "tooltrace, telemetry off (thread)": lambda: _registry("thread", False),
     "tooltrace, everything on (inline)": lambda: _registry("inline", True),
     "tooltrace, everything on (thread)": lambda: _registry("thread", True),
-    # The same registries with the call path run from its Python source instead of the
-    # compiled build (the worker gets TOOLTRACE_PURE_PYTHON=1, see SOURCE_BUILD).
+    # The same registries with the call path run from the checkout's Python source; the rows
+    # above run the compiled wheel when .venv-compiled has one (see bench/overhead.py).
     "tooltrace, telemetry off (inline, from source)": lambda: _registry("inline", False),
     "tooltrace, everything on (inline, from source)": lambda: _registry("inline", True),
     "reference: SDK span + counter + histogram": _reference,
@@ -289,7 +289,7 @@ CONTENDERS: dict[str, Callable[[], Contender]] = {
 }
 
 REFERENCE = "reference: SDK span + counter + histogram"
-#: Contenders whose worker runs tooltrace's call path from source (TOOLTRACE_PURE_PYTHON=1).
+#: Contenders whose worker always runs tooltrace's call path from the checkout's source.
 SOURCE_BUILD = frozenset(n for n in CONTENDERS if n.endswith(", from source)"))
 PEERS = ("OpenLLMetry @tool", "Logfire logfire.span", "OpenInference tool span")
 

@@ -72,21 +72,39 @@ class Result:
         }
 
 
+#: The interpreter of the compiled wheel's venv (``bash .ci/compiled-wheel`` builds it); the
+#: tooltrace rows not marked "from source" run there when it exists.
+COMPILED_PYTHON = Path(
+    os.environ.get("TOOLTRACE_BENCH_COMPILED_PYTHON") or ROOT / ".venv-compiled" / "bin" / "python"
+)
+
+
+def _bench_only_path() -> str:
+    """A directory holding only ``bench`` (a link): on ``sys.path`` it makes the benchmark
+    importable without the checkout's ``tooltrace``, which would shadow the installed wheel."""
+    d = Path(tempfile.mkdtemp(prefix="tooltrace-bench-path-"))
+    (d / "bench").symlink_to(ROOT / "bench", target_is_directory=True)
+    return str(d)
+
+
 class _Worker:
     def __init__(self, name: str, python: str) -> None:
         self.name = name
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         env = dict(os.environ)
-        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        path, cwd = str(ROOT), str(ROOT)
+        if (name.startswith("tooltrace") and name not in SOURCE_BUILD
+                and COMPILED_PYTHON.exists()):
+            python = str(COMPILED_PYTHON)
+            path = cwd = _bench_only_path()
+        env["PYTHONPATH"] = path + os.pathsep + env.get("PYTHONPATH", "")
         # Peers must not reach any network: no endpoints, no API keys, no SDK telemetry.
         for k in list(env):
             if k.startswith(("OTEL_EXPORTER_OTLP", "TRACELOOP_", "LOGFIRE_")):
                 del env[k]
         env["OTEL_SDK_DISABLED"] = "false"
-        if name in SOURCE_BUILD:
-            env["TOOLTRACE_PURE_PYTHON"] = "1"
         self.proc = subprocess.Popen(
-            [python, "-m", "bench._worker", name], cwd=ROOT, env=env, text=True,
+            [python, "-m", "bench._worker", name], cwd=cwd, env=env, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
         )
 

@@ -4,7 +4,7 @@ Profiles ``ToolRegistry.call`` of the no-op tool with telemetry off (no sinks, n
 path whose target is <= 10 us, and prints the functions with the most own time, as
 microseconds per call. cProfile's own cost inflates every figure (roughly 2-3x here); read
 the shares, not the absolute numbers. It sees inside the call path only in the source build
-(``TOOLTRACE_PURE_PYTHON=1``): compiled functions are invisible to it.
+(a checkout's ``.venv``): compiled functions are invisible to it.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def run(*, calls: int, execution: str = "inline", top: int = 25, full: bool = Fa
     from tooltrace._build import BUILD
 
     # cProfile sees compiled functions only where Python code calls them.
-    build = "compiled build: TOOLTRACE_PURE_PYTHON=1 shows the split" if BUILD.compiled else (
-        "source build")
+    build = ("compiled build: run it from a checkout's .venv to see the split"
+             if BUILD.compiled else "source build")
     t = Table(
         f"Registry call path profile, {what}, {execution} ({calls} calls; unprofiled "
         f"{plain_us:.1f} us/call; {build})",

@@ -80,9 +80,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def _call_path_build() -> str:
     """Which build of tooltrace's call path this run measures (and why)."""
+    from bench.overhead import COMPILED_PYTHON
     from tooltrace._build import BUILD
 
-    return BUILD.reason
+    compiled = (f"; the overhead rows not marked 'from source' run the compiled wheel of "
+                f"{COMPILED_PYTHON}" if COMPILED_PYTHON.exists() else
+                "; no compiled wheel to compare (bash .ci/compiled-wheel builds .venv-compiled)")
+    return BUILD.reason + compiled
 
 
 def _pick(v: Any, default: Any, quick: Any, is_quick: bool) -> Any:
