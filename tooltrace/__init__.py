@@ -58,8 +58,9 @@ if TYPE_CHECKING:
         Verdict,
     )
     from .redaction import ArtifactStore, Redactor
-    from .registry import CallStatus, LateStep, Resolution, ToolRegistry, Visibility
+    from .registry import CallStatus, Resolution, ToolRegistry, Visibility
     from .runtime import CallContext
+    from .sinks import LateStep
 
 # Public names load on first use, so ``import tooltrace`` (and every CLI command, which lives in
 # ``tooltrace.cli``) pays only for what it touches.
@@ -83,7 +84,7 @@ _LAZY: dict[str, str] = {
     "HookDecision": ".hooks",
     "HookView": ".hooks",
     "InvalidSchemaError": ".exceptions",
-    "LateStep": ".registry",
+    "LateStep": ".sinks",
     "MalformedCallError": ".exceptions",
     "Mode": ".policy",
     "OutcomeUnknown": ".exceptions",

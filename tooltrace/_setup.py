@@ -7,7 +7,7 @@ from typing import Any
 
 from . import _config
 from .registry import ToolRegistry
-from .telemetry._sink import Sink, SpanOpener
+from .sinks import Sink, SpanOpener
 
 __all__ = ["create_registry"]
 

@@ -87,11 +87,11 @@ from .runtime import (
     make_pool,
 )
 from .runtime import _resolve as _resolve_future
-from .telemetry._sink import DurableSink, OpenSpan, Sink, SpanOpener
+from .sinks import BindingSink, DurableSink, LateSink, LateStep, OpenSpan, Sink, SpanOpener
 from .tool import Effect, Execution, FunctionTool, ToolDefinition, ToolResult
 from .validation import CompiledSchema, compile_schema
 
-__all__ = ["CallStatus", "Resolution", "ToolRegistry", "Visibility"]
+__all__ = ["CallStatus", "LateStep", "Resolution", "ToolRegistry", "Visibility"]
 
 UNREGISTERED = "_unregistered"
 Approver = Callable[[ApprovalRequest], ApprovalDecision]
@@ -265,6 +265,7 @@ class ToolRegistry:
         self._post_hook_list = tuple(h for h in self._hooks if h.phase == "post")
         self._sinks: tuple[Sink, ...] = ()
         self._durable: tuple[DurableSink, ...] = ()
+        self._late_sinks: tuple[LateSink, ...] = ()
         self._tools: dict[str, dict[str, _Entry]] = {}
         self._active_entries: dict[str, _Entry] = {}
         self._reg_lock = threading.RLock()
@@ -447,13 +448,16 @@ class ToolRegistry:
         return self._sinks
 
     def add_sink(self, sink: Sink) -> None:
-        """Attach a sink; a sink with ``bind(registry)`` is bound here."""
+        """Attach a sink and take note of the other roles it takes on (``tooltrace.sinks``):
+        a ``LateSink`` also gets late steps, a ``BindingSink`` is bound here, a strict
+        ``DurableSink`` makes each call's intent durable before the call runs."""
         self._sinks = (*self._sinks, sink)
-        if isinstance(sink, DurableSink) and getattr(sink, "strict", False):
+        if isinstance(sink, DurableSink) and sink.strict:
             self._durable = (*self._durable, sink)
-        bind = getattr(sink, "bind", None)
-        if callable(bind):
-            bind(self)
+        if isinstance(sink, LateSink):
+            self._late_sinks = (*self._late_sinks, sink)
+        if isinstance(sink, BindingSink):
+            sink.bind(self)
 
     def inflight(self) -> dict[str, int]:
         """Calls holding a concurrency slot now, by tool."""
@@ -1373,12 +1377,9 @@ class ToolRegistry:
                 self._late_seq.pop(next(iter(self._late_seq)))
         s = Step(seq, step, time.time_ns() // 1000, 0, "runtime", decision, red)
         late = LateStep(call_id, run_id, tool, s)
-        for sink in self._sinks:
-            fn = getattr(sink, "emit_late", None)
-            if fn is None:
-                continue
+        for sink in self._late_sinks:
             try:
-                fn(late)
+                sink.emit_late(late)
             except Exception:
                 self.sink_errors += 1
 
@@ -1714,16 +1715,6 @@ class ToolRegistry:
                 self._on_late_done(fut, op)
                 return _Outcome("abandoned", signal=ctx.reason, signal_at=signal_at)
         return self._outcome(fut, ctx)
-
-
-@dataclass(frozen=True, slots=True)
-class LateStep:
-    """A step recorded after its call returned (job end, late resolution of an unknown)."""
-
-    call_id: str
-    run_id: str
-    tool: str
-    step: Step
 
 
 _RECORD_FIELDS = (

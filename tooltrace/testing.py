@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from .envelope import CallRecord
 
 if TYPE_CHECKING:
-    from .registry import LateStep
+    from .sinks import LateStep
 
 __all__ = ["RecordingSink"]
 

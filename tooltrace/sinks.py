@@ -1,0 +1,133 @@
+"""What the registry emits to: the sink protocols, and the span opener it asks before a call runs.
+
+The registry emits; sinks subscribe. Every sink gets each finished, already-redacted
+``CallRecord`` through ``emit``, which returns at once and never raises (real work happens on a
+background worker), and is flushed and shut down with a deadline. A sink may take on more roles;
+the registry checks each one once, when the sink is attached (``ToolRegistry.add_sink``):
+
+- ``LateSink``: also takes steps recorded after their call returned (``LateStep``: a background
+  job's end, the late resolution of a call that ended ``unknown``).
+- ``BindingSink``: is bound to the registry it is attached to, and reads its state
+  (``RegistryState``: tool names, in-flight counts, queue depths, caps, the other sinks).
+- ``DurableSink`` (the audit sink in ``strict`` mode): makes an intent record durable before
+  execution; if that fails, the call is refused (``stage=audit``).
+
+The tracer is not a sink but is asked before execution: a ``SpanOpener`` mints the call's trace
+and span ids and gives an ``OpenSpan`` to make current while the tool runs, so nested work joins
+the trace. A tracing sink is usually both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from .envelope import CallRecord, Step
+
+__all__ = [
+    "BindingSink",
+    "DurableSink",
+    "LateSink",
+    "LateStep",
+    "OpenSpan",
+    "RegistryState",
+    "Sink",
+    "SpanOpener",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LateStep:
+    """A step recorded after its call returned (job end, late resolution of an unknown)."""
+
+    call_id: str
+    run_id: str
+    tool: str
+    step: Step
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Receives finished call records; never blocks, never raises."""
+
+    name: str
+
+    def emit(self, record: CallRecord) -> None:
+        """Queue one finished record (non-blocking, non-raising)."""
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Push out everything queued; False if the deadline passed first."""
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Flush within the deadline and release resources."""
+
+
+@runtime_checkable
+class LateSink(Protocol):
+    """A sink that also takes steps recorded after their call returned."""
+
+    def emit_late(self, late: LateStep) -> None:
+        """Queue one late step (non-blocking, non-raising), like ``Sink.emit``."""
+
+
+class RegistryState(Protocol):
+    """What a bound sink may read of the registry it is attached to (each read is a snapshot)."""
+
+    @property
+    def sinks(self) -> tuple[Sink, ...]:
+        """The attached sinks."""
+
+    def tool_names(self) -> frozenset[str]:
+        """Names of the registered tools: the closed set of metric label values."""
+
+    def inflight(self) -> dict[str, int]:
+        """Calls holding a concurrency slot now, by tool."""
+
+    def queue_depth(self) -> dict[str, int]:
+        """Calls waiting for admission now, by tool."""
+
+    def concurrency_limits(self) -> tuple[int, dict[str, int]]:
+        """``(global cap, {tool: cap})``."""
+
+
+@runtime_checkable
+class BindingSink(Protocol):
+    """A sink bound to its registry when attached (the metrics sink reads its state)."""
+
+    def bind(self, registry: RegistryState) -> None:
+        """Remember ``registry``; called once, from ``ToolRegistry.add_sink``."""
+
+
+@runtime_checkable
+class DurableSink(Protocol):
+    """A sink that can make a record durable before execution (strict audit mode)."""
+
+    strict: bool
+
+    def write_intent(
+        self, call_id: str, run_id: str, tool: str, started_at_us: int, args_redacted: Any
+    ) -> None:
+        """Durably record that ``call_id`` is about to execute; raise if that is impossible."""
+
+
+class OpenSpan(Protocol):
+    """A span opened for one call: its ids and the context to make current during execution."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    sampled: bool
+
+    def attach(self) -> Any:
+        """Make this span's context current; return a token for ``detach``."""
+
+    def detach(self, token: Any) -> None:
+        """Restore the context that was current before ``attach``."""
+
+
+@runtime_checkable
+class SpanOpener(Protocol):
+    """Mints the ids of a call's span before it runs (the span itself is built afterwards)."""
+
+    def open_span(self, tool: str) -> OpenSpan | None:
+        """Return the span handle for a call of ``tool``, or None when tracing is off."""
