@@ -15,6 +15,7 @@ from ._lazy import lazy_exports
 from .tool import Capability, Effect, Execution, FunctionTool, ToolDefinition, ToolResult, tool
 
 if TYPE_CHECKING:
+    from ._context import CallContext
     from ._current import current_context
     from ._setup import create_registry
     from .envelope import (
@@ -59,7 +60,6 @@ if TYPE_CHECKING:
     )
     from .redaction import ArtifactStore, Redactor
     from .registry import CallStatus, Resolution, ToolRegistry, Visibility
-    from .runtime import CallContext
     from .sinks import LateStep
 
 # Public names load on first use, so ``import tooltrace`` (and every CLI command, which lives in
@@ -70,7 +70,7 @@ _LAZY: dict[str, str] = {
     "Artifact": ".envelope",
     "ArtifactStore": ".redaction",
     "AuditUnavailableError": ".exceptions",
-    "CallContext": ".runtime",
+    "CallContext": "._context",
     "CallRecord": ".envelope",
     "CallStatus": ".registry",
     "ConfigurationError": ".exceptions",

@@ -43,7 +43,11 @@ import uuid_utils
 from mypy_extensions import mypyc_attr
 
 from . import _build, _config
+from ._admission import Admission, AdmissionResult
+from ._context import CallContext
 from ._current import _CURRENT
+from ._executors import Job, LoopThread, ToolThreads, make_pool
+from ._executors import resolve_future as _resolve_future
 from ._ids import new_call_id, new_run_id
 from .envelope import (
     Artifact,
@@ -77,16 +81,6 @@ from .policy import (
     Verdict,
 )
 from .redaction import ArtifactStore, Redactor, preview
-from .runtime import (
-    Admission,
-    AdmissionResult,
-    CallContext,
-    Job,
-    LoopThread,
-    ToolThreads,
-    make_pool,
-)
-from .runtime import _resolve as _resolve_future
 from .sinks import BindingSink, DurableSink, LateSink, LateStep, OpenSpan, Sink, SpanOpener
 from .tool import Effect, Execution, FunctionTool, ToolDefinition, ToolResult
 from .validation import CompiledSchema, compile_schema
