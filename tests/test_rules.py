@@ -61,13 +61,7 @@ def test_recording_rules_define_the_saturation_signals() -> None:
         )
 
 
-def test_every_alert_is_labelled_annotated_and_has_a_runbook_in_the_readme() -> None:
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("<!-- section:sre -->", 1)[1].split("<!-- /section:sre -->", 1)[0]
-    anchors = {
-        "runbook-" + re.sub(r"[^a-z0-9-]", "", h.strip().lower().replace(" ", "-"))
-        for h in re.findall(r"^#+ Runbook: (.+)$", section, flags=re.M)
-    }
+def test_every_alert_is_labelled_annotated_and_links_its_runbook_page() -> None:
     alerts = _groups()[1]["rules"]
     assert [a["alert"] for a in alerts] == build.alert_names()
     assert len(alerts) == 8
@@ -75,9 +69,23 @@ def test_every_alert_is_labelled_annotated_and_has_a_runbook_in_the_readme() -> 
         assert a["labels"]["severity"] in {"info", "warning", "critical"}, a["alert"]
         ann = a["annotations"]
         assert ann["summary"] and ann["description"], a["alert"]
+        # Every link is an absolute URL under the one configured base, one page per alert.
         url = ann["runbook_url"]
-        assert url.startswith("README.md#"), url
-        assert url.split("#", 1)[1] in anchors, f"no README runbook heading for {a['alert']}"
+        assert url == build.runbook_url(a["alert"]), url
+        assert url.startswith(build.RUNBOOK_BASE) and url.startswith("https://"), url
+        slug = url.removeprefix(build.RUNBOOK_BASE).strip("/")
+        page = REPO / "docs" / "operations" / "runbooks" / f"{slug}.md"
+        assert page.is_file(), f"no runbook page {page.relative_to(REPO)} for {a['alert']}"
+        assert re.search(rf"^# {a['alert']}$", page.read_text(), flags=re.M), page
+
+
+def test_the_runbook_base_is_the_docs_site_runbook_section() -> None:
+    # The base lives in dashboards/build.py only; it must be where the docs site publishes
+    # docs/operations/runbooks/ (mkdocs.yml's site_url, directory URLs).
+    site_url = yaml.safe_load((REPO / "mkdocs.yml").read_text())["site_url"]
+    assert site_url.rstrip("/") + "/operations/runbooks/" == build.RUNBOOK_BASE
+    pages = {p.stem for p in (REPO / "docs" / "operations" / "runbooks").glob("*.md")}
+    assert pages - {"index"} == {a.lower() for a in build.alert_names()}
 
 
 @pytest.mark.parametrize("test_file", UNIT_TESTS, ids=lambda p: p.name)
@@ -112,12 +120,12 @@ def test_unit_tests_fail_against_weaker_rules(tmp_path: Path) -> None:
 
 
 def test_generator_options_reach_the_rule_file(tmp_path: Path) -> None:
-    args = ["--out", str(tmp_path), "--runbook-base", "https://wiki.example/tt"]
+    args = ["--out", str(tmp_path), "--runbook-base", "https://wiki.example/tt/"]
     assert build.main([*args, "--latency-slo", "2.5", "--audit-backlog", "900"]) == 0
     groups = yaml.safe_load((tmp_path / build.RULES_FILE).read_text())["groups"]
     alerts = {a["alert"]: a for a in groups[1]["rules"]}
     assert alerts["ToolCallOutcomeUnknown"]["annotations"]["runbook_url"] == (
-        "https://wiki.example/tt#runbook-toolcalloutcomeunknown"
+        "https://wiki.example/tt/toolcalloutcomeunknown/"
     )
     assert alerts["ToolLatencyP95OverSLO"]["expr"].startswith(
         "tool:tooltrace_tool_call_duration_seconds:p95_rate5m > 2.5\n"
@@ -237,7 +245,7 @@ def test_rejection_surge_fires_an_alert_delivered_by_alertmanager(tmp_path: Path
     assert alert["status"] == "firing"
     assert labels["tool"] == "lookup"
     assert labels["severity"] == "warning" and labels["service"] == "tooltrace"
-    assert ann["runbook_url"] == "README.md#runbook-toolparamrejectratiosurge"
+    assert ann["runbook_url"] == build.runbook_url("ToolParamRejectRatioSurge")
     assert ann["summary"].startswith("lookup: parameter-reject ratio jumped to ")
     assert took < 45
     # The healthy tool never alerted.
