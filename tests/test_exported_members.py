@@ -50,7 +50,8 @@ def test_cli_commands_do_not_import_the_registry() -> None:
     # The audit readers start fast: `tooltrace autopsy` needs DuckDB, not the call pipeline.
     code = (
         "import sys, tooltrace.cli.autopsy, tooltrace.cli.calls\n"
-        "print(','.join(m for m in ('tooltrace.registry', 'asyncio') if m in sys.modules))\n"
+        "print(','.join(m for m in ('tooltrace.registry', 'tooltrace._registry', 'asyncio')"
+        " if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

@@ -17,10 +17,12 @@ from .tool import Capability, Effect, Execution, FunctionTool, ToolDefinition, T
 if TYPE_CHECKING:
     from ._context import CallContext
     from ._current import current_context
+    from ._registry import Resolution, ToolRegistry, Visibility
     from ._setup import create_registry
     from .envelope import (
         Artifact,
         CallRecord,
+        CallStatus,
         Retry,
         Stage,
         Status,
@@ -59,7 +61,6 @@ if TYPE_CHECKING:
         Verdict,
     )
     from .redaction import ArtifactStore, Redactor
-    from .registry import CallStatus, Resolution, ToolRegistry, Visibility
     from .sinks import LateStep
 
 # Public names load on first use, so ``import tooltrace`` (and every CLI command, which lives in
@@ -72,7 +73,7 @@ _LAZY: dict[str, str] = {
     "AuditUnavailableError": ".exceptions",
     "CallContext": "._context",
     "CallRecord": ".envelope",
-    "CallStatus": ".registry",
+    "CallStatus": ".envelope",
     "ConfigurationError": ".exceptions",
     "DeadlineExceeded": ".exceptions",
     "DenyCommandPatterns": ".policy",
@@ -95,7 +96,7 @@ _LAZY: dict[str, str] = {
     "Redactor": ".redaction",
     "RegistrationError": ".exceptions",
     "RequireApproval": ".policy",
-    "Resolution": ".registry",
+    "Resolution": "._registry",
     "ResolvedPath": ".paths",
     "Retry": ".envelope",
     "Rule": ".policy",
@@ -107,11 +108,11 @@ _LAZY: dict[str, str] = {
     "ToolCall": ".envelope",
     "ToolCancelled": ".exceptions",
     "ToolInterrupt": ".exceptions",
-    "ToolRegistry": ".registry",
+    "ToolRegistry": "._registry",
     "ToolResultEnvelope": ".envelope",
     "TooltraceError": ".exceptions",
     "Verdict": ".policy",
-    "Visibility": ".registry",
+    "Visibility": "._registry",
     "Workspace": ".paths",
     "create_registry": "._setup",
     "current_context": "._current",
