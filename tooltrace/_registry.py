@@ -37,7 +37,6 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-import msgspec
 import orjson
 import uuid_utils
 from mypy_extensions import mypyc_attr
@@ -49,6 +48,7 @@ from ._current import _CURRENT
 from ._executors import Job, LoopThread, ToolThreads, make_pool
 from ._executors import resolve_future as _resolve_future
 from ._ids import new_call_id, new_run_id
+from ._outcome import Outcome, error_type, outcome_rules, resolved_status
 from .envelope import (
     Artifact,
     CallRecord,
@@ -66,9 +66,7 @@ from .exceptions import (
     AuditUnavailableError,
     DuplicateToolError,
     MalformedCallError,
-    OutcomeUnknown,
     RegistrationError,
-    ToolInterrupt,
 )
 from .hooks import Hook, HookAction, HookDecision, HookView
 from .paths import PathPolicyError, Workspace
@@ -176,18 +174,6 @@ class _Execute:
     arguments: dict[str, Any]
     span: OpenSpan | None
     grace_s: float
-
-
-class _Outcome(msgspec.Struct):
-    """What execution produced, as seen by the caller's driver (a Struct: one is made per
-    call, and a dataclass's Python __init__ costs three times as much)."""
-
-    kind: str  # "returned" | "raised" | "abandoned"
-    value: Any = None
-    error: BaseException | None = None
-    signal: str | None = None  # "deadline" | "cancel" once the tool was told to stop
-    signal_at: float | None = None
-    confirmed_at: float | None = None
 
 
 _Op = _RunHook | _Approve | _Admit | _Intent | _Execute
@@ -849,7 +835,7 @@ class ToolRegistry:
             b.execution_started = True
             t = b.last
             released = True  # from here the executor's finally gives the slot back
-            out: _Outcome
+            out: Outcome
             if entry.inline:
                 out = self._execute_inline(entry, ctx, args, b.span)
             elif blocking:
@@ -1142,7 +1128,7 @@ class ToolRegistry:
         return b.emit(env)
 
     def _finish(
-        self, b: _Builder, entry: _Entry, ctx: CallContext, out: _Outcome, t: int
+        self, b: _Builder, entry: _Entry, ctx: CallContext, out: Outcome, t: int
     ) -> ToolResultEnvelope:
         """Map an execution outcome to a status, redact, trim and offload."""
         d = entry.definition
@@ -1183,20 +1169,35 @@ class ToolRegistry:
                     {"cancellable": d.cancellable, "grace_s": self.cancel_grace_s},
                 )
             )
-        status: Status
-        summary: str
-        retry: Retry
-        error_type: str | None = None
-        kind = out.kind
-        if kind == "returned" and signal is None:
-            status = _OK
-            summary = self._scrub(tool_summary)[:500] if tool_summary else ""
-            retry = _RETRY_OK
-        else:
-            status, summary, retry, error_type = self._settle(b, d, ctx, out, side_effects)
-            if status is _OK:  # summary is the note for the tool's own summary
-                summary = (self._scrub(tool_summary)[:500] if tool_summary else "") + summary
-        b.error_type = error_type
+        if signal is not None:
+            # A confirmed cancel is its own step ("cancel requested" and "cancelled" differ);
+            # anything else that was told to stop says whether it confirmed.
+            confirmed = out.kind != "abandoned"
+            name = StepName.CANCELLED if confirmed and signal == "cancel" else StepName.STOPPED
+            steps.append(
+                Step(
+                    len(steps),
+                    name,
+                    b.us(_perf_ns()),
+                    0,
+                    "runtime",
+                    "confirmed" if confirmed else "unconfirmed",
+                    {"outcome": out.kind},
+                )
+            )
+        status, summary, retry, etype = outcome_rules(
+            out.kind,
+            signal,
+            out.error,
+            side_effects,
+            tool=d.name,
+            tool_summary=self._scrub(tool_summary)[:500] if tool_summary else "",
+            error_text=self._error_text(out.error) if out.error is not None else "",
+            timeout_s=ctx.timeout_s,
+            grace_s=self.cancel_grace_s,
+            call_id=b.call_id,
+        )
+        b.error_type = etype
         if status is not _OK:
             return b.envelope(status, summary, None, None, None, None, retry=retry)
         # 6. redact and trim
@@ -1217,7 +1218,7 @@ class ToolRegistry:
                 artifact = self.artifacts.put(text)
             except OSError as exc:
                 b.step(
-                    StepName.OFFLOAD, _perf_ns(), "runtime", "error", {"error": _error_type(exc)}
+                    StepName.OFFLOAD, _perf_ns(), "runtime", "error", {"error": error_type(exc)}
                 )
                 artifact = None
             else:
@@ -1235,80 +1236,6 @@ class ToolRegistry:
             where = f"; full output in artifact sha256:{artifact.sha256[:12]}" if artifact else ""
             summary = f"{d.name} succeeded ({size} chars{where})" + summary
         return b.envelope(status, summary, data, artifact, None, result_preview, retry=retry)
-
-    def _settle(
-        self, b: _Builder, d: ToolDefinition, ctx: CallContext, out: _Outcome, side_effects: bool
-    ) -> tuple[Status, str, Retry, str | None]:
-        """The status of an execution that raised, was signalled or was abandoned.
-
-        For ``ok`` the text returned is only the note appended to the tool's summary."""
-        steps = b.steps
-        signal = out.signal
-        confirmed = out.kind != "abandoned"
-        error_type: str | None = None
-        if signal is not None:
-            # A confirmed cancel is its own step ("cancel requested" and "cancelled" differ);
-            # anything else that was told to stop says whether it confirmed.
-            name = StepName.CANCELLED if confirmed and signal == "cancel" else StepName.STOPPED
-            steps.append(
-                Step(
-                    len(steps),
-                    name,
-                    b.us(_perf_ns()),
-                    0,
-                    "runtime",
-                    "confirmed" if confirmed else "unconfirmed",
-                    {"outcome": out.kind},
-                )
-            )
-        if out.kind == "returned" and (signal != "cancel" or side_effects):
-            return Status.OK, " (finished after it was asked to stop)", _RETRY_OK, None
-        if out.kind == "raised" and side_effects and isinstance(out.error, OutcomeUnknown):
-            summary = (
-                f"{d.name} may have run: {self._error_text(out.error)}; "
-                "its outcome cannot be confirmed"
-            )
-            return (
-                Status.UNKNOWN,
-                summary,
-                Retry(False, requires_inspection=True),
-                _error_type(out.error),
-            )
-        if (
-            out.kind == "raised"
-            and not (signal and isinstance(out.error, ToolInterrupt | asyncio.CancelledError))
-            and not (signal == "deadline" and isinstance(out.error, TimeoutError))
-        ):
-            assert out.error is not None
-            error_type = _error_type(out.error)
-            summary = f"{d.name} failed: {self._error_text(out.error)}"
-            return (
-                Status.FAILED,
-                summary,
-                Retry(not side_effects, requires_inspection=side_effects),
-                error_type,
-            )
-        if signal == "cancel" and (confirmed or not side_effects):
-            summary = f"{d.name} was cancelled" + (
-                "" if confirmed else " (abandoned; it has no side effects)"
-            )
-            return Status.CANCELLED, summary, _RETRY_OK, "cancelled"
-        if signal == "deadline" and (confirmed or not side_effects):
-            summary = f"{d.name} timed out after {ctx.timeout_s:g} s" + (
-                "" if confirmed else " (abandoned; it has no side effects)"
-            )
-            return Status.FAILED, summary, Retry(True, after_ms=1000), "timeout"
-        why = "its deadline passed" if signal == "deadline" else "it was cancelled"
-        summary = (
-            f"{d.name} may have run: {why} and it did not confirm it stopped within "
-            f"{self.cancel_grace_s:g} s; query status({b.call_id})"
-        )
-        return (
-            Status.UNKNOWN,
-            summary,
-            Retry(False, requires_inspection=True),
-            "unconfirmed_" + (signal or "stop"),
-        )
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -1402,17 +1329,12 @@ class ToolRegistry:
                         if call_id in table:
                             table[call_id] = st
 
-    def _resolve_late(self, call_id: str, tool: str, run_id: str, out: _Outcome) -> None:
+    def _resolve_late(self, call_id: str, tool: str, run_id: str, out: Outcome) -> None:
         """An abandoned call finally ended: record how."""
-        if out.kind == "returned":
-            resolved = Status.OK
-        elif isinstance(out.error, ToolInterrupt | asyncio.CancelledError):
-            resolved = Status.CANCELLED
-        else:
-            resolved = Status.FAILED
+        resolved = resolved_status(out.kind, out.error)
         detail: dict[str, Any] = {"outcome": resolved.value}
         if out.error is not None and resolved is Status.FAILED:
-            detail["error_type"] = _error_type(out.error)
+            detail["error_type"] = error_type(out.error)
         with self._active_lock:
             st = self._unknowns.get(call_id) or self._statuses.get(call_id)
             if st is not None:
@@ -1499,16 +1421,16 @@ class ToolRegistry:
 
     def _execute_inline(
         self, e: _Entry, ctx: CallContext, args: dict[str, Any], span: OpenSpan | None
-    ) -> _Outcome:
+    ) -> Outcome:
         """Run a plain inline tool on this thread (both drivers: it is the caller's)."""
         token = span.attach() if span is not None else None
         ctx_token = _CURRENT.set(ctx)
         try:
             # No start_clock(): the context was made just now, its deadline counts from then.
             try:
-                out = _Outcome("returned", e.fn(ctx, **args) if e.wants_ctx else e.fn(**args))
+                out = Outcome("returned", e.fn(ctx, **args) if e.wants_ctx else e.fn(**args))
             except Exception as exc:
-                out = _Outcome("raised", None, exc)
+                out = Outcome("raised", None, exc)
             finally:
                 self._admission.release(e.definition.name)
             if ctx._stopped:
@@ -1524,7 +1446,7 @@ class ToolRegistry:
             if span is not None:
                 span.detach(token)
 
-    def _execute_blocking(self, op: _Execute) -> _Outcome:
+    def _execute_blocking(self, op: _Execute) -> Outcome:
         e, ctx = op.entry, op.ctx
         tool = e.definition.name
         token = op.span.attach() if op.span is not None else None
@@ -1545,7 +1467,7 @@ class ToolRegistry:
                 job = self._submit(op, wake)
             except RuntimeError as exc:  # the pool is shut down: the tool never started
                 self._admission.release(tool)
-                return _Outcome("raised", None, exc)
+                return Outcome("raised", None, exc)
             while not job._done:
                 if ctx._stopped:
                     break
@@ -1584,7 +1506,7 @@ class ToolRegistry:
         fut: concurrent.futures.Future[Any] | Job,
         op: _Execute,
         cancel: Callable[[], Any] | None,
-    ) -> _Outcome:
+    ) -> Outcome:
         ctx = op.ctx
         # A bare lock held here and released by whoever wakes us (the tool finishing, a
         # cancel): waiting on it is one C call, where an Event goes through a Condition.
@@ -1616,7 +1538,7 @@ class ToolRegistry:
             except BaseException:
                 pass
             if not fut.done():
-                out = _Outcome("abandoned", signal=ctx.reason, signal_at=signal_at)
+                out = Outcome("abandoned", signal=ctx.reason, signal_at=signal_at)
                 self._on_late_done(fut, op)
                 return out
         return self._outcome(fut, ctx)
@@ -1632,15 +1554,15 @@ class ToolRegistry:
         self,
         fut: concurrent.futures.Future[Any] | asyncio.Future[Any] | Job,
         ctx: CallContext,
-    ) -> _Outcome:
+    ) -> Outcome:
         sig = ctx.reason if ctx.signalled else None
         sig_at = (ctx.signalled_at or time.monotonic()) if sig else None
         if fut.cancelled():
-            return _Outcome("raised", None, asyncio.CancelledError(), sig, sig_at)
+            return Outcome("raised", None, asyncio.CancelledError(), sig, sig_at)
         exc = fut.exception()
         if exc is not None:
-            return _Outcome("raised", None, exc, sig, sig_at)
-        return _Outcome("returned", fut.result(), None, sig, sig_at)
+            return Outcome("raised", None, exc, sig, sig_at)
+        return Outcome("returned", fut.result(), None, sig, sig_at)
 
     def _on_late_done(
         self, fut: concurrent.futures.Future[Any] | asyncio.Future[Any] | Job, op: _Execute
@@ -1655,7 +1577,7 @@ class ToolRegistry:
 
         fut.add_done_callback(done)
 
-    async def _execute_async(self, op: _Execute) -> _Outcome:
+    async def _execute_async(self, op: _Execute) -> Outcome:
         e, ctx = op.entry, op.ctx
         tool = e.definition.name
         loop = asyncio.get_running_loop()
@@ -1707,7 +1629,7 @@ class ToolRegistry:
             await asyncio.wait({fut}, timeout=op.grace_s)
             if not fut.done():
                 self._on_late_done(fut, op)
-                return _Outcome("abandoned", signal=ctx.reason, signal_at=signal_at)
+                return Outcome("abandoned", signal=ctx.reason, signal_at=signal_at)
         return self._outcome(fut, ctx)
 
 
@@ -1899,14 +1821,6 @@ def _replace(d: ToolDefinition, **changes: Any) -> ToolDefinition:
     import dataclasses
 
     return dataclasses.replace(d, **changes)
-
-
-def _error_type(exc: BaseException) -> str:
-    # A tool may name its own low-cardinality error type (the MCP proxy says "tool_error").
-    named = getattr(exc, "error_type", None)
-    if isinstance(named, str) and named:
-        return named[:64]
-    return type(exc).__name__[:64]
 
 
 def _to_text(value: Any) -> str | None:
