@@ -21,13 +21,11 @@ Outcome rules (what a post-mortem relies on):
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import contextvars
 import functools
 import inspect
-import itertools
 import os
 import re
 import threading
@@ -49,6 +47,7 @@ from ._executors import Job, LoopThread, ToolThreads, make_pool
 from ._executors import resolve_future as _resolve_future
 from ._ids import new_call_id, new_run_id
 from ._outcome import Outcome, error_type, outcome_rules, resolved_status
+from ._statuses import StatusTable
 from .envelope import (
     Artifact,
     CallRecord,
@@ -256,21 +255,9 @@ class ToolRegistry:
         self._loop = LoopThread()
         # Running calls by id; a context's _done/_final say when and how its call returned.
         self._active: dict[str, CallContext] = {}
-        self._active_lock = threading.Lock()
         self._cancelled_runs: set[str] = set()
         self._cancel_early: dict[str, None] = {}
-        # Recent calls are remembered briefly; `unknown` ones much longer, since their handle is
-        # the call id a later status query resolves. Both are bounded (memory stays flat).
-        self._statuses: collections.OrderedDict[str, CallStatus] = collections.OrderedDict()
-        self._status_cap = 4096
-        self._unknowns: collections.OrderedDict[str, CallStatus] = collections.OrderedDict()
-        self._unknown_cap = 10_000
-        self._late_seq: dict[str, int] = {}
-        # Caller-supplied call ids already taken (a reuse is refused as duplicate_call_id).
-        self._claimed: collections.OrderedDict[str, int] = collections.OrderedDict()
-        self._tickets = itertools.count()
-        self._claimed_cap = 100_000
-        self._pending_resolution: dict[str, Status] = {}
+        self._statuses = StatusTable()
         self._allow_details: dict[tuple[str, ...], Mapping[str, Any]] = {}
         # Ids of the shared details this registry made and keeps alive (see _VETTED).
         self._vetted: set[int] = set()
@@ -490,7 +477,7 @@ class ToolRegistry:
     def status(self, call_id: str) -> CallStatus | None:
         """What the registry knows of a call: the last 4,096 calls, and the last 10,000 that
         ended ``unknown`` (None if it is not remembered; the audit trail has every call)."""
-        return self._unknowns.get(call_id) or self._statuses.get(call_id)
+        return self._statuses.get(call_id)
 
     def cancel(self, run_id: str, *, wait: bool = True) -> dict[str, Status | None]:
         """Cancel a run: admit no more of its calls, signal each active one, wait the grace.
@@ -604,7 +591,7 @@ class ToolRegistry:
             return b.reject(Stage.PARAMS, f"malformed tool call: {bad}", UNREGISTERED)
         if call.call_id:
             cid = call.call_id.lower()
-            if not self._claim_id(cid):
+            if not self._statuses.claim(cid, self._active):
                 # A call id is an identity: the refusal is recorded under an id of its own, so
                 # no reader can take it (or the first call) for the other.
                 b.call_id = new_call_id()
@@ -986,21 +973,6 @@ class ToolRegistry:
             return b.reject(Stage.APPROVAL, f"denied by {who}", d.name)
         return None
 
-    def _claim_id(self, call_id: str) -> bool:
-        """Take a caller-supplied call id for one call; False when it is live or was recorded
-        by this registry (a generated id is new by construction and is not looked up)."""
-        if call_id in self._statuses or call_id in self._unknowns or call_id in self._active:
-            return False
-        claimed = self._claimed
-        ticket = next(self._tickets)
-        # setdefault is one atomic operation: of two calls racing with one id, one wins.
-        if claimed.setdefault(call_id, ticket) != ticket:
-            return False
-        if len(claimed) > self._claimed_cap:
-            with contextlib.suppress(KeyError, StopIteration):
-                claimed.popitem(last=False)
-        return True
-
     def _check_call(self, call: ToolCall) -> str | None:
         """Why a ToolCall's own fields are unusable, or None."""
         c: Any = call  # untyped reads: compiled code would check the declared types first
@@ -1291,11 +1263,7 @@ class ToolRegistry:
         detail: Mapping[str, Any] | None,
     ) -> None:
         red = _detached(self.redactor.redact(dict(detail))[0]) if detail else None
-        with self._active_lock:
-            seq = self._late_seq.get(call_id, 1000)
-            self._late_seq[call_id] = seq + 1
-            if len(self._late_seq) > 10_000:
-                self._late_seq.pop(next(iter(self._late_seq)))
+        seq = self._statuses.next_late_seq(call_id)
         s = Step(seq, step, time.time_ns() // 1000, 0, "runtime", decision, red)
         late = LateStep(call_id, run_id, tool, s)
         for sink in self._late_sinks:
@@ -1304,46 +1272,13 @@ class ToolRegistry:
             except Exception:
                 self.sink_errors += 1
 
-    def _remember(self, env: ToolResultEnvelope) -> None:
-        # Lock-free on the common path: each OrderedDict operation is atomic under the GIL, and
-        # _resolve_late (under the lock) either finds the stored status or leaves its resolution
-        # in _pending_resolution, which is checked *after* the store and merged under the lock.
-        call_id = env.call_id
-        # status() looks in _unknowns first, so an unknown is stored there first: a resolution
-        # landing between the two stores then updates the table status() reads.
-        st = CallStatus(call_id, env.tool, env.status, None, env.summary)
-        if env.status is _UNKNOWN:
-            self._unknowns[call_id] = st
-            if len(self._unknowns) > self._unknown_cap:
-                self._unknowns.popitem(last=False)
-        statuses = self._statuses
-        statuses[call_id] = st
-        if len(statuses) > self._status_cap:
-            statuses.popitem(last=False)
-        if self._pending_resolution:
-            with self._active_lock:
-                resolved = self._pending_resolution.pop(call_id, None)
-                if resolved is not None:
-                    st = CallStatus(call_id, env.tool, env.status, resolved, env.summary)
-                    for table in (self._unknowns, self._statuses):
-                        if call_id in table:
-                            table[call_id] = st
-
     def _resolve_late(self, call_id: str, tool: str, run_id: str, out: Outcome) -> None:
         """An abandoned call finally ended: record how."""
         resolved = resolved_status(out.kind, out.error)
         detail: dict[str, Any] = {"outcome": resolved.value}
         if out.error is not None and resolved is Status.FAILED:
             detail["error_type"] = error_type(out.error)
-        with self._active_lock:
-            st = self._unknowns.get(call_id) or self._statuses.get(call_id)
-            if st is not None:
-                new = CallStatus(call_id, st.tool, st.status, resolved, st.summary)
-                for table in (self._unknowns, self._statuses):
-                    if call_id in table:
-                        table[call_id] = new
-            else:
-                self._pending_resolution[call_id] = resolved
+        self._statuses.resolve(call_id, resolved)
         self._emit_late(call_id, run_id, tool, StepName.RESOLVED, resolved.value, detail)
 
     # -- drivers ------------------------------------------------------------------------------
@@ -2043,7 +1978,7 @@ class _Builder:
                 sink.emit(rec)
             except Exception:
                 reg.sink_errors += 1
-        reg._remember(env)
+        reg._statuses.remember(env)
         return env
 
 

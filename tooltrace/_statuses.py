@@ -1,0 +1,108 @@
+"""What the registry remembers of its calls: recent statuses, the ``unknown`` ones and their late
+resolutions, the numbering of late steps, and the caller-supplied call ids already taken.
+
+``StatusTable`` owns its lock. Recording a call's status (every call) takes no lock: each
+``OrderedDict`` operation is atomic under the GIL, and a late resolution either finds the stored
+status or leaves itself pending, which is checked *after* the store and merged under the lock.
+Every table is bounded, so memory stays flat.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import threading
+from collections.abc import Container
+
+from . import _build
+from .envelope import CallStatus, Status, ToolResultEnvelope
+
+__all__ = ["StatusTable"]
+
+_UNKNOWN = Status.UNKNOWN
+
+
+class StatusTable:
+    """The last ``recent`` calls' statuses, the last ``unknowns`` calls that ended ``unknown``
+    (their handle is the call id a later status query resolves, so they are kept much longer),
+    and the last ``claimed`` caller-supplied call ids."""
+
+    def __init__(self, recent: int = 4096, unknowns: int = 10_000, claimed: int = 100_000) -> None:
+        self._lock = threading.Lock()
+        self._recent: collections.OrderedDict[str, CallStatus] = collections.OrderedDict()
+        self._recent_cap = recent
+        self._unknowns: collections.OrderedDict[str, CallStatus] = collections.OrderedDict()
+        self._unknown_cap = unknowns
+        # Resolutions that arrived before their call's status was stored.
+        self._pending: dict[str, Status] = {}
+        self._late_seq: dict[str, int] = {}
+        self._claimed: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self._claimed_cap = claimed
+        self._tickets = itertools.count()
+
+    def get(self, call_id: str) -> CallStatus | None:
+        """The call's status, if it is still remembered."""
+        return self._unknowns.get(call_id) or self._recent.get(call_id)
+
+    def remember(self, env: ToolResultEnvelope) -> None:
+        """Store a finished call's status (lock-free on the common path)."""
+        call_id = env.call_id
+        # get() looks in _unknowns first, so an unknown is stored there first: a resolution
+        # landing between the two stores then updates the table get() reads.
+        st = CallStatus(call_id, env.tool, env.status, None, env.summary)
+        if env.status is _UNKNOWN:
+            self._unknowns[call_id] = st
+            if len(self._unknowns) > self._unknown_cap:
+                self._unknowns.popitem(last=False)
+        recent = self._recent
+        recent[call_id] = st
+        if len(recent) > self._recent_cap:
+            recent.popitem(last=False)
+        if self._pending:
+            with self._lock:
+                resolved = self._pending.pop(call_id, None)
+                if resolved is not None:
+                    self._store(CallStatus(call_id, env.tool, env.status, resolved, env.summary))
+
+    def resolve(self, call_id: str, resolved: Status) -> None:
+        """Record how a call that ended ``unknown`` really ended."""
+        with self._lock:
+            st = self._unknowns.get(call_id) or self._recent.get(call_id)
+            if st is not None:
+                self._store(CallStatus(call_id, st.tool, st.status, resolved, st.summary))
+            else:
+                self._pending[call_id] = resolved
+
+    def _store(self, st: CallStatus) -> None:
+        """Replace the call's status wherever it is kept (under the lock)."""
+        for table in (self._unknowns, self._recent):
+            if st.call_id in table:
+                table[st.call_id] = st
+
+    def next_late_seq(self, call_id: str) -> int:
+        """The sequence number of the call's next late step (they start at 1000)."""
+        with self._lock:
+            seq = self._late_seq.get(call_id, 1000)
+            self._late_seq[call_id] = seq + 1
+            if len(self._late_seq) > 10_000:
+                self._late_seq.pop(next(iter(self._late_seq)))
+        return seq
+
+    def claim(self, call_id: str, running: Container[str]) -> bool:
+        """Take a caller-supplied call id for one call; False when it is ``running`` or was
+        recorded (a generated id is new by construction and is not looked up)."""
+        if call_id in self._recent or call_id in self._unknowns or call_id in running:
+            return False
+        claimed = self._claimed
+        ticket = next(self._tickets)
+        # setdefault is one atomic operation: of two calls racing with one id, one wins.
+        if claimed.setdefault(call_id, ticket) != ticket:
+            return False
+        if len(claimed) > self._claimed_cap:
+            with contextlib.suppress(KeyError, StopIteration):
+                claimed.popitem(last=False)
+        return True
+
+
+_build.keep_docs(__name__, globals())
