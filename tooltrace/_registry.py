@@ -25,7 +25,6 @@ import concurrent.futures
 import contextlib
 import contextvars
 import functools
-import inspect
 import os
 import re
 import threading
@@ -47,25 +46,32 @@ from ._executors import Job, LoopThread, ToolThreads, make_pool
 from ._executors import resolve_future as _resolve_future
 from ._ids import new_call_id, new_run_id
 from ._outcome import Outcome, error_type, outcome_rules, resolved_status
+from ._record import (
+    UNREGISTERED,
+    VETTED,
+    Builder,
+    detached,
+    error_text,
+    redact_args,
+    safe_name,
+    scrub,
+)
 from ._statuses import StatusTable
+from ._tooltable import Entry, Resolution, ToolTable, Visibility, make_entry
 from .envelope import (
     Artifact,
-    CallRecord,
     CallStatus,
     Retry,
     Stage,
     Status,
     Step,
     StepName,
-    Timing,
     ToolCall,
     ToolResultEnvelope,
 )
 from .exceptions import (
     AuditUnavailableError,
-    DuplicateToolError,
     MalformedCallError,
-    RegistrationError,
 )
 from .hooks import Hook, HookAction, HookDecision, HookView
 from .paths import PathPolicyError, Workspace
@@ -79,50 +85,11 @@ from .policy import (
 )
 from .redaction import ArtifactStore, Redactor, preview
 from .sinks import BindingSink, DurableSink, LateSink, LateStep, OpenSpan, Sink, SpanOpener
-from .tool import Effect, Execution, FunctionTool, ToolDefinition, ToolResult
-from .validation import CompiledSchema, compile_schema
+from .tool import Effect, FunctionTool, ToolDefinition, ToolResult
 
 __all__ = ["CallStatus", "LateStep", "Resolution", "ToolRegistry", "Visibility"]
 
-UNREGISTERED = "_unregistered"
 Approver = Callable[[ApprovalRequest], ApprovalDecision]
-
-
-@dataclass(frozen=True, slots=True)
-class Resolution:
-    """One line of the shadow report: a name, its active definition and what it shadows."""
-
-    name: str
-    active_source: str
-    active_priority: int
-    shadowed: tuple[tuple[str, int], ...]
-    capability: str
-    effect: str
-    narrowed: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Visibility:
-    """The tools a mode exposes (stable order) and those it hides, with reasons."""
-
-    mode: str
-    visible: tuple[ToolDefinition, ...]
-    hidden: tuple[tuple[str, str], ...]
-
-
-@dataclass(slots=True)
-class _Entry:
-    definition: ToolDefinition
-    fn: Callable[..., Any]
-    wants_ctx: bool
-    is_async: bool
-    schema: CompiledSchema
-    # A plain function declared inline runs on the caller's thread (or loop) in both drivers,
-    # so the pipeline runs it itself instead of yielding it to the driver.
-    inline: bool = False
-
-    def __post_init__(self) -> None:
-        self.inline = not self.is_async and self.definition.execution is Execution.INLINE
 
 
 # -- operations the pipeline yields to its driver ---------------------------------------------
@@ -168,7 +135,7 @@ class _Intent:
 
 @dataclass(slots=True)
 class _Execute:
-    entry: _Entry
+    entry: Entry
     ctx: CallContext
     arguments: dict[str, Any]
     span: OpenSpan | None
@@ -177,9 +144,6 @@ class _Execute:
 
 _Op = _RunHook | _Approve | _Admit | _Intent | _Execute
 _Pipeline = Generator[_Op, Any, ToolResultEnvelope]
-
-_ABS_PATH = re.compile(r"(?<![\w.:/])/(?:[^\s'\"`:,;()\[\]{}<>]+/)+[^\s'\"`:,;()\[\]{}<>]*")
-
 
 # Python subclasses of the compiled class are allowed (it is public API).
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -245,8 +209,7 @@ class ToolRegistry:
         self._sinks: tuple[Sink, ...] = ()
         self._durable: tuple[DurableSink, ...] = ()
         self._late_sinks: tuple[LateSink, ...] = ()
-        self._tools: dict[str, dict[str, _Entry]] = {}
-        self._active_entries: dict[str, _Entry] = {}
+        self._table = ToolTable()
         self._reg_lock = threading.RLock()
         self._admission = Admission(max_concurrency, max_queue, tool_concurrency)
         self._pool = ToolThreads(max_concurrency, "tooltrace-tool")
@@ -259,7 +222,7 @@ class ToolRegistry:
         self._cancel_early: dict[str, None] = {}
         self._statuses = StatusTable()
         self._allow_details: dict[tuple[str, ...], Mapping[str, Any]] = {}
-        # Ids of the shared details this registry made and keeps alive (see _VETTED).
+        # Ids of the shared details this registry made and keeps alive (see VETTED).
         self._vetted: set[int] = set()
         self._emit_late_fn = self._emit_late  # bound once, shared by every call's context
         self._shutdown_callbacks: list[Callable[[float], None]] = []
@@ -282,120 +245,32 @@ class ToolRegistry:
         The schema is checked against its metaschema and compiled here; any failure raises a
         ``RegistrationError`` and leaves nothing registered. Returns the definition.
         """
-        if isinstance(tool, FunctionTool):
-            if handler is not None:
-                raise RegistrationError("pass either a @tool function or a definition + handler")
-            definition, fn, wants_ctx = tool.definition, tool._fn, tool._wants_ctx
-        elif isinstance(tool, ToolDefinition):
-            if handler is None or not callable(handler):
-                raise RegistrationError(f"tool {tool.name!r}: a callable handler is required")
-            definition, fn = tool, handler
-            wants_ctx = _wants_ctx(handler)
-        else:
-            raise RegistrationError("register() takes a @tool function or a ToolDefinition")
-        schema = compile_schema(definition.parameters, tool=definition.name)
-        is_async = inspect.iscoroutinefunction(fn)
-        entry = _Entry(definition, fn, wants_ctx, is_async, schema)
-        with self._reg_lock:
-            by_source = self._tools.get(definition.name, {})
-            if definition.source in by_source:
-                raise DuplicateToolError(
-                    f"tool {definition.name!r} is already registered from source "
-                    f"{definition.source!r}"
-                )
-            for other in by_source.values():
-                if other.definition.priority == definition.priority:
-                    raise RegistrationError(
-                        f"tool {definition.name!r} from {definition.source!r} has the same "
-                        f"priority ({definition.priority}) as the one from "
-                        f"{other.definition.source!r}: give one a higher priority"
-                    )
-            new = dict(by_source)
-            new[definition.source] = entry
-            self._tools[definition.name] = new
-            self._refresh(definition.name)
-            if definition.max_concurrency is not None:
-                self._admission.tool_caps.setdefault(definition.name, definition.max_concurrency)
+        entry = make_entry(tool, handler)
+        definition = entry.definition
+        self._table.add(entry)
+        if definition.max_concurrency is not None:
+            self._admission.tool_caps.setdefault(definition.name, definition.max_concurrency)
         return definition
-
-    def _refresh(self, name: str) -> None:
-        entries = self._tools[name]
-        top = max(entries.values(), key=lambda e: e.definition.priority)
-        d = top.definition
-        # An override never widens permissions: the active definition is policed as at least as
-        # powerful, as far-reaching and as hard to cancel as everything it shadows.
-        cap = max((e.definition.capability for e in entries.values()), key=lambda c: c.rank)
-        eff = max((e.definition.effect for e in entries.values()), key=lambda c: c.rank)
-        cancellable = all(e.definition.cancellable for e in entries.values())
-        paths = tuple(
-            dict.fromkeys(
-                p
-                for e in entries.values()
-                for p in e.definition.path_params
-                if p in d.parameters.get("properties", {})
-            )
-        )
-        if (cap, eff, cancellable, paths) != (d.capability, d.effect, d.cancellable, d.path_params):
-            d = _replace(d, capability=cap, effect=eff, cancellable=cancellable, path_params=paths)
-            top = _Entry(d, top.fn, top.wants_ctx, top.is_async, top.schema)
-        self._active_entries[name] = top
 
     def unregister(self, name: str, source: str) -> None:
         """Remove one source's definition of ``name`` (the next one becomes active)."""
-        with self._reg_lock:
-            entries = self._tools.get(name)
-            if not entries or source not in entries:
-                raise KeyError(f"no tool {name!r} from source {source!r}")
-            rest = {k: v for k, v in entries.items() if k != source}
-            if rest:
-                self._tools[name] = rest
-                self._refresh(name)
-            else:
-                del self._tools[name]
-                del self._active_entries[name]
+        self._table.remove(name, source)
 
     def resolution(self) -> list[Resolution]:
         """The shadow report: every name, its active source and what it shadows (sorted)."""
-        out = []
-        with self._reg_lock:
-            for name in sorted(self._tools):
-                entries = self._tools[name]
-                act = self._active_entries[name]
-                shadowed = tuple(
-                    sorted(
-                        (
-                            (s, e.definition.priority)
-                            for s, e in entries.items()
-                            if s != act.definition.source
-                        ),
-                        key=lambda x: (-x[1], x[0]),
-                    )
-                )
-                orig = entries[act.definition.source].definition
-                out.append(
-                    Resolution(
-                        name,
-                        act.definition.source,
-                        act.definition.priority,
-                        shadowed,
-                        act.definition.capability.value,
-                        act.definition.effect.value,
-                        orig != act.definition,
-                    )
-                )
-        return out
+        return self._table.resolution()
 
     def definition(self, name: str) -> ToolDefinition | None:
         """The active (effective) definition of ``name``, or None."""
-        e = self._active_entries.get(name)
+        e = self._table.active.get(name)
         return e.definition if e is not None else None
 
     def visible_tools(self, mode: str = "default") -> Visibility:
         """Tools the mode exposes, sorted by name, and the hidden ones with reasons."""
         visible: list[ToolDefinition] = []
         hidden: list[tuple[str, str]] = []
-        for name in sorted(self._active_entries):
-            d = self._active_entries[name].definition
+        for name in sorted(self._table.active):
+            d = self._table.active[name].definition
             ok, why = self.policy.mode_allows(d, mode)
             if ok:
                 visible.append(d)
@@ -405,7 +280,7 @@ class ToolRegistry:
 
     def tool_names(self) -> frozenset[str]:
         """Names of the registered tools: the closed set of metric label values."""
-        return frozenset(self._active_entries)
+        return frozenset(self._table.active)
 
     # -- sinks and runtime state --------------------------------------------------------------
 
@@ -568,7 +443,7 @@ class ToolRegistry:
         """The pipeline; ``blocking`` when its driver is ``call()`` (which may wait here)."""
         t_wall = time.time_ns() // 1000
         t0 = _perf_ns()
-        b = _Builder(self, t_wall, t0)
+        b = Builder(self, t_wall, t0)
         if type(raw) is ToolCall or isinstance(raw, ToolCall):
             call = raw
         else:
@@ -626,16 +501,16 @@ class ToolRegistry:
             # The call's own copy: records keep (redacted views of) these arguments and sinks
             # read them later, so a caller reusing its dict must not change what was recorded.
             raw_args = raw_args.copy()
-        b.args_redacted = self._redact_args(raw_args)
+        b.args_redacted = redact_args(self, raw_args)
 
         # 1. resolve
         t = _perf_ns()
-        entry = self._active_entries.get(name) if type(name) is str else None
+        entry = self._table.active.get(name) if type(name) is str else None
         if self._tracer is not None:
             # Every call gets its span, rejected ones included, so all sinks share its ids.
             b.span = self._tracer.open_span(entry.definition.name if entry else UNREGISTERED)
         if entry is None:
-            shown = _safe_name(name)
+            shown = safe_name(name)
             if self.redactor.redact_text(shown) != shown:  # a name may itself be a secret
                 shown = "the requested tool"
             b.step(StepName.RESOLVE, t, "registry", "reject", {"requested": shown})
@@ -680,21 +555,21 @@ class ToolRegistry:
             if not h.applies_to(d.name):
                 continue
             if hook_args is None:
-                hook_args = self._redact_args(args)
+                hook_args = redact_args(self, args)
             view = _hook_view(b, d, hook_args)
             t = time.perf_counter_ns()
             kind, res = yield _RunHook(h, view)
             decider = f"hook:{h.name}"
             if kind != "ok":
                 what = "timed out" if kind == "timeout" else "raised an error"
-                hdetail = {"required": h.required, "error": self._error_text(res) if res else what}
+                hdetail = {"required": h.required, "error": error_text(self, res) if res else what}
                 if h.required:
                     b.step(StepName.PRE_HOOK, t, decider, "block", hdetail)
                     return b.reject(Stage.HOOK, f"required hook {h.name} {what}", d.name)
                 b.step(StepName.PRE_HOOK, t, decider, "warn", hdetail)
                 continue
             dec: HookDecision = res
-            reason = self._scrub(dec.reason)[:300]
+            reason = scrub(self, dec.reason)[:300]
             if dec.tool is not None and dec.tool != d.name:
                 b.step(
                     StepName.PRE_HOOK, t, decider, "block", {"reason": "tried to change the tool"}
@@ -708,13 +583,13 @@ class ToolRegistry:
                 return b.reject(Stage.HOOK, f"blocked by hook {h.name}: {reason}", d.name)
             if dec.action is HookAction.MODIFY and dec.arguments is not None:
                 new_args = self._merge_hook_args(args, view.arguments, dec.arguments)
-                diff = _diff(view.arguments, self._redact_args(new_args))
+                diff = _diff(view.arguments, redact_args(self, new_args))
                 b.step(
                     StepName.PRE_HOOK,
                     t,
                     decider,
                     "modify",
-                    {"reason": reason, "diff": _detached(diff)},
+                    {"reason": reason, "diff": detached(diff)},
                 )
                 b.hook_modified = True
                 t = time.perf_counter_ns()
@@ -735,7 +610,7 @@ class ToolRegistry:
                     if approval is not None:
                         return approval
                 args = checked
-                b.args_redacted = hook_args = self._redact_args(args)
+                b.args_redacted = hook_args = redact_args(self, args)
                 continue
             b.step(
                 StepName.PRE_HOOK,
@@ -797,7 +672,7 @@ class ToolRegistry:
                         t,
                         "audit",
                         "reject",
-                        {"error": self._error_text(failure)},
+                        {"error": error_text(self, failure)},
                     )
                     return b.reject(
                         Stage.AUDIT, "the audit record could not be made durable", d.name
@@ -851,8 +726,8 @@ class ToolRegistry:
 
     def _authorize(
         self,
-        b: _Builder,
-        entry: _Entry,
+        b: Builder,
+        entry: Entry,
         args: Mapping[str, Any],
         mode: str,
         t: int,
@@ -915,12 +790,12 @@ class ToolRegistry:
                 detail = {"rules": list(rules)}
                 if len(self._allow_details) < 64:
                     # Redacted once here, so the record builder may skip it on every call.
-                    detail = _detached(self.redactor.redact(detail)[0])
+                    detail = detached(self.redactor.redact(detail)[0])
                     self._allow_details[rules] = detail
                     self._vetted.add(id(detail))
             b.step(_POLICY, t, "policy", "allow", detail)
             return None
-        reason = self._scrub(decision.reason)[:300]
+        reason = scrub(self, decision.reason)[:300]
         decider = f"policy:{decision.rule}"
         if decision.verdict is Verdict.DENY:
             b.step(StepName.POLICY, t, decider, "deny", {"reason": reason, "paths": resolved})
@@ -929,7 +804,7 @@ class ToolRegistry:
         return _Ask(decision, reason, decider, t)
 
     def _approve(
-        self, b: _Builder, d: ToolDefinition, args: Mapping[str, Any], ask: _Ask
+        self, b: Builder, d: ToolDefinition, args: Mapping[str, Any], ask: _Ask
     ) -> Generator[_Op, Any, ToolResultEnvelope | None]:
         """Ask the approver (or apply TOOLTRACE_APPROVAL when there is none)."""
         decision, reason, decider, t = ask
@@ -948,7 +823,7 @@ class ToolRegistry:
                 )
             return None
         areq = ApprovalRequest(
-            b.call_id, b.run_id, d.name, self._redact_args(args), decision.rule, reason
+            b.call_id, b.run_id, d.name, redact_args(self, args), decision.rule, reason
         )
         kind, res = yield _Approve(areq)
         if kind != "ok" or not isinstance(res, ApprovalDecision):
@@ -957,11 +832,11 @@ class ToolRegistry:
                 t,
                 "user:unknown",
                 "deny",
-                {"error": self._error_text(res) if isinstance(res, BaseException) else "no answer"},
+                {"error": error_text(self, res) if isinstance(res, BaseException) else "no answer"},
             )
             return b.reject(Stage.APPROVAL, "the approver failed to answer", d.name)
         who = re.sub(r"[^A-Za-z0-9@._-]", "_", res.who or "unknown")[:64]
-        areason = self._scrub(res.reason)[:300]
+        areason = scrub(self, res.reason)[:300]
         b.step(
             StepName.APPROVAL,
             t,
@@ -1036,7 +911,7 @@ class ToolRegistry:
         return out
 
     def _post_hooks(
-        self, b: _Builder, entry: _Entry, env: ToolResultEnvelope
+        self, b: Builder, entry: Entry, env: ToolResultEnvelope
     ) -> Generator[_Op, Any, ToolResultEnvelope]:
         d = entry.definition
         posts = (
@@ -1067,7 +942,7 @@ class ToolRegistry:
                     b.step(StepName.POST_HOOK, t, decider, "warn", {"error": what})
                 continue
             dec: HookDecision = res
-            reason = self._scrub(dec.reason)[:300]
+            reason = scrub(self, dec.reason)[:300]
             if dec.action is HookAction.BLOCK and status is Status.OK:
                 b.step(StepName.POST_HOOK, t, decider, "block", {"reason": reason})
                 status, data, error_type = Status.FAILED, None, "post_hook_block"
@@ -1079,7 +954,7 @@ class ToolRegistry:
             else:
                 ann = dict(dec.annotations) if dec.annotations else None
                 if ann is not None:
-                    ann = _detached(self.redactor.redact(ann)[0])
+                    ann = detached(self.redactor.redact(ann)[0])
                 b.step(
                     StepName.POST_HOOK,
                     t,
@@ -1100,7 +975,7 @@ class ToolRegistry:
         return b.emit(env)
 
     def _finish(
-        self, b: _Builder, entry: _Entry, ctx: CallContext, out: Outcome, t: int
+        self, b: Builder, entry: Entry, ctx: CallContext, out: Outcome, t: int
     ) -> ToolResultEnvelope:
         """Map an execution outcome to a status, redact, trim and offload."""
         d = entry.definition
@@ -1118,11 +993,11 @@ class ToolRegistry:
         if ctx.detail or signal is not None or result_detail:
             exec_detail = {"timeout_s": ctx.timeout_s}
             if ctx.detail:
-                exec_detail.update(_detached(self.redactor.redact(ctx.detail)[0]))
+                exec_detail.update(detached(self.redactor.redact(ctx.detail)[0]))
             if signal is not None:
                 exec_detail["signal"] = signal
             if result_detail:
-                exec_detail.update(_detached(self.redactor.redact(dict(result_detail))[0]))
+                exec_detail.update(detached(self.redactor.redact(dict(result_detail))[0]))
         else:
             # Shared per timeout and never mutated (records are read-only downstream).
             exec_detail = _EXEC_DETAILS.get(ctx.timeout_s) or _exec_detail(ctx.timeout_s)
@@ -1163,8 +1038,8 @@ class ToolRegistry:
             out.error,
             side_effects,
             tool=d.name,
-            tool_summary=self._scrub(tool_summary)[:500] if tool_summary else "",
-            error_text=self._error_text(out.error) if out.error is not None else "",
+            tool_summary=scrub(self, tool_summary)[:500] if tool_summary else "",
+            error_text=error_text(self, out.error) if out.error is not None else "",
             timeout_s=ctx.timeout_s,
             grace_s=self.cancel_grace_s,
             call_id=b.call_id,
@@ -1211,48 +1086,6 @@ class ToolRegistry:
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _redact_args(self, args: Any) -> Any:
-        try:
-            red, _ = self.redactor.redact(args)
-        except Exception:
-            return {"_redaction_error": True}
-        return red
-
-    def _recorded_steps(self, steps: list[Step]) -> tuple[Step, ...]:
-        """The steps as a record holds them: every detail has been through the redactor.
-
-        Details the registry itself made once from fixed text and numbers (``_VETTED``) are
-        skipped; everything else (paths, reasons, errors, diffs) is redacted here, whichever
-        stage wrote it."""
-        redact = self.redactor.redact
-        for i, s in enumerate(steps):
-            detail = s.detail
-            if detail is None or id(detail) in _VETTED or id(detail) in self._vetted:
-                continue
-            try:
-                red, n = redact(detail)
-            except Exception:
-                red, n = {"_redaction_error": True}, 1
-            if n:
-                steps[i] = s._replace(detail=_detached(red))
-        return tuple(steps)
-
-    def _scrub(self, text: str | None) -> str:
-        """Redact secrets and hide host paths in readable text."""
-        if not text:
-            return ""
-        text = self.redactor.redact_text(str(text))
-        if self._root_text in text:
-            text = text.replace(self._root_text + os.sep, "").replace(self._root_text, ".")
-        if self._home_text in text:
-            text = text.replace(self._home_text, "<home>")
-        return _ABS_PATH.sub("<path>", text)
-
-    def _error_text(self, exc: BaseException | None) -> str:
-        if exc is None:
-            return "error"
-        return self._scrub(self.redactor.redact_exception(exc))[:500]
-
     def _emit_late(
         self,
         call_id: str,
@@ -1262,7 +1095,7 @@ class ToolRegistry:
         decision: str,
         detail: Mapping[str, Any] | None,
     ) -> None:
-        red = _detached(self.redactor.redact(dict(detail))[0]) if detail else None
+        red = detached(self.redactor.redact(dict(detail))[0]) if detail else None
         seq = self._statuses.next_late_seq(call_id)
         s = Step(seq, step, time.time_ns() // 1000, 0, "runtime", decision, red)
         late = LateStep(call_id, run_id, tool, s)
@@ -1355,7 +1188,7 @@ class ToolRegistry:
         return (lambda: fn(ctx, **args)) if e.wants_ctx else (lambda: fn(**args))
 
     def _execute_inline(
-        self, e: _Entry, ctx: CallContext, args: dict[str, Any], span: OpenSpan | None
+        self, e: Entry, ctx: CallContext, args: dict[str, Any], span: OpenSpan | None
     ) -> Outcome:
         """Run a plain inline tool on this thread (both drivers: it is the caller's)."""
         token = span.attach() if span is not None else None
@@ -1568,34 +1401,6 @@ class ToolRegistry:
         return self._outcome(fut, ctx)
 
 
-_RECORD_FIELDS = (
-    "call_id",
-    "run_id",
-    "tool",
-    "source",
-    "status",
-    "reject_stage",
-    "summary",
-    "error_type",
-    "started_at_us",
-    "elapsed_us",
-    "execution_started",
-    "args_redacted",
-    "result_preview",
-    "artifact",
-    "steps",
-    "mode",
-    "tool_type",
-    "description",
-    "trace_id",
-    "span_id",
-    "parent_span_id",
-    "trace_sampled",
-    "hook_modified",
-    "attributes",
-)
-if CallRecord.__struct_fields__ != _RECORD_FIELDS:  # _Builder.envelope builds it positionally
-    raise ImportError("CallRecord's fields changed: update _Builder.envelope and _RECORD_FIELDS")
 _perf_ns = time.perf_counter_ns
 _allocate_lock = threading.Lock
 # Enum members read through their class cost a metaclass lookup each: the hot path reads these.
@@ -1611,29 +1416,21 @@ _ADMISSION, _EXECUTE, _REDACT = (
 _OK, _UNKNOWN, _NO_EFFECT = Status.OK, Status.UNKNOWN, Effect.NONE
 _HOOK_STAGE, _POLICY_STAGE = Stage.HOOK, Stage.POLICY
 _NO_PATHS: dict[str, str] = {}  # shared by calls of tools without path arguments, never mutated
-_NO_ATTRIBUTES: Mapping[str, str | int | bool] = {}  # shared, never mutated (like _FREE_INFO)
 _uuid7 = uuid_utils.uuid7
 _EXEC_DETAILS: dict[float, Mapping[str, Any]] = {}
-
-
-# Identities of the step details the registry builds once from fixed text and numbers and
-# shares between calls. They live as long as the module (so an id is never reused) and are
-# the only details the record builder need not redact.
-_VETTED: set[int] = set()
-_SUMMARY_CHARS = 500
 
 
 def _exec_detail(timeout_s: float) -> Mapping[str, Any]:
     detail = {"timeout_s": timeout_s}
     if len(_EXEC_DETAILS) < 256:
         _EXEC_DETAILS[timeout_s] = detail
-        _VETTED.add(id(detail))
+        VETTED.add(id(detail))
     return detail
 
 
 _FREE = AdmissionResult(True, 0.0, "free")
 _FREE_INFO: Mapping[str, Any] = {"waited_ms": 0.0, "reason": "free"}
-_VETTED.add(id(_FREE_INFO))
+VETTED.add(id(_FREE_INFO))
 _RETRY_OK = Retry(True)
 _UUID_RE = re.compile(
     r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
@@ -1739,25 +1536,6 @@ def _guard(fn: Callable[[Any], Any], arg: Any) -> tuple[str, Any]:
         return "error", exc
 
 
-def _wants_ctx(fn: Callable[..., Any]) -> bool:
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    if not params:
-        return False
-    first = params[0]
-    ann = first.annotation
-    name = ann if isinstance(ann, str) else getattr(ann, "__name__", "")
-    return name == "CallContext" or first.name == "ctx"
-
-
-def _replace(d: ToolDefinition, **changes: Any) -> ToolDefinition:
-    import dataclasses
-
-    return dataclasses.replace(d, **changes)
-
-
 def _to_text(value: Any) -> str | None:
     if value is None:
         return None
@@ -1773,31 +1551,6 @@ def _traceparent(span: OpenSpan | None) -> str | None:
     if span is None:
         return None
     return f"00-{span.trace_id}-{span.span_id}-{'01' if span.sampled else '00'}"
-
-
-def _detached(value: Any, depth: int = 0) -> Any:
-    """A copy of a step detail that shares no container with the caller or the tool.
-
-    Steps are not tracked by the garbage collector, so nothing they hold may refer back to a
-    record or an envelope; redaction shares unchanged sub-objects with its input, and a tool's
-    or hook's list could later be given the envelope. Mappings and sequences are copied (as dict
-    and list, what the detail encodes as anyway); values other than JSON scalars become text.
-    """
-    t = type(value)
-    if t is str or t is int or t is float or t is bool or value is None:
-        return value
-    if depth > 64:
-        return "<too deep>"
-    if isinstance(value, Mapping):
-        return {str(k): _detached(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_detached(v, depth + 1) for v in value]
-    if isinstance(value, str | int | float):  # subclasses (StrEnum members, IntEnums)
-        return value
-    try:
-        return str(value)
-    except Exception:
-        return f"<{type(value).__name__}>"
 
 
 def _diff(before: Any, after: Any) -> dict[str, Any]:
@@ -1817,173 +1570,8 @@ def _diff(before: Any, after: Any) -> dict[str, Any]:
     return out
 
 
-class _Builder:
-    """Collects the steps and facts of one call and makes its envelope and record."""
-
-    __slots__ = (
-        "args_redacted",
-        "attributes",
-        "call_id",
-        "entry",
-        "error_type",
-        "execution_started",
-        "hook_modified",
-        "last",
-        "mode",
-        "reg",
-        "run_id",
-        "span",
-        "steps",
-        "t0",
-        "t_wall",
-    )
-
-    def __init__(self, reg: ToolRegistry, t_wall: int, t0: int) -> None:
-        self.reg = reg
-        self.t_wall = t_wall
-        self.t0 = t0
-        self.steps: list[Step] = []
-        self.last = t0  # when the last step ended (perf ns)
-        self.call_id = ""
-        self.run_id = reg.run_id
-        self.mode = "default"
-        self.attributes: Mapping[str, str | int | bool] = _NO_ATTRIBUTES
-        self.args_redacted: Any = None
-        self.entry: _Entry | None = None
-        self.span: OpenSpan | None = None
-        self.execution_started = False
-        self.hook_modified = False
-        self.error_type: str | None = None
-
-    def us(self, perf_ns: int) -> int:
-        return self.t_wall + (perf_ns - self.t0) // 1000
-
-    def us_mono(self, mono_ns: int) -> int:
-        # Convert a monotonic timestamp to wall-clock microseconds via the perf counter origin.
-        delta = mono_ns - time.monotonic_ns()
-        return self.us(time.perf_counter_ns() + delta)
-
-    def step(
-        self, name: str, t: int, decider: str, decision: str, detail: Mapping[str, Any] | None
-    ) -> int:
-        """Append a step that began at ``t`` (perf ns) and ends now; return now, which is
-        where the next step begins."""
-        now = self.last = _perf_ns()
-        steps = self.steps
-        steps.append(
-            Step(
-                len(steps),
-                name,
-                self.t_wall + (t - self.t0) // 1000,
-                (now - t) // 1000,
-                decider,
-                decision,
-                detail,
-            )
-        )
-        return now
-
-    def reject(
-        self,
-        stage: Stage,
-        why: str,
-        tool: str,
-        *,
-        shown_name: Any = None,
-        retry: Retry | None = None,
-    ) -> ToolResultEnvelope:
-        reg = self.reg
-        why = reg._scrub(why)[:500]
-        label = tool if tool != UNREGISTERED else _safe_name(shown_name)
-        summary = f"{label} was rejected ({stage.value}): {why}"
-        self.error_type = stage.value
-        if retry is None:
-            retry = Retry(
-                stage in (Stage.PARAMS, Stage.RESOLVE, Stage.ADMISSION),
-                after_ms=250 if stage is Stage.ADMISSION else 0,
-                requires_inspection=stage in (Stage.AUDIT, Stage.HOOK),
-            )
-        env = self.envelope(
-            Status.REJECTED, summary, None, None, stage, None, retry=retry, tool_override=tool
-        )
-        return self.emit(env)
-
-    def envelope(
-        self,
-        status: Status,
-        summary: str,
-        data: Any,
-        artifact: Artifact | None,
-        stage: Stage | None,
-        result_preview: str | None,
-        *,
-        retry: Retry,
-        tool_override: str | None = None,
-    ) -> ToolResultEnvelope:
-        e = self.entry
-        d = e.definition if e is not None else None
-        tool = tool_override or (d.name if d else UNREGISTERED)
-        elapsed = (time.perf_counter_ns() - self.t0) // 1000
-        span = self.span
-        reg = self.reg
-        # The record builder owns redaction: nothing a stage wrote (a step's detail, a summary)
-        # reaches a record, and so any sink, before the redactor has seen all of it. Redact,
-        # then cut: a secret cut first is no longer recognised.
-        summary = reg._scrub(summary)[:_SUMMARY_CHARS]
-        # Positional: keyword construction of a 24-field Struct costs four times as much. The
-        # order is checked against CallRecord's fields at import (_RECORD_FIELDS).
-        record = CallRecord(
-            self.call_id,
-            self.run_id,
-            tool,
-            d.source if d else "",
-            status,
-            stage,
-            summary,
-            self.error_type if status is not _OK else None,
-            self.t_wall,
-            elapsed,
-            self.execution_started,
-            self.args_redacted,
-            result_preview,
-            artifact,
-            reg._recorded_steps(self.steps),
-            self.mode,
-            d.tool_type if d else "function",
-            d.description[:500] if d else None,
-            span.trace_id if span else None,
-            span.span_id if span else None,
-            span.parent_span_id if span else None,
-            span.sampled if span else False,
-            self.hook_modified,
-            self.attributes,
-        )
-        return ToolResultEnvelope(
-            self.call_id,
-            tool,
-            status,
-            summary,
-            data,
-            artifact,
-            retry,
-            Timing(self.t_wall, elapsed / 1000.0),
-            record,
-        )
-
-    def emit(self, env: ToolResultEnvelope) -> ToolResultEnvelope:
-        reg = self.reg
-        rec = env.record
-        for sink in reg._sinks:
-            try:
-                sink.emit(rec)
-            except Exception:
-                reg.sink_errors += 1
-        reg._statuses.remember(env)
-        return env
-
-
 def _hook_view(
-    b: _Builder,
+    b: Builder,
     d: ToolDefinition,
     arguments: Mapping[str, Any],
     phase: Literal["pre", "post"] = "pre",
@@ -2004,12 +1592,6 @@ def _hook_view(
         status,
         result,
     )
-
-
-def _safe_name(name: Any) -> str:
-    if isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9._-]{1,128}", name):
-        return name
-    return "the requested tool"
 
 
 _build.keep_docs(__name__, globals())
