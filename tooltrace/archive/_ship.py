@@ -14,7 +14,9 @@ landed, keyed by segment id (``<writer>.<n>``) with its last seq and chain head:
   rewrites the rest, so a crash mid-segment never leaves a record twice.
 
 Segments of crashed writers are sealed first (their torn tails set aside), so they ship too.
-Live segments wait until their writer seals them.
+Live segments wait until their writer seals them. The home's segment digest records, keyed, each
+segment shipped and, before a shipped segment's file is pruned, that it was removed on purpose
+(pruning needs the audit key for that, and is skipped without it).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +35,15 @@ from typing import TYPE_CHECKING, Any
 from .._config import resolve_home
 from ..envelope import CallRecord
 from ..telemetry.audit._format import load_key
-from ..telemetry.audit._manifest import read_manifest, write_manifest
+from ..telemetry.audit._manifest import (
+    COMPACTED,
+    PRUNED,
+    SHIPPED,
+    SegmentFate,
+    ended,
+    read_digest,
+    record,
+)
 from ..telemetry.audit._recover import recover_dead_segments
 from ..telemetry.audit._segments import ParsedSegment, audit_dir, list_segments, read_segment
 from ._connect import ArchiveError, Target, connect, first_line, parse_target
@@ -320,22 +330,11 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _prune(adir: Path, segs: Sequence[ParsedSegment], entries: Sequence[LedgerEntry]) -> int:
-    """Delete shipped segment files; the manifest keeps their chain heads for ``verify``."""
+def _prune(adir: Path, key: bytes, segs: Sequence[ParsedSegment]) -> int:
+    """Delete shipped segment files, recording first in the digest that they were shipped and
+    removed on purpose (with their chain heads, so ``verify`` still links what follows)."""
     with _locked(adir / "compact.lock"):
-        manifest = read_manifest(adir)
-        known = {s["name"]: s for s in manifest.get("segments", [])}
-        for seg, e in zip(segs, entries, strict=True):
-            row = known.get(seg.info.name)
-            if row is None:
-                # Not compacted: local readers now skip it; its rows live in the archive.
-                manifest.setdefault("segments", []).append({
-                    "name": seg.info.name, "writer": e.writer, "n": e.n, "last_h": e.last_h,
-                    "last_seq": e.max_seq, "final": e.final, "pruned": True, "archived": True})
-            else:
-                row["pruned"] = True
-                row["archived"] = True
-        write_manifest(adir, manifest)
+        record(adir, key, [ended(PRUNED, p, after=SHIPPED) for p in segs])
     n = 0
     for seg in segs:
         with contextlib.suppress(FileNotFoundError):
@@ -356,9 +355,10 @@ def ship(
 
     ``archive`` defaults to ``TOOLTRACE_ARCHIVE``; ``data_path`` (DuckLake only, default
     ``TOOLTRACE_ARCHIVE_DATA_PATH``) is where a new catalog puts its Parquet files. ``prune``
-    deletes local segment files once they are in the archive. Raises ``ArchiveError`` (message
-    free of secrets) when the archive cannot be reached or written; what landed before the
-    error stays landed and is skipped next time.
+    deletes local segment files once they are in the archive (and the digest says so; without
+    the audit key nothing is pruned). Raises ``ArchiveError`` (message free of secrets) when
+    the archive cannot be reached or written; what landed before the error stays landed and is
+    skipped next time.
     """
     if segments_per_commit < 1:
         raise ValueError("segments_per_commit must be at least 1")
@@ -373,8 +373,10 @@ def ship(
         infos = list_segments(adir)
         sealed = [s for s in infos if not s.live]
         live = len(infos) - len(sealed)
+        fates = read_digest(adir).fates()
+        # Writers with segments here, and those whose pruned segments may never have shipped.
         writers = sorted({s.writer for s in infos} | {
-            str(s["writer"]) for s in read_manifest(adir).get("segments", [])})
+            w for (w, _), f in fates.items() if f.pruned and not f.shipped})
         import duckdb
 
         try:
@@ -389,7 +391,7 @@ def ship(
                 raise ArchiveError(f"cannot read the ship ledger of the archive {target.display()}:"
                                    f" {first_line(exc)}") from None
             todo = [s for s in sealed if segment_key(s.writer, s.n) not in done]
-            lost = _lost_before_ship(adir, done)
+            lost = _lost_before_ship(fates, done)
             shipped: list[LedgerEntry] = []
             pruned = 0
             for i in range(0, len(todo), segments_per_commit):
@@ -404,29 +406,40 @@ def ship(
                     raise ArchiveError(f"shipping to the archive {target.display()} failed after"
                                        f" {len(shipped)} segments: {first_line(exc)}") from None
                 shipped.extend(landed)
-                if prune and landed:
-                    names = {e.segment for e in landed}
-                    mine = [(p, e) for p, e in zip(segs, entries, strict=True)
-                            if e.segment in names]
-                    pruned += _prune(adir, [p for p, _ in mine], [e for _, e in mine])
-            if prune:
+                names = {e.segment for e in landed}
+                mine = [p for p, e in zip(segs, entries, strict=True) if e.segment in names]
+                if key is not None and mine:
+                    record(adir, key, [ended(SHIPPED, p) for p in mine])
+                    if prune:
+                        pruned += _prune(adir, key, mine)
+            if prune and key is not None:
                 # Segments shipped by an earlier run (killed before it pruned) go now too.
                 old = [p for p in (read_segment(s) for s in sealed
                                    if segment_key(s.writer, s.n) in done) if p and p.lines]
+                unrecorded = [p for p in old if not _recorded_shipped(fates, p)]
+                if unrecorded:
+                    record(adir, key, [ended(SHIPPED, p) for p in unrecorded])
                 if old:
-                    pruned += _prune(adir, old, [ledger_entry(p, *_counts(p)) for p in old])
+                    pruned += _prune(adir, key, old)
         finally:
             backend.close()
     return ShipResult(target.display(), tuple(shipped), len(sealed) - len(todo), live,
                       tuple(lost), tuple(recovered), pruned)
 
 
-def _lost_before_ship(adir: Path, done: set[str]) -> list[str]:
+def _recorded_shipped(fates: Mapping[tuple[str, int], SegmentFate], seg: ParsedSegment
+                      ) -> bool:
+    f = fates.get((seg.info.writer, seg.info.n))
+    return f is not None and f.shipped
+
+
+def _lost_before_ship(fates: Mapping[tuple[str, int], SegmentFate], done: set[str]
+                      ) -> list[str]:
     """Segments compacted and pruned locally before they were ever shipped."""
     out = []
-    for s in read_manifest(adir).get("segments", []):
-        if s.get("pruned") and not s.get("archived"):
-            k = segment_key(str(s["writer"]), int(s["n"]))
+    for (writer, n), f in sorted(fates.items()):
+        if f.pruned and f.pruned.get("after") == COMPACTED and not f.shipped:
+            k = segment_key(writer, n)
             if k not in done:
                 out.append(k)
     return out

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .._config import resolve_home
 from ..telemetry.audit._format import load_key
-from ..telemetry.audit._manifest import read_manifest, write_manifest
+from ..telemetry.audit._manifest import digest_path
 from ..telemetry.audit._segments import audit_dir, list_segments, segment_name
 from ..telemetry.audit._verify import Finding, VerifyReport, verify_audit
 from ._connect import ArchiveError, connect, first_line, parse_target
@@ -64,11 +64,14 @@ def _shipped_lines(archive: str | None) -> tuple[dict[tuple[str, int], list[str]
 
 
 def verify_archive(archive: str | None = None,
-                   home: str | os.PathLike[str] | None = None) -> VerifyReport:
+                   home: str | os.PathLike[str] | None = None, *,
+                   expect: str | None = None) -> VerifyReport:
     """Verify every writer's chain over the shipped segments plus the home's local ones.
 
     The checkpoint key is the home's (``TOOLTRACE_AUDIT_KEY`` or ``<home>/audit.key``): a
-    fleet that wants keyed checks of every machine's records shares one key.
+    fleet that wants keyed checks of every machine's records shares one key. The home's
+    segment digest is checked as by ``verify`` (``expect`` too), for this home's writers only:
+    other machines' segments are checked by their chains and the ship ledger alone.
     """
     h = resolve_home(home)
     adir = audit_dir(h)
@@ -102,13 +105,13 @@ def verify_archive(archive: str | None = None,
                 continue
             # Not shipped yet: check it in place (a link keeps the writer's lock visible).
             os.symlink(info.path.absolute(), segdir / info.name)
-        manifest = read_manifest(adir)
-        # Segments pruned after shipping must be found in the archive: their local chain
-        # heads must not paper over a segment deleted there.
-        manifest["segments"] = [s for s in manifest.get("segments", [])
-                                if not s.get("archived")]
-        write_manifest(tmp / "audit", manifest)
-        report = verify_audit(tmp / "audit", key)
+        # The home's digest: segments pruned after shipping must be found in the archive (their
+        # recorded chain heads must not paper over a segment deleted there), those compacted
+        # and pruned before link the chain as locally.
+        digest = digest_path(adir)
+        if digest.exists():
+            os.symlink(digest.absolute(), digest_path(tmp / "audit"))
+        report = verify_audit(tmp / "audit", key, expect=expect, in_archive=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report.findings.extend(diverged)

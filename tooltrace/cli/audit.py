@@ -110,13 +110,14 @@ def open_archive_store(archive: str, guard: OutputGuard) -> Iterator[ArchiveStor
         store.close()
 
 
-def verify_archive_report(archive: str, home: Path, guard: OutputGuard) -> VerifyReport:
+def verify_archive_report(archive: str, home: Path, guard: OutputGuard,
+                          expect: str | None = None) -> VerifyReport:
     """``verify --archive``: the chains over shipped and local segments, or exit 1 / 2."""
     from ..archive import ArchiveError, verify_archive
     from ..exceptions import ConfigurationError
 
     try:
-        return verify_archive(archive, home)
+        return verify_archive(archive, home, expect=expect)
     except ConfigurationError as exc:
         fail(str(exc), EXIT_USAGE, guard)
     except ArchiveError as exc:

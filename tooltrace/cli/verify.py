@@ -1,4 +1,4 @@
-"""``tooltrace verify``: check the audit trail's hash chains and keyed checkpoints."""
+"""``tooltrace verify``: check the audit trail's hash chains, keyed checkpoints and digest."""
 
 from __future__ import annotations
 
@@ -18,17 +18,43 @@ from ._common import (
 from ._common import table as print_table
 
 
+def _head(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    from ..telemetry.audit._manifest import parse_head
+
+    try:
+        parse_head(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value.strip()
+
+
 @click.command()
 @click.option("--recover", is_flag=True,
               help="First seal segments of crashed writers (torn tails go to quarantine/).")
+@click.option("--expect", metavar="HEAD", callback=_head,
+              help="A head printed by an earlier verify: fail unless the trail still holds it"
+                   " (unchanged, perhaps grown since). Keep heads outside the home.")
 @home_option
 @json_option
 @archive_option
-def verify(recover: bool, home: Path | None, as_json: bool, archive: str | None) -> None:
-    """Detect edited, deleted, reordered or inserted records and truncated segments.
+def verify(recover: bool, expect: str | None, home: Path | None, as_json: bool,
+           archive: str | None) -> None:
+    """Detect edited, deleted, reordered or inserted records, truncated segments, and deleted
+    segments and writers.
 
-    Findings name the segment file, line and seq. Exit 0 when no error was found (warnings,
-    such as a crashed writer's torn tail, are reported), 1 otherwise.
+    Every segment a writer opens, seals, and compaction or shipping removes is recorded in a
+    keyed, chained digest (audit/digest.jsonl); a segment or writer it names that is gone
+    without such a record fails. Findings name the segment file, line and seq. Exit 0 when no
+    error was found (warnings, such as a crashed writer's torn tail, are reported), 1
+    otherwise.
+
+    The head printed last digests every writer and segment so far. What cannot be seen from
+    inside the home: the digest's newest entries removed together with the segments they name
+    (a rollback), the whole home removed or replaced by an older copy, and changes made by
+    someone holding the audit key. Save the head elsewhere and pass it back with --expect to
+    catch the first two; keep the key outside the home (TOOLTRACE_AUDIT_KEY) for the third.
     """
     from .._config import resolve_home
     from ..telemetry.audit._format import load_key
@@ -46,9 +72,9 @@ def verify(recover: bool, home: Path | None, as_json: bool, archive: str | None)
     if archive:
         from .audit import verify_archive_report
 
-        report = verify_archive_report(archive, h, guard)
+        report = verify_archive_report(archive, h, guard, expect)
     else:
-        report = verify_audit(adir, key)
+        report = verify_audit(adir, key, expect=expect)
     if as_json:
         data = report.to_dict()
         data["recovered"] = [
@@ -68,5 +94,6 @@ def verify(recover: bool, home: Path | None, as_json: bool, archive: str | None)
                         [[f.severity, f.kind, f.segment, f.line, f.seq, f.message]
                          for f in report.findings], guard, limit=200,
                         no_wrap=("segment",))
+        click.echo(f"head: {report.head}")
     if not report.ok:
         raise SystemExit(EXIT_FAIL)

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..._config import resolve_home
 from ..._ids import new_call_id
-from ._format import load_key, split_hash
-from ._manifest import read_manifest, write_manifest
+from ._format import load_key
+from ._manifest import COMPACTED, PRUNED, ended, read_manifest, record, write_manifest
 from ._recover import Recovered, recover_dead_segments
 from ._segments import ParsedSegment, audit_dir, list_segments, read_segment
 from ._tables import TABLES, build_tables
@@ -64,9 +64,10 @@ def compact(
 ) -> CompactionResult:
     """Compact every sealed segment not yet in Parquet; safe to run while writers write.
 
-    First seals segments of crashed writers (quarantining torn tails). ``prune`` deletes the
-    segments once their rows are in Parquet (their chain heads stay in the manifest, so
-    ``verify`` still links the segments that follow).
+    First seals segments of crashed writers (quarantining torn tails). Records in the segment
+    digest which segments are now in Parquet. ``prune`` deletes the segments once their rows
+    are in Parquet, after recording that in the digest (with their chain heads, so ``verify``
+    neither reports them missing nor loses the link to the segments that follow).
     """
     import pyarrow.parquet as pq
 
@@ -126,22 +127,20 @@ def compact(
             for t, rel in written.items():
                 manifest.setdefault("files", {}).setdefault(t, []).append(rel)
             for seg in batch:
-                last_raw = seg.lines[-1][2] if seg.lines else b""
-                sp = split_hash(last_raw)
-                manifest.setdefault("segments", []).append({
-                    "name": seg.info.name,
-                    "writer": seg.info.writer,
-                    "n": seg.info.n,
-                    "last_h": sp[1] if sp else None,
-                    "last_seq": seg.lines[-1][1].get("seq") if seg.lines else None,
-                    "final": bool(seg.lines and seg.lines[-1][1].get("final")),
-                    "pruned": prune,
-                })
+                manifest.setdefault("segments", []).append(
+                    {"name": seg.info.name, "writer": seg.info.writer, "n": seg.info.n})
             # The manifest switch is the commit point: before it these rows are read from
             # the segments, after it from Parquet, never from both.
             write_manifest(adir, manifest)
             files.extend(written.values())
             n_segs += len(batch)
+            # The digest says, keyed, that the rows are in Parquet and (before any file goes)
+            # that the segments were removed on purpose, with the chain heads that let
+            # ``verify`` link the segments that follow.
+            entries = [ended(COMPACTED, seg) for seg in batch]
+            if prune:
+                entries += [ended(PRUNED, seg, after=COMPACTED) for seg in batch]
+            record(adir, key, entries)
             if prune:
                 for seg in batch:
                     try:

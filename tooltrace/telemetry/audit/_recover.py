@@ -4,7 +4,9 @@ A writer killed mid-write can leave a torn last record (bytes after the last new
 runs only on segments whose writer is provably dead (their flock is free): the torn bytes are
 copied to ``quarantine/`` with a JSON report, the segment is cut back to its last complete line,
 and a ``seal`` line (reason ``recovered``, keyed like any checkpoint, chained like any line)
-records how many bytes were set aside and where. Nothing a writer acknowledged is touched: an
+records how many bytes were set aside and where; the segment digest records the seal too. A
+segment whose writer died after recording it in the digest but before bringing it into view is
+brought into view and sealed the same way. Nothing a writer acknowledged is touched: an
 acknowledged record is always a complete line.
 """
 
@@ -18,7 +20,8 @@ from pathlib import Path
 import orjson
 
 from ._format import chain_hash, checkpoint_mac, dumps, seal_line, split_hash
-from ._segments import SegmentInfo, list_segments, locked_if_dead, segment_name
+from ._manifest import DROPPED, SEALED, read_digest, record
+from ._segments import SegmentInfo, list_opening, list_segments, locked_if_dead, segment_name
 
 __all__ = ["Recovered", "recover_dead_segments"]
 
@@ -87,10 +90,13 @@ def _recover_one(info: SegmentInfo, adir: Path, key: bytes, fd: int) -> Recovere
     if last is not None and last.get("k") == "seal":
         # Sealed already by a recoverer that died before the rename.
         os.rename(info.path, sealed_name)
+        _record_seal(adir, key, info, data[:good], last)
         return Recovered(info.path.name, count, torn_total, quarantined)
     if last is None:
         # Not even a header survived: there is no chain to seal. Keep the (empty) evidence
-        # under quarantine and remove the segment.
+        # under quarantine and remove the segment, saying so in the digest first.
+        record(adir, key, [{"k": DROPPED, "writer": info.writer, "n": info.n,
+                            "reason": "no header"}])
         os.unlink(info.path)
         return Recovered(info.path.name, 0, len(torn), quarantined)
     raw_last = data[:good].rstrip(b"\n").rsplit(b"\n", 1)[-1]
@@ -110,16 +116,45 @@ def _recover_one(info: SegmentInfo, adir: Path, key: bytes, fd: int) -> Recovere
     }
     fields["mac"] = checkpoint_mac(key, info.writer, info.n, seq, prev, fields)
     body = dumps(fields)
+    line = seal_line(body, chain_hash(prev, body))
     os.lseek(fd, 0, os.SEEK_END)
-    os.write(fd, seal_line(body, chain_hash(prev, body)))
+    os.write(fd, line)
     os.fsync(fd)
     os.rename(info.path, sealed_name)
+    _record_seal(adir, key, info, line, fields)
     return Recovered(info.path.name, count, torn_total, quarantined)
+
+
+def _record_seal(adir: Path, key: bytes, info: SegmentInfo, through_seal: bytes,
+                 seal: dict[str, object]) -> None:
+    """Record a recovered seal in the digest; ``through_seal`` ends with the seal line."""
+    sp = split_hash(through_seal.rstrip(b"\n").rsplit(b"\n", 1)[-1])
+    record(adir, key, [{"k": SEALED, "writer": info.writer, "n": info.n,
+                        "last_h": sp[1] if sp else None, "last_seq": seal.get("seq"),
+                        "final": bool(seal.get("final")), "reason": "recovered"}])
+
+
+def _bring_into_view(adir: Path) -> None:
+    """Rename segments whose writer died between recording them in the digest and renaming
+    them into view; an opening the digest does not name was never a segment and stays."""
+    opening = list_opening(adir)
+    if not opening:
+        return
+    opened = {k for k, f in read_digest(adir).fates().items() if f.opened and not f.dropped}
+    for info in opening:
+        if (info.writer, info.n) not in opened:
+            continue
+        with locked_if_dead(info.path) as fd:
+            if fd is None or not info.path.exists():
+                continue
+            live = info.path.with_name(segment_name(info.writer, info.n, live=True))
+            os.rename(info.path, live)
 
 
 def recover_dead_segments(adir: Path, key: bytes) -> list[Recovered]:
     """Seal every live segment whose writer has died; return what was done."""
     out: list[Recovered] = []
+    _bring_into_view(adir)
     for info in list_segments(adir):
         if not info.live:
             continue

@@ -4,6 +4,8 @@ Layout under ``<home>/audit/``::
 
     segments/<writer>.<n>.live.jsonl   being appended to by one writer process (holds a flock)
     segments/<writer>.<n>.jsonl        sealed: complete, ends with a ``seal`` line
+    segments/.<writer>.<n>.tmp         being opened: header written, not yet in view
+    digest.jsonl                       every writer and segment, and what became of each
     quarantine/<segment>.<offset>.torn torn bytes set aside from a crashed writer's segment
     quarantine/<segment>.<offset>.json what was set aside, when and why
     parquet/{calls,steps,intents,resolutions}/<id>.parquet   compacted, sorted by call id
@@ -31,13 +33,17 @@ __all__ = [
     "ParsedSegment",
     "SegmentInfo",
     "audit_dir",
+    "list_opening",
     "list_segments",
+    "locate_segment",
+    "opening_name",
     "read_segment",
     "segment_name",
     "writer_alive",
 ]
 
 _NAME = re.compile(r"^(?P<writer>[A-Za-z0-9_-]+)\.(?P<n>\d{6})(?P<live>\.live)?\.jsonl$")
+_OPENING = re.compile(r"^\.(?P<writer>[A-Za-z0-9_-]+)\.(?P<n>\d{6})\.tmp$")
 
 
 def audit_dir(home: Path) -> Path:
@@ -48,6 +54,11 @@ def audit_dir(home: Path) -> Path:
 def segment_name(writer: str, n: int, *, live: bool) -> str:
     """File name of segment ``n`` of ``writer``."""
     return f"{writer}.{n:06d}{'.live' if live else ''}.jsonl"
+
+
+def opening_name(writer: str, n: int) -> str:
+    """File name of segment ``n`` of ``writer`` while it is being opened (out of view)."""
+    return f".{writer}.{n:06d}.tmp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +92,35 @@ def list_segments(adir: Path) -> list[SegmentInfo]:
         )
     out.sort(key=lambda s: (s.writer, s.n))
     return out
+
+
+def list_opening(adir: Path) -> list[SegmentInfo]:
+    """Segments being opened (``live`` is True: their writer holds the lock while it lives)."""
+    try:
+        names = os.listdir(adir / "segments")
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        m = _OPENING.match(name)
+        if m is not None:
+            out.append(SegmentInfo(adir / "segments" / name, m["writer"], int(m["n"]), True))
+    out.sort(key=lambda s: (s.writer, s.n))
+    return out
+
+
+def locate_segment(adir: Path, writer: str, n: int) -> tuple[SegmentInfo | None, bool]:
+    """Find segment ``n`` of ``writer`` by name: (the segment, or None; True if it is still
+    being opened). The names are tried in the order a segment moves through them, so one
+    renamed meanwhile is found under its next name."""
+    d = adir / "segments"
+    if (d / opening_name(writer, n)).exists():
+        return SegmentInfo(d / opening_name(writer, n), writer, n, True), True
+    for live in (True, False):
+        path = d / segment_name(writer, n, live=live)
+        if path.exists():
+            return SegmentInfo(path, writer, n, live), False
+    return None, False
 
 
 @contextlib.contextmanager

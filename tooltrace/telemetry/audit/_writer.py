@@ -2,12 +2,15 @@
 
 Each writer process owns its own segment file, so writers never wait for each other: the only
 lock on the hot path is an in-process ``threading.Lock`` (the background worker and, in strict
-mode, the calling threads share one writer). A record is *acknowledged* once it is written and,
-depending on the fsync policy, synced: ``acked_seq`` and the ``on_ack`` callback say which.
+mode, the calling threads share one writer). Opening and sealing a segment (rare: at rotation and
+shutdown) also append one entry to the segment digest (``_manifest``) under its file lock. A
+record is *acknowledged* once it is written and, depending on the fsync policy, synced:
+``acked_seq`` and the ``on_ack`` callback say which.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import fcntl
 import hashlib
@@ -20,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ._format import FORMAT_VERSION, checkpoint_mac, dumps, genesis_hash
-from ._segments import segment_name
+from ._manifest import DROPPED, OPENED, SEALED, record
+from ._segments import opening_name, segment_name
 
 __all__ = ["Ack", "FsyncPolicy", "SegmentWriter", "new_writer_id"]
 
@@ -104,6 +108,7 @@ class SegmentWriter:
         checkpoint_every: int = 1000,
         on_ack: Callable[[Ack], None] | None = None,
     ) -> None:
+        self._adir = adir
         self._dir = adir / "segments"
         self._key = key
         self.fsync = fsync
@@ -262,40 +267,50 @@ class SegmentWriter:
     def _open(self) -> None:
         self._dir.mkdir(parents=True, exist_ok=True)
         self._segment += 1
-        live = self._dir / segment_name(self.writer_id, self._segment, live=True)
-        tmp = self._dir / f".{self.writer_id}.{self._segment:06d}.tmp"
-        # Create under a private name, lock, write the header, then rename into view: a reader
-        # never sees a live segment whose writer has not yet taken the lock.
+        n = self._segment
+        live = self._dir / segment_name(self.writer_id, n, live=True)
+        tmp = self._dir / opening_name(self.writer_id, n)
+        # Create under a private name, lock, write the header, record the segment in the
+        # digest, then rename into view: a reader never sees a live segment whose writer has
+        # not yet taken the lock, nor one the digest does not name.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        mark = self._mark()
+        recorded = False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             header = {
                 "k": "open",
                 "v": FORMAT_VERSION,
                 "writer": self.writer_id,
-                "segment": self._segment,
+                "segment": n,
                 "pid": os.getpid(),
                 "ts": _now_us(),
             }
-            mark = self._mark()
             data = self._line(header)
-            try:
-                _write_all(fd, data)
-            except OSError:
-                self._seq, self._prev, _ = mark
-                raise
-            if self.fsync is not FsyncPolicy.NONE:
+            _write_all(fd, data)
+            sync = self.fsync is not FsyncPolicy.NONE
+            if sync:
                 os.fsync(fd)
+            record(self._adir, self._key, [{"k": OPENED, "writer": self.writer_id, "n": n,
+                                            "pid": os.getpid()}], sync=sync)
+            recorded = True
             os.rename(tmp, live)
-            if self.fsync is not FsyncPolicy.NONE:
+            if sync:
                 _fsync_dir(self._dir)
         except OSError:
             os.close(fd)
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
-            self._segment -= 1
+            self._seq, self._prev, _ = mark
+            if recorded:
+                # The digest names a segment that never came into view: say so, and go on as
+                # a new writer (this one's chain would skip a segment).
+                with contextlib.suppress(OSError):
+                    record(self._adir, self._key, [{"k": DROPPED, "writer": self.writer_id,
+                                                    "n": n, "reason": "open failed"}])
+                self._reset()
+            else:
+                self._segment -= 1
             raise
         self._fd = fd
         self._size = len(data)
@@ -329,6 +344,14 @@ class SegmentWriter:
         _fsync_dir(self._dir)
         os.close(fd)
         self._fd = None
+        # The seal line is keyed and the file is sealed: if the digest cannot take the entry,
+        # ``verify`` reads the state as a writer that stopped right here, not as tampering.
+        with contextlib.suppress(OSError):
+            record(self._adir, self._key, [{
+                "k": SEALED, "writer": self.writer_id, "n": self._segment,
+                "last_h": self._prev, "last_seq": self._seq, "final": final,
+                "reason": "close" if final else "rotate"}],
+                sync=self.fsync is not FsyncPolicy.NONE)
 
     def _maybe_rotate(self) -> None:
         if self._fd is not None and (
