@@ -1,8 +1,11 @@
 """Tamper: random mutations of a sealed audit trail (flip a byte, delete, reorder, duplicate or
-insert a line, insert a line re-chained without the key, truncate a file, delete a segment),
-100 in CI and 1,000 with ``TOOLTRACE_LONG=1``. ``tooltrace verify --json`` must fail (exit 1)
-every time and name the place: the mutated segment file and, for a line mutation, a line within
-one of the touched line.
+insert a line, insert a line re-chained without the key, truncate a file, delete a segment, a
+writer's only segment or a whole writer, delete an entry of the segment digest, erase a writer's
+newest segments behind a forged final seal, roll the home back to an earlier state), 100 in CI
+and 1,000 with ``TOOLTRACE_LONG=1``. ``tooltrace verify --json`` must fail (exit 1) every time
+and name the place: the mutated segment file (or the digest) and, for a line mutation, a line
+within one of the touched line. A rollback cannot be seen from inside the home: that one is
+verified with ``--expect`` and the head the pristine trail had.
 
 ``tests/test_audit_verify.py`` pins one hand-made case of each kind; this is the random sweep.
 """
@@ -29,23 +32,26 @@ from ._figures import LONG, record, size
 
 MUTATIONS = size(100, 1000)
 KINDS = ("flip", "delete", "reorder", "duplicate", "insert", "rechain", "truncate",
-         "drop_segment", "cut_newest")
+         "drop_segment", "drop_lone", "drop_writer", "digest_delete", "cut_newest", "rollback")
+DIGEST = "digest.jsonl"
 
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A sealed trail of two writers, several segments each, checkpoints every 25 records."""
+    """A sealed trail of two writers, several segments each, checkpoints every 25 records, and
+    a third, newest writer with one segment."""
     home = tmp_path_factory.mktemp("pristine")
-    recs = list(workload(400, seed=3))
-    for half in (recs[:200], recs[200:]):
+    recs = list(workload(410, seed=3))
+    for part in (recs[:200], recs[200:400], recs[400:]):
         sink = AuditSink(home, checkpoint_every=25, segment_max_bytes=40_000,
                          group_max_records=16)
-        for r in half:
+        for r in part:
             sink.emit(r)
         sink.shutdown()
     rep = verify(home)
-    assert rep.ok and rep.records == 400 and not rep.findings, rep.findings[:3]
-    assert rep.segments >= 6
+    assert rep.ok and rep.records == 410 and not rep.findings, rep.findings[:3]
+    assert rep.segments >= 7 and rep.writers == 3
+    assert [len(m) == 1 for m in _by_writer(home)].count(True) == 1
     return home
 
 
@@ -53,9 +59,48 @@ def _segments(home: Path) -> list[Path]:
     return sorted((home / "audit" / "segments").glob("*.jsonl"))
 
 
+def _by_writer(home: Path) -> list[list[Path]]:
+    """Each writer's segments."""
+    out: dict[str, list[Path]] = {}
+    for p in _segments(home):
+        out.setdefault(p.name.split(".")[0], []).append(p)
+    return [out[w] for w in sorted(out)]
+
+
+def _lone(home: Path) -> Path:
+    """The newest writer's only segment."""
+    (lone,) = next(m for m in _by_writer(home) if len(m) == 1)
+    return lone
+
+
 def _mutate(home: Path, rng: random.Random, kind: str) -> tuple[str, set[int] | None]:
     """Apply one mutation; return (segment file name, touched 1-based lines or None)."""
     segs = _segments(home)
+    if kind == "drop_lone":
+        # The newest writer's only segment: no chain runs past it.
+        lone = _lone(home)
+        os.unlink(lone)
+        return lone.name, None
+    if kind == "drop_writer":
+        mine = rng.choice(_by_writer(home))
+        for p in mine:
+            os.unlink(p)
+        return mine[0].name, None
+    digest = home / "audit" / DIGEST
+    if kind == "digest_delete":
+        entries = digest.read_bytes().splitlines(keepends=True)
+        i = rng.randrange(len(entries) - 1)  # the newest entry alone is a rollback
+        del entries[i]
+        digest.write_bytes(b"".join(entries))
+        return DIGEST, {i + 1}
+    if kind == "rollback":
+        # Back to the state before the newest writer: its segment and its digest entries go.
+        lone = _lone(home)
+        os.unlink(lone)
+        entries = digest.read_bytes().splitlines(keepends=True)
+        assert all(lone.name.split(".")[0].encode() in e for e in entries[-2:])
+        digest.write_bytes(b"".join(entries[:-2]))
+        return DIGEST, None
     seg = rng.choice(segs)
     data = seg.read_bytes()
     lines = data.splitlines(keepends=True)
@@ -115,8 +160,7 @@ def _mutate(home: Path, rng: random.Random, kind: str) -> tuple[str, set[int] | 
     if kind == "cut_newest":
         # Erase a writer's newest segments and make the seal before them say "final",
         # re-chained without the key.
-        writer = seg.name.split(".")[0]
-        mine = [s for s in segs if s.name.startswith(writer + ".")]
+        mine = rng.choice([m for m in _by_writer(home) if len(m) > 1])
         keep = rng.randrange(len(mine) - 1)
         for s in mine[keep + 1 :]:
             os.unlink(s)
@@ -135,6 +179,8 @@ def _mutate(home: Path, rng: random.Random, kind: str) -> tuple[str, set[int] | 
 
 
 def _successor(name: str) -> str:
+    if name == DIGEST:
+        return name
     writer, n, rest = name.split(".", 2)
     return f"{writer}.{int(n) + 1:06d}.{rest}"
 
@@ -146,6 +192,7 @@ def _without_h(obj: dict[str, Any]) -> dict[str, Any]:
 def test_every_mutation_is_detected_and_located(pristine: Path, tmp_path: Path) -> None:
     rng = random.Random(int(os.environ.get("TOOLTRACE_TAMPER_SEED", "777")))
     runner = CliRunner()
+    head = verify(pristine).head
     detected = 0
     located = 0
     misses: list[tuple[str, str, Any]] = []
@@ -155,7 +202,8 @@ def test_every_mutation_is_detected_and_located(pristine: Path, tmp_path: Path) 
         home = tmp_path / f"m{i}"
         shutil.copytree(pristine, home)
         seg, touched = _mutate(home, rng, kind)
-        res = runner.invoke(cli, ["verify", "--json", "--home", str(home)],
+        expect = ["--expect", head] if kind == "rollback" else []
+        res = runner.invoke(cli, ["verify", "--json", "--home", str(home), *expect],
                             catch_exceptions=False)
         report = orjson.loads(res.output)
         errors = [f for f in report["findings"] if f["severity"] == "error"]
@@ -192,8 +240,23 @@ def test_newest_segments_erased_behind_a_forged_final_seal_are_caught(pristine: 
     home = tmp_path / "cut"
     shutil.copytree(pristine, home)
     seg, _ = _mutate(home, random.Random(1), "cut_newest")
+    erased = sorted({p.name for p in _segments(pristine)} - {p.name for p in _segments(home)})
     rep = verify(home)
-    assert not rep.ok
+    assert not rep.ok and erased
+    # The forged seal, and each erased segment by name (the digest records them).
     assert [(f.kind, f.segment) for f in rep.findings if f.severity == "error"] == [
-        ("rewritten", seg)
+        ("rewritten", seg), *(("deleted", name) for name in erased)
     ]
+
+
+def test_a_rollback_passes_from_inside_and_fails_against_the_kept_head(pristine: Path,
+                                                                      tmp_path: Path) -> None:
+    """What cannot be seen from inside the home: the newest writer's segment and digest
+    entries removed together look like the state before that writer started."""
+    home = tmp_path / "rolled"
+    shutil.copytree(pristine, home)
+    head = verify(pristine).head
+    _mutate(home, random.Random(1), "rollback")
+    assert verify(home).ok
+    rep = verify(home, expect=head)
+    assert [(f.kind, f.segment) for f in rep.findings] == [("rolledback", DIGEST)]
