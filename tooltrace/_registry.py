@@ -22,14 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
-import contextvars
-import functools
 import os
 import re
 import threading
 import time
-from _thread import LockType
 from collections.abc import Callable, Generator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -41,11 +37,10 @@ from mypy_extensions import mypyc_attr
 from . import _build, _config
 from ._admission import Admission, AdmissionResult
 from ._context import CallContext
-from ._current import _CURRENT
-from ._executors import Job, LoopThread, ToolThreads, make_pool
-from ._executors import resolve_future as _resolve_future
+from ._execute import Execute, execute_async, execute_blocking, execute_inline
+from ._executors import LoopThread, ToolThreads, make_pool
 from ._ids import new_call_id, new_run_id
-from ._outcome import Outcome, error_type, outcome_rules, resolved_status
+from ._outcome import Outcome, error_type, outcome_rules
 from ._record import (
     UNREGISTERED,
     VETTED,
@@ -133,16 +128,7 @@ class _Intent:
     args: Any
 
 
-@dataclass(slots=True)
-class _Execute:
-    entry: Entry
-    ctx: CallContext
-    arguments: dict[str, Any]
-    span: OpenSpan | None
-    grace_s: float
-
-
-_Op = _RunHook | _Approve | _Admit | _Intent | _Execute
+_Op = _RunHook | _Approve | _Admit | _Intent | Execute
 _Pipeline = Generator[_Op, Any, ToolResultEnvelope]
 
 # Python subclasses of the compiled class are allowed (it is public API).
@@ -699,15 +685,15 @@ class ToolRegistry:
             released = True  # from here the executor's finally gives the slot back
             out: Outcome
             if entry.inline:
-                out = self._execute_inline(entry, ctx, args, b.span)
+                out = execute_inline(self, entry, ctx, args, b.span)
             elif blocking:
                 # The blocking driver would only hand the operation back to this thread: run it
                 # here and save the round trip through the generator.
-                out = self._execute_blocking(
-                    _Execute(entry, ctx, args, b.span, self.cancel_grace_s)
+                out = execute_blocking(self,
+                    Execute(entry, ctx, args, b.span, self.cancel_grace_s)
                 )
             else:
-                out = yield _Execute(entry, ctx, args, b.span, self.cancel_grace_s)
+                out = yield Execute(entry, ctx, args, b.span, self.cancel_grace_s)
         finally:
             if not released:
                 self._admission.release(d.name)
@@ -1105,20 +1091,11 @@ class ToolRegistry:
             except Exception:
                 self.sink_errors += 1
 
-    def _resolve_late(self, call_id: str, tool: str, run_id: str, out: Outcome) -> None:
-        """An abandoned call finally ended: record how."""
-        resolved = resolved_status(out.kind, out.error)
-        detail: dict[str, Any] = {"outcome": resolved.value}
-        if out.error is not None and resolved is Status.FAILED:
-            detail["error_type"] = error_type(out.error)
-        self._statuses.resolve(call_id, resolved)
-        self._emit_late(call_id, run_id, tool, StepName.RESOLVED, resolved.value, detail)
-
     # -- drivers ------------------------------------------------------------------------------
 
     def _serve(self, op: _Op) -> Any:
-        if isinstance(op, _Execute):
-            return self._execute_blocking(op)
+        if isinstance(op, Execute):
+            return execute_blocking(self, op)
         if isinstance(op, _Admit):
             return self._admission.acquire(op.tool, op.run_id, op.timeout_s, op.call_id)
         if isinstance(op, _RunHook):
@@ -1136,8 +1113,8 @@ class ToolRegistry:
 
     async def _aserve(self, op: _Op) -> Any:
         loop = asyncio.get_running_loop()
-        if isinstance(op, _Execute):
-            return await self._execute_async(op)
+        if isinstance(op, Execute):
+            return await execute_async(self, op)
         if isinstance(op, _Admit):
             return await self._admission.acquire_async(op.tool, op.run_id, op.timeout_s, op.call_id)
         if isinstance(op, _RunHook):
@@ -1182,225 +1159,6 @@ class ToolRegistry:
             )
         return None
 
-    def _invoke(self, op: _Execute) -> Callable[[], Any]:
-        e, ctx, args = op.entry, op.ctx, op.arguments
-        fn = e.fn
-        return (lambda: fn(ctx, **args)) if e.wants_ctx else (lambda: fn(**args))
-
-    def _execute_inline(
-        self, e: Entry, ctx: CallContext, args: dict[str, Any], span: OpenSpan | None
-    ) -> Outcome:
-        """Run a plain inline tool on this thread (both drivers: it is the caller's)."""
-        token = span.attach() if span is not None else None
-        ctx_token = _CURRENT.set(ctx)
-        try:
-            # No start_clock(): the context was made just now, its deadline counts from then.
-            try:
-                out = Outcome("returned", e.fn(ctx, **args) if e.wants_ctx else e.fn(**args))
-            except Exception as exc:
-                out = Outcome("raised", None, exc)
-            finally:
-                self._admission.release(e.definition.name)
-            if ctx._stopped:
-                out.signal = ctx.reason
-                out.signal_at = ctx.signalled_at or time.monotonic()
-            elif out.kind == "returned":
-                late = time.monotonic() - ctx.deadline
-                if late > 0:
-                    ctx.set_detail("deadline_overrun_ms", round(late * 1000, 3))
-            return out
-        finally:
-            _CURRENT.reset(ctx_token)
-            if span is not None:
-                span.detach(token)
-
-    def _execute_blocking(self, op: _Execute) -> Outcome:
-        e, ctx = op.entry, op.ctx
-        tool = e.definition.name
-        token = op.span.attach() if op.span is not None else None
-        ctx_token = _CURRENT.set(ctx)
-        try:
-            ctx.start_clock()
-            if e.is_async:
-                cfut = _start_on_loop(
-                    self._loop.loop(), self._invoke(op), functools.partial(_release, self, tool)
-                )
-                return self._wait(cfut, op, lambda: cfut.cancel())
-            # The caller sleeps on a bare lock that the worker releases when the tool is done
-            # and a cancel releases too: one C call to wait, no callbacks on the way.
-            wake = _allocate_lock()
-            wake.acquire()
-            ctx._wake = wake
-            try:
-                job = self._submit(op, wake)
-            except RuntimeError as exc:  # the pool is shut down: the tool never started
-                self._admission.release(tool)
-                return Outcome("raised", None, exc)
-            while not job._done:
-                if ctx._stopped:
-                    break
-                left = ctx.deadline - time.monotonic()
-                if left <= 0:
-                    self._signal(ctx, op, "deadline")
-                    break
-                wake.acquire(True, left if left < threading.TIMEOUT_MAX else threading.TIMEOUT_MAX)
-            if job._done:
-                return self._outcome(job, ctx)
-            return self._wait(job, op, None)
-        finally:
-            _CURRENT.reset(ctx_token)
-            if op.span is not None:
-                op.span.detach(token)
-
-    def _submit(self, op: _Execute, wake: LockType | None = None) -> Job:
-        """Queue a synchronous tool on the tool threads, in a copy of this thread's context (the
-        call's span and ``CallContext`` stay current inside the tool); ``wake`` is released
-        when it ends. ``RuntimeError`` once the threads are shut down."""
-        e = op.entry
-        return self._pool.submit(
-            contextvars.copy_context().run,
-            _run_tool,
-            e.fn,
-            op.ctx,
-            op.arguments,
-            e.wants_ctx,
-            self._admission.release,
-            e.definition.name,
-            wake=wake,
-        )
-
-    def _wait(
-        self,
-        fut: concurrent.futures.Future[Any] | Job,
-        op: _Execute,
-        cancel: Callable[[], Any] | None,
-    ) -> Outcome:
-        ctx = op.ctx
-        # A bare lock held here and released by whoever wakes us (the tool finishing, a
-        # cancel): waiting on it is one C call, where an Event goes through a Condition.
-        wake = _allocate_lock()
-        wake.acquire()
-
-        def poke(_: object) -> None:
-            try:
-                wake.release()
-            except RuntimeError:
-                pass  # already released by the other waker
-
-        fut.add_done_callback(poke)
-        ctx.on_cancel(poke)
-        while not fut.done():
-            left = ctx.deadline - time.monotonic()
-            if ctx.signalled:
-                break
-            if left <= 0:
-                self._signal(ctx, op, "deadline")
-                break
-            wake.acquire(True, min(left, threading.TIMEOUT_MAX))
-        if not fut.done():
-            if cancel is not None and op.entry.definition.cancellable:
-                cancel()
-            signal_at = ctx.signalled_at or time.monotonic()
-            try:
-                fut.result(op.grace_s)
-            except BaseException:
-                pass
-            if not fut.done():
-                out = Outcome("abandoned", signal=ctx.reason, signal_at=signal_at)
-                self._on_late_done(fut, op)
-                return out
-        return self._outcome(fut, ctx)
-
-    def _signal(self, ctx: CallContext, op: _Execute, reason: str) -> None:
-        if op.entry.definition.cancellable:
-            ctx.signal(reason)
-        else:
-            # Not cancellable: the tool is not told, but the call stops waiting after the grace.
-            ctx.mark(reason)
-
-    def _outcome(
-        self,
-        fut: concurrent.futures.Future[Any] | asyncio.Future[Any] | Job,
-        ctx: CallContext,
-    ) -> Outcome:
-        sig = ctx.reason if ctx.signalled else None
-        sig_at = (ctx.signalled_at or time.monotonic()) if sig else None
-        if fut.cancelled():
-            return Outcome("raised", None, asyncio.CancelledError(), sig, sig_at)
-        exc = fut.exception()
-        if exc is not None:
-            return Outcome("raised", None, exc, sig, sig_at)
-        return Outcome("returned", fut.result(), None, sig, sig_at)
-
-    def _on_late_done(
-        self, fut: concurrent.futures.Future[Any] | asyncio.Future[Any] | Job, op: _Execute
-    ) -> None:
-        ctx = op.ctx
-
-        def done(f: Any) -> None:
-            try:
-                self._resolve_late(ctx.call_id, ctx.tool, ctx.run_id, self._outcome(f, ctx))
-            except Exception:
-                self.sink_errors += 1
-
-        fut.add_done_callback(done)
-
-    async def _execute_async(self, op: _Execute) -> Outcome:
-        e, ctx = op.entry, op.ctx
-        tool = e.definition.name
-        loop = asyncio.get_running_loop()
-        token = op.span.attach() if op.span is not None else None
-        ctx_token = _CURRENT.set(ctx)
-        try:
-            ctx.start_clock()
-            fut: asyncio.Future[Any]
-            if e.is_async:
-                # The slot is given back when the task is done, which a task cancelled before
-                # it ever ran also is (a finally in its coroutine would never run then).
-                fut = loop.create_task(self._invoke(op)())
-                fut.add_done_callback(functools.partial(_release, self, tool))
-            else:
-                fut = loop.create_future()
-                try:
-                    job = self._submit(op)
-                except RuntimeError as exc:  # shut down: the tool never started
-                    self._admission.release(tool)
-                    fut.set_exception(exc)
-                else:
-                    job.add_done_callback(functools.partial(_to_loop, loop, fut))
-        finally:
-            _CURRENT.reset(ctx_token)
-            if op.span is not None:
-                op.span.detach(token)
-        wake = loop.create_future()
-
-        def poke(_r: str) -> None:
-            loop.call_soon_threadsafe(_resolve_future, wake)
-
-        ctx.on_cancel(poke)
-        try:
-            while not fut.done():
-                left = ctx.deadline - time.monotonic()
-                if ctx.signalled:
-                    break
-                if left <= 0:
-                    self._signal(ctx, op, "deadline")
-                    break
-                await asyncio.wait({fut, wake}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            # The caller's task was cancelled: that is a cancel request for this call.
-            self._signal(ctx, op, "cancel")
-        if not fut.done():
-            if e.is_async and e.definition.cancellable:
-                fut.cancel()
-            signal_at = ctx.signalled_at or time.monotonic()
-            await asyncio.wait({fut}, timeout=op.grace_s)
-            if not fut.done():
-                self._on_late_done(fut, op)
-                return Outcome("abandoned", signal=ctx.reason, signal_at=signal_at)
-        return self._outcome(fut, ctx)
-
-
 _perf_ns = time.perf_counter_ns
 _allocate_lock = threading.Lock
 # Enum members read through their class cost a metaclass lookup each: the hot path reads these.
@@ -1443,90 +1201,6 @@ _ADMISSION_TEXT = {
     "cancelled": "it (or its run) was cancelled while it waited for a slot",
     "shutdown": "the registry is shutting down",
 }
-
-
-def _release(reg: ToolRegistry, tool: str, _done: object = None) -> None:
-    """Give an async tool's admission slot back (a done callback of its task)."""
-    reg._admission.release(tool)
-
-
-def _start_on_loop(
-    loop: asyncio.AbstractEventLoop,
-    invoke: Callable[[], Any],
-    on_done: Callable[[object], None],
-) -> concurrent.futures.Future[Any]:
-    """Run an async tool on the registry's loop from another thread, like
-    ``asyncio.run_coroutine_threadsafe``, except that ``on_done`` runs exactly once when the
-    tool is over: when its task is done, or at once if the call was cancelled before the task
-    was made (then the tool never runs). Cancelling the returned future cancels the task."""
-    cfut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-
-    def settle(task: asyncio.Task[Any]) -> None:
-        try:
-            if task.cancelled():
-                cfut.cancel()
-            elif task.exception() is not None:
-                cfut.set_exception(task.exception())
-            else:
-                cfut.set_result(task.result())
-        except concurrent.futures.InvalidStateError:
-            pass  # the caller cancelled it meanwhile
-
-    def start() -> None:
-        if cfut.cancelled():
-            on_done(None)
-            return
-        task = loop.create_task(invoke())
-        task.add_done_callback(on_done)
-        task.add_done_callback(settle)
-
-        def cancel(f: concurrent.futures.Future[Any]) -> None:
-            if f.cancelled():
-                with contextlib.suppress(RuntimeError):  # the loop closed: nothing to cancel
-                    loop.call_soon_threadsafe(task.cancel)
-
-        cfut.add_done_callback(cancel)
-
-    try:
-        loop.call_soon_threadsafe(start)
-    except RuntimeError as exc:  # the loop is closed (shutdown): the tool never runs
-        on_done(None)
-        cfut.set_exception(exc)
-    return cfut
-
-
-def _to_loop(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any], job: Job) -> None:
-    """Carry a finished tool job's outcome to the asyncio future its caller awaits."""
-    try:
-        loop.call_soon_threadsafe(_copy_job, fut, job)
-    except RuntimeError:
-        pass  # the loop is closed: nobody awaits it any more
-
-
-def _copy_job(fut: asyncio.Future[Any], job: Job) -> None:
-    if fut.done():
-        return
-    if job.cancelled():
-        fut.cancel()
-    elif job.exception() is not None:
-        fut.set_exception(job.exception())  # type: ignore[arg-type]
-    else:
-        fut.set_result(job.result(0))
-
-
-def _run_tool(
-    fn: Callable[..., Any],
-    ctx: CallContext,
-    args: dict[str, Any],
-    wants_ctx: bool,
-    release: Callable[[str], None],
-    tool: str,
-) -> Any:
-    """A synchronous tool on a worker thread; its admission slot is given back when it ends."""
-    try:
-        return fn(ctx, **args) if wants_ctx else fn(**args)
-    finally:
-        release(tool)
 
 
 def _guard(fn: Callable[[Any], Any], arg: Any) -> tuple[str, Any]:
