@@ -1,0 +1,210 @@
+"""LlamaIndex: a LlamaIndex agent's tool calls go through a ``ToolRegistry`` (extra ``llamaindex``).
+
+LlamaIndex has no tool middleware, so each tool is wrapped: ``TooltraceTool`` is an
+``AsyncBaseTool`` whose ``call`` / ``acall`` run ``registry.call`` / ``registry.acall`` and
+return the ``ToolOutput`` the agent hands to the model. Anything but ``ok`` comes back as an
+``is_error`` output carrying the envelope's summary (the agent's own tool-error path: the run
+goes on and the model can correct itself); an ``ok`` output carries the redacted, trimmed
+result. ``as_llamaindex_tools`` wraps the registry's tools; ``adopt`` registers existing
+LlamaIndex tools (``FunctionTool`` or any ``BaseTool``) and returns their wrappers.
+
+LlamaIndex traces with its own instrumentation, not OpenTelemetry: a call's span is a child of
+the OpenTelemetry span current where the agent runs (the application's), if there is one.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from llama_index.core.tools import BaseTool, FunctionTool, ToolMetadata, ToolOutput
+from llama_index.core.tools.types import AsyncBaseTool
+
+from .. import (
+    Capability,
+    Effect,
+    RegistrationError,
+    ToolCall,
+    ToolDefinition,
+    ToolRegistry,
+    ToolResultEnvelope,
+)
+from ._common import acall, make_call, model_text
+
+__all__ = ["LlamaIndexToolError", "TooltraceTool", "adopt", "as_llamaindex_tools"]
+
+_INTEGRATION = "llamaindex"
+
+
+class LlamaIndexToolError(Exception):
+    """An adopted tool returned an error output; its text becomes the (redacted) summary of a
+    ``failed`` call."""
+
+
+@dataclass
+class _Metadata(ToolMetadata):
+    """Tool metadata whose parameters are the registry's JSON Schema, as registered."""
+
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    def get_parameters_dict(self) -> dict[str, Any]:
+        """The registered schema (what the model is shown)."""
+        return dict(self.parameters)
+
+
+class TooltraceTool(AsyncBaseTool):
+    """A registry tool as a LlamaIndex tool: the same name, description and schema; every
+    call (sync or async) goes through the registry's pipeline.
+
+    The output's ``raw_output`` is the envelope's data (redacted) when ``ok``, else ``None``;
+    ``raw_input`` the redacted arguments. An asyncio cancel of ``acall`` (a cancelled workflow
+    run) becomes ``registry.cancel_call``: the call is recorded as it settles, then the
+    cancellation goes on to the workflow.
+    """
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        definition: ToolDefinition,
+        *,
+        mode: str = "default",
+        return_direct: bool = False,
+    ) -> None:
+        self.registry = registry
+        self.mode = mode
+        self._metadata = _Metadata(
+            description=definition.description,
+            name=definition.name,
+            fn_schema=None,
+            return_direct=return_direct,
+            parameters=dict(definition.parameters),
+        )
+        props = definition.parameters.get("properties")
+        self._only = next(iter(props)) if isinstance(props, dict) and len(props) == 1 else None
+
+    @property
+    def metadata(self) -> ToolMetadata:
+        """Name, description and the registered schema."""
+        return self._metadata
+
+    def call(self, *args: Any, **kwargs: Any) -> ToolOutput:
+        """Run the call through ``registry.call`` (blocking)."""
+        return self._output(self.registry.call(self._call(args, kwargs)))
+
+    async def acall(self, *args: Any, **kwargs: Any) -> ToolOutput:
+        """Run the call through ``registry.acall`` on the running loop."""
+        return self._output(await acall(self.registry, self._call(args, kwargs)))
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ToolCall:
+        arguments: Any = kwargs
+        if args:
+            # LlamaIndex passes the value of a one-parameter tool positionally, and some callers
+            # a whole dict; anything else is the registry's to refuse (stage params).
+            if len(args) == 1 and not kwargs and isinstance(args[0], dict):
+                arguments = args[0]
+            elif len(args) == 1 and not kwargs and self._only is not None:
+                arguments = {self._only: args[0]}
+            else:
+                arguments = [*args, kwargs]
+        return make_call(
+            self._metadata.get_name(),
+            arguments,
+            integration=_INTEGRATION,
+            provider_id=None,
+            mode=self.mode,
+        )
+
+    def _output(self, env: ToolResultEnvelope) -> ToolOutput:
+        return ToolOutput(
+            content=model_text(env),
+            tool_name=self._metadata.get_name(),
+            raw_input=dict(args) if isinstance(args := env.record.args_redacted, Mapping)
+            else {"arguments": args},
+            raw_output=env.data if env.ok else None,
+            is_error=not env.ok,
+        )
+
+
+def as_llamaindex_tools(
+    registry: ToolRegistry,
+    mode: str = "default",
+    *,
+    names: Iterable[str] | None = None,
+    return_direct: Iterable[str] = (),
+) -> list[TooltraceTool]:
+    """The registry's tools visible in ``mode`` (or just ``names``) as LlamaIndex tools."""
+    visible = {d.name: d for d in registry.visible_tools(mode).visible}
+    wanted = sorted(visible) if names is None else list(names)
+    missing = [n for n in wanted if n not in visible]
+    if missing:
+        raise RegistrationError(f"not visible in mode {mode!r}: {', '.join(missing)}")
+    direct = frozenset(return_direct)
+    return [
+        TooltraceTool(registry, visible[n], mode=mode, return_direct=n in direct) for n in wanted
+    ]
+
+
+def adopt(
+    registry: ToolRegistry,
+    tools: Sequence[BaseTool],
+    *,
+    mode: str = "default",
+    capability: Capability | str = Capability.READ,
+    effect: Effect | str = Effect.NONE,
+    timeout_s: float = 30.0,
+    source: str = "user",
+) -> list[TooltraceTool]:
+    """Register existing LlamaIndex tools in ``registry`` and return their wrappers.
+
+    Each keeps its name, description, schema (``metadata.get_parameters_dict()``, checked like
+    any registration) and ``return_direct``. A synchronous function runs on the registry's
+    worker threads (so its deadline holds), an async one on the loop. A ``FunctionTool`` that
+    needs the workflow ``Context`` cannot be adopted (the registry has no such argument).
+    """
+    out = []
+    for t in tools:
+        meta = t.metadata
+        if isinstance(t, FunctionTool) and t.requires_context:
+            raise RegistrationError(f"tool {meta.name!r} needs the workflow Context")
+        d = ToolDefinition(
+            name=meta.get_name(),
+            description=meta.description,
+            parameters=meta.get_parameters_dict(),
+            capability=Capability(capability),
+            effect=Effect(effect),
+            timeout_s=timeout_s,
+            source=source,
+        )
+        registry.register(d, _handler(t))
+        out.append(TooltraceTool(registry, d, mode=mode, return_direct=meta.return_direct))
+    return out
+
+
+def _handler(t: BaseTool) -> Callable[..., Any]:
+    is_async = (
+        inspect.iscoroutinefunction(t.real_fn)
+        if isinstance(t, FunctionTool)
+        else isinstance(t, AsyncBaseTool)
+    )
+    if is_async:
+        async_tool: Any = t
+
+        async def run_async(**arguments: Any) -> Any:
+            return _content(await async_tool.acall(**arguments))
+
+        return run_async
+
+    def run(**arguments: Any) -> Any:
+        return _content(t.call(**arguments) if isinstance(t, AsyncBaseTool) else t(**arguments))
+
+    return run
+
+
+def _content(out: ToolOutput) -> str:
+    if out.is_error:
+        if out.exception is not None:
+            raise out.exception
+        raise LlamaIndexToolError(out.content or "the tool reported an error")
+    return out.content
