@@ -17,8 +17,9 @@ from .tool import Capability, Effect, Execution, FunctionTool, ToolDefinition, T
 if TYPE_CHECKING:
     from ._context import CallContext
     from ._current import current_context
-    from ._registry import Resolution, ToolRegistry, Visibility
+    from ._registry import ToolRegistry
     from ._setup import create_registry
+    from ._tooltable import Resolution, Visibility
     from .envelope import (
         Artifact,
         CallRecord,
@@ -96,7 +97,7 @@ _LAZY: dict[str, str] = {
     "Redactor": ".redaction",
     "RegistrationError": ".exceptions",
     "RequireApproval": ".policy",
-    "Resolution": "._registry",
+    "Resolution": "._tooltable",
     "ResolvedPath": ".paths",
     "Retry": ".envelope",
     "Rule": ".policy",
@@ -112,7 +113,7 @@ _LAZY: dict[str, str] = {
     "ToolResultEnvelope": ".envelope",
     "TooltraceError": ".exceptions",
     "Verdict": ".policy",
-    "Visibility": "._registry",
+    "Visibility": "._tooltable",
     "Workspace": ".paths",
     "create_registry": "._setup",
     "current_context": "._current",

@@ -14,7 +14,15 @@ from typing import Any
 
 from . import _build
 
-__all__ = ["Job", "LoopThread", "ToolThreads", "make_pool", "release_quietly", "resolve_future"]
+__all__ = [
+    "Job",
+    "LoopThread",
+    "RenewablePool",
+    "ToolThreads",
+    "make_pool",
+    "release_quietly",
+    "resolve_future",
+]
 
 
 def release_quietly(lock: LockType) -> None:
@@ -59,6 +67,28 @@ class LoopThread:
 def make_pool(size: int, prefix: str) -> concurrent.futures.ThreadPoolExecutor:
     """A worker pool whose threads are created on demand."""
     return concurrent.futures.ThreadPoolExecutor(max_workers=size, thread_name_prefix=prefix)
+
+
+class RenewablePool:
+    """Threads for hooks, approvers and strict audit writes (``pool``), renewed on request: a
+    hook that overran its limit still holds a thread, so later hooks get a fresh pool and a
+    hung hook cannot starve healthy ones (its thread ends when it returns)."""
+
+    def __init__(self, size: int, prefix: str) -> None:
+        self._size = size
+        self._prefix = prefix
+        self._lock = threading.Lock()
+        self.pool = make_pool(size, prefix)
+
+    def renew(self) -> None:
+        """Give later work a fresh pool; the old one ends once its threads are done."""
+        with self._lock:
+            old, self.pool = self.pool, make_pool(self._size, self._prefix)
+        old.shutdown(wait=False)
+
+    def shutdown(self) -> None:
+        """Refuse new work and drop what is queued (running work is not waited for)."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 _JOB_LOCK = threading.Lock()  # guards every job's callback list (held for a few bytecodes)

@@ -264,7 +264,7 @@ def recorded_steps(reg: ToolRegistry, steps: list[Step]) -> tuple[Step, ...]:
     skipped; everything else (paths, reasons, errors, diffs) is redacted here, whichever
     stage wrote it."""
     redact = reg.redactor.redact
-    vetted = reg._vetted
+    vetted = reg._allow.vetted
     for i, s in enumerate(steps):
         detail = s.detail
         if detail is None or id(detail) in VETTED or id(detail) in vetted:

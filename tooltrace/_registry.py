@@ -1,135 +1,52 @@
-"""The tool registry: registration, the shadow report, and the one execution entry.
+"""The tool registry's front: registration, the shadow report, the one execution entry
+(``call``/``acall``), cancellation, status, flush and shutdown.
 
-``ToolRegistry.call`` (and its async twin ``acall``) is the only public way to run a tool. Both
-drive the same pipeline, written once as a generator that *yields* the operations that block
-(approval, hooks, admission, strict audit, execution) and *receives* their outcomes; a blocking
-driver serves ``call`` and an asyncio driver serves ``acall``. Every stage appends a ``Step``.
+Each concern of the call path lives in its own private module:
 
-Outcome rules (what a post-mortem relies on):
-
-- ``rejected``: the execute step never started (resolve, params, policy, approval, hook,
-  admission, audit or cancel stopped it first).
-- ``failed``: execution started and the tool raised, or a tool without side effects was stopped
-  by its deadline.
-- ``cancelled``: cancellation was confirmed (the tool stopped within the grace period, or it has
-  no side effects and was abandoned).
-- ``unknown``: a side-effecting tool was dispatched and did not confirm it stopped within the
-  grace period after a deadline or cancel. Its slot stays taken until it really ends; the end is
-  recorded later as a ``resolved`` step and ``status(call_id)`` reports it.
+- ``_tooltable``: registered definitions by name and source, shadowing, the shadow report
+- ``_stages``: the pipeline of one call, one function per stage, written once as a generator
+  that yields the operations that block; ``_sanitise``, ``_authorize`` (policy and approval),
+  ``_hookstages``, ``_execute`` (and the deadline wait) and ``_result`` hold the other stages
+- ``_drivers``: the blocking driver (``call``) and the asyncio driver (``acall``)
+- ``_outcome``: the outcome rules (``ok``, ``failed``, ``cancelled``, ``unknown``)
+- ``_record``: the record builder, which owns redaction of step details and summaries
+- ``_statuses``: what the registry remembers of recent calls, and the call ids taken
+- ``tooltrace.sinks``: the protocols the registry emits to
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import os
-import re
-import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
-import orjson
-import uuid_utils
 from mypy_extensions import mypyc_attr
 
 from . import _build, _config
-from ._admission import Admission, AdmissionResult
+from ._admission import Admission
+from ._authorize import AllowDetails
 from ._context import CallContext
-from ._execute import Execute, execute_async, execute_blocking, execute_inline
-from ._executors import LoopThread, ToolThreads, make_pool
-from ._ids import new_call_id, new_run_id
-from ._outcome import Outcome, error_type, outcome_rules
-from ._record import (
-    UNREGISTERED,
-    VETTED,
-    Builder,
-    detached,
-    error_text,
-    redact_args,
-    safe_name,
-    scrub,
-)
+from ._drivers import aserve, boxed, serve
+from ._executors import LoopThread, RenewablePool, ToolThreads
+from ._ids import new_run_id
+from ._record import redact_detail
+from ._stages import RawCall, pipeline
 from ._statuses import StatusTable
-from ._tooltable import Entry, Resolution, ToolTable, Visibility, make_entry
-from .envelope import (
-    Artifact,
-    CallStatus,
-    Retry,
-    Stage,
-    Status,
-    Step,
-    StepName,
-    ToolCall,
-    ToolResultEnvelope,
-)
-from .exceptions import (
-    AuditUnavailableError,
-    MalformedCallError,
-)
-from .hooks import Hook, HookAction, HookDecision, HookView
-from .paths import PathPolicyError, Workspace
-from .policy import (
-    ApprovalDecision,
-    ApprovalRequest,
-    Policy,
-    PolicyDecision,
-    PolicyRequest,
-    Verdict,
-)
-from .redaction import ArtifactStore, Redactor, preview
-from .sinks import BindingSink, DurableSink, LateSink, LateStep, OpenSpan, Sink, SpanOpener
-from .tool import Effect, FunctionTool, ToolDefinition, ToolResult
+from ._tooltable import Resolution, ToolTable, Visibility, make_entry
+from .envelope import CallStatus, Status, Step, ToolResultEnvelope
+from .hooks import Hook
+from .paths import Workspace
+from .policy import ApprovalDecision, ApprovalRequest, Policy
+from .redaction import ArtifactStore, Redactor
+from .sinks import BindingSink, DurableSink, LateSink, LateStep, Sink, SpanOpener
+from .tool import FunctionTool, ToolDefinition
 
-__all__ = ["CallStatus", "LateStep", "Resolution", "ToolRegistry", "Visibility"]
+__all__ = ["Approver", "ToolRegistry"]
 
+#: Decides a call a policy rule asked about.
 Approver = Callable[[ApprovalRequest], ApprovalDecision]
 
-
-# -- operations the pipeline yields to its driver ---------------------------------------------
-
-
-@dataclass(slots=True)
-class _RunHook:
-    hook: Hook
-    view: HookView
-
-
-@dataclass(slots=True)
-class _Approve:
-    request: ApprovalRequest
-
-
-class _Ask(NamedTuple):
-    """A policy rule asked for approval (``t``: when the approval step begins)."""
-
-    decision: PolicyDecision
-    reason: str
-    decider: str
-    t: int
-
-
-@dataclass(slots=True)
-class _Admit:
-    tool: str
-    run_id: str
-    timeout_s: float
-    call_id: str = ""
-
-
-@dataclass(slots=True)
-class _Intent:
-    sink: DurableSink
-    call_id: str
-    run_id: str
-    tool: str
-    started_at_us: int
-    args: Any
-
-
-_Op = _RunHook | _Approve | _Admit | _Intent | Execute
-_Pipeline = Generator[_Op, Any, ToolResultEnvelope]
 
 # Python subclasses of the compiled class are allowed (it is public API).
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -138,7 +55,32 @@ class ToolRegistry:
 
     Everything is optional: with no arguments the workspace is the current directory, the home
     is ``TOOLTRACE_HOME`` or ``./.tooltrace``, the default policy applies and no sinks are
-    attached (telemetry off).
+    attached (telemetry off). The keywords:
+
+    - ``workspace``: the directory tools work in; path arguments must resolve inside it (a
+      path, or a ``Workspace``).
+    - ``home``: where tooltrace keeps its files (artifacts of offloaded results).
+    - ``sinks``: telemetry sinks; each gets every finished, redacted record (see ``add_sink``).
+    - ``tracer``: mints each call's span ids before it runs; by default the first sink that is
+      a ``SpanOpener`` (a tracing sink).
+    - ``policy``: the rules that decide whether a call may run (``Policy()`` by default).
+    - ``hooks``: pre- and post-hooks (``phase`` ``"pre"`` or ``"post"``), run in this order.
+    - ``approver``: decides a call a policy rule asked about; without one,
+      ``TOOLTRACE_APPROVAL=allow`` approves and anything else denies.
+    - ``redactor``: hides secrets in records, hook views, summaries and results.
+    - ``run_id``: the run a call belongs to unless it names its own (a new id by default).
+    - ``max_concurrency``: calls running at once, all tools together (and the tool threads).
+    - ``max_queue``: calls that may wait for a slot; one more is refused (``queue_full``).
+    - ``tool_concurrency``: caps per tool, ``{name: n}`` (a tool's own ``max_concurrency``
+      applies where none is given here).
+    - ``admission_timeout_s``: how long a call waits for a slot before it is refused.
+    - ``max_timeout_s``: the longest timeout a call may ask for (``TOOLTRACE_MAX_TIMEOUT_S``,
+      600 s by default).
+    - ``cancel_grace_s``: how long a tool told to stop (deadline, cancel) has to confirm it;
+      a side-effecting tool that does not ends ``unknown``.
+    - ``max_inline_chars``: a result longer than this (as text) goes to an artifact.
+    - ``preview_chars``: how much of a result the record keeps (and an offloaded envelope).
+    - ``hook_threads``: threads for hooks, the approver and strict audit writes.
     """
 
     def __init__(
@@ -181,39 +123,37 @@ class ToolRegistry:
         self.cancel_grace_s = cancel_grace_s
         self.max_inline_chars = max_inline_chars
         self.preview_chars = preview_chars
-        self._hooks: tuple[Hook, ...] = tuple(hooks)
-        for h in self._hooks:
+        #: Sink (and shutdown callback) errors: counted, never raised into a call.
+        self.sink_errors = 0
+        hooks = tuple(hooks)
+        for h in hooks:
             if h.phase not in ("pre", "post"):
                 raise ValueError(f"hook {h.name!r}: phase must be 'pre' or 'post'")
+        self._pre_hooks = tuple(h for h in hooks if h.phase == "pre")
+        self._post_hooks = tuple(h for h in hooks if h.phase == "post")
         sinks = tuple(sinks)
         if tracer is None:
             # A tracing sink is also the span opener: use it without making callers pass it twice.
             tracer = next((s for s in sinks if isinstance(s, SpanOpener)), None)
         self._tracer = tracer
-        self._pre_hooks = tuple(h for h in self._hooks if h.phase == "pre")
-        self._post_hook_list = tuple(h for h in self._hooks if h.phase == "post")
         self._sinks: tuple[Sink, ...] = ()
         self._durable: tuple[DurableSink, ...] = ()
         self._late_sinks: tuple[LateSink, ...] = ()
         self._table = ToolTable()
-        self._reg_lock = threading.RLock()
         self._admission = Admission(max_concurrency, max_queue, tool_concurrency)
         self._pool = ToolThreads(max_concurrency, "tooltrace-tool")
-        self._hook_threads = hook_threads
-        self._hook_pool = make_pool(hook_threads, "tooltrace-hook")
+        self._hook_threads = RenewablePool(hook_threads, "tooltrace-hook")
         self._loop = LoopThread()
         # Running calls by id; a context's _done/_final say when and how its call returned.
         self._active: dict[str, CallContext] = {}
         self._cancelled_runs: set[str] = set()
         self._cancel_early: dict[str, None] = {}
         self._statuses = StatusTable()
-        self._allow_details: dict[tuple[str, ...], Mapping[str, Any]] = {}
-        # Ids of the shared details this registry made and keeps alive (see VETTED).
-        self._vetted: set[int] = set()
+        self._allow = AllowDetails()
         self._emit_late_fn = self._emit_late  # bound once, shared by every call's context
         self._shutdown_callbacks: list[Callable[[float], None]] = []
         self._closed = False
-        self.sink_errors = 0
+        # What records show instead of host paths (see tooltrace._record.scrub).
         self._root_text = str(self.workspace.root)
         self._home_text = str(self.home.resolve())
         for sink in sinks:
@@ -255,8 +195,9 @@ class ToolRegistry:
         """Tools the mode exposes, sorted by name, and the hidden ones with reasons."""
         visible: list[ToolDefinition] = []
         hidden: list[tuple[str, str]] = []
-        for name in sorted(self._table.active):
-            d = self._table.active[name].definition
+        active = self._table.active
+        for name in sorted(active):
+            d = active[name].definition
             ok, why = self.policy.mode_allows(d, mode)
             if ok:
                 visible.append(d)
@@ -305,32 +246,27 @@ class ToolRegistry:
 
     # -- the execution entry ------------------------------------------------------------------
 
-    def call(self, call: ToolCall | Mapping[str, Any] | str | bytes) -> ToolResultEnvelope:
+    def call(self, call: RawCall) -> ToolResultEnvelope:
         """Run one tool call through the whole pipeline and return its envelope (blocking)."""
         box: list[ToolResultEnvelope] = []
-        gen = self._boxed(call, box)
+        gen = boxed(self, call, box)
         # next(gen, None) ends without raising when the generator returns None: most calls
         # (inline tools, no hooks or approval) never yield, and pay for no StopIteration.
         op = next(gen, None)
         while op is not None:
             try:
-                op = gen.send(self._serve(op))
+                op = gen.send(serve(self, op))
             except StopIteration:
                 break
         return box[0]
 
-    def _boxed(
-        self, call: ToolCall | Mapping[str, Any] | str | bytes, box: list[ToolResultEnvelope]
-    ) -> Generator[_Op, Any, None]:
-        box.append((yield from self._pipeline(call, True)))
-
-    async def acall(self, call: ToolCall | Mapping[str, Any] | str | bytes) -> ToolResultEnvelope:
+    async def acall(self, call: RawCall) -> ToolResultEnvelope:
         """Run one tool call through the same pipeline on the running event loop."""
-        gen = self._pipeline(call)
+        gen = pipeline(self, call)
         try:
             op = next(gen)
             while True:
-                op = gen.send(await self._aserve(op))
+                op = gen.send(await aserve(self, op))
         except StopIteration as stop:
             env: ToolResultEnvelope = stop.value
             return env
@@ -379,6 +315,29 @@ class ToolRegistry:
                 time.sleep(0.002)
         return {cid: c._final for cid, c in targets.items()}
 
+    def _emit_late(
+        self,
+        call_id: str,
+        run_id: str,
+        tool: str,
+        step: str,
+        decision: str,
+        detail: Mapping[str, Any] | None,
+    ) -> None:
+        """Record a step after its call returned (a job's end, a late resolution): numbered
+        after the call's own steps, redacted, and handed to every ``LateSink``."""
+        red = redact_detail(self, dict(detail)) if detail else None
+        seq = self._statuses.next_late_seq(call_id)
+        s = Step(seq, step, time.time_ns() // 1000, 0, "runtime", decision, red)
+        late = LateStep(call_id, run_id, tool, s)
+        for sink in self._late_sinks:
+            try:
+                sink.emit_late(late)
+            except Exception:
+                self.sink_errors += 1
+
+    # -- the end ------------------------------------------------------------------------------
+
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Stop admitting calls, run shutdown callbacks (jobs), flush and close every sink."""
         if self._closed:
@@ -401,7 +360,7 @@ class ToolRegistry:
             except Exception:
                 self.sink_errors += 1
         self._pool.shutdown()
-        self._hook_pool.shutdown(wait=False, cancel_futures=True)
+        self._hook_threads.shutdown()
         self._loop.stop()
 
     def flush(self, timeout_s: float = 5.0) -> bool:
@@ -420,852 +379,6 @@ class ToolRegistry:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
-
-    # -- the pipeline (one copy, two drivers) -------------------------------------------------
-
-    def _pipeline(
-        self, raw: ToolCall | Mapping[str, Any] | str | bytes, blocking: bool = False
-    ) -> _Pipeline:
-        """The pipeline; ``blocking`` when its driver is ``call()`` (which may wait here)."""
-        t_wall = time.time_ns() // 1000
-        t0 = _perf_ns()
-        b = Builder(self, t_wall, t0)
-        if type(raw) is ToolCall or isinstance(raw, ToolCall):
-            call = raw
-        else:
-            try:
-                call = ToolCall.parse(raw)
-            except MalformedCallError as exc:
-                b.call_id = new_call_id()
-                if self._tracer is not None:
-                    b.span = self._tracer.open_span(UNREGISTERED)
-                b.step(StepName.RESOLVE, t0, "registry", "reject", {"reason": exc.reason})
-                return b.reject(Stage.PARAMS, f"malformed tool call: {exc}", UNREGISTERED)
-        bad = self._check_call(call)
-        if bad is not None:
-            # A ToolCall object is as untrusted as JSON: its fields are checked before any of
-            # them reaches a record (ids are queried by type, anything may hold a secret).
-            b.call_id = new_call_id()
-            if self._tracer is not None:
-                b.span = self._tracer.open_span(UNREGISTERED)
-            b.step(StepName.RESOLVE, t0, "registry", "reject", {"reason": bad})
-            return b.reject(Stage.PARAMS, f"malformed tool call: {bad}", UNREGISTERED)
-        if call.call_id:
-            cid = call.call_id.lower()
-            if not self._statuses.claim(cid, self._active):
-                # A call id is an identity: the refusal is recorded under an id of its own, so
-                # no reader can take it (or the first call) for the other.
-                b.call_id = new_call_id()
-                if self._tracer is not None:
-                    b.span = self._tracer.open_span(UNREGISTERED)
-                b.step(
-                    StepName.RESOLVE,
-                    t0,
-                    "registry",
-                    "reject",
-                    {"reason": "duplicate_call_id", "call_id": cid},
-                )
-                return b.reject(
-                    Stage.PARAMS,
-                    "malformed tool call: call_id is already in use (duplicate_call_id)",
-                    UNREGISTERED,
-                )
-            b.call_id = cid
-        else:
-            # str(uuid7()) is new_call_id() without a function call, on every call.
-            b.call_id = str(_uuid7())
-        b.run_id = call.run_id or self.run_id
-        b.mode = call.mode
-        if call.attributes:
-            b.attributes = self._clean_attributes(call.attributes)
-        # Read as Any: a ToolCall built in code may hold anything in these two (they are checked
-        # below), and compiled code would raise a TypeError reading them as their declared type.
-        untyped: Any = call
-        name = untyped.name
-        raw_args = untyped.arguments
-        if type(raw_args) is dict:
-            # The call's own copy: records keep (redacted views of) these arguments and sinks
-            # read them later, so a caller reusing its dict must not change what was recorded.
-            raw_args = raw_args.copy()
-        b.args_redacted = redact_args(self, raw_args)
-
-        # 1. resolve
-        t = _perf_ns()
-        entry = self._table.active.get(name) if type(name) is str else None
-        if self._tracer is not None:
-            # Every call gets its span, rejected ones included, so all sinks share its ids.
-            b.span = self._tracer.open_span(entry.definition.name if entry else UNREGISTERED)
-        if entry is None:
-            shown = safe_name(name)
-            if self.redactor.redact_text(shown) != shown:  # a name may itself be a secret
-                shown = "the requested tool"
-            b.step(StepName.RESOLVE, t, "registry", "reject", {"requested": shown})
-            return b.reject(Stage.RESOLVE, "unknown tool", UNREGISTERED, shown_name=shown)
-        d = entry.definition
-        b.entry = entry
-        if b.run_id in self._cancelled_runs or b.call_id in self._cancel_early:
-            b.step(StepName.RESOLVE, t, "runtime", "reject", {"reason": "cancelled"})
-            return b.reject(Stage.CANCEL, "it was cancelled before it started", d.name)
-        ok, why = self.policy.mode_allows(d, call.mode)
-        t = b.step(_RESOLVE, t, "registry", "accept", None)
-
-        # 2. validate
-        if type(raw_args) is not dict and not isinstance(raw_args, Mapping):
-            b.step(
-                StepName.VALIDATE, t, "schema", "reject", {"error": "arguments must be an object"}
-            )
-            return b.reject(Stage.PARAMS, "arguments must be an object", d.name)
-        args, err = entry.schema.validate(raw_args if type(raw_args) is dict else dict(raw_args))
-        if err is not None:
-            b.step(
-                StepName.VALIDATE, t, "schema", "reject", {"error": err.message, "rule": err.rule}
-            )
-            return b.reject(Stage.PARAMS, err.message, d.name)
-        t = b.step(_VALIDATE, t, "schema", "accept", None)
-
-        # 3. policy (mode, resource scope, argument content) and approval
-        if not ok:
-            b.step(StepName.POLICY, t, "policy:mode", "deny", {"reason": why})
-            return b.reject(Stage.POLICY, f"not allowed in this mode ({why})", d.name)
-        verdict = self._authorize(b, entry, args, call.mode, t, None)
-        if verdict is not None:
-            if isinstance(verdict, ToolResultEnvelope):
-                return verdict
-            approval = yield from self._approve(b, d, args, verdict)
-            if approval is not None:
-                return approval
-
-        # 4. pre-hooks (modify => re-validate and re-authorise; only narrowing allowed)
-        hook_args: Any = None  # the redacted arguments hooks see, made once per version of them
-        for h in self._pre_hooks:
-            if not h.applies_to(d.name):
-                continue
-            if hook_args is None:
-                hook_args = redact_args(self, args)
-            view = _hook_view(b, d, hook_args)
-            t = time.perf_counter_ns()
-            kind, res = yield _RunHook(h, view)
-            decider = f"hook:{h.name}"
-            if kind != "ok":
-                what = "timed out" if kind == "timeout" else "raised an error"
-                hdetail = {"required": h.required, "error": error_text(self, res) if res else what}
-                if h.required:
-                    b.step(StepName.PRE_HOOK, t, decider, "block", hdetail)
-                    return b.reject(Stage.HOOK, f"required hook {h.name} {what}", d.name)
-                b.step(StepName.PRE_HOOK, t, decider, "warn", hdetail)
-                continue
-            dec: HookDecision = res
-            reason = scrub(self, dec.reason)[:300]
-            if dec.tool is not None and dec.tool != d.name:
-                b.step(
-                    StepName.PRE_HOOK, t, decider, "block", {"reason": "tried to change the tool"}
-                )
-                return b.reject(Stage.HOOK, f"hook {h.name} tried to change the tool", d.name)
-            if dec.mode is not None and dec.mode != call.mode:
-                b.step(StepName.PRE_HOOK, t, decider, "block", {"reason": "tried to switch mode"})
-                return b.reject(Stage.HOOK, f"hook {h.name} tried to switch the mode", d.name)
-            if dec.action is HookAction.BLOCK:
-                b.step(StepName.PRE_HOOK, t, decider, "block", {"reason": reason})
-                return b.reject(Stage.HOOK, f"blocked by hook {h.name}: {reason}", d.name)
-            if dec.action is HookAction.MODIFY and dec.arguments is not None:
-                new_args = self._merge_hook_args(args, view.arguments, dec.arguments)
-                diff = _diff(view.arguments, redact_args(self, new_args))
-                b.step(
-                    StepName.PRE_HOOK,
-                    t,
-                    decider,
-                    "modify",
-                    {"reason": reason, "diff": detached(diff)},
-                )
-                b.hook_modified = True
-                t = time.perf_counter_ns()
-                checked, err = entry.schema.validate(new_args)
-                if err is not None:
-                    b.step(StepName.REVALIDATE, t, "schema", "reject", {"error": err.message})
-                    return b.reject(
-                        Stage.HOOK,
-                        f"hook {h.name} produced invalid arguments: {err.message}",
-                        d.name,
-                    )
-                b.step(StepName.REVALIDATE, t, "schema", "accept", None)
-                verdict = self._authorize(b, entry, checked, call.mode, t, (h.name, args))
-                if verdict is not None:
-                    if isinstance(verdict, ToolResultEnvelope):
-                        return verdict
-                    approval = yield from self._approve(b, d, checked, verdict)
-                    if approval is not None:
-                        return approval
-                args = checked
-                b.args_redacted = hook_args = redact_args(self, args)
-                continue
-            b.step(
-                StepName.PRE_HOOK,
-                t,
-                decider,
-                dec.action.value,
-                {"reason": reason} if reason else None,
-            )
-
-        # 5. admission, deadline, strict audit, execute
-        if b.call_id in self._cancel_early or b.run_id in self._cancelled_runs:
-            b.step(
-                StepName.ADMISSION,
-                time.perf_counter_ns(),
-                "runtime",
-                "reject",
-                {"reason": "cancelled"},
-            )
-            return b.reject(Stage.CANCEL, "it was cancelled before it started", d.name)
-        timeout = d.timeout_s
-        detail: dict[str, Any] | None = None
-        if call.timeout_s is not None:
-            asked = float(untyped.timeout_s)  # an int passes _check_call too
-            timeout = min(max(asked, 0.001), self.max_timeout_s)
-            if timeout != asked:
-                detail = {"timeout_requested_s": asked, "timeout_s": timeout}
-        t = b.last  # admission begins where the last step ended (one clock read less)
-        adm: AdmissionResult
-        if self._admission.try_acquire(d.name):
-            adm = _FREE
-        else:
-            adm = yield _Admit(d.name, b.run_id, self.admission_timeout_s, b.call_id)
-        if adm is _FREE and not detail:
-            info = _FREE_INFO  # shared and never mutated: records are read-only downstream
-        else:
-            info = {"waited_ms": round(adm.waited_s * 1000, 3), "reason": adm.reason}
-            if detail:
-                info.update(detail)
-        if not adm.admitted:
-            b.step(StepName.ADMISSION, t, "runtime", "reject", info)
-            stage = Stage.CANCEL if adm.reason == "cancelled" else Stage.ADMISSION
-            return b.reject(
-                stage,
-                _ADMISSION_TEXT.get(adm.reason, adm.reason),
-                d.name,
-                retry=Retry(adm.reason != "shutdown", after_ms=250),
-            )
-        b.step(_ADMISSION, t, "runtime", "accept", info)
-        released = False
-        try:
-            for sink in self._durable:
-                t = time.perf_counter_ns()
-                failure = yield _Intent(
-                    sink, b.call_id, b.run_id, d.name, b.t_wall, b.args_redacted
-                )
-                if failure is not None:
-                    b.step(
-                        StepName.AUDIT_INTENT,
-                        t,
-                        "audit",
-                        "reject",
-                        {"error": error_text(self, failure)},
-                    )
-                    return b.reject(
-                        Stage.AUDIT, "the audit record could not be made durable", d.name
-                    )
-                b.step(StepName.AUDIT_INTENT, t, "audit", "durable", None)
-            span = b.span
-            ctx = CallContext(  # positional: this runs on every call
-                b.call_id,
-                b.run_id,
-                d.name,
-                timeout,
-                self.workspace,
-                self.artifacts,
-                None if span is None else _traceparent(span),
-                call.background and d.background,
-                self._emit_late_fn,
-            )
-            # Plain dict operations are atomic under the GIL; cancel() copies before iterating.
-            self._active[b.call_id] = ctx
-            if b.call_id in self._cancel_early:  # cancelled while it was being admitted
-                ctx.signal("cancel")
-            b.execution_started = True
-            t = b.last
-            released = True  # from here the executor's finally gives the slot back
-            out: Outcome
-            if entry.inline:
-                out = execute_inline(self, entry, ctx, args, b.span)
-            elif blocking:
-                # The blocking driver would only hand the operation back to this thread: run it
-                # here and save the round trip through the generator.
-                out = execute_blocking(self,
-                    Execute(entry, ctx, args, b.span, self.cancel_grace_s)
-                )
-            else:
-                out = yield Execute(entry, ctx, args, b.span, self.cancel_grace_s)
-        finally:
-            if not released:
-                self._admission.release(d.name)
-        env: ToolResultEnvelope | None = None
-        try:
-            env = self._finish(b, entry, ctx, out, t)
-            if self._post_hook_list:
-                env = yield from self._post_hooks(b, entry, env)
-            else:
-                env = b.emit(env)
-        finally:
-            self._active.pop(b.call_id, None)
-            ctx._final = env.status if env is not None else None
-            ctx._done = True
-        return env
-
-    def _authorize(
-        self,
-        b: Builder,
-        entry: Entry,
-        args: Mapping[str, Any],
-        mode: str,
-        t: int,
-        hook: tuple[str, Mapping[str, Any]] | None,
-    ) -> ToolResultEnvelope | _Ask | None:
-        """Resource scope and argument rules; ``hook`` = (name, arguments before).
-
-        A plain function (no generator on the common path): a rule that asks returns ``_Ask``
-        and the pipeline then runs ``_approve``, which may yield to the approver."""
-        d = entry.definition
-        stage = _HOOK_STAGE if hook else _POLICY_STAGE
-        resolved: dict[str, str] = {} if d.path_params else _NO_PATHS
-        for p in d.path_params:
-            value = args.get(p)
-            if value is None:
-                continue
-            if not isinstance(value, str):
-                b.step(StepName.POLICY, t, "policy:path_scope", "deny", {"param": p})
-                return b.reject(stage, f"argument {p} must be a path string", d.name)
-            try:
-                rp = self.workspace.resolve(value, must_exist=False)
-            except PathPolicyError as exc:
-                b.step(
-                    StepName.POLICY,
-                    t,
-                    "policy:path_scope",
-                    "deny",
-                    {"param": p, "reason": exc.reason},
-                )
-                return b.reject(stage, f"path not allowed ({exc.reason}): {exc}", d.name)
-            resolved[p] = rp.relative
-            if hook is not None:
-                before = hook[1].get(p)
-                if (
-                    isinstance(before, str)
-                    and before != value
-                    and not self._narrows(before, rp.relative)
-                ):
-                    b.step(
-                        StepName.POLICY,
-                        t,
-                        "policy:hook_scope",
-                        "deny",
-                        {"param": p, "reason": "widened path scope", "hook": hook[0]},
-                    )
-                    return b.reject(
-                        Stage.HOOK, f"hook {hook[0]} tried to widen a path's scope", d.name
-                    )
-        req = PolicyRequest(d, args, mode, b.run_id, b.call_id, resolved)
-        decision, rules = self.policy.evaluate(req)
-        if decision is None:
-            if resolved:
-                b.step(
-                    StepName.POLICY, t, "policy", "allow", {"rules": list(rules), "paths": resolved}
-                )
-                return None
-            # Shared and never mutated (records are read-only downstream), like _FREE_INFO.
-            detail = self._allow_details.get(rules)
-            if detail is None:
-                detail = {"rules": list(rules)}
-                if len(self._allow_details) < 64:
-                    # Redacted once here, so the record builder may skip it on every call.
-                    detail = detached(self.redactor.redact(detail)[0])
-                    self._allow_details[rules] = detail
-                    self._vetted.add(id(detail))
-            b.step(_POLICY, t, "policy", "allow", detail)
-            return None
-        reason = scrub(self, decision.reason)[:300]
-        decider = f"policy:{decision.rule}"
-        if decision.verdict is Verdict.DENY:
-            b.step(StepName.POLICY, t, decider, "deny", {"reason": reason, "paths": resolved})
-            return b.reject(stage, f"denied by policy rule {decision.rule}: {reason}", d.name)
-        t = b.step(StepName.POLICY, t, decider, "ask", {"reason": reason, "paths": resolved})
-        return _Ask(decision, reason, decider, t)
-
-    def _approve(
-        self, b: Builder, d: ToolDefinition, args: Mapping[str, Any], ask: _Ask
-    ) -> Generator[_Op, Any, ToolResultEnvelope | None]:
-        """Ask the approver (or apply TOOLTRACE_APPROVAL when there is none)."""
-        decision, reason, decider, t = ask
-        if self.approver is None:
-            allow = os.environ.get(_config.TOOLTRACE_APPROVAL, "deny").strip().lower() == "allow"
-            b.step(
-                StepName.APPROVAL,
-                t,
-                decider,
-                "approve" if allow else "deny",
-                {"reason": "no approver configured"},
-            )
-            if not allow:
-                return b.reject(
-                    Stage.APPROVAL, "approval required and no approver is configured", d.name
-                )
-            return None
-        areq = ApprovalRequest(
-            b.call_id, b.run_id, d.name, redact_args(self, args), decision.rule, reason
-        )
-        kind, res = yield _Approve(areq)
-        if kind != "ok" or not isinstance(res, ApprovalDecision):
-            b.step(
-                StepName.APPROVAL,
-                t,
-                "user:unknown",
-                "deny",
-                {"error": error_text(self, res) if isinstance(res, BaseException) else "no answer"},
-            )
-            return b.reject(Stage.APPROVAL, "the approver failed to answer", d.name)
-        who = re.sub(r"[^A-Za-z0-9@._-]", "_", res.who or "unknown")[:64]
-        areason = scrub(self, res.reason)[:300]
-        b.step(
-            StepName.APPROVAL,
-            t,
-            f"user:{who}",
-            "approve" if res.approved else "deny",
-            {"reason": areason, "rule": decision.rule},
-        )
-        if not res.approved:
-            return b.reject(Stage.APPROVAL, f"denied by {who}", d.name)
-        return None
-
-    def _check_call(self, call: ToolCall) -> str | None:
-        """Why a ToolCall's own fields are unusable, or None."""
-        c: Any = call  # untyped reads: compiled code would check the declared types first
-        cid, rid, mode = c.call_id, c.run_id, c.mode
-        if cid is not None and (type(cid) is not str or not _UUID_RE.match(cid)):
-            return "call_id must be a UUID string"
-        if rid is not None and (
-            type(rid) is not str
-            or not _TOKEN_RE.match(rid)
-            or self.redactor.redact_text(rid) != rid
-        ):
-            return "run_id must be 1-128 characters of [A-Za-z0-9._:-] and not a secret"
-        if mode not in self.policy.modes and (
-            type(mode) is not str
-            or not _TOKEN_RE.match(mode)
-            or self.redactor.redact_text(mode) != mode
-        ):
-            return "mode must be 1-128 characters of [A-Za-z0-9._:-] and not a secret"
-        t = c.timeout_s
-        if t is not None and (isinstance(t, bool) or not isinstance(t, int | float) or not t > 0):
-            return "timeout_s must be a positive number"
-        if not isinstance(c.background, bool):
-            return "background must be a boolean"
-        attrs = c.attributes
-        if type(attrs) is not dict and not isinstance(attrs, Mapping):
-            return "attributes must be a mapping"
-        return None
-
-    def _clean_attributes(self, attrs: Mapping[str, Any]) -> dict[str, str | int | bool]:
-        """Extra span attributes, bounded and redacted (they reach every sink)."""
-        out: dict[str, str | int | bool] = {}
-        for k, v in list(attrs.items())[:32]:
-            if type(k) is not str or not _TOKEN_RE.match(k):
-                continue
-            if isinstance(v, bool | int):
-                out[k] = v
-            elif isinstance(v, float):
-                out[k] = str(v)
-            else:
-                out[k] = self.redactor.redact_text(str(v)[:256])
-        return out
-
-    def _narrows(self, before: str, after_relative: str) -> bool:
-        """A hook may move a path only within the directory the original path named."""
-        try:
-            orig = self.workspace.resolve(before, must_exist=False).relative
-        except PathPolicyError:
-            return False
-        scope = orig.rsplit("/", 1)[0] if "/" in orig else ""
-        if orig == after_relative:
-            return True
-        return (scope == "" and "/" not in after_relative) or after_relative.startswith(scope + "/")
-
-    def _merge_hook_args(
-        self, raw: Mapping[str, Any], shown: Mapping[str, Any], new: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        """Hooks see redacted arguments; values they hand back unchanged keep the raw original."""
-        out: dict[str, Any] = {}
-        for k, v in new.items():
-            out[k] = raw[k] if k in raw and k in shown and shown[k] == v else v
-        return out
-
-    def _post_hooks(
-        self, b: Builder, entry: Entry, env: ToolResultEnvelope
-    ) -> Generator[_Op, Any, ToolResultEnvelope]:
-        d = entry.definition
-        posts = (
-            [h for h in self._post_hook_list if h.applies_to(d.name)]
-            if self._post_hook_list
-            else ()
-        )
-        if not posts:
-            return b.emit(env)
-        data = env.data
-        status = env.status
-        summary = env.summary
-        error_type = b.error_type
-        for h in posts:
-            view = _hook_view(b, d, b.args_redacted or {}, "post", status.value, data)
-            t = time.perf_counter_ns()
-            kind, res = yield _RunHook(h, view)
-            decider = f"hook:{h.name}"
-            if kind != "ok":
-                what = "timed out" if kind == "timeout" else "raised an error"
-                if h.required and status is Status.OK:
-                    b.step(StepName.POST_HOOK, t, decider, "block", {"error": what})
-                    status, data, error_type = Status.FAILED, None, "post_hook_error"
-                    summary = (
-                        f"{d.name} ran, but its result was withheld: required hook {h.name} {what}"
-                    )
-                else:
-                    b.step(StepName.POST_HOOK, t, decider, "warn", {"error": what})
-                continue
-            dec: HookDecision = res
-            reason = scrub(self, dec.reason)[:300]
-            if dec.action is HookAction.BLOCK and status is Status.OK:
-                b.step(StepName.POST_HOOK, t, decider, "block", {"reason": reason})
-                status, data, error_type = Status.FAILED, None, "post_hook_block"
-                summary = f"{d.name} ran, but hook {h.name} withheld its result: {reason}"
-            elif dec.action is HookAction.MODIFY and status is Status.OK:
-                data, _ = self.redactor.redact(dec.result)
-                b.step(StepName.POST_HOOK, t, decider, "modify", {"reason": reason})
-                b.hook_modified = True
-            else:
-                ann = dict(dec.annotations) if dec.annotations else None
-                if ann is not None:
-                    ann = detached(self.redactor.redact(ann)[0])
-                b.step(
-                    StepName.POST_HOOK,
-                    t,
-                    decider,
-                    dec.action.value,
-                    {"reason": reason, "annotations": ann} if (reason or ann) else None,
-                )
-        b.error_type = error_type
-        env = b.envelope(
-            status,
-            summary,
-            data,
-            env.artifact,
-            env.record.reject_stage,
-            env.record.result_preview,
-            retry=env.retry,
-        )
-        return b.emit(env)
-
-    def _finish(
-        self, b: Builder, entry: Entry, ctx: CallContext, out: Outcome, t: int
-    ) -> ToolResultEnvelope:
-        """Map an execution outcome to a status, redact, trim and offload."""
-        d = entry.definition
-        side_effects = d.effect is not _NO_EFFECT
-        steps = b.steps
-        signal = out.signal
-        tool_summary: str | None = None
-        value = out.value
-        result_detail: Mapping[str, Any] | None = None
-        if type(value) is ToolResult or isinstance(value, ToolResult):
-            tool_summary = value.summary
-            result_detail = value.detail
-            value = value.data
-        exec_detail: Mapping[str, Any]
-        if ctx.detail or signal is not None or result_detail:
-            exec_detail = {"timeout_s": ctx.timeout_s}
-            if ctx.detail:
-                exec_detail.update(detached(self.redactor.redact(ctx.detail)[0]))
-            if signal is not None:
-                exec_detail["signal"] = signal
-            if result_detail:
-                exec_detail.update(detached(self.redactor.redact(dict(result_detail))[0]))
-        else:
-            # Shared per timeout and never mutated (records are read-only downstream).
-            exec_detail = _EXEC_DETAILS.get(ctx.timeout_s) or _exec_detail(ctx.timeout_s)
-        now = b.step(_EXECUTE, t, "tool", out.kind, exec_detail)
-        if signal is not None and out.signal_at is not None:
-            sig_ns = int(out.signal_at * 1e9)
-            name = StepName.DEADLINE if signal == "deadline" else StepName.CANCEL_REQUESTED
-            steps.append(
-                Step(
-                    len(steps),
-                    name,
-                    b.us_mono(sig_ns),
-                    0,
-                    "runtime",
-                    "signal",
-                    {"cancellable": d.cancellable, "grace_s": self.cancel_grace_s},
-                )
-            )
-        if signal is not None:
-            # A confirmed cancel is its own step ("cancel requested" and "cancelled" differ);
-            # anything else that was told to stop says whether it confirmed.
-            confirmed = out.kind != "abandoned"
-            name = StepName.CANCELLED if confirmed and signal == "cancel" else StepName.STOPPED
-            steps.append(
-                Step(
-                    len(steps),
-                    name,
-                    b.us(_perf_ns()),
-                    0,
-                    "runtime",
-                    "confirmed" if confirmed else "unconfirmed",
-                    {"outcome": out.kind},
-                )
-            )
-        status, summary, retry, etype = outcome_rules(
-            out.kind,
-            signal,
-            out.error,
-            side_effects,
-            tool=d.name,
-            tool_summary=scrub(self, tool_summary)[:500] if tool_summary else "",
-            error_text=error_text(self, out.error) if out.error is not None else "",
-            timeout_s=ctx.timeout_s,
-            grace_s=self.cancel_grace_s,
-            call_id=b.call_id,
-        )
-        b.error_type = etype
-        if status is not _OK:
-            return b.envelope(status, summary, None, None, None, None, retry=retry)
-        # 6. redact and trim
-        artifact: Artifact | None = None
-        t = now
-        data, n = self.redactor.redact(value)
-        text = data if type(data) is str else _to_text(data)
-        result_preview = text[: self.preview_chars] if text is not None else None
-        t = b.step(
-            _REDACT,
-            t,
-            "redactor",
-            "redacted" if n else "clean",
-            {"redactions": n} if n else None,
-        )
-        if text is not None and len(text) > self.max_inline_chars:
-            try:
-                artifact = self.artifacts.put(text)
-            except OSError as exc:
-                b.step(
-                    StepName.OFFLOAD, _perf_ns(), "runtime", "error", {"error": error_type(exc)}
-                )
-                artifact = None
-            else:
-                b.step(
-                    StepName.OFFLOAD,
-                    t,
-                    "runtime",
-                    "offloaded",
-                    {"chars": artifact.chars, "sha256": artifact.sha256, "path": artifact.path},
-                )
-            data = preview(text, self.preview_chars)
-            result_preview = data
-        if not summary or summary.startswith(" ("):
-            size = len(text) if text is not None else 0
-            where = f"; full output in artifact sha256:{artifact.sha256[:12]}" if artifact else ""
-            summary = f"{d.name} succeeded ({size} chars{where})" + summary
-        return b.envelope(status, summary, data, artifact, None, result_preview, retry=retry)
-
-    # -- helpers ------------------------------------------------------------------------------
-
-    def _emit_late(
-        self,
-        call_id: str,
-        run_id: str,
-        tool: str,
-        step: str,
-        decision: str,
-        detail: Mapping[str, Any] | None,
-    ) -> None:
-        red = detached(self.redactor.redact(dict(detail))[0]) if detail else None
-        seq = self._statuses.next_late_seq(call_id)
-        s = Step(seq, step, time.time_ns() // 1000, 0, "runtime", decision, red)
-        late = LateStep(call_id, run_id, tool, s)
-        for sink in self._late_sinks:
-            try:
-                sink.emit_late(late)
-            except Exception:
-                self.sink_errors += 1
-
-    # -- drivers ------------------------------------------------------------------------------
-
-    def _serve(self, op: _Op) -> Any:
-        if isinstance(op, Execute):
-            return execute_blocking(self, op)
-        if isinstance(op, _Admit):
-            return self._admission.acquire(op.tool, op.run_id, op.timeout_s, op.call_id)
-        if isinstance(op, _RunHook):
-            res = self._bounded(self._hook_pool, op.hook, op.view, op.hook.timeout_s)
-            if res[0] == "timeout":
-                self._replace_hook_pool()
-            return res
-        if isinstance(op, _Approve):
-            assert self.approver is not None
-            try:
-                return "ok", self.approver(op.request)
-            except Exception as exc:
-                return "error", exc
-        return self._write_intent(op)
-
-    async def _aserve(self, op: _Op) -> Any:
-        loop = asyncio.get_running_loop()
-        if isinstance(op, Execute):
-            return await execute_async(self, op)
-        if isinstance(op, _Admit):
-            return await self._admission.acquire_async(op.tool, op.run_id, op.timeout_s, op.call_id)
-        if isinstance(op, _RunHook):
-            fut = loop.run_in_executor(self._hook_pool, _guard, op.hook, op.view)
-            try:
-                return await asyncio.wait_for(fut, op.hook.timeout_s)
-            except TimeoutError:
-                self._replace_hook_pool()
-                return "timeout", None
-        if isinstance(op, _Approve):
-            approver = self.approver
-            assert approver is not None
-            return await loop.run_in_executor(self._hook_pool, _guard, approver, op.request)
-        return await loop.run_in_executor(self._hook_pool, self._write_intent, op)
-
-    @staticmethod
-    def _bounded(
-        pool: concurrent.futures.Executor, fn: Callable[[Any], Any], arg: Any, timeout_s: float
-    ) -> tuple[str, Any]:
-        fut = pool.submit(_guard, fn, arg)
-        try:
-            res: tuple[str, Any] = fut.result(timeout_s)
-            return res
-        except concurrent.futures.TimeoutError:
-            return "timeout", None
-
-    def _replace_hook_pool(self) -> None:
-        """A hook overran its limit and still holds a pool thread: give later hooks a fresh
-        pool, so a hung hook cannot starve healthy ones (its thread ends when it returns)."""
-        with self._reg_lock:
-            old, self._hook_pool = self._hook_pool, make_pool(self._hook_threads, "tooltrace-hook")
-        old.shutdown(wait=False)
-
-    def _write_intent(self, op: _Intent) -> BaseException | None:
-        try:
-            op.sink.write_intent(op.call_id, op.run_id, op.tool, op.started_at_us, op.args)
-        except Exception as exc:
-            return (
-                exc
-                if isinstance(exc, AuditUnavailableError)
-                else AuditUnavailableError(f"{type(exc).__name__}")
-            )
-        return None
-
-_perf_ns = time.perf_counter_ns
-_allocate_lock = threading.Lock
-# Enum members read through their class cost a metaclass lookup each: the hot path reads these.
-# The hot steps' names as plain strings (equal to the StepName members): a dict holding only
-# plain values can be untracked by the garbage collector, an enum member keeps it tracked, and
-# every span event's attributes hold the step's name.
-_RESOLVE, _VALIDATE, _POLICY = str(StepName.RESOLVE), str(StepName.VALIDATE), str(StepName.POLICY)
-_ADMISSION, _EXECUTE, _REDACT = (
-    str(StepName.ADMISSION),
-    str(StepName.EXECUTE),
-    str(StepName.REDACT),
-)
-_OK, _UNKNOWN, _NO_EFFECT = Status.OK, Status.UNKNOWN, Effect.NONE
-_HOOK_STAGE, _POLICY_STAGE = Stage.HOOK, Stage.POLICY
-_NO_PATHS: dict[str, str] = {}  # shared by calls of tools without path arguments, never mutated
-_uuid7 = uuid_utils.uuid7
-_EXEC_DETAILS: dict[float, Mapping[str, Any]] = {}
-
-
-def _exec_detail(timeout_s: float) -> Mapping[str, Any]:
-    detail = {"timeout_s": timeout_s}
-    if len(_EXEC_DETAILS) < 256:
-        _EXEC_DETAILS[timeout_s] = detail
-        VETTED.add(id(detail))
-    return detail
-
-
-_FREE = AdmissionResult(True, 0.0, "free")
-_FREE_INFO: Mapping[str, Any] = {"waited_ms": 0.0, "reason": "free"}
-VETTED.add(id(_FREE_INFO))
-_RETRY_OK = Retry(True)
-_UUID_RE = re.compile(
-    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
-)
-_TOKEN_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-
-_ADMISSION_TEXT = {
-    "queue_full": "too many calls waiting for a slot (queue full)",
-    "timeout": "no concurrency slot became free in time",
-    "cancelled": "it (or its run) was cancelled while it waited for a slot",
-    "shutdown": "the registry is shutting down",
-}
-
-
-def _guard(fn: Callable[[Any], Any], arg: Any) -> tuple[str, Any]:
-    try:
-        return "ok", fn(arg)
-    except Exception as exc:
-        return "error", exc
-
-
-def _to_text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if type(value) is int:
-        return str(value)  # the same text as JSON, without the encoder
-    try:
-        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
-    except TypeError:
-        return str(value)
-
-
-def _traceparent(span: OpenSpan | None) -> str | None:
-    if span is None:
-        return None
-    return f"00-{span.trace_id}-{span.span_id}-{'01' if span.sampled else '00'}"
-
-
-def _diff(before: Any, after: Any) -> dict[str, Any]:
-    """A small argument diff (both sides already redacted)."""
-    if not isinstance(before, Mapping) or not isinstance(after, Mapping):
-        return {"before": before, "after": after}
-    changed = {k: [before[k], after[k]] for k in before if k in after and before[k] != after[k]}
-    added = {k: after[k] for k in after if k not in before}
-    removed = [k for k in before if k not in after]
-    out: dict[str, Any] = {}
-    if changed:
-        out["changed"] = changed
-    if added:
-        out["added"] = added
-    if removed:
-        out["removed"] = removed
-    return out
-
-
-def _hook_view(
-    b: Builder,
-    d: ToolDefinition,
-    arguments: Mapping[str, Any],
-    phase: Literal["pre", "post"] = "pre",
-    status: str | None = None,
-    result: Any = None,
-) -> HookView:
-    """What a hook sees of the call (arguments already redacted)."""
-    return HookView(
-        b.call_id,
-        b.run_id,
-        d.name,
-        d.source,
-        d.capability.value,
-        d.effect.value,
-        b.mode,
-        arguments,
-        phase,
-        status,
-        result,
-    )
 
 
 _build.keep_docs(__name__, globals())

@@ -1,13 +1,15 @@
 """The tool registry: registration, the shadow report, and the one execution entry.
 
 ``ToolRegistry.call`` (and its async twin ``acall``) is the only public way to run a tool. The
-registry lives in ``tooltrace._registry``; the pipeline it drives, stage by stage, in the private
-modules that module's docstring lists. This module re-exports the public names.
+registry lives in ``tooltrace._registry`` (its docstring maps the private modules of the call
+path); this module re-exports the public names.
 """
 
 from __future__ import annotations
 
-from ._registry import Resolution, ToolRegistry, Visibility
+from ._registry import Approver as Approver
+from ._registry import ToolRegistry
+from ._tooltable import Resolution, Visibility
 from .envelope import CallStatus
 from .sinks import LateStep
 

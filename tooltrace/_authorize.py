@@ -1,0 +1,207 @@
+"""The policy stage: may this call run, with these arguments, in this mode? And when a rule asks,
+the approval.
+
+Path arguments (``ToolDefinition.path_params``) must resolve inside the workspace; a hook that
+changed one may only narrow it, within the directory the original named. The policy's rules then
+decide on the arguments: the first ``deny`` wins, else the first ``ask`` goes to the approver
+(``Approve``, an operation the pipeline yields to its driver), else the call is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from . import _build, _config
+from ._record import Builder, error_text, redact_args, redact_detail, scrub
+from ._tooltable import Entry
+from .envelope import Stage, StepName, ToolResultEnvelope
+from .paths import PathPolicyError
+from .policy import ApprovalDecision, ApprovalRequest, PolicyDecision, PolicyRequest, Verdict
+from .tool import ToolDefinition
+
+if TYPE_CHECKING:
+    from ._registry import ToolRegistry
+
+__all__ = ["AllowDetails", "Approve", "Ask", "approve", "authorize", "police"]
+
+
+@dataclass(slots=True)
+class Approve:
+    """Ask the approver (the operation the pipeline yields to its driver for approval)."""
+
+    request: ApprovalRequest
+
+
+class Ask(NamedTuple):
+    """A policy rule asked for approval (``t``: when the approval step begins)."""
+
+    decision: PolicyDecision
+    reason: str
+    decider: str
+    t: int
+
+
+class AllowDetails:
+    """The allow step's detail for each set of rules that passed, made and redacted once and
+    shared by every call that passes the same rules (up to 64 sets; records are read-only
+    downstream). ``vetted`` holds their ids: the record builder need not redact them again."""
+
+    __slots__ = ("_by_rules", "vetted")
+
+    def __init__(self) -> None:
+        self._by_rules: dict[tuple[str, ...], Mapping[str, Any]] = {}
+        self.vetted: set[int] = set()
+
+    def get(self, reg: ToolRegistry, rules: tuple[str, ...]) -> Mapping[str, Any]:
+        """The shared detail of ``rules`` (a fresh one once the table is full)."""
+        detail = self._by_rules.get(rules)
+        if detail is None:
+            detail = {"rules": list(rules)}
+            if len(self._by_rules) < 64:
+                detail = redact_detail(reg, detail)
+                self._by_rules[rules] = detail
+                self.vetted.add(id(detail))
+        return detail
+
+
+# The hot step's name as a plain string (equal to StepName.POLICY; see tooltrace._stages).
+_POLICY = str(StepName.POLICY)
+_HOOK_STAGE, _POLICY_STAGE = Stage.HOOK, Stage.POLICY
+_NO_PATHS: dict[str, str] = {}  # shared by calls of tools without path arguments, never mutated
+_WHO = re.compile(r"[^A-Za-z0-9@._-]")
+
+
+def police(
+    reg: ToolRegistry, b: Builder, entry: Entry, args: Mapping[str, Any], mode: str, t: int
+) -> ToolResultEnvelope | Ask | None:
+    """The policy step of a validated call: the mode first, then ``authorize``."""
+    d = entry.definition
+    ok, why = reg.policy.mode_allows(d, mode)
+    if not ok:
+        b.step(StepName.POLICY, t, "policy:mode", "deny", {"reason": why})
+        return b.reject(Stage.POLICY, f"not allowed in this mode ({why})", d.name)
+    return authorize(reg, b, entry, args, mode, t, None)
+
+
+def authorize(
+    reg: ToolRegistry,
+    b: Builder,
+    entry: Entry,
+    args: Mapping[str, Any],
+    mode: str,
+    t: int,
+    hook: tuple[str, Mapping[str, Any]] | None,
+) -> ToolResultEnvelope | Ask | None:
+    """Resource scope and argument rules; ``hook`` = (name, arguments before) when a hook
+    changed the arguments. None when allowed, the refusal, or ``Ask``.
+
+    A plain function (no generator on the common path): a rule that asks returns ``Ask`` and
+    the pipeline then runs ``approve``, which may yield to the approver."""
+    d = entry.definition
+    stage = _HOOK_STAGE if hook else _POLICY_STAGE
+    resolved = _scope(reg, b, d, args, t, stage, hook) if d.path_params else _NO_PATHS
+    if isinstance(resolved, ToolResultEnvelope):
+        return resolved
+    req = PolicyRequest(d, args, mode, b.run_id, b.call_id, resolved)
+    decision, rules = reg.policy.evaluate(req)
+    if decision is None:
+        if resolved:
+            detail = {"rules": list(rules), "paths": resolved}
+            b.step(StepName.POLICY, t, "policy", "allow", detail)
+        else:
+            b.step(_POLICY, t, "policy", "allow", reg._allow.get(reg, rules))
+        return None
+    reason = scrub(reg, decision.reason)[:300]
+    decider = f"policy:{decision.rule}"
+    if decision.verdict is Verdict.DENY:
+        b.step(StepName.POLICY, t, decider, "deny", {"reason": reason, "paths": resolved})
+        return b.reject(stage, f"denied by policy rule {decision.rule}: {reason}", d.name)
+    t = b.step(StepName.POLICY, t, decider, "ask", {"reason": reason, "paths": resolved})
+    return Ask(decision, reason, decider, t)
+
+
+def _scope(
+    reg: ToolRegistry,
+    b: Builder,
+    d: ToolDefinition,
+    args: Mapping[str, Any],
+    t: int,
+    stage: Stage,
+    hook: tuple[str, Mapping[str, Any]] | None,
+) -> dict[str, str] | ToolResultEnvelope:
+    """Each path argument resolved in the workspace (relative), or the refusal."""
+    resolved: dict[str, str] = {}
+    for p in d.path_params:
+        value = args.get(p)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            b.step(StepName.POLICY, t, "policy:path_scope", "deny", {"param": p})
+            return b.reject(stage, f"argument {p} must be a path string", d.name)
+        try:
+            rp = reg.workspace.resolve(value, must_exist=False)
+        except PathPolicyError as exc:
+            detail = {"param": p, "reason": exc.reason}
+            b.step(StepName.POLICY, t, "policy:path_scope", "deny", detail)
+            return b.reject(stage, f"path not allowed ({exc.reason}): {exc}", d.name)
+        resolved[p] = rp.relative
+        if hook is not None:
+            before = hook[1].get(p)
+            if (
+                isinstance(before, str)
+                and before != value
+                and not narrows(reg, before, rp.relative)
+            ):
+                detail = {"param": p, "reason": "widened path scope", "hook": hook[0]}
+                b.step(StepName.POLICY, t, "policy:hook_scope", "deny", detail)
+                return b.reject(Stage.HOOK, f"hook {hook[0]} tried to widen a path's scope", d.name)
+    return resolved
+
+
+def narrows(reg: ToolRegistry, before: str, after_relative: str) -> bool:
+    """A hook may move a path only within the directory the original path named."""
+    try:
+        orig = reg.workspace.resolve(before, must_exist=False).relative
+    except PathPolicyError:
+        return False
+    scope = orig.rsplit("/", 1)[0] if "/" in orig else ""
+    if orig == after_relative:
+        return True
+    return (scope == "" and "/" not in after_relative) or after_relative.startswith(scope + "/")
+
+
+def approve(
+    reg: ToolRegistry, b: Builder, d: ToolDefinition, args: Mapping[str, Any], ask: Ask
+) -> Generator[Approve, Any, ToolResultEnvelope | None]:
+    """Ask the approver (or apply TOOLTRACE_APPROVAL when there is none); None if approved."""
+    decision, reason, decider, t = ask
+    if reg.approver is None:
+        allow = os.environ.get(_config.TOOLTRACE_APPROVAL, "deny").strip().lower() == "allow"
+        detail = {"reason": "no approver configured"}
+        b.step(StepName.APPROVAL, t, decider, "approve" if allow else "deny", detail)
+        if not allow:
+            return b.reject(
+                Stage.APPROVAL, "approval required and no approver is configured", d.name
+            )
+        return None
+    areq = ApprovalRequest(
+        b.call_id, b.run_id, d.name, redact_args(reg, args), decision.rule, reason
+    )
+    kind, res = yield Approve(areq)
+    if kind != "ok" or not isinstance(res, ApprovalDecision):
+        error = error_text(reg, res) if isinstance(res, BaseException) else "no answer"
+        b.step(StepName.APPROVAL, t, "user:unknown", "deny", {"error": error})
+        return b.reject(Stage.APPROVAL, "the approver failed to answer", d.name)
+    who = _WHO.sub("_", res.who or "unknown")[:64]
+    detail = {"reason": scrub(reg, res.reason)[:300], "rule": decision.rule}
+    b.step(StepName.APPROVAL, t, f"user:{who}", "approve" if res.approved else "deny", detail)
+    if not res.approved:
+        return b.reject(Stage.APPROVAL, f"denied by {who}", d.name)
+    return None
+
+
+_build.keep_docs(__name__, globals())

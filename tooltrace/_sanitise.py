@@ -1,0 +1,118 @@
+"""The first stage: make what the caller sent a ``ToolCall`` whose own fields are fit to record.
+
+A call arrives as a ``ToolCall``, a mapping, JSON text or bytes, and is as untrusted as model
+output either way: its ids are queried by type, and any field may hold a secret. A malformed call
+is refused (stage ``params``) under an id of its own, and so is a call that reuses a call id this
+registry has seen: a call id is an identity.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import uuid_utils
+
+from . import _build
+from ._ids import new_call_id
+from ._record import UNREGISTERED, Builder
+from .envelope import Stage, StepName, ToolCall, ToolResultEnvelope
+from .exceptions import MalformedCallError
+
+if TYPE_CHECKING:
+    from ._registry import ToolRegistry
+
+__all__ = ["check_call", "clean_attributes", "sanitise"]
+
+_uuid7 = uuid_utils.uuid7
+_UUID_RE = re.compile(
+    r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+)
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def sanitise(
+    reg: ToolRegistry, b: Builder, raw: ToolCall | Mapping[str, Any] | str | bytes
+) -> ToolCall | ToolResultEnvelope:
+    """The call, with its id, run, mode and attributes on the builder; or its refusal."""
+    if type(raw) is ToolCall or isinstance(raw, ToolCall):
+        call = raw
+    else:
+        try:
+            call = ToolCall.parse(raw)
+        except MalformedCallError as exc:
+            return _malformed(reg, b, {"reason": exc.reason}, str(exc))
+    bad = check_call(reg, call)
+    if bad is not None:
+        return _malformed(reg, b, {"reason": bad}, bad)
+    if call.call_id:
+        cid = call.call_id.lower()
+        if not reg._statuses.claim(cid, reg._active):
+            detail = {"reason": "duplicate_call_id", "call_id": cid}
+            return _malformed(reg, b, detail, "call_id is already in use (duplicate_call_id)")
+        b.call_id = cid
+    else:
+        # str(uuid7()) is new_call_id() without a function call, on every call.
+        b.call_id = str(_uuid7())
+    b.run_id = call.run_id or reg.run_id
+    b.mode = call.mode
+    if call.attributes:
+        b.attributes = clean_attributes(reg, call.attributes)
+    return call
+
+
+def _malformed(
+    reg: ToolRegistry, b: Builder, detail: dict[str, Any], why: str
+) -> ToolResultEnvelope:
+    """Refuse a malformed call, recorded under an id of its own (so no reader can take the
+    refusal, or another call with the id it named, for the other)."""
+    b.call_id = new_call_id()
+    if reg._tracer is not None:
+        b.span = reg._tracer.open_span(UNREGISTERED)
+    b.step(StepName.RESOLVE, b.t0, "registry", "reject", detail)
+    return b.reject(Stage.PARAMS, f"malformed tool call: {why}", UNREGISTERED)
+
+
+def check_call(reg: ToolRegistry, call: ToolCall) -> str | None:
+    """Why a ToolCall's own fields are unusable, or None."""
+    c: Any = call  # untyped reads: compiled code would check the declared types first
+    cid, rid, mode = c.call_id, c.run_id, c.mode
+    if cid is not None and (type(cid) is not str or not _UUID_RE.match(cid)):
+        return "call_id must be a UUID string"
+    redact_text = reg.redactor.redact_text
+    if rid is not None and (
+        type(rid) is not str or not _TOKEN_RE.match(rid) or redact_text(rid) != rid
+    ):
+        return "run_id must be 1-128 characters of [A-Za-z0-9._:-] and not a secret"
+    if mode not in reg.policy.modes and (
+        type(mode) is not str or not _TOKEN_RE.match(mode) or redact_text(mode) != mode
+    ):
+        return "mode must be 1-128 characters of [A-Za-z0-9._:-] and not a secret"
+    t = c.timeout_s
+    if t is not None and (isinstance(t, bool) or not isinstance(t, int | float) or not t > 0):
+        return "timeout_s must be a positive number"
+    if not isinstance(c.background, bool):
+        return "background must be a boolean"
+    attrs = c.attributes
+    if type(attrs) is not dict and not isinstance(attrs, Mapping):
+        return "attributes must be a mapping"
+    return None
+
+
+def clean_attributes(reg: ToolRegistry, attrs: Mapping[str, Any]) -> dict[str, str | int | bool]:
+    """Extra span attributes, bounded and redacted (they reach every sink)."""
+    out: dict[str, str | int | bool] = {}
+    for k, v in list(attrs.items())[:32]:
+        if type(k) is not str or not _TOKEN_RE.match(k):
+            continue
+        if isinstance(v, bool | int):
+            out[k] = v
+        elif isinstance(v, float):
+            out[k] = str(v)
+        else:
+            out[k] = reg.redactor.redact_text(str(v)[:256])
+    return out
+
+
+_build.keep_docs(__name__, globals())

@@ -1,0 +1,289 @@
+"""The pipeline of one call, stage by stage.
+
+sanitise -> resolve -> validate -> policy and approval -> pre-hooks (modify => re-validate and
+re-authorise) -> admission (concurrency, deadline) -> strict audit intent -> execute -> outcome,
+redaction and offload -> post-hooks -> emit.
+
+It is written once, as a generator (``pipeline``) that *yields* the operations that block
+(``Approve``, ``RunHook``, ``Admit``, ``Intent``, ``Execute``: each declared beside its stage) and
+*receives* their outcomes; a blocking driver serves ``call()`` and an asyncio driver serves
+``acall()`` (``tooltrace._drivers``). Every stage appends a ``Step``. Most calls (an inline tool,
+no hooks or approval, a free slot) never yield.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import _build
+from ._admission import AdmissionResult
+from ._authorize import Approve, approve, police
+from ._context import CallContext
+from ._execute import Execute, execute_blocking, execute_inline
+from ._hookstages import RunHook, post_hooks, pre_hooks
+from ._outcome import Outcome
+from ._record import UNREGISTERED, VETTED, Builder, error_text, redact_args, safe_name
+from ._result import finish
+from ._sanitise import sanitise
+from ._tooltable import Entry
+from .envelope import Retry, Stage, StepName, ToolCall, ToolResultEnvelope
+from .sinks import DurableSink, OpenSpan
+from .tool import ToolDefinition
+
+if TYPE_CHECKING:
+    from ._registry import ToolRegistry
+
+__all__ = ["Admit", "Intent", "Op", "Pipeline", "RawCall", "pipeline"]
+
+
+@dataclass(slots=True)
+class Admit:
+    """Wait for a concurrency slot (the operation the pipeline yields when none is free)."""
+
+    tool: str
+    run_id: str
+    timeout_s: float
+    call_id: str = ""
+
+
+@dataclass(slots=True)
+class Intent:
+    """Make the call's intent durable in a strict audit sink before it runs."""
+
+    sink: DurableSink
+    call_id: str
+    run_id: str
+    tool: str
+    started_at_us: int
+    args: Any
+
+
+Op = Approve | RunHook | Admit | Intent | Execute
+Pipeline = Generator[Op, Any, ToolResultEnvelope]
+RawCall = ToolCall | Mapping[str, Any] | str | bytes
+
+_perf_ns = time.perf_counter_ns
+# The hot steps' names as plain strings (equal to the StepName members): a dict holding only
+# plain values can be untracked by the garbage collector, an enum member keeps it tracked, and
+# every span event's attributes hold the step's name.
+_RESOLVE, _VALIDATE = str(StepName.RESOLVE), str(StepName.VALIDATE)
+_ADMISSION = str(StepName.ADMISSION)
+_FREE = AdmissionResult(True, 0.0, "free")
+_FREE_INFO: Mapping[str, Any] = {"waited_ms": 0.0, "reason": "free"}  # shared, never mutated
+VETTED.add(id(_FREE_INFO))
+_ADMISSION_TEXT = {
+    "queue_full": "too many calls waiting for a slot (queue full)",
+    "timeout": "no concurrency slot became free in time",
+    "cancelled": "it (or its run) was cancelled while it waited for a slot",
+    "shutdown": "the registry is shutting down",
+}
+
+
+def pipeline(reg: ToolRegistry, raw: RawCall, blocking: bool = False) -> Pipeline:
+    """The pipeline of one call; ``blocking`` when its driver is ``call()`` (which may wait
+    here: execution then runs without a round trip through the driver)."""
+    b = Builder(reg, time.time_ns() // 1000, _perf_ns())
+    call = sanitise(reg, b, raw)
+    if isinstance(call, ToolResultEnvelope):
+        return call
+    # Read as Any: a ToolCall built in code may hold anything in these (they are checked by
+    # the stages), and compiled code would raise a TypeError reading them as declared.
+    untyped: Any = call
+    raw_args = untyped.arguments
+    if type(raw_args) is dict:
+        # The call's own copy: records keep (redacted views of) these arguments and sinks
+        # read them later, so a caller reusing its dict must not change what was recorded.
+        raw_args = raw_args.copy()
+    b.args_redacted = redact_args(reg, raw_args)
+    entry = resolve(reg, b, untyped.name)
+    if isinstance(entry, ToolResultEnvelope):
+        return entry
+    args = validate(b, entry, raw_args)
+    if isinstance(args, ToolResultEnvelope):
+        return args
+    verdict = police(reg, b, entry, args, call.mode, b.last)
+    if verdict is not None:
+        if isinstance(verdict, ToolResultEnvelope):
+            return verdict
+        refused = yield from approve(reg, b, entry.definition, args, verdict)
+        if refused is not None:
+            return refused
+    if reg._pre_hooks:
+        hooked = yield from pre_hooks(reg, b, entry, args, call.mode)
+        if isinstance(hooked, ToolResultEnvelope):
+            return hooked
+        args = hooked
+    d = entry.definition
+    if b.call_id in reg._cancel_early or b.run_id in reg._cancelled_runs:
+        return _cancelled(b, d, StepName.ADMISSION, _perf_ns())
+    timeout, asked = deadline(reg, d, untyped.timeout_s)
+    t = b.last  # admission begins where the last step ended (one clock read less)
+    adm: AdmissionResult
+    if reg._admission.try_acquire(d.name):
+        adm = _FREE
+    else:
+        adm = yield Admit(d.name, b.run_id, reg.admission_timeout_s, b.call_id)
+    refused = admission(b, d, adm, asked, t)
+    if refused is not None:
+        return refused
+    released = False
+    try:
+        if reg._durable:
+            refused = yield from intents(reg, b, d)
+            if refused is not None:
+                return refused
+        ctx = start(reg, b, d, timeout, call.background and d.background)
+        t = b.last
+        released = True  # from here the executor's finally gives the slot back
+        out: Outcome
+        if entry.inline:
+            out = execute_inline(reg, entry, ctx, args, b.span)
+        elif blocking:
+            # The blocking driver would only hand the operation back to this thread.
+            out = execute_blocking(reg, Execute(entry, ctx, args, b.span, reg.cancel_grace_s))
+        else:
+            out = yield Execute(entry, ctx, args, b.span, reg.cancel_grace_s)
+    finally:
+        if not released:
+            reg._admission.release(d.name)
+    env: ToolResultEnvelope | None = None
+    try:
+        env = finish(reg, b, entry, ctx, out, t)
+        if reg._post_hooks:
+            env = yield from post_hooks(reg, b, entry, env)
+        else:
+            env = b.emit(env)
+    finally:
+        reg._active.pop(b.call_id, None)
+        ctx._final = env.status if env is not None else None
+        ctx._done = True
+    return env
+
+
+def resolve(reg: ToolRegistry, b: Builder, name: Any) -> Entry | ToolResultEnvelope:
+    """The active entry of the tool the call names (its span opens here), or the refusal."""
+    t = _perf_ns()
+    entry = reg._table.active.get(name) if type(name) is str else None
+    if reg._tracer is not None:
+        # Every call gets its span, rejected ones included, so all sinks share its ids.
+        b.span = reg._tracer.open_span(entry.definition.name if entry else UNREGISTERED)
+    if entry is None:
+        shown = safe_name(name)
+        if reg.redactor.redact_text(shown) != shown:  # a name may itself be a secret
+            shown = "the requested tool"
+        b.step(StepName.RESOLVE, t, "registry", "reject", {"requested": shown})
+        return b.reject(Stage.RESOLVE, "unknown tool", UNREGISTERED, shown_name=shown)
+    b.entry = entry
+    if b.run_id in reg._cancelled_runs or b.call_id in reg._cancel_early:
+        return _cancelled(b, entry.definition, StepName.RESOLVE, t)
+    b.step(_RESOLVE, t, "registry", "accept", None)
+    return entry
+
+
+def validate(b: Builder, entry: Entry, raw_args: Any) -> dict[str, Any] | ToolResultEnvelope:
+    """The arguments checked against the tool's schema (defaults filled in), or the refusal."""
+    t = b.last
+    d = entry.definition
+    if type(raw_args) is not dict and not isinstance(raw_args, Mapping):
+        error = "arguments must be an object"
+        b.step(StepName.VALIDATE, t, "schema", "reject", {"error": error})
+        return b.reject(Stage.PARAMS, error, d.name)
+    args, err = entry.schema.validate(raw_args if type(raw_args) is dict else dict(raw_args))
+    if err is not None:
+        detail = {"error": err.message, "rule": err.rule}
+        b.step(StepName.VALIDATE, t, "schema", "reject", detail)
+        return b.reject(Stage.PARAMS, err.message, d.name)
+    b.step(_VALIDATE, t, "schema", "accept", None)
+    return args
+
+
+def deadline(
+    reg: ToolRegistry, d: ToolDefinition, requested: Any
+) -> tuple[float, dict[str, Any] | None]:
+    """The call's timeout: the tool's, or the one it asked for within the registry's limits;
+    and, when the asked one was changed, what the admission step records about that."""
+    if requested is None:
+        return d.timeout_s, None
+    asked = float(requested)  # an int passes check_call too
+    timeout = min(max(asked, 0.001), reg.max_timeout_s)
+    if timeout != asked:
+        return timeout, {"timeout_requested_s": asked, "timeout_s": timeout}
+    return timeout, None
+
+
+def admission(
+    b: Builder,
+    d: ToolDefinition,
+    adm: AdmissionResult,
+    extra: dict[str, Any] | None,
+    t: int,
+) -> ToolResultEnvelope | None:
+    """Record the admission step (begun at ``t``); the refusal if no slot was had."""
+    if adm is _FREE and not extra:
+        info = _FREE_INFO
+    else:
+        info = {"waited_ms": round(adm.waited_s * 1000, 3), "reason": adm.reason}
+        if extra:
+            info.update(extra)
+    if not adm.admitted:
+        b.step(StepName.ADMISSION, t, "runtime", "reject", info)
+        stage = Stage.CANCEL if adm.reason == "cancelled" else Stage.ADMISSION
+        why = _ADMISSION_TEXT.get(adm.reason, adm.reason)
+        return b.reject(stage, why, d.name, retry=Retry(adm.reason != "shutdown", after_ms=250))
+    b.step(_ADMISSION, t, "runtime", "accept", info)
+    return None
+
+
+def intents(
+    reg: ToolRegistry, b: Builder, d: ToolDefinition
+) -> Generator[Intent, Any, ToolResultEnvelope | None]:
+    """Strict audit: each durable sink makes the call's intent durable, or the call is
+    refused (``stage=audit``)."""
+    for sink in reg._durable:
+        t = _perf_ns()
+        failure = yield Intent(sink, b.call_id, b.run_id, d.name, b.t_wall, b.args_redacted)
+        if failure is not None:
+            b.step(StepName.AUDIT_INTENT, t, "audit", "reject", {"error": error_text(reg, failure)})
+            return b.reject(Stage.AUDIT, "the audit record could not be made durable", d.name)
+        b.step(StepName.AUDIT_INTENT, t, "audit", "durable", None)
+    return None
+
+
+def start(
+    reg: ToolRegistry, b: Builder, d: ToolDefinition, timeout: float, background: bool
+) -> CallContext:
+    """The running call's context, registered as running (``cancel()`` finds it there)."""
+    span = b.span
+    ctx = CallContext(  # positional: this runs on every call
+        b.call_id,
+        b.run_id,
+        d.name,
+        timeout,
+        reg.workspace,
+        reg.artifacts,
+        None if span is None else _traceparent(span),
+        background,
+        reg._emit_late_fn,
+    )
+    # Plain dict operations are atomic under the GIL; cancel() copies before iterating.
+    reg._active[b.call_id] = ctx
+    if b.call_id in reg._cancel_early:  # cancelled while it was being admitted
+        ctx.signal("cancel")
+    b.execution_started = True
+    return ctx
+
+
+def _traceparent(span: OpenSpan) -> str:
+    return f"00-{span.trace_id}-{span.span_id}-{'01' if span.sampled else '00'}"
+
+
+def _cancelled(b: Builder, d: ToolDefinition, step: str, t: int) -> ToolResultEnvelope:
+    """The refusal of a call (or run) cancelled before it started."""
+    b.step(step, t, "runtime", "reject", {"reason": "cancelled"})
+    return b.reject(Stage.CANCEL, "it was cancelled before it started", d.name)
+
+
+_build.keep_docs(__name__, globals())
