@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
-from integrations_support import SECRET, add, explode, require
+from integrations_support import SECRET, add, explode, require, unsure
 
 sdk = require("claude_agent_sdk", "claude-agent-sdk")
 
@@ -190,6 +190,13 @@ def test_pre_hook_changes_reach_the_cli_as_updated_input(make: Any, sink: Record
     assert "ran_other_input" not in (rec.steps[-2].detail or {})
 
 
+def test_matcher_limits_the_tool_hooks(make: Any) -> None:
+    _, adapter = make(matcher="Bash|Write")
+    hooks = adapter.hooks()
+    assert [m.matcher for m in hooks["PreToolUse"] + hooks["PostToolUse"]] == ["Bash|Write"] * 2
+    assert hooks["PreToolUse"][0].on_failure == "block"  # fail closed
+
+
 def test_grant_lets_accepted_uses_skip_claudes_prompt(make: Any) -> None:
     _, adapter = make(grant=True)
     adapter.register_builtins(["Bash"])
@@ -362,34 +369,35 @@ def test_withdrawn_question_cancels_the_call(make: Any, sink: RecordingSink) -> 
 
 def test_agent_run_mixes_builtins_and_in_process_tools(make: Any, sink: RecordingSink) -> None:
     reg, adapter = make()
-    reg.register(add)
-    reg.register(explode)
+    for t in (add, explode, unsure):
+        reg.register(t)
     adapter.register_builtins(["Bash"])
     bash_out = {"stdout": "hi", "stderr": "", "interrupted": False}
     cli = FakeCli([[Use("Bash", {"command": "echo hi"}, run=lambda i: bash_out),
                     Use("add", {"a": 2, "b": 3}, server="tooltrace"),
                     Use("add", {"a": "two"}, server="tooltrace"),
-                    Use("explode", {}, server="tooltrace")]])
+                    Use("explode", {}, server="tooltrace"),
+                    Use("unsure", {}, server="tooltrace")]])
 
     async def run() -> list[Any]:
         return [m async for m in query(prompt="go", options=adapter.options(), transport=cli)]
 
     messages = asyncio.run(run())
     assert type(messages[-1]).__name__ == "ResultMessage"
-    ok_add, bad_add, boom = cli.seen["toolu_02"], cli.seen["toolu_03"], cli.seen["toolu_04"]
+    ok_add, bad_add, boom, maybe = (cli.seen[f"toolu_0{i}"] for i in range(2, 6))
     assert ok_add["isError"] is False and ok_add["content"][0]["text"] == "5"
-    assert bad_add["isError"] is True and boom["isError"] is True
     recs = {r.attributes.get("provider.tool_call_id", r.call_id): r for r in sink.records}
-    assert len(sink.records) == 4 and len({r.call_id for r in sink.records}) == 4
+    assert len(sink.records) == 5 and len({r.call_id for r in sink.records}) == 5
     assert recs["toolu_01"].status is Status.OK
     statuses = sorted((r.tool, r.status.value, r.reject_stage) for r in sink.records
                       if r.tool != "Bash")
     assert statuses == [("add", "ok", None), ("add", "rejected", Stage.PARAMS),
-                        ("explode", "failed", None)]
+                        ("explode", "failed", None), ("unsure", "unknown", None)]
     texts = {r.status: r.summary for r in sink.records if r.tool != "Bash"}
-    assert bad_add["content"][0]["text"] == texts[Status.REJECTED]
-    assert boom["content"][0]["text"] == texts[Status.FAILED] and SECRET not in texts[
-        Status.FAILED]
+    for seen, status in ((bad_add, Status.REJECTED), (boom, Status.FAILED),
+                         (maybe, Status.UNKNOWN)):
+        assert seen["isError"] is True and seen["content"][0]["text"] == texts[status]
+    assert SECRET not in texts[Status.FAILED]
 
 
 def test_the_cli_lists_the_registry_schemas(make: Any) -> None:

@@ -97,6 +97,8 @@ class ClaudeAgentAdapter:
         hook_timeout_s: how long the CLI waits for the hooks (approval may take that long).
         on_failure: ``block`` (default) makes the CLI refuse a tool use when the PreToolUse
             hook fails (fail closed); ``continue`` lets it through.
+        matcher: the CLI's tool matcher for the tool hooks (``"Bash|Write|Edit"``); None sends
+            every tool use through the registry, where an unregistered name is refused.
     """
 
     def __init__(
@@ -108,6 +110,7 @@ class ClaudeAgentAdapter:
         grant: bool = False,
         hook_timeout_s: float = 600.0,
         on_failure: Literal["block", "continue"] = "block",
+        matcher: str | None = None,
     ) -> None:
         self.registry = registry
         self.mode = mode
@@ -115,6 +118,7 @@ class ClaudeAgentAdapter:
         self.grant = grant
         self.hook_timeout_s = hook_timeout_s
         self.on_failure: Literal["block", "continue"] = on_failure
+        self.matcher = matcher
         self._builtins: set[str] = set()
         self._served: dict[str, frozenset[str]] = {}
         self._by_use: dict[str, _Pending] = {}
@@ -151,13 +155,13 @@ class ClaudeAgentAdapter:
 
     def hooks(self) -> dict[HookEvent, list[HookMatcher]]:
         """The hooks to put in ``ClaudeAgentOptions.hooks`` (``options()`` does it)."""
-        t = self.hook_timeout_s
+        t, m = self.hook_timeout_s, self.matcher
         return {
             "PreToolUse": [
-                HookMatcher(hooks=[self.pre_tool_use], timeout=t, on_failure=self.on_failure)
+                HookMatcher(m, [self.pre_tool_use], timeout=t, on_failure=self.on_failure)
             ],
-            "PostToolUse": [HookMatcher(hooks=[self.post_tool_use], timeout=t)],
-            "PostToolUseFailure": [HookMatcher(hooks=[self.post_tool_use_failure], timeout=t)],
+            "PostToolUse": [HookMatcher(m, [self.post_tool_use], timeout=t)],
+            "PostToolUseFailure": [HookMatcher(m, [self.post_tool_use_failure], timeout=t)],
             "Stop": [HookMatcher(hooks=[self.stop], timeout=t)],
         }
 
