@@ -92,12 +92,7 @@ def pipeline(reg: ToolRegistry, raw: RawCall, blocking: bool = False) -> Pipelin
     # Read as Any: a ToolCall built in code may hold anything in these (they are checked by
     # the stages), and compiled code would raise a TypeError reading them as declared.
     untyped: Any = call
-    raw_args = untyped.arguments
-    if type(raw_args) is dict:
-        # The call's own copy: records keep (redacted views of) these arguments and sinks
-        # read them later, so a caller reusing its dict must not change what was recorded.
-        raw_args = raw_args.copy()
-    b.args_redacted = redact_args(reg, raw_args)
+    raw_args = arguments(reg, b, untyped.arguments)
     entry = resolve(reg, b, untyped.name)
     if isinstance(entry, ToolResultEnvelope):
         return entry
@@ -161,6 +156,16 @@ def pipeline(reg: ToolRegistry, raw: RawCall, blocking: bool = False) -> Pipelin
         ctx._final = env.status if env is not None else None
         ctx._done = True
     return env
+
+
+def arguments(reg: ToolRegistry, b: Builder, raw_args: Any) -> Any:
+    """The call's own copy of its arguments; their redacted view goes on the record."""
+    if type(raw_args) is dict:
+        # Records keep (redacted views of) these arguments and sinks read them later, so a
+        # caller reusing its dict must not change what was recorded.
+        raw_args = raw_args.copy()
+    b.args_redacted = redact_args(reg, raw_args)
+    return raw_args
 
 
 def resolve(reg: ToolRegistry, b: Builder, name: Any) -> Entry | ToolResultEnvelope:
