@@ -1,23 +1,83 @@
-"""Shared by the framework adapter tests: ``require(module, extra)``."""
+"""Fixtures of the framework adapters' tests: a real OpenTelemetry SDK pipeline, the marker file
+of the bypass tests. ``workspace``, ``sink`` and ``registry`` come from ``tests/conftest.py``;
+``require`` (skip locally, fail under ``CI=true``) lives in ``integrations_support.py``."""
 
 from __future__ import annotations
 
-import importlib
-import os
-from types import ModuleType
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from tooltrace import FunctionTool, ToolRegistry
+from tooltrace.telemetry import TracingSink
+from tooltrace.testing import RecordingSink
+
+# bypass_support (the side-effecting tool and the always-block hook) lives in tests/.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def require(module: str, extra: str) -> ModuleType:
-    """Import ``module``, or skip the calling test module when it is not installed.
+@dataclass
+class Otel:
+    """An SDK TracerProvider exporting to memory, and the tooltrace sink feeding it."""
 
-    Under ``CI=true`` a missing framework is a failure, not a skip: CI installs every extra.
-    """
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        reason = f"{module} is not installed (pip install 'tooltrace[{extra}]'): {exc}"
-        if os.environ.get("CI", "").strip().lower() == "true":
-            pytest.fail(reason, pytrace=False)
-        pytest.skip(reason, allow_module_level=True)
+    provider: TracerProvider
+    exporter: InMemorySpanExporter
+    sink: TracingSink
+
+    def spans(self) -> tuple[ReadableSpan, ...]:
+        """Every finished span (tooltrace's are exported by its worker: flush first)."""
+        self.sink.flush(5.0)
+        return self.exporter.get_finished_spans()
+
+    def tool_spans(self) -> list[ReadableSpan]:
+        """tooltrace's ``execute_tool`` spans."""
+        return [s for s in self.spans() if s.name.startswith("execute_tool")]
+
+
+@pytest.fixture
+def otel() -> Iterator[Otel]:
+    """A real SDK TracerProvider + in-memory exporter, and a TracingSink on it."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    sink = TracingSink(provider, interval_s=0.05)
+    yield Otel(provider, exporter, sink)
+    sink.shutdown(2.0)
+    provider.shutdown()
+
+
+@pytest.fixture
+def marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The file bypass_support's ``touch`` tool writes (its side effect)."""
+    m = tmp_path / "side-effect.txt"
+    monkeypatch.setenv("TOOLTRACE_TEST_MARKER", str(m))
+    return m
+
+
+@pytest.fixture
+def make_registry(
+    workspace: Path, tmp_path: Path, sink: RecordingSink
+) -> Iterator[Callable[..., ToolRegistry]]:
+    """Build registries over ``workspace`` (recording into ``sink`` unless ``sinks=`` says
+    otherwise) with the given tools registered; all are shut down after the test."""
+    made: list[ToolRegistry] = []
+
+    def make(*tools: FunctionTool, **kwargs: Any) -> ToolRegistry:
+        kwargs.setdefault("sinks", [sink])
+        kwargs.setdefault("cancel_grace_s", 0.3)
+        reg = ToolRegistry(workspace=workspace, home=tmp_path / "home", **kwargs)
+        for t in tools:
+            reg.register(t)
+        made.append(reg)
+        return reg
+
+    yield make
+    for reg in made:
+        reg.shutdown(2.0)

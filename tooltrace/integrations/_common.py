@@ -1,0 +1,158 @@
+"""What every adapter shares: the call it builds, the text the model sees, the cancel contract.
+
+Each adapter turns a framework's tool call into a ``ToolCall`` (``make_call``), runs it through
+the registry (``registry.call`` or ``acall``, below) and renders the envelope back for the model
+(``model_text``): the redacted, trimmed result when the call succeeded, the envelope's summary
+when it did not. Nothing else reaches the model: no raw output, no raw exception text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from .._ids import new_call_id
+from ..envelope import Status, ToolCall, ToolResultEnvelope
+
+if TYPE_CHECKING:
+    from ..registry import ToolRegistry
+
+__all__ = [
+    "ARGUMENTS_ERROR",
+    "INTEGRATION",
+    "PROVIDER_ID",
+    "PROVIDER_NAME",
+    "acall",
+    "make_call",
+    "model_text",
+    "plain",
+    "result_meta",
+]
+
+#: Attribute naming the tool call's id as the model (or framework) gave it.
+PROVIDER_ID = "provider.tool_call_id"
+#: Attribute naming the adapter that made the call (``langchain``, ``openai``, ...).
+INTEGRATION = "tooltrace.integration"
+#: Attribute naming the tool as the model asked for it (kept even when no such tool exists).
+PROVIDER_NAME = "provider.tool_name"
+#: Attribute set when the provider's arguments could not be parsed: the parser's reason code.
+ARGUMENTS_ERROR = "provider.arguments_error"
+
+_HINTS = {
+    "json": " (the arguments were not valid JSON)",
+    "too_large": " (the arguments were too large)",
+    "too_deep": " (the arguments were nested too deeply)",
+}
+
+
+def make_call(
+    name: str,
+    arguments: Any,
+    *,
+    integration: str,
+    provider_id: str | None,
+    mode: str,
+    run_id: str | None = None,
+    timeout_s: float | None = None,
+    arguments_error: str | None = None,
+    requested_name: bool = False,
+) -> ToolCall:
+    """A ``ToolCall`` with a fresh call id and the provider's id kept as an attribute.
+
+    ``arguments`` is passed on as given: anything but a mapping is the registry's to refuse
+    (stage ``params``), so even a malformed call is validated, recorded and answered.
+    ``requested_name`` records ``name`` too (a reply to an unknown tool must still name it).
+    """
+    attributes: dict[str, str | int | bool] = {INTEGRATION: integration}
+    if provider_id:
+        attributes[PROVIDER_ID] = provider_id
+    if requested_name:
+        attributes[PROVIDER_NAME] = name
+    if arguments_error:
+        attributes[ARGUMENTS_ERROR] = arguments_error
+    return ToolCall(
+        name=name,
+        arguments=arguments,
+        call_id=new_call_id(),
+        run_id=run_id,
+        mode=mode,
+        timeout_s=timeout_s,
+        attributes=attributes,
+    )
+
+
+async def acall(registry: ToolRegistry, call: ToolCall) -> ToolResultEnvelope:
+    """``registry.acall(call)``, keeping the cancel contract when the awaiting task is cancelled.
+
+    The call runs in a task of its own. A cancel of the caller becomes
+    ``registry.cancel_call``: the registry signals the tool (or refuses the call if it has not
+    started), settles it as ``cancelled`` (or ``unknown`` for a side effect it cannot confirm)
+    and records it; this waits for that, within the registry's grace, then lets the
+    ``CancelledError`` go on to the framework.
+    """
+    call_id = call.call_id
+    if call_id is None:
+        raise ValueError("the call needs its id before it runs (use make_call)")
+    task = asyncio.ensure_future(registry.acall(call))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        registry.cancel_call(call_id, wait=False)
+        await asyncio.wait({task}, timeout=registry.cancel_grace_s + 1.0)
+        raise
+
+
+def model_text(env: ToolResultEnvelope) -> str:
+    """What the model reads for this call.
+
+    ``ok``: the redacted result (text as is, anything else as JSON), and for an offloaded result
+    its preview plus where the full text is. Any other status: ``Error: <summary>``, and whether
+    a retry may help.
+    """
+    if env.status is not Status.OK:
+        hint = _HINTS.get(str(env.record.attributes.get(ARGUMENTS_ERROR, "")), "")
+        text = f"Error: {env.summary.rstrip('.')}{hint}."
+        if env.retry.allowed:
+            after = env.retry.after_ms
+            text += f" A retry may succeed{f' after {after} ms' if after else ''}."
+        return text
+    data = env.data
+    if data is None:
+        text = env.summary
+    elif isinstance(data, str):
+        text = data
+    else:
+        text = orjson.dumps(data, default=str).decode()
+    art = env.artifact
+    if art is not None:
+        text += (
+            f"\n\n[output truncated: the full result ({art.chars} chars) is in artifact "
+            f"{art.path} (sha256 {art.sha256[:16]}), call {env.call_id}]"
+        )
+    return text
+
+
+def result_meta(env: ToolResultEnvelope) -> dict[str, Any]:
+    """A small JSON-ready summary of the call for the application (never shown to the model)."""
+    art = env.artifact
+    stage = env.reject_stage
+    return {
+        "call_id": env.call_id,
+        "status": env.status.value,
+        "reject_stage": None if stage is None else stage.value,
+        "artifact": None
+        if art is None
+        else {"path": art.path, "chars": art.chars, "sha256": art.sha256},
+    }
+
+
+def plain(value: Any) -> Any:
+    """A deep copy of a JSON-like value as plain dicts and lists (key order kept)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes | bytearray):
+        return [plain(v) for v in value]
+    return value
