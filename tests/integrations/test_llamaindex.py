@@ -163,6 +163,7 @@ def test_adopt_keeps_the_schema_and_checks_it(make_registry: Callable[..., ToolR
     assert isinstance(wrapped, TooltraceTool)
     assert wrapped.metadata.get_parameters_dict() == original.metadata.get_parameters_dict()
     assert wrapped.metadata.to_openai_tool() == original.metadata.to_openai_tool()
+    assert wrapped.metadata.fn_schema_str == original.metadata.fn_schema_str  # ReAct's prompt
     assert wrapped.metadata.return_direct
 
     class Broken(BaseTool):

@@ -15,6 +15,7 @@ the OpenTelemetry span current where the agent runs (the application's), if ther
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,11 @@ class _Metadata(ToolMetadata):
     def get_parameters_dict(self) -> dict[str, Any]:
         """The registered schema (what the model is shown)."""
         return dict(self.parameters)
+
+    @property
+    def fn_schema_str(self) -> str:
+        """The schema as JSON text (what ReAct prompts show)."""
+        return json.dumps(self.parameters, ensure_ascii=False)
 
 
 class TooltraceTool(AsyncBaseTool):
