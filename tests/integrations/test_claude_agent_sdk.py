@@ -331,6 +331,10 @@ def test_a_builtin_past_its_deadline_ends_unknown_and_resolves_late(make: Any,
             await asyncio.sleep(0.02)
         await adapter.post_tool_use(post("Bash", {"command": "sleep 1"}, {"stdout": ""}),
                                     "toolu_1", CTX)
+        for _ in range(250):
+            if sink.late:
+                break
+            await asyncio.sleep(0.02)
 
     asyncio.run(run())
     rec = one(sink, "Bash")
