@@ -74,7 +74,6 @@ class _Pending:
     """One built-in tool use between its decision and the outcome the CLI reports."""
 
     call_id: str
-    tool_input: dict[str, Any]
     # Set by the registered function when the pipeline reaches execution: the final arguments.
     accepted: asyncio.Future[dict[str, Any]]
     # Set by PostToolUse / PostToolUseFailure (or the settling of a turn): what the CLI reported.
@@ -310,7 +309,7 @@ class ClaudeAgentAdapter:
             call = make_call(name, tool_input, integration=_INTEGRATION,
                              provider_id=tool_use_id or None, mode=self.mode)
             assert call.call_id is not None
-            p = _Pending(call.call_id, tool_input, loop.create_future(), loop.create_future())
+            p = _Pending(call.call_id, loop.create_future(), loop.create_future())
             if tool_use_id:
                 self._by_use[tool_use_id] = p
             self._by_call[p.call_id] = p
