@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from bench._common import Table, machine, scratch
+from bench.frameworks import interleaved, ratio_table
 
 __all__ = ["FRAMEWORK", "main", "measure"]
 
@@ -38,13 +37,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integrat
 
 def _turn(options: Any, use: Callable[[], Any]) -> Callable[[], Awaitable[dict[str, Any]]]:
     from claude_agent_sdk import query
-    from claude_fake_cli import FakeCli
+    from claude_fake_cli import FakeCli  # type: ignore[import-not-found]
 
     async def run() -> dict[str, Any]:
         cli = FakeCli([[use()]])
         async for _ in query(prompt="go", options=options, transport=cli):
             pass
-        return cli.seen
+        seen: dict[str, Any] = cli.seen
+        return seen
 
     return run
 
@@ -54,10 +54,11 @@ async def _noop(input_data: Any, tool_use_id: str | None, context: Any) -> Any:
 
 
 def measure(turns: int = 30, rounds: int = 7) -> dict[str, float]:
-    """Median µs per turn of each variant: ``{builtin_bare, builtin_noop, builtin_adapter,
-    mcp_bare, mcp_adapter}`` (interleaved rounds, one warm-up round first)."""
+    """Median µs per turn of each variant: ``{builtin_bare, builtin_adapter,
+    builtin_noop_bare, builtin_noop_adapter, mcp_bare, mcp_adapter}`` (interleaved rounds, one
+    warm-up round that checks every variant ran its tool)."""
     import claude_agent_sdk as sdk
-    from claude_fake_cli import Use
+    from claude_fake_cli import Use  # type: ignore[import-not-found]
 
     from tooltrace import ToolRegistry, tool
     from tooltrace.integrations.claude_agent_sdk import ClaudeAgentAdapter
@@ -94,38 +95,31 @@ def measure(turns: int = 30, rounds: int = 7) -> dict[str, float]:
         "mcp_adapter": _turn(adapter.options(),
                              lambda: Use("add", {"a": 1, "b": 2}, server="tooltrace")),
     }
-    samples: dict[str, list[float]] = {k: [] for k in variants}
+    loop = asyncio.new_event_loop()
 
-    async def go() -> None:
-        for r in range(rounds + 1):
-            for name, fn in variants.items():
-                t0 = time.perf_counter()
-                for _ in range(turns):
-                    seen = await fn()
-                if r:  # round 0 warms up
-                    samples[name].append((time.perf_counter() - t0) / turns * 1e6)
-                else:  # every variant really ran its tool
-                    (result,) = seen.values()
-                    assert "hi" in str(result) or "3" in str(result), (name, result)
+    def check(name: str, seen: Any) -> None:
+        (result,) = seen.values()  # every variant really ran its tool
+        assert "hi" in str(result) or "3" in str(result), (name, result)
+
+    def on_loop(fn: Callable[[], Awaitable[Any]]) -> Callable[[], Any]:
+        return lambda: loop.run_until_complete(fn())
 
     try:
-        asyncio.run(go())
+        figures = interleaved({k: (on_loop(fn), turns) for k, fn in variants.items()},
+                              rounds, check)
     finally:
+        loop.close()
         reg.shutdown()
-    return {k: statistics.median(v) for k, v in samples.items()}
+    # The adapter against no-op hooks: the same figure, under the key of its own row.
+    return {**figures, "builtin_noop_bare": figures.pop("builtin_noop"),
+            "builtin_noop_adapter": figures["builtin_adapter"]}
 
 
 def table(figures: dict[str, float]) -> Table:
-    """The figures as a bench table."""
-    t = Table(f"framework: {FRAMEWORK} (µs per query() turn with one tool use, median)",
-              ["what", "bare", "with adapter", "ratio"])
-    rows = (("builtin_bare", "builtin_adapter", "built-in tool"),
-            ("builtin_noop", "builtin_adapter", "built-in tool, no-op hooks as bare"),
-            ("mcp_bare", "mcp_adapter", "in-process MCP tool"))
-    for bare, adapter, what in rows:
-        b, a = figures[bare], figures[adapter]
-        t.add(what, b, a, a / b, digits=1)
-    return t
+    """The figures as a bench table (µs per ``query()`` turn with one tool use)."""
+    return ratio_table(FRAMEWORK, [("built-in tool", "builtin"),
+                                   ("built-in tool, no-op hooks as bare", "builtin_noop"),
+                                   ("in-process MCP tool", "mcp")], figures)
 
 
 def main(argv: list[str] | None = None) -> None:

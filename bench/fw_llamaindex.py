@@ -1,6 +1,7 @@
 """LlamaIndex: one tool call through the framework, bare and through tooltrace's adapter.
 
-Two rows, measured in the same process with the variants interleaved round by round:
+Two rows, measured in the same process with the variants interleaved round by round (each call
+awaited on one event loop):
 
 - ``tool call``: ``await tool.acall(a=1, b=2)`` on a ``FunctionTool`` against the same function
   registered in a registry (``@tool``) and wrapped by ``as_llamaindex_tools`` (the whole
@@ -16,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bench._common import Table, machine, scratch
+from bench.frameworks import interleaved, ratio_table
 
 __all__ = ["FRAMEWORK", "main", "measure"]
 
@@ -54,16 +54,9 @@ def _agent(tool: Any) -> Callable[[], Awaitable[Any]]:
     return run
 
 
-async def _per_call_us(fn: Callable[[], Awaitable[Any]], calls: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        await fn()
-    return (time.perf_counter() - t0) / calls * 1e6
-
-
 def measure(calls: int = 500, rounds: int = 7, agent_calls: int = 40) -> dict[str, float]:
     """Median µs per call of each variant: ``{tool_bare, tool_adapter, agent_bare,
-    agent_adapter}`` (interleaved rounds, one warm-up round first)."""
+    agent_adapter}`` (interleaved rounds, one warm-up round that checks every answer)."""
     from llama_index.core.tools import FunctionTool
 
     from tooltrace import ToolRegistry, tool
@@ -74,38 +67,29 @@ def measure(calls: int = 500, rounds: int = 7, agent_calls: int = 40) -> dict[st
     reg = ToolRegistry(workspace=home, home=home)
     reg.register(tool()(add))
     (wrapped,) = as_llamaindex_tools(reg)
-    variants: dict[str, tuple[Callable[[], Awaitable[Any]], int]] = {
-        "tool_bare": (lambda: bare.acall(a=1, b=2), calls),
-        "tool_adapter": (lambda: wrapped.acall(a=1, b=2), calls),
-        "agent_bare": (_agent(bare), agent_calls),
-        "agent_adapter": (_agent(wrapped), agent_calls),
-    }
-    samples: dict[str, list[float]] = {k: [] for k in variants}
+    loop = asyncio.new_event_loop()
 
-    async def go() -> None:
-        for r in range(rounds + 1):
-            for name, (fn, n) in variants.items():
-                if not r:  # round 0 warms up, and checks every variant gets the answer
-                    assert "3" in str(await fn()), name
-                us = await _per_call_us(fn, n)
-                if r:
-                    samples[name].append(us)
+    def on_loop(fn: Callable[[], Awaitable[Any]]) -> Callable[[], Any]:
+        return lambda: loop.run_until_complete(fn())
+
+    def check(name: str, out: Any) -> None:
+        assert "3" in str(out), (name, out)
 
     try:
-        asyncio.run(go())
+        return interleaved({
+            "tool_bare": (on_loop(lambda: bare.acall(a=1, b=2)), calls),
+            "tool_adapter": (on_loop(lambda: wrapped.acall(a=1, b=2)), calls),
+            "agent_bare": (on_loop(_agent(bare)), agent_calls),
+            "agent_adapter": (on_loop(_agent(wrapped)), agent_calls),
+        }, rounds, check)
     finally:
+        loop.close()
         reg.shutdown()
-    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def table(figures: dict[str, float]) -> Table:
     """The figures as a bench table."""
-    t = Table(f"framework: {FRAMEWORK} (µs per call, median of rounds)",
-              ["what", "bare", "with adapter", "ratio"])
-    for what in ("tool", "agent"):
-        b, a = figures[f"{what}_bare"], figures[f"{what}_adapter"]
-        t.add("tool call" if what == "tool" else "agent run", b, a, a / b, digits=1)
-    return t
+    return ratio_table(FRAMEWORK, [("tool call", "tool"), ("agent run", "agent")], figures)
 
 
 def main(argv: list[str] | None = None) -> None:
