@@ -48,11 +48,15 @@ from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
 from pydantic import Field  # noqa: E402
 
 from tooltrace import (  # noqa: E402
+    ApprovalDecision,
+    ApprovalRequest,
     Capability,
     Effect,
     HookDecision,
     HookView,
+    Policy,
     RegistrationError,
+    RequireApproval,
     Stage,
     Status,
     ToolRegistry,
@@ -222,6 +226,30 @@ def test_every_other_status_reaches_the_model_as_an_error_tool_message(
     assert model.seen[1][-1] == msg
     assert out["messages"][-1].content == "done"
     assert SECRET not in msg.content  # the summary is redacted like everything else
+
+
+@pytest.mark.parametrize("approved", [True, False])
+def test_approval_is_asked_before_the_tool_runs(
+    make_registry: Callable[..., ToolRegistry], sink: RecordingSink, approved: bool,
+) -> None:
+    asked: list[str] = []
+
+    def approver(req: ApprovalRequest) -> ApprovalDecision:
+        asked.append(req.tool)
+        return ApprovalDecision(approved, "ops", "" if approved else "not during the freeze")
+
+    reg = make_registry(add, policy=Policy(rules=[RequireApproval(tools=frozenset({"add"}))]),
+                        approver=approver)
+    out = middleware_agent(reg, script(("add", {"a": 1, "b": 2}, "ap1"))).invoke(
+        {"messages": [("user", "go")]})
+    (msg,) = tool_messages(out)
+    (rec,) = sink.records
+    assert asked == ["add"]
+    if approved:
+        assert (rec.status, msg.content, msg.status) == (Status.OK, "3", "success")
+    else:
+        assert (rec.status, rec.reject_stage) == (Status.REJECTED, Stage.APPROVAL)
+        assert msg.status == "error" and rec.summary.rstrip(".") in str(msg.content)
 
 
 # -- what the model reads ----------------------------------------------------------------------

@@ -33,7 +33,18 @@ from integrations_support import (
     wait_for,
 )
 
-from tooltrace import MalformedCallError, RegistrationError, Stage, Status, ToolRegistry, tool
+from tooltrace import (
+    ApprovalDecision,
+    ApprovalRequest,
+    MalformedCallError,
+    Policy,
+    RegistrationError,
+    RequireApproval,
+    Stage,
+    Status,
+    ToolRegistry,
+    tool,
+)
 from tooltrace.integrations.providers import (
     ProviderCall,
     ProviderCallError,
@@ -324,6 +335,24 @@ def test_structured_results_stay_structured_where_the_provider_takes_json(
         "output": {"n": 3, "square": 9}}
     assert result_message(env, "mcp")["structuredContent"] == {"n": 3, "square": 9}
     assert json.loads(result_message(env, "openai")["content"]) == {"n": 3, "square": 9}
+
+
+@pytest.mark.parametrize("approved", [True, False])
+def test_approval_is_asked_before_the_tool_runs(
+    make_registry: Callable[..., ToolRegistry], approved: bool,
+) -> None:
+    def approver(req: ApprovalRequest) -> ApprovalDecision:
+        return ApprovalDecision(approved, "ops", "" if approved else "not during the freeze")
+
+    reg = make_registry(add, policy=Policy(rules=[RequireApproval(tools=frozenset({"add"}))]),
+                        approver=approver)
+    env = call_from(reg, provider_call("anthropic", "add", {"a": 1, "b": 2}, "toolu_ap"))
+    msg = result_message(env)
+    if approved:
+        assert (env.status, msg["content"], msg["is_error"]) == (Status.OK, "3", False)
+    else:
+        assert (env.status, env.reject_stage) == (Status.REJECTED, Stage.APPROVAL)
+        assert msg["is_error"] is True and env.summary.rstrip(".") in msg["content"]
 
 
 # -- statuses, redaction, through the loop -----------------------------------------------------

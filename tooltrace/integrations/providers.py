@@ -180,12 +180,14 @@ def read_call(raw: object) -> ProviderCall:
 
 
 def _as_mapping(raw: object) -> Mapping[str, Any]:
+    if isinstance(raw, Mapping):
+        return raw
     if isinstance(raw, str | bytes | bytearray):
         try:
             raw = orjson.loads(raw)
         except orjson.JSONDecodeError:
             raise ProviderCallError("json", "tool call text is not valid JSON") from None
-    elif isinstance(raw, _Dumpable) and not isinstance(raw, Mapping):
+    elif isinstance(raw, _Dumpable):
         raw = raw.model_dump(mode="json", exclude_none=True)
     if not isinstance(raw, Mapping):
         raise ProviderCallError(
