@@ -10,7 +10,9 @@ Usage (from the repository root)::
 Sections: ``overhead`` (per-call cost vs a hand-rolled reference and peers), ``ingest`` (audit
 writer throughput, queue depth and drops at a paced rate), ``autopsy`` (find one call among
 1M/10M), ``memory`` (RSS growth over many calls), ``profile`` (where a registry call's time
-goes; not in the default set). The last table compares each figure with its target.
+goes; not in the default set), ``frameworks`` (one tool call through each agent framework, bare
+and with tooltrace's adapter; not in the default set). The last table compares each figure with
+its target.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from bench._common import SCRATCH_ENV, Table, machine
 
 __all__ = ["main"]
 
-SECTIONS = ("overhead", "ingest", "autopsy", "memory", "profile")
+SECTIONS = ("overhead", "ingest", "autopsy", "memory", "profile", "frameworks")
 DEFAULT_SECTIONS = ("overhead", "ingest", "autopsy", "memory")
 
 
@@ -165,6 +167,10 @@ def _sections(ns: argparse.Namespace, sections: list[str], results: dict[str, An
             records=_pick(ns.profile_calls, 20_000, 500, q))
         # After the sink profiles have returned, so their records are garbage already.
         results["profile_gc"] = profile_sinks.gc_cost(_pick(ns.profile_calls, 20_000, 500, q))
+    if "frameworks" in sections:
+        from bench import frameworks
+
+        results["frameworks"] = frameworks.run(quick=q)
     _targets(results)
     load = os.getloadavg()
     results["load_end"] = load
