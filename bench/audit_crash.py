@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from test_audit_support import acked_ids, collect, start_writer
 
-from tooltrace.telemetry.audit import AuditStore, recover_dead_segments, verify
-from tooltrace.telemetry.audit._format import load_key
+from tooltrace.audit import AuditStore, recover_dead_segments, verify
+from tooltrace.audit._format import load_key
 
 
 def main() -> int:

@@ -86,7 +86,7 @@ def _table(rel: Any) -> Any:
 def _line_bytes() -> int:
     """Bytes of one audit segment line of a real no-op call (to size compaction batches)."""
     from bench.ingest import _template
-    from tooltrace.telemetry.audit._format import dumps, encode_call
+    from tooltrace.audit._format import dumps, encode_call
 
     return len(dumps(encode_call(_template()))) + 80
 
@@ -101,9 +101,9 @@ def generate(
     import duckdb
     import pyarrow.parquet as pq
 
-    from tooltrace.telemetry.audit._manifest import write_manifest
-    from tooltrace.telemetry.audit._segments import audit_dir
-    from tooltrace.telemetry.audit._tables import schemas
+    from tooltrace.audit._manifest import write_manifest
+    from tooltrace.audit._segments import audit_dir
+    from tooltrace.audit._tables import schemas
 
     t0 = time.perf_counter()
     if per_file is None:
@@ -166,8 +166,8 @@ def generate(
 def _pick_ids(home: Path, k: int, seed: int = 7) -> list[str]:
     import duckdb
 
-    from tooltrace.telemetry.audit._manifest import read_manifest
-    from tooltrace.telemetry.audit._segments import audit_dir
+    from tooltrace.audit._manifest import read_manifest
+    from tooltrace.audit._segments import audit_dir
 
     adir = audit_dir(home)
     files = [str(adir / f) for f in read_manifest(adir)["files"]["calls"]]
@@ -194,8 +194,7 @@ def child_lookup(home: str, ids: list[str]) -> dict[str, Any]:
     import orjson
 
     t0 = time.perf_counter()
-    from tooltrace.telemetry.audit.autopsy import explain
-    from tooltrace.telemetry.audit.query import AuditStore
+    from tooltrace.audit import AuditStore, explain
 
     t1 = time.perf_counter()
     store = AuditStore(home)

@@ -75,7 +75,7 @@ def child_writer(home: str, n: int, start_at: float, pin: int | None) -> dict[st
     """Emit ``n`` records through an AuditSink as fast as the writer drains them."""
     if pin is not None:
         os.sched_setaffinity(0, {pin})
-    from tooltrace.telemetry.audit import AuditSink
+    from tooltrace.telemetry import AuditSink
 
     recs = _records(n + 1)
     steps = len(recs[0].steps)
@@ -109,7 +109,7 @@ def child_writer(home: str, n: int, start_at: float, pin: int | None) -> dict[st
 
 def child_paced_audit(home: str, rate: float, seconds: float) -> dict[str, Any]:
     """Feed one AuditSink at ``rate`` records/s with no back-pressure."""
-    from tooltrace.telemetry.audit import AuditSink
+    from tooltrace.telemetry import AuditSink
 
     n = int(rate * seconds)
     recs = _records(n)

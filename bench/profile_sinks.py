@@ -28,8 +28,7 @@ def _sinks() -> dict[str, Any]:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     from bench._common import DropExporter
-    from tooltrace.telemetry import LoggingSink, MetricsSink, TracingSink
-    from tooltrace.telemetry.audit import AuditSink
+    from tooltrace.telemetry import AuditSink, LoggingSink, MetricsSink, TracingSink
 
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(BatchSpanProcessor(DropExporter()))

@@ -161,7 +161,8 @@ def run_writer(home: str, n: int, segment_bytes: int) -> None:
     """Write ``n`` calls into ``home`` with small segments, print acked call ids, seal."""
     from test_audit_support import make_record
 
-    from tooltrace.telemetry.audit import Ack, AuditSink
+    from tooltrace.audit import Ack
+    from tooltrace.telemetry import AuditSink
 
     acked: list[str] = []
 

@@ -216,7 +216,7 @@ class Workload:
 def _audit_sink(home: Path) -> Any:
     # The audit sink's queue depth is the audit backlog the dashboards and alerts watch.
     try:
-        from tooltrace.telemetry.audit import AuditSink
+        from tooltrace.telemetry import AuditSink
     except ImportError:
         return None
     return AuditSink(home)

@@ -32,11 +32,12 @@ from tooltrace.archive import (
     verify_archive,
 )
 from tooltrace.archive._connect import s3_secret_sql, scrub
+from tooltrace.audit import AuditStore
+from tooltrace.audit._sqlfiles import find_sql
+from tooltrace.audit._verify import verify_audit
 from tooltrace.envelope import Step
 from tooltrace.exceptions import ConfigurationError
-from tooltrace.telemetry.audit import AuditSink, AuditStore
-from tooltrace.telemetry.audit._sqlfiles import find_sql
-from tooltrace.telemetry.audit._verify import verify_audit
+from tooltrace.telemetry import AuditSink
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,8 @@ from click.testing import CliRunner
 from tooltrace.archive import ArchiveStore
 from tooltrace.archive._connect import connect, parse_target
 from tooltrace.archive._ship import _Lake
+from tooltrace.audit._tables import schemas
 from tooltrace.cli import main
-from tooltrace.telemetry.audit._tables import schemas
 
 DAYS = ("2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04")
 PER_DAY = 262_144  # 4 days: 1,048,576 calls, 2 steps each

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from test_audit_support import acked_ids, collect, start_writer
 
-from tooltrace.telemetry.audit import AuditStore, verify
+from tooltrace.audit import AuditStore, verify
 
 WRITERS = 4
 SECONDS = 2.0

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from test_audit_support import acked_ids, collect, fork_writer, start_writer
 
-from tooltrace.telemetry.audit import AuditStore, recover_dead_segments, verify
-from tooltrace.telemetry.audit._format import load_key
-from tooltrace.telemetry.audit._segments import list_segments
+from tooltrace.audit import AuditStore, recover_dead_segments, verify
+from tooltrace.audit._format import load_key
+from tooltrace.audit._segments import list_segments
 
 KILLS = 60
 PARALLEL = 3

@@ -22,10 +22,9 @@ import orjson
 import pytest
 from test_audit_support import run_real_workload, workload
 
-from tooltrace.telemetry.audit import AuditSink, AuditStore, CallNotFound, compact
-from tooltrace.telemetry.audit._manifest import read_manifest, write_manifest
-from tooltrace.telemetry.audit.autopsy import explain
-from tooltrace.telemetry.audit.query import AmbiguousCallId
+from tooltrace.audit import AmbiguousCallId, AuditStore, CallNotFound, compact, explain
+from tooltrace.audit._manifest import read_manifest, write_manifest
+from tooltrace.telemetry import AuditSink
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -215,8 +214,7 @@ def test_malformed_values_in_a_segment_become_null_not_an_error(tmp_path: Path) 
 
 _PROBE = """
 import sys, orjson
-from tooltrace.telemetry.audit.autopsy import explain
-from tooltrace.telemetry.audit.query import AuditStore
+from tooltrace.audit import AuditStore, explain
 with AuditStore(sys.argv[1]) as s:
     a = explain(s.call(sys.argv[2]))
     assert a.call_id == sys.argv[2]

@@ -14,10 +14,10 @@ import orjson
 import pytest
 from test_audit_support import make_record, workload
 
+from tooltrace.audit import Ack, AuditStore, FsyncPolicy, verify
 from tooltrace.envelope import Status, Step
 from tooltrace.registry import LateStep
-from tooltrace.telemetry import DurableSink, Sink
-from tooltrace.telemetry.audit import Ack, AuditSink, AuditStore, FsyncPolicy, verify
+from tooltrace.telemetry import AuditSink, DurableSink, Sink
 
 
 def _segment_lines(home: Path) -> list[dict[str, object]]:
@@ -274,7 +274,7 @@ def test_export_to_a_duckdb_file_with_uuid_ids(tmp_path: Path) -> None:
 
 
 def test_reader_follows_a_segment_sealed_after_listing(tmp_path: Path) -> None:
-    from tooltrace.telemetry.audit._segments import list_segments, read_segment
+    from tooltrace.audit._segments import list_segments, read_segment
 
     sink = AuditSink(tmp_path)
     for r in workload(30):

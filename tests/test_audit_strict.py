@@ -12,9 +12,10 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from tooltrace import Stage, Status, ToolCall, ToolRegistry, tool
+from tooltrace.audit import AuditStore, verify
+from tooltrace.audit._segments import list_segments
 from tooltrace.cli import main
-from tooltrace.telemetry.audit import AuditSink, AuditStore, verify
-from tooltrace.telemetry.audit._segments import list_segments
+from tooltrace.telemetry import AuditSink
 
 
 def _run(code: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -75,7 +76,7 @@ def test_call_refused_when_the_file_size_limit_is_hit(tmp_path: Path) -> None:
     code = """
     import json, resource, signal, sys
     from tooltrace import ToolCall, ToolRegistry, tool
-    from tooltrace.telemetry.audit import AuditSink
+    from tooltrace.telemetry import AuditSink
     home, ws = sys.argv[1], sys.argv[2]
     sink = AuditSink(home, strict=True)
     ran = []
@@ -122,7 +123,7 @@ def test_process_dying_mid_call_leaves_an_orphaned_intent(tmp_path: Path) -> Non
     code = """
     import os, signal, sys
     from tooltrace import ToolCall, ToolRegistry, tool
-    from tooltrace.telemetry.audit import AuditSink
+    from tooltrace.telemetry import AuditSink
     home, ws = sys.argv[1], sys.argv[2]
 
     @tool(capability="write", effect="local")

@@ -154,7 +154,8 @@ def workload(n: int, seed: int = 7, runs: int = 3) -> Iterator[CallRecord]:
 
 
 def _writer_main(home: str, fsync: str, seconds: float | None = None) -> None:
-    from tooltrace.telemetry.audit import Ack, AuditSink
+    from tooltrace.audit import Ack
+    from tooltrace.telemetry import AuditSink
 
     out = sys.stdout
 
@@ -207,7 +208,7 @@ def run_real_workload(home: Any, workspace: Any, *, strict: bool = False) -> dic
         tool,
     )
     from tooltrace.builtins import default_registry
-    from tooltrace.telemetry.audit import AuditSink
+    from tooltrace.telemetry import AuditSink
 
     ws = Path(workspace)
     (ws / "notes").mkdir(parents=True, exist_ok=True)
@@ -312,7 +313,8 @@ def fork_writer(home: Any, ack_file: Any, fsync: str = "grouped") -> int:
     if pid == 0:  # pragma: no cover - runs in the child
         try:
             os.close(r)
-            from tooltrace.telemetry.audit import Ack, AuditSink
+            from tooltrace.audit import Ack
+            from tooltrace.telemetry import AuditSink
 
             fd = os.open(ack_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 

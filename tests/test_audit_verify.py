@@ -14,11 +14,12 @@ import pytest
 from click.testing import CliRunner
 from test_audit_support import workload
 
+from tooltrace.audit import compact, recover_dead_segments, verify
+from tooltrace.audit._format import chain_hash, load_key, seal_line, split_hash
+from tooltrace.audit._manifest import read_digest
+from tooltrace.audit._writer import SegmentWriter
 from tooltrace.cli import main
-from tooltrace.telemetry.audit import AuditSink, compact, recover_dead_segments, verify
-from tooltrace.telemetry.audit._format import chain_hash, load_key, seal_line, split_hash
-from tooltrace.telemetry.audit._manifest import read_digest
-from tooltrace.telemetry.audit._writer import SegmentWriter
+from tooltrace.telemetry import AuditSink
 
 
 @pytest.fixture

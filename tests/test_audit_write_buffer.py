@@ -10,9 +10,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tooltrace.telemetry.audit import _writer, verify
-from tooltrace.telemetry.audit._format import chain_hash, load_key, seal_line, split_hash
-from tooltrace.telemetry.audit._writer import SegmentWriter
+from tooltrace.audit import _writer, verify
+from tooltrace.audit._format import chain_hash, load_key, seal_line, split_hash
+from tooltrace.audit._writer import SegmentWriter
 
 
 def _writer_in(home: Path, **kw: object) -> SegmentWriter:

@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 from test_audit_support import SECRET, make_record, run_real_workload
 
 from tooltrace.cli import COMMANDS, main
-from tooltrace.telemetry.audit import AuditSink
+from tooltrace.telemetry import AuditSink
 
 TOOLTRACE = Path(sys.executable).parent / "tooltrace"
 

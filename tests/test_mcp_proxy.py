@@ -27,9 +27,9 @@ from mcp_servers.hooks import block_all
 from otlp_receiver import OtlpHttpReceiver
 
 from tooltrace import ToolDefinition, ToolRegistry
+from tooltrace.audit import AuditStore
 from tooltrace.cli.mcp import mcp as mcp_cli
 from tooltrace.mcp import McpProxy, load_config
-from tooltrace.telemetry.audit.query import AuditStore
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

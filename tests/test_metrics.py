@@ -382,7 +382,7 @@ def test_real_prometheus_scrapes_rates_and_quantiles_match_the_calls(ws: Path) -
 
 
 def test_the_audit_backlog_is_reported_under_sink_audit(ws: Path) -> None:
-    from tooltrace.telemetry.audit import AuditSink
+    from tooltrace.telemetry import AuditSink
 
     metrics = MetricsSink()
     audit = AuditSink(home=ws.parent / "home", group_interval_ms=60_000, max_queue=4)

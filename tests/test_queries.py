@@ -13,8 +13,9 @@ import orjson
 import pytest
 from test_audit_support import run_real_workload, workload
 
-from tooltrace.telemetry.audit import AuditSink, AuditStore, compact
-from tooltrace.telemetry.audit._sqlfiles import find_sql, shipped_sql
+from tooltrace.audit import AuditStore, compact
+from tooltrace.audit._sqlfiles import find_sql, shipped_sql
+from tooltrace.telemetry import AuditSink
 
 REPO_QUERIES = Path(__file__).resolve().parents[1] / "queries"
 

@@ -15,9 +15,10 @@ from click.testing import CliRunner
 
 import tooltrace
 from tooltrace import Stage, Status, ToolCall, ToolRegistry, tool
+from tooltrace.audit import DuplicateCallId, open_store
 from tooltrace.builtins import register_builtins
 from tooltrace.cli import main as cli
-from tooltrace.telemetry.audit import AuditSink, DuplicateCallId, open_store
+from tooltrace.telemetry import AuditSink
 from tooltrace.testing import RecordingSink
 
 ALNUM = string.ascii_letters + string.digits

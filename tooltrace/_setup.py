@@ -49,7 +49,7 @@ def create_registry(
 
         sinks.append(LoggingSink(log_stream, level=log_level, fmt=log_format))
     if audit:
-        from .telemetry.audit import AuditSink
+        from .telemetry import AuditSink
 
         sinks.append(AuditSink(home_path, **(audit_options or {})))
     sinks.extend(extra_sinks)

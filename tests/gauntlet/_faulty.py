@@ -93,7 +93,7 @@ def main(home: str, ws: str, port: int, n_calls: int, strict: bool) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (used + 30_000, resource.RLIM_INFINITY))
     for i in range(n_calls):
         call(tools[i % len(tools)])
-    from tooltrace.telemetry.audit import AuditSink
+    from tooltrace.telemetry import AuditSink
 
     audit = next(s for s in reg.sinks if isinstance(s, AuditSink))
     exposition = generate_latest(metrics).decode()

@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from tooltrace import MalformedCallError, Status, ToolCall, ToolRegistry, create_registry, tool
+from tooltrace.audit import AuditStore
 from tooltrace.cli import main as cli
-from tooltrace.telemetry.audit import AuditStore
 
 from ._figures import LONG, record, size
 

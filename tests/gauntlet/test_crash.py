@@ -24,9 +24,9 @@ import orjson
 import pytest
 from test_audit_support import acked_ids, start_writer
 
-from tooltrace.telemetry.audit import AuditStore, compact, recover_dead_segments, verify
-from tooltrace.telemetry.audit._format import load_key
-from tooltrace.telemetry.audit._segments import list_segments
+from tooltrace.audit import AuditStore, compact, recover_dead_segments, verify
+from tooltrace.audit._format import load_key
+from tooltrace.audit._segments import list_segments
 
 from ._figures import LONG, record, size
 

@@ -24,9 +24,10 @@ import pytest
 from click.testing import CliRunner
 from test_audit_support import workload
 
+from tooltrace.audit import verify
+from tooltrace.audit._format import chain_hash, seal_line, split_hash
 from tooltrace.cli import main as cli
-from tooltrace.telemetry.audit import AuditSink, verify
-from tooltrace.telemetry.audit._format import chain_hash, seal_line, split_hash
+from tooltrace.telemetry import AuditSink
 
 from ._figures import LONG, record, size
 

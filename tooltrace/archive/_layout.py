@@ -3,7 +3,7 @@
 Both targets store the same tables:
 
 - ``calls``, ``steps``, ``intents``, ``resolutions``: the columns of the local Parquet files
-  (``tooltrace.telemetry.audit._tables``), call ids as canonical lowercase strings so readers
+  (``tooltrace.audit._tables``), call ids as canonical lowercase strings so readers
   prune row groups by min/max, partitioned by ``day`` (UTC date of ``started_at``, of
   ``resolved_at`` for resolutions).
 - ``lines``: every line of every shipped segment as written (``writer``, ``segment``, ``n``,
@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..telemetry.audit._format import split_hash
-from ..telemetry.audit._segments import ParsedSegment
-from ..telemetry.audit._tables import TABLES, build_tables, schemas
+from ..audit._format import split_hash
+from ..audit._segments import ParsedSegment
+from ..audit._tables import TABLES, build_tables, schemas
 
 if TYPE_CHECKING:
     import pyarrow as pa

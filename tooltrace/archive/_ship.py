@@ -33,9 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._config import resolve_home
-from ..envelope import CallRecord
-from ..telemetry.audit._format import load_key
-from ..telemetry.audit._manifest import (
+from ..audit._format import load_key
+from ..audit._manifest import (
     COMPACTED,
     PRUNED,
     SHIPPED,
@@ -44,8 +43,9 @@ from ..telemetry.audit._manifest import (
     read_digest,
     record,
 )
-from ..telemetry.audit._recover import recover_dead_segments
-from ..telemetry.audit._segments import ParsedSegment, audit_dir, list_segments, read_segment
+from ..audit._recover import recover_dead_segments
+from ..audit._segments import ParsedSegment, audit_dir, list_segments, read_segment
+from ..envelope import CallRecord
 from ._connect import ArchiveError, Target, connect, first_line, parse_target
 from ._layout import (
     DATA_TABLES,

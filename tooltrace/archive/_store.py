@@ -9,8 +9,8 @@ string call id, so one call among millions reads a few row groups.
 
 from __future__ import annotations
 
-from ..telemetry.audit._tables import TABLES, empty_tables, schemas
-from ..telemetry.audit.query import _VIEWS, AuditStore
+from ..audit._store import _VIEWS, AuditStore
+from ..audit._tables import TABLES, empty_tables, schemas
 from ._connect import ArchiveError, Target, first_line, parse_target, prepare
 
 __all__ = ["ArchiveStore", "open_archive"]

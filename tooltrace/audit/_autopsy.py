@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from .query import CallDetail
+from ._store import CallDetail
 
 __all__ = ["TOOLTRACE_TRACE_URL", "Autopsy", "explain"]
 

@@ -27,18 +27,18 @@ import hmac
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 import orjson
 
-from ...envelope import CallRecord, Step
+from ..envelope import CallRecord, Step
+from ..sinks import LateStep
 
 __all__ = [
     "FORMAT_VERSION",
     "HASH_SUFFIX_LEN",
     "TOOLTRACE_AUDIT_KEY",
-    "LateStepLike",
     "chain_hash",
     "checkpoint_mac",
     "dumps",
@@ -225,16 +225,7 @@ def encode_call(record: CallRecord, kind: str = "c") -> dict[str, Any]:
     }
 
 
-class LateStepLike(Protocol):
-    """A step recorded after its call returned (``tooltrace.registry.LateStep``)."""
-
-    call_id: str
-    run_id: str
-    tool: str
-    step: Step
-
-
-def encode_late(late: LateStepLike) -> dict[str, Any]:
+def encode_late(late: LateStep) -> dict[str, Any]:
     """The line fields of a late step (job end, or ``resolved`` for a call that ended
     ``unknown``): it joins its call's ``tool_call_steps``; a ``resolved`` step's decision is
     the call's final status."""

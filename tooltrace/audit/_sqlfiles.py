@@ -25,7 +25,7 @@ _PLACEHOLDER = re.compile(r"\$([A-Za-z_]\w*)")
 _DIRS = (
     Path(__file__).resolve().parent / "sql",
     # A source checkout keeps the files at the repository root.
-    Path(__file__).resolve().parents[3] / "queries",
+    Path(__file__).resolve().parents[2] / "queries",
 )
 
 

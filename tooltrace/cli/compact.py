@@ -16,7 +16,7 @@ from ._common import OutputGuard, fail, home_option, json_option, print_json
 def compact(prune: bool, home: Path | None, as_json: bool) -> None:
     """Compact sealed segments into Parquet (crashed writers' segments are sealed first)."""
     from .._config import resolve_home
-    from ..telemetry.audit import compact as do_compact
+    from ..audit import compact as do_compact
 
     guard = OutputGuard(home)
     if not (resolve_home(home) / "audit").is_dir():

@@ -1,5 +1,7 @@
 """Telemetry sinks: tracing, metrics, logging and audit, fed from finished call records.
 
+The audit sink (``AuditSink``) writes the trail that ``tooltrace.audit`` keeps and reads.
+
 Every name is imported on first use (``from tooltrace.telemetry import
 TracingSink``), so ``import tooltrace`` does not pay for OpenTelemetry, prometheus-client or
 structlog until a sink is wanted.
@@ -14,6 +16,7 @@ from .._lazy import lazy_exports
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from ._auditsink import AuditSink
     from ._sink import DurableSink, OpenSpan, Sink, SpanOpener
     from ._worker import BatchWorker
     from .logging import LoggingSink
@@ -21,6 +24,7 @@ if TYPE_CHECKING:
     from .tracing import TracingSink, context_from_traceparent, traceparent
 
 __all__ = [
+    "AuditSink",
     "BatchWorker",
     "DurableSink",
     "LoggingSink",
@@ -37,7 +41,8 @@ __all__ = [
 ]
 
 _LAZY = {
-    # The protocols too: the audit readers (CLI) import this package and need none of them.
+    # The protocols too: whoever imports this package for one sink needs none of them.
+    "AuditSink": "._auditsink",
     "BatchWorker": "._worker",
     "DurableSink": "._sink",
     "OpenSpan": "._sink",

@@ -9,14 +9,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..._config import resolve_home
-from ...envelope import CallRecord
-from ...exceptions import AuditUnavailableError, ConfigurationError
-from .._worker import BatchWorker
-from ._format import LateStepLike, dumps, encode_call_bytes, encode_late, load_key
-from ._recover import Recovered, recover_dead_segments
-from ._segments import audit_dir
-from ._writer import Ack, FsyncPolicy, SegmentWriter
+from .._config import resolve_home
+from ..audit import (
+    Ack,
+    FsyncPolicy,
+    Recovered,
+    SegmentWriter,
+    audit_dir,
+    encode_call_bytes,
+    encode_late,
+    load_key,
+    recover_dead_segments,
+)
+from ..envelope import CallRecord
+from ..exceptions import AuditUnavailableError, ConfigurationError
+from ..sinks import LateStep
+from ._worker import BatchWorker
 
 __all__ = [
     "TOOLTRACE_AUDIT_FSYNC",
@@ -104,7 +112,7 @@ class AuditSink:
         self._lost = 0
         self.last_error: str | None = None
         self.recovered: list[Recovered] = []
-        self._worker: BatchWorker[CallRecord | LateStepLike] = BatchWorker(
+        self._worker: BatchWorker[CallRecord | LateStep] = BatchWorker(
             "audit",
             self._export,
             max_queue=max_queue,
@@ -182,7 +190,7 @@ class AuditSink:
             self._lost += 1
             self.last_error = type(exc).__name__
 
-    def emit_late(self, late: LateStepLike) -> None:
+    def emit_late(self, late: LateStep) -> None:
         """Queue a step recorded after its call returned (strict mode: write it now)."""
         if not self.strict:
             self._worker.submit(late)
@@ -226,7 +234,7 @@ class AuditSink:
 
     # -- background -------------------------------------------------------------------------
 
-    def _export(self, batch: list[CallRecord | LateStepLike]) -> None:
+    def _export(self, batch: list[CallRecord | LateStep]) -> None:
         try:
             w = self._get_writer()
             # Each record is encoded as the writer reaches it and dropped once its line is in
@@ -235,7 +243,7 @@ class AuditSink:
             # and no intermediate dict lives long enough to be promoted by the collector.
             bodies = (
                 encode_call_bytes(r) if type(r) is CallRecord
-                else dumps(encode_late(r))  # type: ignore[arg-type]
+                else encode_late(r)  # type: ignore[arg-type]
                 for r in batch
             )
             with w.lock:
