@@ -26,7 +26,7 @@ from .tool import ToolDefinition
 if TYPE_CHECKING:
     from ._registry import ToolRegistry
 
-__all__ = ["AllowDetails", "Approve", "Ask", "approve", "authorize", "police"]
+__all__ = ["AllowDetails", "Approve", "Ask", "approve", "authorize"]
 
 
 @dataclass(slots=True)
@@ -50,21 +50,19 @@ class AllowDetails:
     shared by every call that passes the same rules (up to 64 sets; records are read-only
     downstream). ``vetted`` holds their ids: the record builder need not redact them again."""
 
-    __slots__ = ("_by_rules", "vetted")
+    __slots__ = ("by_rules", "vetted")
 
     def __init__(self) -> None:
-        self._by_rules: dict[tuple[str, ...], Mapping[str, Any]] = {}
+        self.by_rules: dict[tuple[str, ...], Mapping[str, Any]] = {}
         self.vetted: set[int] = set()
 
-    def get(self, reg: ToolRegistry, rules: tuple[str, ...]) -> Mapping[str, Any]:
-        """The shared detail of ``rules`` (a fresh one once the table is full)."""
-        detail = self._by_rules.get(rules)
-        if detail is None:
-            detail = {"rules": list(rules)}
-            if len(self._by_rules) < 64:
-                detail = redact_detail(reg, detail)
-                self._by_rules[rules] = detail
-                self.vetted.add(id(detail))
+    def make(self, reg: ToolRegistry, rules: tuple[str, ...]) -> Mapping[str, Any]:
+        """The detail of ``rules``, kept and shared from now on while the table has room."""
+        detail: Mapping[str, Any] = {"rules": list(rules)}
+        if len(self.by_rules) < 64:
+            detail = redact_detail(reg, detail)
+            self.by_rules[rules] = detail
+            self.vetted.add(id(detail))
         return detail
 
 
@@ -73,18 +71,6 @@ _POLICY = str(StepName.POLICY)
 _HOOK_STAGE, _POLICY_STAGE = Stage.HOOK, Stage.POLICY
 _NO_PATHS: dict[str, str] = {}  # shared by calls of tools without path arguments, never mutated
 _WHO = re.compile(r"[^A-Za-z0-9@._-]")
-
-
-def police(
-    reg: ToolRegistry, b: Builder, entry: Entry, args: Mapping[str, Any], mode: str, t: int
-) -> ToolResultEnvelope | Ask | None:
-    """The policy step of a validated call: the mode first, then ``authorize``."""
-    d = entry.definition
-    ok, why = reg.policy.mode_allows(d, mode)
-    if not ok:
-        b.step(StepName.POLICY, t, "policy:mode", "deny", {"reason": why})
-        return b.reject(Stage.POLICY, f"not allowed in this mode ({why})", d.name)
-    return authorize(reg, b, entry, args, mode, t, None)
 
 
 def authorize(
@@ -96,16 +82,22 @@ def authorize(
     t: int,
     hook: tuple[str, Mapping[str, Any]] | None,
 ) -> ToolResultEnvelope | Ask | None:
-    """Resource scope and argument rules; ``hook`` = (name, arguments before) when a hook
-    changed the arguments. None when allowed, the refusal, or ``Ask``.
+    """The policy step (begun at ``t``): the mode, resource scope and argument rules. None
+    when allowed, the refusal, or ``Ask``. ``hook`` = (name, arguments before) when a hook
+    changed the arguments (the mode was checked the first time, and a hook cannot change it).
 
     A plain function (no generator on the common path): a rule that asks returns ``Ask`` and
     the pipeline then runs ``approve``, which may yield to the approver."""
     d = entry.definition
+    if hook is None:
+        ok, why = reg.policy.mode_allows(d, mode)
+        if not ok:
+            b.step(StepName.POLICY, t, "policy:mode", "deny", {"reason": why})
+            return b.reject(Stage.POLICY, f"not allowed in this mode ({why})", d.name)
     stage = _HOOK_STAGE if hook else _POLICY_STAGE
     resolved = _scope(reg, b, d, args, t, stage, hook) if d.path_params else _NO_PATHS
-    if isinstance(resolved, ToolResultEnvelope):
-        return resolved
+    if resolved is None:
+        return b.refused()
     req = PolicyRequest(d, args, mode, b.run_id, b.call_id, resolved)
     decision, rules = reg.policy.evaluate(req)
     if decision is None:
@@ -113,7 +105,10 @@ def authorize(
             detail = {"rules": list(rules), "paths": resolved}
             b.step(StepName.POLICY, t, "policy", "allow", detail)
         else:
-            b.step(_POLICY, t, "policy", "allow", reg._allow.get(reg, rules))
+            allow = reg._allow
+            b.step(
+                _POLICY, t, "policy", "allow", allow.by_rules.get(rules) or allow.make(reg, rules)
+            )
         return None
     reason = scrub(reg, decision.reason)[:300]
     decider = f"policy:{decision.rule}"
@@ -132,8 +127,8 @@ def _scope(
     t: int,
     stage: Stage,
     hook: tuple[str, Mapping[str, Any]] | None,
-) -> dict[str, str] | ToolResultEnvelope:
-    """Each path argument resolved in the workspace (relative), or the refusal."""
+) -> dict[str, str] | None:
+    """Each path argument resolved in the workspace (relative); None if refused."""
     resolved: dict[str, str] = {}
     for p in d.path_params:
         value = args.get(p)
@@ -141,13 +136,15 @@ def _scope(
             continue
         if not isinstance(value, str):
             b.step(StepName.POLICY, t, "policy:path_scope", "deny", {"param": p})
-            return b.reject(stage, f"argument {p} must be a path string", d.name)
+            b.reject(stage, f"argument {p} must be a path string", d.name)
+            return None
         try:
             rp = reg.workspace.resolve(value, must_exist=False)
         except PathPolicyError as exc:
             detail = {"param": p, "reason": exc.reason}
             b.step(StepName.POLICY, t, "policy:path_scope", "deny", detail)
-            return b.reject(stage, f"path not allowed ({exc.reason}): {exc}", d.name)
+            b.reject(stage, f"path not allowed ({exc.reason}): {exc}", d.name)
+            return None
         resolved[p] = rp.relative
         if hook is not None:
             before = hook[1].get(p)
@@ -158,7 +155,8 @@ def _scope(
             ):
                 detail = {"param": p, "reason": "widened path scope", "hook": hook[0]}
                 b.step(StepName.POLICY, t, "policy:hook_scope", "deny", detail)
-                return b.reject(Stage.HOOK, f"hook {hook[0]} tried to widen a path's scope", d.name)
+                b.reject(Stage.HOOK, f"hook {hook[0]} tried to widen a path's scope", d.name)
+                return None
     return resolved
 
 

@@ -38,8 +38,8 @@ class RunHook:
 
 def pre_hooks(
     reg: ToolRegistry, b: Builder, entry: Entry, args: dict[str, Any], mode: str
-) -> Generator[RunHook | Approve, Any, dict[str, Any] | ToolResultEnvelope]:
-    """Each pre-hook that applies, in order; the arguments to run with, or the refusal."""
+) -> Generator[RunHook | Approve, Any, dict[str, Any] | None]:
+    """Each pre-hook that applies, in order; the arguments to run with, None if refused."""
     d = entry.definition
     hook_args: Any = None  # the redacted arguments hooks see, made once per version of them
     for h in reg._pre_hooks:
@@ -56,21 +56,21 @@ def pre_hooks(
             detail = {"required": h.required, "error": error_text(reg, res) if res else what}
             if h.required:
                 b.step(StepName.PRE_HOOK, t, decider, "block", detail)
-                return b.reject(Stage.HOOK, f"required hook {h.name} {what}", d.name)
+                b.reject(Stage.HOOK, f"required hook {h.name} {what}", d.name)
+                return None
             b.step(StepName.PRE_HOOK, t, decider, "warn", detail)
             continue
         dec: HookDecision = res
         reason = scrub(reg, dec.reason)[:300]
-        refusal = _overreach(b, d, h, dec, mode, reason, t)
-        if refusal is not None:
-            return refusal
+        if _overreach(b, d, h, dec, mode, reason, t) is not None:
+            return None
         if dec.action is not HookAction.MODIFY or dec.arguments is None:
             shown = {"reason": reason} if reason else None
             b.step(StepName.PRE_HOOK, t, decider, dec.action.value, shown)
             continue
         checked = yield from _modify(reg, b, entry, h, args, view, dec.arguments, mode, reason, t)
-        if isinstance(checked, ToolResultEnvelope):
-            return checked
+        if checked is None:
+            return None
         args = checked
         b.args_redacted = hook_args = redact_args(reg, args)
     return args
@@ -110,8 +110,9 @@ def _modify(
     mode: str,
     reason: str,
     t: int,
-) -> Generator[Approve, Any, dict[str, Any] | ToolResultEnvelope]:
-    """A pre-hook's new arguments, re-validated and re-authorised (a rule may ask again)."""
+) -> Generator[Approve, Any, dict[str, Any] | None]:
+    """A pre-hook's new arguments, re-validated and re-authorised (a rule may ask again);
+    None if refused."""
     d = entry.definition
     new_args = _merge(args, view.arguments, new)
     diff = arguments_diff(view.arguments, redact_args(reg, new_args))
@@ -122,16 +123,16 @@ def _modify(
     checked, err = entry.schema.validate(new_args)
     if err is not None:
         b.step(StepName.REVALIDATE, t, "schema", "reject", {"error": err.message})
-        why = f"hook {h.name} produced invalid arguments: {err.message}"
-        return b.reject(Stage.HOOK, why, d.name)
+        b.reject(Stage.HOOK, f"hook {h.name} produced invalid arguments: {err.message}", d.name)
+        return None
     b.step(StepName.REVALIDATE, t, "schema", "accept", None)
     verdict = authorize(reg, b, entry, checked, mode, t, (h.name, args))
     if verdict is not None:
         if isinstance(verdict, ToolResultEnvelope):
-            return verdict
+            return None
         refused = yield from approve(reg, b, d, checked, verdict)
         if refused is not None:
-            return refused
+            return None
     return checked
 
 

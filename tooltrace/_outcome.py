@@ -57,7 +57,6 @@ def outcome_rules(
     signal: str | None,
     error: BaseException | None,
     side_effects: bool,
-    *,
     tool: str,
     tool_summary: str = "",
     error_text: str = "",
@@ -69,7 +68,7 @@ def outcome_rules(
 
     ``kind`` is how execution ended (``returned``, ``raised``, or ``abandoned`` when the tool
     did not confirm it stopped within the grace period); ``signal`` what the tool was told
-    (``deadline``, ``cancel`` or None). The texts only fill the summary: ``tool_summary`` is
+    (``deadline``, ``cancel`` or None). The rest only fills the summary: ``tool_summary`` is
     the tool's own (already redacted), ``error_text`` the redacted error.
     """
     if kind == "returned" and signal is None:

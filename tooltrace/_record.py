@@ -101,6 +101,7 @@ class Builder:
         "hook_modified",
         "last",
         "mode",
+        "refusal",
         "reg",
         "run_id",
         "span",
@@ -125,6 +126,8 @@ class Builder:
         self.execution_started = False
         self.hook_modified = False
         self.error_type: str | None = None
+        #: The envelope of the refusal, once a stage refused the call (``reject``).
+        self.refusal: ToolResultEnvelope | None = None
 
     def us(self, perf_ns: int) -> int:
         """Wall-clock microseconds of a ``perf_counter_ns`` reading."""
@@ -178,7 +181,13 @@ class Builder:
         env = self.envelope(
             Status.REJECTED, summary, None, None, stage, None, retry=retry, tool_override=tool
         )
+        self.refusal = env
         return self.emit(env)
+
+    def refused(self) -> ToolResultEnvelope:
+        """The refusal a stage made (a stage that makes a product returns None instead)."""
+        assert self.refusal is not None
+        return self.refusal
 
     def envelope(
         self,

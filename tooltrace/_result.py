@@ -48,21 +48,25 @@ def finish(
         tool_summary = value.summary
         result_detail = value.detail
         value = value.data
-    detail = _execute_detail(reg, ctx, signal, result_detail)
+    # The common detail (only the timeout) is shared: one per timeout, made once.
+    detail = None if ctx.detail or signal or result_detail else _EXEC_DETAILS.get(ctx.timeout_s)
+    if detail is None:
+        detail = _execute_detail(reg, ctx, signal, result_detail)
     now = b.step(_EXECUTE, t, "tool", out.kind, detail)
     if signal is not None:
         _signal_steps(reg, b, d, out, signal)
+    # Positional (this runs on every call): how execution ended, then the summary's texts.
     status, summary, retry, etype = outcome_rules(
         out.kind,
         signal,
         out.error,
         d.effect is not _NO_EFFECT,
-        tool=d.name,
-        tool_summary=scrub(reg, tool_summary)[:500] if tool_summary else "",
-        error_text=error_text(reg, out.error) if out.error is not None else "",
-        timeout_s=ctx.timeout_s,
-        grace_s=reg.cancel_grace_s,
-        call_id=b.call_id,
+        d.name,
+        scrub(reg, tool_summary)[:500] if tool_summary else "",
+        error_text(reg, out.error) if out.error is not None else "",
+        ctx.timeout_s,
+        reg.cancel_grace_s,
+        b.call_id,
     )
     b.error_type = etype
     if status is not _OK:
@@ -77,15 +81,12 @@ def _execute_detail(
     result_detail: Mapping[str, Any] | None,
 ) -> Mapping[str, Any]:
     """The execute step's detail: the timeout, and what the tool and the runtime added."""
-    if not (ctx.detail or signal is not None or result_detail):
-        detail = _EXEC_DETAILS.get(ctx.timeout_s)
-        if detail is None:
-            detail = {"timeout_s": ctx.timeout_s}
-            if len(_EXEC_DETAILS) < 256:
-                _EXEC_DETAILS[ctx.timeout_s] = detail
-                VETTED.add(id(detail))
-        return detail
     out: dict[str, Any] = {"timeout_s": ctx.timeout_s}
+    if not (ctx.detail or signal or result_detail):
+        if len(_EXEC_DETAILS) < 256:  # shared from now on (see finish)
+            _EXEC_DETAILS[ctx.timeout_s] = out
+            VETTED.add(id(out))
+        return out
     if ctx.detail:
         out.update(redact_detail(reg, ctx.detail))
     if signal is not None:

@@ -17,7 +17,7 @@ import uuid_utils
 from . import _build
 from ._ids import new_call_id
 from ._record import UNREGISTERED, Builder
-from .envelope import Stage, StepName, ToolCall, ToolResultEnvelope
+from .envelope import Stage, StepName, ToolCall
 from .exceptions import MalformedCallError
 
 if TYPE_CHECKING:
@@ -34,23 +34,26 @@ _TOKEN_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 def sanitise(
     reg: ToolRegistry, b: Builder, raw: ToolCall | Mapping[str, Any] | str | bytes
-) -> ToolCall | ToolResultEnvelope:
-    """The call, with its id, run, mode and attributes on the builder; or its refusal."""
+) -> ToolCall | None:
+    """The call, with its id, run, mode and attributes on the builder; None if refused."""
     if type(raw) is ToolCall or isinstance(raw, ToolCall):
         call = raw
     else:
         try:
             call = ToolCall.parse(raw)
         except MalformedCallError as exc:
-            return _malformed(reg, b, {"reason": exc.reason}, str(exc))
+            _malformed(reg, b, {"reason": exc.reason}, str(exc))
+            return None
     bad = check_call(reg, call)
     if bad is not None:
-        return _malformed(reg, b, {"reason": bad}, bad)
+        _malformed(reg, b, {"reason": bad}, bad)
+        return None
     if call.call_id:
         cid = call.call_id.lower()
         if not reg._statuses.claim(cid, reg._active):
             detail = {"reason": "duplicate_call_id", "call_id": cid}
-            return _malformed(reg, b, detail, "call_id is already in use (duplicate_call_id)")
+            _malformed(reg, b, detail, "call_id is already in use (duplicate_call_id)")
+            return None
         b.call_id = cid
     else:
         # str(uuid7()) is new_call_id() without a function call, on every call.
@@ -62,16 +65,14 @@ def sanitise(
     return call
 
 
-def _malformed(
-    reg: ToolRegistry, b: Builder, detail: dict[str, Any], why: str
-) -> ToolResultEnvelope:
+def _malformed(reg: ToolRegistry, b: Builder, detail: dict[str, Any], why: str) -> None:
     """Refuse a malformed call, recorded under an id of its own (so no reader can take the
     refusal, or another call with the id it named, for the other)."""
     b.call_id = new_call_id()
     if reg._tracer is not None:
         b.span = reg._tracer.open_span(UNREGISTERED)
     b.step(StepName.RESOLVE, b.t0, "registry", "reject", detail)
-    return b.reject(Stage.PARAMS, f"malformed tool call: {why}", UNREGISTERED)
+    b.reject(Stage.PARAMS, f"malformed tool call: {why}", UNREGISTERED)
 
 
 def check_call(reg: ToolRegistry, call: ToolCall) -> str | None:
@@ -80,13 +81,12 @@ def check_call(reg: ToolRegistry, call: ToolCall) -> str | None:
     cid, rid, mode = c.call_id, c.run_id, c.mode
     if cid is not None and (type(cid) is not str or not _UUID_RE.match(cid)):
         return "call_id must be a UUID string"
-    redact_text = reg.redactor.redact_text
     if rid is not None and (
-        type(rid) is not str or not _TOKEN_RE.match(rid) or redact_text(rid) != rid
+        type(rid) is not str or not _TOKEN_RE.match(rid) or reg.redactor.redact_text(rid) != rid
     ):
         return "run_id must be 1-128 characters of [A-Za-z0-9._:-] and not a secret"
     if mode not in reg.policy.modes and (
-        type(mode) is not str or not _TOKEN_RE.match(mode) or redact_text(mode) != mode
+        type(mode) is not str or not _TOKEN_RE.match(mode) or reg.redactor.redact_text(mode) != mode
     ):
         return "mode must be 1-128 characters of [A-Za-z0-9._:-] and not a secret"
     t = c.timeout_s

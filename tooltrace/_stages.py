@@ -9,6 +9,10 @@ It is written once, as a generator (``pipeline``) that *yields* the operations t
 *receives* their outcomes; a blocking driver serves ``call()`` and an asyncio driver serves
 ``acall()`` (``tooltrace._drivers``). Every stage appends a ``Step``. Most calls (an inline tool,
 no hooks or approval, a free slot) never yield.
+
+A stage that makes something (the call, its entry, its arguments) returns it, or None when it
+refused the call; a stage that only decides returns the refusal, or None to go on. A refusal is
+emitted as it is made, and the pipeline returns its envelope (``Builder.refused``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _build
 from ._admission import AdmissionResult
-from ._authorize import Approve, approve, police
+from ._authorize import Approve, approve, authorize
 from ._context import CallContext
 from ._execute import Execute, execute_blocking, execute_inline
 from ._hookstages import RunHook, post_hooks, pre_hooks
@@ -87,19 +91,19 @@ def pipeline(reg: ToolRegistry, raw: RawCall, blocking: bool = False) -> Pipelin
     here: execution then runs without a round trip through the driver)."""
     b = Builder(reg, time.time_ns() // 1000, _perf_ns())
     call = sanitise(reg, b, raw)
-    if isinstance(call, ToolResultEnvelope):
-        return call
+    if call is None:
+        return b.refused()
     # Read as Any: a ToolCall built in code may hold anything in these (they are checked by
     # the stages), and compiled code would raise a TypeError reading them as declared.
     untyped: Any = call
     raw_args = arguments(reg, b, untyped.arguments)
     entry = resolve(reg, b, untyped.name)
-    if isinstance(entry, ToolResultEnvelope):
-        return entry
+    if entry is None:
+        return b.refused()
     args = validate(b, entry, raw_args)
-    if isinstance(args, ToolResultEnvelope):
-        return args
-    verdict = police(reg, b, entry, args, call.mode, b.last)
+    if args is None:
+        return b.refused()
+    verdict = authorize(reg, b, entry, args, call.mode, b.last, None)
     if verdict is not None:
         if isinstance(verdict, ToolResultEnvelope):
             return verdict
@@ -108,13 +112,15 @@ def pipeline(reg: ToolRegistry, raw: RawCall, blocking: bool = False) -> Pipelin
             return refused
     if reg._pre_hooks:
         hooked = yield from pre_hooks(reg, b, entry, args, call.mode)
-        if isinstance(hooked, ToolResultEnvelope):
-            return hooked
+        if hooked is None:
+            return b.refused()
         args = hooked
     d = entry.definition
     if b.call_id in reg._cancel_early or b.run_id in reg._cancelled_runs:
         return _cancelled(b, d, StepName.ADMISSION, _perf_ns())
-    timeout, asked = deadline(reg, d, untyped.timeout_s)
+    timeout, asked = d.timeout_s, None
+    if untyped.timeout_s is not None:
+        timeout, asked = deadline(reg, untyped.timeout_s)
     t = b.last  # admission begins where the last step ended (one clock read less)
     adm: AdmissionResult
     if reg._admission.try_acquire(d.name):
@@ -168,8 +174,8 @@ def arguments(reg: ToolRegistry, b: Builder, raw_args: Any) -> Any:
     return raw_args
 
 
-def resolve(reg: ToolRegistry, b: Builder, name: Any) -> Entry | ToolResultEnvelope:
-    """The active entry of the tool the call names (its span opens here), or the refusal."""
+def resolve(reg: ToolRegistry, b: Builder, name: Any) -> Entry | None:
+    """The active entry of the tool the call names (its span opens here); None if refused."""
     t = _perf_ns()
     entry = reg._table.active.get(name) if type(name) is str else None
     if reg._tracer is not None:
@@ -180,38 +186,38 @@ def resolve(reg: ToolRegistry, b: Builder, name: Any) -> Entry | ToolResultEnvel
         if reg.redactor.redact_text(shown) != shown:  # a name may itself be a secret
             shown = "the requested tool"
         b.step(StepName.RESOLVE, t, "registry", "reject", {"requested": shown})
-        return b.reject(Stage.RESOLVE, "unknown tool", UNREGISTERED, shown_name=shown)
+        b.reject(Stage.RESOLVE, "unknown tool", UNREGISTERED, shown_name=shown)
+        return None
     b.entry = entry
     if b.run_id in reg._cancelled_runs or b.call_id in reg._cancel_early:
-        return _cancelled(b, entry.definition, StepName.RESOLVE, t)
+        _cancelled(b, entry.definition, StepName.RESOLVE, t)
+        return None
     b.step(_RESOLVE, t, "registry", "accept", None)
     return entry
 
 
-def validate(b: Builder, entry: Entry, raw_args: Any) -> dict[str, Any] | ToolResultEnvelope:
-    """The arguments checked against the tool's schema (defaults filled in), or the refusal."""
+def validate(b: Builder, entry: Entry, raw_args: Any) -> dict[str, Any] | None:
+    """The arguments checked against the tool's schema (defaults filled in); None if refused."""
     t = b.last
     d = entry.definition
     if type(raw_args) is not dict and not isinstance(raw_args, Mapping):
         error = "arguments must be an object"
         b.step(StepName.VALIDATE, t, "schema", "reject", {"error": error})
-        return b.reject(Stage.PARAMS, error, d.name)
+        b.reject(Stage.PARAMS, error, d.name)
+        return None
     args, err = entry.schema.validate(raw_args if type(raw_args) is dict else dict(raw_args))
     if err is not None:
         detail = {"error": err.message, "rule": err.rule}
         b.step(StepName.VALIDATE, t, "schema", "reject", detail)
-        return b.reject(Stage.PARAMS, err.message, d.name)
+        b.reject(Stage.PARAMS, err.message, d.name)
+        return None
     b.step(_VALIDATE, t, "schema", "accept", None)
     return args
 
 
-def deadline(
-    reg: ToolRegistry, d: ToolDefinition, requested: Any
-) -> tuple[float, dict[str, Any] | None]:
-    """The call's timeout: the tool's, or the one it asked for within the registry's limits;
-    and, when the asked one was changed, what the admission step records about that."""
-    if requested is None:
-        return d.timeout_s, None
+def deadline(reg: ToolRegistry, requested: Any) -> tuple[float, dict[str, Any] | None]:
+    """The timeout a call asked for, within the registry's limits; and, when it had to be
+    changed, what the admission step records about that (without one, the tool's applies)."""
     asked = float(requested)  # an int passes check_call too
     timeout = min(max(asked, 0.001), reg.max_timeout_s)
     if timeout != asked:
