@@ -103,12 +103,15 @@ class TooltraceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         registry: the registry that owns the tools.
         mode: the policy mode of every call, and the tools offered to the model.
         run_id: the run id of every call (default: the registry's run).
-        expose_tools: offer the registry's visible tools to the model (``as_langchain_tools``);
-            False when the agent gets its tools elsewhere (adopted ones, say).
+        expose_tools: offer the model the tools visible in ``mode`` when the middleware is made
+            (``as_langchain_tools``); False when the agent gets its tools elsewhere (a tool
+            offered twice reaches the model twice).
 
-    ``wrap_tool_call`` and ``awrap_tool_call`` have the signature ``ToolNode`` expects of its
-    wrappers, so ``ToolNode(tools, wrap_tool_call=mw.wrap_tool_call,
-    awrap_tool_call=mw.awrap_tool_call)`` is the LangGraph form.
+    It answers every tool call itself (LangChain's tool executor and any middleware listed
+    after it are not called): list it last. ``wrap_tool_call`` and ``awrap_tool_call`` have
+    the signature ``ToolNode`` expects of its wrappers, so ``ToolNode(tools,
+    wrap_tool_call=mw.wrap_tool_call, awrap_tool_call=mw.awrap_tool_call)`` is the LangGraph
+    form.
     """
 
     def __init__(
