@@ -30,7 +30,11 @@ __all__ = [
 ]
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
-SOURCE_RE = re.compile(r"^(builtin|user|project|mcp:[A-Za-z0-9._-]{1,64})$")
+#: Where a tool came from: shipped with tooltrace, the user's or the project's code, an MCP
+#: server, or an agent framework's own tool adopted through an adapter.
+SOURCE_RE = re.compile(
+    r"^(builtin|user|project|mcp:[A-Za-z0-9._-]{1,64}|framework:[A-Za-z0-9._-]{1,64})$"
+)
 
 
 class Capability(enum.StrEnum):
@@ -108,7 +112,8 @@ class ToolDefinition:
             )
         if not isinstance(self.source, str) or not SOURCE_RE.match(self.source):
             raise RegistrationError(
-                f"tool {self.name!r}: source must be builtin, user, project or mcp:<server>, "
+                f"tool {self.name!r}: source must be builtin, user, project, mcp:<server> or "
+                "framework:<name>, "
                 f"got {_short(self.source)!r}"
             )
         if not isinstance(self.description, str):
@@ -225,11 +230,17 @@ def function_schema(fn: Callable[..., Any]) -> tuple[dict[str, Any], bool]:
     props: dict[str, Any] = {}
     required: list[str] = []
     wants_ctx = False
-    for pname, param in inspect.signature(fn).parameters.items():
+    for i, (pname, param) in enumerate(inspect.signature(fn).parameters.items()):
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise RegistrationError(f"tool function {fn.__name__!r} must not take *args/**kwargs")
         ann = hints.get(pname, param.annotation)
         if _is_ctx(ann):
+            if i != 0:
+                # The registry hands the context over as the first positional argument.
+                raise RegistrationError(
+                    f"tool function {fn.__name__!r}: the CallContext parameter {pname!r} "
+                    "must come first"
+                )
             wants_ctx = True
             continue
         schema = _schema_for(ann)
