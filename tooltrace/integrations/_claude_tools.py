@@ -77,7 +77,7 @@ BUILTIN_TOOLS: tuple[str, ...] = tuple(_TABLE)
 
 
 def builtin_definitions(
-    names: Iterable[str] | None = None, *, timeout_s: float = 600.0, source: str = "user"
+    names: Iterable[str] | None = None, *, timeout_s: float = 600.0, source: str = "framework:claude-agent-sdk"
 ) -> list[ToolDefinition]:
     """Definitions of the named built-in tools (all of ``BUILTIN_TOOLS`` by default).
 
@@ -125,7 +125,7 @@ def adopt(
     capability: Capability | str = Capability.READ,
     effect: Effect | str = Effect.NONE,
     timeout_s: float = 30.0,
-    source: str = "user",
+    source: str = "framework:claude-agent-sdk",
 ) -> list[ToolDefinition]:
     """Register SDK ``@tool`` functions in ``registry``, with the schema the SDK would send
     (checked like any registration), so ``ClaudeAgentAdapter.mcp_server`` serves them through

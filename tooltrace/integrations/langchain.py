@@ -43,7 +43,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 from pydantic import BaseModel
 
-from .._current import current_context
+from .. import current_context
 from ..envelope import Status, ToolCall, ToolResultEnvelope
 from ..exceptions import RegistrationError
 from ..tool import Capability, Effect, ToolDefinition
@@ -234,7 +234,7 @@ def adopt(
     registry: ToolRegistry,
     tools: Iterable[BaseTool],
     *,
-    source: str = "user",
+    source: str = "framework:langchain",
     priority: int = 0,
     capability: Capability | str = Capability.EXECUTE,
     effect: Effect | str = Effect.EXTERNAL,

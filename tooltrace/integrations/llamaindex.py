@@ -160,7 +160,7 @@ def adopt(
     capability: Capability | str = Capability.READ,
     effect: Effect | str = Effect.NONE,
     timeout_s: float = 30.0,
-    source: str = "user",
+    source: str = "framework:llamaindex",
 ) -> list[TooltraceTool]:
     """Register existing LlamaIndex tools in ``registry`` and return their wrappers.
 

@@ -228,7 +228,7 @@ def adopt(
     registry: ToolRegistry,
     tools: Iterable[Any],
     *,
-    source: str = "user",
+    source: str = "framework:openai-agents",
     capability: Capability | str = Capability.WRITE,
     effect: Effect | str = Effect.EXTERNAL,
     timeout_s: float = 30.0,

@@ -330,7 +330,7 @@ def adopt(
     registry: ToolRegistry,
     tools: Iterable[Tool[Any] | FunctionToolset[Any] | Callable[..., Any]],
     *,
-    source: str = "user",
+    source: str = "framework:pydantic-ai",
     capability: Capability | str = Capability.WRITE,
     effect: Effect | str = Effect.EXTERNAL,
     timeout_s: float = 30.0,
