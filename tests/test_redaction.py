@@ -259,6 +259,52 @@ def test_cookie_headers(redactor: Redactor) -> None:
 
 
 @pytest.mark.parametrize(
+    "line",
+    [
+        "Authorization: see the docs at https://example.com/auth",
+        "Authorization: required for every request",
+        "Authorization: See below.",
+        "Authorization: see RFC 7235, section 4.2",
+        "Authorization: Negotiate",
+        "Proxy-Authorization: not needed inside the cluster",
+        "Cookie: see below",
+        "Set-Cookie: is sent by the login endpoint",
+        "Authorization: <token>",
+    ],
+)
+def test_prose_after_a_header_name_is_not_a_credential(redactor: Redactor, line: str) -> None:
+    assert redactor.redact_text(line) is line
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        (
+            "Authorization: Negotiate YIIGhgYGKwYBBQUCoIIGejCCBnagMDAuBgkqhkiC9xIBAgIG",
+            "YIIGhgYGKwYBBQUCoIIGejCCBnagMDAuBgkqhkiC9xIBAgIG",
+        ),
+        (
+            "Authorization: AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/iam/"
+            "aws4_request, SignedHeaders=host;x-amz-date, Signature=5d672d79c15b13162d9279b0855"
+            "cfba6789a8edb4c82c400e06b5924a6f2b5d7",
+            "5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7",
+        ),
+        ("Authorization: SSWS 00QCjAl4MlV-WPXM-0123456789abcdef", "00QCjAl4MlV-WPXM-0123456789"),
+        ("Authorization: sk-live-0123456789abcdef", "0123456789abcdef"),
+        ("Authorization: Custom abcdefghijklmnopqrstu", "abcdefghijklmnopqrstu"),
+        ("Authorization: Digest-ish response=hunter22, realm=x", "hunter22"),
+        ("Cookie: sid=Zx81kLmQ9", "Zx81kLmQ9"),
+        ("Set-Cookie: ZX81KLMQ9QWE7", "ZX81KLMQ9QWE7"),
+    ],
+)
+def test_a_credential_after_a_header_name_is_redacted_whatever_its_scheme(
+    redactor: Redactor, text: str, secret: str
+) -> None:
+    out = redactor.redact_text(text)
+    assert secret not in out and "[REDACTED:" in out, out
+
+
+@pytest.mark.parametrize(
     ("text", "secret"),
     [
         ('api_key = "abcd1234efgh5678"', "abcd1234efgh5678"),
@@ -289,6 +335,67 @@ def test_values_next_to_key_like_names(redactor: Redactor, text: str, secret: st
     else:
         # Too short to tell from ordinary text: documented minimum length.
         assert out is text
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("password: %Xk2!pQ9zLmW", "Xk2!pQ9zLmW"),
+        ('{"password": "#Xk2pQ9zLmW"}', "Xk2pQ9zLmW"),
+        ('{\\"password\\": \\"%dXk2pQ9zLmW\\"}', "Xk2pQ9zLmW"),
+        ("password=%25Xk2%21pQ9zLmW", "Xk2%21pQ9zLmW"),
+        ("https://example.com/login?user=bob&password=%23Xk2pQ9zLmW", "Xk2pQ9zLmW"),
+        ("DB_PASSWORD=$Xk2!pQ9zLmW", "Xk2!pQ9zLmW"),
+        ("postgres://app:%23Xk2pQ9zLm@db:5432/app", "Xk2pQ9zLm"),
+        ("aws_secret_access_key = %2FwJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKE", "wJalrXUtnFEMI"),
+        ("aws_secret_access_key = %2BwJalrXUtnFEMI%2FK7MDENG%2BbPxRfiCYEXAMPLE", "wJalrXUtnFEMI"),
+    ],
+)
+def test_a_value_starting_with_a_template_sigil_is_no_placeholder(
+    redactor: Redactor, text: str, secret: str
+) -> None:
+    out = redactor.redact_text(text)
+    assert secret not in out and "[REDACTED:" in out, out
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "password: %(pw)s",
+        "password = '%(password)s'",
+        "password: '%s:%s'",
+        "password: %PASSWORD%",
+        "password: '%env(DB_PASSWORD)%'",
+        "password: #{pw}",
+        'password: "#{pw}"',
+        "password: # set below",
+        "password: ${X}",
+        'password: "${{ secrets.DB_PASSWORD }}"',
+        "DB_PASSWORD=$DB_PASSWORD_FROM_VAULT",
+        "password=%24%7BDB_PASSWORD%7D",
+        "postgres://app:${DB_PASSWORD}@db:5432/app",
+    ],
+)
+def test_template_placeholders_stay(redactor: Redactor, line: str) -> None:
+    assert redactor.redact_text(line) is line
+
+
+def test_machine_made_tokens_without_a_digit_or_with_a_suffix(redactor: Redactor) -> None:
+    letters = "KeJsAbcdefGhijkLmnoPqrs-tuvWxyz~cmj"
+    out = redactor.redact_text(f"use Bearer {letters} now")
+    assert out == f"use Bearer {marker('authorization')} now"
+    token = _rand(ALNUM, 32)
+    for suffix in (".txt", ".json", ".pem.bak"):
+        out = redactor.redact_text(f"api_key={token}{suffix}")
+        assert token not in out and "[REDACTED:" in out, out
+    # Prose after "bearer" and code that names a value stay.
+    for line in (
+        "Bearer tokens are sent in the Authorization header.",
+        "the bearer authentication scheme",
+        "api_key = settings.API_KEY",
+        "API_KEY = config.API_KEY",
+    ):
+        assert redactor.redact_text(line) is line
 
 
 BENIGN = [
@@ -444,6 +551,31 @@ def test_redact_deep_copy_shares_unchanged_parts_and_never_mutates(redactor: Red
     assert gh not in json.dumps(out)
 
 
+def test_a_key_that_names_a_secret_is_redacted_as_text_too(redactor: Redactor) -> None:
+    key = "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    out, n = redactor.redact({key: "v", "note": {key: None}})
+    assert "wJalrXUtnFEMI" not in json.dumps(out)
+    shown = f"aws_secret_access_key = {marker('aws_secret_key')}"
+    # The value rule still applies (None holds nothing, so it stays).
+    assert out == {shown: marker("secret_field"), "note": {shown: None}}
+    assert n == 3
+    gh = "ghp_" + _rand(ALNUM, 36)
+    out, n = redactor.redact({f"password for {gh}": "hunter22"})
+    assert out == {f"password for {marker('github_token')}": marker("secret_field")} and n == 2
+
+
+def test_str_subclass_keys_follow_the_same_rules(redactor: Redactor) -> None:
+    class Key(str):
+        pass
+
+    gh = "ghp_" + _rand(ALNUM, 36)
+    out, n = redactor.redact({Key("password"): "hunter22", Key(f"note {gh}"): 1, Key("a"): "b"})
+    assert out == {
+        "password": marker("secret_field"), f"note {marker('github_token')}": 1, "a": "b"
+    }
+    assert n == 2
+
+
 def test_redact_returns_the_same_object_when_clean(redactor: Redactor) -> None:
     value = {"path": "notes/a.txt", "limit": 10, "items": [1, "two", {"x": None}]}
     out, n = redactor.redact(value)
@@ -514,6 +646,56 @@ def test_register_value_is_thread_safe() -> None:
     assert not errors
     text = " ".join(values)
     assert r.redact_text(text) == " ".join([marker("registered")] * len(values))
+
+
+# -- encoded secrets --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "place",
+    [
+        "https://example.com/cb/{b}",
+        "https://example.com/cb/{b}?x=1",
+        "/tmp/uploads/{b}",
+        "s3://bucket/a/b/{b}",
+        "open state_{b} now",
+        "x-{b}",
+        "+{b}",
+    ],
+)
+@pytest.mark.parametrize("urlsafe", [False, True], ids=["standard", "urlsafe"])
+def test_base64_secret_right_after_a_separator(
+    redactor: Redactor, place: str, urlsafe: bool
+) -> None:
+    # "/", "_", "-" and "+" are base64 characters and separators: the blob starts after one.
+    token = "ghp_" + _rand(ALNUM, 36)
+    encode = base64.urlsafe_b64encode if urlsafe else base64.b64encode
+    for plain in (token, f"token={token}", json.dumps({"token": token}), f"a {token}\n"):
+        enc = encode(plain.encode()).decode()
+        for blob in (enc, enc.rstrip("=")):
+            text = place.format(b=blob)
+            out = redactor.redact_text(text)
+            head, tail = place.split("{b}")
+            assert out == head + marker("encoded_secret") + tail, (text, out)
+
+
+def test_base64_secret_followed_by_more_of_the_path(redactor: Redactor) -> None:
+    token = "ghp_" + _rand(ALNUM, 36)
+    for pad in range(3):  # every length modulo 3 of the encoded text
+        blob = base64.b64encode(f"token={token}{' ' * pad}".encode()).decode().rstrip("=")
+        out = redactor.redact_text(f"https://example.com/cb/{blob}/callback")
+        assert out.startswith(f"https://example.com/cb/{marker('encoded_secret')}"), out
+        assert all(blob[i : i + 8] not in out for i in range(0, len(blob) - 8, 4)), out
+
+
+def test_benign_base64_after_a_separator_stays(redactor: Redactor) -> None:
+    rng = random.Random(4)
+    for i in range(300):
+        words = base64.b64encode(f"report {i}: all checks passed, nothing to see".encode())
+        image = base64.b64encode(rng.randbytes(rng.randint(30, 600)))
+        for blob in (words.decode(), image.decode(), image.decode().rstrip("=")):
+            for text in (f"https://example.com/files/{blob}", f"/tmp/{blob}/x", f"id_{blob}"):
+                assert redactor.redact_text(text) is text, text
 
 
 # -- exceptions -----------------------------------------------------------------------------

@@ -13,7 +13,8 @@ Three kinds of rule:
   private key blocks, passwords in URLs, ``Authorization`` headers, cookies) and for values
   assigned to key-like names in text (``api_key = "..."``, ``"token": "..."``, ``SECRET=...``);
 * **key rules** for structured values: a mapping key such as ``password`` or ``accessToken``
-  has its whole value replaced by :meth:`Redactor.redact`;
+  has its whole value replaced by :meth:`Redactor.redact` (the key itself is text like any
+  other and is redacted as such);
 * **registered values**: secrets the operator knows (``register_value``), matched raw and in
   their base64, URL-encoded and JSON-escaped forms.
 
@@ -36,7 +37,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, quote_plus, unquote_plus
+from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
 from mypy_extensions import mypyc_attr
 
@@ -61,11 +62,20 @@ def marker(kind: str) -> str:
 _HEX40_64 = re.compile(r"[0-9a-fA-F]{40}|[0-9a-fA-F]{64}")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _PLACEHOLDER = re.compile(
-    r"(?i)(?:none|null|nil|true|false|undefined|redacted|example|changeme|your[_-].*|"
-    r"x+|\*+|\.+|<.*>|\$.*|\{.*\}|%.*|#.*|env|os\.environ.*|process\.env.*|"
+    r"(?i)(?:none|null|nil|n/a|true|false|undefined|redacted|example|changeme|your[_-].*|"
+    r"x+|\*+|\.+|<.*>|\{.*\}|[$%#]|#\s.*|env|os\.environ.*|process\.env.*|"
     r"pass|passwd|pwd|pw|password|secret|token|string|str|value|empty|dummy|test|placeholder|"
     r"hidden|\[redacted.*)"
 )
+# References a template fills in: ${X}, $(cmd), $NAME, %(pw)s, %s, %-8d, %PASSWORD%,
+# %env(X)%, %{x}, #{pw}, #NAME#, {{ x }}, {name}. A value that only starts with a sigil is no
+# template: about one random password in thirty starts with $, % or #.
+_TEMPLATE_REF = re.compile(
+    r"\$\{[^{}]*\}|\$\([^()]*\)|\$[A-Za-z_]\w*|\$\d+|"
+    r"%[A-Za-z_]\w+(?:\([\w.:]*\))?%|%(?:\(\w+\))?[-#0 +]*\d*(?:\.\d+)?[sdiouxXeEfFgGcr]|"
+    r"%\{[^{}]*\}|#\{[^{}]*\}|#\w+#|\{\{[^{}]*\}\}|\{\w*\}"
+)
+_PCT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -86,13 +96,31 @@ def _classes(value: str) -> int:
     )
 
 
+def _template(value: str) -> bool:
+    """Template references and punctuation only (``${X}``, ``%(user)s:%(pw)s``); not
+    ``%Xk2!pQ9``, whose ``%X`` is chance."""
+    rest = _TEMPLATE_REF.sub("", value)
+    return rest != value and not any(c.isalnum() for c in rest)
+
+
+def _placeholder(value: str) -> bool:
+    """A stand-in for a value (``None``, ``<password>``, a template), raw or percent-encoded
+    (``%24%7BX%7D``): ``%23Xk2...`` is ``#Xk2...``, a value."""
+    if _PLACEHOLDER.fullmatch(value) is not None or _template(value):
+        return True
+    if "%" not in value or _PCT_ESCAPE.search(value) is None:
+        return False
+    plain = unquote(value)
+    return plain != value and _placeholder(plain)
+
+
 def _benign_value(value: str) -> bool:
     """Values never redacted by the generic key-name rule."""
     return (
         value.isdigit()
         or _HEX40_64.fullmatch(value) is not None
         or _UUID.fullmatch(value) is not None
-        or _PLACEHOLDER.fullmatch(value) is not None
+        or _placeholder(value)
     )
 
 
@@ -147,7 +175,7 @@ def _check_random(_m: re.Match[str], value: str) -> bool:
 
 
 def _check_not_placeholder(_m: re.Match[str], value: str) -> bool:
-    return _PLACEHOLDER.fullmatch(value) is None
+    return not _placeholder(value)
 
 
 def _check_bearer(m: re.Match[str], value: str) -> bool:
@@ -155,7 +183,37 @@ def _check_bearer(m: re.Match[str], value: str) -> bool:
         return False
     if m.group("hdr"):
         return True
-    return len(value) >= 16 and _classes(value) >= 2 and any(c.isdigit() for c in value)
+    # Outside a header, "bearer <word>" is often prose: the token must look machine-made
+    # (a digit is one sign of that, mixed case in a long token another).
+    return _random_looking(value) or (
+        len(value) >= 16 and _classes(value) >= 2 and any(c.isdigit() for c in value)
+    )
+
+
+# A header value is credentials when it is one token (a raw key), ``name=value`` pairs
+# (cookies), or an auth scheme followed by a token or by ``name=value`` parameters (RFC 9110
+# 11.4: Negotiate <token68>, Digest username="..", AWS4-HMAC-SHA256 Credential=..). After the
+# header name in documentation comes prose instead: "see the docs at ...", "see below".
+_PARAM_START = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+[ \t]*=")
+# A word of prose: not longer than "authentication" (a long lower-case token is a
+# credential), or a link.
+_PROSE_WORD = re.compile(
+    r"[(\"']*(?:[A-Za-z][a-z]{0,13}|[A-Z]{2,5})[.,:;!?)\"']*|[A-Za-z][A-Za-z0-9+.\-]*://\S*"
+)
+
+
+def _check_header_value(_m: re.Match[str], value: str) -> bool:
+    # The header may sit in a quoted string: "Cookie: none",
+    value = value.strip(" \t\"',")
+    if _placeholder(value):
+        return False
+    if _PARAM_START.match(value) is not None:
+        return True
+    words = value.split(None, 2)
+    if len(words) < 2:
+        return bool(words) and _PROSE_WORD.fullmatch(words[0]) is None
+    # "<scheme> <credentials>": prose when a plain word follows the first one.
+    return _PARAM_START.match(words[1]) is not None or _PROSE_WORD.fullmatch(words[1]) is None
 
 
 def _check_basic(m: re.Match[str], value: str) -> bool:
@@ -296,14 +354,14 @@ _DETECTORS: tuple[_Detector, ...] = (
             r"(?!(?:bearer|basic|token)\s)(?P<s>[^\s][^\r\n]*))"
         ),
         lc=("authorization",),
-        check=_check_not_placeholder,
+        check=_check_header_value,
         rank=1,
     ),
     _Detector(
         "cookie",
         re.compile(r"(?im:^[ \t\"']*(?:set-)?cookie[ \t]*:[ \t]*(?P<s>[^\r\n]+))"),
         lc=("cookie",),
-        check=_check_not_placeholder,
+        check=_check_header_value,
         rank=1,
     ),
     _Detector(
@@ -377,6 +435,14 @@ _TYPE_NAMES = frozenset(
 )
 
 
+def _dotted_name(value: str) -> bool:
+    """A dotted name in code (``module.Class``, ``self.attr``), not a token with a suffix
+    (``<random key>.txt``): no part looks machine-made."""
+    return _IDENT.fullmatch(value) is not None and not any(
+        _random_looking(part) for part in value.split(".")
+    )
+
+
 def _assignment_ok(text: str, key: str, op: str, quoted: bool, value: str, end: int) -> bool:
     if _benign_value(value):
         return False
@@ -390,7 +456,8 @@ def _assignment_ok(text: str, key: str, op: str, quoted: bool, value: str, end: 
         or "bypass" in lower
         or "compass" in lower
         or "passenger" in lower
-        or value.lower() == lower
+        # The name itself, or re-exported: "X = module.X", "api_key=self.ApiKey".
+        or value.rpartition(".")[2].replace("_", "").lower() == lower.replace("_", "")
         or _META_SUFFIX.search(lower) is not None
     ):
         return False
@@ -399,7 +466,7 @@ def _assignment_ok(text: str, key: str, op: str, quoted: bool, value: str, end: 
         if nxt in ("(", "[", "."):
             return False  # code: a call or an index, not a literal
         env_style = key.isupper() and "=" in op and " " not in op
-        if "." in value and not env_style and _IDENT.fullmatch(value):
+        if "." in value and not env_style and _dotted_name(value):
             return False  # code: a dotted name (module.Class, self.attr)
         if "=" not in op:
             # "key: value" is YAML/JSON-ish config, or a type annotation in code.
@@ -537,38 +604,91 @@ def _detect(text: str) -> tuple[str, int]:
 # stay as they are. Binary (non-UTF-8 or unprintable) decodings are never scanned.
 
 _B64_RUN = re.compile(r"[A-Za-z0-9+/_-]{24,}={0,2}")
-_PCT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 # Tried only at token starts (the lookbehind), so a long token is not rescanned per position.
 _PCT_TOKEN = re.compile(r"(?<![^\s\"'<>`\\])[^\s\"'<>`\\]*%[0-9A-Fa-f]{2}[^\s\"'<>`\\]*")
 _MAX_ENCODED_DEPTH = 2
 
 
-def _decode_b64(run: str) -> str | None:
-    """The text a base64 (standard or URL-safe) run encodes, or None if it is not text."""
-    body = run.rstrip("=")
-    std = "-" not in body and "_" not in body
-    if not std and ("+" in body or "/" in body):
-        return None
-    if len(body) % 4 == 1:
-        return None
+# A blob may start at its run's start or right after any of the run's non-alphanumeric
+# characters: they are path and name separators as well as base64 characters, so the run the
+# regex finds often begins with a path or a name ("com/cb/<blob>", "token_<blob>") and is
+# misaligned there. Base64 decodes in independent groups of four characters, so the run is
+# decoded once per alignment it has starts at, and a start's bytes are a slice of that. A start
+# whose first bytes are binary (an image, a misaligned start) costs a 12-byte check.
+_B64_MIN = 24  # the shortest run _B64_RUN finds: no blob is shorter
+_B64_HEAD = 12  # bytes (16 characters)
+_B64_SEP = re.compile(r"[+/_-]")
+_B64_TO_STD = str.maketrans("-_", "+/")
+# UTF-8 text without control characters (a multi-byte character cut at the end is fine).
+_TEXT_HEAD = re.compile(
+    rb"(?:[\t\n\r\x20-\x7e]|[\xc2-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}"
+    rb"|[\xf0-\xf4][\x80-\xbf]{3})*(?:[\xc2-\xf4][\x80-\xbf]{0,2})?"
+)
+
+
+def _text_prefix(raw: bytes) -> tuple[str, int]:
+    """The UTF-8 text ``raw`` starts with and its length in bytes."""
     try:
-        raw = base64.b64decode(
-            body + "=" * (-len(body) % 4), altchars=None if std else b"-_", validate=True
-        )
-        text = raw.decode("utf-8")
-    except (binascii.Error, ValueError):
-        return None
+        return raw.decode("utf-8"), len(raw)
+    except UnicodeDecodeError as exc:
+        return raw[: exc.start].decode("utf-8"), exc.start
+
+
+def _printable(text: str) -> bool:
     shown = sum(1 for ch in text if ch.isprintable() or ch in "\n\r\t")
-    return text if shown >= len(text) * 0.95 else None
+    return shown >= len(text) * 0.95
 
 
-def _unquote(token: str) -> str | None:
-    """The text a percent-encoded token stands for, or None if it is not valid UTF-8."""
+def _b64_bytes(std: str, align: int) -> bytes:
+    """``std[align:]`` decoded (standard alphabet, no padding; a lone last character dropped)."""
+    body = std[align:]
+    if len(body) % 4 == 1:
+        body = body[:-1]
+    return binascii.a2b_base64(body + "=" * (-len(body) % 4))
+
+
+def _b64_pieces(run: str) -> list[tuple[int, int, str]]:
+    """The texts base64 in ``run`` encodes: (start, end, text) for each, in order.
+
+    Each piece's text runs as far as the bytes are text: what follows a blob decodes to junk.
+    The piece ends at the next separator after the last character that carries its text. A
+    start inside a piece is passed over: it decodes to a part of its text (already scanned)
+    or, misaligned, to nothing.
+    """
+    pieces: list[tuple[int, int, str]] = []
+    n = len(run)
+    # Either alphabet: a URL-safe blob is the standard one with two characters swapped.
+    std = run.rstrip("=").translate(_B64_TO_STD)
+    decoded: dict[int, bytes] = {}
+    start = 0
+    while n - start >= _B64_MIN:
+        align = start % 4
+        raw = decoded.get(align)
+        if raw is None:
+            raw = decoded[align] = _b64_bytes(std, align)
+        off = (start - align) // 4 * 3
+        if _TEXT_HEAD.fullmatch(raw, off, off + _B64_HEAD) is not None:
+            text, used = _text_prefix(raw[off:])
+            if text and _printable(text):
+                sep = _B64_SEP.search(run, start + -(-used * 4 // 3))
+                end = n if sep is None else sep.start()
+                pieces.append((start, end, text))
+                start = end
+        sep = _B64_SEP.search(run, start)
+        if sep is None:
+            break
+        start = sep.end()
+    return pieces
+
+
+def _unquote(token: str) -> list[tuple[int, int, str]]:
+    """The text a percent-encoded token stands for, as its one piece (none if the token is not
+    valid UTF-8 once decoded)."""
     try:
         text = unquote_plus(token, errors="strict")
     except UnicodeDecodeError:
-        return None
-    return None if text == token else text
+        return []
+    return [] if text == token else [(0, len(token), text)]
 
 
 DEFAULT_KEY_PATTERNS: tuple[str, ...] = (
@@ -626,7 +746,6 @@ class Redactor:
     __slots__ = (
         "_detectors",
         "_dirty",
-        "_key_cache",
         "_key_re",
         "_keys",
         "_lock",
@@ -645,7 +764,6 @@ class Redactor:
         self._key_re: re.Pattern[str] | None = (
             re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE) if patterns else None
         )
-        self._key_cache: dict[str, bool] = {}
         # Mapping keys repeat from call to call: what the structured pass needs to know of a key
         # (secret-naming?, may a number under it be a secret?, the key text redacted, count) is
         # decided once. Cleared when a value is registered (the key text may now hold one).
@@ -710,7 +828,7 @@ class Redactor:
                 text, n = self._redact_encoded(text, _PCT_TOKEN, _unquote, depth, decoded=True)
                 count += n
             if _B64_RUN.search(text) is not None:
-                text, n = self._redact_encoded(text, _B64_RUN, _decode_b64, depth, decoded=False)
+                text, n = self._redact_encoded(text, _B64_RUN, _b64_pieces, depth, decoded=False)
                 count += n
         return text, count
 
@@ -718,44 +836,35 @@ class Redactor:
         self,
         text: str,
         runs: re.Pattern[str],
-        decode: Callable[[str], str | None],
+        pieces: Callable[[str], list[tuple[int, int, str]]],
         depth: int,
         *,
         decoded: bool,
     ) -> tuple[str, int]:
-        """Decode each run and scan it; replace runs that hold a secret.
+        """Decode the pieces of each run and scan them; replace pieces that hold a secret.
 
-        ``decoded``: put the redacted decoded text in the run's place (percent-encoding, which
-        stays readable); otherwise the whole run becomes one marker (base64).
+        ``decoded``: put the redacted decoded text in the piece's place (percent-encoding,
+        which stays readable); otherwise the piece becomes one marker (base64).
         """
         count = 0
         out: list[str] = []
         pos = 0
         for m in runs.finditer(text):
-            plain = decode(m.group())
-            if plain is None:
-                continue
-            red, n = self._redact_text(plain, depth + 1)
-            if not n:
-                continue
-            count += n
-            out.append(text[pos : m.start()])
-            out.append(red if decoded else marker("encoded_secret"))
-            pos = m.end()
+            base = m.start()
+            for start, end, plain in pieces(m.group()):
+                red, n = self._redact_text(plain, depth + 1)
+                if not n:
+                    continue
+                count += n
+                out.append(text[pos : base + start])
+                out.append(red if decoded else marker("encoded_secret"))
+                pos = base + end
         if not count:
             return text, 0
         out.append(text[pos:])
         return "".join(out), count
 
     # -- structured values --------------------------------------------------------------------
-
-    def _is_secret_key(self, key: str) -> bool:
-        hit = self._key_cache.get(key)
-        if hit is None:
-            hit = self._decide_key(key)
-            if len(self._key_cache) < 4096:
-                self._key_cache[key] = hit
-        return hit
 
     def _decide_key(self, key: str) -> bool:
         if self._key_re is None:
@@ -771,22 +880,26 @@ class Redactor:
     def _key_info(self, key: str) -> tuple[bool, bool, str, int]:
         info = self._keys.get(key)
         if info is None:
-            secret = self._is_secret_key(key)
-            numeric = secret and _NUMERIC_KEY.search(_normalise_key(key)) is not None
-            shown, n = self._redact_text(key)
-            info = (secret, numeric, shown, n)
+            info = self._decide_key_info(key)
             keys = self._keys
             if len(keys) < 4096:
                 keys[key] = info
         return info
 
+    def _decide_key_info(self, key: str) -> tuple[bool, bool, str, int]:
+        secret = self._decide_key(key)
+        numeric = secret and _NUMERIC_KEY.search(_normalise_key(key)) is not None
+        shown, n = self._redact_text(key)
+        return secret, numeric, shown, n
+
     def redact(self, value: Any, depth: int = 0) -> tuple[Any, int]:
         """Deep-redact a JSON-like value; return (redacted copy, number of redactions).
 
-        Mapping keys matching the key rules get their whole value replaced (``None``, booleans
-        and empty strings are kept: they hold no secret). Unchanged sub-objects are shared with
-        the input; the input is never mutated. Other types are returned as they are. (``depth``
-        is the recursion's own; callers leave it out.)
+        Mapping keys are redacted as text; keys matching the key rules also get their whole
+        value replaced (``None``, booleans and empty strings are kept: they hold no secret).
+        Unchanged sub-objects are shared with the input; the input is never mutated. Other
+        types are returned as they are. (``depth`` is the recursion's own; callers leave it
+        out.)
         """
         t = type(value)
         if t is str:
@@ -801,25 +914,26 @@ class Redactor:
             items: list[tuple[Any, Any]] = []
             for k, v in value.items():
                 nk = k
-                if type(k) is str:
-                    secret, numeric, nk, nkc = self._keys.get(k) or self._key_info(k)
+                if isinstance(k, str):
+                    # The key is text like any other (it may hold a secret itself) and it
+                    # names its value's rule. A str subclass is not cached on its identity.
+                    secret, numeric, nk, nkc = (
+                        (self._keys.get(k) or self._key_info(k))
+                        if type(k) is str
+                        else self._decide_key_info(k)
+                    )
+                    if nkc:
+                        total += nkc
+                        changed = True
                     if (
                         secret
                         and not _holds_nothing(v)
                         and (numeric or not isinstance(v, (int, float)))
                     ):
-                        items.append((k, marker("secret_field")))
+                        items.append((nk, marker("secret_field")))
                         total += 1
                         changed = True
                         continue
-                    if nkc:
-                        total += nkc
-                        changed = True
-                elif isinstance(k, str):  # a str subclass: no caching on its identity
-                    nk, nkc = self._redact_text(k)
-                    if nkc:
-                        total += nkc
-                        changed = True
                 vt = type(v)
                 if vt is int or vt is bool or vt is float or v is None:
                     items.append((nk, v))
