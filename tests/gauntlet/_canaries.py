@@ -137,6 +137,58 @@ def _generic_assignment(rng: random.Random) -> tuple[str, str, str]:
     return style.format(n=name, v=core), core, core
 
 
+def _b64_after_slash(rng: random.Random) -> tuple[str, str, str]:
+    # A base64 blob as a path segment: the "/" before it is a base64 character too. The blob
+    # is what is placed, so it is the core (the search finds it raw and encoded once more).
+    token = "ghp_" + _r(rng, ALNUM, 36)
+    plain = rng.choice(["{s}", "token={s}", '{{"token": "{s}"}}']).format(s=token)
+    enc = rng.choice([base64.b64encode, base64.urlsafe_b64encode])(plain.encode()).decode()
+    if rng.random() < 0.5:
+        enc = enc.rstrip("=")
+    place = rng.choice([
+        "https://example.com/cb/{b}", "https://example.com/cb/{b}/done?x=1", "/tmp/uploads/{b}",
+        "s3://bucket/state/{b}", "open state_{b} now",
+    ])
+    return place.format(b=enc), token, enc.rstrip("=")
+
+
+def _mapping_key(rng: random.Random) -> tuple[str, str, str]:
+    # Placed as a mapping key too (see test_canaries): a key that names a secret and holds one.
+    core = _r(rng, ALNUM + "/+", 38) + rng.choice("ABCDEF") + rng.choice("0123456789")
+    name = rng.choice(["aws_secret_access_key", "AWS_SECRET_ACCESS_KEY", "password", "api_key"])
+    style = rng.choice(["{n} = {v}", "{n}={v}", "{n}: {v}"])
+    return style.format(n=name, v=core), core, core
+
+
+def _sigil_password(rng: random.Random) -> tuple[str, str, str]:
+    # A password that starts with the sigil of a template (%PASSWORD%, #{pw}) without being one,
+    # raw or percent-encoded as in a URL or a form body. The core leaves the sigil out ("#"
+    # ends a run of the search); a leak of the rest is a leak of the password.
+    core = _r(rng, ALNUM, 12) + rng.choice("-_.~") + _r(rng, ALNUM, 13)
+    pw = rng.choice("%#") + core
+    style = rng.choice([
+        "password: {v}", '{{"password": "{v}"}}', "DB_PASSWORD={v}", "password={q}",
+        "https://example.com/login?user=bob&password={q}", 'secret = "{v}"',
+    ])
+    return style.format(v=pw, q=quote(pw, safe="")), pw, core
+
+
+def _aws_secret_urlencoded(rng: random.Random) -> tuple[str, str, str]:
+    core = _r(rng, ALNUM, 37) + rng.choice("ABCDEF") + rng.choice("0123456789")
+    secret = rng.choice("/+") + core
+    return f"aws_secret_access_key = {quote(secret, safe='')}", secret, core
+
+
+def _bearer_no_digit(rng: random.Random) -> tuple[str, str, str]:
+    core = _r(rng, string.ascii_letters + "-_.~", 40)
+    return f"use Bearer {core} now", core, core
+
+
+def _key_with_suffix(rng: random.Random) -> tuple[str, str, str]:
+    core = _r(rng, ALNUM, 32)
+    return f"api_key={core}{rng.choice(['.txt', '.json', '.pem'])}", core, core
+
+
 def _registered(rng: random.Random) -> tuple[str, str, str]:
     core = "op-" + _r(rng, ALNUM, 28)
     return f"the deploy passphrase is {core} (rotate monthly)", core, core[3:]
@@ -169,6 +221,12 @@ KINDS: dict[str, Maker] = {
     "basic_header": _basic,
     "generic_assignment": _generic_assignment,
     "registered": _registered,
+    "b64_after_slash": _b64_after_slash,
+    "mapping_key": _mapping_key,
+    "sigil_password": _sigil_password,
+    "aws_secret_urlencoded": _aws_secret_urlencoded,
+    "bearer_no_digit": _bearer_no_digit,
+    "key_with_suffix": _key_with_suffix,
 }
 
 

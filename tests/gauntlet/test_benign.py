@@ -1,9 +1,11 @@
 """The other side of redaction: a benign corpus stays as it is.
 
 100,000 lines (CI: 10,000) mixing source code (the Python standard library), prose (license
-texts and docstrings), UUIDs, git SHAs and sha256 digests in their usual contexts, and base64
-images; at most 0.5% may be altered. The digests and UUIDv7 call ids tooltrace itself writes
-are never altered, neither by the Redactor nor on their way through the registry.
+texts and docstrings), UUIDs, git SHAs and sha256 digests in their usual contexts, base64 images
+and prose after header names ("Authorization: see the docs at ..."); at most 0.5% may be
+altered, and none of the identifiers, digests, images or header prose. The digests and UUIDv7
+call ids tooltrace itself writes are never altered, neither by the Redactor nor on their way
+through the registry.
 """
 
 from __future__ import annotations
@@ -78,6 +80,19 @@ def _generated(rng: random.Random, kind: str, i: int) -> str:
             f"sha256:{sha}", f"{sha}  dist/tooltrace-0.1.0.tar.gz", f'"digest": "sha256:{sha}"',
             f"secret_sha256={sha}", f"--hash=sha256:{sha}", f"checksum {sha.upper()}",
         ])
+    if kind == "header_prose":
+        # Documentation about a header: the words after its name are prose, not a credential.
+        name = rng.choice(["Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie"])
+        name = rng.choice([name, name.lower(), name.upper()])
+        prose = rng.choice([
+            "see the docs at https://example.com/auth", "see below", "See below.",
+            "required for every request", "not needed inside the cluster",
+            "is sent by the login endpoint", "see RFC 7235, section 4.2",
+            f"described in section {i % 9 + 1}", "Sent only over HTTPS.", "optional",
+            "(none)", "N/A", "missing (the request is anonymous)", "header is empty",
+            f"see https://example.com/docs/headers#{name.lower()}", "one per session, see above",
+        ])
+        return rng.choice(["{h}: {p}", "  {h}: {p}", '"{h}: {p}"']).format(h=name, p=prose)
     data = rng.randbytes(rng.randint(60, 600))
     b64 = base64.b64encode(b"\x89PNG\r\n\x1a\n" + data).decode()
     return rng.choice([
@@ -90,8 +105,8 @@ def test_benign_corpus_is_left_alone() -> None:
     rng = random.Random(20261202)
     source, prose = _source_lines(), _prose_lines()
     assert len(source) > 50_000 and len(prose) > 2_000
-    mix = [("source", 0.40), ("prose", 0.20), ("uuid", 0.10), ("git", 0.10),
-           ("sha256", 0.10), ("base64_image", 0.10)]
+    mix = [("source", 0.35), ("prose", 0.20), ("uuid", 0.10), ("git", 0.10),
+           ("sha256", 0.10), ("base64_image", 0.10), ("header_prose", 0.05)]
     lines: list[tuple[str, str]] = []
     for kind, share in mix:
         n = int(N_LINES * share)
@@ -111,8 +126,9 @@ def test_benign_corpus_is_left_alone() -> None:
     record("benign corpus", lines=len(lines), altered=total, rate_pct=round(rate * 100, 3),
            **{f"altered_{k}": len(v) for k, v in altered.items()})
     assert rate <= 0.005, {k: v[:5] for k, v in altered.items() if v}
-    # Identifiers and digests are never touched, whatever name they sit next to.
-    for kind in ("uuid", "git", "sha256", "base64_image"):
+    # Identifiers and digests are never touched, whatever name they sit next to; nor is prose
+    # after a header name.
+    for kind in ("uuid", "git", "sha256", "base64_image", "header_prose"):
         assert not altered[kind], altered[kind][:5]
 
 

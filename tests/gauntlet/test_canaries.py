@@ -1,6 +1,7 @@
-"""Secret canaries: fake credentials of 26 kinds, each raw, base64, percent-encoded and
-JSON-escaped, placed in arguments, results, exception messages, hook inputs and outputs, command
-output (split across two flushes) and file contents, through a registry with every sink on.
+"""Secret canaries: fake credentials of 32 kinds, each raw, base64, percent-encoded and
+JSON-escaped, placed in arguments, results (as values and as mapping keys), exception messages,
+hook inputs and outputs, command output (split across two flushes) and file contents, through a
+registry with every sink on.
 Then the raw bytes of every sink are searched: OTLP requests received on 127.0.0.1, the metrics
 exposition, log lines, every audit file (segments, and Parquet after compaction, decoded), the
 artifact files, what hooks were shown, and the CLI's output (calls, stats, query, autopsy).
@@ -134,9 +135,9 @@ def _build(tmp_path: Path, canaries: list[Canary], plan: _Plan, rx: RawOtlpRecei
     )
 
     @tool(capability="read")
-    def echo(note: str) -> dict[str, Any]:
-        """Return the note (arguments and results)."""
-        return {"echo": note}
+    def echo(note: str, keyed: dict[str, str]) -> dict[str, Any]:
+        """Return the note and a mapping keyed by it (arguments and results)."""
+        return {"echo": note, "keyed": keyed}
 
     @tool(capability="read")
     def explode(note: str) -> str:
@@ -177,9 +178,10 @@ def _drive(reg: Any, ws: Path, canaries: list[Canary], plan: _Plan) -> dict[str,
     for c in canaries:
         for fn in ENCODINGS.values():
             placed = fn(c.text)
-            env = call("echo", {"note": placed})  # arguments and result
+            # Arguments and result, as a value and as a mapping key.
+            env = call("echo", {"note": placed, "keyed": {placed: "value"}})
             assert env.status is Status.OK
-            counts["placements"] += 2
+            counts["placements"] += 4
             how = EXTRA[i % len(EXTRA)]
             i += 1
             if how == "exception":

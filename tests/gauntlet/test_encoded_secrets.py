@@ -1,10 +1,12 @@
-"""Regression: secrets that travel base64- or percent-encoded are redacted like raw ones, and
-benign encoded text (images, digests, ids, ordinary URLs) is left exactly as it was."""
+"""Regression: secrets that travel base64- or percent-encoded are redacted like raw ones (in
+text and in mapping keys), and benign encoded text (images, digests, ids, ordinary URLs) is left
+exactly as it was."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import random
 from urllib.parse import quote, quote_plus
 
@@ -13,12 +15,12 @@ import uuid_utils
 
 from tooltrace.redaction import Redactor
 
-from ._canaries import ENCODINGS, Finder, make_canaries
+from ._canaries import ENCODINGS, KINDS, Finder, make_canaries
 
 
 @pytest.mark.parametrize("encoding", ["base64", "url"])
 def test_every_kind_encoded_is_redacted(encoding: str) -> None:
-    canaries = make_canaries(26 * 3, seed=11)
+    canaries = make_canaries(len(KINDS) * 3, seed=11)
     red = Redactor(extra_values=[c.secret for c in canaries if c.registered])
     finder = Finder(canaries)
     fn = ENCODINGS[encoding]
@@ -28,6 +30,24 @@ def test_every_kind_encoded_is_redacted(encoding: str) -> None:
         out = red.redact_text(placed)
         assert not finder.find(out.encode()), (c.kind, placed[:120], out[:200])
         assert "[REDACTED:" in out or "%5BREDACTED%3A" in out
+
+
+@pytest.mark.parametrize("encoding", sorted(ENCODINGS))
+def test_every_kind_as_a_mapping_key_is_redacted(encoding: str) -> None:
+    # Keys are text like values; a key that names a secret keeps its value rule as well.
+    canaries = make_canaries(len(KINDS) * 3, seed=12)
+    red = Redactor(extra_values=[c.secret for c in canaries if c.registered])
+    finder = Finder(canaries)
+    fn = ENCODINGS[encoding]
+    for c in canaries:
+        placed = fn(c.text)
+        value = {placed: c.text, "nested": [{placed: {"note": placed}}]}
+        out, n = red.redact(value)
+        assert n >= 3, (c.kind, placed[:120])
+        assert not finder.find(json.dumps(out).encode()), (c.kind, placed[:120], out)
+        if c.kind == "mapping_key" and encoding == "raw" and " = " in c.text:
+            # "password = <secret>": the key also names a secret, so its value goes too.
+            assert next(iter(out.values())) == "[REDACTED:secret_field]", out
 
 
 def test_encoded_inside_larger_text_and_structures() -> None:
