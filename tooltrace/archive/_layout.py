@@ -3,7 +3,7 @@
 Both targets store the same tables:
 
 - ``calls``, ``steps``, ``intents``, ``resolutions``: the columns of the local Parquet files
-  (``tooltrace.audit._tables``), call ids as canonical lowercase strings so readers
+  (``tooltrace.audit.schemas``), call ids as canonical lowercase strings so readers
   prune row groups by min/max, partitioned by ``day`` (UTC date of ``started_at``, of
   ``resolved_at`` for resolutions).
 - ``lines``: every line of every shipped segment as written (``writer``, ``segment``, ``n``,
@@ -22,9 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..audit._format import split_hash
-from ..audit._segments import ParsedSegment
-from ..audit._tables import TABLES, build_tables, schemas
+from ..audit import TABLES, ParsedSegment, build_tables, schemas
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -86,12 +84,11 @@ class LedgerEntry:
 
 def ledger_entry(seg: ParsedSegment, calls: int, steps: int) -> LedgerEntry:
     """The ledger entry for a sealed segment about to ship."""
-    last_no, last_obj, last_raw = seg.lines[-1]
-    sp = split_hash(last_raw)
+    last_no, last_obj, _raw = seg.lines[-1]
     seq = last_obj.get("seq")
     return LedgerEntry(
         segment_key(seg.info.writer, seg.info.n), seg.info.writer, seg.info.n,
-        int(seq) if isinstance(seq, int) else last_no, sp[1] if sp else "",
+        int(seq) if isinstance(seq, int) else last_no, seg.last_hash or "",
         bool(last_obj.get("final")), calls, steps, len(seg.lines), time.time_ns() // 1000,
         socket.gethostname() or f"pid-{os.getpid()}")
 

@@ -33,18 +33,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._config import resolve_home
-from ..audit._format import load_key
-from ..audit._manifest import (
+from ..audit import (
     COMPACTED,
     PRUNED,
     SHIPPED,
+    ParsedSegment,
     SegmentFate,
-    ended,
+    append_digest,
+    audit_dir,
+    digest_entry,
+    list_segments,
+    load_key,
     read_digest,
-    record,
+    read_segment,
+    recover_dead_segments,
 )
-from ..audit._recover import recover_dead_segments
-from ..audit._segments import ParsedSegment, audit_dir, list_segments, read_segment
 from ..envelope import CallRecord
 from ._connect import ArchiveError, Target, connect, first_line, parse_target
 from ._layout import (
@@ -334,7 +337,7 @@ def _prune(adir: Path, key: bytes, segs: Sequence[ParsedSegment]) -> int:
     """Delete shipped segment files, recording first in the digest that they were shipped and
     removed on purpose (with their chain heads, so ``verify`` still links what follows)."""
     with _locked(adir / "compact.lock"):
-        record(adir, key, [ended(PRUNED, p, after=SHIPPED) for p in segs])
+        append_digest(adir, key, [digest_entry(PRUNED, p, after=SHIPPED) for p in segs])
     n = 0
     for seg in segs:
         with contextlib.suppress(FileNotFoundError):
@@ -409,7 +412,7 @@ def ship(
                 names = {e.segment for e in landed}
                 mine = [p for p, e in zip(segs, entries, strict=True) if e.segment in names]
                 if key is not None and mine:
-                    record(adir, key, [ended(SHIPPED, p) for p in mine])
+                    append_digest(adir, key, [digest_entry(SHIPPED, p) for p in mine])
                     if prune:
                         pruned += _prune(adir, key, mine)
             if prune and key is not None:
@@ -418,7 +421,7 @@ def ship(
                                    if segment_key(s.writer, s.n) in done) if p and p.lines]
                 unrecorded = [p for p in old if not _recorded_shipped(fates, p)]
                 if unrecorded:
-                    record(adir, key, [ended(SHIPPED, p) for p in unrecorded])
+                    append_digest(adir, key, [digest_entry(SHIPPED, p) for p in unrecorded])
                 if old:
                     pruned += _prune(adir, key, old)
         finally:

@@ -9,8 +9,7 @@ string call id, so one call among millions reads a few row groups.
 
 from __future__ import annotations
 
-from ..audit._store import _VIEWS, AuditStore
-from ..audit._tables import TABLES, empty_tables, schemas
+from ..audit import TABLES, AuditStore, empty_tables, schemas
 from ._connect import ArchiveError, Target, first_line, parse_target, prepare
 
 __all__ = ["ArchiveStore", "open_archive"]
@@ -63,7 +62,7 @@ class ArchiveStore(AuditStore):
                 con.register(f"_empty_{t}", empty[t])
                 src = f"SELECT * FROM _empty_{t}"
             con.execute(f"CREATE OR REPLACE VIEW _all_{t} AS {src}")
-        con.execute(_VIEWS)
+        con.execute(self.VIEWS)
 
 
 def open_archive(archive: str | None = None) -> ArchiveStore:

@@ -16,10 +16,16 @@ import tempfile
 from pathlib import Path
 
 from .._config import resolve_home
-from ..audit._format import load_key
-from ..audit._manifest import digest_path
-from ..audit._segments import audit_dir, list_segments, segment_name
-from ..audit._verify import Finding, VerifyReport, verify_audit
+from ..audit import (
+    Finding,
+    VerifyReport,
+    audit_dir,
+    digest_path,
+    list_segments,
+    load_key,
+    segment_name,
+    verify_audit,
+)
 from ._connect import ArchiveError, connect, first_line, parse_target
 from ._layout import segment_key
 

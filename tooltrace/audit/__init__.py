@@ -3,16 +3,30 @@
 This package is the trail itself: the line format and its hash chains, the segment files and the
 writer that appends to them, the digest of every writer and segment, the store and the shipped
 queries that read it, autopsy, compaction into Parquet, verification and crash recovery. It
-knows nothing of the registry or of the other sinks.
+knows nothing of the registry or of the sinks.
 
 What feeds it is the audit sink, ``tooltrace.telemetry.AuditSink``: a subscriber of finished
-call records like the other sinks, which hands each record to a ``SegmentWriter`` (with
+call records like the other sinks, which hands each record to a ``SegmentWriter`` (encoded with
 ``encode_call_bytes`` / ``encode_late``) on a background worker. ``tooltrace.telemetry.audit``,
 where the trail used to live, still offers every name it offered (the sink's among them).
 
+The public names, by who needs them:
+
+- Reading: ``AuditStore`` / ``open_store`` (DuckDB views ``tool_calls``, ``tool_call_steps``,
+  ``tool_call_intents``), ``explain`` / ``Autopsy``, the lookup errors, and the shipped
+  post-mortem queries (``shipped_sql``, ``find_sql``, ``load_sql``, ``SqlFile``, ``Param``).
+- Upkeep: ``compact``, ``verify`` / ``verify_audit``, ``recover_dead_segments``, ``parse_head``.
+- Writing (the audit sink): ``SegmentWriter``, ``FsyncPolicy``, ``Ack``, ``encode_call_bytes``,
+  ``encode_late``, ``load_key``.
+- Moving the trail elsewhere (``tooltrace.archive``): the segment files (``audit_dir``,
+  ``list_segments``, ``read_segment``, ``segment_name``, ``SegmentInfo``, ``ParsedSegment``),
+  their table rows (``TABLES``, ``build_tables``, ``empty_tables``, ``schemas``) and the digest
+  (``read_digest``, ``append_digest``, ``digest_entry`` with the fates ``COMPACTED``,
+  ``SHIPPED``, ``PRUNED``, ``SegmentFate``, ``Digest``, ``digest_path``).
+
 Writing needs only the standard library, orjson and msgspec; reading (``AuditStore``) imports
-DuckDB when first used, ``compact`` pyarrow. Every name loads on first use, so a reader does not
-pay for the writer (nor the writer for the reader).
+DuckDB when first used, ``compact`` and the table builders pyarrow. Every name loads on first
+use, so a reader does not pay for the writer (nor the writer for the reader).
 """
 
 from typing import TYPE_CHECKING
@@ -21,8 +35,28 @@ if TYPE_CHECKING:
     from ._autopsy import Autopsy, explain
     from ._compact import CompactionResult, compact
     from ._format import TOOLTRACE_AUDIT_KEY, encode_call_bytes, encode_late, load_key
+    from ._manifest import (
+        COMPACTED,
+        PRUNED,
+        SHIPPED,
+        Digest,
+        SegmentFate,
+        append_digest,
+        digest_entry,
+        digest_path,
+        parse_head,
+        read_digest,
+    )
     from ._recover import Recovered, recover_dead_segments
-    from ._segments import audit_dir
+    from ._segments import (
+        ParsedSegment,
+        SegmentInfo,
+        audit_dir,
+        list_segments,
+        read_segment,
+        segment_name,
+    )
+    from ._sqlfiles import MissingParameter, Param, SqlFile, find_sql, load_sql, shipped_sql
     from ._store import (
         AmbiguousCallId,
         AuditStore,
@@ -31,10 +65,15 @@ if TYPE_CHECKING:
         DuplicateCallId,
         open_store,
     )
+    from ._tables import TABLES, build_tables, empty_tables, schemas
     from ._verify import Finding, VerifyReport, verify, verify_audit
     from ._writer import Ack, FsyncPolicy, SegmentWriter
 
 __all__ = [
+    "COMPACTED",
+    "PRUNED",
+    "SHIPPED",
+    "TABLES",
     "TOOLTRACE_AUDIT_KEY",
     "Ack",
     "AmbiguousCallId",
@@ -43,20 +82,41 @@ __all__ = [
     "CallDetail",
     "CallNotFound",
     "CompactionResult",
+    "Digest",
     "DuplicateCallId",
     "Finding",
     "FsyncPolicy",
+    "MissingParameter",
+    "Param",
+    "ParsedSegment",
     "Recovered",
+    "SegmentFate",
+    "SegmentInfo",
     "SegmentWriter",
+    "SqlFile",
     "VerifyReport",
+    "append_digest",
     "audit_dir",
+    "build_tables",
     "compact",
+    "digest_entry",
+    "digest_path",
+    "empty_tables",
     "encode_call_bytes",
     "encode_late",
     "explain",
+    "find_sql",
+    "list_segments",
     "load_key",
+    "load_sql",
     "open_store",
+    "parse_head",
+    "read_digest",
+    "read_segment",
     "recover_dead_segments",
+    "schemas",
+    "segment_name",
+    "shipped_sql",
     "verify",
     "verify_audit",
 ]
@@ -73,6 +133,12 @@ _LAZY = {
     "open_store": "_store",
     "explain": "_autopsy",
     "Autopsy": "_autopsy",
+    "SqlFile": "_sqlfiles",
+    "Param": "_sqlfiles",
+    "MissingParameter": "_sqlfiles",
+    "find_sql": "_sqlfiles",
+    "load_sql": "_sqlfiles",
+    "shipped_sql": "_sqlfiles",
     # upkeep
     "compact": "_compact",
     "CompactionResult": "_compact",
@@ -82,15 +148,35 @@ _LAZY = {
     "Finding": "_verify",
     "Recovered": "_recover",
     "recover_dead_segments": "_recover",
+    "parse_head": "_manifest",
     # writing (the audit sink)
     "TOOLTRACE_AUDIT_KEY": "_format",
     "encode_call_bytes": "_format",
     "encode_late": "_format",
     "load_key": "_format",
-    "audit_dir": "_segments",
     "Ack": "_writer",
     "FsyncPolicy": "_writer",
     "SegmentWriter": "_writer",
+    # the segment files, their rows and the digest (the archive)
+    "audit_dir": "_segments",
+    "list_segments": "_segments",
+    "read_segment": "_segments",
+    "segment_name": "_segments",
+    "SegmentInfo": "_segments",
+    "ParsedSegment": "_segments",
+    "TABLES": "_tables",
+    "build_tables": "_tables",
+    "empty_tables": "_tables",
+    "schemas": "_tables",
+    "COMPACTED": "_manifest",
+    "SHIPPED": "_manifest",
+    "PRUNED": "_manifest",
+    "Digest": "_manifest",
+    "SegmentFate": "_manifest",
+    "append_digest": "_manifest",
+    "digest_entry": "_manifest",
+    "digest_path": "_manifest",
+    "read_digest": "_manifest",
 }
 
 

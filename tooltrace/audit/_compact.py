@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Any
 from .._config import resolve_home
 from .._ids import new_call_id
 from ._format import load_key
-from ._manifest import COMPACTED, PRUNED, ended, read_manifest, record, write_manifest
+from ._manifest import (
+    COMPACTED,
+    PRUNED,
+    append_digest,
+    digest_entry,
+    read_manifest,
+    write_manifest,
+)
 from ._recover import Recovered, recover_dead_segments
 from ._segments import ParsedSegment, audit_dir, list_segments, read_segment
 from ._tables import TABLES, build_tables
@@ -137,10 +144,10 @@ def compact(
             # The digest says, keyed, that the rows are in Parquet and (before any file goes)
             # that the segments were removed on purpose, with the chain heads that let
             # ``verify`` link the segments that follow.
-            entries = [ended(COMPACTED, seg) for seg in batch]
+            entries = [digest_entry(COMPACTED, seg) for seg in batch]
             if prune:
-                entries += [ended(PRUNED, seg, after=COMPACTED) for seg in batch]
-            record(adir, key, entries)
+                entries += [digest_entry(PRUNED, seg, after=COMPACTED) for seg in batch]
+            append_digest(adir, key, entries)
             if prune:
                 for seg in batch:
                     try:

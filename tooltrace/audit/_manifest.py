@@ -63,21 +63,25 @@ __all__ = [
     "Digest",
     "DigestLine",
     "SegmentFate",
+    "append_digest",
+    "digest_entry",
     "digest_path",
-    "ended",
     "manifest_path",
     "parse_head",
     "read_digest",
     "read_manifest",
-    "record",
     "write_manifest",
 ]
 
+# What the digest records of a segment (an entry's ``k``; see the module docstring).
 OPENED = "opened"
 SEALED = "sealed"
 DROPPED = "dropped"
+#: Digest entry kind: the segment's rows are in Parquet (``compact``).
 COMPACTED = "compacted"
+#: Digest entry kind: the segment's rows are in the archive (``tooltrace.archive.ship``).
 SHIPPED = "shipped"
+#: Digest entry kind: the segment's file was deleted on purpose, ``after`` one of the above.
 PRUNED = "pruned"
 
 #: The hash the digest's first line chains from.
@@ -95,15 +99,13 @@ def digest_path(adir: Path) -> Path:
     return adir / _DIGEST
 
 
-def ended(kind: str, seg: ParsedSegment, **extra: Any) -> dict[str, Any]:
-    """A digest entry for ``seg`` that carries the hash, seq and ``final`` of its last line."""
-    from ._format import split_hash
-
+def digest_entry(kind: str, seg: ParsedSegment, **extra: Any) -> dict[str, Any]:
+    """A digest entry of ``kind`` (``COMPACTED``, ``SHIPPED``, ``PRUNED`` with ``after=``...)
+    for ``seg``, carrying the hash, seq and ``final`` of its last line."""
     last: dict[str, Any] = seg.lines[-1][1] if seg.lines else {}
-    sp = split_hash(seg.lines[-1][2]) if seg.lines else None
     seq = last.get("seq")
     return {"k": kind, "writer": seg.info.writer, "n": seg.info.n,
-            "last_h": sp[1] if sp else None, "last_seq": seq if isinstance(seq, int) else None,
+            "last_h": seg.last_hash, "last_seq": seq if isinstance(seq, int) else None,
             "final": bool(last.get("final")), **extra}
 
 
@@ -140,8 +142,8 @@ def _chain_state(line: bytes | None) -> tuple[str, int]:
             seq if isinstance(seq, int) else 0)
 
 
-def record(adir: Path, key: bytes, entries: Sequence[Mapping[str, Any]], *,
-           sync: bool = True) -> str:
+def append_digest(adir: Path, key: bytes, entries: Sequence[Mapping[str, Any]], *,
+                  sync: bool = True) -> str:
     """Append ``entries`` (each ``{"k": kind, "writer": ..., "n": ..., ...}``) to the digest,
     chained and keyed; return the new head. Raises ``OSError`` when the disk refuses.
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 
 from ._format import chain_hash, checkpoint_mac, dumps, seal_line, split_hash
-from ._manifest import DROPPED, SEALED, read_digest, record
+from ._manifest import DROPPED, SEALED, append_digest, read_digest
 from ._segments import SegmentInfo, list_opening, list_segments, locked_if_dead, segment_name
 
 __all__ = ["Recovered", "recover_dead_segments"]
@@ -95,7 +95,7 @@ def _recover_one(info: SegmentInfo, adir: Path, key: bytes, fd: int) -> Recovere
     if last is None:
         # Not even a header survived: there is no chain to seal. Keep the (empty) evidence
         # under quarantine and remove the segment, saying so in the digest first.
-        record(adir, key, [{"k": DROPPED, "writer": info.writer, "n": info.n,
+        append_digest(adir, key, [{"k": DROPPED, "writer": info.writer, "n": info.n,
                             "reason": "no header"}])
         os.unlink(info.path)
         return Recovered(info.path.name, 0, len(torn), quarantined)
@@ -129,7 +129,7 @@ def _record_seal(adir: Path, key: bytes, info: SegmentInfo, through_seal: bytes,
                  seal: dict[str, object]) -> None:
     """Record a recovered seal in the digest; ``through_seal`` ends with the seal line."""
     sp = split_hash(through_seal.rstrip(b"\n").rsplit(b"\n", 1)[-1])
-    record(adir, key, [{"k": SEALED, "writer": info.writer, "n": info.n,
+    append_digest(adir, key, [{"k": SEALED, "writer": info.writer, "n": info.n,
                         "last_h": sp[1] if sp else None, "last_seq": seal.get("seq"),
                         "final": bool(seal.get("final")), "reason": "recovered"}])
 

@@ -174,6 +174,17 @@ class ParsedSegment:
     bad: list[tuple[int, bytes]]
     alive: bool
 
+    @property
+    def last_hash(self) -> str | None:
+        """The chain hash of the last complete line (None without one): where the next
+        segment's chain goes on, as the digest and the archive's ledger record it."""
+        if not self.lines:
+            return None
+        from ._format import split_hash  # the writer's encoders load only when needed
+
+        sp = split_hash(self.lines[-1][2])
+        return sp[1] if sp else None
+
 
 def read_segment(info: SegmentInfo) -> ParsedSegment | None:
     """Read one segment; None if it vanished (pruned by compaction since it was listed).

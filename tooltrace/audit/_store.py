@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
@@ -177,6 +177,12 @@ class AuditStore:
 
     ``lookup_files`` lists the Parquet files the last ``call`` or ``resolve_call_id`` read.
     """
+
+    #: The SQL that defines ``tool_calls``, ``tool_call_steps`` and ``tool_call_intents`` over
+    #: the ``_all_<table>`` views (one per name in ``TABLES``) that ``_load`` creates. A store
+    #: that reads its records from elsewhere (``tooltrace.archive.ArchiveStore``) creates those
+    #: views in its own ``_load`` and then runs this.
+    VIEWS: ClassVar[str] = _VIEWS
 
     def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
         import duckdb

@@ -21,6 +21,8 @@ __all__ = [
     "COLUMNS", "DUCKDB_TYPES", "TABLES", "build_columns", "build_tables", "empty_tables", "schemas",
 ]
 
+#: The stored tables (``tool_calls``, ``tool_call_steps``, ``tool_call_intents`` and the late
+#: resolutions of calls that ended ``unknown``), as compaction and the archive name them.
 TABLES = ("calls", "steps", "intents", "resolutions")
 
 

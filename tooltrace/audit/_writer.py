@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ._format import FORMAT_VERSION, checkpoint_mac, dumps, genesis_hash
-from ._manifest import DROPPED, OPENED, SEALED, record
+from ._manifest import DROPPED, OPENED, SEALED, append_digest
 from ._segments import opening_name, segment_name
 
 __all__ = ["Ack", "FsyncPolicy", "SegmentWriter", "new_writer_id"]
@@ -291,7 +291,7 @@ class SegmentWriter:
             sync = self.fsync is not FsyncPolicy.NONE
             if sync:
                 os.fsync(fd)
-            record(self._adir, self._key, [{"k": OPENED, "writer": self.writer_id, "n": n,
+            append_digest(self._adir, self._key, [{"k": OPENED, "writer": self.writer_id, "n": n,
                                             "pid": os.getpid()}], sync=sync)
             recorded = True
             os.rename(tmp, live)
@@ -306,7 +306,7 @@ class SegmentWriter:
                 # The digest names a segment that never came into view: say so, and go on as
                 # a new writer (this one's chain would skip a segment).
                 with contextlib.suppress(OSError):
-                    record(self._adir, self._key, [{"k": DROPPED, "writer": self.writer_id,
+                    append_digest(self._adir, self._key, [{"k": DROPPED, "writer": self.writer_id,
                                                     "n": n, "reason": "open failed"}])
                 self._reset()
             else:
@@ -347,7 +347,7 @@ class SegmentWriter:
         # The seal line is keyed and the file is sealed: if the digest cannot take the entry,
         # ``verify`` reads the state as a writer that stopped right here, not as tampering.
         with contextlib.suppress(OSError):
-            record(self._adir, self._key, [{
+            append_digest(self._adir, self._key, [{
                 "k": SEALED, "writer": self.writer_id, "n": self._segment,
                 "last_h": self._prev, "last_seq": self._seq, "final": final,
                 "reason": "close" if final else "rotate"}],

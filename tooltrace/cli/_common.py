@@ -18,7 +18,7 @@ import orjson
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..audit._store import AuditStore
+    from ..audit import AuditStore
 
 __all__ = [
     "EXIT_FAIL",
@@ -176,7 +176,7 @@ def open_store(
             yield arc
         return
     from .._config import resolve_home
-    from ..audit._store import AuditStore
+    from ..audit import AuditStore
 
     h = resolve_home(home)
     if not (h / "audit").is_dir():

@@ -20,7 +20,7 @@ from ._common import print_json as _print_json
 
 if TYPE_CHECKING:
     from ..archive import ArchiveStore
-    from ..audit._verify import VerifyReport
+    from ..audit import VerifyReport
 
 
 @click.group()

@@ -40,8 +40,7 @@ def autopsy(call_id: str, home: Path | None, as_json: bool, archive: str | None)
 
     Exit 1 when no call has this id, 2 when the prefix matches several calls.
     """
-    from ..audit._autopsy import explain
-    from ..audit._store import AmbiguousCallId, CallNotFound, DuplicateCallId
+    from ..audit import AmbiguousCallId, CallNotFound, DuplicateCallId, explain
 
     guard = OutputGuard(home)
     with open_store(home, guard, archive) as store:

@@ -37,10 +37,10 @@ def call(name: str, arguments: str, home: Path | None, workspace: Path, mode: st
     The call goes through validation, policy, hooks, deadline, redaction and every sink, and is
     audited like any other. Exit code 0 when the call is ok, 1 otherwise, 2 for bad usage.
     """
-    from .._setup import create_registry
+    from .. import create_registry
     from ..envelope import ToolCall
     from ..exceptions import TooltraceError
-    from ..mcp._config import load_object, resolve_hooks
+    from ..mcp import load_object, resolve_hooks
     from ..tool import FunctionTool
 
     guard = OutputGuard(home)

@@ -100,7 +100,7 @@ def proxy(config_path: Path | None, home: str | None, name: str | None,
         if not host or not port.isdigit():
             raise click.UsageError("--http takes HOST:PORT, e.g. 127.0.0.1:8765")
         endpoint = (host.strip("[]"), int(port))
-        from ..mcp._server import check_loopback
+        from ..mcp import check_loopback
 
         try:
             check_loopback(endpoint[0])

@@ -46,7 +46,7 @@ def query(source: str | None, params: tuple[str, ...], list_: bool, home: Path |
     $NAME placeholders; documented defaults apply when not given. Exit 1 when the query fails,
     2 for a missing or unknown parameter.
     """
-    from ..audit._sqlfiles import MissingParameter, find_sql, load_sql, shipped_sql
+    from ..audit import MissingParameter, find_sql, load_sql, shipped_sql
 
     guard = OutputGuard(home)
     if list_:

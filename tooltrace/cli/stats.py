@@ -32,7 +32,7 @@ def stats(since: str | None, tool: str | None, home: Path | None, as_json: bool,
     rejections at stage params / calls; policy-reject ratio = rejections at stage policy or
     approval / calls; offload ratio = offloaded / ok calls; p50/p95 over all calls.
     """
-    from ..audit._sqlfiles import find_sql
+    from ..audit import find_sql
 
     q = find_sql("tool_stats")
     assert q is not None, "the tool_stats query ships with tooltrace"

@@ -21,7 +21,7 @@ from ._common import table as print_table
 def _head(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is None:
         return None
-    from ..audit._manifest import parse_head
+    from ..audit import parse_head
 
     try:
         parse_head(value)
@@ -57,10 +57,7 @@ def verify(recover: bool, expect: str | None, home: Path | None, as_json: bool,
     catch the first two; keep the key outside the home (TOOLTRACE_AUDIT_KEY) for the third.
     """
     from .._config import resolve_home
-    from ..audit._format import load_key
-    from ..audit._recover import recover_dead_segments
-    from ..audit._segments import audit_dir
-    from ..audit._verify import verify_audit
+    from ..audit import audit_dir, load_key, recover_dead_segments, verify_audit
 
     guard = OutputGuard(home)
     h = resolve_home(home)

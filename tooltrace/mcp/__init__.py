@@ -5,9 +5,20 @@ starts the configured upstream servers, registers each of their tools in a ``Too
 (source ``mcp:<server>``), and forwards a ``tools/call`` only after the whole pipeline accepted
 it. Tool descriptions and schemas are pinned at first sight; a change is flagged and needs
 approval. The MCP SDK is imported only when a proxy starts.
+
+Hooks, rules, approvers and tools are named as in the proxy's configuration: ``module:attr`` or
+an entry point (``load_object``, ``resolve_hooks``); ``tooltrace call --tools/--hook`` takes the
+same names.
 """
 
-from ._config import ProxyConfig, ServerConfig, config_from_dict, load_config
+from ._config import (
+    ProxyConfig,
+    ServerConfig,
+    config_from_dict,
+    load_config,
+    load_object,
+    resolve_hooks,
+)
 from ._errors import (
     UpstreamError,
     UpstreamExited,
@@ -19,7 +30,7 @@ from ._errors import (
 )
 from ._pins import ChangedToolsRule, PinCheck, PinStore, fingerprint
 from ._proxy import Collision, McpProxy, ProxyReport, ServerReport, ToolReport, envelope_to_result
-from ._server import build_server, run_proxy, serve_http, serve_stdio
+from ._server import build_server, check_loopback, run_proxy, serve_http, serve_stdio
 
 __all__ = [
     "ChangedToolsRule",
@@ -40,10 +51,13 @@ __all__ = [
     "UpstreamToolError",
     "UpstreamUnavailable",
     "build_server",
+    "check_loopback",
     "config_from_dict",
     "envelope_to_result",
     "fingerprint",
     "load_config",
+    "load_object",
+    "resolve_hooks",
     "run_proxy",
     "serve_http",
     "serve_stdio",

@@ -184,7 +184,7 @@ class McpProxy:
         return rules
 
     def _build_registry(self) -> ToolRegistry:
-        from .._setup import create_registry
+        from .. import create_registry
 
         cfg = self.config
         metrics = cfg.metrics_port is not None
