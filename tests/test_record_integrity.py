@@ -200,3 +200,51 @@ def test_readers_never_merge_two_calls_recorded_under_one_id(tmp_path: Path) -> 
     res = CliRunner().invoke(cli, ["autopsy", cid, "--home", str(home)])
     assert res.exit_code == 1
     assert "recorded for 2 different calls" in res.output
+
+
+# -- prefixed tokens glued into names, and every message cut only after redaction ---------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "backup_{gh}_old.txt",
+        "notes-{gh}.txt",
+        "x_AKIA{aws}_y",
+        "id_{gh}",
+    ],
+)
+def test_a_token_glued_into_a_file_name_by_underscore_or_dash_is_found(text: str) -> None:
+    rng = random.Random(text)
+    gh = _token(rng)
+    aws = "".join(rng.choice(string.ascii_uppercase + string.digits) for _ in range(16))
+    placed = text.format(gh=gh, aws=aws)
+    red = tooltrace.Redactor().redact_text(placed)
+    assert gh not in red and aws not in red, red
+    assert "[REDACTED:" in red
+
+
+def test_a_long_token_as_an_unknown_call_field_is_redacted_before_it_is_cut(
+    tmp_path: Path,
+) -> None:
+    # The detector needs all 40 characters of the secret: a cut at 40 leaves 18 of them.
+    core = "".join(random.Random(5).choice(ALNUM + "/+") for _ in range(40))
+    reg = ToolRegistry(workspace=tmp_path)
+    env = reg.call(json.dumps({"name": "x", "arguments": {}, f"aws_secret_access_key={core}": 1}))
+    assert env.status is Status.REJECTED and env.reject_stage is Stage.PARAMS
+    assert "unknown fields" in env.summary
+    text = _record_text(env)
+    assert not any(core[i : i + 12] in text for i in range(len(core) - 11)), env.summary
+    reg.shutdown()
+
+
+def test_a_token_in_a_long_program_name_is_redacted_before_it_is_cut(tmp_path: Path) -> None:
+    token = _token(random.Random(11))
+    prog = tmp_path / ("tool-" + "p" * 30 + "-" + token)
+    prog.write_text("#!/bin/sh\necho hi\n")
+    prog.chmod(0o755)
+    reg = register_builtins(ToolRegistry(workspace=tmp_path))
+    env = reg.call(ToolCall("run_command", {"argv": [str(prog)]}))
+    assert env.status is Status.OK, env.summary
+    assert not _leaks(_record_text(env), token), env.summary
+    reg.shutdown()

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote_to_bytes
 
 from .exceptions import TooltraceError
-from .redaction import Redactor
+from .redaction import default_redactor
 
 __all__ = ["PathPolicyError", "ResolvedPath", "Workspace", "canonical_form"]
 
@@ -144,22 +144,10 @@ def _show(user_path: str) -> str:
         # An absolute input may be (part of) a host path: keep only its last component.
         last = re.split(r"[/\\]+", text.rstrip("/\\"))[-1] if text.strip("/\\") else ""
         text = "<absolute>/" + last
-    text = _redactor().redact_text(text)
+    text = default_redactor().redact_text(text)
     if len(text) > _SHOWN_CHARS:
         text = text[: _SHOWN_CHARS - 3] + "..."
     return repr(text)
-
-
-_default_redactor: Redactor | None = None
-
-
-def _redactor() -> Redactor:
-    """The detectors' redactor for messages (made on first use; a registry redacts again
-    with its own, which also knows the operator's registered values)."""
-    global _default_redactor
-    if _default_redactor is None:
-        _default_redactor = Redactor()
-    return _default_redactor
 
 
 def _fail(reason: str, user_path: str, what: str) -> PathPolicyError:

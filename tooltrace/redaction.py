@@ -44,7 +44,14 @@ from mypy_extensions import mypyc_attr
 from tooltrace import _build
 from tooltrace.envelope import Artifact
 
-__all__ = ["DEFAULT_KEY_PATTERNS", "ArtifactStore", "Redactor", "marker", "preview"]
+__all__ = [
+    "DEFAULT_KEY_PATTERNS",
+    "ArtifactStore",
+    "Redactor",
+    "default_redactor",
+    "marker",
+    "preview",
+]
 
 _MAX_EXCEPTION_CHARS = 500
 _MIN_REGISTERED_CHARS = 4
@@ -220,6 +227,9 @@ def _check_basic(m: re.Match[str], value: str) -> bool:
     return bool(m.group("hdr")) or _basic_credentials(value)
 
 
+# Where a prefixed token may start: not inside a run of letters and digits, but right after
+# "_" or "-" (file names glue words so: backup_ghp_..., notes-AKIA...), which \b would refuse.
+_GLUE = r"(?<![A-Za-z0-9])"
 _HDR = r"(?P<hdr>(?i:authorization|proxy-authorization)[\"']?\s*[:=]\s*[\"']?)?"
 _AWS_PREFIXES = ("AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AIPA", "ANPA", "ANVA", "AROA")
 
@@ -237,12 +247,12 @@ _DETECTORS: tuple[_Detector, ...] = (
     ),
     _Detector(
         "jwt",
-        re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
+        re.compile(_GLUE + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
         cs=("eyJ",),
     ),
     _Detector(
         "aws_access_key",
-        re.compile(r"\b(?:" + "|".join(_AWS_PREFIXES) + r"|APKA)[A-Z0-9]{16}\b"),
+        re.compile(_GLUE + r"(?:" + "|".join(_AWS_PREFIXES) + r"|APKA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
         cs=(*_AWS_PREFIXES, "APKA"),
     ),
     _Detector(
@@ -255,10 +265,10 @@ _DETECTORS: tuple[_Detector, ...] = (
         check=_check_random,
     ),
     _Detector(
-        "gcp_api_key", re.compile(r"\bAIza[0-9A-Za-z_\-]{35,40}(?![0-9A-Za-z_\-])"), ("AIza",)
+        "gcp_api_key", re.compile(_GLUE + r"AIza[0-9A-Za-z_\-]{35,40}(?![0-9A-Za-z_\-])"), ("AIza",)
     ),
-    _Detector("gcp_oauth_token", re.compile(r"\bya29\.[0-9A-Za-z_\-]{20,}"), ("ya29.",)),
-    _Detector("gcp_client_secret", re.compile(r"\bGOCSPX-[0-9A-Za-z_\-]{20,}"), ("GOCSPX-",)),
+    _Detector("gcp_oauth_token", re.compile(_GLUE + r"ya29\.[0-9A-Za-z_\-]{20,}"), ("ya29.",)),
+    _Detector("gcp_client_secret", re.compile(_GLUE + r"GOCSPX-[0-9A-Za-z_\-]{20,}"), ("GOCSPX-",)),
     _Detector(
         "azure_key",
         re.compile(
@@ -277,17 +287,20 @@ _DETECTORS: tuple[_Detector, ...] = (
     ),
     _Detector(
         "github_token",
-        re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b"),
+        re.compile(
+            _GLUE + r"(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})"
+            r"(?![A-Za-z0-9])"
+        ),
         cs=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
     ),
     _Detector(
         "gitlab_token",
-        re.compile(r"\bgl(?:pat|dt|rt|cbt|ptt|ft|imt|oas|soat)-[A-Za-z0-9_\-]{20,}"),
+        re.compile(_GLUE + r"gl(?:pat|dt|rt|cbt|ptt|ft|imt|oas|soat)-[A-Za-z0-9_\-]{20,}"),
         cs=("glpat-", "gldt-", "glrt-", "glcbt-", "glptt-", "glft-", "glimt-", "gloas-", "glsoat-"),
     ),
     _Detector(
         "slack_token",
-        re.compile(r"\b(?:xox[abposre]-[A-Za-z0-9\-]{10,}|xapp-\d-[A-Za-z0-9\-]{10,})"),
+        re.compile(_GLUE + r"(?:xox[abposre]-[A-Za-z0-9\-]{10,}|xapp-\d-[A-Za-z0-9\-]{10,})"),
         cs=("xox", "xapp-"),
     ),
     _Detector(
@@ -297,31 +310,38 @@ _DETECTORS: tuple[_Detector, ...] = (
     ),
     _Detector(
         "stripe_key",
-        re.compile(r"\b(?:(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}|whsec_[A-Za-z0-9]{24,})"),
+        re.compile(
+            _GLUE + r"(?:(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}|whsec_[A-Za-z0-9]{24,})"
+        ),
         cs=("_live_", "_test_", "whsec_"),
     ),
-    _Detector("anthropic_key", re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{20,}"), ("sk-ant-",), rank=3),
+    _Detector(
+        "anthropic_key", re.compile(_GLUE + r"sk-ant-[A-Za-z0-9_\-]{20,}"), ("sk-ant-",), rank=3
+    ),
     _Detector(
         "openai_key",
-        re.compile(r"\bsk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,}"),
+        re.compile(_GLUE + r"sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,}"),
         cs=("sk-",),
         check=_check_random,
     ),
     _Detector(
         "twilio_key",
-        re.compile(r"\b(?:SK|AC)[0-9a-f]{32}\b|(?i:twilio)[A-Za-z_]*[\"']?\s*[:=]\s*[\"']?"
+        re.compile(_GLUE + r"(?:SK|AC)[0-9a-f]{32}(?![A-Za-z0-9])"
+                   r"|(?i:twilio)[A-Za-z_]*[\"']?\s*[:=]\s*[\"']?"
                    r"(?P<s>[0-9a-f]{32})\b"),
         cs=("SK",),
         lc=("twilio",),
     ),
     _Detector(
         "sendgrid_key",
-        re.compile(r"\bSG\.[A-Za-z0-9_\-]{16,32}\.[A-Za-z0-9_\-]{16,64}"),
+        re.compile(_GLUE + r"SG\.[A-Za-z0-9_\-]{16,32}\.[A-Za-z0-9_\-]{16,64}"),
         cs=("SG.",),
     ),
-    _Detector("npm_token", re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), ("npm_",)),
-    _Detector("pypi_token", re.compile(r"\bpypi-[A-Za-z0-9_\-]{50,}"), ("pypi-",)),
-    _Detector("huggingface_token", re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"), ("hf_",)),
+    _Detector("npm_token", re.compile(_GLUE + r"npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])"), ("npm_",)),
+    _Detector("pypi_token", re.compile(_GLUE + r"pypi-[A-Za-z0-9_\-]{50,}"), ("pypi-",)),
+    _Detector(
+        "huggingface_token", re.compile(_GLUE + r"hf_[A-Za-z0-9]{30,}(?![A-Za-z0-9])"), ("hf_",)
+    ),
     _Detector(
         "url_password",
         re.compile(
@@ -962,6 +982,12 @@ class Redactor:
             return (tuple(new) if isinstance(value, tuple) else new), total
         return value, 0
 
+    def bounded(self, text: str, limit: int) -> str:
+        """At most ``limit`` characters of ``text``, redacted first and then cut: cut first,
+        a secret would no longer be recognised and its first characters would remain."""
+        text = self.redact_text(text)
+        return text if len(text) <= limit else text[: max(limit - 3, 0)] + "..."
+
     def redact_exception(self, exc: BaseException) -> str:
         """``"<ExceptionType>: <message>"`` with secrets redacted and the message bounded."""
         name = type(exc).__name__
@@ -978,6 +1004,19 @@ class Redactor:
 # --------------------------------------------------------------------------------------------
 # Previews and artifacts
 # --------------------------------------------------------------------------------------------
+
+
+_default: Redactor | None = None
+
+
+def default_redactor() -> Redactor:
+    """A shared ``Redactor`` with the default rules, for messages made where no registry's
+    redactor is at hand (a registry redacts them again with its own, which also knows the
+    operator's registered values)."""
+    global _default
+    if _default is None:
+        _default = Redactor()
+    return _default
 
 
 def preview(text: str, limit_chars: int) -> str:

@@ -19,6 +19,7 @@ import orjson
 
 from . import _build
 from .exceptions import InvalidSchemaError, MalformedCallError
+from .redaction import default_redactor
 
 __all__ = [
     "ArgumentsError",
@@ -191,7 +192,8 @@ def _sanitise(exc: fastjsonschema.JsonSchemaValueException) -> ArgumentsError:
     rule = str(exc.rule or "invalid")
     path = str(exc.name or "data")
     path = "$" + path[4:] if path.startswith("data") else path
-    path = _PATH_SAFE.sub("?", path)[:120]
+    # Property names come from the caller: redacted, then cut.
+    path = default_redactor().bounded(_PATH_SAFE.sub("?", path), 120)
     text = _RULE_TEXT.get(rule, "is invalid")
     definition = exc.rule_definition
     if rule == "type":
@@ -285,7 +287,9 @@ def parse_tool_call(
     if not isinstance(obj, Mapping):
         raise MalformedCallError("shape", "tool call must be a JSON object")
     if strict_fields:
-        unknown = sorted(str(k)[:40] for k in obj if k not in _CALL_FIELDS)
+        unknown = sorted(
+            default_redactor().bounded(str(k), 40) for k in obj if k not in _CALL_FIELDS
+        )
         if unknown:
             raise MalformedCallError(
                 "unknown_field", f"tool call has unknown fields: {unknown[:5]}"

@@ -47,6 +47,7 @@ from typing import Any
 
 from ..exceptions import DeadlineExceeded, ToolCancelled
 from ..paths import ResolvedPath, Workspace
+from ..redaction import default_redactor
 from ..runtime import CallContext
 from ..tool import Capability, Effect, FunctionTool, ToolResult, tool
 
@@ -554,7 +555,7 @@ def build_run_command(
                 raise DeadlineExceeded("the command was killed at its deadline")
             raise ToolCancelled("the command was killed on cancel")
         data = result_data(tree)
-        prog = os.path.basename(full_argv[0])[:64] or "command"
+        prog = default_redactor().bounded(os.path.basename(full_argv[0]), 64) or "command"
         total = tree.stdout.total + tree.stderr.total
         summary = (f"{prog} exited with code {tree.returncode} in {tree.duration_s:.2f} s "
                    f"({total} bytes of output)")

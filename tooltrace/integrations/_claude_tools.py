@@ -77,7 +77,10 @@ BUILTIN_TOOLS: tuple[str, ...] = tuple(_TABLE)
 
 
 def builtin_definitions(
-    names: Iterable[str] | None = None, *, timeout_s: float = 600.0, source: str = "framework:claude-agent-sdk"
+    names: Iterable[str] | None = None,
+    *,
+    timeout_s: float = 600.0,
+    source: str = "framework:claude-agent-sdk",
 ) -> list[ToolDefinition]:
     """Definitions of the named built-in tools (all of ``BUILTIN_TOOLS`` by default).
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .. import _config as tt_config
+from .. import _settings
 from ..envelope import Status, ToolCall, ToolResultEnvelope
 from ..exceptions import ConfigurationError, RegistrationError
 from ..policy import (
@@ -31,6 +31,7 @@ from ..policy import (
     Rule,
     Verdict,
 )
+from ..redaction import default_redactor
 from ..registry import Resolution, ToolRegistry
 from ..runtime import CallContext
 from ..tool import NAME_RE, Capability, Effect, ToolDefinition
@@ -148,7 +149,7 @@ class McpProxy:
     def __init__(self, config: ProxyConfig, *, registry: ToolRegistry | None = None,
                  pin_new: bool = True) -> None:
         self.config = config
-        self.home = tt_config.resolve_home(config.home)
+        self.home = _settings.resolve_home(config.home)
         self.pins = PinStore(self.home)
         self.pin_new = pin_new
         verdict = {"ask": Verdict.ASK, "deny": Verdict.DENY, "allow": Verdict.ALLOW}[
@@ -215,7 +216,7 @@ class McpProxy:
             *(u.start() for u in self.upstreams.values()), return_exceptions=True)
         for up, res in zip(self.upstreams.values(), results, strict=True):
             if isinstance(res, BaseException):
-                self._errors[up.label] = str(res)[:300]
+                self._errors[up.label] = default_redactor().bounded(str(res), 300)
                 log.warning("mcp upstream %s: %s", up.label, self._errors[up.label])
         self._plan_and_register()
         for label in self._listings:
@@ -323,7 +324,7 @@ class McpProxy:
             )
             self.registry.register(definition, self._handler(label, name))
         except RegistrationError as exc:
-            reason = str(exc)[:300]
+            reason = default_redactor().bounded(str(exc), 300)
             if "same priority" in reason:
                 self._conflicts.append(f"{exposed} from {label}: equal priorities")
             skip(reason)

@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..redaction import default_redactor
 from ._config import ServerConfig
 from ._errors import (
     UpstreamExited,
@@ -274,7 +275,7 @@ class Upstream:
                 return UpstreamExited(f"server {self.label} closed the connection during the call")
             message = str(getattr(exc.error, "message", "") or "")  # type: ignore[attr-defined]
             return UpstreamRPCError(code, f"server {self.label} answered error {code}: "
-                                          f"{message[:300]}")
+                                          f"{default_redactor().bounded(message, 300)}")
         if isinstance(exc, asyncio.CancelledError):
             return UpstreamExited(f"server {self.label} went away during the call")
         # Anything else is an answer the client could not accept (a malformed result, or
