@@ -248,3 +248,23 @@ def test_a_token_in_a_long_program_name_is_redacted_before_it_is_cut(tmp_path: P
     assert env.status is Status.OK, env.summary
     assert not _leaks(_record_text(env), token), env.summary
     reg.shutdown()
+
+
+def test_call_attributes_go_through_the_key_rules_and_a_secret_key_is_dropped(
+    tmp_path: Path,
+) -> None:
+    token = _token(random.Random(21))
+    aws = "".join(random.Random(22).choice(ALNUM) for _ in range(40))
+    reg = register_builtins(ToolRegistry(workspace=tmp_path))
+    (tmp_path / "a.txt").write_text("x")
+    env = reg.call(ToolCall("read_text", {"path": "a.txt"}, attributes={
+        token: "v", "aws_secret_access_key": aws, "team": "sre", "n": 3,
+        "long": "y" * 300 + token,
+    }))
+    assert env.status is Status.OK
+    attrs = env.record.attributes
+    assert token not in attrs and attrs["team"] == "sre" and attrs["n"] == 3
+    assert aws not in repr(attrs) and "REDACTED" in str(attrs["aws_secret_access_key"])
+    assert len(str(attrs["long"])) <= 256
+    assert not _leaks(_record_text(env), token)
+    reg.shutdown()

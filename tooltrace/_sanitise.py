@@ -101,18 +101,30 @@ def check_call(reg: ToolRegistry, call: ToolCall) -> str | None:
 
 
 def clean_attributes(reg: ToolRegistry, attrs: Mapping[str, Any]) -> dict[str, str | int | bool]:
-    """Extra span attributes, bounded and redacted (they reach every sink)."""
-    out: dict[str, str | int | bool] = {}
+    """Extra span attributes, bounded and redacted (they reach every sink).
+
+    The mapping goes through the redactor whole, so key rules apply (a value under
+    ``aws_secret_access_key`` is hidden whatever it looks like) and a key that is itself a
+    secret is dropped. Values are redacted, then cut to 256 characters."""
+    picked: dict[str, Any] = {}
     for k, v in list(attrs.items())[:32]:
         if type(k) is not str or not _TOKEN_RE.match(k):
             continue
-        if isinstance(v, bool | int):
-            out[k] = v
-        elif isinstance(v, float):
-            out[k] = str(v)
-        else:
-            out[k] = reg.redactor.redact_text(str(v)[:256])
+        # Only the first 256 characters are kept: what lies beyond 4096 cannot reach them.
+        picked[k] = v if isinstance(v, bool | int) else str(v)[:_SCANNED_CHARS]
+    red, _n = reg.redactor.redact(picked)
+    out: dict[str, str | int | bool] = {}
+    for k, v in red.items():
+        if k not in picked:  # the key held a secret: its redacted text is no attribute name
+            continue
+        if isinstance(v, str) and len(v) > _ATTRIBUTE_CHARS:
+            v = v[: _ATTRIBUTE_CHARS - 3] + "..."
+        out[k] = v
     return out
+
+
+_ATTRIBUTE_CHARS = 256
+_SCANNED_CHARS = 4096
 
 
 _build.keep_docs(__name__, globals())
