@@ -19,7 +19,26 @@ __all__ = ["BUILD", "COMPILED", "Build"]
 
 PACKAGE = "tooltrace"
 #: The call path's modules a wheel build compiles (dotted names under ``tooltrace``).
-COMPILED = ("policy", "redaction", "registry", "runtime", "validation")
+COMPILED = (
+    "_admission",
+    "_authorize",
+    "_context",
+    "_drivers",
+    "_execute",
+    "_executors",
+    "_hookstages",
+    "_outcome",
+    "_record",
+    "_registry",
+    "_result",
+    "_sanitise",
+    "_stages",
+    "_statuses",
+    "_tooltable",
+    "policy",
+    "redaction",
+    "validation",
+)
 # Light on purpose: every CLI command imports this first (no pathlib or importlib.util).
 _DIR = os.path.dirname(os.path.realpath(__file__))
 _DOCS: dict[str, Any] = {}  # the docstrings _build.json recorded, by module

@@ -11,6 +11,7 @@ from ._registry import Approver as Approver
 from ._registry import ToolRegistry
 from ._tooltable import Resolution, Visibility
 from .envelope import CallStatus
+from .envelope import Status as Status  # importable from here before the split; still is
 from .sinks import LateStep
 
 __all__ = ["CallStatus", "LateStep", "Resolution", "ToolRegistry", "Visibility"]
