@@ -268,3 +268,30 @@ def test_call_attributes_go_through_the_key_rules_and_a_secret_key_is_dropped(
     assert len(str(attrs["long"])) <= 256
     assert not _leaks(_record_text(env), token)
     reg.shutdown()
+
+
+@pytest.mark.parametrize("offset", [0, 20, 40, 55])
+def test_a_registered_secret_in_a_denied_path_is_never_cut(tmp_path: Path, offset: int) -> None:
+    # Only the registry's redactor knows a registered value: a message that cut it on the way
+    # (before that redactor saw it) would keep its first characters.
+    secret = "".join(random.Random(offset).choice(ALNUM) for _ in range(48))
+    reg = register_builtins(
+        ToolRegistry(workspace=tmp_path, redactor=tooltrace.Redactor(extra_values=[secret]))
+    )
+    env = reg.call(ToolCall("read_text", {"path": "../" + "d" * offset + "/" + secret}))
+    assert env.status is Status.REJECTED
+    text = _record_text(env)
+    assert not any(secret[i : i + 12] in text for i in range(len(secret) - 11)), env.summary
+    reg.shutdown()
+
+
+def test_an_azure_secret_in_a_file_name_is_found() -> None:
+    rng = random.Random(9)
+    alphabet = ALNUM + "_~.-"
+    secret = (
+        "".join(rng.choice(ALNUM) for _ in range(3)) + "8Q~"
+        + "".join(rng.choice(alphabet) for _ in range(33)) + "a"
+    )
+    for placed in (f"notes/{secret}.txt", f"r-{secret}.txt", f"x_{secret}"):
+        red = tooltrace.Redactor().redact_text(placed)
+        assert secret not in red and "[REDACTED:azure_client_secret]" in red, red

@@ -47,8 +47,8 @@ _MAX_COMPONENT_BYTES = 255
 _MAX_SYMLINKS = 40
 _MAX_DECODE_ROUNDS = 3
 _SHOWN_CHARS = 60
-# How much of a refused input a message looks at (it is redacted whole, then cut to
-# _SHOWN_CHARS); beyond this the input is long enough to be refused as such.
+# How much of a refused input a message looks at (it is redacted whole, then shown whole if it
+# fits in _SHOWN_CHARS); beyond this the input is long enough to be refused as such.
 _SCANNED_CHARS = 8192
 
 # Reasons form a closed set (they end up in step details and may be counted).
@@ -137,8 +137,10 @@ _CONFUSABLES = frozenset("\u2215\u2044\u29f8\u2216\u29f5\u29f9\u2571\u2572\u01c0
 
 
 def _show(user_path: str) -> str:
-    """The user's input as it may appear in a message: printable, redacted, short, no host
-    path. Redacted before it is cut: a secret cut first is no longer recognised."""
+    """The user's input as it may appear in a message: printable, redacted, no host path, and
+    whole or not at all. It is never cut: a cut secret is no longer recognised, neither by the
+    default detectors here nor by a registry's redactor, which redacts the message again with
+    the operator's registered values (so a long input is described by its length only)."""
     text = "".join(ch if ch.isprintable() else "?" for ch in user_path[:_SCANNED_CHARS])
     if text.startswith(("/", "\\")) or _DRIVE.match(text):
         # An absolute input may be (part of) a host path: keep only its last component.
@@ -146,7 +148,7 @@ def _show(user_path: str) -> str:
         text = "<absolute>/" + last
     text = default_redactor().redact_text(text)
     if len(text) > _SHOWN_CHARS:
-        text = text[: _SHOWN_CHARS - 3] + "..."
+        return f"<{len(user_path)} characters>"
     return repr(text)
 
 

@@ -280,8 +280,10 @@ _DETECTORS: tuple[_Detector, ...] = (
     _Detector(
         "azure_client_secret",
         re.compile(
-            r"(?<![A-Za-z0-9_~.\-])[A-Za-z0-9_~.\-]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}"
-            r"(?![A-Za-z0-9_~.\-])"
+            # Anchored by its "<digit>Q~": it may follow "-" or "_" and be followed by "."
+            # (a file name: notes-<secret>.txt).
+            r"(?<![A-Za-z0-9])[A-Za-z0-9_~.\-]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}"
+            r"(?![A-Za-z0-9_~\-])"
         ),
         cs=("Q~",),
     ),

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -62,7 +63,11 @@ EXTRA = (
     "post_annotate",
     "post_block",
     "tool_summary",
+    "path",
+    "denied_path",
 )
+# A secret that can stand as a file name (as is or encoded) is placed in one.
+_PATH_SAFE = re.compile(r"[A-Za-z0-9._=+%~-]{8,200}")
 
 # What each child prints: every canary of its batch, in every encoding, each in two flushes.
 CHILD = r"""
@@ -195,6 +200,25 @@ def _drive(reg: Any, ws: Path, canaries: list[Canary], plan: _Plan) -> dict[str,
                 assert env.status is Status.OK and env.artifact is not None
             elif how == "tool_summary":
                 assert call("summarised", {"note": placed}).status is Status.OK
+            elif how in ("path", "denied_path") and not _alone(reg, secret := fn(c.secret)):
+                # A bare random string says nothing of being a secret (unless registered): a
+                # path holds only secrets that name their kind (ghp_..., AKIA..., sk-...).
+                name = f"f{i}.txt"
+                (ws / name).write_text(placed + "\n")
+                assert call("read_text", {"path": name}).status is Status.OK
+            elif how == "path" and _PATH_SAFE.fullmatch(secret):
+                # In a file name read and written: the policy step records the resolved path.
+                (ws / f"r-{secret}.txt").write_text("ordinary text\n")
+                # (A percent-escape of a separator is refused: then the refusal holds it.)
+                for name, args in (("read_text", {"path": f"r-{secret}.txt"}),
+                                   ("write_text", {"path": f"w-{secret}.txt", "text": "x"})):
+                    assert call(name, args).status in (Status.OK, Status.REJECTED)
+                counts["placements"] += 1
+            elif how in ("path", "denied_path"):
+                # In a refused path, at every offset the message's cut can fall on.
+                pad = "d" * (i % 61)
+                env = call("read_text", {"path": f"../{pad}/{secret}.txt"})
+                assert env.status is Status.REJECTED
             else:
                 slot = plan.put(placed)
                 call("hooked", {"slot": slot, "how": how, "note": placed})
@@ -210,6 +234,11 @@ def _drive(reg: Any, ws: Path, canaries: list[Canary], plan: _Plan) -> dict[str,
         counts["placements"] += len(lines)
     counts.update({f"status_{k}": v for k, v in statuses.items()})
     return counts
+
+
+def _alone(reg: Any, secret: str) -> bool:
+    """Whether ``secret`` alone, with no context around it, is recognised as one."""
+    return bool(reg.redactor.redact_text(secret) != secret)
 
 
 def _cli_outputs(home: Path, call_ids: list[str]) -> list[tuple[str, bytes]]:
