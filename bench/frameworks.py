@@ -30,6 +30,8 @@ MODULES: tuple[str, ...] = (
     "bench.fw_openai_agents",
     "bench.fw_llamaindex",
     "bench.fw_claude_agent_sdk",
+    "bench.fw_adk",
+    "bench.fw_crewai",
 )
 
 

@@ -29,6 +29,16 @@ One module per framework, each behind an optional extra (the core never imports 
   SDK. ``as_function_tools`` (registry tools as ``FunctionTool``s) and ``adopt`` (existing
   ``FunctionTool``s registered, copies whose ``on_invoke_tool`` runs the registry);
   ``FrameworkApprover`` answers the registry's approval step from the SDK's interruptions.
+- ``tooltrace.integrations.adk`` (``tooltrace[adk]``, a venv of its own): Google ADK agents.
+  ``as_adk_tools`` (registry tools as ADK ``BaseTool``s), ``TooltracePlugin`` (a runner plugin
+  whose ``before_tool_callback`` runs every other tool call through the registry), ``adopt``
+  (existing ADK tools registered), and ``SharedSpans`` (a call takes ADK's ``execute_tool``
+  span: one span per call).
+- ``tooltrace.integrations.crewai`` (``tooltrace[crewai]``, a venv of its own): CrewAI crews.
+  ``as_crewai_tools`` (registry tools as CrewAI ``BaseTool``s whose failures are
+  ``ToolFailure``s), ``adopt`` (existing CrewAI tools registered), ``install_guard`` (CrewAI's
+  global tool hooks route every other tool call through the registry) and ``akickoff`` (a
+  cancelled kickoff cancels its run's calls).
 
 What every adapter guarantees: the tools are registered once, in the registry, and the model
 sees their names and schemas; every status other than ``ok`` reaches the model through the
