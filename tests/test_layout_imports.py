@@ -21,7 +21,7 @@ PKG = Path(tooltrace.__file__).resolve().parent
 #: Top-level private modules any package may import: shared infrastructure, kept short.
 SHARED = {
     # The settings: explicit argument > TOOLTRACE_* variable > default, read in one place.
-    "tooltrace._config": "settings",
+    "tooltrace._settings": "settings",
     # How a package defers its public names until first use (every package's __init__).
     "tooltrace._lazy": "lazy public names",
     # Call and run ids (UUIDv7): one format wherever an id is made.

@@ -9,13 +9,12 @@ decide on the arguments: the first ``deny`` wins, else the first ``ask`` goes to
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import _build, _config
+from . import _build, _settings
 from ._record import Builder, error_text, redact_args, redact_detail, scrub
 from ._tooltable import Entry
 from .envelope import Stage, StepName, ToolResultEnvelope
@@ -178,7 +177,7 @@ def approve(
     """Ask the approver (or apply TOOLTRACE_APPROVAL when there is none); None if approved."""
     decision, reason, decider, t = ask
     if reg.approver is None:
-        allow = os.environ.get(_config.TOOLTRACE_APPROVAL, "deny").strip().lower() == "allow"
+        allow = _settings.approval_allows()
         detail = {"reason": "no approver configured"}
         b.step(StepName.APPROVAL, t, decider, "approve" if allow else "deny", detail)
         if not allow:

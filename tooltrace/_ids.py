@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import uuid_utils
+
+from . import _settings
 
 __all__ = ["new_call_id", "new_run_id"]
 
@@ -16,4 +16,4 @@ def new_call_id() -> str:
 
 def new_run_id() -> str:
     """A run id: ``TOOLTRACE_RUN_ID`` when set, else a fresh UUIDv7."""
-    return os.environ.get("TOOLTRACE_RUN_ID") or str(uuid_utils.uuid7())
+    return _settings.run_id() or str(uuid_utils.uuid7())

@@ -23,7 +23,7 @@ from typing import Any
 
 from mypy_extensions import mypyc_attr
 
-from . import _build, _config
+from . import _build, _settings
 from ._admission import Admission
 from ._authorize import AllowDetails
 from ._context import CallContext
@@ -110,15 +110,13 @@ class ToolRegistry:
             if isinstance(workspace, Workspace)
             else Workspace(workspace if workspace is not None else os.getcwd())
         )
-        self.home = _config.resolve_home(home)
+        self.home = _settings.resolve_home(home)
         self.artifacts = ArtifactStore(self.home / "artifacts")
         self.policy = policy if policy is not None else Policy()
         self.redactor = redactor if redactor is not None else Redactor()
         self.approver = approver
         self.run_id = run_id or new_run_id()
-        self.max_timeout_s = _config.env_float(
-            _config.TOOLTRACE_MAX_TIMEOUT_S, max_timeout_s, 600.0
-        )
+        self.max_timeout_s = _settings.max_timeout_s(max_timeout_s)
         self.admission_timeout_s = admission_timeout_s
         self.cancel_grace_s = cancel_grace_s
         self.max_inline_chars = max_inline_chars

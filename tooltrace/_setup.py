@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from . import _config
+from . import _settings
 from .registry import ToolRegistry
 from .sinks import Sink, SpanOpener
 
@@ -37,7 +37,7 @@ def create_registry(
     """
     from .telemetry import default_sinks
 
-    home_path = _config.resolve_home(home)
+    home_path = _settings.resolve_home(home)
     sinks: list[Sink] = default_sinks(
         tracing=tracing,
         metrics=metrics,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import _config
+from . import _settings
 from ._setup import create_registry
 from .envelope import ToolCall, ToolResultEnvelope
 from .hooks import HookDecision, HookView, hook
@@ -178,7 +178,7 @@ def run_demo(
     """Run the demo workload; return what happened. ``calls`` (if larger than the scripted set)
     adds randomised calls of the same kinds; ``linger_s`` keeps the metrics endpoint up that long
     after the last call."""
-    home_path = _config.resolve_home(home).absolute()
+    home_path = _settings.resolve_home(home).absolute()
     home_path.mkdir(parents=True, exist_ok=True)
     ws, _outside = _prepare_workspace(home_path)
     log_path = home_path / "logs" / "demo.jsonl"

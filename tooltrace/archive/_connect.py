@@ -32,6 +32,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from .._settings import (
+    TOOLTRACE_ARCHIVE,
+    TOOLTRACE_ARCHIVE_DATA_PATH,
+    archive_data_path,
+    archive_uri,
+)
 from ..exceptions import ConfigurationError, TooltraceError
 
 if TYPE_CHECKING:
@@ -47,12 +53,6 @@ __all__ = [
     "prepare",
     "scrub",
 ]
-
-#: The archive URI readers and ``tooltrace audit ship`` use when ``--archive`` is not given.
-TOOLTRACE_ARCHIVE = "TOOLTRACE_ARCHIVE"
-#: Where a new DuckLake archive keeps its Parquet files (``s3://bucket/prefix/``); read only
-#: when the first ship creates the catalog.
-TOOLTRACE_ARCHIVE_DATA_PATH = "TOOLTRACE_ARCHIVE_DATA_PATH"
 
 #: Environment variables whose values are secret wherever they appear.
 SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "PGPASSWORD")
@@ -88,7 +88,7 @@ class Target:
 
 def parse_target(uri: str | None) -> Target:
     """Parse an archive URI (``None``: ``TOOLTRACE_ARCHIVE``); ``ConfigurationError`` if bad."""
-    raw = uri if uri is not None else os.environ.get(TOOLTRACE_ARCHIVE, "")
+    raw = archive_uri(uri)
     raw = raw.strip()
     if not raw:
         raise ConfigurationError(f"no archive given: pass --archive or set {TOOLTRACE_ARCHIVE}")
@@ -235,7 +235,7 @@ def prepare(con: duckdb.DuckDBPyConnection, target: Target, *, read_only: bool =
             opts: dict[str, Any] = dict(attach_options or {})
             if read_only:
                 opts["READ_ONLY"] = True
-            dp = data_path or os.environ.get(TOOLTRACE_ARCHIVE_DATA_PATH)
+            dp = archive_data_path(data_path)
             if dp and not read_only:
                 opts["DATA_PATH"] = dp
             rendered = ", ".join(

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._config import resolve_home
+from .._settings import resolve_home
 from ..audit import (
     COMPACTED,
     PRUNED,

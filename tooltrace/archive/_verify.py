@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .._config import resolve_home
+from .._settings import resolve_home
 from ..audit import (
     Finding,
     VerifyReport,

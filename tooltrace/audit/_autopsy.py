@@ -11,18 +11,15 @@ step with its time, offset, elapsed time and decider. The CLI prints it; ``to_di
 from __future__ import annotations
 
 import datetime as dt
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from .._settings import trace_url
 from ._store import CallDetail
 
-__all__ = ["TOOLTRACE_TRACE_URL", "Autopsy", "explain"]
-
-#: Template of a link to a trace viewer, with ``{trace_id}`` (and optionally ``{span_id}``).
-TOOLTRACE_TRACE_URL = "TOOLTRACE_TRACE_URL"
+__all__ = ["Autopsy", "explain"]
 
 _EVENT_STEPS = (
     "deadline", "cancel_requested", "cancelled", "stopped", "resolved", "job_started", "job_ended",
@@ -189,7 +186,7 @@ def explain(detail: CallDetail) -> Autopsy:
             }
         trace = {"trace_id": rec["trace_id"], "span_id": rec["span_id"],
                  "parent_span_id": rec["parent_span_id"], "sampled": rec["trace_sampled"]}
-        tmpl = os.environ.get(TOOLTRACE_TRACE_URL)
+        tmpl = trace_url()
         if tmpl and rec["trace_id"]:
             try:
                 trace["url"] = tmpl.format(trace_id=rec["trace_id"], span_id=rec["span_id"] or "")

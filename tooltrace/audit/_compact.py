@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._config import resolve_home
 from .._ids import new_call_id
+from .._settings import resolve_home
 from ._format import load_key
 from ._manifest import (
     COMPACTED,

@@ -32,6 +32,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from .._settings import TOOLTRACE_AUDIT_KEY, audit_key
 from ..envelope import CallRecord, Step
 from ..sinks import LateStep
 
@@ -50,9 +51,6 @@ __all__ = [
     "seal_line",
     "split_hash",
 ]
-
-#: Secret for the keyed checkpoints (any string). Default: ``<home>/audit.key`` (created 0600).
-TOOLTRACE_AUDIT_KEY = "TOOLTRACE_AUDIT_KEY"
 
 FORMAT_VERSION = 1
 _H_PREFIX = b',"h":"'
@@ -134,9 +132,9 @@ def checkpoint_mac(
 def load_key(home: Path, *, create: bool) -> bytes | None:
     """The checkpoint key: ``TOOLTRACE_AUDIT_KEY`` > ``<home>/audit.key`` (created 0600 when
     ``create``). None when there is no key and ``create`` is False."""
-    env = os.environ.get(TOOLTRACE_AUDIT_KEY)
-    if env:
-        return env.encode()
+    env = audit_key()
+    if env is not None:
+        return env
     path = home / _KEY_FILE
     try:
         return path.read_bytes().strip()

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
-from .._config import resolve_home
+from .._settings import resolve_home
 from ._manifest import read_manifest
 from ._segments import ParsedSegment, audit_dir, list_segments, read_segment
 from ._tables import COLUMNS, DUCKDB_TYPES, TABLES, build_columns

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._config import resolve_home
+from .._settings import resolve_home
 from ._format import chain_hash, checkpoint_mac, genesis_hash, load_key, split_hash
 from ._manifest import (
     DIGEST_GENESIS,

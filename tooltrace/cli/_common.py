@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 import orjson
 
+from .._settings import TOOLTRACE_ARCHIVE, TOOLTRACE_HOME
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -45,7 +47,7 @@ def home_option(f: F) -> F:
     return click.option(
         "--home",
         type=click.Path(file_okay=False, path_type=Path),
-        envvar="TOOLTRACE_HOME",
+        envvar=TOOLTRACE_HOME,
         default=None,
         help="tooltrace home (default: $TOOLTRACE_HOME, else ./.tooltrace).",
     )(f)
@@ -55,7 +57,7 @@ def archive_option(f: F) -> F:
     """``--archive``: read the shipped audit archive instead of the home."""
     return click.option(
         "--archive",
-        envvar="TOOLTRACE_ARCHIVE",
+        envvar=TOOLTRACE_ARCHIVE,
         default=None,
         metavar="URI",
         help="Read the audit archive (ducklake:..., s3://bucket/prefix or a directory) instead"
@@ -175,7 +177,7 @@ def open_store(
         with open_archive_store(archive, guard) as arc:
             yield arc
         return
-    from .._config import resolve_home
+    from .._settings import resolve_home
     from ..audit import AuditStore
 
     h = resolve_home(home)

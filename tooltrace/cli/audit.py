@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from .._settings import TOOLTRACE_ARCHIVE, TOOLTRACE_ARCHIVE_DATA_PATH
 from ._common import EXIT_FAIL, EXIT_USAGE, OutputGuard, fail, home_option, json_option
 from ._common import print_json as _print_json
 
@@ -29,10 +30,10 @@ def audit() -> None:
 
 
 @audit.command()
-@click.option("--archive", envvar="TOOLTRACE_ARCHIVE", metavar="URI",
+@click.option("--archive", envvar=TOOLTRACE_ARCHIVE, metavar="URI",
               help="ducklake:postgres:<conninfo>, s3://bucket/prefix or a directory"
                    " (default: $TOOLTRACE_ARCHIVE).")
-@click.option("--data-path", envvar="TOOLTRACE_ARCHIVE_DATA_PATH", metavar="URI",
+@click.option("--data-path", envvar=TOOLTRACE_ARCHIVE_DATA_PATH, metavar="URI",
               help="Where a new DuckLake catalog keeps its Parquet (s3://bucket/prefix/);"
                    " default $TOOLTRACE_ARCHIVE_DATA_PATH.")
 @click.option("--prune", is_flag=True, help="Delete local segments once they are archived.")

@@ -15,7 +15,7 @@ from ._common import OutputGuard, fail, home_option, json_option, print_json
 @json_option
 def compact(prune: bool, home: Path | None, as_json: bool) -> None:
     """Compact sealed segments into Parquet (crashed writers' segments are sealed first)."""
-    from .._config import resolve_home
+    from .._settings import resolve_home
     from ..audit import compact as do_compact
 
     guard = OutputGuard(home)

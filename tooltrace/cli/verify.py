@@ -56,7 +56,7 @@ def verify(recover: bool, expect: str | None, home: Path | None, as_json: bool,
     someone holding the audit key. Save the head elsewhere and pass it back with --expect to
     catch the first two; keep the key outside the home (TOOLTRACE_AUDIT_KEY) for the third.
     """
-    from .._config import resolve_home
+    from .._settings import resolve_home
     from ..audit import audit_dir, load_key, recover_dead_segments, verify_audit
 
     guard = OutputGuard(home)

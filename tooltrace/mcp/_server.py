@@ -15,7 +15,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .._config import resolve_home
+from .._settings import resolve_home
 from ..exceptions import ConfigurationError
 from ._config import ProxyConfig
 from ._proxy import McpProxy

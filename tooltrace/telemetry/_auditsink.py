@@ -9,7 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .._config import resolve_home
+from .._settings import (
+    TOOLTRACE_AUDIT_FSYNC,
+    TOOLTRACE_AUDIT_STRICT,
+    audit_fsync,
+    audit_strict,
+    resolve_home,
+)
 from ..audit import (
     Ack,
     FsyncPolicy,
@@ -32,26 +38,15 @@ __all__ = [
     "AuditSink",
 ]
 
-#: Fsync policy: ``record``, ``grouped`` (default) or ``none``.
-TOOLTRACE_AUDIT_FSYNC = "TOOLTRACE_AUDIT_FSYNC"
-#: ``1``/``true`` turns strict mode on when the constructor leaves ``strict`` unset.
-TOOLTRACE_AUDIT_STRICT = "TOOLTRACE_AUDIT_STRICT"
-
 
 def _policy(explicit: FsyncPolicy | str | None) -> FsyncPolicy:
-    raw = explicit if explicit is not None else os.environ.get(TOOLTRACE_AUDIT_FSYNC) or "grouped"
+    raw = audit_fsync(explicit)
     try:
         return FsyncPolicy(raw)
     except ValueError:
         raise ConfigurationError(
             f"{TOOLTRACE_AUDIT_FSYNC} must be one of record, grouped, none; got {str(raw)[:20]!r}"
         ) from None
-
-
-def _strict(explicit: bool | None) -> bool:
-    if explicit is not None:
-        return explicit
-    return os.environ.get(TOOLTRACE_AUDIT_STRICT, "").strip().lower() in ("1", "true", "yes")
 
 
 class AuditSink:
@@ -96,7 +91,7 @@ class AuditSink:
         if checkpoint_every < 1 or checkpoint_interval_s <= 0 or segment_max_bytes < 1:
             raise ConfigurationError("checkpoint and segment limits must be positive")
         self.home = resolve_home(home)
-        self.strict = _strict(strict)
+        self.strict = audit_strict(strict)
         self.fsync = _policy(fsync)
         self._key = key
         self._writer_args: dict[str, Any] = {

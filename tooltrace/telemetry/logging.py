@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import logging as _stdlib_logging
-import os
 import sys
 import time
 from collections.abc import Iterable
@@ -25,6 +24,7 @@ from typing import IO, Any, Final
 import orjson
 import structlog
 
+from .._settings import TOOLTRACE_LOG_FORMAT, TOOLTRACE_LOG_LEVEL, log_format, log_level
 from ..envelope import CallRecord, Status
 from ._worker import BatchWorker
 
@@ -35,10 +35,6 @@ __all__ = [
     "LoggingSink",
 ]
 
-#: Minimum level of lines written: debug, info, warning or error.
-TOOLTRACE_LOG_LEVEL: Final = "TOOLTRACE_LOG_LEVEL"
-#: Line format: ``json`` or ``console``.
-TOOLTRACE_LOG_FORMAT: Final = "TOOLTRACE_LOG_FORMAT"
 #: Step decisions that get a line of their own.
 STEP_DECISIONS: Final = frozenset({"warn", "block"})
 
@@ -101,8 +97,7 @@ class _LineBuffer:
 
 
 def _resolve_level(level: str | int | None) -> int:
-    if level is None:
-        level = os.environ.get(TOOLTRACE_LOG_LEVEL, "").strip() or "info"
+    level = log_level(level)
     if isinstance(level, int):
         return level
     try:
@@ -112,8 +107,7 @@ def _resolve_level(level: str | int | None) -> int:
 
 
 def _resolve_format(fmt: str | None) -> str:
-    if fmt is None:
-        fmt = os.environ.get(TOOLTRACE_LOG_FORMAT, "").strip() or "json"
+    fmt = log_format(fmt)
     fmt = fmt.strip().lower()
     if fmt not in _FORMATS:
         raise ValueError(f"log format must be one of {_FORMATS}, not {fmt!r}")

@@ -1,0 +1,214 @@
+"""Settings: the one place tooltrace reads its ``TOOLTRACE_*`` environment variables.
+
+An explicit argument wins over the environment variable, which wins over the default. Every
+variable is a constant here and a row of ``SETTINGS`` (its default and meaning, as the
+configuration page of the documentation shows them; a test keeps the two equal). Values are read
+when they are asked for (when an object is built, a call decides, a reader opens), never at
+import time. The command line's ``--home`` and ``--archive`` options name the same variables
+(click reads them, so an option's value is the one in effect); the OpenTelemetry variables are
+the SDK's own (``tooltrace.telemetry.tracing``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from .exceptions import ConfigurationError
+
+__all__ = [
+    "SETTINGS",
+    "TOOLTRACE_APPROVAL",
+    "TOOLTRACE_ARCHIVE",
+    "TOOLTRACE_ARCHIVE_DATA_PATH",
+    "TOOLTRACE_AUDIT_FSYNC",
+    "TOOLTRACE_AUDIT_KEY",
+    "TOOLTRACE_AUDIT_STRICT",
+    "TOOLTRACE_HOME",
+    "TOOLTRACE_LOG_FORMAT",
+    "TOOLTRACE_LOG_LEVEL",
+    "TOOLTRACE_MAX_TIMEOUT_S",
+    "TOOLTRACE_RUN_ID",
+    "TOOLTRACE_TRACE_URL",
+    "Setting",
+    "approval_allows",
+    "archive_data_path",
+    "archive_uri",
+    "audit_fsync",
+    "audit_key",
+    "audit_strict",
+    "log_format",
+    "log_level",
+    "max_timeout_s",
+    "resolve_home",
+    "run_id",
+    "trace_url",
+]
+
+# Each variable's default and meaning, as the documentation shows them, are in SETTINGS.
+#: The tooltrace home (audit trail, artifacts, keys).
+TOOLTRACE_HOME: Final = "TOOLTRACE_HOME"
+#: The run id of calls that carry none.
+TOOLTRACE_RUN_ID: Final = "TOOLTRACE_RUN_ID"
+#: The longest deadline a call may ask for, in seconds.
+TOOLTRACE_MAX_TIMEOUT_S: Final = "TOOLTRACE_MAX_TIMEOUT_S"
+#: ``allow`` or ``deny``: what an ``ask`` verdict becomes with no approver.
+TOOLTRACE_APPROVAL: Final = "TOOLTRACE_APPROVAL"
+#: The audit fsync policy: ``record``, ``grouped`` or ``none``.
+TOOLTRACE_AUDIT_FSYNC: Final = "TOOLTRACE_AUDIT_FSYNC"
+#: ``1``, ``true`` or ``yes``: strict audit mode when the sink leaves ``strict`` unset.
+TOOLTRACE_AUDIT_STRICT: Final = "TOOLTRACE_AUDIT_STRICT"
+#: The secret of the audit checkpoints' HMAC (else ``<home>/audit.key``, created 0600).
+TOOLTRACE_AUDIT_KEY: Final = "TOOLTRACE_AUDIT_KEY"
+#: The template of a link to a trace viewer (``{trace_id}``, ``{span_id}``).
+TOOLTRACE_TRACE_URL: Final = "TOOLTRACE_TRACE_URL"
+#: The log sink's level: debug, info, warning or error.
+TOOLTRACE_LOG_LEVEL: Final = "TOOLTRACE_LOG_LEVEL"
+#: The log sink's format: ``json`` or ``console``.
+TOOLTRACE_LOG_FORMAT: Final = "TOOLTRACE_LOG_FORMAT"
+#: The archive URI readers and ``tooltrace audit ship`` use when ``--archive`` is not given.
+TOOLTRACE_ARCHIVE: Final = "TOOLTRACE_ARCHIVE"
+#: Where a new DuckLake archive keeps its Parquet files (``s3://bucket/prefix/``).
+TOOLTRACE_ARCHIVE_DATA_PATH: Final = "TOOLTRACE_ARCHIVE_DATA_PATH"
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One variable: its name, its default and what it sets (Markdown, as the docs show them),
+    and the documentation page that says more (title, path under ``docs/``)."""
+
+    name: str
+    default: str
+    meaning: str
+    see: tuple[str, str] | None = None
+
+
+#: Every variable tooltrace reads, in the order of the configuration page.
+SETTINGS: Final = (
+    Setting(TOOLTRACE_HOME, "`./.tooltrace`",
+            "home of the audit trail, artifacts, keys, logs of the demo and CLI"),
+    Setting(TOOLTRACE_RUN_ID, "a fresh UUIDv7 per registry",
+            "run id stamped on calls that carry none"),
+    Setting(TOOLTRACE_MAX_TIMEOUT_S, "`600`", "upper bound, in seconds, on per-call deadline"
+            " overrides", ("Runtime", "guide/runtime.md#deadlines")),
+    Setting(TOOLTRACE_APPROVAL, "`deny`",
+            "what an `ask` verdict becomes with no approver (`allow` lets it through)"),
+    Setting(TOOLTRACE_AUDIT_FSYNC, "`grouped`", "audit fsync policy: `record`, `grouped`, `none`",
+            ("the trail", "audit/trail.md#fsync-policies-and-acknowledgement")),
+    Setting(TOOLTRACE_AUDIT_STRICT, "off", "`1`, `true` or `yes`: refuse a call whose audit"
+            " intent cannot be made durable", ("the trail", "audit/trail.md#strict-mode")),
+    Setting(TOOLTRACE_AUDIT_KEY, "key file `<home>/audit.key` (0600)",
+            "key of the audit checkpoints' HMAC"),
+    Setting(TOOLTRACE_TRACE_URL, "unset",
+            "link template for trace ids in `autopsy` (`{trace_id}`, `{span_id}`)"),
+    Setting(TOOLTRACE_LOG_LEVEL, "`info`", "log sink level: `debug`, `info`, `warning`, `error`",
+            ("Logs", "telemetry/logs.md")),
+    Setting(TOOLTRACE_LOG_FORMAT, "`json`", "log sink format: `json`, `console`",
+            ("Logs", "telemetry/logs.md")),
+    Setting(TOOLTRACE_ARCHIVE, "unset", "the shared audit archive readers and `tooltrace audit"
+            " ship` use", ("the archive", "audit/archive.md#configuration")),
+    Setting(TOOLTRACE_ARCHIVE_DATA_PATH, "unset", "where a new DuckLake archive keeps its"
+            " Parquet files; read when the first ship creates the catalog",
+            ("the archive", "audit/archive.md#configuration")),
+)
+
+
+def _env(name: str) -> str | None:
+    """The variable's value; None when it is unset or empty."""
+    return os.environ.get(name) or None
+
+
+def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The tooltrace home: explicit argument > ``TOOLTRACE_HOME`` > ``./.tooltrace``."""
+    if explicit is not None:
+        return Path(explicit)
+    env = _env(TOOLTRACE_HOME)
+    return Path(env) if env else Path.cwd() / ".tooltrace"
+
+
+def run_id() -> str | None:
+    """``TOOLTRACE_RUN_ID``; None when unset (the registry then makes a fresh one)."""
+    return _env(TOOLTRACE_RUN_ID)
+
+
+def max_timeout_s(explicit: float | None = None) -> float:
+    """The longest deadline a call may ask for: explicit > ``TOOLTRACE_MAX_TIMEOUT_S`` > 600.
+
+    Raises ``ConfigurationError`` unless it is a positive number of seconds.
+    """
+    name = TOOLTRACE_MAX_TIMEOUT_S
+    if explicit is not None:
+        value = explicit
+    else:
+        raw = _env(name)
+        if raw is None:
+            return 600.0
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigurationError(
+                f"{name} must be a number of seconds, got {raw[:40]!r}"
+            ) from None
+    if not value > 0:
+        raise ConfigurationError(f"{name} must be positive, got {value}")
+    return value
+
+
+def approval_allows() -> bool:
+    """What an ``ask`` verdict becomes with no approver: True only for
+    ``TOOLTRACE_APPROVAL=allow``; anything else denies."""
+    return os.environ.get(TOOLTRACE_APPROVAL, "deny").strip().lower() == "allow"
+
+
+def audit_fsync(explicit: str | None = None) -> str:
+    """The audit fsync policy's name: explicit > ``TOOLTRACE_AUDIT_FSYNC`` > ``grouped`` (the
+    sink checks it)."""
+    return explicit if explicit is not None else _env(TOOLTRACE_AUDIT_FSYNC) or "grouped"
+
+
+def audit_strict(explicit: bool | None = None) -> bool:
+    """Strict audit mode: explicit > ``TOOLTRACE_AUDIT_STRICT`` (``1``, ``true``, ``yes``) >
+    off."""
+    if explicit is not None:
+        return explicit
+    return os.environ.get(TOOLTRACE_AUDIT_STRICT, "").strip().lower() in ("1", "true", "yes")
+
+
+def audit_key() -> bytes | None:
+    """``TOOLTRACE_AUDIT_KEY`` as bytes; None when unset (the home's key file is used)."""
+    env = _env(TOOLTRACE_AUDIT_KEY)
+    return env.encode() if env else None
+
+
+def trace_url() -> str | None:
+    """``TOOLTRACE_TRACE_URL``, the template of a link to a trace; None when unset."""
+    return _env(TOOLTRACE_TRACE_URL)
+
+
+def log_level(explicit: str | int | None = None) -> str | int:
+    """The log sink's level: explicit > ``TOOLTRACE_LOG_LEVEL`` > ``info`` (the sink checks
+    it)."""
+    if explicit is not None:
+        return explicit
+    return os.environ.get(TOOLTRACE_LOG_LEVEL, "").strip() or "info"
+
+
+def log_format(explicit: str | None = None) -> str:
+    """The log sink's format: explicit > ``TOOLTRACE_LOG_FORMAT`` > ``json`` (the sink checks
+    it)."""
+    if explicit is not None:
+        return explicit
+    return os.environ.get(TOOLTRACE_LOG_FORMAT, "").strip() or "json"
+
+
+def archive_uri(explicit: str | None = None) -> str:
+    """The archive URI: explicit > ``TOOLTRACE_ARCHIVE`` > empty (no archive given)."""
+    return explicit if explicit is not None else os.environ.get(TOOLTRACE_ARCHIVE, "")
+
+
+def archive_data_path(explicit: str | None = None) -> str | None:
+    """Where a new DuckLake catalog keeps its Parquet: explicit > ``TOOLTRACE_ARCHIVE_DATA_PATH``
+    > none."""
+    return explicit or _env(TOOLTRACE_ARCHIVE_DATA_PATH)
