@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ._registry import ToolRegistry
     from ._setup import create_registry
     from ._tooltable import Resolution, Visibility
+    from .artifacts import ArtifactStore
     from .envelope import (
         Artifact,
         CallRecord,
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
         Rule,
         Verdict,
     )
-    from .redaction import ArtifactStore, Redactor
+    from .redaction import Redactor
     from .sinks import LateStep
 
 # Public names load on first use, so ``import tooltrace`` (and every CLI command, which lives in
@@ -70,7 +71,7 @@ _LAZY: dict[str, str] = {
     "ApprovalDecision": ".policy",
     "ApprovalRequest": ".policy",
     "Artifact": ".envelope",
-    "ArtifactStore": ".redaction",
+    "ArtifactStore": ".artifacts",
     "AuditUnavailableError": ".exceptions",
     "CallContext": "._context",
     "CallRecord": ".envelope",
