@@ -269,6 +269,32 @@ class ToolRegistry:
             env: ToolResultEnvelope = stop.value
             return env
 
+    def tool_specs(self, mode: str = "default", format: str = "openai") -> list[dict[str, Any]]:
+        """The tools ``mode`` exposes in a model API's format (``openai``, ``openai-responses``,
+        ``anthropic``, ``gemini``, ``mcp``): same set and order as ``visible_tools(mode)``,
+        stable bytes. See ``tooltrace.providers``."""
+        from .providers import tool_specs
+
+        return tool_specs(self, mode, format)  # type: ignore[arg-type]  # checked there
+
+    def call_from(self, provider_call: object, *, mode: str = "default") -> ToolResultEnvelope:
+        """Run a model API's tool call as it comes (an OpenAI ``tool_call`` with JSON-string
+        arguments, an Anthropic ``tool_use`` block, a Gemini ``functionCall``, an MCP
+        ``tools/call``), keeping the provider's call id on the record; render the answer with
+        ``envelope.result_message()``. See ``tooltrace.providers``."""
+        from .providers import call_from
+
+        return call_from(self, provider_call, mode=mode)
+
+    async def acall_from(
+        self, provider_call: object, *, mode: str = "default"
+    ) -> ToolResultEnvelope:
+        """``call_from`` on the running event loop; cancelling the awaiting task cancels the
+        call, which is recorded before the ``CancelledError`` goes on."""
+        from .providers import acall_from
+
+        return await acall_from(self, provider_call, mode=mode)
+
     def status(self, call_id: str) -> CallStatus | None:
         """What the registry knows of a call: the last 4,096 calls, and the last 10,000 that
         ended ``unknown`` (None if it is not remembered; the audit trail has every call)."""

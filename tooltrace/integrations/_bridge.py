@@ -1,6 +1,6 @@
-"""What the Pydantic AI and OpenAI Agents adapters share beyond ``_common``: a framework's own
-approval flow as tooltrace's approver, whether policy would ask a person about a call, and a
-framework tool's return value as plain JSON types. No framework is imported here.
+"""What the Pydantic AI and OpenAI Agents adapters share beyond ``tooltrace.adapters``: a
+framework's own approval flow as tooltrace's approver, whether policy would ask a person about
+a call, and a framework tool's return value as plain JSON types. No framework is imported here.
 """
 
 from __future__ import annotations

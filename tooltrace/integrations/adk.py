@@ -47,10 +47,10 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Span
 
+from ..adapters import acall, make_call, model_text, plain
 from ..envelope import Status, ToolResultEnvelope
 from ..exceptions import RegistrationError
 from ..tool import Capability, Effect, ToolDefinition
-from ._common import acall, make_call, model_text, plain
 from ._spans import SharedSpans, annotate, framework_span
 
 if TYPE_CHECKING:

@@ -54,8 +54,8 @@ from .. import (
     ToolRegistry,
     ToolResultEnvelope,
 )
+from ..adapters import acall, make_call, model_text
 from ._claude_tools import BUILTIN_TOOLS, ClaudeToolError, adopt, builtin_definitions, sdk_schema
-from ._common import acall, make_call, model_text
 
 __all__ = [
     "BUILTIN_TOOLS",

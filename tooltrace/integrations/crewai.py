@@ -51,10 +51,10 @@ from crewai.tools.tool_failure import ToolFailure
 from crewai.utilities.pydantic_schema_utils import create_model_from_schema
 from pydantic import PrivateAttr
 
+from ..adapters import make_call, model_text, plain
 from ..envelope import Status, ToolResultEnvelope
 from ..exceptions import RegistrationError
 from ..tool import Capability, Effect, ToolDefinition
-from ._common import make_call, model_text, plain
 
 if TYPE_CHECKING:
     from crewai import Crew
@@ -157,7 +157,7 @@ class TooltraceTool(BaseTool):
         return result_for(self._registry.call(self._call(kwargs)))
 
     async def _arun(self, **kwargs: Any) -> Any:
-        from ._common import acall
+        from ..adapters import acall
 
         return result_for(await acall(self._registry, self._call(kwargs)))
 

@@ -43,12 +43,12 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 from pydantic import BaseModel
 
+from .. import adapters as _common
 from .. import current_context
+from ..adapters import model_text, plain, result_meta
 from ..envelope import Status, ToolCall, ToolResultEnvelope
 from ..exceptions import RegistrationError
 from ..tool import Capability, Effect, ToolDefinition
-from . import _common
-from ._common import model_text, plain, result_meta
 
 if TYPE_CHECKING:
     from ..registry import ToolRegistry

@@ -32,7 +32,7 @@ from .. import (
     ToolRegistry,
     ToolResultEnvelope,
 )
-from ._common import acall, make_call, model_text
+from ..adapters import acall, make_call, model_text
 
 __all__ = ["LlamaIndexToolError", "TooltraceTool", "adopt", "as_llamaindex_tools"]
 

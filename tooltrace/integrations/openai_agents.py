@@ -38,13 +38,13 @@ from agents.tool import ToolErrorFunction, set_function_tool_failure_error_funct
 from agents.tool_context import ToolContext
 
 from .._ids import new_call_id
+from ..adapters import acall, make_call, model_text
 from ..envelope import ToolResultEnvelope
 from ..exceptions import MalformedCallError, RegistrationError
 from ..registry import ToolRegistry
 from ..tool import Capability, Effect, ToolDefinition
 from ..validation import parse_tool_call
 from ._bridge import FrameworkApprover, approval_reason, jsonable
-from ._common import acall, make_call, model_text
 
 __all__ = [
     "FrameworkApprover",

@@ -42,12 +42,12 @@ from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
 from .._ids import new_call_id
+from ..adapters import acall, make_call, model_text
 from ..envelope import Stage, Status, ToolResultEnvelope
 from ..exceptions import RegistrationError
 from ..registry import ToolRegistry
 from ..tool import Capability, Effect, ToolDefinition
 from ._bridge import FrameworkApprover, approval_reason, jsonable
-from ._common import acall, make_call, model_text
 from ._spans import SharedSpans, annotate, framework_span, tool_span
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""What every adapter shares: the call it builds, the text the model sees, the cancel contract.
+"""What every framework adapter and hand-written loop shares: the call it builds, the text the
+model sees, the cancel contract.
 
 Each adapter turns a framework's tool call into a ``ToolCall`` (``make_call``), runs it through
 the registry (``registry.call`` or ``acall``, below) and renders the envelope back for the model
@@ -14,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .._ids import new_call_id
-from ..envelope import Status, ToolCall, ToolResultEnvelope
+from ._ids import new_call_id
+from .envelope import Status, ToolCall, ToolResultEnvelope
 
 if TYPE_CHECKING:
-    from ..registry import ToolRegistry
+    from .registry import ToolRegistry
 
 __all__ = [
     "ARGUMENTS_ERROR",
