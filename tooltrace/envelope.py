@@ -98,12 +98,22 @@ class Step(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """
 
     seq: int
+    """The step's place in its call, from 0."""
     step: str
+    """What ran: a [`StepName`][tooltrace.StepName] value (``validate``, ``policy`` ...)."""
     started_at_us: int
+    """When it began, in microseconds since the Unix epoch."""
     elapsed_us: int
+    """How long it took, in microseconds."""
     decider: str
+    """Who decided: ``schema``, ``policy:<rule>``, ``hook:<name>``, ``runtime``, ``tool``,
+    ``user:<who>`` ..."""
     decision: str
+    """What was decided: ``accept``, ``reject``, ``allow``, ``deny``, ``continue``, ``warn``,
+    ``block``, ``modify`` ..."""
     detail: Mapping[str, Any] | None = None
+    """Facts about the step (a reason, the paths checked, an argument diff): redacted,
+    JSON-serialisable and small; ``None`` when there are none."""
 
     def __iter__(self) -> Iterator[Any]:
         return iter(msgspec.structs.astuple(self))
@@ -125,29 +135,40 @@ class CallStatus(msgspec.Struct, frozen=True, gc=False):  # atomic fields: never
     """What ``status(call_id)`` knows: the returned status and, for ``unknown``, the resolution."""
 
     call_id: str
+    """The call's id."""
     tool: str
+    """The tool's name."""
     status: Status
+    """The status the call returned with."""
     resolved: Status | None
+    """For a call that returned ``unknown``: how it really ended, once someone said so
+    (``resolve``); ``None`` until then and for every other status."""
     summary: str
+    """The envelope's summary."""
 
 
 class ToolCall(msgspec.Struct, frozen=True):
-    """A request to run a tool: only intent until the registry's pipeline accepts it.
-
-    ``call_id`` defaults to a fresh UUIDv7, ``run_id`` to the registry's run. ``timeout_s``
-    asks for a different deadline (bounded by the operator's maximum); ``background`` asks a tool
-    that supports it to return at once with a job id. ``attributes`` are extra span attributes a
-    front end adds (for example the MCP proxy's ``mcp.method.name``).
-    """
+    """A request to run a tool: only intent until the registry's pipeline accepts it."""
 
     name: str
+    """The tool to run."""
     arguments: Mapping[str, Any] = msgspec.field(default_factory=dict)
+    """The arguments, validated against the tool's schema before anything runs."""
     call_id: str | None = None
+    """The call's id (``None``: a fresh UUIDv7)."""
     run_id: str | None = None
+    """The run the call belongs to (``None``: the registry's run)."""
     mode: str = "default"
+    """The mode to run in (``default``, ``plan`` or one the policy defines): it decides which
+    tools may be called."""
     timeout_s: float | None = None
+    """A deadline other than the tool's own, in seconds, capped by the operator's maximum
+    (``None``: the tool's ``timeout_s``)."""
     background: bool = False
+    """Ask a tool that supports it to return at once with a job id and keep running."""
     attributes: Mapping[str, str | int | bool] = msgspec.field(default_factory=dict)
+    """Extra span attributes a front end adds (for example the MCP proxy's
+    ``mcp.method.name``): redacted, and kept in the record."""
 
     @classmethod
     def parse(cls, raw: str | bytes | bytearray | Mapping[str, Any]) -> ToolCall:
@@ -185,16 +206,16 @@ class ToolCall(msgspec.Struct, frozen=True):
 
 
 class Artifact(msgspec.Struct, frozen=True):
-    """A result too big to stay inline, stored content-addressed.
-
-    ``path`` is relative to the tooltrace home (never a full host path); ``chars`` is the length
-    of the full text; ``sha256`` the hex digest of its UTF-8 bytes.
-    """
+    """A result too big to stay inline, stored content-addressed (see ``ArtifactStore``)."""
 
     path: str
+    """Where the text is stored, relative to the tooltrace home (never a full host path)."""
     chars: int
+    """The length of the full text, in characters."""
     bytes: int
+    """The size of its UTF-8 encoding, in bytes."""
     sha256: str
+    """The hex sha256 digest of its UTF-8 bytes: the name it is stored under."""
 
 
 # gc=False: only atomic fields, so no instance can be part of a reference cycle, and the
@@ -203,15 +224,22 @@ class Retry(msgspec.Struct, frozen=True, gc=False):
     """Advice to the caller: may the call be retried, after how long, and must a person look."""
 
     allowed: bool
+    """Whether calling again may help: yes after bad arguments or a full queue, no after a
+    policy denial or a failure of a tool with side effects."""
     after_ms: int = 0
+    """How long to wait before retrying, in milliseconds (0: no need to wait)."""
     requires_inspection: bool = False
+    """Whether a person should look before anyone retries: the call may have had effects that
+    cannot be confirmed, or an audit or hook refusal needs attention."""
 
 
 class Timing(msgspec.Struct, frozen=True, gc=False):  # atomic fields only (see Retry)
     """When the call started (epoch microseconds) and how long it took end to end."""
 
     started_at_us: int
+    """When the call started, in microseconds since the Unix epoch."""
     elapsed_ms: float
+    """How long it took end to end, in milliseconds."""
 
 
 class CallRecord(msgspec.Struct, frozen=True):
@@ -221,31 +249,60 @@ class CallRecord(msgspec.Struct, frozen=True):
     """
 
     call_id: str
+    """The call's id (a UUIDv7 unless the caller gave one)."""
     run_id: str
+    """The run the call belongs to."""
     tool: str
+    """The tool's name; ``_unregistered`` when the call named no registered tool."""
     source: str
+    """Where the tool's definition came from (``builtin``, ``user``, ``mcp:<server>`` ...);
+    empty for an unregistered tool."""
     status: Status
+    """How the call ended: ``ok``, ``rejected``, ``failed``, ``cancelled`` or ``unknown``."""
     reject_stage: Stage | None
+    """Where a rejected call was stopped; ``None`` unless ``status`` is ``rejected``."""
     summary: str
+    """A readable sentence about the call: redacted, no full host path, no raw output."""
     error_type: str | None
+    """The low-cardinality name of what went wrong: the rejecting stage, ``cancelled``, an
+    exception's class name or the name a tool gives its error; ``None`` when the call
+    succeeded."""
     started_at_us: int
+    """When the call started, in microseconds since the Unix epoch."""
     elapsed_us: int
+    """How long it took end to end, in microseconds."""
     execution_started: bool
+    """Whether the tool was started: never for a rejected call."""
     args_redacted: Mapping[str, Any] | None
+    """The arguments the tool ran with (after any hook's modification), redacted; ``None`` if
+    the call was stopped before they were read."""
     result_preview: str | None
+    """The start of the redacted result as text (the preview that stayed inline when it was
+    offloaded); ``None`` when there is no result."""
     artifact: Artifact | None
+    """Where a result too long to keep inline was stored; ``None`` if it was not offloaded."""
     steps: tuple[Step, ...]
+    """The pipeline steps, in order."""
     mode: str = "default"
+    """The mode the call ran in."""
     tool_type: str = "function"
+    """The tool's ``tool_type`` (``function``, ``extension`` or ``datastore``)."""
     description: str | None = None
+    """The first 500 characters of the tool's description; ``None`` for an unregistered
+    tool."""
     trace_id: str | None = None
+    """The trace of the call's span (hex); ``None`` when no span was opened."""
     span_id: str | None = None
+    """The call's span (hex); ``None`` when no span was opened."""
     parent_span_id: str | None = None
+    """The span the call's span is a child of; ``None`` for a root span or none."""
     trace_sampled: bool = False
+    """Whether the call's span is sampled (exported)."""
     hook_modified: bool = False
-    # A few extra, low-cardinality-safe span attributes a front end adds (for example the MCP
-    # proxy's ``mcp.method.name``); redacted like everything else.
+    """Whether a hook changed the arguments or the result."""
     attributes: Mapping[str, str | int | bool] = msgspec.field(default_factory=dict)
+    """A few extra, low-cardinality-safe span attributes a front end adds (for example the MCP
+    proxy's ``mcp.method.name``); redacted like everything else."""
 
     @property
     def elapsed_ms(self) -> float:
@@ -258,21 +315,27 @@ class CallRecord(msgspec.Struct, frozen=True):
 
 
 class ToolResultEnvelope(msgspec.Struct, frozen=True):
-    """What a caller (and the model) gets back from ``ToolRegistry.call``.
-
-    ``data`` is the redacted result (``None`` unless ``status`` is ``ok``); ``summary`` is a
-    readable sentence that never holds a full host path or raw output.
-    """
+    """What a caller (and the model) gets back from ``ToolRegistry.call``."""
 
     call_id: str
+    """The call's id."""
     tool: str
+    """The tool's name (``_unregistered`` when the call named no registered tool)."""
     status: Status
+    """How the call ended: ``ok``, ``rejected``, ``failed``, ``cancelled`` or ``unknown``."""
     summary: str
+    """A readable sentence that never holds a full host path or raw output."""
     data: Any
+    """The redacted result (``None`` unless ``status`` is ``ok``); when it was too long to
+    keep inline, a preview of its text (the whole is in ``artifact``)."""
     artifact: Artifact | None
+    """Where a result too long to keep inline was stored; ``None`` if it was not offloaded."""
     retry: Retry
+    """Whether the caller may retry, after how long, and whether a person should look first."""
     timing: Timing
+    """When the call started and how long it took."""
     record: CallRecord
+    """The finished, redacted record of the call: what every sink received."""
 
     @property
     def ok(self) -> bool:

@@ -37,16 +37,25 @@ class HookAction(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class HookDecision:
-    """A hook's answer. ``arguments`` (pre) or ``result`` (post) carry a modification;
-    ``tool`` and ``mode`` exist only so an attempt to change them can be caught and refused."""
+    """A hook's answer: made with ``proceed``, ``warn``, ``block`` or ``modify``."""
 
     action: HookAction
+    """What the hook decided: continue, warn, block or modify."""
     reason: str = ""
+    """Why, in a sentence: redacted, cut to 300 characters and kept in the hook's step (and in
+    the summary of a call it blocks)."""
     arguments: Mapping[str, Any] | None = None
+    """A pre-hook's modification: the arguments to run with instead. They are validated and
+    authorised again."""
     result: Any = None
+    """A post-hook's modification: the result to return instead (redacted again)."""
     tool: str | None = None
+    """Never honoured: set to another tool's name, the call is blocked (a hook cannot swap the
+    tool)."""
     mode: str | None = None
+    """Never honoured: set to another mode, the call is blocked (a hook cannot switch mode)."""
     annotations: Mapping[str, Any] | None = None
+    """A post-hook's notes on the result, redacted into its step."""
 
     @classmethod
     def proceed(cls, reason: str = "") -> HookDecision:
@@ -75,16 +84,27 @@ class HookView(msgspec.Struct, frozen=True):
     """What a hook sees: the redacted call (and, for post-hooks, the redacted result)."""
 
     call_id: str
+    """The call's id."""
     run_id: str
+    """The run the call belongs to."""
     tool: str
+    """The tool's name."""
     source: str
+    """Where the tool's definition came from (``builtin``, ``user``, ``mcp:<server>`` ...)."""
     capability: str
+    """The tool's capability (``read``, ``write``, ``network``, ``execute``)."""
     effect: str
+    """The tool's effect (``none``, ``local``, ``external``)."""
     mode: str
+    """The mode the call runs in."""
     arguments: Mapping[str, Any]
+    """The call's arguments, redacted (after an earlier pre-hook's modification, if any)."""
     phase: Literal["pre", "post"] = "pre"
+    """``pre`` before execution, ``post`` on the finished call."""
     status: str | None = None
+    """Post-hooks: the call's status so far (``ok``, ``failed`` ...); ``None`` for pre-hooks."""
     result: Any = None
+    """Post-hooks: the redacted result (``None`` unless the call succeeded)."""
 
 
 @runtime_checkable
@@ -119,11 +139,17 @@ class FunctionHook:
     """A hook made from a function ``(HookView) -> HookDecision | None`` (None = continue)."""
 
     fn: Callable[[HookView], HookDecision | None] = field(repr=False)
+    """The function that decides; returning ``None`` means continue."""
     name: str
+    """The hook's name (deciders read ``hook:<name>``)."""
     phase: Literal["pre", "post"] = "pre"
+    """``pre`` (before execution) or ``post`` (on the redacted result)."""
     required: bool = False
+    """True: a crash or timeout blocks the call (fail closed); False: it warns (fail open)."""
     timeout_s: float = 2.0
+    """How long the hook may take, in seconds (positive)."""
     tools: frozenset[str] | None = None
+    """The tools whose calls the hook runs for (``None``: every tool)."""
 
     def __post_init__(self) -> None:
         if self.phase not in ("pre", "post"):

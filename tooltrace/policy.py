@@ -55,11 +55,15 @@ class Verdict(enum.StrEnum):
 @mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class PolicyDecision:
-    """One rule's verdict; ``reason`` is readable and must not contain secrets or host paths."""
+    """One rule's verdict."""
 
     verdict: Verdict
+    """Allow, deny or ask (the approver decides)."""
     rule: str
+    """The deciding rule's name (the step's decider reads ``policy:<rule>``)."""
     reason: str = ""
+    """Why, readable: it must not contain secrets or host paths (it is redacted and cut to 300
+    characters all the same)."""
 
 
 # A rule may also define ``applies_to(tool: ToolDefinition) -> bool``: False promises no opinion
@@ -73,21 +77,30 @@ class ApprovalRequest:
     """What an approver is asked: which tool, which (redacted) arguments, which rule asked, why."""
 
     call_id: str
+    """The call waiting for the answer."""
     run_id: str
+    """The run the call belongs to."""
     tool: str
+    """The tool's name."""
     arguments: Mapping[str, Any]
+    """The call's arguments, redacted."""
     rule: str
+    """The rule that asked."""
     reason: str
+    """The rule's reason, redacted."""
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class ApprovalDecision:
-    """An approver's answer; ``who`` names the person or system that decided."""
+    """An approver's answer."""
 
     approved: bool
+    """True lets the call run; False rejects it (stage ``approval``)."""
     who: str
+    """The person or system that decided: the approval step's decider reads ``user:<who>``."""
     reason: str = ""
+    """Why, readable: kept (redacted) in the approval step."""
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -96,9 +109,13 @@ class Mode:
     """A mode: which capabilities and effects are allowed, optionally which tools only."""
 
     name: str
+    """The mode's name, as calls ask for it (``ToolCall.mode``)."""
     capabilities: frozenset[Capability] = frozenset(Capability)
+    """The capabilities a tool may have to be visible (default: all)."""
     effects: frozenset[Effect] = frozenset(Effect)
+    """The effects a tool may have to be visible (default: all)."""
     tools: frozenset[str] | None = None
+    """The only tools the mode shows, by name (``None``: any tool the other limits allow)."""
 
     def allows(self, tool: ToolDefinition) -> tuple[bool, str]:
         """``(visible, reason it is hidden)`` for a tool in this mode."""
@@ -134,7 +151,11 @@ class DenyCommandPatterns:
         r":\(\)\s*\{\s*:\|:&\s*\};:",
         r"(^|\s)chmod\s+(-R\s+)?777\s+/(\s|$)",
     )
+    """Regular expressions searched in the command line. The defaults: ``rm -rf /``, ``mkfs``,
+    ``dd`` onto a device, a download piped into a shell, shutdown and reboot, a fork bomb,
+    ``chmod 777 /``."""
     name: str = "denied_command"
+    """The rule's name, as decisions show it (``policy:<name>``)."""
     _compiled: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -226,7 +247,9 @@ class DenyPrivateNetwork:
     """
 
     name: str = "private_network"
+    """The rule's name, as decisions show it (``policy:<name>``)."""
     capabilities: frozenset[Capability] = frozenset(Capability)
+    """The capabilities whose tools are checked (default: all)."""
 
     def applies_to(self, tool: ToolDefinition) -> bool:
         """Tools of the guarded capabilities."""
@@ -264,10 +287,16 @@ class RequireApproval:
     """Answer ``ask`` for the named tools, or for tools with the given capabilities/effects."""
 
     tools: frozenset[str] = frozenset()
+    """Tools that need approval, by name."""
     capabilities: frozenset[Capability] = frozenset()
+    """Tools of these capabilities need approval."""
     effects: frozenset[Effect] = frozenset()
+    """Tools of these effects need approval."""
     name: str = "require_approval"
+    """The rule's name, as decisions show it (``policy:<name>``)."""
     when: Callable[[PolicyRequest], bool] | None = None
+    """A further test of the call: approval is asked only when it returns True (``None``: for
+    every call of a matching tool)."""
 
     def applies_to(self, tool: ToolDefinition) -> bool:
         """The named tools and tools of the listed capabilities or effects."""

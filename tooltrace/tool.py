@@ -85,25 +85,51 @@ class Execution(enum.StrEnum):
 class ToolDefinition:
     """Everything the registry needs to know about a tool, except its code.
 
-    ``path_params`` names the arguments that are workspace paths: policy resolves them to real
-    paths and checks containment before the tool runs. ``background`` says a call may return at
-    once with a job id and keep running.
+    Checked when made: a bad value raises ``RegistrationError``.
     """
 
     name: str
+    """The name a model calls the tool by: 1 to 128 of ``A-Z a-z 0-9 . _ -``."""
     description: str
+    """What the model reads about the tool (a record keeps its first 500 characters)."""
     parameters: Mapping[str, Any]
+    """The JSON Schema of the arguments, an object schema: checked against its metaschema and
+    compiled once when the tool is registered."""
     capability: Capability = Capability.READ
+    """What kind of access the tool needs (``read`` < ``write`` < ``network`` < ``execute``):
+    modes and policy rules decide on it."""
     effect: Effect = Effect.NONE
+    """Whether a call has side effects and how far they reach (``none``, ``local``,
+    ``external``): a side-effecting call whose end cannot be confirmed ends ``unknown``."""
     cancellable: bool = True
+    """Whether the tool can be told to stop (an async one is cancelled) and confirm it did. At
+    the deadline or on ``cancel`` any other tool is only waited for, then abandoned."""
     timeout_s: float = 30.0
+    """The default deadline in seconds, in (0, 86400]; it starts when execution starts. A call
+    may ask for another (``ToolCall.timeout_s``), capped by the operator's maximum."""
     source: str = "user"
+    """Where the definition came from: ``builtin``, ``user``, ``project``, ``mcp:<server>`` or
+    ``framework:<name>`` (a framework's own tool adopted through an adapter)."""
     priority: int = 0
+    """Decides between definitions of one name from different sources: the highest is active,
+    the others are shadowed; equal priorities are refused."""
     path_params: tuple[str, ...] = ()
+    """The arguments that are workspace paths (each a property of ``parameters``): policy
+    resolves them, symlinks followed, and checks they stay in the workspace before the tool
+    runs."""
     execution: Execution = Execution.THREAD
+    """Where a synchronous tool runs: ``thread`` (the worker pool, so a deadline returns control)
+    or ``inline`` (the caller's thread); see [`Execution`][tooltrace.Execution]."""
     tool_type: str = "function"
+    """The kind of tool, as the ``gen_ai.tool.type`` span attribute and the record name it:
+    ``function``, ``extension`` or ``datastore``."""
     background: bool = False
+    """Whether a call that asks for it (``ToolCall.background``) may return at once with a job
+    id while the tool keeps running."""
     max_concurrency: int | None = None
+    """The most calls of this tool that may run at once (``None``: no cap of its own); the
+    registry's ``tool_concurrency`` overrides it, its global ``max_concurrency`` still
+    applies."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.match(self.name):
@@ -149,15 +175,15 @@ def _short(value: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """A tool may return this instead of a bare value to give the envelope a readable summary.
-
-    ``summary`` must not hold full host paths or raw output; it is redacted like everything
-    else. ``detail`` goes into the execute step (small, JSON-serialisable).
-    """
+    """A tool may return this instead of a bare value to give the envelope a readable summary."""
 
     data: Any
+    """The result itself, as a bare return value would be (redacted, offloaded when long)."""
     summary: str | None = None
+    """A readable sentence for the envelope (``None``: the registry writes one). It must not hold
+    full host paths or raw output; it is redacted like everything else."""
     detail: Mapping[str, Any] | None = None
+    """Extra facts for the execute step: small and JSON-serialisable."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +194,7 @@ class FunctionTool:
     """
 
     definition: ToolDefinition
+    """The tool's metadata, checked and policed by the registry."""
     _fn: Callable[..., Any] = field(repr=False)
     _wants_ctx: bool = field(default=False, repr=False)
 
