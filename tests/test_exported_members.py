@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import tooltrace
 
@@ -62,3 +64,43 @@ def test_tool_is_the_decorator_even_after_its_module_loads() -> None:
 
     module = importlib.import_module("tooltrace.tool")
     assert callable(tooltrace.tool) and tooltrace.tool is module.tool
+
+
+def _imported(nodes: list[ast.stmt]) -> dict[str, str]:
+    """``{name: module}`` of the ``from .module import name`` statements among ``nodes``."""
+    return {
+        alias.asname or alias.name: "." * node.level + (node.module or "")
+        for node in nodes
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
+def _init() -> ast.Module:
+    return ast.parse(Path(tooltrace.__file__).read_text())
+
+
+def _type_checking_imports() -> dict[str, str]:
+    blocks = [
+        node
+        for node in _init().body
+        if isinstance(node, ast.If)
+        and isinstance(node.test, ast.Name)
+        and node.test.id == "TYPE_CHECKING"
+    ]
+    assert len(blocks) == 1
+    return _imported(blocks[0].body)
+
+
+def test_type_checking_imports_are_exactly_the_lazy_names() -> None:
+    # What type checkers see (the TYPE_CHECKING imports) is what loads on first use (the lazy
+    # table), from the same module; with the names bound at import, that is all of __all__.
+    typed = _type_checking_imports()
+    eager = {
+        name: module
+        for name, module in _imported(_init().body).items()
+        if name in tooltrace.__all__
+    }
+    assert typed == tooltrace._LAZY
+    assert set(typed).isdisjoint(eager)
+    assert sorted([*typed, *eager, "__version__"]) == list(tooltrace.__all__)
