@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -260,6 +262,134 @@ def test_user_provider_gets_spans_and_instrumented_work_becomes_a_child() -> Non
     assert spans["GET example"].parent_span_id == call.span_id
     assert call.resource["service.name"] == "svc"
     assert len({s.trace_id for s in spans.values()}) == 1
+
+
+def test_processors_added_to_the_provider_before_and_after_the_sink_get_its_spans() -> None:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    before, after = InMemorySpanExporter(), InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(before))
+    sink = TracingSink(provider, interval_s=0.05)
+    provider.add_span_processor(SimpleSpanProcessor(after))
+    h = sink.open_span("read_text")
+    assert h is not None
+    sink.emit(make_record(handle=h))
+    assert sink.flush(5.0)
+    sink.shutdown(1.0)
+    for exporter in (before, after):
+        (span,) = exporter.get_finished_spans()
+        assert span.context is not None and f"{span.context.span_id:016x}" == h.span_id
+    assert sink.exported == 1 and sink.export_failures == 0
+    provider.shutdown()
+
+
+def test_a_provider_made_while_the_sdk_is_disabled_turns_tracing_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    monkeypatch.setenv(OTEL_SDK_DISABLED, "true")
+    on_provider = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(on_provider))
+    monkeypatch.delenv(OTEL_SDK_DISABLED)
+    sink = TracingSink(provider)
+    assert not sink.enabled and sink.open_span("t") is None
+    # Forced on with an exporter of its own, the sink exports there.
+    own = InMemorySpanExporter()
+    forced = TracingSink(provider, exporter=own, enabled=True, interval_s=0.05)
+    forced.emit(make_record(handle=forced.open_span("t")))
+    assert forced.flush(5.0) and len(own.get_finished_spans()) == 1
+    # Forced on without one: the disabled provider's processors are out of reach; counted.
+    blind = TracingSink(provider, enabled=True, interval_s=0.05)
+    blind.emit(make_record(handle=blind.open_span("t")))
+    blind.flush(5.0)
+    assert blind.export_failures == 1 and blind.exported == 0
+    assert on_provider.get_finished_spans() == ()
+    for s in (sink, forced, blind):
+        s.shutdown(1.0)
+
+
+def test_a_provider_whose_tracers_are_not_the_sdks_needs_an_exporter() -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import ProxyTracer, Tracer
+
+    class Wrapping(TracerProvider):
+        def get_tracer(self, *args: object, **kwargs: object) -> Tracer:
+            return ProxyTracer("wrapped")
+
+    with pytest.raises(TypeError, match="exporter="):
+        TracingSink(Wrapping(shutdown_on_exit=False))
+    sink = TracingSink(Wrapping(shutdown_on_exit=False), exporter=InMemorySpanExporter())
+    assert sink.enabled
+    sink.shutdown(1.0)
+
+
+# Private attributes tooltrace once read from the SDK; named so the check below cannot miss them.
+_KNOWN_SDK_PRIVATES = frozenset({"_active_span_processor", "_disabled"})
+_DEFINED_PRIVATE = re.compile(r"(?:self\.|def |class )(_[A-Za-z]\w*)")
+
+
+def _otel_private_names() -> frozenset[str]:
+    """Every private attribute and function name the installed OpenTelemetry packages define."""
+    import opentelemetry
+
+    names = set(_KNOWN_SDK_PRIVATES)
+    for root in opentelemetry.__path__:
+        for path in Path(root).rglob("*.py"):
+            found = _DEFINED_PRIVATE.findall(path.read_text(errors="replace"))
+            names.update(n for n in found if not n.startswith("__"))
+    return frozenset(names)
+
+
+def _reads_private(node: ast.AST, names: frozenset[str]) -> bool:
+    """``x._name`` (x not ``self`` or ``cls``) or ``getattr(x, "_name")`` for a name in names."""
+    if isinstance(node, ast.Attribute):
+        mine = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+        return node.attr in names and not mine
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant) and node.args[1].value in names)
+
+
+def _private_otel_access(source: str, otel_private: frozenset[str]) -> list[str]:
+    """The known SDK privates read anywhere, and any OpenTelemetry private name read in a
+    module that imports OpenTelemetry (where its objects are handled)."""
+    tree = ast.parse(source)
+    imports_otel = any(
+        (isinstance(n, ast.ImportFrom) and (n.module or "").startswith("opentelemetry"))
+        or (isinstance(n, ast.Import) and any(a.name.startswith("opentelemetry") for a in n.names))
+        for n in ast.walk(tree)
+    )
+    names = otel_private if imports_otel else _KNOWN_SDK_PRIVATES
+    return [f"line {n.lineno}: {ast.unparse(n)}" for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute | ast.Call) and _reads_private(n, names)]
+
+
+def test_no_private_attribute_of_opentelemetry_is_used() -> None:
+    # An SDK upgrade may rename or drop its private attributes without notice.
+    import tooltrace
+
+    otel_private = _otel_private_names()
+    sample = (
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "def f(p: TracerProvider) -> None:\n"
+        "    p._active_span_processor.on_end(None)\n"
+        "    getattr(p, '_disabled', False)\n"
+        "    p._span_limits\n"
+        "    self._resource\n"
+    )
+    assert len(_private_otel_access(sample, otel_private)) == 3  # the check itself works
+    package = Path(tooltrace.__file__).parent
+    found = {
+        path.relative_to(package).as_posix(): hits
+        for path in sorted(package.rglob("*.py"))
+        if (hits := _private_otel_access(path.read_text(), otel_private))
+    }
+    assert found == {}
 
 
 def test_provider_sampler_is_respected() -> None:

@@ -3,8 +3,11 @@
 On the call path the sink only mints ids (``_propagation.SpanMinter``) and queues the finished
 record; a ``BatchWorker`` thread builds the spans (``_spanbuild.SpanBuilder``) and hands them,
 a batch at a time, to a span exporter (given, or built from the ``OTEL_*`` settings by
-``_otlp``) or to the span processors of a user-supplied SDK ``TracerProvider`` (through
-``provider._active_span_processor.on_end``, the SDK's own fan-out to its processors).
+``_otlp``) or to the span processors of a user-supplied SDK ``TracerProvider``. Only the SDK's
+public surface is used: the processors are reached through the ``span_processor`` of the SDK
+tracer the provider hands out (the provider's own fan-out, so processors added later get spans
+too), and a provider made with ``OTEL_SDK_DISABLED=true`` is recognised by the no-op tracer it
+returns.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import Histogram, MeterProvider
     from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 __all__ = ["TracingSink"]
 
@@ -57,7 +61,10 @@ class TracingSink:
         inherit_traceparent: use ``TRACEPARENT`` from the environment as the parent of calls
             made while no span is current.
         max_queue, max_batch, interval_s: the background worker's bounds.
-        enabled: False turns tracing off; None reads ``OTEL_SDK_DISABLED``.
+        enabled: False turns tracing off; None follows the provider (off when it was made with
+            ``OTEL_SDK_DISABLED=true``). A disabled provider's processors are out of reach, so
+            ``enabled=True`` with one needs an ``exporter``; without one, spans are counted in
+            ``export_failures``.
     """
 
     name = "tracing"
@@ -93,7 +100,7 @@ class TracingSink:
         if tracer_provider is None:
             tracer_provider = SdkTracerProvider(shutdown_on_exit=False)
         self._builder = SpanBuilder(tracer_provider.resource, capture_content, max_attribute_chars)
-        disabled, self._processor = _processors(tracer_provider)
+        disabled, self._processor = _processors(tracer_provider, self._builder.scope)
         #: False when tracing is off (``OTEL_SDK_DISABLED`` or ``enabled=False``).
         self.enabled = (not disabled) if enabled is None else enabled
         self._owns_exporter = False
@@ -101,6 +108,14 @@ class TracingSink:
         if exporter is None and built and self.enabled:
             exporter = otlp_exporter(endpoint, protocol, export_timeout_s)
             self._owns_exporter = True
+        elif exporter is None and self.enabled and self._processor is None:
+            if not disabled:
+                raise TypeError(
+                    "tracer_provider hands out tracers that are not the SDK's, so tooltrace "
+                    "cannot reach its span processors: pass exporter= as well"
+                )
+            _log.warning("tracing is on but the tracer provider is disabled and no exporter "
+                         "was given: spans will be counted as export failures")
         self._exporter = exporter
         #: The SDK provider whose resource, sampler (and, without an exporter, processors) apply.
         self.tracer_provider: TracerProvider = tracer_provider
@@ -246,6 +261,8 @@ class TracingSink:
             return
         if self._exporter is not None:
             self._export(self._exporter, spans)
+        elif self._processor is None:
+            self.export_failures += len(spans)
         else:
             on_end = self._processor.on_end
             for span in spans:
@@ -268,10 +285,21 @@ class TracingSink:
             self.export_failures += len(spans)
 
 
-def _processors(provider: TracerProvider) -> tuple[bool, SpanProcessor]:
-    """Whether the provider is disabled, and its fan-out to its span processors."""
-    disabled = bool(getattr(provider, "_disabled", False))
-    return disabled, provider._active_span_processor
+def _processors(
+    provider: TracerProvider, scope: InstrumentationScope
+) -> tuple[bool, SpanProcessor | None]:
+    """Whether the provider is disabled, and its fan-out to its span processors if reachable.
+
+    Both come from the tracer the provider hands out: the SDK returns a no-op tracer when the
+    provider was made with ``OTEL_SDK_DISABLED=true``, and an SDK tracer's ``span_processor``
+    is the provider's own fan-out (processors added to the provider later are reached too).
+    """
+    from opentelemetry.sdk.trace import Tracer as SdkTracer
+    from opentelemetry.trace import NoOpTracer
+
+    tracer = provider.get_tracer(scope.name, scope.version)
+    processor = tracer.span_processor if isinstance(tracer, SdkTracer) else None
+    return isinstance(tracer, NoOpTracer), processor
 
 
 def _duration_histogram(meter_provider: MeterProvider) -> Histogram:

@@ -6,10 +6,10 @@ back a handle whose ``attach()`` makes a non-recording span with those ids curre
 tool does (nested registry calls, instrumented HTTP clients) joins the trace. As a ``Sink`` it
 queues the finished ``CallRecord``; a ``BatchWorker`` thread turns records into SDK
 ``ReadableSpan`` objects (``execute_tool {tool}``, one event per pipeline step) and hands them to
-the span processors of a user-supplied SDK ``TracerProvider`` (through
-``provider._active_span_processor.on_end``, the SDK's own fan-out to its processors) or, when no
-provider is given, straight to an OTLP exporter configured from the standard ``OTEL_*``
-environment variables. Nothing here raises into a call or waits on I/O during one.
+the span processors of a user-supplied SDK ``TracerProvider`` (through the ``span_processor`` of
+the SDK tracer it hands out: the provider's own fan-out to its processors) or, when no provider
+is given, straight to an OTLP exporter configured from the standard ``OTEL_*`` environment
+variables. Nothing here raises into a call or waits on I/O during one.
 
 Configuration, explicit argument > environment variable > default:
 
