@@ -1,7 +1,7 @@
 """Kill audit writers with SIGKILL at random moments, many times, and check the promises.
 
 Each round starts ``--parallel`` writer processes (fresh interpreters running
-``tests/test_audit_support.py writer``), lets them write for a random few tens of ms, kills
+``tests/support/audit.py writer``), lets them write for a random few tens of ms, kills
 them, and collects the call ids each had acknowledged. At the end: every acknowledged record
 must be queryable, every torn tail reported, quarantined and named by ``verify``, and
 ``verify`` must find no error. Prints the figures; exits 1 if a promise was broken.
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from test_audit_support import acked_ids, collect, start_writer
+from support.audit import acked_ids, collect, start_writer
 
 from tooltrace.audit import AuditStore, recover_dead_segments, verify
 from tooltrace.audit._format import load_key

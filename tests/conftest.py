@@ -1,4 +1,5 @@
-"""Shared fixtures: a scratch workspace with real files and a registry over it."""
+"""Shared fixtures: a scratch workspace with real files and a registry over it, the path-race
+fixtures of ``support.paths`` (``tree``, ``racing``, ``flipper``) and the archive servers."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from support.paths import flipper, racing, tree  # noqa: F401 (fixtures for every test module)
 
 from tooltrace import ToolRegistry
 from tooltrace.builtins import register_builtins
 from tooltrace.testing import RecordingSink
 
 if TYPE_CHECKING:
-    from archive_support import MotoS3, Postgres
+    from support.archive import MotoS3, Postgres
 
 
 @pytest.fixture
@@ -46,7 +48,7 @@ def registry(workspace: Path, tmp_path: Path, sink: RecordingSink) -> Iterator[T
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[MotoS3, Postgres]]:
     """A real S3 (moto) and PostgreSQL on loopback for one archive test module."""
-    from archive_support import MotoS3, Postgres
+    from support.archive import MotoS3, Postgres
 
     s3 = MotoS3().start()
     pg = Postgres().start()

@@ -18,9 +18,9 @@ from pathlib import Path
 import orjson
 import pyarrow.parquet as pq
 import pytest
-from archive_support import SECRET_KEY, MotoS3
-from otlp_receiver import closed_port
-from test_audit_support import workload
+from support.archive import SECRET_KEY, MotoS3
+from support.audit import workload
+from support.otlp import closed_port
 
 from tooltrace import ToolCall, ToolRegistry, tool
 from tooltrace.archive import (
@@ -359,7 +359,7 @@ def test_ship_cli_usage_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_a_segment_spanning_midnight_lands_in_both_day_partitions(tmp_path: Path) -> None:
-    from test_audit_support import make_record
+    from support.audit import make_record
 
     home = tmp_path / "home"
     archive = tmp_path / "archive"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import orjson
 import pytest
-from archive_support import SECRET_KEY
 from click.testing import CliRunner
-from otlp_receiver import closed_port
+from support.archive import SECRET_KEY
+from support.otlp import closed_port
 from test_archive import _fill
 
 from tooltrace.archive import ship

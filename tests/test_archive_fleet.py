@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from archive_support import MotoS3, Postgres
+from support.archive import MotoS3, Postgres
 
 from tooltrace.archive import ArchiveStore, verify_archive
 
@@ -45,7 +45,7 @@ def _machine(root: Path, name: str) -> Path:
 def _write(s3: MotoS3, cwds: list[Path], n: int, seg_bytes: int) -> dict[Path, list[str]]:
     """Run one writer process per machine at once; return each machine's acked call ids."""
     procs = [subprocess.Popen(
-        [sys.executable, str(TESTS / "archive_support.py"), "writer", str(c / ".tooltrace"),
+        [sys.executable, str(TESTS / "support" / "archive.py"), "writer", str(c / ".tooltrace"),
          str(n), str(seg_bytes)], cwd=c, env=_env(s3, c), stdout=subprocess.PIPE, text=True)
         for c in cwds]
     out: dict[Path, list[str]] = {}

@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 import pytest
-from archive_support import ACCESS_KEY, SECRET_KEY, MotoS3, Postgres
 from click.testing import CliRunner
+from support.archive import ACCESS_KEY, SECRET_KEY, MotoS3, Postgres
 
 from tooltrace.archive import ArchiveStore
 from tooltrace.archive._connect import connect, parse_target

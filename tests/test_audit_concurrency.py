@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from test_audit_support import acked_ids, collect, start_writer
+from support.audit import acked_ids, collect, start_writer
 
 from tooltrace.audit import AuditStore, verify
 

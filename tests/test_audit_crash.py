@@ -13,7 +13,7 @@ import signal
 import time
 from pathlib import Path
 
-from test_audit_support import acked_ids, collect, fork_writer, start_writer
+from support.audit import acked_ids, collect, fork_writer, start_writer
 
 from tooltrace.audit import AuditStore, recover_dead_segments, verify
 from tooltrace.audit._format import load_key

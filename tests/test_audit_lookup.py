@@ -20,7 +20,7 @@ from typing import Any
 import duckdb
 import orjson
 import pytest
-from test_audit_support import run_real_workload, workload
+from support.audit import run_real_workload, workload
 
 from tooltrace.audit import AmbiguousCallId, AuditStore, CallNotFound, compact, explain
 from tooltrace.audit._manifest import read_manifest, write_manifest

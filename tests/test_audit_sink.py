@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from test_audit_support import make_record, workload
+from support.audit import make_record, workload
 
 from tooltrace.audit import Ack, AuditStore, FsyncPolicy, verify
 from tooltrace.envelope import Status, Step

@@ -12,7 +12,8 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner
-from test_audit_support import workload
+from support.audit import workload
+from support.components import extra, require_module
 
 from tooltrace.audit import compact, recover_dead_segments, verify
 from tooltrace.audit._format import chain_hash, load_key, seal_line, split_hash
@@ -388,7 +389,7 @@ def test_compacted_and_pruned_segments_are_not_missing(tmp_path: Path) -> None:
 
 
 def test_shipped_and_pruned_segments_are_not_missing(tmp_path: Path) -> None:
-    pytest.importorskip("duckdb")
+    require_module("duckdb", extra("archive"))
     from tooltrace.archive import ship
 
     home = tmp_path / "home"

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import live_in_group, live_with_marker, wait_for
+from support.runtime import live_in_group, live_with_marker, wait_for
 
 from tooltrace import Stage, Status, ToolCall, ToolRegistry, Workspace
 from tooltrace.builtins import CommandConfig, register_builtins, register_command_tools

@@ -14,13 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.bypass import deny_all, touch
 
 from tooltrace import Stage, Status, ToolCall, ToolRegistry
 from tooltrace.builtins import register_builtins
 
 TESTS = Path(__file__).parent
-sys.path.insert(0, str(TESTS))
-from bypass_support import deny_all, touch  # noqa: E402
 
 
 @pytest.fixture
@@ -57,8 +56,8 @@ def test_every_entry_point_gets_the_same_rejection(tmp_path: Path, marker: Path)
     exe = Path(sys.executable).with_name("tooltrace")
     out = subprocess.run(
         [str(exe), "call", "touch", '{"name": "x"}', "--workspace", str(ws), "--home",
-         str(tmp_path / "home"), "--tools", "bypass_support:touch", "--hook",
-         "bypass_support:deny_all"],
+         str(tmp_path / "home"), "--tools", "support.bypass:touch", "--hook",
+         "support.bypass:deny_all"],
         env=env, capture_output=True, text=True, timeout=60,
     )
     assert out.returncode == 1, out.stderr
@@ -72,7 +71,7 @@ def test_cli_call_runs_the_tool_without_the_hook(tmp_path: Path, marker: Path) -
     exe = Path(sys.executable).with_name("tooltrace")
     out = subprocess.run(
         [str(exe), "call", "touch", '{"name": "x"}', "--workspace", str(tmp_path), "--home",
-         str(tmp_path / "home"), "--tools", "bypass_support:touch", "--json"],
+         str(tmp_path / "home"), "--tools", "support.bypass:touch", "--json"],
         env=env, capture_output=True, text=True, timeout=60,
     )
     assert out.returncode == 0, out.stderr

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner, Result
-from test_audit_support import SECRET, make_record, run_real_workload
+from support.audit import SECRET, make_record, run_real_workload
 
 from tooltrace.cli import COMMANDS, main
 from tooltrace.telemetry import AuditSink

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
-from sre_kit import REPO, compose_binary, load_build
-from sre_prom import promtool
+from support.sre_kit import REPO, compose_binary, load_build
+from support.sre_prom import promtool
 
 DOCKER = REPO / "docker"
 COMPOSE = DOCKER / "compose.yaml"

@@ -15,9 +15,9 @@ from typing import Any
 
 import jsonschema
 import pytest
-from sre_kit import REPO, dashboard_targets, grafana_schema, load_build, substitute
-from sre_prom import PrometheusServer, free_port, poll
-from sre_workload import Workload, running_workload
+from support.sre_kit import REPO, dashboard_targets, grafana_schema, load_build, substitute
+from support.sre_prom import PrometheusServer, free_port, poll
+from support.sre_workload import Workload, running_workload
 
 build = load_build()
 DASHBOARDS = {

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from runtime_support import live_in_group, live_with_marker, wait_for
+from support.runtime import live_in_group, live_with_marker, wait_for
 
 from tooltrace import Status, ToolCall, ToolRegistry
 from tooltrace.builtins import register_builtins

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from telemetry_support import make_record
+from support.telemetry import make_record
 
 from tooltrace import ToolCall, ToolRegistry, tool
 from tooltrace.envelope import Stage, Status
@@ -122,18 +123,17 @@ def test_arguments_beat_the_environment_and_bad_values_are_typed_errors(
 
 def test_default_stream_is_stderr(tmp_path: Path) -> None:
     code = textwrap.dedent(
-        f"""
-        import sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from telemetry_support import make_record
+        """
+        from support.telemetry import make_record
         from tooltrace.telemetry.logging import LoggingSink
         sink = LoggingSink()
         sink.emit(make_record("read_text"))
         sink.shutdown(5.0)
         """
     )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
     (line,) = [json.loads(x) for x in proc.stderr.splitlines() if x.startswith("{")]

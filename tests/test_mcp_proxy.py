@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp_servers.hooks import block_all
-from otlp_receiver import OtlpHttpReceiver
+from support.otlp import OtlpHttpReceiver
 
 from tooltrace import ToolDefinition, ToolRegistry
 from tooltrace.audit import AuditStore
@@ -251,7 +251,7 @@ args = ["--repository", {_toml_str(str(repo))}]
 
 
 def test_blocking_hook_means_the_upstream_never_runs(tmp_path: Path) -> None:
-    from otlp_receiver import free_port
+    from support.otlp import free_port
 
     marker = tmp_path / "marker.txt"
     port = free_port()
@@ -503,7 +503,7 @@ cancel_grace_s = 0.5
 
 def test_streamable_http_on_loopback(tmp_path: Path) -> None:
     from mcp.client.streamable_http import streamable_http_client
-    from otlp_receiver import free_port
+    from support.otlp import free_port
 
     # The one-server form: no configuration file.
     port = free_port()

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from otlp_receiver import closed_port
-from prom import Prometheus, promtool_check_metrics
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from telemetry_support import make_record
+from support.otlp import closed_port
+from support.prom import Prometheus, promtool_check_metrics
+from support.telemetry import make_record
 
 from tooltrace import ToolCall, ToolRegistry, tool
 from tooltrace.envelope import Artifact, Stage, Status

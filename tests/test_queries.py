@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
-from test_audit_support import run_real_workload, workload
+from support.audit import run_real_workload, workload
 
 from tooltrace.audit import AuditStore, compact
 from tooltrace.audit._sqlfiles import find_sql, shipped_sql

@@ -8,16 +8,16 @@ import json
 import math
 import re
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from sre_kit import REPO, load_build
-from sre_prom import AlertmanagerServer, PrometheusServer, WebhookReceiver, promtool
-from sre_workload import running_workload
+from support.sre_kit import REPO, load_build
+from support.sre_prom import AlertmanagerServer, PrometheusServer, WebhookReceiver, promtool
+from support.sre_workload import running_workload
 
+from tooltrace.audit import AuditStore
 from tooltrace.telemetry.metrics import DURATION_BUCKETS
 
 build = load_build()
@@ -182,12 +182,24 @@ def test_recording_rule_expressions_agree_with_tooltrace_stats(tmp_path: Path) -
             assert tool not in promql["offload"]  # no successes: no ratio, not NaN
     assert stats["lookup"]["param_reject_ratio"] > 0 and stats["render"]["offload_ratio"] > 0
     assert stats["deploy"]["policy_reject_ratio"] == 1
-    # Latency: the histogram's p95 lands in the same bucket as the exact one, or next to it.
-    buckets = [0.0, *DURATION_BUCKETS, math.inf]
+    # Latency, from the same durations both ways (each record's elapsed time): stats' p95 is
+    # the interpolated quantile of them, and histogram_quantile lands inside the bucket that
+    # holds the observation of rank ceil(0.95 n) (it interpolates within that bucket).
+    with AuditStore(home) as store:
+        rows = store.sql("SELECT tool, elapsed_ms FROM tool_calls").rows
+    elapsed: dict[str, list[float]] = {}
+    for tool, ms in rows:
+        elapsed.setdefault(tool, []).append(float(ms))
+    buckets = [0.0, *DURATION_BUCKETS]
     for tool, row in stats.items():
-        exact, estimated = row["p95_ms"] / 1000, p95[tool]
-        i = next(k for k, b in enumerate(buckets) if exact <= b)
-        assert buckets[max(i - 2, 0)] <= estimated <= buckets[min(i + 1, len(buckets) - 1)], tool
+        ms = sorted(elapsed[tool])
+        pos = 0.95 * (len(ms) - 1)
+        lo, hi = math.floor(pos), math.ceil(pos)
+        assert row["p95_ms"] == pytest.approx(ms[lo] + (ms[hi] - ms[lo]) * (pos - lo), abs=1e-3)
+        ranked = ms[math.ceil(0.95 * len(ms)) - 1] / 1000
+        i = next((k for k, b in enumerate(buckets) if ranked <= b), len(buckets))
+        lower, upper = (buckets[i - 1], buckets[i]) if i < len(buckets) else (buckets[-1],) * 2
+        assert lower * (1 - 1e-9) <= p95[tool] <= upper * (1 + 1e-9), (tool, ranked, p95[tool])
 
 
 # -- end to end: workload -> Prometheus -> Alertmanager -> webhook ------------------------------
@@ -235,11 +247,11 @@ def test_rejection_surge_fires_an_alert_delivered_by_alertmanager(tmp_path: Path
 
             # The surge: most lookups now come with a wrong argument type.
             w.run_in_background({"params": 12, "ok": 2}, period_s=0.1)
-            t0 = time.monotonic()
+            # The alert arrives (~10-20 s here); the bound only keeps a broken chain from
+            # hanging the run, it is not a latency target.
             alert = hook.wait_for(
-                lambda a: a["labels"].get("alertname") == "ToolParamRejectRatioSurge", 45
+                lambda a: a["labels"].get("alertname") == "ToolParamRejectRatioSurge", 150
             )
-            took = time.monotonic() - t0
 
     labels, ann = alert["labels"], alert["annotations"]
     assert alert["status"] == "firing"
@@ -247,6 +259,5 @@ def test_rejection_surge_fires_an_alert_delivered_by_alertmanager(tmp_path: Path
     assert labels["severity"] == "warning" and labels["service"] == "tooltrace"
     assert ann["runbook_url"] == build.runbook_url("ToolParamRejectRatioSurge")
     assert ann["summary"].startswith("lookup: parameter-reject ratio jumped to ")
-    assert took < 45
     # The healthy tool never alerted.
     assert all(a["labels"].get("tool") != "render" for a in hook.alerts())

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_support import live_with_marker, wait_for
+from support.runtime import live_with_marker, wait_for
 
 from tooltrace import (
     CallContext,

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, generate_latest
+from support.otlp import OtlpHttpReceiver
 
 from tooltrace import (
     HookAction,
@@ -44,7 +45,7 @@ from tooltrace.telemetry.tracing import TracingSink
 
 from ._canaries import ENCODINGS, KINDS, Canary, Finder, make_canaries
 from ._figures import LONG, record, size
-from ._sinks import RawOtlpReceiver, home_blobs
+from ._sinks import home_blobs
 
 N_CANARIES = size(312, 10_000)
 SEED = int(os.environ.get("TOOLTRACE_CANARY_SEED", "20261202"))
@@ -92,7 +93,7 @@ class _Plan:
         return slot
 
 
-def _build(tmp_path: Path, canaries: list[Canary], plan: _Plan, rx: RawOtlpReceiver) -> Any:
+def _build(tmp_path: Path, canaries: list[Canary], plan: _Plan, rx: OtlpHttpReceiver) -> Any:
     ws = tmp_path / "ws"
     ws.mkdir()
     home = tmp_path / "home"
@@ -271,13 +272,13 @@ def test_no_canary_reaches_any_sink(tmp_path: Path) -> None:
     finder = Finder(canaries)
     plan = _Plan()
     t0 = time.monotonic()
-    with RawOtlpReceiver() as rx:
+    with OtlpHttpReceiver(keep_bodies=True) as rx:
         reg, ws, home, metrics, log = _build(tmp_path, canaries, plan, rx)
         counts = _drive(reg, ws, canaries, plan)
         exposition = generate_latest(metrics)
         dropped = {s.name: getattr(s, "dropped", 0) for s in reg.sinks}
         reg.shutdown(timeout_s=30.0)
-        spans = rx.spans
+        spans = rx.span_count
         otlp = rx.bodies
     drive_s = time.monotonic() - t0
     # Nothing was lost on the way, so every sink really saw every call.

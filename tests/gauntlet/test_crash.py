@@ -8,7 +8,7 @@ segments additionally get the first bytes of a record appended, as a kill mid-wr
 
 This complements ``tests/test_audit_crash.py`` (50 kills, acknowledged records kept) with the
 duplicate count, the write rate, the ground truth of torn tails, and the long run; it reuses
-that suite's writer process (``tests/test_audit_support.py``).
+that suite's writer process (``tests/support/audit.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from test_audit_support import acked_ids, start_writer
+from support.audit import acked_ids, start_writer
 
 from tooltrace.audit import AuditStore, compact, recover_dead_segments, verify
 from tooltrace.audit._format import load_key

@@ -2,8 +2,8 @@
 
 The workspace directory given as ``cwd`` is swapped for a symlink to a directory outside (which
 holds a file of the same name with the secret in it) and back, by a thread (the ``racing``
-fixture of ``tests/test_paths.py``) and by a separate process (``_dir_flipper.py``), while
-``cat victim.txt`` runs there through the registry. Every call that runs must run in the
+fixture) and by a separate process (``flipper``), both fixtures of ``tests/support/paths.py``,
+while ``cat victim.txt`` runs there through the registry. Every call that runs must run in the
 directory the policy checked, so it prints the inside file or is refused.
 
 Escape = the secret anywhere in a call's envelope. Target: 0, with at least 5,000 flips in
@@ -13,18 +13,14 @@ all. The sizes are counts, not durations: each flipper gets at least ``CALLS`` c
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_paths import SECRET, racing, tree  # noqa: F401
+from support.paths import SECRET, Racing
 
-from tooltrace import Status, ToolCall, ToolRegistry, Workspace
+from tooltrace import Status, ToolCall, ToolRegistry
 from tooltrace.builtins import register_builtins
 
 from ._figures import LONG, record, size
@@ -34,7 +30,6 @@ MAX_CALLS = 40 * CALLS  # per flipper, at most (while it has not flipped enough)
 # 5,000 flips in all: a thread flips slower (it shares the GIL with the calls).
 THREAD_FLIPS = size(1_500, 30_000)
 PROCESS_FLIPS = size(3_500, 70_000)
-FLIPPER = Path(__file__).with_name("_dir_flipper.py")
 
 
 @dataclass
@@ -83,7 +78,7 @@ def _check(name: str, tally: Tally, min_flips: int, flips: int, outside: Path) -
 
 @pytest.mark.timeout(3600 if LONG else 300)
 def test_cwd_swapped_by_a_thread_never_escapes(
-    racing: tuple[Workspace, Path, threading.Event, list[int]],  # noqa: F811
+    racing: Racing,
 ) -> None:
     _ws, root, _stop, swaps = racing
     # Each swap turns vdir into a symlink to outside/dir and back: two flips.
@@ -91,44 +86,9 @@ def test_cwd_swapped_by_a_thread_never_escapes(
     _check("cwd swap race, thread", tally, THREAD_FLIPS, 2 * swaps[0], root.parent / "outside")
 
 
-@pytest.fixture()
-def flipper(tree: Path) -> Iterator[Callable[[], int]]:  # noqa: F811
-    """A separate process swapping root/pdir for a symlink to outside/dir and back."""
-    outside = tree.parent / "outside"
-    (outside / "dir" / "victim.txt").write_bytes(SECRET)
-    (tree / "pdir").mkdir()
-    (tree / "pdir" / "victim.txt").write_bytes(b"safe")
-    counter = tree.parent / "flips"
-    counter.write_bytes(bytes(16))
-    proc = subprocess.Popen([sys.executable, str(FLIPPER), str(tree / "pdir"),
-                             str(outside / "dir"), str(counter)])
-
-    def flips() -> int:
-        return int.from_bytes(counter.read_bytes()[:8], "little")
-
-    try:
-        # Wait (bounded) for the first flip, so every call below meets a live race.
-        for _ in range(3000):
-            if flips() or proc.poll() is not None:
-                break
-            time.sleep(0.01)
-        assert flips() > 0, "the flipper did not start"
-        yield flips
-    finally:
-        with open(counter, "r+b") as fh:
-            fh.seek(8)
-            fh.write((1).to_bytes(8, "little"))
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0
-
-
 @pytest.mark.timeout(3600 if LONG else 300)
 def test_cwd_swapped_by_another_process_never_escapes(
-    tree: Path, flipper: Callable[[], int]  # noqa: F811
+    tree: Path, flipper: Callable[[], int]
 ) -> None:
     tally = _hammer(tree, "pdir", PROCESS_FLIPS, flipper)
     _check("cwd swap race, process", tally, PROCESS_FLIPS, flipper(), tree.parent / "outside")

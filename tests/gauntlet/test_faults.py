@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from otlp_receiver import closed_port
+from support.otlp import closed_port
 
 from tooltrace import HookView, Status, ToolCall, ToolRegistry, hook, tool
 

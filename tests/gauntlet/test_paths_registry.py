@@ -1,4 +1,4 @@
-"""Path policy through the registry: every adversarial input of ``tests/test_paths.py`` (and a
+"""Path policy through the registry: every adversarial input of ``tests/support/paths.py`` (and a
 few more: NFC/NFD, Unicode two-dot leaders, ``/proc/self/fd``, dangling and directory symlinks
 as write targets) sent to the built-in ``read_text`` and ``write_text`` tools, the check/open
 swap race through both tools, and the canonical-form property through ``read_text``.
@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from test_paths import ADVERSARIAL, SECRET, _user_paths, tree  # noqa: F401
+from support.paths import ADVERSARIAL, SECRET, Racing, user_paths
 
 from tooltrace import Status, ToolCall, ToolRegistry
 from tooltrace.builtins import register_builtins
@@ -69,7 +68,7 @@ def _outside_state(root: Path) -> dict[str, str]:
 
 
 @pytest.fixture()
-def reg(tree: Path) -> Iterator[ToolRegistry]:  # noqa: F811
+def reg(tree: Path) -> Iterator[ToolRegistry]:
     r = register_builtins(ToolRegistry(workspace=tree, home=tree.parent / "home"))
     yield r
     r.shutdown(timeout_s=2.0)
@@ -80,7 +79,7 @@ def _inputs() -> list[str]:
 
 
 def test_adversarial_paths_through_read_text_and_write_text(
-    reg: ToolRegistry, tree: Path  # noqa: F811
+    reg: ToolRegistry, tree: Path
 ) -> None:
     inputs = _inputs()
     assert len(inputs) >= 30
@@ -107,7 +106,7 @@ def test_adversarial_paths_through_read_text_and_write_text(
 
 
 def test_inside_paths_still_work_and_normal_forms_are_distinct_names(
-    reg: ToolRegistry, tree: Path  # noqa: F811
+    reg: ToolRegistry, tree: Path
 ) -> None:
     nfc = "caf\u00e9.txt"
     nfd = unicodedata.normalize("NFD", nfc)
@@ -126,7 +125,7 @@ def test_inside_paths_still_work_and_normal_forms_are_distinct_names(
 
 
 def test_hardlinks_are_not_written_and_strict_reads_refuse_them(
-    tree: Path, tmp_path: Path  # noqa: F811
+    tree: Path, tmp_path: Path
 ) -> None:
     os.link(tree.parent / "outside" / "secret.txt", tree / "hard.txt")
     reg = register_builtins(ToolRegistry(workspace=tree, home=tmp_path / "h1"))
@@ -145,48 +144,11 @@ def test_hardlinks_are_not_written_and_strict_reads_refuse_them(
     strict.shutdown()
 
 
-@pytest.fixture()
-def swapper(tree: Path) -> Iterator[list[int]]:  # noqa: F811
-    """Keep swapping root/victim.txt and root/vdir between real and symlinked-outside."""
-    outside = tree.parent / "outside"
-    (outside / "dir" / "victim.txt").write_bytes(SECRET)
-    (tree / "vdir").mkdir()
-    (tree / "vdir" / "victim.txt").write_bytes(b"safe")
-    (tree / "victim.txt").write_bytes(b"safe")
-    stop = threading.Event()
-    swaps = [0]
-
-    def swap() -> None:
-        i = 0
-        while not stop.is_set():
-            i += 1
-            link = tree / f".l{i}"
-            os.symlink(outside / "secret.txt", link)
-            os.replace(link, tree / "victim.txt")
-            dlink = tree / f".d{i}"
-            os.symlink(outside / "dir", dlink)
-            os.rename(tree / "vdir", tree / f".real{i}")
-            os.replace(dlink, tree / "vdir")
-            plain = tree / f".f{i}"
-            plain.write_bytes(b"safe")
-            os.replace(plain, tree / "victim.txt")
-            os.unlink(tree / "vdir")
-            os.rename(tree / f".real{i}", tree / "vdir")
-            swaps[0] = i
-
-    t = threading.Thread(target=swap, daemon=True)
-    t.start()
-    try:
-        yield swaps
-    finally:
-        stop.set()
-        t.join(timeout=10)
-
-
 @pytest.mark.timeout(3600 if LONG else 300)
 def test_swap_race_through_the_tools_never_escapes(
-    tree: Path, swapper: list[int]  # noqa: F811
+    racing: Racing,
 ) -> None:
+    _ws, tree, _stop, swaps = racing
     reg = register_builtins(ToolRegistry(workspace=tree, home=tree.parent / "home"))
     outside = tree.parent / "outside"
     before = _outside_state(tree)
@@ -211,7 +173,7 @@ def test_swap_race_through_the_tools_never_escapes(
     after = _outside_state(tree)
     stray = [p for p in (outside / "dir").iterdir() if p.name not in ("victim.txt", "secret.txt")]
     changed = [k for k in set(before) | set(after) if before.get(k) != after.get(k)]
-    record("path swap race via registry", iterations=RACE, swaps=swapper[0],
+    record("path swap race via registry", iterations=RACE, swaps=swaps[0],
            reads_ok=ok["read"], reads_refused=refused["read"], writes_ok=ok["write"],
            writes_refused=refused["write"], escapes=escapes + len(stray) + len(changed))
     assert escapes == 0 and not stray and not changed, (escapes, stray, changed)
@@ -221,7 +183,7 @@ def test_swap_race_through_the_tools_never_escapes(
 
 @settings(max_examples=size(150, 2000), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(user_path=_user_paths())
+@given(user_path=user_paths())
 def test_read_text_decides_like_its_canonical_form(
     reg: ToolRegistry, user_path: str
 ) -> None:

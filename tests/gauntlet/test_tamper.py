@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner
-from test_audit_support import workload
+from support.audit import workload
 
 from tooltrace.audit import verify
 from tooltrace.audit._format import chain_hash, seal_line, split_hash

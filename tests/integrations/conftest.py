@@ -1,10 +1,10 @@
 """Fixtures of the framework adapters' tests: a real OpenTelemetry SDK pipeline, the marker file
 of the bypass tests. ``workspace``, ``sink`` and ``registry`` come from ``tests/conftest.py``;
-``require`` (skip locally, fail under ``CI=true``) lives in ``integrations_support.py``."""
+a missing framework is reported by ``support.components.require_module`` (skip locally, fail
+under ``CI=true``)."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +18,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from tooltrace import FunctionTool, ToolRegistry
 from tooltrace.telemetry import TracingSink
 from tooltrace.testing import RecordingSink
-
-# bypass_support (the side-effecting tool and the always-block hook) lives in tests/.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 @dataclass
@@ -55,7 +52,7 @@ def otel() -> Iterator[Otel]:
 
 @pytest.fixture
 def marker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The file bypass_support's ``touch`` tool writes (its side effect)."""
+    """The file ``support.bypass.touch`` tool writes (its side effect)."""
     m = tmp_path / "side-effect.txt"
     monkeypatch.setenv("TOOLTRACE_TEST_MARKER", str(m))
     return m

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from integrations_support import (
+from support.bypass import deny_all, touch
+from support.components import extra, require_module
+from support.integrations import (
     SECRET,
     STARTED,
     STOPPED,
@@ -19,14 +21,12 @@ from integrations_support import (
     add,
     explode,
     leak,
-    require,
     unsure,
     wait_for,
 )
 
-require("google.adk", "adk")
+require_module("google.adk", extra("adk"))
 
-from bypass_support import deny_all, touch  # noqa: E402
 from google.adk.agents import LlmAgent  # noqa: E402
 from google.adk.apps import App  # noqa: E402
 from google.adk.models.base_llm import BaseLlm  # noqa: E402

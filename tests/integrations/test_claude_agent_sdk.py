@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
-from integrations_support import SECRET, add, explode, require, unsure
+from support.bypass import deny_all, touch
+from support.components import extra, require_module
+from support.integrations import SECRET, add, explode, unsure
 
-sdk = require("claude_agent_sdk", "claude-agent-sdk")
+sdk = require_module("claude_agent_sdk", extra("claude-agent-sdk"))
 
-from bypass_support import deny_all, touch  # noqa: E402
 from claude_agent_sdk import (  # noqa: E402
     HookContext,
     PermissionResultAllow,

@@ -26,7 +26,9 @@ if importlib.util.find_spec("crewai") is not None:
         CREWAI_TRACING_ENABLED="false",
     )
 
-from integrations_support import (
+from support.bypass import deny_all, touch
+from support.components import extra, require_module
+from support.integrations import (
     SECRET,
     STARTED,
     STOPPED,
@@ -34,14 +36,12 @@ from integrations_support import (
     add,
     explode,
     leak,
-    require,
     unsure,
     wait_for,
 )
 
-require("crewai", "crewai")
+require_module("crewai", extra("crewai"))
 
-from bypass_support import deny_all, touch  # noqa: E402
 from crewai import Agent, Crew, Task  # noqa: E402
 from crewai.hooks import clear_all_tool_call_hooks  # noqa: E402
 from crewai.llms.base_llm import BaseLLM  # noqa: E402

@@ -17,7 +17,9 @@ from typing import Annotated, Any
 
 import orjson
 import pytest
-from integrations_support import (
+from support.bypass import deny_all, touch
+from support.components import extra, require_module
+from support.integrations import (
     SECRET,
     STARTED,
     STOPPED,
@@ -25,17 +27,15 @@ from integrations_support import (
     add,
     explode,
     leak,
-    require,
     slow,
     unsure,
     wait,
     wait_for,
 )
 
-require("langchain", "langchain")
-require("langgraph", "langchain")
+require_module("langchain", extra("langchain"))
+require_module("langgraph", extra("langchain"))
 
-from bypass_support import deny_all, touch  # noqa: E402
 from langchain.agents import create_agent  # noqa: E402
 from langchain.tools import InjectedState  # noqa: E402
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from integrations_support import SECRET, add, explode, leak, require, unsure
+from support.bypass import deny_all, touch
+from support.components import extra, require_module
+from support.integrations import SECRET, add, explode, leak, unsure
 
-require("llama_index.core", "llamaindex")
+require_module("llama_index.core", extra("llamaindex"))
 
-from bypass_support import deny_all, touch  # noqa: E402
 from llama_index.core.agent.workflow import FunctionAgent  # noqa: E402
 from llama_index.core.base.llms.types import ToolCallBlock  # noqa: E402
 from llama_index.core.llms import ChatMessage, MessageRole  # noqa: E402

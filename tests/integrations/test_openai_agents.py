@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from integrations_support import SECRET, aadd, add, explode, leak, require, unsure, wait_for
+from support.bypass import deny_all, touch
+from support.components import extra, require_module
+from support.integrations import SECRET, aadd, add, explode, leak, unsure, wait_for
 
-require("agents", "openai-agents")
+require_module("agents", extra("openai-agents"))
 
 from agents import (  # noqa: E402
     Agent,
@@ -32,7 +34,6 @@ from agents import (  # noqa: E402
     set_trace_processors,
 )
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
-from bypass_support import deny_all, touch  # noqa: E402
 from conftest import Otel  # noqa: E402
 
 from tooltrace import (  # noqa: E402

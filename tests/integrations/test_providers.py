@@ -17,8 +17,9 @@ from typing import Any
 
 import orjson
 import pytest
-from bypass_support import deny_all, touch
-from integrations_support import (
+from support.bypass import deny_all, touch
+from support.components import extra, require_module
+from support.integrations import (
     SECRET,
     STARTED,
     STOPPED,
@@ -26,7 +27,6 @@ from integrations_support import (
     add,
     explode,
     leak,
-    require,
     slow,
     unsure,
     wait,
@@ -221,7 +221,7 @@ def test_a_provider_tool_call_runs_as_it_comes_and_keeps_its_id(
 
 
 def test_a_real_openai_sdk_object_is_read(make_registry: Callable[..., ToolRegistry]) -> None:
-    require("openai", "openai-agents")
+    require_module("openai", extra("openai-agents"))
     from openai.types.chat import ChatCompletionMessageFunctionToolCall
 
     tc = ChatCompletionMessageFunctionToolCall(

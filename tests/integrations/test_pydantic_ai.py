@@ -16,20 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from integrations_support import (
+from support.bypass import deny_all, touch
+from support.components import extra, require_module
+from support.integrations import (
     SECRET,
     aadd,
     add,
     explode,
     leak,
-    require,
     unsure,
     wait_for,
 )
 
-require("pydantic_ai", "pydantic-ai")
+require_module("pydantic_ai", extra("pydantic-ai"))
 
-from bypass_support import deny_all, touch  # noqa: E402
 from conftest import Otel  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 from pydantic_ai import (  # noqa: E402

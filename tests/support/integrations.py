@@ -1,34 +1,13 @@
-"""Helpers for the framework adapters' tests (this directory is on ``sys.path`` under pytest):
-``require`` (skip locally, fail under ``CI=true``), the tools the tests run, ``wait_for``."""
+"""Helpers for the framework adapters' tests: the tools they run and ``wait_for``. (A missing
+framework is reported by ``support.components.require_module``.)"""
 
 from __future__ import annotations
 
 import asyncio
-import importlib
-import os
 import time
 from collections.abc import Callable
-from types import ModuleType
-
-import pytest
 
 from tooltrace import CallContext, OutcomeUnknown, ToolCancelled, tool
-
-
-def require(module: str, extra: str) -> ModuleType:
-    """Import ``module`` or skip the calling test module, saying which extra brings it.
-
-    Under ``CI=true`` a missing framework fails instead: CI installs every extra, so a skip
-    there would hide an adapter that is no longer tested.
-    """
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        reason = (f"{module} is not installed ({type(exc).__name__}: {exc}); "
-                  f"install it with: pip install 'tooltrace[{extra}]'")
-        if os.environ.get("CI", "").strip().lower() == "true":
-            pytest.fail(f"CI=true and {reason}", pytrace=False)
-        pytest.skip(reason, allow_module_level=True)
 
 
 def wait_for(predicate: Callable[[], object], timeout_s: float = 5.0) -> None:

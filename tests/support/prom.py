@@ -25,19 +25,31 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from otlp_receiver import free_port
+from support.components import require_binary
+from support.otlp import free_port
 
-__all__ = ["PROMETHEUS", "PROMTOOL", "Prometheus", "promtool_check_metrics"]
+__all__ = ["Prometheus", "prometheus_binary", "promtool_binary", "promtool_check_metrics"]
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+#: Debian's package brings both ``prometheus`` and ``promtool``.
+INSTALL_PROMETHEUS = "apt-get install -y --no-install-recommends prometheus"
+
+
+def prometheus_binary() -> str:
+    """The ``prometheus`` executable (a test without it skips, or fails under ``CI=true``)."""
+    return require_binary("prometheus", INSTALL_PROMETHEUS)
+
+
+def promtool_binary() -> str:
+    """The ``promtool`` executable (a test without it skips, or fails under ``CI=true``)."""
+    return require_binary("promtool", INSTALL_PROMETHEUS)
 
 
 def promtool_check_metrics(exposition: str | bytes) -> subprocess.CompletedProcess[str]:
     """Lint a text exposition with ``promtool check metrics`` (returns the finished process)."""
     data = exposition.decode() if isinstance(exposition, bytes) else exposition
     return subprocess.run(
-        [PROMTOOL, "check", "metrics"], input=data, capture_output=True, text=True, timeout=30
+        [promtool_binary(), "check", "metrics"], input=data, capture_output=True, text=True,
+        timeout=30,
     )
 
 
@@ -105,7 +117,7 @@ class Prometheus:
         self._logf = log
         self._proc = subprocess.Popen(
             [
-                PROMETHEUS,
+                prometheus_binary(),
                 f"--config.file={self.config_path}",
                 f"--storage.tsdb.path={self._dir / 'data'}",
                 f"--web.listen-address=127.0.0.1:{self.port}",

@@ -5,7 +5,7 @@
 CI) with a private socket directory, and creates one database per DuckLake catalog. Both poll
 until ready and stop at the end. ``s3_env`` is the environment a shipper or reader needs.
 
-Run as a script (``python tests/archive_support.py writer HOME N SEGMENT_BYTES``) it is one
+Run as a script (``python tests/support/archive.py writer HOME N SEGMENT_BYTES``) it is one
 agent process on its own "machine": it writes N finished calls through an ``AuditSink`` into
 HOME (small segments), seals them, and prints every acknowledged call id.
 """
@@ -25,7 +25,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from otlp_receiver import free_port
+from support.components import require_binary
+from support.otlp import free_port
 
 __all__ = ["ACCESS_KEY", "SECRET_KEY", "MotoS3", "Postgres", "run_writer"]
 
@@ -56,10 +57,13 @@ class MotoS3:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> MotoS3:
-        exe = _VENV_BIN / "moto_server"
+        hint = "pip install 'moto[s3]==5.2.5' flask flask-cors"
+        venv_exe = _VENV_BIN / "moto_server"
+        exe = (require_binary("moto_server", hint, path=venv_exe) if venv_exe.exists()
+               else require_binary("moto_server", hint))
         self.proc = subprocess.Popen(
-            [str(exe if exe.exists() else "moto_server"), "-H", "127.0.0.1", "-p",
-             str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [exe, "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
         def up() -> bool:
             try:
@@ -107,6 +111,7 @@ class Postgres:
     """PostgreSQL 15 on a free loopback port, its data and socket in a private directory."""
 
     def __init__(self) -> None:
+        require_binary("initdb", "apt-get install -y postgresql", path=PG_BIN / "initdb")
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="tooltrace-pg-"))
         self.data = self.root / "data"
@@ -159,8 +164,7 @@ class Postgres:
 
 def run_writer(home: str, n: int, segment_bytes: int) -> None:
     """Write ``n`` calls into ``home`` with small segments, print acked call ids, seal."""
-    from test_audit_support import make_record
-
+    from support.audit import make_record
     from tooltrace.audit import Ack
     from tooltrace.telemetry import AuditSink
 

@@ -1,7 +1,7 @@
 """Shared helpers for the audit tests: a realistic synthetic workload of finished call records,
 and a writer process the crash tests start and kill. Holds no tests itself.
 
-Run as a script (``python tests/test_audit_support.py writer HOME FSYNC``) it is a writer
+Run as a script (``python tests/support/audit.py writer HOME FSYNC``) it is a writer
 process: it emits records until killed and prints each acknowledged call id on stdout.
 """
 

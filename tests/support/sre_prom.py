@@ -12,7 +12,6 @@ terminates it. Use them as context managers::
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import threading
 import time
@@ -22,8 +21,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from otlp_receiver import free_port
-from prom import PROMTOOL, Prometheus
+from support.components import require_binary
+from support.otlp import free_port
+from support.prom import Prometheus, promtool_binary
 
 __all__ = [
     "AlertmanagerServer",
@@ -34,7 +34,12 @@ __all__ = [
     "promtool",
 ]
 
-ALERTMANAGER = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-alertmanager"
+
+
+def alertmanager_binary() -> str:
+    """The ``prometheus-alertmanager`` executable (skip, or fail under ``CI=true``, without)."""
+    return require_binary("prometheus-alertmanager",
+                          "apt-get install -y --no-install-recommends prometheus-alertmanager")
 
 
 def poll(check: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.2) -> Any:
@@ -56,7 +61,8 @@ def poll(check: Callable[[], Any], timeout_s: float, what: str, every_s: float =
 def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run promtool and return the finished process (the caller checks ``returncode``)."""
     return subprocess.run(
-        [PROMTOOL, *args], capture_output=True, text=True, timeout=120, cwd=cwd, check=False
+        [promtool_binary(), *args], capture_output=True, text=True, timeout=120, cwd=cwd,
+        check=False,
     )
 
 
@@ -166,7 +172,7 @@ class AlertmanagerServer(_Process):
 
     def _argv(self) -> list[str]:
         return [
-            ALERTMANAGER,
+            alertmanager_binary(),
             f"--config.file={self.config_path}",
             f"--storage.path={self.workdir / 'data'}",
             f"--web.listen-address=127.0.0.1:{self.port}",
