@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench._common import Table, percentile
+from bench._common import Table, percentile, scratch
 from bench._contenders import CONTENDERS, PEERS, REFERENCE, SOURCE_BUILD
 
 __all__ = ["Result", "run"]
@@ -82,7 +82,7 @@ COMPILED_PYTHON = Path(
 def _bench_only_path() -> str:
     """A directory holding only ``bench`` (a link): on ``sys.path`` it makes the benchmark
     importable without the checkout's ``tooltrace``, which would shadow the installed wheel."""
-    d = Path(tempfile.mkdtemp(prefix="tooltrace-bench-path-"))
+    d = Path(scratch("tooltrace-bench-path-"))  # removed with the run's scratch directory
     (d / "bench").symlink_to(ROOT / "bench", target_is_directory=True)
     return str(d)
 
