@@ -50,13 +50,11 @@ def _say(text: str) -> None:
 
 def _stale_builds() -> None:
     """An editable install runs the sources: remove compiled modules an older in-place build
-    left in the tree, which Python would otherwise import in their place."""
-    for module in COMPILED:
-        for built in _source(module).parent.glob(module.rpartition(".")[2] + ".*.so"):
-            built.unlink()
-            _say(f"removed a stale compiled module: {built.relative_to(ROOT)}")
-    for leftover in (ROOT / "tooltrace").glob("_callpath__mypyc*.so"):
-        leftover.unlink()
+    left in the tree (of any module, listed in COMPILED or not: tooltrace has no other native
+    code), which Python would otherwise import in their place."""
+    for built in sorted((ROOT / "tooltrace").rglob("*.so")):
+        built.unlink()
+        _say(f"removed a stale compiled module: {built.relative_to(ROOT)}")
     (ROOT / "tooltrace" / "_build.json").unlink(missing_ok=True)
 
 
