@@ -21,11 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Known exceptions: records whose fields are described in prose or not at all, each with its
 # module. Remove an entry once its record is documented; add none.
 NOT_YET = {
-    "LateStep": "tooltrace/sinks.py",
-    "PolicyRequest": "tooltrace/_policy_types.py",
-    "Resolution": "tooltrace/_tooltable.py",
     "ResolvedPath": "tooltrace/paths.py",
-    "Visibility": "tooltrace/_tooltable.py",
 }
 
 _ATTRIBUTE_LINE = re.compile(r"^\s+(\w+)\s*(?:\([^)]*\))?\s*:")

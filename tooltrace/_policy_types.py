@@ -21,11 +21,17 @@ class PolicyRequest(msgspec.Struct, frozen=True):
     """What rules see: the tool, its validated arguments, the mode and the run."""
 
     tool: ToolDefinition
+    """The active definition of the called tool."""
     arguments: Mapping[str, Any]
+    """The arguments after schema validation (raw: rules see what the tool would get)."""
     mode: str
+    """The call's mode (``default``, ``plan``, ...)."""
     run_id: str
+    """The run the call belongs to."""
     call_id: str
+    """The call's id."""
     resolved_paths: Mapping[str, str] = msgspec.field(default_factory=dict)
+    """Each path argument resolved by the workspace policy, workspace-relative (POSIX)."""
 
 
 @runtime_checkable

@@ -30,12 +30,19 @@ class Resolution:
     """One line of the shadow report: a name, its active definition and what it shadows."""
 
     name: str
+    """The tool's name."""
     active_source: str
+    """The source of the active definition (``builtin``, ``user``, ``mcp:<server>``, ...)."""
     active_priority: int
+    """The active definition's priority (the highest wins)."""
     shadowed: tuple[tuple[str, int], ...]
+    """The other definitions of the name as (source, priority), sorted."""
     capability: str
+    """The active definition's capability."""
     effect: str
+    """The active definition's effect."""
     narrowed: bool
+    """Whether an override was narrowed so it never widens what the shadowed one may do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +50,11 @@ class Visibility:
     """The tools a mode exposes (stable order) and those it hides, with reasons."""
 
     mode: str
+    """The mode asked about."""
     visible: tuple[ToolDefinition, ...]
+    """The tools the mode exposes, sorted by name."""
     hidden: tuple[tuple[str, str], ...]
+    """The tools it hides as (name, reason), sorted by name."""
 
 
 @dataclass(slots=True)

@@ -41,9 +41,13 @@ class LateStep:
     """A step recorded after its call returned (job end, late resolution of an unknown)."""
 
     call_id: str
+    """The call the step belongs to."""
     run_id: str
+    """The run of that call."""
     tool: str
+    """The tool's name (``_unregistered`` never: a late step follows a call that ran)."""
     step: Step
+    """The step itself, numbered from 1000 so it sorts after the call's own steps."""
 
 
 @runtime_checkable
