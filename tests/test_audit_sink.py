@@ -181,10 +181,10 @@ def test_emit_never_raises_and_counts_what_it_could_not_write(tmp_path: Path) ->
 
 def test_queue_full_drops_are_counted_not_blocking(tmp_path: Path) -> None:
     sink = AuditSink(tmp_path, max_queue=10, group_interval_ms=10_000, group_max_records=10_000)
-    t0 = time.perf_counter()
     for r in workload(50):
         sink.emit(r)
-    assert time.perf_counter() - t0 < 1.0
+    # No emit waited for room: the worker cannot drain before its 10 s group interval, so an
+    # emit that blocked would still be blocked here, and nothing would have been dropped.
     assert sink.dropped == 40 and sink.depth == 10
     sink.shutdown()
     with AuditStore(tmp_path) as store:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -105,19 +105,26 @@ def test_required_hook_that_raises_or_hangs_blocks(workspace: Path, tmp_path: Pa
     def crash(view: HookView) -> HookDecision:
         raise ValueError("hook bug with token ghp_" + "x1Y2" * 9)
 
+    release = threading.Event()
+    finished: list[bool] = []
+
     @hook(required=True, timeout_s=0.2)
     def hang(view: HookView) -> HookDecision:
-        time.sleep(2)
+        release.wait(30)
+        finished.append(True)
         return HookDecision.proceed()
 
-    for h, word in ((crash, "raised"), (hang, "timed out")):
-        reg = _reg(workspace, tmp_path, [h])
-        t0 = time.monotonic()
-        env = reg.call(ToolCall("read_text", {"path": "hello.txt"}))
-        assert time.monotonic() - t0 < 1.5
-        assert env.status is Status.REJECTED and env.reject_stage is Stage.HOOK
-        assert word in env.summary and "ghp_x1Y2" not in repr(env.to_dict())
-        reg.shutdown()
+    try:
+        for h, word in ((crash, "raised"), (hang, "timed out")):
+            reg = _reg(workspace, tmp_path, [h])
+            env = reg.call(ToolCall("read_text", {"path": "hello.txt"}))
+            # The call did not wait for the hanging hook: it is still hanging.
+            assert not finished
+            assert env.status is Status.REJECTED and env.reject_stage is Stage.HOOK
+            assert word in env.summary and "ghp_x1Y2" not in repr(env.to_dict())
+            reg.shutdown()
+    finally:
+        release.set()
 
 
 def test_optional_hook_that_raises_warns_and_call_continues(

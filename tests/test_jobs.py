@@ -34,12 +34,12 @@ def test_job_runs_is_tailed_and_killed_each_as_its_own_call(
     start = registry.call(ToolCall("run_command", {"argv": TICKER}, run_id="run-a",
                                    background=True, timeout_s=60))
     assert start.status is Status.OK
-    assert start.timing.elapsed_ms < 2000  # it returned at once; the job runs on
     job_id = start.data["job_id"]
     pid = start.data["pid"]
     execute = next(s for s in start.steps if s.step == "execute")
     assert execute.detail is not None and execute.detail["job_id"] == job_id
 
+    # The start returned while the job runs on: the ticker only ends when it is killed below.
     status = registry.call(ToolCall("job_status", {"job_id": job_id}, run_id="run-a"))
     assert status.status is Status.OK
     assert status.data["state"] == "running"

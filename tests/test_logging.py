@@ -145,26 +145,28 @@ class _BlockedStream(io.RawIOBase):
 
     def __init__(self) -> None:
         self.release = threading.Event()
+        #: Writes that have stopped hanging (released, or given up after 10 s).
+        self.unblocked = 0
 
     def writable(self) -> bool:
         return True
 
     def write(self, b: Any) -> int:
         self.release.wait(10)
+        self.unblocked += 1
         raise OSError("disk on fire")
 
 
 def test_a_stuck_or_broken_stream_never_blocks_or_raises_into_calls() -> None:
     stream = _BlockedStream()
     sink = LoggingSink(stream, max_queue=10, max_batch=1, interval_s=0.01)  # type: ignore[arg-type]
-    t0 = time.monotonic()
     for _ in range(1000):
         sink.emit(make_record())
-    assert time.monotonic() - t0 < 2.0  # the writer is stuck, the emitter is not
+    # The writer is stuck, the emitter is not: no emit waited for room, they were dropped.
     assert sink.dropped >= 1000 - 10 - 1
-    t0 = time.monotonic()
     assert sink.flush(0.3) is False
-    assert time.monotonic() - t0 < 1.5
+    # The flush gave up on its own timeout, not on the writer: that write still hangs.
+    assert stream.unblocked == 0
     stream.release.set()
     assert sink.flush(5.0)
     assert sink.export_failures >= 1

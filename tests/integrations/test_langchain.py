@@ -211,11 +211,9 @@ def test_every_other_status_reaches_the_model_as_an_error_tool_message(
     reg = make_registry(add, explode, unsure, wait)
     model = script((name, args, "call_E1"))
     canceller = _cancel_when_started(reg) if status is Status.CANCELLED else None
-    t0 = time.monotonic()
     out = run(middleware_agent(reg, model), how)
     if canceller is not None:
         canceller.join(5)
-        assert time.monotonic() - t0 < 10
     (rec,) = sink.records
     assert (rec.status, rec.reject_stage) == (status, stage)
     (msg,) = tool_messages(out)
@@ -327,9 +325,11 @@ def test_parallel_calls_keep_their_own_call_ids_and_audit_rows(
     name = fn.definition.name
     ids = ["p1", "p2", "p3"]
     model = script(*[(name, {"seconds": 0.4}, i) for i in ids])
-    t0 = time.monotonic()
     out = run(middleware_agent(reg, model), how)
-    assert time.monotonic() - t0 < 1.1  # they overlapped (one after another: 1.2 s)
+    # They overlapped: every call started before any of them ended.
+    spans = [(r.started_at_us, r.started_at_us + r.elapsed_us) for r in rec.records]
+    assert len(spans) == 3
+    assert max(start for start, _ in spans) < min(end for _, end in spans), spans
     msgs = tool_messages(out)
     assert sorted(m.tool_call_id for m in msgs) == ids
     assert all(m.status == "success" for m in msgs)
@@ -367,9 +367,7 @@ def test_cancelling_the_agent_task_cancels_the_call(
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    t0 = time.monotonic()
     asyncio.run(main())
-    assert time.monotonic() - t0 < 5
     (rec,) = sink.records  # recorded before the cancel went on to the framework
     assert rec.status is Status.CANCELLED
     assert rec.attributes["provider.tool_call_id"] == "call_C1"

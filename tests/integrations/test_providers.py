@@ -455,9 +455,10 @@ def test_parallel_calls_keep_their_own_call_ids_and_audit_rows(
     async def turn() -> list[Any]:
         return list(await asyncio.gather(*(acall_from(reg, c) for c in calls)))
 
-    t0 = time.monotonic()
     envs = asyncio.run(turn())
-    assert time.monotonic() - t0 < 1.1  # they overlapped (one after another: 1.2 s)
+    # They overlapped: every call started before any of them ended.
+    spans = [(e.record.started_at_us, e.record.started_at_us + e.record.elapsed_us) for e in envs]
+    assert max(start for start, _ in spans) < min(end for _, end in spans), spans
     msgs = result_turn(envs, "openai")
     assert [m["tool_call_id"] for m in msgs] == ["p0", "p1", "p2"]
     assert len({e.call_id for e in envs}) == 3
@@ -490,9 +491,7 @@ def test_cancelling_the_awaiting_task_cancels_the_call(
         with pytest.raises(asyncio.CancelledError):
             await task
 
-    t0 = time.monotonic()
     asyncio.run(main())
-    assert time.monotonic() - t0 < 5
     (rec,) = sink.records  # recorded before the cancel went on
     assert rec.status is Status.CANCELLED
     assert {"cancel_requested", "cancelled"} <= {s.step for s in rec.steps}
