@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from ..runtime import CallContext
 from ..tool import Capability, Effect, Execution, FunctionTool, ToolResult, tool
-from ._run_command import CommandConfig, ProcessTree, build_run_command
+from ._process import ProcessTree
+from ._run_command import CommandConfig, build_run_command
 
 if TYPE_CHECKING:
     from ..registry import ToolRegistry
