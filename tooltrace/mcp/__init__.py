@@ -29,7 +29,9 @@ from ._errors import (
     UpstreamUnavailable,
 )
 from ._pins import ChangedToolsRule, PinCheck, PinStore, fingerprint
-from ._proxy import Collision, McpProxy, ProxyReport, ServerReport, ToolReport, envelope_to_result
+from ._proxy import McpProxy
+from ._reports import Collision, ProxyReport, ServerReport, ToolReport
+from ._results import envelope_to_result
 from ._server import build_server, check_loopback, run_proxy, serve_http, serve_stdio
 
 __all__ = [

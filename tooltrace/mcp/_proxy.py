@@ -13,13 +13,11 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from .. import _settings
-from ..envelope import Status, ToolCall, ToolResultEnvelope
+from ..envelope import ToolCall
 from ..exceptions import ConfigurationError, RegistrationError
 from ..policy import (
     DenyCommandPatterns,
@@ -32,12 +30,14 @@ from ..policy import (
     Verdict,
 )
 from ..redaction import default_redactor
-from ..registry import Resolution, ToolRegistry
+from ..registry import ToolRegistry
 from ..runtime import CallContext
 from ..tool import NAME_RE, Capability, Effect, ToolDefinition
 from ._config import ProxyConfig, resolve_approver, resolve_hooks, resolve_rules
 from ._errors import UpstreamToolError
 from ._pins import ChangedToolsRule, PinCheck, PinStore
+from ._reports import Collision, ProxyReport, ServerReport, ToolReport
+from ._results import _error_text, _result_value, envelope_to_result
 from ._upstream import Upstream
 
 if TYPE_CHECKING:
@@ -52,67 +52,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("tooltrace.mcp")
-
-_MAX_ERROR_CHARS = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class ToolReport:
-    """One upstream tool: the name it is exposed under, and whether it is active."""
-
-    name: str
-    server: str
-    upstream_name: str
-    state: str  # active | shadowed | skipped
-    pin: str  # new | pinned | changed
-    reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Collision:
-    """A tool name offered by more than one server, and how the configured rule resolved it."""
-
-    upstream_name: str
-    servers: tuple[str, ...]
-    rule: str
-    resolution: str
-
-
-@dataclass(frozen=True, slots=True)
-class ServerReport:
-    """One upstream server's state."""
-
-    label: str
-    state: str
-    tools: int
-    restarts: int
-    error: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class ProxyReport:
-    """What the proxy exposes: servers, tools (with pin state), collisions, the shadow report."""
-
-    servers: tuple[ServerReport, ...]
-    tools: tuple[ToolReport, ...]
-    collisions: tuple[Collision, ...]
-    resolution: tuple[Resolution, ...]
-    conflicts: tuple[str, ...] = field(default=())
-
-    @property
-    def changed(self) -> tuple[ToolReport, ...]:
-        """Tools whose description or schema changed since they were pinned."""
-        return tuple(t for t in self.tools if t.pin == "changed")
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable form."""
-        return {
-            "servers": [asdict(s) for s in self.servers],
-            "tools": [asdict(t) for t in self.tools],
-            "collisions": [asdict(c) for c in self.collisions],
-            "conflicts": list(self.conflicts),
-            "resolution": [asdict(r) for r in self.resolution],
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -457,66 +396,3 @@ class McpProxy:
         if any(t.get("name") == name for t in self._listings.get(label, [])):
             return name
         return None
-
-
-# -- shaping results ---------------------------------------------------------------------------
-
-
-def _error_text(res: mt.CallToolResult) -> str:
-    parts = [getattr(b, "text", "") for b in res.content if getattr(b, "type", "") == "text"]
-    text = "\n".join(p for p in parts if p) or "the upstream tool reported an error"
-    return text[:_MAX_ERROR_CHARS]
-
-
-def _result_value(res: mt.CallToolResult) -> Any:
-    """What the registry redacts and measures: structured content, text, or content blocks."""
-    if res.structured_content is not None:
-        return res.structured_content
-    if all(getattr(b, "type", "") == "text" for b in res.content):
-        return "\n".join(getattr(b, "text", "") for b in res.content)
-    return [b.model_dump(by_alias=True, exclude_none=True, mode="json") for b in res.content]
-
-
-def envelope_to_result(env: ToolResultEnvelope) -> mt.CallToolResult:
-    """An MCP ``CallToolResult`` for a registry envelope.
-
-    Anything but ``ok`` becomes ``isError: true`` with the envelope's summary (already redacted
-    and free of host paths). ``_meta`` carries the call id and status so a client can look the
-    call up (``tooltrace autopsy <call id>``).
-    """
-    import mcp.types as mt
-
-    meta: dict[str, Any] = {"tooltrace/call_id": env.call_id, "tooltrace/status": env.status.value}
-    if env.status is not Status.OK:
-        if env.reject_stage is not None:
-            meta["tooltrace/reject_stage"] = env.reject_stage.value
-        return mt.CallToolResult(content=[mt.TextContent(type="text", text=env.summary)],
-                                 is_error=True, _meta=meta)
-    data = env.data
-    structured: Any = None
-    content: list[Any] | None = None
-    if isinstance(data, str):
-        text = data
-    elif isinstance(data, dict) and env.artifact is None:
-        text = orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
-        structured = data
-    elif isinstance(data, list) and env.artifact is None:
-        text = ""
-        try:
-            from pydantic import TypeAdapter
-
-            content = TypeAdapter(list[mt.ContentBlock]).validate_python(data)
-        except Exception:
-            content = None
-            text = orjson.dumps(data, default=str).decode()
-    else:
-        text = orjson.dumps(data, default=str).decode()
-    art = env.artifact
-    if art is not None:
-        meta["tooltrace/artifact"] = {"path": art.path, "chars": art.chars, "sha256": art.sha256}
-        text += (f"\n\n[tooltrace: output truncated; the full result ({art.chars} chars) is in "
-                 f"artifact {art.path} (sha256 {art.sha256[:16]}), call {env.call_id}]")
-    if content is None:
-        content = [mt.TextContent(type="text", text=text)]
-    return mt.CallToolResult(content=content, structured_content=structured, is_error=False,
-                             _meta=meta)
