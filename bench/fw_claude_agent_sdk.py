@@ -32,12 +32,12 @@ __all__ = ["FRAMEWORK", "main", "measure"]
 FRAMEWORK = "claude-agent-sdk"
 
 # The fake CLI is the tests' (one copy of the protocol's CLI side).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integrations"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
 def _turn(options: Any, use: Callable[[], Any]) -> Callable[[], Awaitable[dict[str, Any]]]:
     from claude_agent_sdk import query
-    from claude_fake_cli import FakeCli  # type: ignore[import-not-found]
+    from support.claude_fake_cli import FakeCli  # type: ignore[import-not-found]
 
     async def run() -> dict[str, Any]:
         cli = FakeCli([[use()]])
@@ -58,7 +58,7 @@ def measure(turns: int = 30, rounds: int = 7) -> dict[str, float]:
     builtin_noop_bare, builtin_noop_adapter, mcp_bare, mcp_adapter}`` (interleaved rounds, one
     warm-up round that checks every variant ran its tool)."""
     import claude_agent_sdk as sdk
-    from claude_fake_cli import Use  # type: ignore[import-not-found]
+    from support.claude_fake_cli import Use  # type: ignore[import-not-found]
 
     from tooltrace import ToolRegistry, tool
     from tooltrace.integrations.claude_agent_sdk import ClaudeAgentAdapter

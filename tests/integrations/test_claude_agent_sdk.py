@@ -2,7 +2,7 @@
 outcome Claude Code reports; in-process MCP tools run through the registry.
 
 Hook callables are called with the SDK's own types; whole runs go through ``query()`` against a
-fake CLI (``claude_fake_cli.FakeCli``) that speaks the SDK's control protocol.
+fake CLI (``support.claude_fake_cli.FakeCli``) that speaks the SDK's control protocol.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from claude_agent_sdk import (  # noqa: E402
     create_sdk_mcp_server,
     query,
 )
-from claude_fake_cli import FakeCli, Use  # noqa: E402
+from support.claude_fake_cli import FakeCli, Use  # noqa: E402
 
 from tooltrace import (  # noqa: E402
     ApprovalDecision,
