@@ -16,8 +16,9 @@ MAX_FUNCTION_LINES = 80
 # Known exceptions: modules being split as this is written. Remove an entry once its module
 # fits; add none.
 KNOWN = (
-    "telemetry/audit/*",
-    "audit/*",  # the audit trail, moving out of telemetry/ into its own package
+    "audit/_verify.py",
+    "audit/_autopsy.py",
+    "audit/_compact.py",
     "archive/_ship.py",
 )
 

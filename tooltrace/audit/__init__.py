@@ -57,14 +57,8 @@ if TYPE_CHECKING:
         segment_name,
     )
     from ._sqlfiles import MissingParameter, Param, SqlFile, find_sql, load_sql, shipped_sql
-    from ._store import (
-        AmbiguousCallId,
-        AuditStore,
-        CallDetail,
-        CallNotFound,
-        DuplicateCallId,
-        open_store,
-    )
+    from ._store import AuditStore, open_store
+    from ._storerecords import AmbiguousCallId, CallDetail, CallNotFound, DuplicateCallId
     from ._tables import TABLES, build_tables, empty_tables, schemas
     from ._verify import Finding, VerifyReport, verify, verify_audit
     from ._writer import Ack, FsyncPolicy, SegmentWriter
@@ -126,10 +120,10 @@ from .._lazy import lazy_exports
 _LAZY = {
     # reading
     "AuditStore": "_store",
-    "CallNotFound": "_store",
-    "AmbiguousCallId": "_store",
-    "DuplicateCallId": "_store",
-    "CallDetail": "_store",
+    "CallNotFound": "_storerecords",
+    "AmbiguousCallId": "_storerecords",
+    "DuplicateCallId": "_storerecords",
+    "CallDetail": "_storerecords",
     "open_store": "_store",
     "explain": "_autopsy",
     "Autopsy": "_autopsy",

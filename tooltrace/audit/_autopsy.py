@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from .._settings import trace_url
-from ._store import CallDetail
+from ._storerecords import CallDetail
 
 __all__ = ["Autopsy", "explain"]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -30,6 +30,15 @@ import orjson
 from .._settings import resolve_home
 from ._manifest import read_manifest
 from ._segments import ParsedSegment, audit_dir, list_segments, read_segment
+from ._storerecords import (
+    AmbiguousCallId,
+    CallDetail,
+    CallNotFound,
+    DuplicateCallId,
+    QueryResult,
+    ReadIssue,
+    _one_call,
+)
 from ._tables import COLUMNS, DUCKDB_TYPES, TABLES, build_columns
 
 if TYPE_CHECKING:
@@ -44,51 +53,6 @@ __all__ = [
     "ReadIssue",
     "open_store",
 ]
-
-
-class CallNotFound(LookupError):
-    """No call has this id (or id prefix)."""
-
-
-class AmbiguousCallId(LookupError):
-    """An id prefix matches more than one call; ``matches`` lists some of them."""
-
-    def __init__(self, prefix: str, matches: list[str]) -> None:
-        super().__init__(f"call id prefix {prefix!r} matches {len(matches)}+ calls")
-        self.prefix = prefix
-        self.matches = matches
-
-
-class DuplicateCallId(LookupError):
-    """More than one call was recorded under one id; ``records`` names each (tool, start,
-    writer, segment, line). Readers refuse to merge them into one call."""
-
-    def __init__(self, call_id: str, records: list[dict[str, Any]]) -> None:
-        super().__init__(f"call id {call_id} was recorded for {len(records)} different calls")
-        self.call_id = call_id
-        self.records = records
-
-
-@dataclass(frozen=True, slots=True)
-class ReadIssue:
-    """Something a reader noticed while loading segments (verify says more)."""
-
-    segment: str
-    line: int | None
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class QueryResult:
-    """Columns and rows of one query."""
-
-    columns: list[str]
-    rows: list[tuple[Any, ...]]
-
-    def dicts(self) -> list[dict[str, Any]]:
-        """Rows as dicts keyed by column name."""
-        return [dict(zip(self.columns, r, strict=True)) for r in self.rows]
-
 
 _PREFIX_OK = re.compile(r"^[0-9a-fA-F-]{1,36}$")
 
@@ -500,24 +464,6 @@ class AuditStore:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-@dataclass(frozen=True, slots=True)
-class CallDetail:
-    """One call: its ``tool_calls`` row (None if only an intent exists), steps and intent."""
-
-    call_id: str
-    record: dict[str, Any] | None
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    intent: dict[str, Any] | None = None
-
-
-def _one_call(call_id: str, records: list[dict[str, Any]] | None) -> None:
-    """Refuse to merge: several records under one id are several calls (see
-    ``DuplicateCallId``), whose steps cannot be told apart by id."""
-    if records and len(records) > 1:
-        keys = ("tool", "started_at", "writer", "segment", "line")
-        raise DuplicateCallId(call_id, [{k: r.get(k) for k in keys} for r in records])
 
 
 def open_store(home: str | os.PathLike[str] | None = None) -> AuditStore:
