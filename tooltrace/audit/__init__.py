@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._autopsy import Autopsy, explain
     from ._compact import CompactionResult, compact
+    from ._findings import Finding, VerifyReport
     from ._format import TOOLTRACE_AUDIT_KEY, encode_call_bytes, encode_late, load_key
     from ._manifest import (
         COMPACTED,
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
     from ._store import AuditStore, open_store
     from ._storerecords import AmbiguousCallId, CallDetail, CallNotFound, DuplicateCallId
     from ._tables import TABLES, build_tables, empty_tables, schemas
-    from ._verify import Finding, VerifyReport, verify, verify_audit
+    from ._verify import verify, verify_audit
     from ._writer import Ack, FsyncPolicy, SegmentWriter
 
 __all__ = [
@@ -138,8 +139,8 @@ _LAZY = {
     "CompactionResult": "_compact",
     "verify": "_verify",
     "verify_audit": "_verify",
-    "VerifyReport": "_verify",
-    "Finding": "_verify",
+    "VerifyReport": "_findings",
+    "Finding": "_findings",
     "Recovered": "_recover",
     "recover_dead_segments": "_recover",
     "parse_head": "_manifest",
