@@ -18,7 +18,6 @@ MAX_FUNCTION_LINES = 80
 KNOWN = (
     "audit/_autopsy.py",
     "audit/_compact.py",
-    "archive/_ship.py",
 )
 
 
