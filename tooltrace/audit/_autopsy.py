@@ -115,6 +115,46 @@ def _us(t: dt.datetime | None) -> int | None:
     return int(t.replace(tzinfo=dt.UTC).timestamp() * 1_000_000)
 
 
+def _outcome(
+    rec: dict[str, Any] | None,
+) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any], dict[str, Any] | None]:
+    """What the final record says: (result, artifact, trace, resolution)."""
+    if rec is None:
+        return ({"status": None, "summary": "no final record: only the strict-mode intent exists"
+                 " (the process stopped during the call?)"}, None, {}, None)
+    result = {
+        "status": rec["status"],
+        "ended_status": rec["ended_status"],
+        "reject_stage": rec["reject_stage"],
+        "error_type": rec["error_type"],
+        "summary": rec["summary"],
+        "preview": rec["result_preview"],
+        "elapsed_ms": rec["elapsed_ms"],
+    }
+    artifact = None
+    if rec.get("artifact_path"):
+        artifact = {
+            "path": rec["artifact_path"],
+            "chars": rec["artifact_chars"],
+            "bytes": rec["artifact_bytes"],
+            "sha256": rec["artifact_sha256"],
+        }
+    trace: dict[str, Any] = {"trace_id": rec["trace_id"], "span_id": rec["span_id"],
+                             "parent_span_id": rec["parent_span_id"],
+                             "sampled": rec["trace_sampled"]}
+    tmpl = trace_url()
+    if tmpl and rec["trace_id"]:
+        try:
+            trace["url"] = tmpl.format(trace_id=rec["trace_id"], span_id=rec["span_id"] or "")
+        except (KeyError, IndexError, ValueError):
+            trace["url"] = None
+    resolution = None
+    if rec.get("resolved_at") is not None:
+        resolution = {"status": rec["status"], "at": rec["resolved_at"],
+                      "summary": rec["resolution_summary"]}
+    return result, artifact, trace, resolution
+
+
 def explain(detail: CallDetail) -> Autopsy:
     """Build the autopsy of one call."""
     rec = dict(detail.record) if detail.record is not None else None
@@ -163,41 +203,7 @@ def explain(detail: CallDetail) -> Autopsy:
             events.append({**brief, "at": s["started_at"], "offset_ms": s["offset_ms"],
                            "detail": det or None})
     started = bool(rec["execution_started"]) if rec else execution is not None
-    result: dict[str, Any] = {}
-    artifact = None
-    trace: dict[str, Any] = {}
-    resolution = None
-    if rec is not None:
-        result = {
-            "status": rec["status"],
-            "ended_status": rec["ended_status"],
-            "reject_stage": rec["reject_stage"],
-            "error_type": rec["error_type"],
-            "summary": rec["summary"],
-            "preview": rec["result_preview"],
-            "elapsed_ms": rec["elapsed_ms"],
-        }
-        if rec.get("artifact_path"):
-            artifact = {
-                "path": rec["artifact_path"],
-                "chars": rec["artifact_chars"],
-                "bytes": rec["artifact_bytes"],
-                "sha256": rec["artifact_sha256"],
-            }
-        trace = {"trace_id": rec["trace_id"], "span_id": rec["span_id"],
-                 "parent_span_id": rec["parent_span_id"], "sampled": rec["trace_sampled"]}
-        tmpl = trace_url()
-        if tmpl and rec["trace_id"]:
-            try:
-                trace["url"] = tmpl.format(trace_id=rec["trace_id"], span_id=rec["span_id"] or "")
-            except (KeyError, IndexError, ValueError):
-                trace["url"] = None
-        if rec.get("resolved_at") is not None:
-            resolution = {"status": rec["status"], "at": rec["resolved_at"],
-                          "summary": rec["resolution_summary"]}
-    else:
-        result = {"status": None, "summary": "no final record: only the strict-mode intent exists"
-                  " (the process stopped during the call?)"}
+    result, artifact, trace, resolution = _outcome(rec)
     intent = None
     if detail.intent is not None:
         intent = dict(detail.intent)
