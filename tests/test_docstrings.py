@@ -18,12 +18,6 @@ import tooltrace
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Known exceptions: records whose fields are described in prose or not at all, each with its
-# module. Remove an entry once its record is documented; add none.
-NOT_YET = {
-    "ResolvedPath": "tooltrace/paths.py",
-}
-
 _ATTRIBUTE_LINE = re.compile(r"^\s+(\w+)\s*(?:\([^)]*\))?\s*:")
 
 
@@ -106,17 +100,9 @@ def test_every_field_of_a_public_record_is_documented() -> None:
     missing = {
         name: fields
         for name, cls in records.items()
-        if name not in NOT_YET and (fields := _undocumented(cls))
+        if (fields := _undocumented(cls))
     }
     assert missing == {}, "document each field with a docstring under it"
-
-
-def test_the_records_not_yet_documented_are_only_listed() -> None:
-    records = dict(_records())
-    for name, path in NOT_YET.items():
-        assert name in records, f"{name} is no longer a public record: remove it from NOT_YET"
-        assert _source(records[name]) == ROOT / path
-        assert _undocumented(records[name]), f"{name} is documented now: remove it from NOT_YET"
 
 
 def test_the_checks_read_both_ways_of_documenting_a_field() -> None:

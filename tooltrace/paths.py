@@ -45,16 +45,14 @@ _MAX_SYMLINKS = 40
 
 @dataclass(frozen=True, slots=True)
 class ResolvedPath:
-    """Where a user path resolved to.
-
-    ``relative`` is POSIX and relative to the workspace root (``""`` is the root itself);
-    ``absolute`` is the real host path, for internal use only (never shown to users or sinks);
-    ``followed_symlinks`` says whether a symlink was followed on the way.
-    """
+    """Where a user path resolved to."""
 
     relative: str
+    """POSIX, relative to the workspace root (``""`` is the root itself)."""
     absolute: str
+    """The real host path, for internal use only (never shown to users or sinks)."""
     followed_symlinks: bool
+    """Whether a symlink (inside the workspace) was followed on the way."""
 
 
 # --------------------------------------------------------------------------------------------
