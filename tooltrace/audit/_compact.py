@@ -33,7 +33,7 @@ from ._manifest import (
     write_manifest,
 )
 from ._recover import Recovered, recover_dead_segments
-from ._segments import ParsedSegment, audit_dir, list_segments, read_segment
+from ._segments import ParsedSegment, SegmentInfo, audit_dir, list_segments, read_segment
 from ._tables import TABLES, build_tables
 
 if TYPE_CHECKING:
@@ -76,8 +76,6 @@ def compact(
     are in Parquet, after recording that in the digest (with their chain heads, so ``verify``
     neither reports them missing nor loses the link to the segments that follow).
     """
-    import pyarrow.parquet as pq
-
     h = resolve_home(home)
     adir = audit_dir(h)
     adir.mkdir(parents=True, exist_ok=True)
@@ -93,42 +91,14 @@ def compact(
         todo = [s for s in list_segments(adir) if not s.live and s.name not in done]
         files: list[str] = []
         n_calls = n_steps = n_segs = 0
-        batches: list[list[ParsedSegment]] = [[]]
-        size = 0
-        for info in todo:
-            seg = read_segment(info)
-            if seg is None:
-                continue
-            if size >= max_batch_bytes and batches[-1]:
-                batches.append([])
-                size = 0
-            batches[-1].append(seg)
-            size += seg.tail_offset
+        batches = _batches(todo, max_batch_bytes)
         if _backfill_ranges(adir, manifest):
             write_manifest(adir, manifest)
         for batch in batches:
             if not batch:
                 continue
             tables = build_tables(batch)
-            cid = new_call_id()
-            written: dict[str, str] = {}
-            for t in TABLES:
-                tbl = tables[t]
-                if tbl.num_rows == 0:
-                    continue
-                tbl = tbl.sort_by(_SORT[t])
-                rel = f"parquet/{t}/{cid}.parquet"
-                out = adir / rel
-                out.parent.mkdir(parents=True, exist_ok=True)
-                tmp = out.with_name(f".{out.name}.tmp")
-                pq.write_table(tbl, tmp, row_group_size=row_group_size, compression="zstd",
-                               write_statistics=True)
-                _fsync_file(tmp)
-                os.replace(tmp, out)
-                written[t] = rel
-                lo_hi = _id_range(tbl)
-                if lo_hi is not None:
-                    manifest.setdefault("ranges", {})[rel] = lo_hi
+            written = _write_tables(adir, tables, manifest, row_group_size)
             n_calls += tables["calls"].num_rows
             n_steps += tables["steps"].num_rows
             for t, rel in written.items():
@@ -158,6 +128,50 @@ def compact(
         return CompactionResult(n_segs, n_calls, n_steps, tuple(files), tuple(recovered), prune)
     finally:
         os.close(lock_fd)
+
+
+def _batches(todo: list[SegmentInfo], max_batch_bytes: int) -> list[list[ParsedSegment]]:
+    """The segments still readable, in batches of about ``max_batch_bytes`` each."""
+    batches: list[list[ParsedSegment]] = [[]]
+    size = 0
+    for info in todo:
+        seg = read_segment(info)
+        if seg is None:
+            continue
+        if size >= max_batch_bytes and batches[-1]:
+            batches.append([])
+            size = 0
+        batches[-1].append(seg)
+        size += seg.tail_offset
+    return batches
+
+
+def _write_tables(adir: Path, tables: dict[str, pa.Table], manifest: dict[str, Any],
+                  row_group_size: int) -> dict[str, str]:
+    """Write one batch's non-empty tables to new Parquet files (fsynced, then renamed into
+    place) and note their call-id ranges in ``manifest``; return table -> file written."""
+    import pyarrow.parquet as pq
+
+    cid = new_call_id()
+    written: dict[str, str] = {}
+    for t in TABLES:
+        tbl = tables[t]
+        if tbl.num_rows == 0:
+            continue
+        tbl = tbl.sort_by(_SORT[t])
+        rel = f"parquet/{t}/{cid}.parquet"
+        out = adir / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp")
+        pq.write_table(tbl, tmp, row_group_size=row_group_size, compression="zstd",
+                       write_statistics=True)
+        _fsync_file(tmp)
+        os.replace(tmp, out)
+        written[t] = rel
+        lo_hi = _id_range(tbl)
+        if lo_hi is not None:
+            manifest.setdefault("ranges", {})[rel] = lo_hi
+    return written
 
 
 def _id_range(tbl: pa.Table) -> list[str] | None:
