@@ -645,6 +645,9 @@ def test_randomised_cancels_and_deadlines_under_load(
             tally[key] = tally.get(key, 0) + 1
             names = [s.step for s in env.steps]
             if "deadline" in names:
+                # The deadline signalled the tool, then the call recorded how it stopped
+                # (confirmed, or unconfirmed and abandoned after the grace).
+                assert "stopped" in names[names.index("deadline"):], names
                 ex = _step(env, "execute")
                 deadline_us = ex.started_at_us + ex.detail["timeout_s"] * 1e6
                 end_us = env.record.started_at_us + env.record.elapsed_us
@@ -660,7 +663,8 @@ def test_randomised_cancels_and_deadlines_under_load(
         assert overruns, "no call hit its deadline"
         worst = max(overruns)
         p99 = statistics.quantiles(overruns, n=100)[98] if len(overruns) >= 100 else worst
-        # Bounded: the grace plus scheduling noise on a small, loaded machine.
+        # Bounded by the documented grace (cancel_grace_s, after which a tool that ignores the
+        # signal is abandoned) plus a generous 0.9 s for scheduling on a small, loaded machine.
         assert worst < grace + 0.9, worst
         orphans = live_with_marker(marker)
         assert not orphans, f"orphan processes: {orphans}"
