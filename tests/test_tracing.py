@@ -19,8 +19,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, TraceIdRatioBased
-from otlp_receiver import OtlpGrpcReceiver, OtlpHttpReceiver, ReceivedSpan, closed_port
-from telemetry_support import make_record
+from support.otlp import OtlpGrpcReceiver, OtlpHttpReceiver, ReceivedSpan, closed_port
+from support.telemetry import make_record
 
 from tooltrace.envelope import Artifact, Stage, Status
 from tooltrace.telemetry import Sink, SpanOpener
@@ -450,7 +450,7 @@ def test_traceparent_carries_the_trace_into_a_subprocess(tmp_path: Path) -> None
             f"""
             import sys
             sys.path.insert(0, {str(Path(__file__).parent)!r})
-            from telemetry_support import make_record
+            from support.telemetry import make_record
             from tooltrace.telemetry.tracing import TracingSink
             sink = TracingSink(endpoint={rx.endpoint!r})
             h = sink.open_span("child_tool")

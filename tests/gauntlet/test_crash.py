@@ -38,20 +38,25 @@ POLICIES = ("grouped", "none", "record")
 def _round(home: Path, rng: random.Random, fsync: str) -> tuple[set[str], list[float]]:
     procs = [start_writer(home, fsync) for _ in range(PARALLEL)]
     ready: list[float] = []
+    first: list[bytes] = []
     for p in procs:
         assert p.stdout is not None
         assert p.stdout.readline() == b"ready\n"
         ready.append(time.monotonic())
+    for p in procs:
+        # Killed only once it is writing: its first acknowledged id (whatever the machine's load).
+        assert p.stdout is not None
+        first.append(p.stdout.readline())
     time.sleep(rng.uniform(0.05, 0.4))
     acked: set[str] = set()
     rates: list[float] = []
-    for p, t_ready in zip(procs, ready, strict=True):
+    for p, t_ready, head in zip(procs, ready, first, strict=True):
         time.sleep(rng.uniform(0, 0.02))
         p.send_signal(signal.SIGKILL)
         alive = time.monotonic() - t_ready
         out, _ = p.communicate(timeout=60)
         assert p.returncode == -signal.SIGKILL
-        ids = acked_ids(out)
+        ids = acked_ids(head + out)
         # It was writing when killed: a writer writes until it is killed, and had acknowledged
         # records by then (how many a second is a figure, below, not a pass mark).
         assert ids, "a writer was killed before it acknowledged anything"
