@@ -107,9 +107,20 @@ async def serve_http(proxy: McpProxy, host: str, port: int) -> None:
     server = build_server(proxy, "http")
     app = server.streamable_http_app(host=host)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    print(f"tooltrace mcp proxy listening on http://{host}:{port}/mcp", file=sys.stderr,
-          flush=True)
-    await uvicorn.Server(config).serve()
+    userver = uvicorn.Server(config)
+    serving = asyncio.ensure_future(userver.serve())
+    try:
+        # Said once the socket is bound (a client that waits for the line may connect at once).
+        while not userver.started and not serving.done():
+            await asyncio.sleep(0.01)
+        if userver.started:
+            print(f"tooltrace mcp proxy listening on http://{host}:{port}/mcp", file=sys.stderr,
+                  flush=True)
+        await serving
+    finally:
+        if not serving.done():
+            serving.cancel()
+            await asyncio.gather(serving, return_exceptions=True)
 
 
 async def run_proxy(config: ProxyConfig, *, http: tuple[str, int] | None = None) -> None:
