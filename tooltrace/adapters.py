@@ -17,11 +17,14 @@ import orjson
 
 from ._ids import new_call_id
 from .envelope import Status, ToolCall, ToolResultEnvelope
+from .tool import Capability, Effect
 
 if TYPE_CHECKING:
     from .registry import ToolRegistry
 
 __all__ = [
+    "ADOPTED_CAPABILITY",
+    "ADOPTED_EFFECT",
     "ARGUMENTS_ERROR",
     "INTEGRATION",
     "PROVIDER_ID",
@@ -32,6 +35,12 @@ __all__ = [
     "plain",
     "result_meta",
 ]
+
+#: What an adopted framework tool is taken to do unless the caller says otherwise: its code is
+#: opaque, so the most guarded kind (hidden in read-only modes; a side effect it cannot confirm
+#: ends ``unknown``, never ``cancelled``). Every adapter's ``adopt`` uses these defaults.
+ADOPTED_CAPABILITY = Capability.EXECUTE
+ADOPTED_EFFECT = Effect.EXTERNAL
 
 #: Attribute naming the tool call's id as the model (or framework) gave it.
 PROVIDER_ID = "provider.tool_call_id"

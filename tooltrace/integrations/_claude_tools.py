@@ -17,6 +17,7 @@ from typing import Any
 from claude_agent_sdk import SdkMcpTool
 
 from .. import Capability, Effect, RegistrationError, ToolDefinition, ToolRegistry
+from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT
 
 __all__ = ["BUILTIN_TOOLS", "ClaudeToolError", "adopt", "builtin_definitions", "sdk_schema"]
 
@@ -125,8 +126,8 @@ def adopt(
     registry: ToolRegistry,
     tools: Iterable[SdkMcpTool[Any]],
     *,
-    capability: Capability | str = Capability.READ,
-    effect: Effect | str = Effect.NONE,
+    capability: Capability | str = ADOPTED_CAPABILITY,
+    effect: Effect | str = ADOPTED_EFFECT,
     timeout_s: float = 30.0,
     source: str = "framework:claude-agent-sdk",
 ) -> list[ToolDefinition]:

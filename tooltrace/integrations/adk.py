@@ -47,7 +47,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Span
 
-from ..adapters import acall, make_call, model_text, plain
+from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text, plain
 from ..envelope import Status, ToolResultEnvelope
 from ..exceptions import RegistrationError
 from ..tool import Capability, Effect, ToolDefinition
@@ -247,8 +247,8 @@ def adopt(
     registry: ToolRegistry,
     tools: Iterable[BaseTool],
     *,
-    capability: Capability | str = Capability.READ,
-    effect: Effect | str = Effect.NONE,
+    capability: Capability | str = ADOPTED_CAPABILITY,
+    effect: Effect | str = ADOPTED_EFFECT,
     source: str = "framework:google-adk",
     priority: int = 0,
     timeout_s: float = 30.0,

@@ -51,7 +51,7 @@ from crewai.tools.tool_failure import ToolFailure
 from crewai.utilities.pydantic_schema_utils import create_model_from_schema
 from pydantic import PrivateAttr
 
-from ..adapters import make_call, model_text, plain
+from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, make_call, model_text, plain
 from ..envelope import Status, ToolResultEnvelope
 from ..exceptions import RegistrationError
 from ..tool import Capability, Effect, ToolDefinition
@@ -209,8 +209,8 @@ def adopt(
     registry: ToolRegistry,
     tools: Iterable[BaseTool],
     *,
-    capability: Capability | str = Capability.READ,
-    effect: Effect | str = Effect.NONE,
+    capability: Capability | str = ADOPTED_CAPABILITY,
+    effect: Effect | str = ADOPTED_EFFECT,
     source: str = "framework:crewai",
     priority: int = 0,
     timeout_s: float = 30.0,

@@ -45,7 +45,7 @@ from pydantic import BaseModel
 
 from .. import adapters as _common
 from .. import current_context
-from ..adapters import model_text, plain, result_meta
+from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, model_text, plain, result_meta
 from ..envelope import Status, ToolCall, ToolResultEnvelope
 from ..exceptions import RegistrationError
 from ..tool import Capability, Effect, ToolDefinition
@@ -236,8 +236,8 @@ def adopt(
     *,
     source: str = "framework:langchain",
     priority: int = 0,
-    capability: Capability | str = Capability.EXECUTE,
-    effect: Effect | str = Effect.EXTERNAL,
+    capability: Capability | str = ADOPTED_CAPABILITY,
+    effect: Effect | str = ADOPTED_EFFECT,
     timeout_s: float = 30.0,
 ) -> list[ToolDefinition]:
     """Register LangChain tools in the registry; return their definitions.

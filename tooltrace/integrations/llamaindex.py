@@ -32,7 +32,7 @@ from .. import (
     ToolRegistry,
     ToolResultEnvelope,
 )
-from ..adapters import acall, make_call, model_text
+from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
 
 __all__ = ["LlamaIndexToolError", "TooltraceTool", "adopt", "as_llamaindex_tools"]
 
@@ -157,8 +157,8 @@ def adopt(
     tools: Sequence[BaseTool],
     *,
     mode: str = "default",
-    capability: Capability | str = Capability.READ,
-    effect: Effect | str = Effect.NONE,
+    capability: Capability | str = ADOPTED_CAPABILITY,
+    effect: Effect | str = ADOPTED_EFFECT,
     timeout_s: float = 30.0,
     source: str = "framework:llamaindex",
 ) -> list[TooltraceTool]:

@@ -38,7 +38,7 @@ from agents.tool import ToolErrorFunction, set_function_tool_failure_error_funct
 from agents.tool_context import ToolContext
 
 from .._ids import new_call_id
-from ..adapters import acall, make_call, model_text
+from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
 from ..envelope import ToolResultEnvelope
 from ..exceptions import MalformedCallError, RegistrationError
 from ..registry import ToolRegistry
@@ -229,8 +229,8 @@ def adopt(
     tools: Iterable[Any],
     *,
     source: str = "framework:openai-agents",
-    capability: Capability | str = Capability.WRITE,
-    effect: Effect | str = Effect.EXTERNAL,
+    capability: Capability | str = ADOPTED_CAPABILITY,
+    effect: Effect | str = ADOPTED_EFFECT,
     timeout_s: float = 30.0,
     priority: int = 0,
     mode: str = "default",

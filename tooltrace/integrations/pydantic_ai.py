@@ -42,7 +42,7 @@ from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
 from .._ids import new_call_id
-from ..adapters import acall, make_call, model_text
+from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
 from ..envelope import Stage, Status, ToolResultEnvelope
 from ..exceptions import RegistrationError
 from ..registry import ToolRegistry
@@ -331,8 +331,8 @@ def adopt(
     tools: Iterable[Tool[Any] | FunctionToolset[Any] | Callable[..., Any]],
     *,
     source: str = "framework:pydantic-ai",
-    capability: Capability | str = Capability.WRITE,
-    effect: Effect | str = Effect.EXTERNAL,
+    capability: Capability | str = ADOPTED_CAPABILITY,
+    effect: Effect | str = ADOPTED_EFFECT,
     timeout_s: float = 30.0,
     priority: int = 0,
 ) -> list[ToolDefinition]:
