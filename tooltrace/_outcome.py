@@ -69,7 +69,7 @@ def outcome_rules(
     ``kind`` is how execution ended (``returned``, ``raised``, or ``abandoned`` when the tool
     did not confirm it stopped within the grace period); ``signal`` what the tool was told
     (``deadline``, ``cancel`` or None). The rest only fills the summary: ``tool_summary`` is
-    the tool's own (already redacted), ``error_text`` the redacted error.
+    the tool's own (the record builder redacts the summary), ``error_text`` the redacted error.
     """
     if kind == "returned" and signal is None:
         return _OK, tool_summary, _RETRY_OK, None

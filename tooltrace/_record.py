@@ -168,7 +168,7 @@ class Builder:
         retry: Retry | None = None,
     ) -> ToolResultEnvelope:
         """The envelope of a call refused at ``stage`` (execution never started), emitted."""
-        why = scrub(self.reg, why)[:500]
+        # Redacted and cut once, with the whole summary, in envelope().
         label = tool if tool != UNREGISTERED else safe_name(shown_name)
         summary = f"{label} was rejected ({stage.value}): {why}"
         self.error_type = stage.value

@@ -14,7 +14,7 @@ import orjson
 from . import _build
 from ._context import CallContext
 from ._outcome import Outcome, error_type, outcome_rules
-from ._record import VETTED, Builder, error_text, redact_detail, scrub
+from ._record import VETTED, Builder, error_text, redact_detail
 from ._tooltable import Entry
 from .envelope import Artifact, Retry, Status, Step, StepName, ToolResultEnvelope
 from .redaction import preview
@@ -62,7 +62,8 @@ def finish(
         out.error,
         d.effect is not _NO_EFFECT,
         d.name,
-        scrub(reg, tool_summary)[:500] if tool_summary else "",
+        # Raw: the record builder redacts the summary, then cuts it (Builder.envelope).
+        str(tool_summary) if tool_summary else "",
         error_text(reg, out.error) if out.error is not None else "",
         ctx.timeout_s,
         reg.cancel_grace_s,
