@@ -20,7 +20,7 @@ EXPECTED = {
     "Stage", "Status", "Step", "StepName", "Timing", "ToolCall", "ToolCancelled",
     "ToolDefinition", "ToolInterrupt", "ToolRegistry", "ToolResult", "ToolResultEnvelope",
     "TooltraceError", "Verdict", "Visibility", "Workspace", "__version__", "create_registry",
-    "current_context", "hook", "tool",
+    "current_context", "hook", "new_call_id", "tool",
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import string
 import threading
 import uuid
@@ -185,15 +186,20 @@ def test_racing_calls_with_one_id_run_once(tmp_path: Path) -> None:
 
 
 def test_readers_never_merge_two_calls_recorded_under_one_id(tmp_path: Path) -> None:
-    """Two registries (two processes' worth) that each ran a call under one id."""
+    """Two homes that each ran a call under one id, their segments put in one home (registries
+    refuse the second call, so the duplicate is made the way only a copied file can)."""
     cid = _new_id()
     home = tmp_path / "home"
     for n in (1, 2):
-        reg = register_builtins(ToolRegistry(workspace=tmp_path, sinks=[AuditSink(home=home)]))
+        own = tmp_path / f"home{n}"
+        reg = register_builtins(ToolRegistry(workspace=tmp_path, sinks=[AuditSink(home=own)]))
         (tmp_path / f"f{n}.txt").write_text("x")
         env = reg.call(ToolCall("read_text", {"path": f"f{n}.txt"}, call_id=cid))
         assert env.status is Status.OK
         reg.shutdown()
+        (home / "audit" / "segments").mkdir(parents=True, exist_ok=True)
+        for seg in (own / "audit" / "segments").glob("*.jsonl"):
+            shutil.copy(seg, home / "audit" / "segments" / seg.name)
     with open_store(home) as store, pytest.raises(DuplicateCallId) as info:
         store.call(cid)
     assert len(info.value.records) == 2

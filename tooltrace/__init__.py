@@ -17,6 +17,7 @@ from .tool import Capability, Effect, Execution, FunctionTool, ToolDefinition, T
 if TYPE_CHECKING:
     from ._context import CallContext
     from ._current import current_context
+    from ._ids import new_call_id
     from ._registry import ToolRegistry
     from ._setup import create_registry
     from ._tooltable import Resolution, Visibility
@@ -119,6 +120,7 @@ _LAZY: dict[str, str] = {
     "create_registry": "._setup",
     "current_context": "._current",
     "hook": ".hooks",
+    "new_call_id": "._ids",
 }
 
 
@@ -186,5 +188,6 @@ __all__ = [
     "create_registry",
     "current_context",
     "hook",
+    "new_call_id",
     "tool",
 ]

@@ -29,7 +29,7 @@ from ._authorize import AllowDetails
 from ._context import CallContext
 from ._drivers import aserve, boxed, serve
 from ._executors import LoopThread, RenewablePool, ToolThreads
-from ._ids import new_run_id
+from ._ids import CLOCK_SKEW_S, id_prefix, new_run_id
 from ._record import redact_detail
 from ._stages import RawCall, pipeline
 from ._statuses import StatusTable
@@ -39,7 +39,7 @@ from .hooks import Hook
 from .paths import Workspace
 from .policy import ApprovalDecision, ApprovalRequest, Policy
 from .redaction import ArtifactStore, Redactor
-from .sinks import BindingSink, DurableSink, LateSink, LateStep, Sink, SpanOpener
+from .sinks import BindingSink, DurableSink, LateSink, LateStep, Sink, SpanOpener, TrailSink
 from .tool import FunctionTool, ToolDefinition
 
 __all__ = ["Approver", "ToolRegistry"]
@@ -137,6 +137,10 @@ class ToolRegistry:
         self._sinks: tuple[Sink, ...] = ()
         self._durable: tuple[DurableSink, ...] = ()
         self._late_sinks: tuple[LateSink, ...] = ()
+        self._trail_sinks: tuple[TrailSink, ...] = ()
+        # A caller-supplied UUIDv7 id below this (made before the registry started, allowing for
+        # clock skew) may have been recorded by an earlier process: the trail is asked about it.
+        self._trail_from = id_prefix(time.time() + CLOCK_SKEW_S)
         self._table = ToolTable()
         self._admission = Admission(max_concurrency, max_queue, tool_concurrency)
         self._pool = ToolThreads(max_concurrency, "tooltrace-tool")
@@ -217,12 +221,15 @@ class ToolRegistry:
     def add_sink(self, sink: Sink) -> None:
         """Attach a sink and take note of the other roles it takes on (``tooltrace.sinks``):
         a ``LateSink`` also gets late steps, a ``BindingSink`` is bound here, a strict
-        ``DurableSink`` makes each call's intent durable before the call runs."""
+        ``DurableSink`` makes each call's intent durable before the call runs, a ``TrailSink``
+        is asked about caller-supplied call ids the registry cannot vouch for."""
         self._sinks = (*self._sinks, sink)
         if isinstance(sink, DurableSink) and sink.strict:
             self._durable = (*self._durable, sink)
         if isinstance(sink, LateSink):
             self._late_sinks = (*self._late_sinks, sink)
+        if isinstance(sink, TrailSink):
+            self._trail_sinks = (*self._trail_sinks, sink)
         if isinstance(sink, BindingSink):
             sink.bind(self)
 

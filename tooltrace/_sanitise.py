@@ -50,9 +50,9 @@ def sanitise(
         return None
     if call.call_id:
         cid = call.call_id.lower()
-        if not reg._statuses.claim(cid, reg._active):
-            detail = {"reason": "duplicate_call_id", "call_id": cid}
-            _malformed(reg, b, detail, "call_id is already in use (duplicate_call_id)")
+        why = _taken(reg, cid)
+        if why is not None:
+            _malformed(reg, b, {"reason": why, "call_id": cid}, f"call_id {_WHY[why]} ({why})")
             return None
         b.call_id = cid
     else:
@@ -63,6 +63,32 @@ def sanitise(
     if call.attributes:
         b.attributes = clean_attributes(reg, call.attributes)
     return call
+
+
+_WHY = {
+    "duplicate_call_id": "is already in use",
+    "call_id_unverifiable": "could not be checked against the audit trail",
+}
+
+
+def _taken(reg: ToolRegistry, cid: str) -> str | None:
+    """Why a caller-supplied call id cannot be used, or None (and it is now taken).
+
+    The registry remembers the ids of its own recent calls and of the caller-supplied ids it
+    took; an id it may have forgotten (at or below the status table's watermark), one made
+    before the registry started, and any UUID that is not a UUIDv7 (no time to go by) is also
+    looked up in the trail (``TrailSink``). A trail that cannot be read refuses the id: a call
+    without an id of its own still runs."""
+    st = reg._statuses
+    if not st.claim(cid, reg._active):
+        return "duplicate_call_id"
+    if reg._trail_sinks and (cid[14] != "7" or cid <= st.forgotten or cid < reg._trail_from):
+        try:
+            if any(sink.recorded(cid) for sink in reg._trail_sinks):
+                return "duplicate_call_id"
+        except OSError:
+            return "call_id_unverifiable"
+    return None
 
 
 def _malformed(reg: ToolRegistry, b: Builder, detail: dict[str, Any], why: str) -> None:

@@ -4,7 +4,9 @@ resolutions, the numbering of late steps, and the caller-supplied call ids alrea
 ``StatusTable`` owns its lock. Recording a call's status (every call) takes no lock: each
 ``OrderedDict`` operation is atomic under the GIL, and a late resolution either finds the stored
 status or leaves itself pending, which is checked *after* the store and merged under the lock.
-Every table is bounded, so memory stays flat.
+Every table is bounded, so memory stays flat. What a table forgets is summed up in one
+watermark, ``forgotten``: the greatest UUIDv7 call id it let go (UUIDv7 strings sort by time),
+so a caller-supplied id at or below it is one the registry can no longer vouch for alone.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class StatusTable:
         self._claimed: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._claimed_cap = claimed
         self._tickets = itertools.count()
+        #: The greatest UUIDv7 id any table has let go ("" before any).
+        self.forgotten = ""
 
     def get(self, call_id: str) -> CallStatus | None:
         """The call's status, if it is still remembered."""
@@ -54,11 +58,11 @@ class StatusTable:
         if env.status is _UNKNOWN:
             self._unknowns[call_id] = st
             if len(self._unknowns) > self._unknown_cap:
-                self._unknowns.popitem(last=False)
+                self._forget(self._unknowns.popitem(last=False)[0])
         recent = self._recent
         recent[call_id] = st
         if len(recent) > self._recent_cap:
-            recent.popitem(last=False)
+            self._forget(recent.popitem(last=False)[0])
         if self._pending:
             with self._lock:
                 resolved = self._pending.pop(call_id, None)
@@ -101,8 +105,14 @@ class StatusTable:
             return False
         if len(claimed) > self._claimed_cap:
             with contextlib.suppress(KeyError, StopIteration):
-                claimed.popitem(last=False)
+                self._forget(claimed.popitem(last=False)[0])
         return True
+
+    def _forget(self, call_id: str) -> None:
+        """Raise ``forgotten`` to a UUIDv7 id a table let go (other UUIDs carry no time and are
+        always looked up)."""
+        if call_id[14:15] == "7" and call_id > self.forgotten:
+            self.forgotten = call_id
 
 
 _build.keep_docs(__name__, globals())

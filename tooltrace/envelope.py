@@ -155,7 +155,9 @@ class ToolCall(msgspec.Struct, frozen=True):
     arguments: Mapping[str, Any] = msgspec.field(default_factory=dict)
     """The arguments, validated against the tool's schema before anything runs."""
     call_id: str | None = None
-    """The call's id (``None``: a fresh UUIDv7)."""
+    """The call's id (``None``: a fresh UUIDv7). An id is an identity: one the registry has
+    seen or the trail holds is refused (``duplicate_call_id``). Supply a UUIDv7
+    (``tooltrace.new_call_id``); any other UUID costs a look-up through the whole trail."""
     run_id: str | None = None
     """The run the call belongs to (``None``: the registry's run)."""
     mode: str = "default"

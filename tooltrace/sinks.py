@@ -11,6 +11,8 @@ the registry checks each one once, when the sink is attached (``ToolRegistry.add
   (``RegistryState``: tool names, in-flight counts, queue depths, caps, the other sinks).
 - ``DurableSink`` (the audit sink in ``strict`` mode): makes an intent record durable before
   execution; if that fails, the call is refused (``stage=audit``).
+- ``TrailSink`` (the audit sink): says whether a call id is already recorded, so a
+  caller-supplied id that an earlier process used is refused (``duplicate_call_id``).
 
 The tracer is not a sink but is asked before execution: a ``SpanOpener`` mints the call's trace
 and span ids and gives an ``OpenSpan`` to make current while the tool runs, so nested work joins
@@ -33,6 +35,7 @@ __all__ = [
     "RegistryState",
     "Sink",
     "SpanOpener",
+    "TrailSink",
 ]
 
 
@@ -112,6 +115,15 @@ class DurableSink(Protocol):
         self, call_id: str, run_id: str, tool: str, started_at_us: int, args_redacted: Any
     ) -> None:
         """Durably record that ``call_id`` is about to execute; raise if that is impossible."""
+
+
+@runtime_checkable
+class TrailSink(Protocol):
+    """A sink that can tell whether a call id is already in its durable record."""
+
+    def recorded(self, call_id: str) -> bool:
+        """True when a call (or an intent) with ``call_id`` is recorded; raises ``OSError``
+        when that cannot be known."""
 
 
 class OpenSpan(Protocol):

@@ -12,9 +12,10 @@ where the trail used to live, still offers every name it offered (the sink's amo
 
 The public names, by who needs them:
 
-- Reading: ``AuditStore`` / ``open_store`` (DuckDB views ``tool_calls``, ``tool_call_steps``,
-  ``tool_call_intents``), ``explain`` / ``Autopsy``, the lookup errors, and the shipped
-  post-mortem queries (``shipped_sql``, ``find_sql``, ``load_sql``, ``SqlFile``, ``Param``).
+- Reading: ``recorded`` (is a call id in the trail?), ``AuditStore`` / ``open_store``
+  (DuckDB views ``tool_calls``, ``tool_call_steps``, ``tool_call_intents``), ``explain`` /
+  ``Autopsy``, the lookup errors, and the shipped post-mortem queries (``shipped_sql``,
+  ``find_sql``, ``load_sql``, ``SqlFile``, ``Param``).
 - Upkeep: ``compact``, ``verify`` / ``verify_audit``, ``recover_dead_segments``, ``parse_head``.
 - Writing (the audit sink): ``SegmentWriter``, ``FsyncPolicy``, ``Ack``, ``encode_call_bytes``,
   ``encode_late``, ``load_key``.
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
         parse_head,
         read_digest,
     )
+    from ._recorded import recorded
     from ._recover import Recovered, recover_dead_segments
     from ._segments import (
         ParsedSegment,
@@ -108,6 +110,7 @@ __all__ = [
     "parse_head",
     "read_digest",
     "read_segment",
+    "recorded",
     "recover_dead_segments",
     "schemas",
     "segment_name",
@@ -126,6 +129,7 @@ _LAZY = {
     "DuplicateCallId": "_storerecords",
     "CallDetail": "_storerecords",
     "open_store": "_store",
+    "recorded": "_recorded",
     "explain": "_autopsy",
     "Autopsy": "_autopsy",
     "SqlFile": "_sqlfiles",

@@ -25,6 +25,7 @@ from ..audit import (
     encode_call_bytes,
     encode_late,
     load_key,
+    recorded,
     recover_dead_segments,
 )
 from ..envelope import CallRecord
@@ -153,6 +154,11 @@ class AuditSink:
         """This process's writer id (names its segment files), once it has written."""
         w = self._writer
         return None if w is None else w.writer_id
+
+    def recorded(self, call_id: str) -> bool:
+        """Whether this home's trail already holds a call (or an intent) with ``call_id``
+        (``tooltrace.audit.recorded``; raises ``OSError`` when the trail cannot be read)."""
+        return recorded(self.audit_dir, call_id)
 
     def _note_error(self, exc: BaseException) -> None:
         self.last_error = type(exc).__name__
