@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -92,15 +93,28 @@ def _type_checking_imports() -> dict[str, str]:
     return _imported(blocks[0].body)
 
 
-def test_type_checking_imports_are_exactly_the_lazy_names() -> None:
-    # What type checkers see (the TYPE_CHECKING imports) is what loads on first use (the lazy
-    # table), from the same module; with the names bound at import, that is all of __all__.
+def test_all_is_built_from_the_one_list_the_imports_match() -> None:
+    # What type checkers see (the TYPE_CHECKING imports, plus the names bound at import) is the
+    # one list of public names, each from the same module it loads from on first use.
     typed = _type_checking_imports()
     eager = {
         name: module
         for name, module in _imported(_init().body).items()
         if name in tooltrace.__all__
     }
-    assert typed == tooltrace._LAZY
     assert set(typed).isdisjoint(eager)
-    assert sorted([*typed, *eager, "__version__"]) == list(tooltrace.__all__)
+    assert {**typed, **eager} == tooltrace._PUBLIC
+    assert sorted([*tooltrace._PUBLIC, "__version__"]) == list(tooltrace.__all__)
+
+
+def test_a_strict_type_checker_sees_every_public_name_as_exported(tmp_path: Path) -> None:
+    # Names re-exported with ``import X as X``: ``mypy --strict`` (no implicit re-export) takes
+    # every name in __all__ from the package.
+    names = [n for n in tooltrace.__all__ if not n.startswith("__")]
+    user = tmp_path / "user.py"
+    user.write_text(f"from tooltrace import {', '.join(names)}\n")
+    root = str(Path(tooltrace.__file__).parents[1])
+    out = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental",
+                          "--follow-imports=silent", str(user)],
+                         capture_output=True, text=True, env={**os.environ, "MYPYPATH": root})
+    assert out.returncode == 0, out.stdout
