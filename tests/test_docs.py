@@ -8,6 +8,7 @@ not parse, the CLI reference) is a step of ``.ci/run``.
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import textwrap
 from pathlib import Path
@@ -37,7 +38,8 @@ def _nav_pages(node: Any) -> list[str]:
 
 
 def _all_of(module: str) -> list[str]:
-    """A module's ``__all__``, read from its source (nothing is imported)."""
+    """A module's ``__all__``: read from its source when it is a literal, else from the module
+    (``tooltrace`` builds it from its one list of public names)."""
     base = REPO.joinpath(*module.split("."))
     source = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
     for node in ast.parse(source.read_text()).body:
@@ -45,7 +47,10 @@ def _all_of(module: str) -> list[str]:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
                 assert node.value is not None
-                return list(ast.literal_eval(node.value))
+                try:
+                    return list(ast.literal_eval(node.value))
+                except ValueError:
+                    return list(importlib.import_module(module).__all__)
     raise AssertionError(f"{source} has no __all__")
 
 
