@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "demo": "tooltrace.cli.demo:demo",
     "mcp": "tooltrace.cli.mcp:mcp",
     "query": "tooltrace.cli.query:query",
+    "report": "tooltrace.cli.report:report",
     "stats": "tooltrace.cli.stats:stats",
     "tools": "tooltrace.cli.tools:tools",
     "verify": "tooltrace.cli.verify:verify",

@@ -1,0 +1,143 @@
+"""A ``Report`` as one self-contained HTML page: inline style, inline SVG, no script.
+
+The page loads nothing: no script, stylesheet, font or image from anywhere, and its Content
+Security Policy (``default-src 'none'``) tells the browser to refuse any load that slipped in.
+The only address in it is the trace link, an ``<a href>`` a person may follow. Every text is
+escaped with ``html.escape``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from html import escape
+
+from ._model import CallReport, NeighbourRow, Report
+from ._svg import call_timeline, run_timeline
+
+__all__ = ["render_html"]
+
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'"
+
+_STYLE = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1b1b1b;
+background:#fff}
+h1{font-size:20px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 6px;border-bottom:1px solid #ccc}
+h3{font-size:15px;margin:18px 0 6px}
+table{border-collapse:collapse;margin:6px 0 12px}td,th{border:1px solid #d0d0d0;padding:3px 7px;
+vertical-align:top;text-align:left}th{background:#f3f3f3}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px;word-break:break-all}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:6px 0}
+dt{font-weight:600}dd{margin:0;word-break:break-word}
+.timeline{display:block;margin:8px 0;background:#fafafa;border:1px solid #e0e0e0}
+.timeline .label{font:11px ui-monospace,monospace;fill:#222}
+.timeline .current{font-weight:700;fill:#0d47a1}
+.timeline .tick{font:10px sans-serif;fill:#555;text-anchor:middle}
+.timeline .grid{stroke:#ddd;stroke-width:1}
+tr.current td{background:#e3f2fd}.muted{color:#666}
+"""
+
+
+def _e(text: object) -> str:
+    return escape(str(text), quote=True)
+
+
+def _table(head: list[str], rows: list[list[str]], *, num: Collection[int] = (),
+           css: list[str] | None = None) -> str:
+    """A table; cells are escaped here, ``num`` are the right-aligned columns."""
+    out = ["<table><thead><tr>", *(f"<th>{_e(h)}</th>" for h in head), "</tr></thead><tbody>"]
+    for i, r in enumerate(rows):
+        cls = f' class="{_e(css[i])}"' if css and css[i] else ""
+        out.append(f"<tr{cls}>")
+        out.extend(f'<td class="num">{_e(c)}</td>' if j in num else f"<td>{_e(c)}</td>"
+                   for j, c in enumerate(r))
+        out.append("</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _ms(v: float) -> str:
+    return f"{v:.3f}"
+
+
+def _section(c: CallReport, level: int) -> str:
+    h = f"h{level}"
+    out = [f'<section class="call" id="call-{_e(c.call_id)}">',
+           f'<{h}>{_e(c.tool)} <code>{_e(c.call_id)}</code>: {_e(c.status)}</{h}>', "<dl>"]
+    facts = [("run", c.run_id), ("started", c.started_at), ("elapsed", f"{c.elapsed_ms:.3f} ms"),
+             ("execution started", "yes" if c.execution_started else "no"), *c.facts]
+    for k, v in facts:
+        out.append(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>")
+    if c.trace_id:
+        link = (f'<a href="{_e(c.trace_link)}">{_e(c.trace_id)}</a>' if c.trace_link
+                else f"<code>{_e(c.trace_id)}</code>")
+        out.append(f"<dt>trace</dt><dd>{link}</dd>")
+    out.append("</dl>")
+    out.append(f"<h{level + 1}>Timeline</h{level + 1}>")
+    out.append(call_timeline(c.steps))
+    late = [s for s in c.steps if s.late]
+    if late:
+        out.append('<p class="muted">After the call returned (not drawn to the scale above):</p>')
+    out.append(f"<h{level + 1}>Steps</h{level + 1}>")
+    out.append(_table(
+        ["seq", "step", "+ms", "elapsed ms", "decided by", "decision", "detail"],
+        [[str(s.seq), s.step, _ms(s.offset_ms), _ms(s.elapsed_ms), s.decider, s.decision,
+          s.detail] for s in c.steps],
+        num={0, 2, 3}, css=["late" if s.late else "" for s in c.steps],
+    ).replace("<table>", '<table class="steps">', 1))
+    if c.hooks:
+        out.append(f"<h{level + 1}>Hooks and what they changed</h{level + 1}>")
+        rows: list[list[str]] = []
+        for hk in c.hooks:
+            changes = hk.changes or (("", "", ""),)
+            rows.extend([hk.phase, hk.hook, hk.decision, hk.reason, k, b, a]
+                        for k, b, a in changes)
+        out.append(_table(["phase", "hook", "decision", "reason", "argument", "before",
+                           "after"], rows))
+    if c.artifact:
+        a = c.artifact
+        out.append(f"<h{level + 1}>Artifact</h{level + 1}>")
+        out.append(_table(["path", "chars", "bytes", "sha256"],
+                          [[a.path, a.chars, a.bytes, a.sha256]], num={1, 2}))
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _run_table(rows: tuple[NeighbourRow, ...]) -> str:
+    return _table(
+        ["call", "started", "+ms", "tool", "status", "elapsed ms", "summary"],
+        [[r.call_id, r.started_at, _ms(r.offset_ms), r.tool, r.status, _ms(r.elapsed_ms),
+          r.summary] for r in rows],
+        num={2, 5}, css=["current" if r.current else "" for r in rows],
+    )
+
+
+def render_html(report: Report) -> str:
+    """The report as one HTML document (UTF-8 text)."""
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{_e(_CSP)}">',
+        '<meta name="referrer" content="no-referrer">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>tooltrace report: {_e(report.title)}</title>",
+        f"<style>{_STYLE}</style></head><body>",
+        f"<h1>tooltrace post-mortem: {_e(report.title)}</h1>",
+        f'<p class="muted">generated {_e(report.generated_at)} from the audit trail; '
+        "arguments and results are redacted.</p>",
+    ]
+    out.extend(f'<p class="muted">{_e(n)}</p>' for n in report.notes)
+    if report.kind == "call":
+        out.append(_section(report.calls[0], 2))
+        if report.run_calls:
+            out.append("<h2>Other calls of the run around it</h2>")
+            out.append(run_timeline(report.run_calls))
+            out.append(_run_table(report.run_calls))
+    else:
+        out.append("<h2>Calls of the run</h2>")
+        out.append(run_timeline(report.run_calls))
+        out.append(_run_table(report.run_calls))
+        out.append("<h2>Each call</h2>")
+        out.extend(_section(c, 3) for c in report.calls)
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,104 @@
+"""Timelines drawn to scale as inline SVG: the steps of one call, the calls of one run.
+
+Every bar's x position and width are proportional to time on one linear axis with labelled
+ticks; a step that takes no measurable time is drawn as a 2-pixel mark so it stays visible.
+Every text is escaped here; nothing in the drawing refers to anything outside it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from html import escape
+
+from ._model import NeighbourRow, StepRow
+
+__all__ = ["call_timeline", "run_timeline", "ticks"]
+
+_LABEL_W = 260
+_PLOT_W = 640
+_ROW_H = 18
+_TOP = 24
+_COLOURS = {
+    "accept": "#2e7d32", "allow": "#2e7d32", "continue": "#2e7d32", "returned": "#2e7d32",
+    "ok": "#2e7d32", "approve": "#2e7d32", "admit": "#2e7d32", "modify": "#ef6c00",
+    "warn": "#ef6c00", "annotate": "#ef6c00", "reject": "#c62828", "deny": "#c62828",
+    "block": "#c62828", "raise": "#c62828", "failed": "#c62828", "rejected": "#c62828",
+    "unknown": "#6a1b9a", "cancelled": "#616161", "timeout": "#6a1b9a",
+}
+
+
+def ticks(span_ms: float, count: int = 5) -> list[float]:
+    """Round tick values (ms) from 0 to at least ``span_ms``: 1, 2 or 5 times a power of ten."""
+    span = max(span_ms, 1e-3)
+    raw = span / count
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    n = math.ceil(span / step - 1e-9)
+    return [round(i * step, 6) for i in range(n + 1)]
+
+
+def _fmt_ms(ms: float) -> str:
+    if ms >= 1000:
+        return f"{ms / 1000:g} s"
+    return f"{ms:g} ms"
+
+
+def _axis(scale: float, marks: Sequence[float], height: int) -> list[str]:
+    out = []
+    for t in marks:
+        x = _LABEL_W + t * scale
+        out.append(f'<line x1="{x:.1f}" y1="{_TOP - 4}" x2="{x:.1f}" y2="{height - 4}" '
+                   'class="grid"/>')
+        out.append(f'<text x="{x:.1f}" y="{_TOP - 8}" class="tick">{escape(_fmt_ms(t))}</text>')
+    return out
+
+
+def _bar(y: int, x0: float, width: float, colour: str, title: str) -> str:
+    return (f'<rect x="{x0:.1f}" y="{y + 3}" width="{max(width, 2.0):.1f}" '
+            f'height="{_ROW_H - 6}" fill="{colour}"><title>{escape(title)}</title></rect>')
+
+
+def _svg(rows: list[str], height: int, label: str) -> str:
+    width = _LABEL_W + _PLOT_W + 20
+    return (f'<svg class="timeline" role="img" '
+            f'aria-label="{escape(label)}" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}">' + "".join(rows) + "</svg>")
+
+
+def call_timeline(steps: Sequence[StepRow]) -> str:
+    """The steps of one call that happened while it ran, to scale (late steps are listed
+    by the caller, not drawn: they would squash the rest to a line)."""
+    drawn = [s for s in steps if not s.late]
+    span = max([s.offset_ms + s.elapsed_ms for s in drawn] + [1e-3])
+    marks = ticks(span)
+    scale = _PLOT_W / marks[-1]
+    height = _TOP + _ROW_H * len(drawn) + 8
+    rows = _axis(scale, marks, height)
+    for i, s in enumerate(drawn):
+        y = _TOP + i * _ROW_H
+        rows.append(f'<text x="4" y="{y + 13}" class="label" data-step="{escape(s.step)}">'
+                    f'{escape(f"{s.seq} {s.step} · {s.decider}"[:60])}</text>')
+        title = (f"{s.step}: {s.decision} by {s.decider}, +{s.offset_ms:g} ms, "
+                 f"{s.elapsed_ms:g} ms")
+        rows.append(_bar(y, _LABEL_W + s.offset_ms * scale, s.elapsed_ms * scale,
+                         _COLOURS.get(s.decision, "#1565c0"), title))
+    return _svg(rows, height, "timeline of the call's steps")
+
+
+def run_timeline(calls: Sequence[NeighbourRow]) -> str:
+    """The calls of a run on one time axis, to scale; the report's own call highlighted."""
+    span = max([c.offset_ms + c.elapsed_ms for c in calls] + [1e-3])
+    marks = ticks(span)
+    scale = _PLOT_W / marks[-1]
+    height = _TOP + _ROW_H * len(calls) + 8
+    rows = _axis(scale, marks, height)
+    for i, c in enumerate(calls):
+        y = _TOP + i * _ROW_H
+        css = "label current" if c.current else "label"
+        rows.append(f'<text x="4" y="{y + 13}" class="{css}">'
+                    f'{escape(f"{c.tool} {c.call_id[:13]}")}</text>')
+        rows.append(_bar(y, _LABEL_W + c.offset_ms * scale, c.elapsed_ms * scale,
+                         _COLOURS.get(c.status, "#1565c0"),
+                         f"{c.tool} {c.call_id}: {c.status}, {c.elapsed_ms:g} ms"))
+    return _svg(rows, height, "timeline of the run's calls")
