@@ -1,7 +1,8 @@
 """The bypass test: with an always-block hook, no entry point reaches a tool's side effect.
 
 Entry points: the Python API (sync, async, raw JSON, mappings), the CLI (`tooltrace call`), and
-background jobs (`run_command` with `background=True`). The MCP proxy has its own bypass test in
+background jobs (`run_command` with `background=True`), and a sub-agent reaching the tool through
+a nested call (`ctx.call`). The MCP proxy has its own bypass test in
 tests/test_mcp_proxy.py.
 """
 
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.bypass import deny_all, touch
+from support.bypass import deny_all, deny_touch, subagent, touch
 
 from tooltrace import Stage, Status, ToolCall, ToolRegistry
 from tooltrace.builtins import register_builtins
@@ -62,6 +63,21 @@ def test_every_entry_point_gets_the_same_rejection(tmp_path: Path, marker: Path)
     )
     assert out.returncode == 1, out.stderr
     assert out.stdout.strip().splitlines()[0] == f"rejected: {envs[0].summary}"
+    assert not marker.exists()
+
+
+def test_a_nested_call_gets_the_same_rejection(tmp_path: Path, marker: Path) -> None:
+    # The sub-agent's tool itself may run (the hook blocks only touch): its nested call of
+    # touch must be refused exactly as a direct call is, and at any depth.
+    reg = ToolRegistry(workspace=tmp_path, home=tmp_path / "home", hooks=[deny_touch])
+    reg.register(touch)
+    reg.register(subagent)
+    direct = reg.call(ToolCall("touch", {"name": "x"}))
+    via = reg.call(ToolCall("subagent", {"name": "x"}))
+    reg.shutdown()
+    assert (direct.status, direct.reject_stage) == (Status.REJECTED, Stage.HOOK)
+    assert via.status is Status.OK
+    assert via.data == {"status": "rejected", "stage": "hook", "summary": direct.summary}
     assert not marker.exists()
 
 

@@ -88,6 +88,11 @@ def authorize(
     A plain function (no generator on the common path): a rule that asks returns ``Ask`` and
     the pipeline then runs ``approve``, which may yield to the approver."""
     d = entry.definition
+    if b.depth > reg.max_depth:
+        why = f"nested {b.depth} calls deep; the maximum is {reg.max_depth}"
+        detail = {"reason": why, "depth": b.depth, "parent_tool": b.parent_tool}
+        b.step(StepName.POLICY, t, "policy:max_depth", "deny", detail)
+        return b.reject(Stage.POLICY, f"denied by policy rule max_depth: {why}", d.name)
     if hook is None:
         ok, why = reg.policy.mode_allows(d, mode)
         if not ok:
@@ -97,7 +102,7 @@ def authorize(
     resolved = _scope(reg, b, d, args, t, stage, hook) if d.path_params else _NO_PATHS
     if resolved is None:
         return b.refused()
-    req = PolicyRequest(d, args, mode, b.run_id, b.call_id, resolved)
+    req = PolicyRequest(d, args, mode, b.run_id, b.call_id, resolved, b.depth, b.parent_tool)
     decision, rules = reg.policy.evaluate(req)
     if decision is None:
         if resolved:

@@ -1,5 +1,6 @@
 """What a running tool sees of its call: ``CallContext`` (deadline, cancel signal, the facts it
-adds to its execute step, late steps), made current while the tool runs (``current_context()``).
+adds to its execute step, late steps, progress, nested calls), made current while the tool runs
+(``current_context()``).
 
 The runtime turns a deadline or a cancel request into a *signal* and waits a bounded grace period
 for the tool to confirm it stopped; what happens then is decided by the registry's outcome rules
@@ -21,8 +22,12 @@ from ._executors import release_quietly
 from .exceptions import DeadlineExceeded, ToolCancelled
 
 if TYPE_CHECKING:
+    from ._eventhub import EventHub
+    from ._registry import ToolRegistry
+    from .envelope import ProgressMark, ToolCall, ToolResultEnvelope
     from .paths import Workspace
     from .redaction import ArtifactStore
+    from .sinks import OpenSpan
 
 __all__ = ["CallContext"]
 
@@ -43,15 +48,24 @@ class CallContext:
         "_done",
         "_event",
         "_final",
+        "_hub",
         "_late",
+        "_pending",
+        "_pnext",
+        "_pseq",
         "_reason",
+        "_span",
         "_stopped",
         "_wake",
         "artifacts",
         "background",
         "call_id",
         "deadline",
+        "depth",
         "detail",
+        "marks",
+        "mode",
+        "parent_call_id",
         "run_id",
         "signalled_at",
         "timeout_s",
@@ -71,6 +85,10 @@ class CallContext:
         traceparent: str | None = None,
         background: bool = False,
         late: Callable[[str, str, str, str, str, Mapping[str, Any] | None], None] | None = None,
+        hub: EventHub | None = None,
+        mode: str = "default",
+        depth: int = 0,
+        parent_call_id: str | None = None,
     ) -> None:
         self.call_id = call_id
         self.run_id = run_id
@@ -99,6 +117,20 @@ class CallContext:
         #: ``time.monotonic()`` when the call was signalled (or marked), so the deadline and
         #: cancel-request steps carry the moment of the request, not of the confirmation.
         self.signalled_at: float | None = None
+        self._hub = hub
+        #: The mode the call runs in (a nested call runs in the same one).
+        self.mode = mode
+        #: 0 for a call from outside any tool, 1 for a call a tool made, and so on.
+        self.depth = depth
+        #: The call whose tool made this one (``call``/``acall``), or None.
+        self.parent_call_id = parent_call_id
+        #: The progress reports kept for the record (bounded; None until the first).
+        self.marks: list[ProgressMark] | None = None
+        self._pseq = 0
+        self._pnext = 0.0
+        self._pending: tuple[int, int, float, float | None, str | None] | None = None
+        #: The call's span, made current around a nested call's start (set by the registry).
+        self._span: OpenSpan | None = None
 
     def start_clock(self) -> None:
         """Start the deadline now (at execution start, after admission)."""
@@ -165,6 +197,126 @@ class CallContext:
             # (call_id, run_id, tool, step, decision, detail): one callable serves every call.
             self._late(self.call_id, self.run_id, self.tool, step, decision, detail)
 
+    # -- progress -------------------------------------------------------------------------------
+
+    def progress(
+        self, done: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Report progress: ``done`` of ``total`` (in any unit; ``total`` None when unknown)
+        and what the tool is doing now (redacted, cut to 200 characters).
+
+        Cheap to call often: reports closer together than the registry's
+        ``progress_interval_s`` are held back, and only the latest is kept (it is published
+        when the interval has passed, or when the call returns). A report that reaches
+        ``total`` is published at once. Subscribers, the span, the record, a background
+        job's status and an MCP client that asked for progress see the published ones.
+        Raises ``TypeError``/``ValueError`` for a value that is not a finite, non-negative
+        number (``total`` positive) or a message that is not text.
+        """
+        if type(done) is not int and type(done) is not float:
+            _check_number("done", done)
+        if not 0 <= done < _INF:
+            raise ValueError("progress: done must be a finite number >= 0")
+        if total is not None:
+            if type(total) is not int and type(total) is not float:
+                _check_number("total", total)
+            if not 0 < total < _INF:
+                raise ValueError("progress: total must be a finite number > 0")
+        if message is not None and not isinstance(message, str):
+            raise TypeError("progress: message must be a string or None")
+        seq = self._pseq
+        self._pseq = seq + 1
+        at_us = time.time_ns() // 1000
+        now = time.monotonic()
+        if now < self._pnext and (total is None or done < total):
+            self._pending = (seq, at_us, done, total, message)
+            return
+        self._pending = None
+        hub = self._hub
+        self._pnext = now + (hub.progress_interval_s if hub is not None else 0.1)
+        self._publish(seq, at_us, done, total, message)
+
+    def flush_progress(self) -> None:
+        """Publish the report the rate limit held back, if any (the registry calls this when
+        the call returns)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._publish(*pending)
+
+    @property
+    def last_progress(self) -> ProgressMark | None:
+        """The latest progress report published (None before the first)."""
+        return self.marks[-1] if self.marks else None
+
+    def _publish(
+        self, seq: int, at_us: int, done: float, total: float | None, message: str | None
+    ) -> None:
+        hub = self._hub
+        if hub is not None:
+            hub.report_progress(self, seq, at_us, done, total, message)
+            return
+        # A context made outside a registry: keep the mark, message redacted by the default.
+        from ._eventhub import MESSAGE_CHARS, keep_marks
+        from .envelope import ProgressMark
+        from .redaction import default_redactor
+
+        text = default_redactor().redact_text(message)[:MESSAGE_CHARS] if message else None
+        keep_marks(self, ProgressMark(seq, at_us, done, total, text))
+
+    # -- nested calls -----------------------------------------------------------------------------
+
+    def call(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> ToolResultEnvelope:
+        """Call another tool through the whole pipeline, as a child of this call (blocking).
+
+        The child is validated, policed, hooked, admitted, audited and traced like any call;
+        it runs in this call's run and mode, records this call as its parent, its span is a
+        child of this call's, its deadline is at most this call's remaining time, and it is
+        cancelled with this call. It counts against the registry's ``max_depth``: deeper, it
+        is refused (stage ``policy``, rule ``max_depth``). From an async tool use ``acall``.
+        """
+        reg, call = self._child_call(name, arguments, timeout_s)
+        return reg._call_child(call, self)
+
+    async def acall(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> ToolResultEnvelope:
+        """``call`` on the running event loop (from an async tool)."""
+        reg, call = self._child_call(name, arguments, timeout_s)
+        return await reg._acall_child(call, self)
+
+    def _child_call(
+        self, name: str, arguments: Mapping[str, Any] | None, timeout_s: float | None
+    ) -> tuple[ToolRegistry, ToolCall]:
+        from .envelope import ToolCall
+
+        if self._hub is None:
+            raise RuntimeError("this context belongs to no registry: it cannot make calls")
+        # The pipeline also caps the child's deadline at this call's remaining time.
+        timeout = None if timeout_s is None else min(timeout_s, max(self.remaining(), 0.001))
+        call = ToolCall(
+            name,
+            dict(arguments) if arguments is not None else {},
+            run_id=self.run_id,
+            mode=self.mode,
+            timeout_s=timeout,
+        )
+        return self._hub.registry, call
+
+    def stop_with_parent(self, reason: str) -> None:
+        """Signal this (nested) call because its parent was signalled (an ``on_cancel``
+        callback of the parent's context)."""
+        self.signal(reason)
+
     def signal(self, reason: str) -> bool:
         """Tell the tool to stop; return False if it was already signalled."""
         with _SIGNAL_LOCK:
@@ -193,6 +345,12 @@ class CallContext:
 
 
 _SIGNAL_LOCK = threading.Lock()
+_INF = float("inf")
+
+
+def _check_number(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"progress: {name} must be a number, not {type(value).__name__}")
 
 
 def _safe(cb: Callable[[str], None], reason: str) -> None:

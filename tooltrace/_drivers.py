@@ -23,17 +23,21 @@ from .envelope import ToolResultEnvelope
 from .exceptions import AuditUnavailableError
 
 if TYPE_CHECKING:
+    from ._context import CallContext
     from ._registry import ToolRegistry
 
 __all__ = ["aserve", "boxed", "serve"]
 
 
 def boxed(
-    reg: ToolRegistry, raw: RawCall, box: list[ToolResultEnvelope]
+    reg: ToolRegistry,
+    raw: RawCall,
+    box: list[ToolResultEnvelope],
+    parent: CallContext | None = None,
 ) -> Generator[Op, Any, None]:
     """The blocking driver's pipeline: the envelope goes in ``box`` and the generator returns
     None, so ``next(gen, None)`` ends it without raising (most calls never yield at all)."""
-    box.append((yield from pipeline(reg, raw, True)))
+    box.append((yield from pipeline(reg, raw, True, parent)))
 
 
 def serve(reg: ToolRegistry, op: Op) -> Any:

@@ -18,7 +18,8 @@ __all__ = ["PolicyRequest", "Rule"]
 
 
 class PolicyRequest(msgspec.Struct, frozen=True):
-    """What rules see: the tool, its validated arguments, the mode and the run."""
+    """What rules see: the tool, its validated arguments, the mode, the run and, for a nested
+    call, its depth and parent tool."""
 
     tool: ToolDefinition
     """The active definition of the called tool."""
@@ -32,6 +33,11 @@ class PolicyRequest(msgspec.Struct, frozen=True):
     """The call's id."""
     resolved_paths: Mapping[str, str] = msgspec.field(default_factory=dict)
     """Each path argument resolved by the workspace policy, workspace-relative (POSIX)."""
+    depth: int = 0
+    """How deeply the call is nested: 0 for a call from outside any tool, 1 for a call a tool
+    made through its context (``ctx.call``), and so on."""
+    parent_tool: str | None = None
+    """The tool whose call made this one, or ``None`` for a call from outside any tool."""
 
 
 @runtime_checkable

@@ -19,6 +19,7 @@ from . import _build
 from .envelope import (
     Artifact,
     CallRecord,
+    ProgressMark,
     Retry,
     Stage,
     Status,
@@ -77,6 +78,9 @@ _RECORD_FIELDS = (
     "trace_sampled",
     "hook_modified",
     "attributes",
+    "parent_call_id",
+    "depth",
+    "progress",
 )
 if CallRecord.__struct_fields__ != _RECORD_FIELDS:  # Builder.envelope builds it positionally
     raise ImportError("CallRecord's fields changed: update Builder.envelope and _RECORD_FIELDS")
@@ -95,16 +99,21 @@ class Builder:
         "args_redacted",
         "attributes",
         "call_id",
+        "depth",
         "entry",
         "error_type",
         "execution_started",
         "hook_modified",
         "last",
         "mode",
+        "parent_call_id",
+        "parent_tool",
+        "progress",
         "refusal",
         "reg",
         "run_id",
         "span",
+        "step_subs",
         "steps",
         "t0",
         "t_wall",
@@ -128,6 +137,14 @@ class Builder:
         self.error_type: str | None = None
         #: The envelope of the refusal, once a stage refused the call (``reject``).
         self.refusal: ToolResultEnvelope | None = None
+        #: Nesting: 0 and None unless a tool made this call through its context.
+        self.depth = 0
+        self.parent_call_id: str | None = None
+        self.parent_tool: str | None = None
+        #: The progress marks the tool reported (set when it returns).
+        self.progress: tuple[ProgressMark, ...] = ()
+        #: Subscribers of step events (an empty tuple, read once per call, when none).
+        self.step_subs = reg._hub.step
 
     def us(self, perf_ns: int) -> int:
         """Wall-clock microseconds of a ``perf_counter_ns`` reading."""
@@ -156,6 +173,11 @@ class Builder:
                 detail,
             )
         )
+        if self.step_subs:
+            e = self.entry
+            self.reg._hub.call_step(
+                self.call_id, self.run_id, e.definition.name if e else UNREGISTERED, steps[-1]
+            )
         return now
 
     def reject(
@@ -239,6 +261,9 @@ class Builder:
             span.sampled if span else False,
             self.hook_modified,
             self.attributes,
+            self.parent_call_id,
+            self.depth,
+            self.progress,
         )
         return ToolResultEnvelope(
             self.call_id,
@@ -263,6 +288,8 @@ class Builder:
             except Exception:
                 reg.sink_errors += 1
         reg._statuses.remember(env)
+        if reg._hub.finished:
+            reg._hub.call_finished(rec)
         return env
 
 

@@ -28,6 +28,7 @@ from ._admission import Admission
 from ._authorize import AllowDetails
 from ._context import CallContext
 from ._drivers import aserve, boxed, serve
+from ._eventhub import EventHub, Subscription
 from ._executors import LoopThread, RenewablePool, ToolThreads
 from ._ids import CLOCK_SKEW_S, id_prefix, new_run_id
 from ._record import redact_detail
@@ -81,6 +82,10 @@ class ToolRegistry:
     - ``max_inline_chars``: a result longer than this (as text) goes to an artifact.
     - ``preview_chars``: how much of a result the record keeps (and an offloaded envelope).
     - ``hook_threads``: threads for hooks, the approver and strict audit writes.
+    - ``max_depth``: how deeply tools may nest calls through their context (``ctx.call``);
+      a deeper call is refused (``TOOLTRACE_MAX_DEPTH``, 8 by default).
+    - ``progress_interval_s``: the shortest time between two published progress reports of
+      one call (``ctx.progress``); reports in between are held back, the latest kept.
     """
 
     def __init__(
@@ -104,6 +109,8 @@ class ToolRegistry:
         max_inline_chars: int = 16384,
         preview_chars: int = 2048,
         hook_threads: int = 8,
+        max_depth: int | None = None,
+        progress_interval_s: float = 0.1,
     ) -> None:
         self.workspace = (
             workspace
@@ -123,6 +130,9 @@ class ToolRegistry:
         self.preview_chars = preview_chars
         #: Sink (and shutdown callback) errors: counted, never raised into a call.
         self.sink_errors = 0
+        #: How deeply tools may nest calls through their context (deeper: refused).
+        self.max_depth = _settings.max_depth(max_depth)
+        self._hub = EventHub(self, progress_interval_s)
         hooks = tuple(hooks)
         for h in hooks:
             if h.phase not in ("pre", "post"):
@@ -276,6 +286,47 @@ class ToolRegistry:
             env: ToolResultEnvelope = stop.value
             return env
 
+    def _call_child(self, call: RawCall, parent: CallContext) -> ToolResultEnvelope:
+        """``call`` for a call a running tool makes (``CallContext.call``)."""
+        box: list[ToolResultEnvelope] = []
+        gen = boxed(self, call, box, parent)
+        op = next(gen, None)
+        while op is not None:
+            try:
+                op = gen.send(serve(self, op))
+            except StopIteration:
+                break
+        return box[0]
+
+    async def _acall_child(self, call: RawCall, parent: CallContext) -> ToolResultEnvelope:
+        """``acall`` for a call a running tool makes (``CallContext.acall``)."""
+        gen = pipeline(self, call, False, parent)
+        try:
+            op = next(gen)
+            while True:
+                op = gen.send(await aserve(self, op))
+        except StopIteration as stop:
+            env: ToolResultEnvelope = stop.value
+            return env
+
+    def subscribe(
+        self,
+        subscriber: Callable[[Any], Any],
+        *,
+        kinds: Iterable[str] | None = None,
+        max_queue: int = 1024,
+    ) -> Subscription:
+        """Give ``subscriber`` a stream of call events (``tooltrace.events``): ``started``,
+        each ``step``, ``progress`` and ``finished``, or only the ``kinds`` named.
+
+        A plain function is called on a thread of its own; a coroutine function is awaited on
+        the event loop running now (subscribe from it). Each subscription queues at most
+        ``max_queue`` events: a slow subscriber loses events (counted in ``dropped``), one
+        that raises is counted in ``errors``; neither slows or breaks a call. ``close()`` the
+        returned ``Subscription`` to stop; ``shutdown`` closes them all.
+        """
+        return self._hub.subscribe(subscriber, kinds, max_queue)
+
     def tool_specs(self, mode: str = "default", format: str = "openai") -> list[dict[str, Any]]:
         """The tools ``mode`` exposes in a model API's format (``openai``, ``openai-responses``,
         ``anthropic``, ``gemini``, ``mcp``): same set and order as ``visible_tools(mode)``,
@@ -390,6 +441,7 @@ class ToolRegistry:
                 sink.shutdown(max(0.1, deadline - time.monotonic()))
             except Exception:
                 self.sink_errors += 1
+        self._hub.close(max(0.1, deadline - time.monotonic()))
         self._pool.shutdown()
         self._hook_threads.shutdown()
         self._loop.stop()

@@ -29,6 +29,7 @@ __all__ = [
     "TOOLTRACE_HOME",
     "TOOLTRACE_LOG_FORMAT",
     "TOOLTRACE_LOG_LEVEL",
+    "TOOLTRACE_MAX_DEPTH",
     "TOOLTRACE_MAX_TIMEOUT_S",
     "TOOLTRACE_RUN_ID",
     "TOOLTRACE_TRACE_URL",
@@ -41,6 +42,7 @@ __all__ = [
     "audit_strict",
     "log_format",
     "log_level",
+    "max_depth",
     "max_timeout_s",
     "resolve_home",
     "run_id",
@@ -54,6 +56,8 @@ TOOLTRACE_HOME: Final = "TOOLTRACE_HOME"
 TOOLTRACE_RUN_ID: Final = "TOOLTRACE_RUN_ID"
 #: The longest deadline a call may ask for, in seconds.
 TOOLTRACE_MAX_TIMEOUT_S: Final = "TOOLTRACE_MAX_TIMEOUT_S"
+#: How deeply tools may nest calls through their context (``ctx.call``).
+TOOLTRACE_MAX_DEPTH: Final = "TOOLTRACE_MAX_DEPTH"
 #: ``allow`` or ``deny``: what an ``ask`` verdict becomes with no approver.
 TOOLTRACE_APPROVAL: Final = "TOOLTRACE_APPROVAL"
 #: The audit fsync policy: ``record``, ``grouped`` or ``none``.
@@ -93,6 +97,8 @@ SETTINGS: Final = (
             "run id stamped on calls that carry none"),
     Setting(TOOLTRACE_MAX_TIMEOUT_S, "`600`", "upper bound, in seconds, on per-call deadline"
             " overrides", ("Runtime", "guide/runtime.md#deadlines")),
+    Setting(TOOLTRACE_MAX_DEPTH, "`8`", "how deeply tools may nest calls through their context;"
+            " deeper calls are refused", ("Nested calls", "guide/nested.md#depth")),
     Setting(TOOLTRACE_APPROVAL, "`deny`",
             "what an `ask` verdict becomes with no approver (`allow` lets it through)"),
     Setting(TOOLTRACE_AUDIT_FSYNC, "`grouped`", "audit fsync policy: `record`, `grouped`, `none`",
@@ -153,6 +159,27 @@ def max_timeout_s(explicit: float | None = None) -> float:
             ) from None
     if not value > 0:
         raise ConfigurationError(f"{name} must be positive, got {value}")
+    return value
+
+
+def max_depth(explicit: int | None = None) -> int:
+    """How deeply tools may nest calls: explicit > ``TOOLTRACE_MAX_DEPTH`` > 8.
+
+    Raises ``ConfigurationError`` unless it is a whole number >= 0 (0: no nested calls).
+    """
+    name = TOOLTRACE_MAX_DEPTH
+    if explicit is not None:
+        value = explicit
+    else:
+        raw = _env(name)
+        if raw is None:
+            return 8
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigurationError(f"{name} must be a whole number, got {raw[:40]!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"{name} must be a whole number >= 0, got {value!r}")
     return value
 
 

@@ -86,9 +86,11 @@ _ADMISSION_TEXT = {
 }
 
 
-def pipeline(reg: ToolRegistry, raw: RawCall, blocking: bool = False) -> Pipeline:
-    """The pipeline of one call; ``blocking`` when its driver is ``call()`` (which may wait
-    here: execution then runs without a round trip through the driver)."""
+def pipeline(
+    reg: ToolRegistry, raw: RawCall, blocking: bool = False, parent: CallContext | None = None
+) -> Pipeline:
+    """The pipeline of one call; ``blocking`` when its driver is ``call()`` (which may wait here);
+    ``parent`` the context of the tool that made the call (``CallContext.call``)."""
     b = Builder(reg, time.time_ns() // 1000, _perf_ns())
     call = sanitise(reg, b, raw)
     if call is None:
@@ -97,13 +99,13 @@ def pipeline(reg: ToolRegistry, raw: RawCall, blocking: bool = False) -> Pipelin
     # the stages), and compiled code would raise a TypeError reading them as declared.
     untyped: Any = call
     raw_args = arguments(reg, b, untyped.arguments)
-    entry = resolve(reg, b, untyped.name)
+    entry = resolve(reg, b, untyped.name) if not parent else nested(reg, b, parent, untyped.name)
     if entry is None:
         return b.refused()
     args = validate(b, entry, raw_args)
     if args is None:
         return b.refused()
-    verdict = authorize(reg, b, entry, args, call.mode, b.last, None)
+    verdict = authorize(reg, b, entry, args, b.mode, b.last, None)
     if verdict is not None:
         if isinstance(verdict, ToolResultEnvelope):
             return verdict
@@ -111,7 +113,7 @@ def pipeline(reg: ToolRegistry, raw: RawCall, blocking: bool = False) -> Pipelin
         if refused is not None:
             return refused
     if reg._pre_hooks:
-        hooked = yield from pre_hooks(reg, b, entry, args, call.mode)
+        hooked = yield from pre_hooks(reg, b, entry, args, b.mode)
         if hooked is None:
             return b.refused()
         args = hooked
@@ -136,7 +138,7 @@ def pipeline(reg: ToolRegistry, raw: RawCall, blocking: bool = False) -> Pipelin
             refused = yield from intents(reg, b, d)
             if refused is not None:
                 return refused
-        ctx = start(reg, b, d, timeout, call.background and d.background)
+        ctx = start(reg, b, d, timeout, call.background and d.background, parent)
         t = b.last
         released = True  # from here the executor's finally gives the slot back
         out: Outcome
@@ -150,6 +152,8 @@ def pipeline(reg: ToolRegistry, raw: RawCall, blocking: bool = False) -> Pipelin
     finally:
         if not released:
             reg._admission.release(d.name)
+    if ctx.marks is not None or ctx._pending is not None:
+        keep_progress(b, ctx)
     env: ToolResultEnvelope | None = None
     try:
         env = finish(reg, b, entry, ctx, out, t)
@@ -194,6 +198,26 @@ def resolve(reg: ToolRegistry, b: Builder, name: Any) -> Entry | None:
         return None
     b.step(_RESOLVE, t, "registry", "accept", None)
     return entry
+
+
+def nested(reg: ToolRegistry, b: Builder, parent: CallContext, name: Any) -> Entry | None:
+    """``resolve`` for a call a tool made: the child stays in its parent's run and mode, one
+    level deeper, and its span opens under the parent's."""
+    b.depth = parent.depth + 1
+    b.parent_call_id = parent.call_id
+    # The parent's execute step counts the calls it made (autopsy looks for them then).
+    made = parent.detail.get("nested_calls", 0) if parent.detail else 0
+    parent.set_detail("nested_calls", made + 1)
+    b.parent_tool = parent.tool
+    b.run_id = parent.run_id
+    b.mode = parent.mode
+    span = parent._span
+    token = span.attach() if span is not None else None
+    try:
+        return resolve(reg, b, name)
+    finally:
+        if span is not None:
+            span.detach(token)
 
 
 def validate(b: Builder, entry: Entry, raw_args: Any) -> dict[str, Any] | None:
@@ -264,9 +288,17 @@ def intents(
 
 
 def start(
-    reg: ToolRegistry, b: Builder, d: ToolDefinition, timeout: float, background: bool
+    reg: ToolRegistry,
+    b: Builder,
+    d: ToolDefinition,
+    timeout: float,
+    background: bool,
+    parent: CallContext | None = None,
 ) -> CallContext:
-    """The running call's context, registered as running (``cancel()`` finds it there)."""
+    """The running call's context, registered as running (``cancel()`` finds it there). A
+    nested call's deadline is at most its parent's, and it is signalled with its parent."""
+    if parent is not None:
+        timeout = min(timeout, max(parent.remaining(), 0.001))
     span = b.span
     ctx = CallContext(  # positional: this runs on every call
         b.call_id,
@@ -278,13 +310,29 @@ def start(
         None if span is None else _traceparent(span),
         background,
         reg._emit_late_fn,
+        reg._hub,
+        b.mode,
+        b.depth,
+        b.parent_call_id,
     )
+    ctx._span = span
     # Plain dict operations are atomic under the GIL; cancel() copies before iterating.
     reg._active[b.call_id] = ctx
     if b.call_id in reg._cancel_early:  # cancelled while it was being admitted
         ctx.signal("cancel")
     b.execution_started = True
+    if parent is not None:
+        parent.on_cancel(ctx.stop_with_parent)
+    if reg._hub.started:
+        reg._hub.call_started(ctx)
     return ctx
+
+
+def keep_progress(b: Builder, ctx: CallContext) -> None:
+    """Publish the progress report the rate limit held back; the record keeps the marks."""
+    ctx.flush_progress()
+    if ctx.marks:
+        b.progress = tuple(ctx.marks)
 
 
 def _traceparent(span: OpenSpan) -> str:

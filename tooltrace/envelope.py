@@ -20,6 +20,7 @@ __all__ = [
     "Artifact",
     "CallRecord",
     "CallStatus",
+    "ProgressMark",
     "Retry",
     "Stage",
     "Status",
@@ -244,6 +245,25 @@ class Timing(msgspec.Struct, frozen=True, gc=False):  # atomic fields only (see 
     """How long it took end to end, in milliseconds."""
 
 
+class ProgressMark(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """One progress report a tool made (``CallContext.progress``), as the record keeps it.
+
+    A record keeps a bounded number of them (the first ones, and always the latest last);
+    ``seq`` numbers every report the tool made, so a gap shows how many were left out.
+    """
+
+    seq: int
+    """The report's number in its call, from 0 (reports the rate limit held back included)."""
+    at_us: int
+    """When it was reported, in microseconds since the Unix epoch."""
+    done: float
+    """Work done, in the tool's own unit."""
+    total: float | None = None
+    """Work in all, in the same unit; ``None`` when the tool does not know."""
+    message: str | None = None
+    """What the tool said it is doing: redacted, at most 200 characters."""
+
+
 class CallRecord(msgspec.Struct, frozen=True):
     """The finished, redacted record of one call: what every sink receives.
 
@@ -305,6 +325,14 @@ class CallRecord(msgspec.Struct, frozen=True):
     attributes: Mapping[str, str | int | bool] = msgspec.field(default_factory=dict)
     """A few extra, low-cardinality-safe span attributes a front end adds (for example the MCP
     proxy's ``mcp.method.name``); redacted like everything else."""
+    parent_call_id: str | None = None
+    """The call whose tool made this one through its context (``ctx.call``); ``None`` for a
+    call made from outside any tool."""
+    depth: int = 0
+    """How deeply the call is nested: 0 for a call from outside, 1 for a call a tool made, and
+    so on."""
+    progress: tuple[ProgressMark, ...] = ()
+    """The progress the tool reported (bounded: see ``ProgressMark``)."""
 
     @property
     def elapsed_ms(self) -> float:

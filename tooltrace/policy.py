@@ -33,6 +33,7 @@ __all__ = [
     "ApprovalDecision",
     "ApprovalRequest",
     "DenyCommandPatterns",
+    "DenyNested",
     "DenyPrivateNetwork",
     "Mode",
     "Policy",
@@ -312,6 +313,44 @@ class RequireApproval:
         if hit and (self.when is None or self.when(request)):
             return PolicyDecision(Verdict.ASK, self.name, f"{t.name} needs approval")
         return None
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)
+@dataclass(frozen=True, slots=True)
+class DenyNested:
+    """Deny nested calls (a tool calling another through ``ctx.call``) by depth, by the tool
+    called or by the tool that calls it. Every listed condition must hold.
+
+    ``DenyNested(parents=frozenset({"browse"}), tools=frozenset({"run_command"}))`` keeps a
+    browsing tool's sub-agent from running commands; ``DenyNested(min_depth=3)`` allows two
+    levels of nesting whatever the registry's ``max_depth``.
+    """
+
+    tools: frozenset[str] = frozenset()
+    """The called tools this applies to (empty: any)."""
+    parents: frozenset[str] = frozenset()
+    """The calling (parent) tools this applies to (empty: any)."""
+    min_depth: int = 1
+    """The shallowest depth denied (1: any nested call)."""
+    name: str = "deny_nested"
+    """The rule's name, as decisions show it (``policy:<name>``)."""
+
+    def applies_to(self, tool: ToolDefinition) -> bool:
+        """The listed tools (any tool when none is listed)."""
+        return not self.tools or tool.name in self.tools
+
+    def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
+        depth = request.depth
+        if depth < max(self.min_depth, 1):
+            return None
+        if self.tools and request.tool.name not in self.tools:
+            return None
+        parent = request.parent_tool
+        if self.parents and parent not in self.parents:
+            return None
+        return PolicyDecision(
+            Verdict.DENY, self.name, f"nested call (depth {depth}, made by {parent}) not allowed"
+        )
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

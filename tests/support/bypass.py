@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tooltrace import HookDecision, HookView, hook, tool
+from tooltrace import CallContext, HookDecision, HookView, hook, tool
 
 
 @tool(capability="write", effect="local")
@@ -19,3 +19,17 @@ def touch(name: str) -> str:
 def deny_all(view: HookView) -> HookDecision:
     """Block every call."""
     return HookDecision.block("maintenance window")
+
+
+@hook("deny_all", required=True, tools={"touch"})
+def deny_touch(view: HookView) -> HookDecision:
+    """Block every call of ``touch`` (and only those), with ``deny_all``'s name and reason."""
+    return HookDecision.block("maintenance window")
+
+
+@tool(capability="read", effect="none")
+def subagent(ctx: CallContext, name: str) -> dict[str, str | None]:
+    """A sub-agent: reaches ``touch`` through a nested call and reports what came back."""
+    env = ctx.call("touch", {"name": name})
+    return {"status": env.status.value, "stage": env.reject_stage and env.reject_stage.value,
+            "summary": env.summary}

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._autopsy import Autopsy, explain
     from ._compact import CompactionResult, compact
+    from ._family import call_family
     from ._findings import Finding, VerifyReport
     from ._format import TOOLTRACE_AUDIT_KEY, encode_call_bytes, encode_late, load_key
     from ._manifest import (
@@ -95,6 +96,7 @@ __all__ = [
     "append_digest",
     "audit_dir",
     "build_tables",
+    "call_family",
     "compact",
     "digest_entry",
     "digest_path",
@@ -131,6 +133,7 @@ _LAZY = {
     "open_store": "_store",
     "recorded": "_recorded",
     "explain": "_autopsy",
+    "call_family": "_family",
     "Autopsy": "_autopsy",
     "SqlFile": "_sqlfiles",
     "Param": "_sqlfiles",

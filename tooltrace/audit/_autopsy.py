@@ -58,6 +58,11 @@ class Autopsy:
     resolution: dict[str, Any] | None
     intent: dict[str, Any] | None
     steps: list[dict[str, Any]] = field(default_factory=list)
+    family: dict[str, Any] = field(default_factory=dict)
+    """Nested calls around this one: ``ancestors`` (root first) and ``descendants`` (depth
+    first), from ``call_family``; empty when not looked up."""
+    progress: list[dict[str, Any]] = field(default_factory=list)
+    """The progress marks the tool reported (bounded)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (``tooltrace autopsy --json``)."""
@@ -81,6 +86,8 @@ class Autopsy:
             "resolution": self.resolution,
             "intent": self.intent,
             "steps": self.steps,
+            "family": self.family,
+            "progress": self.progress,
         }
 
 
@@ -155,12 +162,18 @@ def _outcome(
     return result, artifact, trace, resolution
 
 
-def explain(detail: CallDetail) -> Autopsy:
-    """Build the autopsy of one call."""
+def explain(detail: CallDetail, family: dict[str, Any] | None = None) -> Autopsy:
+    """Build the autopsy of one call (``family``: its nested calls, from ``call_family``)."""
     rec = dict(detail.record) if detail.record is not None else None
+    progress: list[dict[str, Any]] = []
     if rec is not None:
         rec["args_redacted"] = _j(rec.get("args_redacted"))
         rec["attributes"] = _j(rec.get("attributes"))
+        rec["progress"] = _j(rec.get("progress"))
+        for m in rec["progress"] or ():
+            if isinstance(m, list) and len(m) == 5:
+                progress.append(dict(zip(("seq", "at_us", "done", "total", "message"), m,
+                                         strict=True)))
     t0 = _us(rec["started_at"]) if rec else (
         _us(detail.intent["started_at"]) if detail.intent else None)
     steps: list[dict[str, Any]] = []
@@ -213,4 +226,4 @@ def explain(detail: CallDetail) -> Autopsy:
                                  and h["phase"] == "pre"])
     return Autopsy(detail.call_id, rec, args, final, schema, paths, refused, policy, approvals,
                    hooks, started, execution, events, result, artifact, trace, resolution,
-                   intent, steps)
+                   intent, steps, family or {}, progress)

@@ -219,6 +219,9 @@ def encode_call(record: CallRecord, kind: str = "c") -> dict[str, Any]:
         "trace_sampled": record.trace_sampled,
         "hook_modified": record.hook_modified,
         "attributes": record.attributes,
+        "parent_call_id": record.parent_call_id,
+        "depth": record.depth,
+        "progress": [msgspec.structs.astuple(m) for m in record.progress],
         "steps": _steps(record.steps),
     }
 

@@ -66,7 +66,8 @@ _CALL_ROW = """SELECT c.call_id, c.run_id, c.tool, c.source, coalesce(r.status, 
          c.args_redacted::JSON AS args_redacted, c.result_preview, c.artifact_path,
          c.artifact_sha256, c.artifact_chars, c.artifact_bytes, c.mode, c.tool_type,
          c.hook_modified, c.attributes::JSON AS attributes, c.status AS ended_status,
-         r.resolved_at, r.summary AS resolution_summary, c.writer, c.segment, c.line
+         r.resolved_at, r.summary AS resolution_summary, c.writer, c.segment, c.line,
+         c.parent_call_id, c.depth, c.progress::JSON AS progress
   FROM {calls} c LEFT JOIN {resolved} r ON r.call_id = c.call_id"""
 _STEP_COLS = "seq, step, started_at, elapsed_ms, decider, decision, detail::JSON AS detail"
 _INTENT_COLS = """i.call_id, i.run_id, i.tool, i.started_at, i.args_redacted::JSON AS args_redacted,

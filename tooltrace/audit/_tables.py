@@ -39,7 +39,7 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("artifact_path", "str"), ("artifact_sha256", "str"), ("artifact_chars", "i64"),
         ("artifact_bytes", "i64"), ("mode", "str"), ("tool_type", "str"),
         ("hook_modified", "bool"), ("attributes", "str"), ("writer", "str"), ("segment", "str"),
-        ("line", "i64"),
+        ("line", "i64"), ("parent_call_id", "str"), ("depth", "i32"), ("progress", "str"),
     ),
     "steps": (
         ("call_id", "str"), ("seq", "i32"), ("step", "str"), ("started_at", "ts"),
@@ -136,6 +136,9 @@ def build_columns(segments: Iterable[ParsedSegment]) -> dict[str, dict[str, list
                 c["writer"].append(writer)
                 c["segment"].append(sname)
                 c["line"].append(no)
+                c["parent_call_id"].append(o.get("parent_call_id"))
+                c["depth"].append(o.get("depth") or 0)
+                c["progress"].append(_json(o.get("progress") or None))
                 add_steps(cid, o.get("steps") or ())
             elif k == "i":
                 it["call_id"].append(o.get("call_id"))

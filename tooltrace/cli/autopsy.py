@@ -40,7 +40,7 @@ def autopsy(call_id: str, home: Path | None, as_json: bool, archive: str | None)
 
     Exit 1 when no call has this id, 2 when the prefix matches several calls.
     """
-    from ..audit import AmbiguousCallId, CallNotFound, DuplicateCallId, explain
+    from ..audit import AmbiguousCallId, CallNotFound, DuplicateCallId, call_family, explain
 
     guard = OutputGuard(home)
     with open_store(home, guard, archive) as store:
@@ -59,7 +59,7 @@ def autopsy(call_id: str, home: Path | None, as_json: bool, archive: str | None)
             )
             fail(f"call id {exc.call_id} was recorded for {len(exc.records)} different calls "
                  f"({where}); they are not merged into one", EXIT_FAIL)
-        a = explain(detail)
+        a = explain(detail, call_family(store, detail))
     if as_json:
         print_json(a.to_dict(), guard)
         return
@@ -106,6 +106,7 @@ def _render(a: Any, guard: OutputGuard) -> None:
     _line("tool", f"{rec.get('tool') or (a.intent or {}).get('tool')}"
           f"  (source {rec.get('source') or '?'}, mode {rec.get('mode') or '?'})", guard)
     _line("run", rec.get("run_id") or (a.intent or {}).get("run_id"), guard)
+    _ancestors(a, guard)
     _line("started", iso(rec.get("started_at")), guard)
     res = a.result
     status = res.get("status")
@@ -163,6 +164,7 @@ def _render(a: Any, guard: OutputGuard) -> None:
     if a.resolution:
         _line("resolution", f"{a.resolution['status']} at {iso(a.resolution['at'])}: "
               f"{a.resolution['summary']}", guard)
+    _progress_and_children(a, guard)
     tr = a.trace
     if tr.get("trace_id"):
         _line("trace", tr["trace_id"] + (f"  {tr['url']}" if tr.get("url") else ""), guard)
@@ -175,3 +177,23 @@ def _render(a: Any, guard: OutputGuard) -> None:
           s["decision"], s["detail"]] for s in a.steps],
         guard, limit=120,
     )
+
+
+def _ancestors(a: Any, guard: OutputGuard) -> None:
+    """The calls above a nested call, root first (the last is its parent)."""
+    ups = a.family.get("ancestors") or ()
+    for i, up in enumerate(ups):
+        _line("parent" if i == len(ups) - 1 else "ancestor",
+              f"{up.get('call_id')}  {up.get('tool')} ({up.get('status')})", guard)
+
+
+def _progress_and_children(a: Any, guard: OutputGuard) -> None:
+    """The progress the tool reported, then the calls it made (a tree, depth first)."""
+    for m in a.progress:
+        total = f" of {m['total']:g}" if m.get("total") is not None else ""
+        _line("progress", f"#{m['seq']} {m['done']:g}{total}"
+              + (f": {m['message']}" if m.get("message") else ""), guard)
+    for c in a.family.get("descendants") or ():
+        _line("called" if c.get("level") == 1 else "",
+              f"{'  ' * (int(c.get('level') or 1) - 1)}└ {c['call_id']}  {c['tool']}"
+              f" ({c['status']}, depth {c['depth']})", guard)

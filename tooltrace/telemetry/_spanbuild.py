@@ -4,7 +4,8 @@ Building the SDK's ``ReadableSpan`` directly from the record costs about half of
 span made through a tracer does, and it happens in the tracing sink's background batch, so the
 call itself only mints ids (``_propagation``). The span follows the GenAI conventions: name
 ``execute_tool {tool}``, the ``gen_ai.*`` attributes, tooltrace's own under ``tooltrace.*``,
-status ERROR for failed and unknown calls, one event per pipeline step; arguments and result
+status ERROR for failed and unknown calls, one event per pipeline step and one
+``tooltrace.progress`` event per progress mark the record keeps (bounded); arguments and result
 (already redacted) only with content capture on. Every string is bounded.
 """
 
@@ -151,6 +152,14 @@ class SpanBuilder:
             if content and st.detail:
                 ev["tooltrace.detail"] = _json(st.detail, min(limit, _MAX_DETAIL_CHARS))
             events.append(event_cls(st.step, ev, st.started_at_us * 1000))
+        for m in rec.progress:  # bounded by the registry (tooltrace._eventhub.MAX_MARKS)
+            pev: dict[str, Any] = {"tooltrace.progress.done": m.done,
+                                   "tooltrace.progress.seq": m.seq}
+            if m.total is not None:
+                pev["tooltrace.progress.total"] = m.total
+            if m.message:
+                pev["tooltrace.progress.message"] = _bounded(m.message, limit)
+            events.append(event_cls("tooltrace.progress", pev, m.at_us * 1000))
         return events
 
 
@@ -177,6 +186,9 @@ def _attributes(rec: CallRecord, tool: str, limit: int) -> dict[str, Any]:
     attrs["tooltrace.run_id"] = rec.run_id
     attrs["tooltrace.mode"] = rec.mode
     attrs["tooltrace.execution_started"] = rec.execution_started
+    if rec.parent_call_id is not None:
+        attrs["tooltrace.parent_call_id"] = rec.parent_call_id
+        attrs["tooltrace.depth"] = rec.depth
     if rec.hook_modified:
         attrs["tooltrace.hook_modified"] = True
     art = rec.artifact
