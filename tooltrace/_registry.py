@@ -133,12 +133,7 @@ class ToolRegistry:
         #: How deeply tools may nest calls through their context (deeper: refused).
         self.max_depth = _settings.max_depth(max_depth)
         self._hub = EventHub(self, progress_interval_s)
-        hooks = tuple(hooks)
-        for h in hooks:
-            if h.phase not in ("pre", "post"):
-                raise ValueError(f"hook {h.name!r}: phase must be 'pre' or 'post'")
-        self._pre_hooks = tuple(h for h in hooks if h.phase == "pre")
-        self._post_hooks = tuple(h for h in hooks if h.phase == "post")
+        self._pre_hooks, self._post_hooks = _by_phase(tuple(hooks))
         sinks = tuple(sinks)
         if tracer is None:
             # A tracing sink is also the span opener: use it without making callers pass it twice.
@@ -462,6 +457,14 @@ class ToolRegistry:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def _by_phase(hooks: tuple[Hook, ...]) -> tuple[tuple[Hook, ...], tuple[Hook, ...]]:
+    """(pre-hooks, post-hooks), each in the order given; ValueError for any other phase."""
+    for h in hooks:
+        if h.phase not in ("pre", "post"):
+            raise ValueError(f"hook {h.name!r}: phase must be 'pre' or 'post'")
+    return tuple(h for h in hooks if h.phase == "pre"), tuple(h for h in hooks if h.phase == "post")
 
 
 _build.keep_docs(__name__, globals())
