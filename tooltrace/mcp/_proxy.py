@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import _settings
-from ..envelope import ToolCall
+from ..envelope import Stage, ToolCall
 from ..exceptions import ConfigurationError, RegistrationError
 from ..policy import (
     DenyCommandPatterns,
@@ -37,7 +37,7 @@ from ._config import ProxyConfig, resolve_approver, resolve_hooks, resolve_rules
 from ._errors import UpstreamToolError
 from ._pins import ChangedToolsRule, PinCheck, PinStore
 from ._reports import Collision, ProxyReport, ServerReport, ToolReport
-from ._results import _error_text, _result_value, envelope_to_result
+from ._results import HeldResult, _error_text, proxied_result, shape_result
 from ._upstream import Upstream
 
 if TYPE_CHECKING:
@@ -52,6 +52,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("tooltrace.mcp")
+
+#: JSON-RPC's "invalid params", the MCP spec's answer to a call of an unknown tool.
+INVALID_PARAMS = -32602
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,8 @@ class McpProxy:
         self._conflicts: list[str] = []
         self._errors: dict[str, str] = {}
         self._metrics_server: Any = None
+        # Upstream results by call id, from the handler until call_tool shapes the answer.
+        self._held: dict[str, HeldResult] = {}
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -291,7 +296,9 @@ class McpProxy:
                                 wait_s=left + grace + 0.25, suspect_after_s=left)
             if res.is_error:
                 raise UpstreamToolError(_error_text(res))
-            return _result_value(res)
+            held = shape_result(res)
+            self._held[ctx.call_id] = held
+            return held.shaped
 
         call_upstream.__name__ = f"mcp_{label}_{upstream_name}"[:100]
         return call_upstream
@@ -352,7 +359,14 @@ class McpProxy:
         call = ToolCall(name=name, arguments=arguments if arguments is not None else {},
                         mode=self.config.mode, attributes=attrs)
         env = await self.registry.acall(call)
-        return envelope_to_result(env)
+        held = self._held.pop(env.call_id, None)
+        if env.reject_stage is Stage.RESOLVE:
+            from mcp.shared.exceptions import MCPError
+
+            # The spec's answer for a tool the server does not have (the call is audited).
+            raise MCPError(INVALID_PARAMS, f"unknown tool: {name[:128]}")
+        return proxied_result(env, held, redactor=self.registry.redactor,
+                              preview_chars=self.registry.preview_chars)
 
     def report(self) -> ProxyReport:
         """Servers, tools with their pin state, collisions and the registry's shadow report."""

@@ -1,19 +1,46 @@
-"""MCP results and registry envelopes: an upstream tool's result in, a ``CallToolResult`` out."""
+"""MCP results and registry envelopes: an upstream tool's result in, a ``CallToolResult`` out.
+
+An upstream's result is *shaped* for the registry (``shape_result``): one text block becomes
+its text; anything else becomes ``{"content": [...], "structuredContent": ..., "_meta": ...}``
+in wire form, so the registry redacts every block and the structured content in place, and
+what it audits or offloads is the whole result. Binary payloads (an image's or audio's
+``data``, a resource's ``blob``) are not text: the registry sees a placeholder naming their
+size and sha256, and the proxy puts the bytes back into the answer (``proxied_result``).
+
+An offloaded result keeps its shape: the structured content stays whole (redacted), every block
+stays where it was, and only long text is shortened to a preview, with the artifact named in
+``_meta`` and after the last text block.
+"""
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from ..envelope import Status, ToolResultEnvelope
+from ..redaction import preview
 
 if TYPE_CHECKING:
     import mcp.types as mt
 
-__all__ = ["envelope_to_result"]
+    from ..redaction import Redactor
+
+__all__ = ["HeldResult", "envelope_to_result", "proxied_result", "shape_result"]
 
 _MAX_ERROR_CHARS = 1000
+
+
+@dataclass(slots=True)
+class HeldResult:
+    """What the proxy keeps of one upstream result while the registry finishes the call: the
+    shaped value (unredacted, for an offloaded result's shape) and the binary payloads held
+    back from the registry, by block index."""
+
+    shaped: Any
+    binaries: dict[int, tuple[str, str]] = field(default_factory=dict)
 
 
 def _error_text(res: mt.CallToolResult) -> str:
@@ -22,13 +49,114 @@ def _error_text(res: mt.CallToolResult) -> str:
     return text[:_MAX_ERROR_CHARS]
 
 
-def _result_value(res: mt.CallToolResult) -> Any:
-    """What the registry redacts and measures: structured content, text, or content blocks."""
+def _placeholder(payload: str) -> str:
+    digest = hashlib.sha256(payload.encode()).hexdigest()
+    return f"[binary: {len(payload)} base64 chars, sha256 {digest}]"
+
+
+def shape_result(res: mt.CallToolResult) -> HeldResult:
+    """An upstream result as the value the registry redacts, measures and audits."""
+    blocks = res.content
+    if (res.structured_content is None and not res.meta and len(blocks) == 1
+            and blocks[0].type == "text" and blocks[0].annotations is None
+            and blocks[0].meta is None):
+        return HeldResult(blocks[0].text)
+    content = [b.model_dump(by_alias=True, exclude_none=True, mode="json") for b in blocks]
+    held = HeldResult({"content": content})
+    for i, block in enumerate(content):
+        holder, key = block, "data"
+        if block.get("type") == "resource" and isinstance(block.get("resource"), dict):
+            holder, key = block["resource"], "blob"
+        payload = holder.get(key)
+        if block.get("type") in ("image", "audio", "resource") and isinstance(payload, str):
+            mark = _placeholder(payload)
+            held.binaries[i] = (mark, payload)
+            holder[key] = mark
     if res.structured_content is not None:
-        return res.structured_content
-    if all(getattr(b, "type", "") == "text" for b in res.content):
-        return "\n".join(getattr(b, "text", "") for b in res.content)
-    return [b.model_dump(by_alias=True, exclude_none=True, mode="json") for b in res.content]
+        held.shaped["structuredContent"] = res.structured_content
+    if res.meta:
+        held.shaped["_meta"] = dict(res.meta)
+    return held
+
+
+def _restore(content: list[Any], held: HeldResult) -> None:
+    for i, (mark, payload) in held.binaries.items():
+        if i >= len(content) or not isinstance(content[i], dict):
+            continue
+        block = content[i]
+        holder, key = (block.get("resource"), "blob") if block.get("type") == "resource" else (
+            block, "data")
+        if isinstance(holder, dict) and holder.get(key) == mark:
+            holder[key] = payload
+
+
+def _shorten(content: list[Any], limit: int, note: str) -> None:
+    """Cut long text (text blocks, text resources) to previews; the note follows the last text
+    block. Other blocks and their order stay as they were."""
+    last = None
+    for i, block in enumerate(content):
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            block["text"] = preview(block["text"], limit)
+            last = i
+        res = block.get("resource")
+        if block.get("type") == "resource" and isinstance(res, dict) and isinstance(
+                res.get("text"), str):
+            res["text"] = preview(res["text"], limit)
+    if last is not None:
+        content[last]["text"] += note
+
+
+def proxied_result(env: ToolResultEnvelope, held: HeldResult | None, *, redactor: Redactor,
+                   preview_chars: int) -> mt.CallToolResult:
+    """The MCP result for a proxied call: the upstream's result, redacted in place.
+
+    ``held`` is what ``shape_result`` made of the upstream's answer (``None`` when the call
+    never reached it). Anything but ``ok`` is answered as ``envelope_to_result`` does.
+    """
+    import mcp.types as mt
+
+    if env.status is not Status.OK or held is None:
+        return envelope_to_result(env)
+    meta = _meta(env)
+    art = env.artifact
+    note = "" if art is None else _artifact_note(env)
+    if isinstance(held.shaped, str):
+        text = env.data if isinstance(env.data, str) else str(env.data)
+        return mt.CallToolResult(content=[mt.TextContent(type="text", text=text + note)],
+                                 is_error=False, _meta=meta)
+    if art is None and isinstance(env.data, dict) and "content" in env.data:
+        shaped = orjson.loads(orjson.dumps(env.data))  # a private copy to restore into
+    else:
+        # Offloaded (the envelope holds a preview of the JSON): redact the shape again.
+        shaped, _ = redactor.redact(held.shaped)
+        shaped = orjson.loads(orjson.dumps(shaped))
+        _shorten(shaped["content"], preview_chars, note)
+    _restore(shaped["content"], held)
+    upstream_meta = shaped.pop("_meta", None)
+    if isinstance(upstream_meta, dict):
+        meta = {**upstream_meta, **meta}
+    return mt.CallToolResult.model_validate(
+        {**shaped, "isError": False, "_meta": meta}, by_alias=True)
+
+
+def _meta(env: ToolResultEnvelope) -> dict[str, Any]:
+    meta: dict[str, Any] = {"tooltrace/call_id": env.call_id,
+                            "tooltrace/status": env.status.value}
+    if env.reject_stage is not None:
+        meta["tooltrace/reject_stage"] = env.reject_stage.value
+    art = env.artifact
+    if art is not None:
+        meta["tooltrace/artifact"] = {"path": art.path, "chars": art.chars, "sha256": art.sha256}
+    return meta
+
+
+def _artifact_note(env: ToolResultEnvelope) -> str:
+    art = env.artifact
+    assert art is not None
+    return (f"\n\n[tooltrace: output truncated; the full result ({art.chars} chars) is in "
+            f"artifact {art.path} (sha256 {art.sha256[:16]}), call {env.call_id}]")
 
 
 def envelope_to_result(env: ToolResultEnvelope) -> mt.CallToolResult:
@@ -36,14 +164,13 @@ def envelope_to_result(env: ToolResultEnvelope) -> mt.CallToolResult:
 
     Anything but ``ok`` becomes ``isError: true`` with the envelope's summary (already redacted
     and free of host paths). ``_meta`` carries the call id and status so a client can look the
-    call up (``tooltrace autopsy <call id>``).
+    call up (``tooltrace autopsy <call id>``). A mapping result is also given as structured
+    content when it was not offloaded.
     """
     import mcp.types as mt
 
-    meta: dict[str, Any] = {"tooltrace/call_id": env.call_id, "tooltrace/status": env.status.value}
+    meta = _meta(env)
     if env.status is not Status.OK:
-        if env.reject_stage is not None:
-            meta["tooltrace/reject_stage"] = env.reject_stage.value
         return mt.CallToolResult(content=[mt.TextContent(type="text", text=env.summary)],
                                  is_error=True, _meta=meta)
     data = env.data
@@ -65,11 +192,8 @@ def envelope_to_result(env: ToolResultEnvelope) -> mt.CallToolResult:
             text = orjson.dumps(data, default=str).decode()
     else:
         text = orjson.dumps(data, default=str).decode()
-    art = env.artifact
-    if art is not None:
-        meta["tooltrace/artifact"] = {"path": art.path, "chars": art.chars, "sha256": art.sha256}
-        text += (f"\n\n[tooltrace: output truncated; the full result ({art.chars} chars) is in "
-                 f"artifact {art.path} (sha256 {art.sha256[:16]}), call {env.call_id}]")
+    if env.artifact is not None:
+        text += _artifact_note(env)
     if content is None:
         content = [mt.TextContent(type="text", text=text)]
     return mt.CallToolResult(content=content, structured_content=structured, is_error=False,

@@ -28,6 +28,7 @@ __all__ = ["build_server", "check_loopback", "run_proxy", "serve_http", "serve_s
 
 log = logging.getLogger("tooltrace.mcp")
 
+_SHUTDOWN_GRACE_S = 10
 _INTERNAL = ("the proxy could not handle this call (internal error); it was not forwarded "
              "unless the audit trail shows an execute step")
 
@@ -36,6 +37,7 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
     """A low-level MCP server whose tools are the proxy's."""
     import mcp.types as mt
     from mcp.server.lowlevel import Server
+    from mcp.shared.exceptions import MCPError
 
     from .. import __version__
 
@@ -54,6 +56,8 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
         attrs["mcp.session.id"] = _session_id(ctx) or proxy.session_id
         try:
             return await proxy.call_tool(params.name, params.arguments, attributes=attrs)
+        except MCPError:
+            raise  # a protocol answer (an unknown tool): the SDK sends it as a JSON-RPC error
         except Exception:
             log.error("mcp proxy: internal error handling a call", exc_info=True)
             return mt.CallToolResult(content=[mt.TextContent(type="text", text=_INTERNAL)],
@@ -99,16 +103,25 @@ def check_loopback(host: str) -> None:
         raise ConfigurationError(f"the HTTP transport listens on loopback only, not {host!r}")
 
 
-async def serve_http(proxy: McpProxy, host: str, port: int) -> None:
-    """Serve the proxy over streamable HTTP at ``http://host:port/mcp`` (loopback only)."""
+async def serve_http(proxy: McpProxy, host: str, port: int, *,
+                     stop: asyncio.Event | None = None) -> None:
+    """Serve the proxy over streamable HTTP at ``http://host:port/mcp`` (loopback only).
+
+    Setting ``stop`` shuts the server down gracefully (open sessions closed, lifespan ended).
+    """
     check_loopback(host)
     import uvicorn
 
     server = build_server(proxy, "http")
     app = server.streamable_http_app(host=host)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    # uvicorn catches SIGTERM while it serves: open streams are ended, then the sessions.
+    # A request still running after the grace is cancelled.
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
+                            timeout_graceful_shutdown=_SHUTDOWN_GRACE_S)
     userver = uvicorn.Server(config)
     serving = asyncio.ensure_future(userver.serve())
+    watcher = asyncio.ensure_future((stop or asyncio.Event()).wait())
+    watcher.add_done_callback(lambda _: setattr(userver, "should_exit", True))
     try:
         # Said once the socket is bound (a client that waits for the line may connect at once).
         while not userver.started and not serving.done():
@@ -118,22 +131,34 @@ async def serve_http(proxy: McpProxy, host: str, port: int) -> None:
                   flush=True)
         await serving
     finally:
+        watcher.cancel()
         if not serving.done():
-            serving.cancel()
+            userver.should_exit = True
             await asyncio.gather(serving, return_exceptions=True)
 
 
 async def run_proxy(config: ProxyConfig, *, http: tuple[str, int] | None = None) -> None:
-    """Start the upstreams, serve until the client goes away, then shut everything down."""
+    """Start the upstreams, serve until the client goes away, then shut everything down.
+
+    SIGTERM (what an MCP client sends when the proxy does not exit in time) ends serving
+    cleanly: over HTTP the server shuts down gracefully, over stdio the serving task is
+    cancelled; either way sinks are flushed and upstreams stopped.
+    """
     proxy = McpProxy(config)
     task = asyncio.current_task()
-    if task is not None:
-        try:
-            # SIGTERM (what an MCP client sends when the proxy does not exit in time) unwinds
-            # through the finally below, so sinks are flushed and upstreams stopped.
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-        except (NotImplementedError, RuntimeError):
-            pass
+    stop = asyncio.Event()
+
+    def on_sigterm() -> None:
+        if http is not None:
+            stop.set()  # uvicorn, which sees the signal too while it serves, shuts down
+        elif task is not None:
+            task.cancel()
+
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    except (NotImplementedError, RuntimeError):
+        pass
     try:
         await proxy.start()
         for t in proxy.report().changed:
@@ -143,8 +168,7 @@ async def run_proxy(config: ProxyConfig, *, http: tuple[str, int] | None = None)
                   file=sys.stderr, flush=True)
         if http is None:
             await serve_stdio(proxy)
-        else:
-            await serve_http(proxy, *http)
+        elif not stop.is_set():
+            await serve_http(proxy, *http, stop=stop)
     finally:
         await asyncio.shield(proxy.aclose())
-

@@ -1,0 +1,101 @@
+"""An MCP server built with the official SDK's ``MCPServer`` (FastMCP), run over stdio as a real
+upstream: one tool per kind of result the proxy must pass through unchanged.
+
+Tools return text (one block or several), images, audio, embedded resources (text and binary),
+resource links, a mix in a fixed order, and structured content with and without an output
+schema; ``n`` makes a result as long as a test needs (over or under the proxy's inline limit).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import TypedDict
+
+import mcp_types as mt
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("rich")
+
+# A real 1x1 PNG, and bytes that look like nothing in particular for audio and blobs.
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+NOISE = hashlib.sha256(b"tooltrace").digest() * 64
+
+
+def lines(n: int) -> str:
+    """``n`` characters of numbered lines (a stand-in for a file's text)."""
+    out: list[str] = []
+    size, i = 0, 0
+    while size < n:
+        line = f"line {i:06d}: the quick brown fox jumps over the lazy dog\n"
+        out.append(line)
+        size += len(line)
+        i += 1
+    return "".join(out)[:n]
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+class FileText(TypedDict):
+    """What ``read_file`` returns (its output schema)."""
+
+    content: str
+
+
+@server.tool(structured_output=True)
+def read_file(n: int = 11) -> FileText:
+    """Structured content with an output schema, like the filesystem server's read_text_file."""
+    return {"content": "alpha\nbeta" if n == 11 else lines(n)}
+
+
+@server.tool(structured_output=False)
+def several_texts(n: int = 10) -> mt.CallToolResult:
+    """Three text blocks (the middle one ``n`` characters long), no output schema."""
+    return mt.CallToolResult(content=[
+        mt.TextContent(type="text", text="first"),
+        mt.TextContent(type="text", text=lines(n)),
+        mt.TextContent(type="text", text="last\n"),
+    ])
+
+
+@server.tool(structured_output=False)
+def unschema_structured(n: int = 10) -> mt.CallToolResult:
+    """Structured content without an output schema, and a text block that is not its JSON."""
+    return mt.CallToolResult(
+        content=[mt.TextContent(type="text", text="alpha\nbeta")],
+        structured_content={"content": lines(n), "count": n, "tags": ["a", "b"]},
+    )
+
+
+@server.tool(structured_output=False)
+def every_block(n: int = 10) -> mt.CallToolResult:
+    """One block of every kind, in a fixed order, with a text block ``n`` characters long."""
+    return mt.CallToolResult(content=[
+        mt.TextContent(type="text", text="caption", annotations=mt.Annotations(priority=0.5)),
+        mt.ImageContent(type="image", data=_b64(PNG), mime_type="image/png"),
+        mt.AudioContent(type="audio", data=_b64(NOISE), mime_type="audio/wav"),
+        mt.EmbeddedResource(type="resource", resource=mt.TextResourceContents(
+            uri="file:///notes/a.txt", mime_type="text/plain", text=lines(n))),
+        mt.EmbeddedResource(type="resource", resource=mt.BlobResourceContents(
+            uri="file:///notes/a.bin", mime_type="application/octet-stream", blob=_b64(NOISE))),
+        mt.ResourceLink(type="resource_link", uri="file:///notes/b.txt", name="b.txt",
+                        mime_type="text/plain"),
+        mt.TextContent(type="text", text="done"),
+    ])
+
+
+@server.tool(structured_output=False)
+def secret_text() -> mt.CallToolResult:
+    """A text block and structured content that carry a credential."""
+    key = "AKIA" + "IOSFODNN7EXAMPLE"
+    return mt.CallToolResult(
+        content=[mt.TextContent(type="text", text=f"aws_access_key_id = {key}\nok")],
+        structured_content={"note": f"key {key}", "password": "hunter2-hunter2"},
+    )
+
+
+if __name__ == "__main__":
+    server.run("stdio")

@@ -1,0 +1,147 @@
+"""Results through the MCP proxy are the upstream's results: byte-compared with the same calls
+made directly, for every kind of content block, with and without an output schema, under and
+over the proxy's inline limit.
+
+The upstream is a real server built with the official SDK (``tests/mcp_servers/rich.py``), the
+client is the official SDK client, and the proxy runs as a subprocess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+import jsonschema
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+from test_mcp_proxy import REPO, audit_rows, call_id, proxy_session, write_config
+
+RICH = str(REPO / "tests" / "mcp_servers" / "rich.py")
+SMALL, BIG = 10, 40_000  # the proxy's inline limit is 16384 characters
+CASES = [(tool, n) for tool in ("read_file", "several_texts", "unschema_structured",
+                                "every_block") for n in (SMALL, BIG)]
+
+
+def wire(result: Any) -> bytes:
+    """A result as the client hands it on, without ``_meta`` (where the proxy adds its ids)."""
+    data = result.model_dump(by_alias=True, exclude_none=True, mode="json")
+    data.pop("_meta", None)
+    return json.dumps(data, sort_keys=True).encode()
+
+
+async def _calls(session: ClientSession) -> dict[tuple[str, int], Any]:
+    return {(tool, n): await session.call_tool(tool, {"n": n}) for tool, n in CASES}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("rich")
+    config = write_config(tmp, f"""
+[proxy]
+home = "home"
+[servers.rich]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(RICH)}]
+""")
+
+    async def scenario() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        params = StdioServerParameters(command=sys.executable, args=[RICH])
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            out["direct_tools"] = {t.name: t for t in (await s.list_tools()).tools}
+            out["direct"] = await _calls(s)
+        async with proxy_session(config) as s:
+            out["proxy_tools"] = {t.name: t for t in (await s.list_tools()).tools}
+            out["proxied"] = await _calls(s)
+            out["secret"] = await s.call_tool("secret_text", {})
+            try:
+                await s.call_tool("no_such_tool", {"n": 1})
+            except MCPError as exc:
+                out["unknown"] = exc
+            out["after_unknown"] = await s.call_tool("read_file", {})
+        return out
+
+    out = asyncio.run(scenario())
+    out["home"] = tmp / "home"
+    return out
+
+
+@pytest.mark.parametrize(("tool", "n"), [c for c in CASES if c[1] == SMALL])
+def test_results_under_the_limit_are_byte_identical(results: dict[str, Any], tool: str,
+                                                    n: int) -> None:
+    direct, proxied = results["direct"][tool, n], results["proxied"][tool, n]
+    assert wire(proxied) == wire(direct)
+    assert proxied.meta["tooltrace/status"] == "ok"
+    assert "tooltrace/artifact" not in proxied.meta
+
+
+@pytest.mark.parametrize(("tool", "n"), [c for c in CASES if c[1] == BIG])
+def test_offloaded_results_keep_their_shape(results: dict[str, Any], tool: str,
+                                            n: int) -> None:
+    direct, proxied = results["direct"][tool, n], results["proxied"][tool, n]
+    art = proxied.meta["tooltrace/artifact"]
+    # Structured content stays whole: the result is still valid for the tool's schema.
+    assert json.dumps(proxied.structured_content) == json.dumps(direct.structured_content)
+    schema = results["proxy_tools"][tool].output_schema
+    assert schema == results["direct_tools"][tool].output_schema
+    if schema is not None:
+        jsonschema.validate(proxied.structured_content, schema)
+    # Every block where it was; only long text is shortened, to a preview of the same text.
+    assert [b.type for b in proxied.content] == [b.type for b in direct.content]
+    shortened = 0
+    for d, p in zip(direct.content, proxied.content, strict=True):
+        dt, pt = _text(d), _text(p)
+        if dt is None or len(dt) < 2048:
+            assert wire(p) == wire(d) or pt == dt + _note(pt)
+            continue
+        shortened += 1
+        assert len(pt) < len(dt)
+        head = pt.split(" ... [truncated", 1)[0]
+        assert dt.startswith(head) and len(head) > 1000
+    # (unschema_structured's bulk is its structured content, which stays whole.)
+    assert shortened == sum(len(_text(b) or "") >= 2048 for b in direct.content)
+    assert "output truncated" in "".join(_text(b) or "" for b in proxied.content)
+    # The artifact holds the whole result: every text and the structured content, unchanged.
+    stored = json.loads((results["home"] / art["path"]).read_text())
+    assert len(json.dumps(stored, ensure_ascii=False, separators=(",", ":"))) == art["chars"]
+    assert stored.get("structuredContent") == direct.structured_content
+    assert [_text_of_wire(b) for b in stored["content"]] == [_text(b) for b in direct.content]
+
+
+def test_secrets_are_redacted_in_place(results: dict[str, Any]) -> None:
+    res = results["secret"]
+    assert [b.type for b in res.content] == ["text"]
+    assert "AKIA" not in wire(res).decode()
+    assert res.content[0].text.endswith("\nok")
+    assert res.structured_content["password"].startswith("[REDACTED")
+    assert set(res.structured_content) == {"note", "password"}
+
+
+def test_unknown_tool_is_a_json_rpc_error_and_is_audited(results: dict[str, Any]) -> None:
+    exc = results["unknown"]
+    assert exc.code == -32602 and "no_such_tool" in exc.message
+    assert not results["after_unknown"].is_error  # the session goes on
+    rows = [r for r in audit_rows(results["home"]).values() if r["reject_stage"] == "resolve"]
+    assert [(r["status"], r["tool"]) for r in rows] == [("rejected", "_unregistered")]
+    assert audit_rows(results["home"])[call_id(results["after_unknown"])]["status"] == "ok"
+
+
+def _text(block: Any) -> str | None:
+    if block.type == "text":
+        return str(block.text)
+    resource = getattr(block, "resource", None)
+    return getattr(resource, "text", None)
+
+
+def _text_of_wire(block: dict[str, Any]) -> str | None:
+    if block["type"] == "text":
+        return str(block["text"])
+    return (block.get("resource") or {}).get("text")
+
+
+def _note(text: str | None) -> str:
+    return "" if text is None or "\n\n[tooltrace" not in text else text[text.index("\n\n[tool"):]
