@@ -163,3 +163,29 @@ def test_background_flag_on_a_foreground_only_tool_runs_in_the_foreground(
     env = registry.call(ToolCall("read_text", {"path": "hello.txt"}, background=True))
     assert env.status is Status.OK
     assert env.data["text"] == "hello world\n"
+
+
+def test_job_status_shows_the_progress_its_command_reports(
+    registry: ToolRegistry, sink: RecordingSink
+) -> None:
+    # A command's progress is its output: bytes written so far and the last line, redacted.
+    secret = "sk-" + "f00dbabe" * 5
+    argv = [sys.executable, "-u", "-c",
+            "import time\nfor i in range(100000):\n"
+            f"    print(f'step {{i}} token={secret}'); time.sleep(0.01)"]
+    seen = []
+    sub = registry.subscribe(seen.append, kinds=["progress"])
+    job_id = _start(registry, argv)
+
+    def progressed() -> object:
+        env = registry.call(ToolCall("job_status", {"job_id": job_id}, run_id="run-a"))
+        p = env.data["progress"]
+        return p if p is not None and p["seq"] > 3 else None
+
+    p = wait_for(progressed, 10.0, "the job's progress")
+    assert p["done"] > 0 and p["total"] is None
+    assert p["message"].startswith("step ") and secret not in p["message"]
+    registry.call(ToolCall("job_kill", {"job_id": job_id}, run_id="run-a"))
+    assert sub.flush(5)
+    assert seen and all(ev.call_id == seen[0].call_id for ev in seen)
+    assert all(secret not in (ev.mark.message or "") for ev in seen)

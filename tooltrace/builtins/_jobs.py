@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from ..runtime import CallContext
 from ..tool import Capability, Effect, Execution, FunctionTool, ToolResult, tool
-from ._process import ProcessTree
+from ._process import ProcessTree, report_output
 from ._run_command import CommandConfig, build_run_command
 
 if TYPE_CHECKING:
@@ -75,7 +75,17 @@ class Job:
             "stderr_bytes": t.stderr.total,
             "started_by": self.ctx.call_id,
             "keep_after_shutdown": self.keep,
+            "progress": _progress(self.ctx),
         }
+
+
+def _progress(ctx: CallContext) -> dict[str, Any] | None:
+    """The latest progress the job reported (a command's: bytes of output and its last line)."""
+    m = ctx.last_progress
+    if m is None:
+        return None
+    return {"done": m.done, "total": m.total, "message": m.message, "seq": m.seq,
+            "at_us": m.at_us}
 
 
 class JobManager:
@@ -108,6 +118,7 @@ class JobManager:
             job = Job(f"job_{secrets.token_hex(8)}", ctx, tree, keep)
             self._jobs[job.job_id] = job
             self._trim()
+        report_output(ctx, tree)
         job.thread = threading.Thread(target=self._watch, args=(job,), daemon=True,
                                       name=f"tooltrace-{job.job_id}")
         job.thread.start()
@@ -132,6 +143,7 @@ class JobManager:
         try:
             tree.run(job.ctx.deadline)
         finally:
+            job.ctx.flush_progress()
             job.done.set()
             if not job.detached:
                 detail: dict[str, Any] = {

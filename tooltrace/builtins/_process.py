@@ -18,9 +18,10 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..runtime import CallContext
     from ._run_command import CommandConfig
 
-__all__ = ["OutputCapture", "ProcessTree"]
+__all__ = ["OutputCapture", "ProcessTree", "report_output"]
 
 _READ_CHUNK = 64 * 1024
 # A cwd under this prefix names a directory descriptor the caller holds open (see ProcessTree).
@@ -30,7 +31,7 @@ _FD_DIR = "/proc/self/fd/"
 class OutputCapture:
     """One output stream, bounded: everything up to the limit, then only its head and tail."""
 
-    __slots__ = ("_head_cap", "_lock", "_tail_cap", "head", "tail", "total")
+    __slots__ = ("_head_cap", "_lock", "_tail_cap", "head", "on_feed", "tail", "total")
 
     def __init__(self, limit: int) -> None:
         self._head_cap = limit // 2
@@ -39,6 +40,8 @@ class OutputCapture:
         self.tail = bytearray()
         self.total = 0
         self._lock = threading.Lock()
+        #: Called with each chunk after it was taken (progress reporting); must not raise.
+        self.on_feed: Callable[[bytes], None] | None = None
 
     def feed(self, data: bytes) -> None:
         """Take one chunk read from the pipe."""
@@ -74,6 +77,21 @@ class OutputCapture:
         with self._lock:
             data = bytes(self.head + self.tail) if not self.omitted else bytes(self.tail)
         return data[-n:].decode("utf-8", "ignore") if n > 0 else ""
+
+
+def report_output(ctx: CallContext, tree: ProcessTree) -> None:
+    """Report a command's output as its progress: bytes written so far (no total) and the
+    last line it wrote (redacted and cut by the registry; rate-limited by ``ctx.progress``)."""
+
+    def on_feed(chunk: bytes) -> None:
+        try:
+            lines = chunk[-400:].decode("utf-8", "replace").strip().splitlines()
+            ctx.progress(tree.stdout.total + tree.stderr.total, None,
+                         lines[-1].strip() if lines else None)
+        except Exception:
+            pass  # progress is for watching: it never fails the command
+
+    tree.stdout.on_feed = tree.stderr.on_feed = on_feed
 
 
 def _group_alive(pgid: int) -> bool:
@@ -274,6 +292,8 @@ class ProcessTree:
         if not chunk:
             return True
         cap.feed(chunk)
+        if cap.on_feed is not None:
+            cap.on_feed(chunk)
         return False
 
     def _drain(self, sel: selectors.BaseSelector, timeout_s: float) -> None:

@@ -46,7 +46,7 @@ from ..paths import ResolvedPath, Workspace
 from ..redaction import default_redactor
 from ..runtime import CallContext
 from ..tool import Capability, Effect, FunctionTool, ToolResult, tool
-from ._process import _FD_DIR, OutputCapture, ProcessTree
+from ._process import _FD_DIR, OutputCapture, ProcessTree, report_output
 
 __all__ = [
     "SECRET_ENV_PATTERN",
@@ -238,6 +238,7 @@ def build_run_command(
             tree = ProcessTree(full_argv, cwd=host_cwd, env=child_env, config=config,
                                kill_grace_s=kill_grace_s)
         ctx.set_detail("pid", tree.pid)
+        report_output(ctx, tree)
         ctx.on_cancel(tree.stop)
         # The registry signals the deadline; the tool's own check covers inline use and makes
         # the signal (and so the recorded reason) the same either way.
