@@ -84,6 +84,11 @@ class Subscription:
             self._task = loop.create_task(self._run_task())
 
     @property
+    def pending(self) -> int:
+        """Events queued and not yet handed over."""
+        return len(self._queue)
+
+    @property
     def closed(self) -> bool:
         """True once ``close()`` was called."""
         return self._closed

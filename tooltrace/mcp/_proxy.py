@@ -347,8 +347,10 @@ class McpProxy:
         arguments: Mapping[str, Any] | None,
         *,
         attributes: Mapping[str, str | int | bool] | None = None,
+        call_id: str | None = None,
     ) -> mt.CallToolResult:
-        """Run one ``tools/call`` through the registry and shape the envelope as an MCP result."""
+        """Run one ``tools/call`` through the registry and shape the envelope as an MCP result
+        (``call_id``: the id to give the call, so its events can be told apart)."""
         attrs: dict[str, str | int | bool] = {"mcp.method.name": "tools/call"}
         if attributes:
             attrs.update(attributes)
@@ -357,7 +359,7 @@ class McpProxy:
             attrs["tooltrace.mcp.server"] = ex.server
             attrs["tooltrace.mcp.upstream_tool"] = ex.upstream_name
         call = ToolCall(name=name, arguments=arguments if arguments is not None else {},
-                        mode=self.config.mode, attributes=attrs)
+                        mode=self.config.mode, attributes=attrs, call_id=call_id)
         env = await self.registry.acall(call)
         held = self._held.pop(env.call_id, None)
         if env.reject_stage is Stage.RESOLVE:

@@ -1,9 +1,10 @@
 """The proxy's MCP front end: a low-level MCP server over stdio or streamable HTTP (loopback).
 
 ``tools/list`` answers from the registry (visible tools in the configured mode);
-``tools/call`` runs ``McpProxy.call_tool``. Span attributes follow the MCP semantic conventions:
-``mcp.method.name``, ``jsonrpc.request.id``, ``mcp.session.id``, ``mcp.protocol.version``,
-``network.transport`` (``pipe`` for stdio, ``tcp`` for HTTP).
+``tools/call`` runs ``McpProxy.call_tool``; a call that carries a ``progressToken`` gets
+``notifications/progress`` for its tool's progress (``_progress``). Span attributes follow the
+MCP semantic conventions: ``mcp.method.name``, ``jsonrpc.request.id``, ``mcp.session.id``,
+``mcp.protocol.version``, ``network.transport`` (``pipe`` for stdio, ``tcp`` for HTTP).
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
+from .. import new_call_id
 from .._settings import resolve_home
 from ..exceptions import ConfigurationError
 from ._config import ProxyConfig
+from ._progress import ProgressRelay, progress_token
 from ._proxy import McpProxy
 
 if TYPE_CHECKING:
@@ -42,6 +45,7 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
     from .. import __version__
 
     network = "pipe" if transport == "stdio" else "tcp"
+    relay = ProgressRelay(proxy.registry)
 
     async def on_list_tools(ctx: Any, params: mt.PaginatedRequestParams | None
                             ) -> mt.ListToolsResult:
@@ -54,14 +58,23 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
         if ctx.protocol_version:
             attrs["mcp.protocol.version"] = str(ctx.protocol_version)[:32]
         attrs["mcp.session.id"] = _session_id(ctx) or proxy.session_id
+        token = progress_token(ctx.params)
+        call_id = None
         try:
-            return await proxy.call_tool(params.name, params.arguments, attributes=attrs)
+            if token is not None:  # the client asked for progress: relay this call's
+                call_id = new_call_id()
+                relay.watch(call_id, ctx.session, token, ctx.request_id)
+            return await proxy.call_tool(params.name, params.arguments, attributes=attrs,
+                                         call_id=call_id)
         except MCPError:
             raise  # a protocol answer (an unknown tool): the SDK sends it as a JSON-RPC error
         except Exception:
             log.error("mcp proxy: internal error handling a call", exc_info=True)
             return mt.CallToolResult(content=[mt.TextContent(type="text", text=_INTERNAL)],
                                      is_error=True)
+        finally:
+            if call_id is not None:
+                await relay.forget(call_id)
 
     return Server(
         "tooltrace-mcp-proxy",
