@@ -31,23 +31,22 @@ async def _session_calls(reg: ToolRegistry, calls: list[tuple[str, dict[str, Any
     proxy = McpProxy(ProxyConfig(), registry=reg)
     server = build_server(proxy, "stdio")
     out = []
-    async with create_client_server_memory_streams() as (client, srv):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: server.run(srv[0], srv[1],
-                                             server.create_initialization_options()))
-            async with ClientSession(client[0], client[1]) as session:
-                await session.initialize()
-                for name, args, ask in calls:
-                    got: list[tuple[float, float | None, str | None]] = []
+    async with create_client_server_memory_streams() as (client, srv), \
+            anyio.create_task_group() as tg:
+        tg.start_soon(lambda: server.run(srv[0], srv[1], server.create_initialization_options()))
+        async with ClientSession(client[0], client[1]) as session:
+            await session.initialize()
+            for name, args, ask in calls:
+                got: list[tuple[float, float | None, str | None]] = []
 
-                    async def on_progress(p: float, total: float | None, msg: str | None,
-                                          got: list[Any] = got) -> None:
-                        got.append((p, total, msg))
+                async def on_progress(p: float, total: float | None, msg: str | None,
+                                      got: list[Any] = got) -> None:
+                    got.append((p, total, msg))
 
-                    res = await session.call_tool(name, args,
-                                                  progress_callback=on_progress if ask else None)
-                    out.append((res, got))
-            tg.cancel_scope.cancel()
+                res = await session.call_tool(name, args,
+                                              progress_callback=on_progress if ask else None)
+                out.append((res, got))
+        tg.cancel_scope.cancel()
     return out
 
 
