@@ -111,6 +111,9 @@ class AlertOptions:
     surge_factor: float = 1.5
     # Ratios over fewer calls than this in the rate window are noise, not a signal.
     min_calls: int = 20
+    # Fire a surge only for a tool Prometheus has watched since its baseline window began (off:
+    # a fresh Prometheus takes every ratio for a surge from a baseline of 0).
+    surge_needs_history: bool = True
     latency_p95_slo_s: float = 5.0
     audit_backlog: int = 5000
     runbook_base: str = RUNBOOK_BASE
@@ -176,6 +179,16 @@ def _seconds(duration: str) -> int:
     if not parts or "".join(n + u for n, u in parts) != duration:
         raise ValueError(f"not a Prometheus duration: {duration!r}")
     return int(sum(int(n) * units[u] for n, u in parts))
+
+
+def _duration(seconds: int) -> str:
+    """A Prometheus duration for a number of seconds, in the largest units (``1h15m``)."""
+    out, rest = "", seconds
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if rest >= size:
+            out += f"{rest // size}{unit}"
+            rest %= size
+    return out or "0s"
 
 
 def _ratio_record(s: Signal, w: RuleWindows) -> str:
@@ -284,15 +297,21 @@ def _alert(
 
 def _alerting_rules(w: RuleWindows, opts: AlertOptions) -> list[dict[str, Any]]:
     guard = f"{_calls_record(w)} * {_seconds(w.rate)} >= {opts.min_calls}"
+    # A surge is measured against history: Prometheus must have watched the tool since the
+    # baseline window began. Without this a fresh Prometheus (or one that lost its data) sees
+    # baselines of 0 and every naturally high ratio "surges" on its first evaluations.
+    lookback = _duration(_seconds(w.baseline) + _seconds(w.baseline_offset))
+    history = f"{_calls_record(w)} offset {lookback}"
     rules: list[dict[str, Any]] = []
     for s in SIGNALS:
         ratio, base = _ratio_record(s, w), _baseline_record(s, w)
-        # A tool with no history yet has a baseline of 0.
+        # A tool watched all along but idle through the baseline window has a baseline of 0.
         baseline = f"({base} or {ratio} * 0)"
         expr = (
             f"{ratio}\n  > {baseline} + {opts.surge_min_rise}\n"
             f"and\n{ratio}\n  > {opts.surge_factor} * {baseline}\n"
             f"and on (tool)\n{guard}"
+            + (f"\nand on (tool)\n{history}" if opts.surge_needs_history else "")
         )
         rules.append(
             _alert(

@@ -119,6 +119,21 @@ def test_unit_tests_fail_against_weaker_rules(tmp_path: Path) -> None:
     assert 'tool="c"' in proc.stdout + proc.stderr
 
 
+def test_a_fresh_prometheus_would_fire_without_the_history_guard(tmp_path: Path) -> None:
+    # fresh_start.test.yml bites: without the guard the steady ratios "surge" from a baseline of
+    # 0 minutes after the start, and the test fails.
+    weak = tmp_path / "dashboards" / "prometheus" / "tooltrace-rules.yml"
+    weak.parent.mkdir(parents=True)
+    weak.write_text(build.render_rules(options=build.AlertOptions(surge_needs_history=False)))
+    tests_dir = tmp_path / "tests" / "rules"
+    tests_dir.mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "rules" / "fresh_start.test.yml", tests_dir)
+    proc = promtool("test", "rules", "fresh_start.test.yml", cwd=tests_dir)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "ToolOffloadRatioSurge, time: 10m" in out and 'tool="o"' in out, out
+
+
 def test_generator_options_reach_the_rule_file(tmp_path: Path) -> None:
     args = ["--out", str(tmp_path), "--runbook-base", "https://wiki.example/tt/"]
     assert build.main([*args, "--latency-slo", "2.5", "--audit-backlog", "900"]) == 0
@@ -207,8 +222,8 @@ def test_recording_rule_expressions_agree_with_tooltrace_stats(tmp_path: Path) -
 # The shipped expressions with windows of seconds, so the whole chain runs in well under a minute.
 FAST = dict(
     rate="10s",
-    baseline="1m",
-    baseline_offset="10s",
+    baseline="30s",
+    baseline_offset="5s",
     surge_for="0s",
     latency_for="0s",
     backlog_for="0s",
@@ -244,6 +259,9 @@ def test_rejection_surge_fires_an_alert_delivered_by_alertmanager(tmp_path: Path
             )
             prom.wait_for("count(tool:tooltrace_tool_param_reject_ratio:rate10s) >= 2", 10)
             assert prom.query('ALERTS{alertname="ToolParamRejectRatioSurge"}') == []
+            # A surge is judged against history: wait until Prometheus has watched both tools
+            # for a whole baseline window (30s ending 5s ago).
+            prom.wait_for("count(tool:tooltrace_tool_calls:rate10s offset 35s) >= 2", 90)
 
             # The surge: most lookups now come with a wrong argument type.
             w.run_in_background({"params": 12, "ok": 2}, period_s=0.1)
