@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from ._context import CallContext as CallContext
     from ._current import current_context as current_context
     from ._ids import new_call_id as new_call_id
+    from ._listing import GroupLine as GroupLine
+    from ._listing import ToolListing as ToolListing
     from ._registry import ToolRegistry as ToolRegistry
     from ._setup import create_registry as create_registry
     from ._tooltable import Resolution as Resolution
@@ -100,6 +102,7 @@ _PUBLIC: dict[str, str] = {
     "DenyPrivateNetwork": ".policy",
     "DuplicateToolError": ".exceptions",
     "FunctionHook": ".hooks",
+    "GroupLine": "._listing",
     "Hook": ".hooks",
     "HookAction": ".hooks",
     "HookDecision": ".hooks",
@@ -128,6 +131,7 @@ _PUBLIC: dict[str, str] = {
     "ToolCall": ".envelope",
     "ToolCancelled": ".exceptions",
     "ToolInterrupt": ".exceptions",
+    "ToolListing": "._listing",
     "ToolRegistry": "._registry",
     "ToolResultEnvelope": ".envelope",
     "TooltraceError": ".exceptions",

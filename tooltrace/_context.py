@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .paths import Workspace
     from .redaction import ArtifactStore
     from .sinks import OpenSpan
+    from .snapshots import FileSnapshot
 
 __all__ = ["CallContext"]
 
@@ -68,6 +69,7 @@ class CallContext:
         "parent_call_id",
         "run_id",
         "signalled_at",
+        "snapshots",
         "timeout_s",
         "tool",
         "traceparent",
@@ -131,6 +133,10 @@ class CallContext:
         self._pending: tuple[int, int, float, float | None, str | None] | None = None
         #: The call's span, made current around a nested call's start (set by the registry).
         self._span: OpenSpan | None = None
+        #: The files the registry snapshotted before the call, by argument (set by the
+        #: registry for a tool that declares ``writes``): a writer checks it replaces the
+        #: very file that was snapshotted.
+        self.snapshots: Mapping[str, FileSnapshot] | None = None
 
     def start_clock(self) -> None:
         """Start the deadline now (at execution start, after admission)."""

@@ -31,6 +31,7 @@ from ._drivers import aserve, boxed, serve
 from ._eventhub import EventHub, Subscription
 from ._executors import LoopThread, RenewablePool, ToolThreads
 from ._ids import CLOCK_SKEW_S, id_prefix, new_run_id
+from ._listing import ToolListing, tool_listing
 from ._record import redact_detail
 from ._stages import RawCall, pipeline
 from ._statuses import StatusTable
@@ -41,6 +42,7 @@ from .paths import Workspace
 from .policy import ApprovalDecision, ApprovalRequest, Policy
 from .redaction import ArtifactStore, Redactor
 from .sinks import BindingSink, DurableSink, LateSink, LateStep, Sink, SpanOpener, TrailSink
+from .snapshots import SnapshotStore
 from .tool import FunctionTool, ToolDefinition
 
 __all__ = ["Approver", "ToolRegistry"]
@@ -86,6 +88,8 @@ class ToolRegistry:
       a deeper call is refused (``TOOLTRACE_MAX_DEPTH``, 8 by default).
     - ``progress_interval_s``: the shortest time between two published progress reports of
       one call (``ctx.progress``); reports in between are held back, the latest kept.
+    - ``snapshot_max_bytes``: the largest file kept as a snapshot before a tool that declares
+      ``writes`` runs (``TOOLTRACE_SNAPSHOT_MAX_BYTES``, 8 MiB by default).
     """
 
     def __init__(
@@ -111,6 +115,7 @@ class ToolRegistry:
         hook_threads: int = 8,
         max_depth: int | None = None,
         progress_interval_s: float = 0.1,
+        snapshot_max_bytes: int | None = None,
     ) -> None:
         self.workspace = (
             workspace
@@ -119,6 +124,8 @@ class ToolRegistry:
         )
         self.home = _settings.resolve_home(home)
         self.artifacts = ArtifactStore(self.home / "artifacts")
+        self.snapshots = SnapshotStore(self.home, self.artifacts, snapshot_max_bytes)
+        self.group_descriptions: dict[str, str] = {}  # see describe_group
         self.policy = policy if policy is not None else Policy()
         self.redactor = redactor if redactor is not None else Redactor()
         self.approver = approver
@@ -211,6 +218,16 @@ class ToolRegistry:
             else:
                 hidden.append((name, why))
         return Visibility(mode, tuple(visible), tuple(hidden))
+
+    def describe_group(self, group: str, description: str) -> None:
+        """Say what a tool group is for: the one line a collapsed listing shows for it."""
+        self.group_descriptions[group] = description
+
+    def tool_listing(self, mode: str = "default", expand: Iterable[str] = ()) -> ToolListing:
+        """The tools ``mode`` shows with each group collapsed to one line (except those in
+        ``expand``) and ``load_tools`` to open one; stable bytes (``ToolListing.to_json``).
+        See ``tooltrace._listing``."""
+        return tool_listing(self, mode, expand)
 
     def tool_names(self) -> frozenset[str]:
         """Names of the registered tools: the closed set of metric label values."""
@@ -322,13 +339,16 @@ class ToolRegistry:
         """
         return self._hub.subscribe(subscriber, kinds, max_queue)
 
-    def tool_specs(self, mode: str = "default", format: str = "openai") -> list[dict[str, Any]]:
+    def tool_specs(self, mode: str = "default", format: str = "openai", *,
+                   collapse: bool = False, expand: Iterable[str] = ()) -> list[dict[str, Any]]:
         """The tools ``mode`` exposes in a model API's format (``openai``, ``openai-responses``,
-        ``anthropic``, ``gemini``, ``mcp``): same set and order as ``visible_tools(mode)``,
-        stable bytes. See ``tooltrace.providers``."""
+        ``anthropic``, ``gemini``, ``mcp``): same set and order as ``visible_tools(mode)``
+        (with ``collapse``: as ``tool_listing(mode, expand)``), stable bytes. See
+        ``tooltrace.providers``."""
         from .providers import tool_specs
 
-        return tool_specs(self, mode, format)  # type: ignore[arg-type]  # checked there
+        fmt: Any = format  # checked there
+        return tool_specs(self, mode, fmt, collapse=collapse, expand=expand)
 
     def call_from(self, provider_call: object, *, mode: str = "default") -> ToolResultEnvelope:
         """Run a model API's tool call as it comes (an OpenAI ``tool_call`` with JSON-string

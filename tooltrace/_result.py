@@ -15,6 +15,7 @@ from . import _build
 from ._context import CallContext
 from ._outcome import Outcome, error_type, outcome_rules
 from ._record import VETTED, Builder, error_text, redact_detail
+from ._snapshotstage import snapshot_after
 from ._tooltable import Entry
 from .envelope import Artifact, Retry, Status, Step, StepName, ToolResultEnvelope
 from .redaction import preview
@@ -38,8 +39,11 @@ def finish(
     reg: ToolRegistry, b: Builder, entry: Entry, ctx: CallContext, out: Outcome, t: int
 ) -> ToolResultEnvelope:
     """Record the execute step (begun at ``t``), map the outcome to a status, and make the
-    envelope (not emitted: post-hooks come first)."""
+    envelope (not emitted: post-hooks come first). A tool that writes files has what it left
+    noted first (``_snapshotstage``)."""
     d = entry.definition
+    if ctx.snapshots:
+        snapshot_after(reg, b, d.name, tuple(ctx.snapshots.values()))
     signal = out.signal
     value = out.value
     tool_summary: str | None = None

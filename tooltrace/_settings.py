@@ -32,6 +32,7 @@ __all__ = [
     "TOOLTRACE_MAX_DEPTH",
     "TOOLTRACE_MAX_TIMEOUT_S",
     "TOOLTRACE_RUN_ID",
+    "TOOLTRACE_SNAPSHOT_MAX_BYTES",
     "TOOLTRACE_TRACE_URL",
     "Setting",
     "approval_allows",
@@ -46,6 +47,7 @@ __all__ = [
     "max_timeout_s",
     "resolve_home",
     "run_id",
+    "snapshot_max_bytes",
     "trace_url",
 ]
 
@@ -76,6 +78,9 @@ TOOLTRACE_LOG_FORMAT: Final = "TOOLTRACE_LOG_FORMAT"
 TOOLTRACE_ARCHIVE: Final = "TOOLTRACE_ARCHIVE"
 #: Where a new DuckLake archive keeps its Parquet files (``s3://bucket/prefix/``).
 TOOLTRACE_ARCHIVE_DATA_PATH: Final = "TOOLTRACE_ARCHIVE_DATA_PATH"
+
+#: The largest file kept as a snapshot before a write, in bytes.
+TOOLTRACE_SNAPSHOT_MAX_BYTES: Final = "TOOLTRACE_SNAPSHOT_MAX_BYTES"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +123,9 @@ SETTINGS: Final = (
     Setting(TOOLTRACE_ARCHIVE_DATA_PATH, "unset", "where a new DuckLake archive keeps its"
             " Parquet files; read when the first ship creates the catalog",
             ("the archive", "audit/archive.md#configuration")),
+    Setting(TOOLTRACE_SNAPSHOT_MAX_BYTES, "`8388608` (8 MiB)", "largest file kept as a snapshot"
+            " before a write; a larger one is recorded as too large, not kept",
+            ("Snapshots", "guide/snapshots.md#the-size-bound")),
 )
 
 
@@ -167,13 +175,24 @@ def max_depth(explicit: int | None = None) -> int:
 
     Raises ``ConfigurationError`` unless it is a whole number >= 0 (0: no nested calls).
     """
-    name = TOOLTRACE_MAX_DEPTH
+    return _whole_number(TOOLTRACE_MAX_DEPTH, explicit, 8)
+
+
+def snapshot_max_bytes(explicit: int | None = None) -> int:
+    """The largest file kept as a snapshot: explicit > ``TOOLTRACE_SNAPSHOT_MAX_BYTES`` >
+    8 MiB. ``ConfigurationError`` unless it is a whole number of bytes, 0 or more."""
+    return _whole_number(TOOLTRACE_SNAPSHOT_MAX_BYTES, explicit, 8 * 1024 * 1024)
+
+
+def _whole_number(name: str, explicit: int | None, default: int) -> int:
+    """explicit > the variable > ``default``; ``ConfigurationError`` unless a whole number
+    >= 0."""
     if explicit is not None:
         value = explicit
     else:
         raw = _env(name)
         if raw is None:
-            return 8
+            return default
         try:
             value = int(raw)
         except ValueError:

@@ -1,7 +1,8 @@
 """The pipeline of one call, stage by stage.
 
 sanitise -> resolve -> validate -> policy and approval -> pre-hooks (modify => re-validate and
-re-authorise) -> admission (concurrency, deadline) -> strict audit intent -> execute -> outcome,
+re-authorise) -> admission (concurrency, deadline) -> strict audit intent -> snapshot (a tool that
+writes files: ``_snapshotstage``) -> execute -> outcome,
 redaction and offload -> post-hooks -> emit.
 
 It is written once, as a generator (``pipeline``) that *yields* the operations that block
@@ -32,6 +33,7 @@ from ._outcome import Outcome
 from ._record import UNREGISTERED, VETTED, Builder, error_text, redact_args, safe_name
 from ._result import finish
 from ._sanitise import sanitise
+from ._snapshotstage import snapshot_before
 from ._tooltable import Entry
 from .envelope import Retry, Stage, StepName, ToolCall, ToolResultEnvelope
 from .sinks import DurableSink, OpenSpan
@@ -89,8 +91,7 @@ _ADMISSION_TEXT = {
 def pipeline(
     reg: ToolRegistry, raw: RawCall, blocking: bool = False, parent: CallContext | None = None
 ) -> Pipeline:
-    """The pipeline of one call; ``blocking`` when its driver is ``call()`` (which may wait here);
-    ``parent`` the context of the tool that made the call (``CallContext.call``)."""
+    """One call's pipeline (``blocking``: driven by ``call()``; ``parent``: see ``nested``)."""
     b = Builder(reg, time.time_ns() // 1000, _perf_ns())
     call = sanitise(reg, b, raw)
     if call is None:
@@ -124,9 +125,8 @@ def pipeline(
     if untyped.timeout_s is not None:
         timeout, asked = deadline(reg, untyped.timeout_s)
     t = b.last  # admission begins where the last step ended (one clock read less)
-    adm: AdmissionResult
     if reg._admission.try_acquire(d.name):
-        adm = _FREE
+        adm: AdmissionResult = _FREE
     else:
         adm = yield Admit(d.name, b.run_id, reg.admission_timeout_s, b.call_id)
     refused = admission(b, d, adm, asked, t)
@@ -138,7 +138,9 @@ def pipeline(
             refused = yield from intents(reg, b, d)
             if refused is not None:
                 return refused
-        ctx = start(reg, b, d, timeout, call.background and d.background, parent)
+        ctx = start(reg, b, d, timeout, call.background and d.background, parent, args)
+        if ctx is None:  # a file it writes could not be snapshotted safely
+            return b.refused()
         t = b.last
         released = True  # from here the executor's finally gives the slot back
         out: Outcome
@@ -294,9 +296,14 @@ def start(
     timeout: float,
     background: bool,
     parent: CallContext | None = None,
-) -> CallContext:
+    args: Mapping[str, Any] | None = None,
+) -> CallContext | None:
     """The running call's context, registered as running (``cancel()`` finds it there). A
-    nested call's deadline is at most its parent's, and it is signalled with its parent."""
+    nested call's deadline is at most its parent's, and it is signalled with its parent. The
+    files a tool declares it writes are snapshotted first: None if one cannot be (refused)."""
+    taken = snapshot_before(reg, b, d, args) if d.writes and args is not None else ()
+    if taken is None:
+        return None
     if parent is not None:
         timeout = min(timeout, max(parent.remaining(), 0.001))
     span = b.span
@@ -316,6 +323,8 @@ def start(
         b.parent_call_id,
     )
     ctx._span = span
+    if taken:
+        ctx.snapshots = {s.param: s for s in taken}
     # Plain dict operations are atomic under the GIL; cancel() copies before iterating.
     reg._active[b.call_id] = ctx
     if b.call_id in reg._cancel_early:  # cancelled while it was being admitted

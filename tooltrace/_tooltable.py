@@ -154,9 +154,20 @@ class ToolTable:
                 if p in d.parameters.get("properties", {})
             )
         )
-        if (cap, eff, cancellable, paths) != (d.capability, d.effect, d.cancellable, d.path_params):
+        # A file any definition snapshots before writing stays snapshotted.
+        writes = tuple(
+            dict.fromkeys(p for e in entries.values() for p in e.definition.writes if p in paths)
+        )
+        if (cap, eff, cancellable, paths, writes) != (
+            d.capability, d.effect, d.cancellable, d.path_params, d.writes
+        ):
             d = dataclasses.replace(
-                d, capability=cap, effect=eff, cancellable=cancellable, path_params=paths
+                d,
+                capability=cap,
+                effect=eff,
+                cancellable=cancellable,
+                path_params=paths,
+                writes=writes,
             )
             top = Entry(d, top.fn, top.wants_ctx, top.is_async, top.schema)
         self.active[name] = top

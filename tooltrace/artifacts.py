@@ -72,11 +72,17 @@ class ArtifactStore:
 
     def put(self, text: str) -> Artifact:
         """Store ``text`` (UTF-8) under its sha256 and describe it."""
-        data = text.encode("utf-8", "surrogatepass")
+        return self.put_bytes(text.encode("utf-8", "surrogatepass"), chars=len(text))
+
+    def put_bytes(self, data: bytes, *, chars: int | None = None) -> Artifact:
+        """Store ``data`` as it is (a file's snapshot) under its sha256 and describe it
+        (``chars``: the length of the text it encodes, else the number of bytes)."""
         digest = hashlib.sha256(data).hexdigest()
         final = self.path_for(digest)
         rel = f"{self._prefix}/{digest[:2]}/{digest}.txt"
-        art = Artifact(path=rel, chars=len(text), bytes=len(data), sha256=digest)
+        art = Artifact(
+            path=rel, chars=len(data) if chars is None else chars, bytes=len(data), sha256=digest
+        )
         try:
             if os.stat(final).st_size == len(data):
                 return art  # dedup: same digest and size means same content
@@ -100,8 +106,16 @@ class ArtifactStore:
 
     def read(self, sha256: str) -> str:
         """The stored text for a digest (``FileNotFoundError`` if absent)."""
+        return self.read_bytes(sha256).decode("utf-8", "surrogatepass")
+
+    def read_bytes(self, sha256: str) -> bytes:
+        """The stored bytes for a digest (``FileNotFoundError`` if absent, ``ValueError`` if
+        the stored content no longer has that digest)."""
         with open(self.path_for(sha256), "rb") as fh:
-            return fh.read().decode("utf-8", "surrogatepass")
+            data = fh.read()
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise ValueError(f"artifact {sha256[:12]} does not match its digest")
+        return data
 
 
 _build.keep_docs(__name__, globals())

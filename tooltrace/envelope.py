@@ -71,6 +71,7 @@ class StepName(enum.StrEnum):
     REVALIDATE = "revalidate"
     ADMISSION = "admission"
     AUDIT_INTENT = "audit_intent"
+    SNAPSHOT = "snapshot"
     EXECUTE = "execute"
     DEADLINE = "deadline"
     CANCEL_REQUESTED = "cancel_requested"

@@ -40,14 +40,18 @@ if TYPE_CHECKING:
     from .tool import ToolDefinition
 
 __all__ = [
+    "CHARS_PER_TOKEN",
     "Format",
     "ProviderCall",
     "ProviderCallError",
+    "SchemaSize",
     "acall_from",
     "call_from",
     "read_call",
     "result_message",
     "result_turn",
+    "schema_size",
+    "schema_sizes",
     "tool_specs",
 ]
 
@@ -99,15 +103,27 @@ class _Dumpable(Protocol):
 
 
 def tool_specs(
-    registry: ToolRegistry, mode: str = "default", format: Format = "openai"
+    registry: ToolRegistry,
+    mode: str = "default",
+    format: Format = "openai",
+    *,
+    collapse: bool = False,
+    expand: Iterable[str] = (),
 ) -> list[dict[str, Any]]:
     """The tools ``mode`` exposes, in the provider's format: same set and order as
     ``registry.visible_tools(mode)``, plain dicts whose JSON is byte-for-byte stable.
 
-    Raises ``RegistrationError`` naming the tools whose names the provider would refuse.
+    With ``collapse``, the tools of ``registry.tool_listing(mode, expand)`` instead: each
+    group not in ``expand`` is left out, and ``load_tools`` lists the collapsed groups (one
+    line each) in its description. Raises ``RegistrationError`` naming the tools whose names
+    the provider would refuse.
     """
     _check_format(format)
-    visible = registry.visible_tools(mode).visible
+    visible = (
+        registry.tool_listing(mode, expand).tools
+        if collapse
+        else registry.visible_tools(mode).visible
+    )
     rule = _NAME_RULES.get(format)
     if rule is not None:
         bad = [d.name for d in visible if not rule.match(d.name)]
@@ -134,6 +150,48 @@ def _spec(d: ToolDefinition, format: str) -> dict[str, Any]:
     if format == "gemini":
         return {"name": d.name, "description": d.description, "parametersJsonSchema": schema}
     return {"name": d.name, "description": d.description, "inputSchema": schema}
+
+
+#: Characters per token that ``SchemaSize.tokens`` assumes: a rule of thumb for English and
+#: JSON text with the byte-pair tokenizers of OpenAI and Anthropic models, not a count.
+CHARS_PER_TOKEN = 4
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaSize:
+    """What a tool list costs the model: its compact JSON's length, and a token estimate."""
+
+    chars: int
+    """Characters of the specs' compact JSON (as a provider request would carry them)."""
+    tokens: int
+    """Estimated tokens: ``chars / CHARS_PER_TOKEN`` rounded up (an estimate, not a count)."""
+
+
+def schema_size(specs: list[dict[str, Any]]) -> SchemaSize:
+    """The size of a list of tool specs (``tool_specs``' output)."""
+    chars = len(orjson.dumps(specs).decode())
+    return SchemaSize(chars, -(-chars // CHARS_PER_TOKEN))
+
+
+def schema_sizes(
+    registry: ToolRegistry, mode: str = "default", format: Format = "openai"
+) -> dict[str, SchemaSize | None]:
+    """What ``mode``'s tool list costs: ``"full"`` (every tool in full), ``"collapsed"`` (groups
+    as one line each; None when the mode cannot collapse them) and ``"group:<name>"`` for each
+    group the mode shows (its tools' schemas: what ``load_tools`` adds)."""
+    out: dict[str, SchemaSize | None] = {
+        "full": schema_size(tool_specs(registry, mode, format))}
+    try:
+        listing = registry.tool_listing(mode)
+    except RegistrationError:
+        out["collapsed"] = None
+        return out
+    out["collapsed"] = schema_size(tool_specs(registry, mode, format, collapse=True))
+    visible = registry.visible_tools(mode).visible
+    for g in listing.groups:
+        out[f"group:{g.name}"] = schema_size(
+            [_spec(d, format) for d in visible if d.group_name == g.name])
+    return out
 
 
 # -- the model's tool calls ------------------------------------------------------------------

@@ -130,6 +130,23 @@ class ToolDefinition:
     """The most calls of this tool that may run at once (``None``: no cap of its own); the
     registry's ``tool_concurrency`` overrides it, its global ``max_concurrency`` still
     applies."""
+    group: str | None = None
+    """The group the tool belongs to (a name like a tool's): a listing can collapse a group to
+    one line that ``load_tools`` expands. A tool from ``mcp:<server>`` with no group of its
+    own is in the group ``<server>`` (see ``group_name``)."""
+    writes: tuple[str, ...] = ()
+    """The path arguments whose files a call writes (each one of ``path_params``): before
+    the tool runs, the registry keeps each file's previous content as a snapshot that
+    ``tooltrace restore`` can put back."""
+
+    @property
+    def group_name(self) -> str | None:
+        """The tool's effective group: its own, else its MCP server's name, else None."""
+        if self.group is not None:
+            return self.group
+        if self.source.startswith("mcp:"):
+            return self.source[4:]
+        return None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.match(self.name):
@@ -160,6 +177,17 @@ class ToolDefinition:
             raise RegistrationError(f"tool {self.name!r}: priority must be an integer")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise RegistrationError(f"tool {self.name!r}: max_concurrency must be >= 1")
+        if self.group is not None and (
+            not isinstance(self.group, str) or not NAME_RE.match(self.group)
+        ):
+            raise RegistrationError(
+                f"tool {self.name!r}: group must match ^[A-Za-z0-9._-]{{1,128}}$"
+            )
+        for p in self.writes:
+            if p not in self.path_params:
+                raise RegistrationError(
+                    f"tool {self.name!r}: written argument {p!r} must be one of path_params"
+                )
         props = self.parameters.get("properties", {})
         for p in self.path_params:
             if not isinstance(props, Mapping) or p not in props:
@@ -301,12 +329,16 @@ def tool(
     background: bool = False,
     max_concurrency: int | None = None,
     parameters: Mapping[str, Any] | None = None,
+    group: str | None = None,
+    writes: tuple[str, ...] = (),
 ) -> Callable[[Callable[..., Any]], FunctionTool]:
     """Build a ``FunctionTool`` from a typed function.
 
     The schema comes from the signature (a parameter annotated ``CallContext`` receives the call
     context and is not part of the schema) unless ``parameters`` is given; the description
-    defaults to the docstring's first paragraph.
+    defaults to the docstring's first paragraph. ``group`` and ``writes`` are the
+    definition's fields of those names (a group a listing can collapse; the path arguments
+    whose files are snapshotted before each call).
     """
 
     def wrap(fn: Callable[..., Any]) -> FunctionTool:
@@ -326,6 +358,8 @@ def tool(
             execution=Execution(execution),
             background=background,
             max_concurrency=max_concurrency,
+            group=group,
+            writes=tuple(writes),
         )
         return FunctionTool(definition, fn, wants_ctx)
 

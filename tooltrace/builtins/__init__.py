@@ -11,7 +11,9 @@ from typing import Any
 from ..registry import ToolRegistry
 from ..tool import FunctionTool
 from ._jobs import JobManager, register_command_tools
+from ._load_tools import build_load_tools
 from ._read_text import read_text
+from ._restore import build_restore
 from ._run_command import CommandConfig
 from ._write_text import write_text
 
@@ -22,6 +24,7 @@ __all__ = [
     "default_registry",
     "register_builtins",
     "register_command_tools",
+    "register_registry_tools",
 ]
 
 #: Every built-in tool that needs nothing but itself, in registration order.
@@ -37,6 +40,17 @@ def register_builtins(registry: ToolRegistry) -> ToolRegistry:
     return registry
 
 
+def register_registry_tools(registry: ToolRegistry) -> ToolRegistry:
+    """Register the tools that work on the registry itself: ``load_tools`` (a collapsed
+    group's schemas) and ``restore`` (undo a write from its snapshot); return it. The groups
+    of the built-in tools get their descriptions here too."""
+    registry.register(build_load_tools(registry))
+    registry.register(build_restore(registry))
+    for group, text in _GROUPS.items():
+        registry.group_descriptions.setdefault(group, text)
+    return registry
+
+
 def default_registry(
     workspace: str | os.PathLike[str] | None = None, **kwargs: Any
 ) -> ToolRegistry:
@@ -45,4 +59,9 @@ def default_registry(
 
 
 # Built-ins that need the registry itself (background jobs) register through these.
-_EXTRA_REGISTRARS: list[Any] = [register_command_tools]
+_EXTRA_REGISTRARS: list[Any] = [register_command_tools, register_registry_tools]
+
+_GROUPS = {
+    "files": "Read and write text files in the workspace, and undo a write",
+    "shell": "Run commands and follow their background jobs",
+}

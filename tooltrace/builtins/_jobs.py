@@ -205,7 +205,7 @@ def build_job_tools(manager: JobManager, source: str = "builtin") -> tuple[Funct
     """The ``job_status``, ``job_tail`` and ``job_kill`` tools bound to ``manager``."""
 
     @tool("job_status", capability=Capability.READ, effect=Effect.NONE, timeout_s=5.0,
-          source=source, execution=Execution.INLINE)
+          source=source, execution=Execution.INLINE, group="shell")
     def job_status(ctx: CallContext, job_id: Annotated[str, "Id returned by a background call"]
                    ) -> ToolResult:
         """State, exit code, duration and output sizes of a background job of this run."""
@@ -216,7 +216,7 @@ def build_job_tools(manager: JobManager, source: str = "builtin") -> tuple[Funct
         return ToolResult(info, summary=f"job {job.job_id} is {info['state']}")
 
     @tool("job_tail", capability=Capability.READ, effect=Effect.NONE, timeout_s=5.0,
-          source=source, execution=Execution.INLINE,
+          source=source, execution=Execution.INLINE, group="shell",
           parameters={
               "type": "object",
               "properties": {
@@ -243,7 +243,7 @@ def build_job_tools(manager: JobManager, source: str = "builtin") -> tuple[Funct
         return ToolResult(data, summary=f"tail of job {job.job_id} ({job.state})")
 
     @tool("job_kill", capability=Capability.EXECUTE, effect=Effect.LOCAL, timeout_s=15.0,
-          source=source)
+          source=source, group="shell")
     def job_kill(ctx: CallContext, job_id: Annotated[str, "Id returned by a background call"]
                  ) -> ToolResult:
         """Stop a background job of this run (SIGTERM, then SIGKILL) and wait until it ended."""

@@ -21,6 +21,7 @@ HEAD_BYTES = 2 * 1024
     source="builtin",
     path_params=("path",),
     execution=Execution.INLINE,
+    group="files",
 )
 def read_text(
     ctx: CallContext,

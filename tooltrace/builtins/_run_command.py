@@ -275,4 +275,5 @@ def build_run_command(
         path_params=("cwd",),
         background=True,
         parameters=_parameters(config),
+        group="shell",
     )(run_command)

@@ -6,7 +6,9 @@ written to a temporary file in the same directory and renamed over the target; e
 is relative to a directory descriptor reached by walking from the workspace root with
 ``O_NOFOLLOW``, so a component swapped for a symlink in between makes the write fail instead of
 escaping. The sha256 of the content before (``None`` for a new file) and after goes into the
-execute step's detail, so the audit trail shows exactly what changed.
+execute step's detail, so the audit trail shows exactly what changed. Before it runs, the
+registry snapshots the file (``writes``); the write goes ahead only if it replaces that very file
+(same device and inode, same content; no file if there was none).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Annotated
 
 from ..paths import PathPolicyError, Workspace
 from ..runtime import CallContext
+from ..snapshots import FileSnapshot
 from ..tool import Capability, Effect, ToolResult, tool
 
 __all__ = ["MAX_WRITE_BYTES", "write_text"]
@@ -38,12 +41,15 @@ class ContentMismatchError(ValueError):
     """The file's current sha256 is not the one the caller expected; nothing was written."""
 
 
-def _digest_existing(dfd: int, name: str, shown: str) -> tuple[str | None, int | None]:
-    """(sha256, mode) of the current file, or (None, None) if there is none."""
+def _digest_existing(
+    dfd: int, name: str, shown: str
+) -> tuple[str | None, int | None, tuple[int, int]]:
+    """(sha256, mode, (st_dev, st_ino)) of the current file, or (None, None, (0, 0)) if there
+    is none."""
     try:
         fd = os.open(name, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK, dir_fd=dfd)
     except FileNotFoundError:
-        return None, None
+        return None, None, (0, 0)
     except OSError as exc:
         # ELOOP: the final component became a symlink after the policy resolved it.
         if exc.errno == 40:
@@ -61,7 +67,7 @@ def _digest_existing(dfd: int, name: str, shown: str) -> tuple[str | None, int |
         h = hashlib.sha256()
         while chunk := os.read(fd, 1 << 20):
             h.update(chunk)
-        return h.hexdigest(), stat.S_IMODE(st.st_mode)
+        return h.hexdigest(), stat.S_IMODE(st.st_mode), (st.st_dev, st.st_ino)
     finally:
         os.close(fd)
 
@@ -73,20 +79,28 @@ def atomic_write(
     *,
     ctx: CallContext | None = None,
     expected_sha256: str | None = None,
+    suffixes: tuple[str, ...] | None = (".txt",),
+    snapshot: FileSnapshot | None = None,
 ) -> tuple[str, str | None, str]:
-    """Atomically replace (or create) a ``.txt`` file; return (relative path, sha before, after).
+    """Atomically replace (or create) a file (``.txt`` unless ``suffixes`` says otherwise);
+    return (relative path, sha before, after).
 
     ``ctx`` (if given) is checked right before the rename, so a call that is past its deadline
-    or cancelled leaves the file untouched and confirms it stopped.
+    or cancelled leaves the file untouched and confirms it stopped. ``snapshot`` (what the
+    registry kept of the file before the call) must describe the very file being replaced:
+    the same file object, the same content, or nothing is written.
     """
-    rp = workspace.resolve(user_path, must_exist=False, allowed_suffixes=(".txt",))
+    rp = workspace.resolve(user_path, must_exist=False, allowed_suffixes=suffixes)
     dfd, name = workspace.open_parent(rp)
     shown = repr(rp.relative[-60:])
     try:
-        before, mode = _digest_existing(dfd, name, shown)
+        before, mode, ident = _digest_existing(dfd, name, shown)
         if expected_sha256 is not None and expected_sha256.lower() != (before or ""):
             raise ContentMismatchError(
                 f"{shown} does not have the expected content (sha256 mismatch); nothing written")
+        if snapshot is not None and not _is_snapshotted(snapshot, rp.relative, before, ident):
+            raise ContentMismatchError(
+                f"{shown} changed after it was snapshotted; nothing written")
         tmp = f".{name[:80]}.{secrets.token_hex(6)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,
                      0o644 if mode is None else mode, dir_fd=dfd)
@@ -113,6 +127,19 @@ def atomic_write(
     return rp.relative, before, hashlib.sha256(data).hexdigest()
 
 
+def _is_snapshotted(
+    snap: FileSnapshot, relative: str, sha: str | None, ident: tuple[int, int]
+) -> bool:
+    """Whether the file about to be replaced is the one the registry snapshotted."""
+    if snap.path != relative:
+        return False
+    if not snap.before.exists:
+        return sha is None
+    if (snap.device, snap.inode) != ident:
+        return False
+    return not snap.before.kept or snap.before.sha256 == sha
+
+
 @tool(
     "write_text",
     capability=Capability.WRITE,
@@ -120,6 +147,8 @@ def atomic_write(
     timeout_s=10.0,
     source="builtin",
     path_params=("path",),
+    writes=("path",),
+    group="files",
 )
 def write_text(
     ctx: CallContext,
@@ -133,8 +162,9 @@ def write_text(
     data = text.encode("utf-8")
     if len(data) > MAX_WRITE_BYTES:
         raise ValueError(f"content is {len(data)} bytes; the limit is {MAX_WRITE_BYTES}")
+    snap = ctx.snapshots.get("path") if ctx.snapshots else None
     rel, before, after = atomic_write(ctx.workspace, path, data, ctx=ctx,
-                                      expected_sha256=expected_sha256)
+                                      expected_sha256=expected_sha256, snapshot=snap)
     ctx.set_detail("resolved", rel)
     ctx.set_detail("sha256_before", before)
     ctx.set_detail("sha256_after", after)

@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "mcp": "tooltrace.cli.mcp:mcp",
     "query": "tooltrace.cli.query:query",
     "report": "tooltrace.cli.report:report",
+    "restore": "tooltrace.cli.restore:restore",
     "stats": "tooltrace.cli.stats:stats",
     "tools": "tooltrace.cli.tools:tools",
     "verify": "tooltrace.cli.verify:verify",

@@ -35,7 +35,11 @@ from ._common import (
 @home_option
 @json_option
 @archive_option
-def autopsy(call_id: str, home: Path | None, as_json: bool, archive: str | None) -> None:
+@click.option("--diff", "show_diff", is_flag=True,
+              help="Also show the change the call made to each file it wrote (unified diff "
+                   "from its snapshots, redacted).")
+def autopsy(call_id: str, home: Path | None, as_json: bool, archive: str | None,
+            show_diff: bool) -> None:
     """Replay one call step by step (CALL_ID may be a unique prefix).
 
     Exit 1 when no call has this id, 2 when the prefix matches several calls.
@@ -60,10 +64,53 @@ def autopsy(call_id: str, home: Path | None, as_json: bool, archive: str | None)
             fail(f"call id {exc.call_id} was recorded for {len(exc.records)} different calls "
                  f"({where}); they are not merged into one", EXIT_FAIL)
         a = explain(detail, call_family(store, detail))
+    diffs = _diffs(a.call_id, home) if show_diff else None
     if as_json:
-        print_json(a.to_dict(), guard)
+        out = a.to_dict()
+        if diffs is not None:
+            out["diff"] = diffs
+        print_json(out, guard)
         return
     _render(a, guard)
+    if diffs is not None:
+        _render_diffs(diffs, guard)
+
+
+def _diffs(call_id: str, home: Path | None) -> list[dict[str, Any]]:
+    """Each written file's change, redacted: path, diff text, and a note when not shown."""
+    from .._settings import resolve_home
+    from ..artifacts import ArtifactStore
+    from ..redaction import default_redactor
+    from ..snapshots import SnapshotNotFound, SnapshotStore, file_diff
+
+    root = resolve_home(home)
+    store = SnapshotStore(root, ArtifactStore(root / "artifacts"), 0)
+    try:
+        rec = store.load(call_id)
+    except SnapshotNotFound:
+        return []
+    red = default_redactor()
+    out = []
+    for f in rec.files:
+        try:
+            text, note = file_diff(store, f)
+        except (OSError, ValueError) as exc:
+            text, note = "", f"the snapshot cannot be read ({type(exc).__name__})"
+        out.append({"path": red.redact_text(f.path), "created": f.created,
+                    "diff": red.redact_text(text), "note": note})
+    return out
+
+
+def _render_diffs(diffs: list[dict[str, Any]], guard: OutputGuard) -> None:
+    if not diffs:
+        click.echo("diff: the call kept no snapshot (it wrote no declared file)")
+        return
+    for d in diffs:
+        click.echo(guard(f"diff of {d['path']}" + (" (created by the call)" if d["created"]
+                                                   else "") + (f": {d['note']}" if d["note"]
+                                                               else "")))
+        if d["diff"]:
+            click.echo(guard(d["diff"]), nl=False)
 
 
 def _styled() -> bool:
