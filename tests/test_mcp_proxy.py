@@ -37,6 +37,7 @@ BIN = Path(sys.executable).parent
 TOY = str(REPO / "tests" / "mcp_servers" / "toy.py")
 CLIENT_TRACE_ID, CLIENT_SPAN_ID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 CLIENT_TRACEPARENT = f"00-{CLIENT_TRACE_ID}-{CLIENT_SPAN_ID}-01"
+SPAN_KIND_SERVER, SPAN_KIND_CLIENT = 2, 3  # the OTLP proto's SpanKind numbers
 
 
 def _toml_str(value: str) -> str:
@@ -169,7 +170,7 @@ args = ["--repository", {_toml_str(str(repo))}]
             return out
 
         out = asyncio.run(scenario())
-        spans = rx.wait_for(7, timeout_s=20)
+        spans = rx.wait_for(21, timeout_s=20)
 
     tools = out["tools"]
     assert {"get_current_time", "convert_time", "git_status", "git_log", "git_commit",
@@ -228,24 +229,45 @@ args = ["--repository", {_toml_str(str(repo))}]
 
     # Spans: GenAI execute_tool spans with the MCP attributes.
     by_id = {s.attributes.get("gen_ai.tool.call.id"): s for s in spans}
+    by_span = {s.span_id: s for s in spans}
     for name in ("time", "bad_tz", "commit", "log", "diff", "meta"):
         span = by_id[call_id(out[name])]
         assert span.attributes["mcp.method.name"] == "tools/call"
         assert span.attributes["network.transport"] == "pipe"
         assert span.attributes["jsonrpc.request.id"]
         assert span.attributes["mcp.session.id"]
+        # Inside the SERVER span of the client's request (MCP semantic conventions).
+        server = by_span[span.parent_span_id]
+        assert server.kind == SPAN_KIND_SERVER and server.name.startswith("tools/call ")
+        assert server.attributes["jsonrpc.request.id"] == span.attributes["jsonrpc.request.id"]
+        assert server.attributes["network.transport"] == "pipe"
+        assert server.attributes["mcp.protocol.version"]
     time_span = by_id[call_id(out["time"])]
     assert time_span.name == "execute_tool get_current_time"
-    # The client's trace context is the parent of the call's span.
-    assert (time_span.trace_id, time_span.parent_span_id) == (CLIENT_TRACE_ID, CLIENT_SPAN_ID)
+    # The client's trace context is the parent of the request's SERVER span.
+    time_server = by_span[time_span.parent_span_id]
+    assert time_server.name == "tools/call get_current_time"
+    assert (time_server.trace_id, time_server.parent_span_id) == (CLIENT_TRACE_ID, CLIENT_SPAN_ID)
+    assert time_span.trace_id == CLIENT_TRACE_ID
     assert time_span.attributes["tooltrace.source"] == "mcp:time"
     assert by_id[call_id(out["bad_tz"])].attributes["error.type"] == "tool_error"
     assert by_id[call_id(out["bad_tz"])].status_code == 2
+    # error.type on every outcome that is not ok, on the SERVER span too.
+    for name, etype in (("bad_tz", "tool_error"), ("bad_args", "params"), ("commit", "policy")):
+        server = by_span[by_id[call_id(out[name])].parent_span_id]
+        assert (server.attributes["error.type"], server.status_code) == (etype, 2)
+    assert "error.type" not in time_server.attributes
 
-    # Trace context went upstream in params._meta.traceparent: the call's own span.
+    # A CLIENT span for the upstream request, child of the call's span; its context is what
+    # the upstream received in params._meta.traceparent.
     meta_span = by_id[call_id(out["meta"])]
     sent = json.loads(text_of(out["meta"]))
-    assert sent["traceparent"].split("-")[1:3] == [meta_span.trace_id, meta_span.span_id]
+    _, trace_id, client_id, _ = sent["traceparent"].split("-")
+    client = by_span[client_id]
+    assert trace_id == meta_span.trace_id
+    assert client.kind == SPAN_KIND_CLIENT and client.name == "tools/call meta"
+    assert (client.trace_id, client.parent_span_id) == (meta_span.trace_id, meta_span.span_id)
+    assert client.attributes["tooltrace.mcp.server"] == "toy"
 
 
 # -- the bypass test -----------------------------------------------------------------------------
@@ -273,6 +295,12 @@ metrics_port = {port}
 
     (wrote, echoed), metrics = asyncio.run(scenario())
     assert 'tooltrace_tool_rejections_total{stage="hook",tool="write_marker"} 1.0' in metrics
+    # The MCP operation durations, labelled from closed sets (the reject stage is error_type).
+    assert ('tooltrace_mcp_server_operation_duration_seconds_count{error_type="hook",'
+            'method="tools/call"} 2.0') in metrics
+    assert ('tooltrace_mcp_server_operation_duration_seconds_count{error_type="",'
+            'method="initialize"} 1.0') in metrics
+    assert "tooltrace_mcp_client_operation_duration_seconds_count{" not in metrics
     assert not marker.exists()
     assert wrote.is_error and echoed.is_error
 

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import subprocess
 import sys
+import urllib.request
 from typing import Any
 
 import jsonschema
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
+from support.otlp import free_port
 from test_mcp_proxy import REPO, audit_rows, call_id, proxy_session, write_config
 
 RICH = str(REPO / "tests" / "mcp_servers" / "rich.py")
@@ -39,9 +43,11 @@ async def _calls(session: ClientSession) -> dict[tuple[str, int], Any]:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("rich")
+    port = free_port()
     config = write_config(tmp, f"""
 [proxy]
 home = "home"
+metrics_port = {port}
 [servers.rich]
 command = {json.dumps(sys.executable)}
 args = [{json.dumps(RICH)}]
@@ -63,6 +69,8 @@ args = [{json.dumps(RICH)}]
             except MCPError as exc:
                 out["unknown"] = exc
             out["after_unknown"] = await s.call_tool("read_file", {})
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                out["metrics"] = r.read().decode()
         return out
 
     out = asyncio.run(scenario())
@@ -145,3 +153,20 @@ def _text_of_wire(block: dict[str, Any]) -> str | None:
 
 def _note(text: str | None) -> str:
     return "" if text is None or "\n\n[tooltrace" not in text else text[text.index("\n\n[tool"):]
+
+
+def test_operation_durations_are_measured_with_closed_labels(results: dict[str, Any]) -> None:
+    metrics = results["metrics"]
+    calls = len(CASES) + 2  # secret_text and the call after the unknown tool
+    assert ('tooltrace_mcp_client_operation_duration_seconds_count{error_type="",'
+            f'method="tools/call",server="rich"}} {calls}.0') in metrics
+    assert ('tooltrace_mcp_server_operation_duration_seconds_count{error_type="",'
+            f'method="tools/call"}} {calls}.0') in metrics
+    assert ('tooltrace_mcp_server_operation_duration_seconds_count{error_type="-32602",'
+            'method="tools/call"} 1.0') in metrics
+    assert "no_such_tool" not in metrics
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        lint = subprocess.run([promtool, "check", "metrics"], input=metrics, text=True,
+                              capture_output=True, timeout=60)
+        assert "mcp_" not in lint.stdout + lint.stderr, lint.stdout + lint.stderr

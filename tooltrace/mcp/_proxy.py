@@ -38,6 +38,7 @@ from ._errors import UpstreamToolError
 from ._pins import ChangedToolsRule, PinCheck, PinStore
 from ._reports import Collision, ProxyReport, ServerReport, ToolReport
 from ._results import HeldResult, _error_text, proxied_result, shape_result
+from ._telemetry import ProxyTelemetry, clock, mark_error
 from ._upstream import Upstream
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ class McpProxy:
     """
 
     def __init__(self, config: ProxyConfig, *, registry: ToolRegistry | None = None,
-                 pin_new: bool = True) -> None:
+                 pin_new: bool = True, meter_provider: Any = None) -> None:
         self.config = config
         self.home = _settings.resolve_home(config.home)
         self.pins = PinStore(self.home)
@@ -98,6 +99,9 @@ class McpProxy:
             config.rug_pull]
         self.changed_rule = ChangedToolsRule(verdict)
         self.registry = registry if registry is not None else self._build_registry()
+        #: SERVER/CLIENT spans and operation durations (MCP semantic conventions).
+        self.telemetry = ProxyTelemetry(self.registry, [s.label for s in config.servers],
+                                        meter_provider=meter_provider)
         #: Identifies this proxy's session in spans when the transport has no session id.
         self.session_id = uuid.uuid4().hex
         self.upstreams: dict[str, Upstream] = {}
@@ -285,15 +289,32 @@ class McpProxy:
     def _handler(self, label: str, upstream_name: str) -> Any:
         grace = self.config.cancel_grace_s
 
+        tel = self.telemetry
+
         async def call_upstream(ctx: CallContext, /, **arguments: Any) -> Any:
             up = self.upstreams[label]
-            meta = {"traceparent": ctx.traceparent} if ctx.traceparent else None
+            meta: dict[str, Any] = {"traceparent": ctx.traceparent} if ctx.traceparent else {}
             # Wait a little past the registry's deadline and grace: if the server is still
             # silent then, the registry has already answered (unknown for side effects, as the
             # server may have acted) and the server is killed and restarted.
             left = ctx.remaining()
-            res = await up.call(upstream_name, arguments, meta=meta,
-                                wait_s=left + grace + 0.25, suspect_after_s=left)
+            t0 = clock()
+            error: str | None = None
+            with tel.client_span(label, "tools/call", upstream_name, meta) as span:
+                try:
+                    res = await up.call(upstream_name, arguments, meta=meta or None,
+                                        wait_s=left + grace + 0.25, suspect_after_s=left)
+                except BaseException as exc:
+                    error = str(getattr(exc, "error_type", None) or type(exc).__qualname__)
+                    mark_error(span, error)
+                    raise
+                finally:
+                    if error is not None:
+                        tel.record_client(label, "tools/call", error, clock() - t0)
+                if res.is_error:
+                    error = "tool_error"
+                    mark_error(span, error)
+                tel.record_client(label, "tools/call", error, clock() - t0)
             if res.is_error:
                 raise UpstreamToolError(_error_text(res))
             held = shape_result(res)

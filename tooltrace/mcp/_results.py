@@ -146,6 +146,11 @@ def _meta(env: ToolResultEnvelope) -> dict[str, Any]:
                             "tooltrace/status": env.status.value}
     if env.reject_stage is not None:
         meta["tooltrace/reject_stage"] = env.reject_stage.value
+    if env.status is not Status.OK:
+        # error.type of the outcome (low cardinality): the reject stage, or how it failed.
+        meta["tooltrace/error_type"] = (
+            env.reject_stage.value if env.reject_stage is not None
+            else env.record.error_type or env.status.value)
     art = env.artifact
     if art is not None:
         meta["tooltrace/artifact"] = {"path": art.path, "chars": art.chars, "sha256": art.sha256}

@@ -22,6 +22,7 @@ from ..exceptions import ConfigurationError
 from ._config import ProxyConfig
 from ._progress import ProgressRelay, progress_token
 from ._proxy import McpProxy
+from ._telemetry import clock, mark_error
 
 if TYPE_CHECKING:
     import mcp.types as mt
@@ -76,13 +77,91 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
             if call_id is not None:
                 await relay.forget(call_id)
 
-    return Server(
+    server: Server[Any] = Server(
         "tooltrace-mcp-proxy",
         version=__version__,
         instructions="Tools of upstream MCP servers, run through tooltrace's audited pipeline.",
         on_list_tools=on_list_tools,
         on_call_tool=on_call_tool,
     )
+    # The proxy's own SERVER spans and duration histograms replace the SDK's spans.
+    server.middleware = [_Telemetry(proxy, network)]
+    return server
+
+
+class _Telemetry:
+    """Server middleware: a SERVER span and a duration for every client request."""
+
+    def __init__(self, proxy: McpProxy, network: str) -> None:
+        self.tel = proxy.telemetry
+        self.network = network
+
+    async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        if ctx.request_id is None:  # a notification
+            return await call_next(ctx)
+        method = str(ctx.method)
+        params = ctx.params or {}
+        target = params.get("name") if method in ("tools/call", "prompts/get") else (
+            params.get("uri") if method.startswith("resources/") else None)
+        target = target[:128] if isinstance(target, str) else None
+        attrs = _request_attributes(ctx, method, self.network)
+        if method == "tools/call" and target:
+            attrs["gen_ai.tool.name"] = target
+            attrs["gen_ai.operation.name"] = "execute_tool"
+        error: str | None = None
+        t0 = clock()
+        with self.tel.server_span(method, target, attrs, _meta_dict(ctx.meta)) as span:
+            try:
+                result = await call_next(ctx)
+            except BaseException as exc:
+                code = getattr(getattr(exc, "error", None), "code", None)
+                error = str(code) if isinstance(code, int) else type(exc).__qualname__
+                mark_error(span, error)
+                raise
+            finally:
+                if error is not None:
+                    self.tel.record_server(method, error, clock() - t0)
+            if isinstance(result, dict):  # the wire form (camelCase keys)
+                is_error, meta = result.get("isError") is True, result.get("_meta")
+            else:
+                is_error, meta = getattr(result, "is_error", False) is True, getattr(
+                    result, "meta", None)
+            if is_error:
+                got = meta.get("tooltrace/error_type") if isinstance(meta, dict) else None
+                error = str(got or "tool_error")
+                mark_error(span, error)
+            self.tel.record_server(method, error, clock() - t0)
+            return result
+
+
+def _request_attributes(ctx: Any, method: str, network: str) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"mcp.method.name": method, "network.transport": network}
+    if ctx.request_id is not None:
+        attrs["jsonrpc.request.id"] = str(ctx.request_id)
+    if ctx.protocol_version:
+        attrs["mcp.protocol.version"] = str(ctx.protocol_version)[:32]
+    session = _session_id(ctx)
+    if session:
+        attrs["mcp.session.id"] = session
+    request = getattr(ctx, "request", None)
+    client = getattr(request, "client", None)
+    if client is not None:
+        attrs["client.address"] = str(client.host)
+        attrs["client.port"] = int(client.port)
+        attrs["network.protocol.name"] = "http"
+        scope = getattr(request, "scope", None) or {}
+        if scope.get("http_version"):
+            attrs["network.protocol.version"] = str(scope["http_version"])
+    return attrs
+
+
+def _meta_dict(meta: Any) -> dict[str, Any] | None:
+    if meta is None:
+        return None
+    if isinstance(meta, dict):
+        return meta
+    dump = getattr(meta, "model_dump", None)
+    return dump(by_alias=True) if callable(dump) else None
 
 
 def _session_id(ctx: Any) -> str | None:

@@ -132,7 +132,7 @@ class TracingSink:
         self.exported = 0
         #: Spans the exporter or a span processor failed on (counted, never raised).
         self.export_failures = 0
-        self._worker: BatchWorker[CallRecord] = BatchWorker(
+        self._worker: BatchWorker[CallRecord | ReadableSpan] = BatchWorker(
             "tracing",
             self._export_batch,
             max_queue=max_queue,
@@ -202,6 +202,16 @@ class TracingSink:
         except Exception:
             self._worker.dropped += 1
 
+    def export_span(self, span: ReadableSpan) -> None:
+        """Queue a finished SDK span made elsewhere (an MCP proxy's SERVER or CLIENT span) to be
+        exported with the calls' spans (never blocks, never raises)."""
+        if not self.enabled:
+            return
+        try:
+            self._worker.submit(span)
+        except Exception:
+            self._worker.dropped += 1
+
     def flush(self, timeout_s: float = 5.0) -> bool:
         """Export everything queued; False if the deadline passed first."""
         deadline = time.monotonic() + timeout_s
@@ -242,17 +252,22 @@ class TracingSink:
     def _on_error(self, exc: BaseException) -> None:
         _log.debug("tracing export failed: %s", type(exc).__name__)
 
-    def _export_batch(self, batch: list[CallRecord]) -> None:
+    def _export_batch(self, batch: list[CallRecord | ReadableSpan]) -> None:
         spans: list[ReadableSpan] = []
         build = self._builder.build
+        records: list[CallRecord] = []
         for rec in batch:
+            if not isinstance(rec, CallRecord):
+                spans.append(rec)  # made and finished elsewhere (export_span)
+                continue
+            records.append(rec)
             try:
                 spans.append(build(rec))
             except Exception:
                 self.export_failures += 1
         hist = self._histogram
         if hist is not None:
-            for rec in batch:
+            for rec in records:
                 try:
                     _record_duration(hist, rec)
                 except Exception:
