@@ -26,6 +26,7 @@ EXPECTED = {
     "deadline": ("failed", None),
     "offload": ("ok", None),
     "big-file": ("ok", None),
+    "index": ("ok", None),
     "cancel": ("cancelled", None),
     "unknown": ("unknown", None),
     "secret-arg": ("ok", None),

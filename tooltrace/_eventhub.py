@@ -38,6 +38,7 @@ __all__ = ["MAX_MARKS", "MESSAGE_CHARS", "EventHub", "Subscription"]
 MAX_MARKS = 16
 #: Longest progress message kept (after redaction).
 MESSAGE_CHARS = 200
+_START_LOCK = threading.Lock()
 
 
 class Subscription:
@@ -72,14 +73,12 @@ class Subscription:
         self._loop = loop
         self._idle = threading.Event()
         self._idle.set()
+        self._thread: threading.Thread | None = None
         if loop is None:
+            # The thread starts with the first event: a registry whose subscriber never gets
+            # one (no tool reports progress) keeps no thread for it.
             self._wake = threading.Event()
-            self._thread: threading.Thread | None = threading.Thread(
-                target=self._run_thread, name="tooltrace-subscriber", daemon=True
-            )
-            self._thread.start()
         else:
-            self._thread = None
             self._awake = asyncio.Event()
             self._task = loop.create_task(self._run_task())
 
@@ -106,6 +105,8 @@ class Subscription:
 
     def _poke(self) -> None:
         if self._loop is None:
+            if self._thread is None and not self._closed:
+                self._start_thread()
             self._wake.set()
             return
         try:
@@ -114,6 +115,14 @@ class Subscription:
             self.dropped += len(self._queue)
             self._queue.clear()
             self._idle.set()
+
+    def _start_thread(self) -> None:
+        with _START_LOCK:
+            if self._thread is None:
+                t = threading.Thread(target=self._run_thread, name="tooltrace-subscriber",
+                                     daemon=True)
+                t.start()
+                self._thread = t
 
     def flush(self, timeout_s: float = 5.0) -> bool:
         """Wait until every queued event was handed over; False if the deadline came first.
@@ -127,7 +136,10 @@ class Subscription:
         self._closed = True
         self._hub._remove(self)
         self._idle.wait(timeout_s)
-        self._poke()
+        if self._loop is None:
+            self._wake.set()
+        else:
+            self._poke()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
 

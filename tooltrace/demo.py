@@ -72,6 +72,7 @@ def _scan_index(ctx: CallContext, shards: int = 50) -> str:
         if ctx.wait(0.05):
             ctx.check()
         ctx.set_detail("shards_done", i + 1)
+        ctx.progress(i + 1, shards, f"shard {i + 1} of {shards}")
     return f"scanned {shards} shards"
 
 
@@ -159,6 +160,7 @@ def _scripted(big_output: list[str]) -> list[tuple[str, ToolCall, Callable[[], N
         ("deadline", ToolCall("run_command", {"argv": ["sleep", "5"]}, timeout_s=0.3), None),
         ("offload", ToolCall("run_command", {"argv": big_output}), None),
         ("big-file", ToolCall("read_text", {"path": "logs/app.txt"}), None),
+        ("index", ToolCall("scan_index", {"shards": 16}), None),
         ("cancel", ToolCall("scan_index", {"shards": 60}), "cancel"),  # type: ignore[list-item]
         ("unknown", ToolCall("deploy_service", {"service": "billing"}), None),
         ("secret-arg", ToolCall("run_command", {"argv": ["echo", f"key={FAKE_KEY}"]}), None),

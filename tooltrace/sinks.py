@@ -8,7 +8,8 @@ the registry checks each one once, when the sink is attached (``ToolRegistry.add
 - ``LateSink``: also takes steps recorded after their call returned (``LateStep``: a background
   job's end, the late resolution of a call that ended ``unknown``).
 - ``BindingSink``: is bound to the registry it is attached to, and reads its state
-  (``RegistryState``: tool names, in-flight counts, queue depths, caps, the other sinks).
+  (``RegistryState``: tool names, in-flight counts, queue depths, caps, the other sinks) or
+  subscribes to its call events (the audit sink keeps the progress of calls in flight).
 - ``DurableSink`` (the audit sink in ``strict`` mode): makes an intent record durable before
   execution; if that fails, the call is refused (``stage=audit``).
 - ``TrailSink`` (the audit sink): says whether a call id is already recorded, so a
@@ -21,6 +22,7 @@ the trace. A tracing sink is usually both.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -95,6 +97,12 @@ class RegistryState(Protocol):
 
     def concurrency_limits(self) -> tuple[int, dict[str, int]]:
         """``(global cap, {tool: cap})``."""
+
+    def subscribe(
+        self, subscriber: Callable[[Any], Any], *, kinds: Iterable[str] | None = None,
+        max_queue: int = 1024,
+    ) -> Any:
+        """Subscribe to the registry's call events (``ToolRegistry.subscribe``)."""
 
 
 @runtime_checkable

@@ -37,7 +37,9 @@ if TYPE_CHECKING:
     from ._compact import CompactionResult, compact
     from ._family import call_family
     from ._findings import Finding, VerifyReport
+    from ._follow import Follower, Poll
     from ._format import TOOLTRACE_AUDIT_KEY, encode_call_bytes, encode_late, load_key
+    from ._live import LiveProgress, live_dir, read_live
     from ._manifest import (
         COMPACTED,
         PRUNED,
@@ -83,10 +85,13 @@ __all__ = [
     "Digest",
     "DuplicateCallId",
     "Finding",
+    "Follower",
     "FsyncPolicy",
+    "LiveProgress",
     "MissingParameter",
     "Param",
     "ParsedSegment",
+    "Poll",
     "Recovered",
     "SegmentFate",
     "SegmentInfo",
@@ -106,11 +111,13 @@ __all__ = [
     "explain",
     "find_sql",
     "list_segments",
+    "live_dir",
     "load_key",
     "load_sql",
     "open_store",
     "parse_head",
     "read_digest",
+    "read_live",
     "read_segment",
     "recorded",
     "recover_dead_segments",
@@ -133,6 +140,11 @@ _LAZY = {
     "open_store": "_store",
     "recorded": "_recorded",
     "explain": "_autopsy",
+    "LiveProgress": "_live",
+    "Follower": "_follow",
+    "Poll": "_follow",
+    "live_dir": "_live",
+    "read_live": "_live",
     "call_family": "_family",
     "Autopsy": "_autopsy",
     "SqlFile": "_sqlfiles",

@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "report": "tooltrace.cli.report:report",
     "restore": "tooltrace.cli.restore:restore",
     "stats": "tooltrace.cli.stats:stats",
+    "tail": "tooltrace.cli.tail:tail",
     "tools": "tooltrace.cli.tools:tools",
     "verify": "tooltrace.cli.verify:verify",
 }

@@ -19,6 +19,7 @@ from .._settings import (
 from ..audit import (
     Ack,
     FsyncPolicy,
+    LiveProgress,
     Recovered,
     SegmentWriter,
     audit_dir,
@@ -30,7 +31,7 @@ from ..audit import (
 )
 from ..envelope import CallRecord
 from ..exceptions import AuditUnavailableError, ConfigurationError
-from ..sinks import LateStep
+from ..sinks import LateStep, RegistryState
 from ._worker import BatchWorker
 
 __all__ = [
@@ -118,6 +119,9 @@ class AuditSink:
         )
         self._ticker: threading.Thread | None = None
         self._stop = threading.Event()
+        #: The progress of this process's calls in flight, for other processes (``tail``).
+        self.live: LiveProgress | None = None
+        self._live_sub: Any = None
         _SINKS.add(self)
 
     # -- state ------------------------------------------------------------------------------
@@ -176,10 +180,20 @@ class AuditSink:
                 self._start_ticker()
             return self._writer
 
+    def bind(self, registry: RegistryState) -> None:
+        """Keep the progress of the registry's calls in flight in the live progress file
+        (``tooltrace.audit.LiveProgress``): a subscriber of its ``progress`` events."""
+        if self._live_sub is None:
+            self.live = LiveProgress(self.audit_dir)
+            self._live_sub = registry.subscribe(self.live.on_progress, kinds=["progress"])
+
     # -- hot path ---------------------------------------------------------------------------
 
     def emit(self, record: CallRecord) -> None:
         """Queue one finished record (strict mode: write and sync it now). Never raises."""
+        live = self.live
+        if live is not None and live.active:
+            live.finished(record.call_id)
         if not self.strict:
             self._worker.submit(record)
             return
@@ -270,6 +284,8 @@ class AuditSink:
             self._tick()
 
     def _tick(self) -> None:
+        if self.live is not None:
+            self.live.write()
         w = self._writer
         if w is None:
             return
@@ -288,6 +304,8 @@ class AuditSink:
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Flush within the deadline, seal the segment as final and stop the threads."""
         self._worker.shutdown(timeout_s)
+        if self.live is not None:
+            self.live.close()
         self._stop.set()
         t = self._ticker
         if t is not None and t is not threading.current_thread():
