@@ -232,6 +232,41 @@ def test_a_writer_refuses_a_file_other_than_the_snapshotted_one(tmp_path: Path) 
     assert (tmp_path / "b.txt").read_text() == "appeared\n"
 
 
+_CRASH = """
+import os, sys
+from tooltrace import CallContext, Capability, Effect, ToolCall, tool
+from tooltrace.builtins import default_registry
+
+@tool(capability=Capability.WRITE, effect=Effect.LOCAL, path_params=("path",), writes=("path",))
+def scribble(ctx: CallContext, path: str) -> str:
+    \"\"\"Half-write a file, then the process dies.\"\"\"
+    print(ctx.call_id, flush=True)
+    with open(os.path.join(sys.argv[1], path), "w") as fh:
+        fh.write("half")
+    os._exit(3)
+
+reg = default_registry(sys.argv[1], home=sys.argv[2])
+reg.register(scribble)
+reg.call(ToolCall("scribble", {"path": "state.txt"}))
+"""
+
+
+def test_a_call_that_never_returns_can_still_be_restored(base: Path) -> None:
+    target = base / "ws" / "state.txt"
+    target.write_text("whole\n")
+    crash = subprocess.run([sys.executable, "-c", _CRASH, str(base / "ws"), str(base / "home")],
+                           capture_output=True, text=True, timeout=120)
+    assert crash.returncode == 3, crash.stderr
+    cid = crash.stdout.strip()
+    assert target.read_text() == "half"
+    # The manifest was made durable before the tool ran; what the call left is unknown.
+    res = run(base, "restore", cid)
+    assert res.returncode == 1 and "is not known" in res.stdout
+    assert target.read_text() == "half"
+    assert run(base, "restore", cid, "--force").returncode == 0
+    assert target.read_text() == "whole\n"
+
+
 def test_restore_of_an_unknown_call_exits_1(base: Path) -> None:
     res = run(base, "restore", "01999999-0000-7000-8000-000000000000")
     assert res.returncode == 1 and "no call" in res.stderr + res.stdout

@@ -45,16 +45,31 @@ def snapshot_before(
             if data is not None:
                 store.artifacts.put_bytes(data)
         except (PathPolicyError, OSError) as exc:
-            reason = exc.reason if isinstance(exc, PathPolicyError) else "unreadable"
-            detail = {"param": param, "reason": reason, "error": error_text(reg, exc)}
-            b.step(StepName.SNAPSHOT, t, "runtime", "reject", detail)
-            b.reject(Stage.POLICY, f"the file in {param} cannot be snapshotted safely "
-                     f"before the write ({reason})", d.name)
+            reason = exc.reason if isinstance(exc, PathPolicyError) else "not_saved"
+            _refuse(reg, b, d, t, {"param": param, "reason": reason}, exc)
             return None
         b.step(StepName.SNAPSHOT, t, "runtime", _decision(state), _detail(param, rel, state,
                                                                             store.max_bytes))
         taken.append(FileSnapshot(param, rel, state, None, dev, ino))
+    if taken:
+        # The manifest is made durable before the write, so a call that never returns (a
+        # crash) can still be restored; what it left is then unknown (restore needs --force).
+        t = _perf_ns()
+        try:
+            store.save(SnapshotRecord(b.call_id, d.name, reg.workspace.root, tuple(taken)))
+        except OSError as exc:
+            _refuse(reg, b, d, t, {"reason": "not_saved"}, exc)
+            return None
     return tuple(taken)
+
+
+def _refuse(reg: ToolRegistry, b: Builder, d: ToolDefinition, t: int,
+            detail: dict[str, Any], exc: BaseException) -> None:
+    """Record the refused snapshot and refuse the call: the write could not be undone."""
+    detail["error"] = error_text(reg, exc)
+    b.step(StepName.SNAPSHOT, t, "runtime", "reject", detail)
+    b.reject(Stage.POLICY, f"the file it writes cannot be snapshotted safely before the write "
+             f"({detail['reason']})", d.name)
 
 
 def _decision(state: FileState) -> str:

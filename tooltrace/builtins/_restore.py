@@ -87,6 +87,10 @@ def build_restore(registry: ToolRegistry) -> FunctionTool:
         changed = not _matches(now.before, snap.after)
         ctx.set_detail("restored_from", call_id)
         ctx.set_detail("changed_since", changed)
+        if snap.after is None and not force:
+            raise RestoreRefused(
+                f"what call {call_id} left in {rel!r} is not known (it never returned, or the "
+                "file could not be read after it); nothing restored: force to restore")
         if changed and not force:
             raise RestoreRefused(
                 f"{rel!r} changed since call {call_id} (its sha256 is not what that call "
