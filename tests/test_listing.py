@@ -244,3 +244,39 @@ def test_tools_cli_reports_schema_sizes(tmp_path: Path) -> None:
             assert sizes[(mode, "collapsed")]["chars"] < want.chars
         assert {p for m, p in sizes if m == "default"} == {
             "full", "collapsed", "group:files", "group:shell"}
+
+
+def test_a_real_mcp_servers_tools_are_a_group_named_for_it(tmp_path: Path) -> None:
+    import asyncio
+    import json
+
+    from support.components import require_binary
+
+    from tooltrace.mcp import McpProxy, load_config
+
+    server = require_binary("mcp-server-time", "pip install mcp-server-time",
+                            path=Path(sys.executable).parent / "mcp-server-time")
+    config = tmp_path / "servers.toml"
+    config.write_text(f'[proxy]\nhome = "home"\n\n[servers.clock]\n'
+                      f'command = {json.dumps(server)}\nargs = ["--local-timezone", "UTC"]\n')
+
+    async def listing() -> tuple[Any, Any, Any]:
+        reg = ToolRegistry(workspace=tmp_path, home=tmp_path / "home")
+        register_registry_tools(reg)
+        proxy = McpProxy(load_config(config), registry=reg)
+        await proxy.start()
+        try:
+            return (reg.tool_listing("default"),
+                    await reg.acall(ToolCall("load_tools", {"group": "clock"})),
+                    reg.definition("get_current_time"))
+        finally:
+            await proxy.aclose()
+            reg.shutdown()
+
+    result, loaded, upstream = asyncio.run(listing())
+    assert upstream is not None and upstream.source == "mcp:clock"
+    clock = next(g for g in result.groups if g.name == "clock")
+    assert clock.tools == 2 and clock.description == "Tools: convert_time, get_current_time"
+    assert "get_current_time" not in [d.name for d in result.tools]
+    assert loaded.ok
+    assert [t["name"] for t in loaded.data["tools"]] == ["convert_time", "get_current_time"]
