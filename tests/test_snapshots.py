@@ -13,6 +13,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -265,6 +266,39 @@ def test_a_call_that_never_returns_can_still_be_restored(base: Path) -> None:
     assert target.read_text() == "half"
     assert run(base, "restore", cid, "--force").returncode == 0
     assert target.read_text() == "whole\n"
+
+
+def test_a_write_abandoned_at_its_deadline_leaves_an_unknown_after_state(tmp_path: Path) -> None:
+    import threading
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "slow.txt").write_text("before\n")
+    wrote = threading.Event()
+
+    @tool(capability=Capability.WRITE, effect=Effect.LOCAL, path_params=("path",),
+          writes=("path",), cancellable=False, timeout_s=0.2)
+    def slow_write(path: str) -> str:
+        """Write after the deadline has passed."""
+        time.sleep(0.6)
+        (ws / path).write_text("after\n")
+        wrote.set()
+        return "late"
+
+    with default_registry(ws, home=tmp_path / "home", cancel_grace_s=0.05) as reg:
+        reg.register(slow_write)
+        env = reg.call(ToolCall("slow_write", {"path": "slow.txt"}))
+        assert env.status.value == "unknown"
+        assert wrote.wait(10)
+        rec = reg.snapshots.load(env.call_id)
+        assert rec.files[0].before.sha256 == hashlib.sha256(b"before\n").hexdigest()
+        assert rec.files[0].after is None  # it was still running when the call returned
+        back = reg.call(ToolCall("restore", {"call_id": env.call_id, "path": "slow.txt"}))
+        assert back.status.value == "failed" and "is not known" in back.summary
+        forced = reg.call(ToolCall("restore", {"call_id": env.call_id, "path": "slow.txt",
+                                               "force": True}))
+        assert forced.ok, forced.summary
+    assert (ws / "slow.txt").read_text() == "before\n"
 
 
 def test_restore_of_an_unknown_call_exits_1(base: Path) -> None:

@@ -43,7 +43,7 @@ def finish(
     noted first (``_snapshotstage``)."""
     d = entry.definition
     if ctx.snapshots:
-        snapshot_after(reg, b, d.name, tuple(ctx.snapshots.values()))
+        snapshot_after(reg, b, d.name, tuple(ctx.snapshots.values()), out.kind != "abandoned")
     signal = out.signal
     value = out.value
     tool_summary: str | None = None

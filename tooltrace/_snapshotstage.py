@@ -91,9 +91,12 @@ def _detail(param: str, rel: str, state: FileState, limit: int) -> dict[str, Any
 
 
 def snapshot_after(reg: ToolRegistry, b: Builder, tool: str,
-                   taken: tuple[FileSnapshot, ...]) -> None:
+                   taken: tuple[FileSnapshot, ...], ended: bool) -> None:
     """Read each written file again and save the call's manifest (never raises: a failure
-    leaves the after-state unknown, and the manifest unsaved if it cannot be written)."""
+    leaves the after-state unknown). A tool that did not end (abandoned at its deadline) may
+    still be writing: what it leaves is unknown, and the manifest stays as it was."""
+    if not ended:
+        return
     store = reg.snapshots
     files = []
     for snap in taken:
