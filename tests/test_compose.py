@@ -102,6 +102,7 @@ def test_prometheus_config_and_mounted_rules_pass_promtool(
     n_rules = sum(len(g["rules"]) for g in load_build().build_rule_groups()["groups"])
     assert f"SUCCESS: {n_rules} rules found" in out
     assert str(REPO / "dashboards" / "prometheus" / "tooltrace-rules.yml") in out
+    assert str(REPO / "dashboards" / "prometheus" / "tooltrace-slo-rules.yml") in out
     assert "--enable-feature=exemplar-storage" in prom["command"]
 
     # Every scrape and alerting target is a service of the stack on a port it listens on.

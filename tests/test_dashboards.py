@@ -180,7 +180,9 @@ def _all_queries() -> list[tuple[str, str, str, str]]:
 
 def test_every_panel_query_returns_data(scraped: tuple[Workload, PrometheusServer]) -> None:
     _w, prom = scraped
-    queries = _all_queries()
+    # The SLO panels read the SLO recording rules, for the tools in slos.yml: their values are
+    # checked by tests/rules/slo.test.yml (test_the_slo_row_reads_the_unit_tested_records).
+    queries = [q for q in _all_queries() if "tool_slo:" not in q[3]]
     assert len(queries) >= 30
 
     def empty() -> list[str]:
@@ -260,7 +262,10 @@ def test_the_demo_of_the_compose_stack_fills_every_panel(tmp_path: Path) -> None
     # What docker/compose.yaml runs: `tooltrace demo --metrics-port ...`, scraped by Prometheus.
     port = free_port()
     cli = Path(sys.executable).with_name("tooltrace")
-    prom = PrometheusServer([f"127.0.0.1:{port}"])
+    # With the SLO rules, as the compose stack mounts them: the demo's tools have objectives.
+    prom = PrometheusServer(
+        [f"127.0.0.1:{port}"], rule_files=[REPO / "dashboards" / build.SLO_RULES_FILE]
+    )
     with prom:
         log = (tmp_path / "demo.log").open("wb")
         demo = subprocess.Popen(
@@ -321,3 +326,17 @@ def poll_until_empty(check: Any, timeout_s: float) -> list[str]:
         if not problems or time.monotonic() > deadline:
             return problems
         time.sleep(1)
+
+
+def test_the_slo_row_reads_the_unit_tested_records() -> None:
+    # The error budget and burn-rate panels query the very records slo.test.yml pins values of.
+    slo = build.slo()
+    by_title = dict(dashboard_targets(DASHBOARDS["tooltrace-pipelines.json"]))
+    budget = by_title["Error budget left by tool and SLO"]["expr"]
+    assert budget == f'{slo.BUDGET_RECORD}{{tool=~"$tool"}}'
+    burn = by_title["Burn rate (1h) by tool and SLO"]["expr"]
+    assert burn.startswith(f'{slo.sli_record("1h")}{{tool=~"$tool"}}')
+    assert f"(1 - {slo.OBJECTIVE_RECORD})" in burn
+    unit_tests = (REPO / "tests" / "rules" / "slo.test.yml").read_text()
+    assert f"expr: {slo.BUDGET_RECORD}" in unit_tests
+    assert f"expr: {slo.sli_record('1h')}" in unit_tests

@@ -85,7 +85,8 @@ def test_the_runbook_base_is_the_docs_site_runbook_section() -> None:
     site_url = yaml.safe_load((REPO / "mkdocs.yml").read_text())["site_url"]
     assert site_url.rstrip("/") + "/operations/runbooks/" == build.RUNBOOK_BASE
     pages = {p.stem for p in (REPO / "docs" / "operations" / "runbooks").glob("*.md")}
-    assert pages - {"index"} == {a.lower() for a in build.alert_names()}
+    alerts = build.alert_names() + build.slo().slo_alert_names()
+    assert pages - {"index"} == {a.lower() for a in alerts}
 
 
 @pytest.mark.parametrize("test_file", UNIT_TESTS, ids=lambda p: p.name)
@@ -101,8 +102,9 @@ def test_unit_tests_cover_every_alert_firing_and_not_firing() -> None:
         for t in yaml.safe_load(f.read_text())["tests"]:
             for case in t.get("alert_rule_test", []):
                 (firing if case.get("exp_alerts") else quiet).add(case["alertname"])
-    assert firing == set(build.alert_names())
-    assert quiet == set(build.alert_names())
+    alerts = set(build.alert_names()) | set(build.slo().slo_alert_names())
+    assert firing == alerts
+    assert quiet == alerts
 
 
 def test_unit_tests_fail_against_weaker_rules(tmp_path: Path) -> None:
