@@ -1,7 +1,7 @@
 -- Question: How long do calls of each tool take (p50, p95, max) in each time bucket?
 -- @param bucket VARCHAR = 1 hour : bucket width, a DuckDB interval such as '5 minutes' or '1 day'
 -- @param since TIMESTAMP = NULL : only calls started at or after this (UTC)
--- @param status VARCHAR = NULL : only calls with this final status (default: all, as in the p50/p95 recording rules)
+-- @param status VARCHAR = NULL : only calls that returned this status (default: all, as in the p50/p95 recording rules)
 -- Columns: bucket (start, UTC), tool, calls, p50_ms, p95_ms, max_ms
 SELECT time_bucket(CAST($bucket AS INTERVAL), started_at) AS bucket,
        tool,

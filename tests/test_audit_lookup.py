@@ -113,7 +113,7 @@ def test_every_lookup_matches_the_views(store: AuditStore, trail: dict[str, Any]
     # The late resolution and the strict intents arrived through the direct path too.
     unknown = store.call(trail["real"]["unknown"])
     assert unknown.record is not None and unknown.record["resolved_at"] is not None
-    assert unknown.record["ended_status"] == "unknown" and unknown.record["status"] != "unknown"
+    assert unknown.record["status"] == "unknown" and unknown.record["outcome"] != "unknown"
     ok = store.call(trail["real"]["ok"])
     assert ok.intent is not None and ok.intent["orphaned"] is False
 

@@ -161,7 +161,7 @@ def test_late_resolution_overrides_unknown(tmp_path: Path) -> None:
     with AuditStore(tmp_path) as store:
         row = store.call(rec.call_id).record
         assert row is not None
-        assert (row["status"], row["ended_status"]) == ("ok", "unknown")
+        assert (row["outcome"], row["status"]) == ("ok", "unknown")
         assert row["resolved_at"] is not None
         steps = store.call(rec.call_id).steps
         assert steps[-1]["step"] == "resolved" and steps[-1]["decision"] == "ok"

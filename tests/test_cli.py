@@ -58,7 +58,7 @@ def test_autopsy_ok_call(trail: tuple[Path, dict[str, str]]) -> None:
     assert f["schema (validate)"] == ["accept"]
     assert f["path"] == ["path -> notes/a.txt (within the workspace)"]
     assert f["policy"][0].startswith("allow (no rule objected")
-    assert f["execution started"][0].startswith("yes, outcome returned")
+    assert f["execution started"][0].startswith("yes, it ended returned")
     assert "alpha" in f["result preview"][0]
 
 
@@ -108,7 +108,7 @@ def test_autopsy_offload_failure_and_secret(trail: tuple[Path, dict[str, str]]) 
     assert art.startswith("artifacts/") and "(75000 chars, sha256 " in art
     failed = facts(autopsy(trail, "failed"))
     assert failed["status"] == ["failed"] and failed["error type"] == ["FileNotFoundError"]
-    assert failed["execution started"][0].startswith("yes, outcome raised")
+    assert failed["execution started"][0].startswith("yes, it ended raised")
     sec = autopsy(trail, "secret", "--json")
     data = orjson.loads(sec.output)
     assert data["arguments"]["env"] == "staging" and data["arguments"]["token"] != SECRET
@@ -116,13 +116,14 @@ def test_autopsy_offload_failure_and_secret(trail: tuple[Path, dict[str, str]]) 
 
 def test_autopsy_unknown_then_resolved(trail: tuple[Path, dict[str, str]]) -> None:
     f = facts(autopsy(trail, "unknown"))
-    assert f["status"] == ["ok (returned unknown, resolved later)"]
+    assert f["status"] == ["unknown"]  # what the call returned
+    assert f["outcome"][0].startswith("ok (resolved later, at ")  # its final outcome
     assert f["deadline"][0].startswith("signal at +")
     assert f["stopped"][0].startswith("unconfirmed at +")  # it did not confirm it stopped
     assert any(r.startswith("ok at +") for r in f["resolved"])  # the late step
     assert f["resolution"][0].startswith("ok at ") and "resolved later as ok" in f[
         "resolution"][0]
-    assert f["execution started"][0].startswith("yes, outcome abandoned")
+    assert f["execution started"][0].startswith("yes, it ended abandoned")
     assert f["error type"] == ["unconfirmed_deadline"]
 
 
@@ -264,7 +265,8 @@ def test_compact_then_autopsy_from_parquet(trail: tuple[Path, dict[str, str]],
     assert data["calls"] == len(trail[1]) and data["pruned"] is True
     assert all(not p.startswith("/") for p in data["files"])
     f = facts(cli("autopsy", trail[1]["unknown"], "--home", str(home)))
-    assert f["status"] == ["ok (returned unknown, resolved later)"]
+    assert f["status"] == ["unknown"]  # what the call returned
+    assert f["outcome"][0].startswith("ok (resolved later, at ")  # its final outcome
     assert cli("verify", "--home", str(home)).exit_code == 0
     nothing = cli("compact", "--home", str(tmp_path / "nothing"))
     assert nothing.exit_code == 1 and not (tmp_path / "nothing").exists()

@@ -36,9 +36,12 @@ EXPECTED = {
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
     cwd = tmp_path_factory.mktemp("demo")
-    env = {**os.environ, "NO_COLOR": "1"}
-    env.pop("TOOLTRACE_HOME", None)
     exe = Path(sys.executable).with_name("tooltrace")
+    # Run as a user who did not activate the venv: its bin directory is not on PATH.
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                           if p and Path(p).resolve() != exe.parent.resolve())
+    env = {**os.environ, "NO_COLOR": "1", "PATH": path}
+    env.pop("TOOLTRACE_HOME", None)
     out = subprocess.run([str(exe), "demo", "--json"], cwd=cwd, env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -75,15 +78,26 @@ def test_demo_command_prints_summary_and_autopsy_commands(
     by_status = data["by_status"]
     assert isinstance(by_status, dict)
     assert {"ok", "rejected", "failed", "cancelled", "unknown"} <= set(by_status)
-    exe = Path(sys.executable).with_name("tooltrace")
-    for cmd in data["autopsy"]:
-        assert isinstance(cmd, str) and cmd.startswith("tooltrace autopsy ")
-        out = subprocess.run([str(exe), *cmd.split()[1:]], cwd=cwd, capture_output=True,
-                             text=True, timeout=60, env={**os.environ, "NO_COLOR": "1"})
-        assert out.returncode == 0, out.stderr
-        assert cmd.split()[-1] in out.stdout
+    # The unknown call's final outcome: it returned unknown and was resolved later.
+    story = {r["what"]: r for r in data["story"]}  # type: ignore[attr-defined]
+    assert story["unknown"]["status"] == "unknown" and story["unknown"]["outcome"] == "ok"
+    assert data["by_outcome"].get("unknown", 0) == 0  # type: ignore[attr-defined]
+    # Every printed next step runs as printed, pasted into a shell whose PATH lacks the venv
+    # (the command names the tooltrace executable by its full path then).
+    bare = {**os.environ, "NO_COLOR": "1", "PATH": "/usr/bin:/bin"}
+    assert isinstance(data["next"], list)
+    for cmd in [*data["autopsy"], *data["next"]]:
+        assert isinstance(cmd, str)
+        assert cmd.startswith(str(Path(sys.executable).with_name("tooltrace"))), cmd
+        out = subprocess.run(["/bin/sh", "-c", cmd], cwd=cwd, capture_output=True, text=True,
+                             timeout=60, env=bare)
+        assert out.returncode == 0, (cmd, out.stderr)
         assert FAKE_KEY not in out.stdout and str(cwd) not in out.stdout
-        assert sys.prefix not in out.stdout
+        if " autopsy " in cmd:
+            assert cmd.split()[-1] in out.stdout
+            assert sys.prefix not in out.stdout
+        if "--status unknown" in cmd:
+            assert story["unknown"]["call_id"] in out.stdout
 
 
 def test_demo_trail_is_queryable_and_verifies(demo_run: tuple[Path, dict[str, object]]) -> None:

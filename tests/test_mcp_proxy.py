@@ -522,7 +522,7 @@ cancel_grace_s = 0.5
 
     rows = audit_rows(home)
     assert rows[call_id(out["crash"])]["error_type"] == "upstream_exited"
-    assert rows[call_id(out["hang"])]["ended_status"] == "unknown"
+    assert rows[call_id(out["hang"])]["status"] == "unknown"
     assert rows[call_id(out["garbage"])]["error_type"] == "upstream_protocol_error"
     assert rows[call_id(out["after_garbage"])]["status"] == "ok"
 

@@ -21,7 +21,8 @@ INSPECT = Retry(False, requires_inspection=True)
 LATER = Retry(True, after_ms=1000)
 NOTE = " (finished after it was asked to stop)"
 ABANDONED = " (abandoned; it has no side effects)"
-MAY_HAVE_RUN = "t may have run: {} and it did not confirm it stopped within 2 s; query status(c1)"
+MAY_HAVE_RUN = ("t may have run: {} and it did not confirm it stopped within 2 s; its final"
+                " outcome is recorded when it ends (tooltrace autopsy c1)")
 
 
 class Named(Exception):

@@ -85,7 +85,7 @@ def test_unknown_outcomes_and_their_late_resolution(store: AuditStore,
                                                     trail: tuple[Path, dict[str, str]]) -> None:
     rows = {r["call_id"]: r for r in run(store, "unknown_outcomes")}
     real = rows[trail[1]["unknown"]]
-    assert real["tool"] == "slow_write" and real["final_status"] == "ok"
+    assert real["tool"] == "slow_write" and real["outcome"] == "ok"
     assert real["resolved_at"] is not None and "resolved later as ok" in real["resolution_summary"]
     assert real["events"].startswith("execute:") and "deadline:" in real["events"]
     assert "stopped:unconfirmed" in real["events"] and real["events"].endswith("resolved:ok")

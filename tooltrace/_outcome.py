@@ -14,7 +14,8 @@ The rules (what a post-mortem relies on):
 - ``unknown``: a side-effecting tool was dispatched and did not confirm it stopped within the
   grace period after a deadline or cancel, or it raised ``OutcomeUnknown``. Its slot stays taken
   until it really ends; the end is recorded later as a ``resolved`` step (``resolved_status``)
-  and ``status(call_id)`` reports it.
+  and ``status(call_id).outcome`` reports it (the summary points at ``tooltrace autopsy``, a
+  command that exists for every reader of the trail).
 
 ``outcome_rules`` is a pure function of the facts (tests pin it from a table of cases).
 """
@@ -95,7 +96,8 @@ def outcome_rules(
     why = "its deadline passed" if signal == "deadline" else "it was cancelled"
     summary = (
         f"{tool} may have run: {why} and it did not confirm it stopped within "
-        f"{grace_s:g} s; query status({call_id})"
+        f"{grace_s:g} s; its final outcome is recorded when it ends"
+        f" (tooltrace autopsy {call_id})"
     )
     return _UNKNOWN, summary, _INSPECT, "unconfirmed_" + (signal or "stop")
 

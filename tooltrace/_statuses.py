@@ -19,6 +19,7 @@ from collections.abc import Container
 
 from . import _build
 from .envelope import CallStatus, Status, ToolResultEnvelope
+from .sinks import FIRST_LATE_SEQ
 
 __all__ = ["StatusTable"]
 
@@ -85,9 +86,9 @@ class StatusTable:
                 table[st.call_id] = st
 
     def next_late_seq(self, call_id: str) -> int:
-        """The sequence number of the call's next late step (they start at 1000)."""
+        """The sequence number of the call's next late step (from ``FIRST_LATE_SEQ``)."""
         with self._lock:
-            seq = self._late_seq.get(call_id, 1000)
+            seq = self._late_seq.get(call_id, FIRST_LATE_SEQ)
             self._late_seq[call_id] = seq + 1
             if len(self._late_seq) > 10_000:
                 self._late_seq.pop(next(iter(self._late_seq)))

@@ -23,7 +23,7 @@ from typing import Any
 
 from . import _settings
 from ._setup import create_registry
-from .envelope import ToolCall, ToolResultEnvelope
+from .envelope import Status, ToolCall, ToolResultEnvelope
 from .hooks import HookDecision, HookView, hook
 from .policy import (
     ApprovalDecision,
@@ -51,10 +51,20 @@ class DemoResult:
     envelopes: list[ToolResultEnvelope] = field(default_factory=list)
     highlights: dict[str, str] = field(default_factory=dict)
     metrics_port: int | None = None
+    resolved: dict[str, str] = field(default_factory=dict)
+    """The final outcome of each call that returned ``unknown`` and was resolved later."""
+
+    def outcome(self, env: ToolResultEnvelope) -> str:
+        """A call's final outcome: what it returned, or what an ``unknown`` resolved to."""
+        return self.resolved.get(env.call_id, env.status.value)
 
     def by_status(self) -> Counter[str]:
-        """Calls per status."""
+        """Calls per status (what each call returned)."""
         return Counter(e.status.value for e in self.envelopes)
+
+    def by_outcome(self) -> Counter[str]:
+        """Calls per final outcome (after later resolutions)."""
+        return Counter(self.outcome(e) for e in self.envelopes)
 
     def by_tool(self) -> dict[str, Counter[str]]:
         """Calls per tool and status."""
@@ -236,6 +246,10 @@ def run_demo(
         if server is not None:
             server.close()
         log_stream.close()
+    for env in result.envelopes:
+        st = reg.status(env.call_id) if env.status is Status.UNKNOWN else None
+        if st is not None and st.resolved is not None:
+            result.resolved[env.call_id] = st.resolved.value
     return result
 
 

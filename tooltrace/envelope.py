@@ -141,12 +141,19 @@ class CallStatus(msgspec.Struct, frozen=True, gc=False):  # atomic fields: never
     tool: str
     """The tool's name."""
     status: Status
-    """The status the call returned with."""
+    """What the call returned (the envelope's ``status``)."""
     resolved: Status | None
     """For a call that returned ``unknown``: how it really ended, once someone said so
     (``resolve``); ``None`` until then and for every other status."""
     summary: str
     """The envelope's summary."""
+
+    @property
+    def outcome(self) -> Status:
+        """The call's final outcome: ``status``, except that a call that returned ``unknown``
+        takes the status it resolved to (``unknown`` until then). The audit trail's
+        ``tool_calls.outcome`` and the CLI use the same word."""
+        return self.resolved or self.status
 
 
 class ToolCall(msgspec.Struct, frozen=True):
@@ -353,7 +360,9 @@ class ToolResultEnvelope(msgspec.Struct, frozen=True):
     tool: str
     """The tool's name (``_unregistered`` when the call named no registered tool)."""
     status: Status
-    """How the call ended: ``ok``, ``rejected``, ``failed``, ``cancelled`` or ``unknown``."""
+    """What the call returned: ``ok``, ``rejected``, ``failed``, ``cancelled`` or ``unknown``.
+    A call that returned ``unknown`` gets its final *outcome* later, when its tool really ends:
+    ``ToolRegistry.status(call_id).outcome``, the audit trail's ``tool_calls.outcome``."""
     summary: str
     """A readable sentence that never holds a full host path or raw output."""
     data: Any

@@ -29,6 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 from .envelope import CallRecord, Step
 
 __all__ = [
+    "FIRST_LATE_SEQ",
     "BindingSink",
     "DurableSink",
     "LateSink",
@@ -39,6 +40,11 @@ __all__ = [
     "SpanOpener",
     "TrailSink",
 ]
+
+
+#: The sequence number of a call's first late step: a call's own steps are numbered from 0, and
+#: steps recorded after it returned from here on, so they sort after them.
+FIRST_LATE_SEQ = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +58,7 @@ class LateStep:
     tool: str
     """The tool's name (``_unregistered`` never: a late step follows a call that ran)."""
     step: Step
-    """The step itself, numbered from 1000 so it sorts after the call's own steps."""
+    """The step itself, numbered from ``FIRST_LATE_SEQ`` so it sorts after the call's own."""
 
 
 @runtime_checkable

@@ -21,6 +21,10 @@ from ._storerecords import CallDetail
 
 __all__ = ["Autopsy", "explain"]
 
+#: ``tooltrace.sinks.FIRST_LATE_SEQ``, repeated so the reader imports nothing of the registry
+#: (a test pins the two equal).
+FIRST_LATE_SEQ = 1000
+
 _EVENT_STEPS = (
     "deadline", "cancel_requested", "cancelled", "stopped", "resolved", "job_started", "job_ended",
 )
@@ -63,6 +67,9 @@ class Autopsy:
     first), from ``call_family``; empty when not looked up."""
     progress: list[dict[str, Any]] = field(default_factory=list)
     """The progress marks the tool reported (bounded)."""
+    late: list[dict[str, Any]] = field(default_factory=list)
+    """The steps recorded after the call had returned (numbered from ``FIRST_LATE_SEQ``),
+    each with ``why``: what recorded it and what it means."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (``tooltrace autopsy --json``)."""
@@ -88,6 +95,7 @@ class Autopsy:
             "steps": self.steps,
             "family": self.family,
             "progress": self.progress,
+            "late": self.late,
         }
 
 
@@ -127,11 +135,12 @@ def _outcome(
 ) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any], dict[str, Any] | None]:
     """What the final record says: (result, artifact, trace, resolution)."""
     if rec is None:
-        return ({"status": None, "summary": "no final record: only the strict-mode intent exists"
+        return ({"status": None, "outcome": None,
+                 "summary": "no final record: only the strict-mode intent exists"
                  " (the process stopped during the call?)"}, None, {}, None)
     result = {
         "status": rec["status"],
-        "ended_status": rec["ended_status"],
+        "outcome": rec["outcome"],
         "reject_stage": rec["reject_stage"],
         "error_type": rec["error_type"],
         "summary": rec["summary"],
@@ -157,7 +166,7 @@ def _outcome(
             trace["url"] = None
     resolution = None
     if rec.get("resolved_at") is not None:
-        resolution = {"status": rec["status"], "at": rec["resolved_at"],
+        resolution = {"status": rec["outcome"], "at": rec["resolved_at"],
                       "summary": rec["resolution_summary"]}
     return result, artifact, trace, resolution
 
@@ -224,6 +233,20 @@ def explain(detail: CallDetail, family: dict[str, Any] | None = None) -> Autopsy
     final = rec["args_redacted"] if rec else (intent or {}).get("args_redacted")
     args = _before_hooks(final, [h.get("diff") for h in hooks if h["decision"] == "modify"
                                  and h["phase"] == "pre"])
+    late = [{"seq": s["seq"], "step": s["step"], "decider": s["decider"],
+             "decision": s["decision"], "offset_ms": s["offset_ms"], "why": _late_why(s)}
+            for s in steps if isinstance(s["seq"], int) and s["seq"] >= FIRST_LATE_SEQ]
     return Autopsy(detail.call_id, rec, args, final, schema, paths, refused, policy, approvals,
                    hooks, started, execution, events, result, artifact, trace, resolution,
-                   intent, steps, family or {}, progress)
+                   intent, steps, family or {}, progress, late)
+
+
+def _late_why(step: dict[str, Any]) -> str:
+    """What a late step means, in one sentence."""
+    who = step["decider"]
+    if step["step"] == "resolved":
+        return (f"recorded later by {who}, when the tool really ended after the call had returned"
+                f" unknown: its final outcome is {step['decision']}")
+    if step["step"] in ("job_ended", "job_started"):
+        return f"recorded later by {who}: the call's background job {step['step'][4:]}"
+    return f"recorded later by {who}, after the call had returned"

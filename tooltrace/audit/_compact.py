@@ -1,11 +1,13 @@
 """Compaction: sealed segments into Parquet files sorted by call id.
 
 Each run turns the sealed segments not yet compacted into one Parquet file per table
-(``calls``, ``steps``, ``intents``, ``resolutions``), sorted by the time-ordered call id and
+(``calls``, ``steps``, ``intents``, ``resolutions``; an empty one only while none of its kind
+exists, so plain SQL always finds each table), sorted by the time-ordered call id and
 written in row groups of ``row_group_size`` rows, so a lookup of one call reads the min/max
 statistics and then one row group. Call ids are stored as canonical lowercase strings: DuckDB
 (and other engines) prune row groups by min/max on strings; they do not for the Parquet UUID
-type. The same files work unchanged from object storage (see the README).
+type. The same files work unchanged from object storage (see the README). ``calls`` files also
+hold each call's final outcome (``_outcomes``), so plain SQL needs no join with ``resolutions``.
 
 The manifest also records each file's smallest and largest call id (``ranges``), so a reader
 looking up one call opens only the files whose range holds it instead of every file's footer.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +35,7 @@ from ._manifest import (
     read_manifest,
     write_manifest,
 )
+from ._outcomes import Resolved, latest_resolutions, refresh_outcomes, with_outcomes
 from ._recover import Recovered, recover_dead_segments
 from ._segments import ParsedSegment, SegmentInfo, audit_dir, list_segments, read_segment
 from ._tables import TABLES, build_tables
@@ -92,13 +96,19 @@ def compact(
         files: list[str] = []
         n_calls = n_steps = n_segs = 0
         batches = _batches(todo, max_batch_bytes)
-        if _backfill_ranges(adir, manifest):
+        write = _writer(adir, manifest, row_group_size)
+        if _backfill_ranges(adir, manifest) | _backfill_outcomes(adir, manifest, write):
             write_manifest(adir, manifest)
         for batch in batches:
             if not batch:
                 continue
             tables = build_tables(batch)
-            written = _write_tables(adir, tables, manifest, row_group_size)
+            # Each call's final outcome goes into its row, for plain SQL; a resolution of a
+            # call compacted earlier rewrites that call's file (listed in the same switch).
+            resolved = latest_resolutions([tables["resolutions"]])
+            tables["calls"] = with_outcomes(tables["calls"], resolved)
+            refresh_outcomes(adir, manifest, _elsewhere(resolved, tables["calls"]), write)
+            written = _write_tables(tables, manifest, write)
             n_calls += tables["calls"].num_rows
             n_steps += tables["steps"].num_rows
             for t, rel in written.items():
@@ -146,20 +156,16 @@ def _batches(todo: list[SegmentInfo], max_batch_bytes: int) -> list[list[ParsedS
     return batches
 
 
-def _write_tables(adir: Path, tables: dict[str, pa.Table], manifest: dict[str, Any],
-                  row_group_size: int) -> dict[str, str]:
-    """Write one batch's non-empty tables to new Parquet files (fsynced, then renamed into
-    place) and note their call-id ranges in ``manifest``; return table -> file written."""
-    import pyarrow.parquet as pq
+def _writer(adir: Path, manifest: dict[str, Any],
+            row_group_size: int) -> Callable[[pa.Table, str], str]:
+    """A function that writes a table of kind ``t`` to a new Parquet file (fsynced, then renamed
+    into place), notes its call-id range in ``manifest`` and returns the file's relative path."""
 
-    cid = new_call_id()
-    written: dict[str, str] = {}
-    for t in TABLES:
-        tbl = tables[t]
-        if tbl.num_rows == 0:
-            continue
+    def write(tbl: pa.Table, t: str) -> str:
+        import pyarrow.parquet as pq
+
         tbl = tbl.sort_by(_SORT[t])
-        rel = f"parquet/{t}/{cid}.parquet"
+        rel = f"parquet/{t}/{new_call_id()}.parquet"
         out = adir / rel
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f".{out.name}.tmp")
@@ -167,11 +173,59 @@ def _write_tables(adir: Path, tables: dict[str, pa.Table], manifest: dict[str, A
                        write_statistics=True)
         _fsync_file(tmp)
         os.replace(tmp, out)
-        written[t] = rel
-        lo_hi = _id_range(tbl)
-        if lo_hi is not None:
-            manifest.setdefault("ranges", {})[rel] = lo_hi
+        # An empty file gets a range no id falls in, so lookups never open it.
+        manifest.setdefault("ranges", {})[rel] = _id_range(tbl) or ["", ""]
+        return rel
+
+    return write
+
+
+def _write_tables(tables: dict[str, pa.Table], manifest: dict[str, Any],
+                  write: Callable[[pa.Table, str], str]) -> dict[str, str]:
+    """Write one batch's tables; return table -> file written. An empty table is written only
+    while no file of its kind is listed: plain SQL over the files (``read_parquet`` of
+    ``intents/*.parquet``) needs one, even with no rows."""
+    written: dict[str, str] = {}
+    listed = manifest.get("files") or {}
+    for t in TABLES:
+        if tables[t].num_rows == 0 and listed.get(t):
+            continue
+        written[t] = write(tables[t], t)
     return written
+
+
+def _elsewhere(resolved: Resolved, calls: pa.Table) -> Resolved:
+    """The resolutions of calls that are not among ``calls`` (they were compacted earlier)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not resolved:
+        return resolved
+    ids = pa.array(list(resolved), pa.string())
+    here = set(pc.filter(ids, pc.is_in(ids, value_set=calls["call_id"])).to_pylist())
+    return {c: v for c, v in resolved.items() if c not in here}
+
+
+def _backfill_outcomes(adir: Path, manifest: dict[str, Any],
+                       write: Callable[[pa.Table, str], str]) -> bool:
+    """Give the listed ``calls`` files written before the outcome columns existed those
+    columns (from every listed resolution). True when a file was replaced."""
+    import pyarrow.parquet as pq
+
+    files = manifest.get("files") or {}
+    lacking = False
+    for rel in files.get("calls", []):
+        try:
+            lacking = "outcome" not in pq.read_schema(adir / rel).names
+        except (OSError, ValueError):
+            continue
+        if lacking:
+            break
+    if not lacking:
+        return False
+    res = [pq.read_table(adir / rel) for rel in files.get("resolutions", [])
+           if (adir / rel).exists()]
+    return refresh_outcomes(adir, manifest, latest_resolutions(res), write, missing_only=True)
 
 
 def _id_range(tbl: pa.Table) -> list[str] | None:

@@ -4,8 +4,10 @@
 files compaction produced (read in place, pruned by call id) plus every segment not yet
 compacted (sealed, live, or left by a crashed writer; parsed and copied into DuckDB). Views:
 
-- ``tool_calls``       one row per call; ``status`` is the final status (a late ``resolved``
-  step overrides ``unknown``), ``ended_status`` what the call returned with.
+- ``tool_calls``       one row per call; ``status`` is what the call returned (as the
+  envelope, the metrics and the spans say), ``outcome`` its final outcome: the same, except for
+  a call that returned ``unknown`` and was resolved later (``resolved_at``,
+  ``resolution_summary``) by a late ``resolved`` step.
 - ``tool_call_steps``  one row per pipeline step, ``detail`` as JSON.
 - ``tool_call_intents`` strict-mode intents; ``orphaned`` is true when no final record exists.
 
@@ -60,14 +62,14 @@ _PREFIX_OK = re.compile(r"^[0-9a-fA-F-]{1,36}$")
 _RESOLVED = """SELECT call_id, arg_max(status, resolved_at) AS status,
          arg_max(summary, resolved_at) AS summary, max(resolved_at) AS resolved_at
   FROM {src} GROUP BY call_id"""
-_CALL_ROW = """SELECT c.call_id, c.run_id, c.tool, c.source, coalesce(r.status, c.status) AS status,
-         c.reject_stage, c.summary, c.error_type, c.started_at, c.elapsed_ms,
-         c.execution_started, c.trace_id, c.span_id, c.parent_span_id, c.trace_sampled,
-         c.args_redacted::JSON AS args_redacted, c.result_preview, c.artifact_path,
-         c.artifact_sha256, c.artifact_chars, c.artifact_bytes, c.mode, c.tool_type,
-         c.hook_modified, c.attributes::JSON AS attributes, c.status AS ended_status,
-         r.resolved_at, r.summary AS resolution_summary, c.writer, c.segment, c.line,
-         c.parent_call_id, c.depth, c.progress::JSON AS progress
+_CALL_ROW = """SELECT c.call_id, c.run_id, c.tool, c.source, c.status,
+         coalesce(r.status, c.status) AS outcome, c.reject_stage, c.summary, c.error_type,
+         c.started_at, c.elapsed_ms, c.execution_started, c.trace_id, c.span_id,
+         c.parent_span_id, c.trace_sampled, c.args_redacted::JSON AS args_redacted,
+         c.result_preview, c.artifact_path, c.artifact_sha256, c.artifact_chars,
+         c.artifact_bytes, c.mode, c.tool_type, c.hook_modified,
+         c.attributes::JSON AS attributes, r.resolved_at, r.summary AS resolution_summary,
+         c.writer, c.segment, c.line, c.parent_call_id, c.depth, c.progress::JSON AS progress
   FROM {calls} c LEFT JOIN {resolved} r ON r.call_id = c.call_id"""
 _STEP_COLS = "seq, step, started_at, elapsed_ms, decider, decision, detail::JSON AS detail"
 _INTENT_COLS = """i.call_id, i.run_id, i.tool, i.started_at, i.args_redacted::JSON AS args_redacted,
@@ -283,7 +285,10 @@ class AuditStore:
         ``t``; None when there is nothing to read."""
         parts = []
         if paths:
-            parts.append(f"SELECT * FROM read_parquet([{', '.join(map(_quote, paths))}])")
+            # The stored columns only: compaction adds the final outcome to ``calls`` files for
+            # plain SQL, which the views compute from every resolution instead.
+            cols = ", ".join(f'"{c}"' for c, _k in COLUMNS[t])
+            parts.append(f"SELECT {cols} FROM read_parquet([{', '.join(map(_quote, paths))}])")
         if live and self._live_rows.get(t):
             parts.append(f"SELECT * FROM _live_{t}")
         if not parts:
@@ -405,11 +410,14 @@ class AuditStore:
         run_id: str | None = None,
         since: str | None = None,
         limit: int = 50,
+        outcome: str | None = None,
     ) -> QueryResult:
-        """Recent calls, newest first, filtered."""
+        """Recent calls, newest first, filtered: ``status`` is what a call returned, ``outcome``
+        its final outcome (they differ for a call that returned ``unknown`` and was resolved)."""
         where: list[str] = []
         params: dict[str, Any] = {}
-        for col, val in (("tool", tool), ("status", status), ("run_id", run_id)):
+        for col, val in (("tool", tool), ("status", status), ("outcome", outcome),
+                         ("run_id", run_id)):
             if val is not None:
                 where.append(f"{col} = ${col}")
                 params[col] = val
@@ -419,7 +427,8 @@ class AuditStore:
         clause = ("WHERE " + " AND ".join(where)) if where else ""
         params["limit"] = int(limit)
         return self.sql(
-            "SELECT call_id, started_at, run_id, tool, status, reject_stage, elapsed_ms, summary "
+            "SELECT call_id, started_at, run_id, tool, status, outcome, reject_stage, elapsed_ms,"
+            " summary "
             f"FROM tool_calls {clause} ORDER BY call_id DESC LIMIT $limit", params)
 
     def counts(self) -> dict[str, int]:

@@ -18,8 +18,6 @@ import orjson
 from .._settings import TOOLTRACE_ARCHIVE, TOOLTRACE_HOME
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from ..audit import AuditStore
 
 __all__ = [
@@ -28,13 +26,14 @@ __all__ = [
     "EXIT_USAGE",
     "OutputGuard",
     "archive_option",
-    "console",
     "fail",
     "home_option",
     "json_option",
     "open_store",
     "parse_since",
     "print_json",
+    "self_command",
+    "wide_option",
 ]
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -70,6 +69,13 @@ def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")(f)
 
 
+def wide_option(f: F) -> F:
+    """``--wide``: every column of a table, however wide the terminal."""
+    return click.option("--wide", is_flag=True,
+                        help="Show every column (tables otherwise fit the terminal width,"
+                        " leaving out what does not fit, with a note).")(f)
+
+
 class OutputGuard:
     """Replaces host paths (the home's and the working directory's) in printed text.
 
@@ -92,21 +98,6 @@ class OutputGuard:
             if a in text:
                 text = text.replace(a, b)
         return text
-
-
-def console() -> Console:
-    """A rich console on stdout: no colour with NO_COLOR or without a TTY; wide when piped."""
-    from rich.console import Console
-
-    tty = sys.stdout.isatty()
-    width = None if tty else max(int(os.environ.get("COLUMNS", "0") or 0), 200)
-    return Console(
-        highlight=False,
-        soft_wrap=False,
-        width=width,
-        no_color=bool(os.environ.get("NO_COLOR")) or not tty,
-        force_terminal=False if not tty else None,
-    )
 
 
 def _default(obj: Any) -> Any:
@@ -134,6 +125,28 @@ def iso(t: dt.datetime | None) -> str | None:
     if t is None:
         return None
     return t.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+def self_command() -> str:
+    """How to run this ``tooltrace`` again, for next steps printed to be pasted as they are:
+    ``tooltrace`` when that name on PATH is this very program, else its full path (or
+    ``<python> -m tooltrace`` when there is no script, as under ``python -m tooltrace``)."""
+    import shlex
+    import shutil
+
+    argv0 = sys.argv[0] if sys.argv else ""
+    script: str | None = None
+    if os.path.basename(argv0) == "tooltrace":
+        script = argv0 if os.sep in argv0 else shutil.which(argv0)
+    if script is None:  # run some other way: the script installed next to this Python
+        sibling = Path(sys.executable).parent / "tooltrace"
+        script = str(sibling) if sibling.is_file() else None
+    if script is None:
+        return f"{shlex.quote(sys.executable)} -m tooltrace"
+    on_path = shutil.which("tooltrace")
+    if on_path is not None and os.path.realpath(on_path) == os.path.realpath(script):
+        return "tooltrace"
+    return shlex.quote(os.path.abspath(script))
 
 
 def fail(message: str, code: int = EXIT_FAIL, guard: OutputGuard | None = None) -> NoReturn:
@@ -208,14 +221,9 @@ def cell(value: Any, limit: int = 80) -> str:
 
 def table(
     title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]], guard: OutputGuard,
-    *, limit: int = 80, no_wrap: Sequence[str] = ("call_id",),
+    *, limit: int = 80, wide: bool = False, priority: Sequence[str] = (),
 ) -> None:
-    """Print rows as a rich table (paths scrubbed)."""
-    from rich.table import Table
+    """Print rows as a table that fits the terminal (paths scrubbed; see ``_table``)."""
+    from ._table import render
 
-    t = Table(title=title, show_lines=False, header_style="bold")
-    for c in columns:
-        t.add_column(c, no_wrap=c in no_wrap, overflow="fold")
-    for r in rows:
-        t.add_row(*(guard(cell(v, limit)) for v in r))
-    console().print(t)
+    render(title, columns, rows, guard, limit=limit, wide=wide, priority=priority)

@@ -7,9 +7,6 @@ cost more than the lookup itself.
 
 from __future__ import annotations
 
-import os
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +24,23 @@ from ._common import (
     json_option,
     open_store,
     print_json,
+    table,
+    wide_option,
 )
+from ._table import note, styled, terminal_width
 
 
 @click.command()
 @click.argument("call_id")
 @home_option
 @json_option
+@wide_option
 @archive_option
 @click.option("--diff", "show_diff", is_flag=True,
               help="Also show the change the call made to each file it wrote (unified diff "
                    "from its snapshots, redacted).")
-def autopsy(call_id: str, home: Path | None, as_json: bool, archive: str | None,
-            show_diff: bool) -> None:
+def autopsy(call_id: str, home: Path | None, as_json: bool, wide: bool,
+            archive: str | None, show_diff: bool) -> None:
     """Replay one call step by step (CALL_ID may be a unique prefix).
 
     Exit 1 when no call has this id, 2 when the prefix matches several calls.
@@ -71,7 +72,7 @@ def autopsy(call_id: str, home: Path | None, as_json: bool, archive: str | None,
             out["diff"] = diffs
         print_json(out, guard)
         return
-    _render(a, guard)
+    _render(a, guard, wide)
     if diffs is not None:
         _render_diffs(diffs, guard)
 
@@ -113,55 +114,42 @@ def _render_diffs(diffs: list[dict[str, Any]], guard: OutputGuard) -> None:
             click.echo(guard(d["diff"]), nl=False)
 
 
-def _styled() -> bool:
-    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-
 
 def _line(label: str, value: Any, guard: OutputGuard) -> None:
+    """One labelled fact; a fact with no value is left out rather than printed empty."""
+    text = cell(value, 400)
+    if not text.strip():
+        return
     head = f"{label:<20}"
-    click.echo(f"{click.style(head, bold=True) if _styled() else head} "
-               f"{guard(cell(value, 400))}")
+    click.echo(f"{click.style(head, bold=True) if styled() else head} {guard(text)}")
 
 
-def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
-           guard: OutputGuard, *, limit: int) -> None:
-    """A boxed table (the same box characters a rich table uses), cells cut to ``limit``."""
-    cells = [[guard(cell(v, limit)) for v in r] for r in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-
-    def row(left: str, sep: str, right: str, vals: Sequence[str]) -> str:
-        return left + sep.join(f" {v:<{w}} " for v, w in zip(vals, widths, strict=True)) + right
-
-    def rule(left: str, fill: str, sep: str, right: str) -> str:
-        return left + sep.join(fill * (w + 2) for w in widths) + right
-
-    inner = sum(widths) + 3 * len(widths) + 1
-    click.echo(f"{title:^{inner}}".rstrip())
-    click.echo(rule("┏", "━", "┳", "┓"))
-    head = row("┃", "┃", "┃", columns)
-    click.echo(click.style(head, bold=True) if _styled() else head)
-    click.echo(rule("┡", "━", "╇", "┩"))
-    for r in cells:
-        click.echo(row("│", "│", "│", r))
-    click.echo(rule("└", "─", "┴", "┘"))
+def _status_lines(a: Any, guard: OutputGuard) -> None:
+    """What the call returned, and its final outcome, in the words every reader uses."""
+    res = a.result
+    status = res.get("status")
+    if status and res.get("reject_stage"):
+        status = f"{status} at stage {res['reject_stage']}"
+    _line("status", status, guard)
+    outcome = res.get("outcome")
+    if a.resolution:
+        outcome = f"{outcome} (resolved later, at {iso(a.resolution['at'])})"
+    elif outcome == "unknown":
+        outcome = "unknown (not resolved: no later step says how the tool ended)"
+    _line("outcome", outcome, guard)
 
 
-def _render(a: Any, guard: OutputGuard) -> None:
+def _render(a: Any, guard: OutputGuard, wide: bool) -> None:
     rec = a.record or {}
     title = f" call {a.call_id} "
-    click.echo("─" * 3 + title + "─" * max(3, 100 - len(title)))
+    click.echo("─" * 3 + title + "─" * max(3, min(100, terminal_width()) - 3 - len(title)))
     _line("tool", f"{rec.get('tool') or (a.intent or {}).get('tool')}"
           f"  (source {rec.get('source') or '?'}, mode {rec.get('mode') or '?'})", guard)
     _line("run", rec.get("run_id") or (a.intent or {}).get("run_id"), guard)
     _ancestors(a, guard)
     _line("started", iso(rec.get("started_at")), guard)
     res = a.result
-    status = res.get("status")
-    if res.get("ended_status") and res.get("ended_status") != status:
-        status = f"{status} (returned {res['ended_status']}, resolved later)"
-    if res.get("reject_stage"):
-        status = f"{status} at stage {res['reject_stage']}"
-    _line("status", status, guard)
+    _status_lines(a, guard)
     _line("summary", res.get("summary"), guard)
     _line("elapsed", f"{res.get('elapsed_ms') or 0:.3f} ms", guard)
     _line("arguments", a.arguments, guard)
@@ -171,6 +159,7 @@ def _render(a: Any, guard: OutputGuard) -> None:
         _line(f"schema ({s['step']})", f"{s['decision']}"
               + (f": {s['error']}" if s.get("error") else ""), guard)
     for param, where in a.paths.items():
+        where = where or "."  # the workspace root itself
         _line("path", f"{param} -> {where} (within the workspace)", guard)
     for param, why in a.refused_paths.items():
         _line("path", f"{param} refused: {why}", guard)
@@ -196,7 +185,7 @@ def _render(a: Any, guard: OutputGuard) -> None:
     ex = a.execution
     started = "yes" if a.execution_started else "no (execution never started)"
     if ex is not None:
-        started += f", outcome {ex['decision']} after {ex['elapsed_ms']:.3f} ms"
+        started += f", it ended {ex['decision']} after {ex['elapsed_ms']:.3f} ms"
     _line("execution started", started, guard)
     for e in a.events:
         _line(e["step"], f"{e['decision']} at +{e['offset_ms']} ms by {e['decider']}"
@@ -217,13 +206,18 @@ def _render(a: Any, guard: OutputGuard) -> None:
         _line("trace", tr["trace_id"] + (f"  {tr['url']}" if tr.get("url") else ""), guard)
     if a.intent is not None:
         _line("strict intent", f"recorded at {iso(a.intent['started_at'])}", guard)
-    _table(
-        "steps",
-        ["seq", "step", "at (UTC)", "+ms", "elapsed ms", "decider", "decision", "detail"],
-        [[s["seq"], s["step"], s["started_at"], s["offset_ms"], s["elapsed_ms"], s["decider"],
-          s["decision"], s["detail"]] for s in a.steps],
-        guard, limit=120,
-    )
+    table("steps",
+          ["seq", "step", "at (UTC)", "+ms", "elapsed ms", "decider", "decision", "detail"],
+          [[s["seq"], s["step"], s["started_at"], s["offset_ms"], s["elapsed_ms"], s["decider"],
+            s["decision"], s["detail"]] for s in a.steps],
+          guard, limit=120, wide=wide,
+          priority=("seq", "step", "+ms", "decider", "decision", "detail", "elapsed ms"))
+    if a.late:
+        click.echo("Late steps (numbered from 1000: recorded after the call had returned):")
+        for s in a.late:
+            note(guard(f"{s['seq']} {s['step']} {s['decision']} at +{s['offset_ms']} ms:"
+                       f" {s['why']}"), indent="  ")
+
 
 
 def _ancestors(a: Any, guard: OutputGuard) -> None:

@@ -1,4 +1,4 @@
-"""``tooltrace calls``: recent calls, filtered."""
+"""``tooltrace calls``: recent calls, filtered by what they returned or by their final outcome."""
 
 from __future__ import annotations
 
@@ -14,31 +14,46 @@ from ._common import (
     open_store,
     parse_since,
     print_json,
+    wide_option,
 )
 from ._common import table as print_table
+
+_STATUSES = click.Choice(["ok", "rejected", "failed", "cancelled", "unknown"])
+#: What matters most when the terminal is narrow; the rest (run, start time) goes first.
+_PRIORITY = ("call_id", "tool", "status", "outcome", "summary", "reject_stage", "elapsed_ms")
 
 
 @click.command()
 @click.option("--tool", help="Only calls of this tool.")
-@click.option("--status", type=click.Choice(["ok", "rejected", "failed", "cancelled", "unknown"]),
-              help="Only calls with this (final) status.")
+@click.option("--status", type=_STATUSES,
+              help="Only calls that returned this status (what the caller got back).")
+@click.option("--outcome", type=_STATUSES,
+              help="Only calls with this final outcome: the status, or for a call that returned"
+              " unknown, what it was resolved to later (unknown while unresolved).")
 @click.option("--run", "run_id", help="Only calls of this run id.")
 @click.option("--since", help="Only calls since: a duration (30m, 2h, 7d) or a UTC timestamp.")
 @click.option("--limit", type=click.IntRange(1, 1_000_000), default=50, show_default=True)
 @home_option
 @json_option
+@wide_option
 @archive_option
-def calls(tool: str | None, status: str | None, run_id: str | None, since: str | None,
-          limit: int, home: Path | None, as_json: bool, archive: str | None) -> None:
-    """List calls, newest first."""
+def calls(tool: str | None, status: str | None, outcome: str | None, run_id: str | None,
+          since: str | None, limit: int, home: Path | None, as_json: bool, wide: bool,
+          archive: str | None) -> None:
+    """List calls, newest first.
+
+    Each call has a status (what it returned) and an outcome (its final one). They differ only
+    for a call that returned unknown and was resolved later: `--status unknown` lists every
+    call that returned unknown, `--status unknown --outcome unknown` those still unresolved.
+    """
     guard = OutputGuard(home)
     with open_store(home, guard, archive) as store:
-        res = store.calls(tool=tool, status=status, run_id=run_id, since=parse_since(since),
-                          limit=limit)
+        res = store.calls(tool=tool, status=status, outcome=outcome, run_id=run_id,
+                          since=parse_since(since), limit=limit)
     if as_json:
         print_json(res.dicts(), guard)
         return
     if not res.rows:
         click.echo("no calls match")
         return
-    print_table(None, res.columns, res.rows, guard, limit=60)
+    print_table(None, res.columns, res.rows, guard, limit=60, wide=wide, priority=_PRIORITY)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -9,9 +11,20 @@ from typing import Any
 
 import click
 
-from ._common import OutputGuard, console, home_option, json_option, print_json, table
+from ._common import (
+    OutputGuard,
+    home_option,
+    json_option,
+    print_json,
+    self_command,
+    table,
+    wide_option,
+)
 
-__all__ = ["demo"]
+__all__ = ["STATUSES", "demo"]
+
+#: The statuses a call can return, in the order tables show them.
+STATUSES = ("ok", "rejected", "failed", "cancelled", "unknown")
 
 #: The three calls the summary points an engineer at, in order.
 SPOTLIGHT = (
@@ -45,8 +58,10 @@ SPOTLIGHT = (
 )
 @click.option("--seed", type=int, default=7, show_default=True, help="Seed of the randomised mix.")
 @json_option
+@wide_option
 def demo(
-    home: Path | None, calls: int, metrics_port: int | None, linger: float, seed: int, as_json: bool
+    home: Path | None, calls: int, metrics_port: int | None, linger: float, seed: int,
+    as_json: bool, wide: bool,
 ) -> None:
     """Run a realistic agent workload through the built-in tools (no servers needed).
 
@@ -83,41 +98,77 @@ def demo(
         for label, why in SPOTLIGHT
         if label in result.highlights
     ]
-    home_arg = "" if home is None else f" --home {guard(str(home))}"
+    # Printed as given (not scrubbed to <home>) so the commands run as printed.
+    tt = self_command() + ("" if home is None else f" --home {shlex.quote(str(home))}")
+    autopsies = [f"{tt} autopsy {cid}" for _, cid, _ in spotlight]
+    more = [f"{tt} {cmd}" for cmd in ("calls --status unknown", "stats", "tools", "verify")]
+    by_id = {e.call_id: e for e in result.envelopes}
     if as_json:
         print_json(
             {
                 "calls": len(result.envelopes),
                 "by_status": dict(result.by_status()),
+                "by_outcome": dict(result.by_outcome()),
                 "by_tool": {t: dict(c) for t, c in sorted(result.by_tool().items())},
                 "highlights": result.highlights,
-                "autopsy": [f"tooltrace autopsy{home_arg} {cid}" for _, cid, _ in spotlight],
+                "story": [{"what": label, "call_id": cid, "status": _status(by_id, cid),
+                           "outcome": _outcome(result, by_id, cid)}
+                          for label, cid in result.highlights.items()],
+                "autopsy": autopsies,
+                "next": more,
                 "metrics_port": result.metrics_port,
             },
             guard,
         )
         return
-    statuses = ("ok", "rejected", "failed", "cancelled", "unknown")
+    _print_summary(result, guard, wide, autopsies, more, spotlight)
+
+
+def _print_summary(result: Any, guard: OutputGuard, wide: bool, autopsies: list[str],
+                   more: list[str], spotlight: list[tuple[str, str, str]]) -> None:
+    """The tables for people, then the next steps, each a command that runs as printed."""
+    by_id = {e.call_id: e for e in result.envelopes}
     rows = [
-        [tool, *(c.get(s, 0) for s in statuses), sum(c.values())]
+        [tool, *(c.get(s, 0) for s in STATUSES), sum(c.values())]
         for tool, c in sorted(result.by_tool().items())
     ]
     totals = result.by_status()
-    rows.append(["(all)", *(totals.get(s, 0) for s in statuses), sum(totals.values())])
-    table(
-        f"tooltrace demo: {len(result.envelopes)} calls", ["tool", *statuses, "total"], rows, guard
-    )
-    story = [[label, cid, _status(result, cid)] for label, cid in result.highlights.items()]
-    table("the scripted story", ["what", "call_id", "status"], story, guard)
-    out = console()
-    out.print("Replay a call step by step:")
-    for _label, cid, why in spotlight:
-        out.print(f"  tooltrace autopsy{home_arg} {cid}    # {why}", highlight=False)
-    out.print("More: tooltrace calls, tooltrace stats, tooltrace tools, tooltrace verify")
+    rows.append(["(all)", *(totals.get(s, 0) for s in STATUSES), sum(totals.values())])
+    table(f"tooltrace demo: {len(result.envelopes)} calls by status (what each returned)",
+          ["tool", *STATUSES, "total"], rows, guard, wide=wide)
+    click.echo(_outcome_line(result))
+    story = [[label, cid, _status(by_id, cid),
+              "" if _outcome(result, by_id, cid) == _status(by_id, cid)
+              else _outcome(result, by_id, cid)]
+             for label, cid in result.highlights.items()]
+    table("the scripted story (outcome: where a later resolution changed it)",
+          ["what", "call_id", "status", "outcome"], story, guard, wide=wide,
+          priority=("call_id", "what", "status", "outcome"))
+    click.echo("Replay a call step by step:")
+    for line, (_label, _cid, why) in zip(autopsies, spotlight, strict=True):
+        click.echo(f"  {line}    # {why}")
+    click.echo("More:")
+    for line in more:
+        click.echo(f"  {line}")
 
 
-def _status(result: Any, call_id: str) -> str:
-    for e in result.envelopes:
-        if e.call_id == call_id:
-            return str(e.status.value)
-    return "?"
+def _status(by_id: dict[str, Any], call_id: str) -> str:
+    env = by_id.get(call_id)
+    return "?" if env is None else str(env.status.value)
+
+
+def _outcome(result: Any, by_id: dict[str, Any], call_id: str) -> str:
+    env = by_id.get(call_id)
+    return "?" if env is None else str(result.outcome(env))
+
+
+def _outcome_line(result: Any) -> str:
+    """One sentence on what became of the calls that returned ``unknown``."""
+    unknown = [e for e in result.envelopes if e.status.value == "unknown"]
+    if not unknown:
+        return "outcome: every call's final outcome is the status it returned"
+    later = collections.Counter(result.outcome(e) for e in unknown)
+    still = later.pop("unknown", 0)
+    parts = ", ".join(f"{n} {o}" for o, n in sorted(later.items())) or "none"
+    return (f"outcome: of the {len(unknown)} calls that returned unknown, later resolved as"
+            f" {parts}; {still} still unknown")

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from ..exceptions import ConfigurationError
-from ._common import EXIT_FAIL, EXIT_USAGE, OutputGuard, print_json
+from ._common import EXIT_FAIL, EXIT_USAGE, OutputGuard, print_json, wide_option
 from ._common import table as print_table
 
 __all__ = ["mcp"]
@@ -133,8 +133,9 @@ async def _started(cfg: Any, *, pin_new: bool) -> Any:
 @mcp.command(context_settings={"ignore_unknown_options": True})
 @_server_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+@wide_option
 def report(config_path: Path | None, home: str | None, name: str | None,
-           command: tuple[str, ...], as_json: bool) -> None:
+           command: tuple[str, ...], as_json: bool, wide: bool) -> None:
     """Start the upstreams, list their tools, and show names, collisions and pin changes.
 
     Nothing is pinned by a report. Exits 1 when a server failed to start or a name conflict
@@ -156,18 +157,18 @@ def report(config_path: Path | None, home: str | None, name: str | None,
     else:
         print_table("servers", ["server", "state", "tools", "restarts", "error"],
                     [[s.label, s.state, s.tools, s.restarts, s.error or ""] for s in rep.servers],
-                    guard)
+                    guard, wide=wide)
         print_table("tools", ["name", "server", "upstream", "state", "pin", "reason"],
                     [[t.name, t.server, t.upstream_name, t.state, t.pin, t.reason]
-                     for t in rep.tools], guard)
+                     for t in rep.tools], guard, wide=wide)
         if rep.collisions:
             print_table("collisions", ["tool", "servers", "rule", "resolution"],
                         [[c.upstream_name, ", ".join(c.servers), c.rule, c.resolution]
-                         for c in rep.collisions], guard)
+                         for c in rep.collisions], guard, wide=wide)
         print_table("shadow report", ["name", "active", "priority", "shadowed"],
                     [[r.name, r.active_source, r.active_priority,
                       ", ".join(f"{s} ({p})" for s, p in r.shadowed)] for r in rep.resolution],
-                    guard)
+                    guard, wide=wide)
         for c in rep.conflicts:
             click.echo(f"conflict: {c}")
     if rep.conflicts or any(s.state == "failed" for s in rep.servers):

@@ -16,6 +16,7 @@ from ._common import (
     json_option,
     open_store,
     print_json,
+    wide_option,
 )
 from ._common import table as print_table
 
@@ -37,9 +38,10 @@ def _params(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--list", "list_", is_flag=True, help="List shipped queries and their parameters.")
 @home_option
 @json_option
+@wide_option
 @archive_option
 def query(source: str | None, params: tuple[str, ...], list_: bool, home: Path | None,
-          as_json: bool, archive: str | None) -> None:
+          as_json: bool, wide: bool, archive: str | None) -> None:
     """Run SQL over tool_calls, tool_call_steps and tool_call_intents.
 
     SOURCE is a shipped query name (see --list), a .sql file, or SQL text. Parameters are
@@ -94,4 +96,4 @@ def query(source: str | None, params: tuple[str, ...], list_: bool, home: Path |
     if not res.rows:
         click.echo("no rows")
         return
-    print_table(None, res.columns, res.rows, guard)
+    print_table(None, res.columns, res.rows, guard, wide=wide)

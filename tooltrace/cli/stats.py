@@ -14,8 +14,13 @@ from ._common import (
     open_store,
     parse_since,
     print_json,
+    wide_option,
 )
 from ._common import table as print_table
+
+#: What stays when the terminal is narrow, most important first.
+_PRIORITY = ("tool", "calls", "ok", "unknown", "outcome_ok", "p50_ms", "p95_ms",
+             "outcome_unknown")
 
 
 @click.command()
@@ -23,10 +28,15 @@ from ._common import table as print_table
 @click.option("--tool", help="Only this tool.")
 @home_option
 @json_option
+@wide_option
 @archive_option
-def stats(since: str | None, tool: str | None, home: Path | None, as_json: bool,
+def stats(since: str | None, tool: str | None, home: Path | None, as_json: bool, wide: bool,
           archive: str | None) -> None:
-    """Per tool: calls, parameter-reject, policy-reject and offload ratios, p50/p95 (ms).
+    """Per tool: calls, ok and unknown (returned and final), reject and offload ratios, p50/p95.
+
+    ok and unknown count what calls returned (as the metrics do); outcome_ok and
+    outcome_unknown count final outcomes (a call that returned unknown and was resolved later
+    as ok is in unknown and in outcome_ok; outcome_unknown is what is still unresolved).
 
     The definitions are those of the Prometheus recording rules: parameter-reject ratio =
     rejections at stage params / calls; policy-reject ratio = rejections at stage policy or
@@ -46,4 +56,4 @@ def stats(since: str | None, tool: str | None, home: Path | None, as_json: bool,
     if not res.rows:
         click.echo("no calls recorded")
         return
-    print_table(None, res.columns, res.rows, guard)
+    print_table(None, res.columns, res.rows, guard, wide=wide, priority=_PRIORITY)

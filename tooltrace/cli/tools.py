@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
-from ._common import EXIT_FAIL, OutputGuard, fail, home_option, json_option, print_json
+from ._common import (
+    EXIT_FAIL,
+    OutputGuard,
+    fail,
+    home_option,
+    json_option,
+    print_json,
+    wide_option,
+)
 from ._common import table as print_table
 
 if TYPE_CHECKING:
@@ -33,8 +41,9 @@ _FORMATS = ("openai", "openai-responses", "anthropic", "gemini", "mcp")
                    "with reasons) instead of the provider format.")
 @home_option
 @json_option
+@wide_option
 def tools(mode: str, fmt: str, listing: bool, expand: tuple[str, ...], native: bool,
-          home: Path | None, as_json: bool) -> None:
+          home: Path | None, as_json: bool, wide: bool) -> None:
     """Every tool name, its active definition, what it shadows, its group and whether MODE
     shows it; then what each mode's and group's schemas cost (characters, and tokens
     estimated at 4 characters per token)."""
@@ -90,9 +99,10 @@ def tools(mode: str, fmt: str, listing: bool, expand: tuple[str, ...], native: b
         return
     cols = list(rows[0])
     print_table(f"tools (mode {mode})", cols, [[r[c] for c in cols] for r in rows], guard,
-                no_wrap=("name",))
+                wide=wide, priority=("name", "source", "visible", "priority", "shadowed"))
     print_table(f"schema sizes ({fmt})", ["mode", "part", "chars", "tokens"],
-                [[r["mode"], r["part"], r["chars"], r["tokens"]] for r in size_rows], guard)
+                [[r["mode"], r["part"], r["chars"], r["tokens"]] for r in size_rows], guard,
+                wide=wide)
     click.echo(estimate)
 
 

@@ -14,6 +14,7 @@ from ._common import (
     home_option,
     json_option,
     print_json,
+    wide_option,
 )
 from ._common import table as print_table
 
@@ -38,8 +39,9 @@ def _head(ctx: click.Context, param: click.Parameter, value: str | None) -> str 
                    " (unchanged, perhaps grown since). Keep heads outside the home.")
 @home_option
 @json_option
+@wide_option
 @archive_option
-def verify(recover: bool, expect: str | None, home: Path | None, as_json: bool,
+def verify(recover: bool, expect: str | None, home: Path | None, as_json: bool, wide: bool,
            archive: str | None) -> None:
     """Detect edited, deleted, reordered or inserted records, truncated segments, and deleted
     segments and writers.
@@ -89,8 +91,8 @@ def verify(recover: bool, expect: str | None, home: Path | None, as_json: bool,
         if report.findings:
             print_table(None, ["severity", "kind", "segment", "line", "seq", "message"],
                         [[f.severity, f.kind, f.segment, f.line, f.seq, f.message]
-                         for f in report.findings], guard, limit=200,
-                        no_wrap=("segment",))
+                         for f in report.findings], guard, limit=200, wide=wide,
+                        priority=("kind", "segment", "line", "message"))
         click.echo(f"head: {report.head}")
     if not report.ok:
         raise SystemExit(EXIT_FAIL)
