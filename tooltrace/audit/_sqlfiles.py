@@ -22,6 +22,9 @@ __all__ = ["MissingParameter", "Param", "SqlFile", "find_sql", "load_sql", "ship
 _PARAM = re.compile(r"^--\s*@param\s+(\w+)\s+(\w+)(?:\s*=\s*(.*?))?\s*:\s*(.*)$")
 _QUESTION = re.compile(r"^--\s*Question:\s*(.*)$")
 _PLACEHOLDER = re.compile(r"\$([A-Za-z_]\w*)")
+_PREPARE = re.compile(r"^\s*PREPARE\b", re.IGNORECASE)
+_EXECUTE = re.compile(r"(\bEXECUTE\s+[A-Za-z_]\w*\s*\()([^)]*)\)", re.IGNORECASE)
+_ARG_NAME = re.compile(r"(?<![\w\"$])([A-Za-z_]\w*)(\s*:=)")
 _DIRS = (
     Path(__file__).resolve().parent / "sql",
     # A source checkout keeps the files at the repository root.
@@ -59,7 +62,7 @@ class SqlFile:
         Raises ``MissingParameter`` for a required one not given, ``ValueError`` for a name
         the SQL does not use.
         """
-        used = set(_PLACEHOLDER.findall(_strip_comments(self.text)))
+        used = _own_placeholders(self.text)
         unknown = sorted(set(given) - used)
         if unknown:
             raise ValueError(f"unknown parameter(s): {', '.join(unknown)}"
@@ -78,6 +81,20 @@ class SqlFile:
 
 def _strip_comments(text: str) -> str:
     return "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+
+
+def _own_placeholders(text: str) -> set[str]:
+    """The ``$name`` placeholders tooltrace fills: not those in the body of a ``PREPARE``,
+    which belong to the prepared statement (its ``EXECUTE`` gives them)."""
+    return {name for stmt in _strip_comments(text).split(";") if not _PREPARE.match(stmt)
+            for name in _PLACEHOLDER.findall(stmt)}
+
+
+def _quote_execute_names(text: str) -> str:
+    """``EXECUTE q(limit := 5)`` as DuckDB parses it: each parameter name in an ``EXECUTE``
+    quoted (``"limit" := 5``), since a name that is a keyword (``limit``, ``offset``,
+    ``order``) is otherwise a syntax error."""
+    return _EXECUTE.sub(lambda m: m[1] + _ARG_NAME.sub(r'"\1"\2', m[2]) + ")", text)
 
 
 def load_sql(text: str, name: str = "<sql>") -> SqlFile:
@@ -100,7 +117,7 @@ def load_sql(text: str, name: str = "<sql>") -> SqlFile:
             if default is not None and default.upper() == "NULL":
                 default = None
             params.append(Param(m[1], m[2], default, required, m[4].strip()))
-    return SqlFile(name, question, tuple(params), text)
+    return SqlFile(name, question, tuple(params), _quote_execute_names(text))
 
 
 def shipped_sql() -> list[SqlFile]:

@@ -306,8 +306,11 @@ class AuditStore:
     # -- generic ------------------------------------------------------------------------------
 
     def sql(self, query: str, params: dict[str, Any] | None = None) -> QueryResult:
-        """Run one query; ``params`` fill ``$name`` placeholders."""
+        """Run one query; ``params`` fill ``$name`` placeholders. Raises ``ValueError`` when
+        the text holds no statement (empty, or only a NUL byte)."""
         cur = self.con.execute(query, params or None)
+        if cur is None:  # DuckDB returns no cursor for a text with no statement in it
+            raise ValueError("no SQL statement to run (the text is empty)")
         desc = cur.description or []
         return QueryResult([d[0] for d in desc], cur.fetchall())
 
@@ -430,6 +433,16 @@ class AuditStore:
             "SELECT call_id, started_at, run_id, tool, status, outcome, reject_stage, elapsed_ms,"
             " summary "
             f"FROM tool_calls {clause} ORDER BY call_id DESC LIMIT $limit", params)
+
+    def lock_down(self) -> None:
+        """From now on this store's DuckDB reads the trail and nothing else: no file outside
+        the audit directory, no file written (``COPY ... TO``, ``EXPORT``), no ``ATTACH``, no
+        extension installed or loaded, and no statement can change that
+        (``enable_external_access = false``, ``lock_configuration = true``)."""
+        con = self.con  # the views first: they read the files they name when created
+        con.execute(f"SET allowed_directories = [{_quote(str(self.adir.resolve()) + os.sep)}]")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
 
     def counts(self) -> dict[str, int]:
         """Row counts of the main views."""

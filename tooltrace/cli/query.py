@@ -45,8 +45,10 @@ def query(source: str | None, params: tuple[str, ...], list_: bool, home: Path |
     """Run SQL over tool_calls, tool_call_steps and tool_call_intents.
 
     SOURCE is a shipped query name (see --list), a .sql file, or SQL text. Parameters are
-    $NAME placeholders; documented defaults apply when not given. Exit 1 when the query fails,
-    2 for a missing or unknown parameter.
+    $NAME placeholders; documented defaults apply when not given (those in a PREPARE belong to
+    its EXECUTE: `EXECUTE q(limit := 5)`). The query reads the trail and nothing else: it
+    cannot write files, attach databases or load extensions. Exit 1 when the query fails, 2
+    for a missing or unknown parameter.
     """
     from ..audit import MissingParameter, find_sql, load_sql, shipped_sql
 
@@ -87,9 +89,11 @@ def query(source: str | None, params: tuple[str, ...], list_: bool, home: Path |
 
     with open_store(home, guard, archive) as store:
         try:
+            if not archive:  # an archive's reader needs its own storage (S3, a catalog)
+                store.lock_down()
             res = store.sql(sql.text, bound)
-        except duckdb.Error as exc:
-            fail(f"query failed: {str(exc).splitlines()[0][:300]}", EXIT_FAIL, guard)
+        except (duckdb.Error, ValueError) as exc:
+            fail(f"query failed: {(str(exc).splitlines() or [''])[0][:300]}", EXIT_FAIL, guard)
     if as_json:
         print_json(res.dicts(), guard)
         return
