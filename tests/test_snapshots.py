@@ -10,6 +10,7 @@ after the policy decided, and a writer refuses to replace a file other than the 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import orjson
 import pytest
 from support.audit import SECRET
 
-from tooltrace import Capability, Effect, ToolCall, tool
+from tooltrace import Capability, Effect, ToolCall, create_registry, tool
 from tooltrace.builtins import default_registry
 from tooltrace.builtins._write_text import ContentMismatchError, atomic_write
 from tooltrace.policy import ApprovalDecision, ApprovalRequest, Policy, PolicyDecision, Verdict
@@ -46,6 +47,16 @@ def write(base: Path, path: str, text: str, env: dict[str, str] | None = None) -
               "--workspace", str(base / "ws"), env=env)
     assert res.returncode == 0, res.stdout + res.stderr
     return res.stderr.strip().rsplit("call_id: ", 1)[1].split()[0]
+
+
+def write_here(base: Path, path: str, text: str) -> str:
+    """The same write as `write`, from this process (audited the same way, one subprocess
+    fewer: the commands under test are restore and autopsy)."""
+    with create_registry(base / "ws", home=base / "home", metrics=False,
+                         log_stream=io.StringIO()) as reg:
+        env = reg.call(ToolCall("write_text", {"path": path, "text": text}))
+    assert env.ok, env.summary
+    return env.call_id
 
 
 def autopsy(base: Path, call_id: str, *extra: str) -> dict[str, Any]:
@@ -107,7 +118,7 @@ def test_a_write_is_snapshotted_diffed_and_restored(base: Path) -> None:
 def test_restore_refuses_a_file_changed_since_unless_forced(base: Path) -> None:
     target = base / "ws" / "plan.txt"
     target.write_text("v1\n")
-    cid = write(base, "plan.txt", "v2\n")
+    cid = write_here(base, "plan.txt", "v2\n")
     target.write_text("edited by a person\n")
     res = run(base, "restore", cid)
     assert res.returncode == 1
@@ -123,7 +134,7 @@ def test_restore_refuses_a_file_changed_since_unless_forced(base: Path) -> None:
 
 
 def test_a_created_file_is_restored_by_deleting_it(base: Path) -> None:
-    cid = write(base, "new.txt", "fresh\n")
+    cid = write_here(base, "new.txt", "fresh\n")
     diff = run(base, "autopsy", cid, "--diff")  # the human form
     assert diff.returncode == 0, diff.stderr
     assert "diff of new.txt (created by the call)" in diff.stdout
