@@ -138,3 +138,22 @@ def _canon(row: dict[str, Any]) -> str:
             v = dt.datetime.fromisoformat(v[:-1]).isoformat()
         out[k] = v
     return orjson.dumps(out, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def test_files_from_before_the_outcome_columns_get_them(
+        compacted: tuple[Path, dict[str, str], str], tmp_path: Path) -> None:
+    import shutil
+
+    home = tmp_path / "home"
+    shutil.copytree(compacted[0], home)
+    ids, late_id = compacted[1], compacted[2]
+    cdir = home / "audit" / "parquet" / "calls"
+    for f in cdir.glob("*.parquet"):  # as an older tooltrace wrote them
+        tbl = pq.read_table(f)
+        pq.write_table(tbl.drop_columns(["outcome", "resolved_at", "resolution_summary"]), f)
+    compact(home)  # nothing new to compact: it only backfills
+    rows = {r["call_id"]: r for f in cdir.glob("*.parquet")
+            for r in pq.read_table(f).to_pylist()}
+    assert len(rows) == len(ids) + 1
+    assert rows[ids["unknown"]]["outcome"] == "ok" and rows[late_id]["outcome"] == "failed"
+    assert rows[ids["params"]]["outcome"] == "rejected"

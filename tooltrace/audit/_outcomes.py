@@ -7,6 +7,9 @@ call returned), ``outcome`` (its final outcome), ``resolved_at`` and ``resolutio
 into every ``calls`` file. When a resolution arrives in a later batch than its call, the file
 that holds the call is rewritten under a new name with the outcome filled in; the manifest
 switch that lists the batch also swaps the file, so a reader sees the old file or the new one.
+The old file is removed at once (plain SQL reads ``calls/*.parquet``, so it must not see a call
+twice); a tooltrace reader that listed it just before the switch fails that query and reads the
+new one when opened again.
 Files written before these columns existed get them the same way on the next compaction.
 """
 
