@@ -19,6 +19,7 @@ from typing import Final
 from .exceptions import ConfigurationError
 
 __all__ = [
+    "PROMETHEUS_MULTIPROC_DIR",
     "SETTINGS",
     "TOOLTRACE_APPROVAL",
     "TOOLTRACE_ARCHIVE",
@@ -45,6 +46,7 @@ __all__ = [
     "log_level",
     "max_depth",
     "max_timeout_s",
+    "prometheus_multiproc_dir",
     "resolve_home",
     "run_id",
     "snapshot_max_bytes",
@@ -113,7 +115,7 @@ SETTINGS: Final = (
     Setting(TOOLTRACE_AUDIT_KEY, "key file `<home>/audit.key` (0600)",
             "key of the audit checkpoints' HMAC"),
     Setting(TOOLTRACE_TRACE_URL, "unset",
-            "link template for trace ids in `autopsy` (`{trace_id}`, `{span_id}`)"),
+            "link template for trace ids in `autopsy` and `report` (`{trace_id}`, `{span_id}`)"),
     Setting(TOOLTRACE_LOG_LEVEL, "`info`", "log sink level: `debug`, `info`, `warning`, `error`",
             ("Logs", "telemetry/logs.md")),
     Setting(TOOLTRACE_LOG_FORMAT, "`json`", "log sink format: `json`, `console`",
@@ -127,6 +129,17 @@ SETTINGS: Final = (
             " before a write; a larger one is recorded as too large, not kept",
             ("Snapshots", "guide/snapshots.md#the-size-bound")),
 )
+
+
+#: prometheus-client's own variable (not a tooltrace setting): the directory its multiprocess
+#: mode keeps each process's counters in. prometheus-client reads it when it is imported;
+#: tooltrace reads it to serve the sum over every process (``serve_metrics``).
+PROMETHEUS_MULTIPROC_DIR: Final = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def prometheus_multiproc_dir() -> str | None:
+    """``PROMETHEUS_MULTIPROC_DIR`` (or its older lower-case spelling); None when unset."""
+    return _env(PROMETHEUS_MULTIPROC_DIR) or _env(PROMETHEUS_MULTIPROC_DIR.lower())
 
 
 def _env(name: str) -> str | None:

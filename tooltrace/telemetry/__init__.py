@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ._sink import DurableSink, OpenSpan, Sink, SpanOpener
     from ._worker import BatchWorker
     from .logging import LoggingSink
-    from .metrics import MetricsServer, MetricsSink, serve_metrics
+    from .metrics import MetricsServer, MetricsSink, multiprocess_registry, serve_metrics
     from .tracing import TracingSink, context_from_traceparent, traceparent
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "TracingSink",
     "context_from_traceparent",
     "default_sinks",
+    "multiprocess_registry",
     "serve_metrics",
     "traceparent",
 ]
@@ -51,6 +52,7 @@ _LAZY = {
     "LoggingSink": ".logging",
     "MetricsServer": ".metrics",
     "MetricsSink": ".metrics",
+    "multiprocess_registry": ".metrics",
     "serve_metrics": ".metrics",
     "TracingSink": ".tracing",
     "context_from_traceparent": ".tracing",

@@ -46,6 +46,7 @@ __all__ = [
     "UNREGISTERED",
     "MetricsServer",
     "MetricsSink",
+    "multiprocess_registry",
     "serve_metrics",
 ]
 
@@ -404,6 +405,28 @@ class MetricsServer:
         self.close()
 
 
+def multiprocess_registry(path: str | None = None) -> CollectorRegistry:
+    """A registry that sums the counters and histograms of every process sharing ``path``
+    (default: ``PROMETHEUS_MULTIPROC_DIR``), for one endpoint in front of many workers.
+
+    With ``PROMETHEUS_MULTIPROC_DIR`` set before ``prometheus_client`` is first imported, each
+    process's ``MetricsSink`` keeps its values in files there instead of in memory (the
+    prometheus-client multiprocess mode); this registry reads them all at scrape time. It
+    serves no exemplars and none of the scrape-time gauges (in flight, queue depths, caps,
+    sink drops): those belong to one process. Raises ``ValueError`` without a directory.
+    """
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    from .._settings import PROMETHEUS_MULTIPROC_DIR, prometheus_multiproc_dir
+
+    where = path or prometheus_multiproc_dir()
+    if not where:
+        raise ValueError(f"no multiprocess directory: pass path or set {PROMETHEUS_MULTIPROC_DIR}")
+    reg = CollectorRegistry()
+    MultiProcessCollector(reg, path=where)  # type: ignore[no-untyped-call]
+    return reg
+
+
 def serve_metrics(
     port: int = 0,
     addr: str = "127.0.0.1",
@@ -414,9 +437,16 @@ def serve_metrics(
     The endpoint negotiates the OpenMetrics format (so exemplars appear) when the scraper asks
     for it, and the classic text format otherwise. ``port=0`` picks a free port (see
     ``.port``). With no registry, the process-wide ``prometheus_client.REGISTRY`` is served.
+    With ``PROMETHEUS_MULTIPROC_DIR`` set, a sink (or no registry) is served as the sum over
+    every process of the directory (``multiprocess_registry``): each process's own registry
+    would show only its own calls.
     """
     from prometheus_client import REGISTRY, start_http_server
 
+    from .._settings import prometheus_multiproc_dir
+
+    if prometheus_multiproc_dir() and (registry is None or isinstance(registry, MetricsSink)):
+        registry = multiprocess_registry()
     if isinstance(registry, MetricsSink):
         registry = registry.registry
     target = REGISTRY if registry is None else registry
