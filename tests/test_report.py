@@ -246,3 +246,35 @@ def test_the_network_check_sees_a_page_that_does_load_something(
                        "</body></html>")
     _chromium(control, tmp_path, proxy, "--dump-dom")
     assert any("cdn.example.test/x.png" in line for line in proxy.page_requests()), proxy.seen
+
+
+def test_the_timeline_is_drawn_to_scale(trail: dict[str, Any]) -> None:
+    # Every bar of a real call's timeline: x and width are its step's offset and duration on
+    # one linear axis (a zero-length step keeps a 2-pixel mark).
+    text, _ = _report(trail, trail["ids"]["hooked"])
+    svg = text[text.index('<svg class="timeline"'):text.index("</svg>")]
+    bars = re.findall(r'<rect x="([\d.]+)" y="[\d.]+" width="([\d.]+)" height="12" fill="#\w+">'
+                      r"<title>[^<]*?, \+([\d.e-]+) ms, ([\d.e-]+) ms</title>", svg)
+    ticks = [float(t) for t in re.findall(r'<line x1="([\d.]+)"', svg)]
+    assert len(bars) >= 8 and len(ticks) >= 3
+    x0, px_per_tick = ticks[0], ticks[1] - ticks[0]
+    last = re.findall(r'class="tick">([\d.]+) (m?s)</text>', svg)[-1]
+    span_ms = float(last[0]) * (1000 if last[1] == "s" else 1)
+    scale = (ticks[-1] - x0) / span_ms
+    assert px_per_tick > 0
+    for x, width, offset, elapsed in bars:
+        assert float(x) == pytest.approx(x0 + float(offset) * scale, abs=0.11)
+        assert float(width) == pytest.approx(max(2.0, float(elapsed) * scale), abs=0.11)
+
+
+def test_late_steps_are_listed_but_not_drawn() -> None:
+    from tooltrace.report import StepRow
+    from tooltrace.report._svg import call_timeline
+
+    steps = [StepRow(0, "resolve", 0.0, 1.0, "registry", "accept", ""),
+             StepRow(1, "execute", 1.0, 9.0, "tool", "returned", ""),
+             StepRow(1000, "resolved", 60_000.0, 0.0, "user", "ok", "", late=True)]
+    svg = call_timeline(steps)
+    assert svg.count("<rect") == 2 and "resolved" not in svg
+    # The axis ends at the last drawn step (10 ms), not at the late one (60 s).
+    assert re.findall(r'class="tick">([^<]+)</text>', svg)[-1] == "10 ms"

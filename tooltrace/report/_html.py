@@ -34,7 +34,7 @@ dt{font-weight:600}dd{margin:0;word-break:break-word}
 .timeline .current{font-weight:700;fill:#0d47a1}
 .timeline .tick{font:10px sans-serif;fill:#555;text-anchor:middle}
 .timeline .grid{stroke:#ddd;stroke-width:1}
-tr.current td{background:#e3f2fd}.muted{color:#666}
+tr.current td{background:#e3f2fd}.muted{color:#666}tr.late td{color:#666;font-style:italic}
 """
 
 
@@ -77,7 +77,9 @@ def _section(c: CallReport, level: int) -> str:
     out.append(call_timeline(c.steps))
     late = [s for s in c.steps if s.late]
     if late:
-        out.append('<p class="muted">After the call returned (not drawn to the scale above):</p>')
+        out.append(f'<p class="muted">{len(late)} step(s) came after the call returned (a late '
+                   "resolution, a job's end): listed in italics below, not drawn, so the "
+                   "timeline keeps its scale.</p>")
     out.append(f"<h{level + 1}>Steps</h{level + 1}>")
     out.append(_table(
         ["seq", "step", "+ms", "elapsed ms", "decided by", "decision", "detail"],
