@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from typing import TypedDict
+import os
+from pathlib import Path
+from typing import Any, TypedDict
 
 import mcp_types as mt
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 
-server = MCPServer("rich")
+server = MCPServer("rich", instructions="Rich test server: one tool per kind of result.")
 
 # A real 1x1 PNG, and bytes that look like nothing in particular for audio and blobs.
 PNG = base64.b64decode(
@@ -95,6 +97,55 @@ def secret_text() -> mt.CallToolResult:
         content=[mt.TextContent(type="text", text=f"aws_access_key_id = {key}\nok")],
         structured_content={"note": f"key {key}", "password": "hunter2-hunter2"},
     )
+
+
+@server.tool()
+async def with_progress(ctx: Context, steps: int = 3) -> str:
+    """Report progress ``steps`` times and log one message, then answer."""
+    for i in range(1, steps + 1):
+        await ctx.report_progress(i, steps, f"step {i} of {steps}")
+    await ctx.info("working with token=ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8")
+    return "done"
+
+
+@server.resource("note://greeting", mime_type="text/plain")
+def greeting() -> str:
+    """A short text resource."""
+    return "hello from rich"
+
+
+@server.resource("note://secret", mime_type="text/plain")
+def secret_note() -> str:
+    """A resource that carries a credential."""
+    return "aws_access_key_id = AKIA" + "IOSFODNN7EXAMPLE"
+
+
+@server.resource("note://notes/{name}", mime_type="text/plain")
+def note(name: str) -> str:
+    """A templated resource."""
+    return f"note {name}"
+
+
+@server.resource("file://" + os.environ.get("RICH_FILE", "/nonexistent/rich.txt"),
+                 mime_type="text/plain")
+def workspace_file() -> str:
+    """A file resource (its path is given by RICH_FILE)."""
+    return Path(os.environ.get("RICH_FILE", "/nonexistent/rich.txt")).read_text()
+
+
+@server.prompt()
+def review(code: str, language: str = "python") -> str:
+    """Ask for a review of ``code``."""
+    return f"Review this {language} code:\n{code}"
+
+
+@server.completion()
+async def complete(ref: Any, argument: Any, context: Any) -> mt.Completion | None:
+    """Complete the ``language`` argument of ``review``."""
+    if argument.name == "language":
+        langs = ["python", "perl", "php", "rust"]
+        return mt.Completion(values=[x for x in langs if x.startswith(argument.value)])
+    return None
 
 
 if __name__ == "__main__":

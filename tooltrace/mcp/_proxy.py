@@ -13,7 +13,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import _settings
@@ -36,6 +36,7 @@ from ..tool import NAME_RE, Capability, Effect, ToolDefinition
 from ._config import ProxyConfig, resolve_approver, resolve_hooks, resolve_rules
 from ._errors import UpstreamToolError
 from ._pins import ChangedToolsRule, PinCheck, PinStore
+from ._protocol import Forwarder
 from ._reports import Collision, ProxyReport, ServerReport, ToolReport
 from ._results import HeldResult, _error_text, proxied_result, shape_result
 from ._telemetry import ProxyTelemetry, clock, mark_error
@@ -80,6 +81,24 @@ class _DenyTools:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class _PrivateNetwork:
+    """``DenyPrivateNetwork`` for the proxy's calls. A ``resources/read`` names a resource of
+    the upstream, not a place the proxy goes: only an ``http(s)`` URI is checked there (a
+    ``file://`` URI's path is checked by the path policy)."""
+
+    readers: set[str]
+    inner: DenyPrivateNetwork = field(default_factory=DenyPrivateNetwork)
+    name: str = "private_network"
+
+    def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
+        if request.tool.name in self.readers:
+            uri = str(request.arguments.get("uri", ""))
+            if not uri.lower().startswith(("http://", "https://")):
+                return None
+        return self.inner(request)
+
+
 class McpProxy:
     """Upstream MCP servers behind one registry.
 
@@ -95,6 +114,8 @@ class McpProxy:
         self.home = _settings.resolve_home(config.home)
         self.pins = PinStore(self.home)
         self.pin_new = pin_new
+        # Registry names of the servers' resources/read calls (filled at start).
+        self._readers: set[str] = set()
         verdict = {"ask": Verdict.ASK, "deny": Verdict.DENY, "allow": Verdict.ALLOW}[
             config.rug_pull]
         self.changed_rule = ChangedToolsRule(verdict)
@@ -105,6 +126,8 @@ class McpProxy:
         #: Identifies this proxy's session in spans when the transport has no session id.
         self.session_id = uuid.uuid4().hex
         self.upstreams: dict[str, Upstream] = {}
+        #: Resources, prompts, completion, logging and upstream notifications.
+        self.forwarder = Forwarder(self.registry, self.upstreams)
         self._exposed: dict[str, _Exposed] = {}
         self._exposed_by_upstream: dict[tuple[str, str], str] = {}
         self._checks: dict[str, dict[str, PinCheck]] = {}
@@ -128,7 +151,7 @@ class McpProxy:
             rules.append(_DenyTools(cfg.deny))
         if cfg.ask:
             rules.append(RequireApproval(tools=cfg.ask, name="mcp_ask"))
-        rules += [DenyCommandPatterns(), DenyPrivateNetwork()]
+        rules += [DenyCommandPatterns(), _PrivateNetwork(self._readers)]
         rules += resolve_rules(cfg.rules)
         return rules
 
@@ -159,7 +182,8 @@ class McpProxy:
         ``ConfigurationError``; otherwise it is only reported.
         """
         for sc in self.config.servers:
-            self.upstreams[sc.label] = Upstream(sc, on_tools=self._on_tools)
+            self.upstreams[sc.label] = Upstream(sc, on_tools=self._on_tools,
+                                                on_notify=self.forwarder.on_notify)
         results = await asyncio.gather(
             *(u.start() for u in self.upstreams.values()), return_exceptions=True)
         for up, res in zip(self.upstreams.values(), results, strict=True):
@@ -167,6 +191,10 @@ class McpProxy:
                 self._errors[up.label] = default_redactor().bounded(str(res), 300)
                 log.warning("mcp upstream %s: %s", up.label, self._errors[up.label])
         self._plan_and_register()
+        for label, up in self.upstreams.items():
+            if up.capabilities is not None:
+                self.forwarder.register(label)
+        self._readers.update(n for n in self.forwarder.internal if n.endswith(".read_resource"))
         for label in self._listings:
             self._apply_flags(label)
         if strict and self._conflicts:
@@ -300,10 +328,20 @@ class McpProxy:
             left = ctx.remaining()
             t0 = clock()
             error: str | None = None
+            async def progress(done: float, total: float | None, message: str | None) -> None:
+                # The upstream's progress, published as the call's own (redacted, rate-limited;
+                # a client that asked for progress gets it).
+                try:
+                    ctx.progress(max(float(done), 0.0), total if total and total > 0 else None,
+                                 message if isinstance(message, str) else None)
+                except (TypeError, ValueError):
+                    pass
+
             with tel.client_span(label, "tools/call", upstream_name, meta) as span:
                 try:
                     res = await up.call(upstream_name, arguments, meta=meta or None,
-                                        wait_s=left + grace + 0.25, suspect_after_s=left)
+                                        wait_s=left + grace + 0.25, suspect_after_s=left,
+                                        progress=progress)
                 except BaseException as exc:
                     error = str(getattr(exc, "error_type", None) or type(exc).__qualname__)
                     mark_error(span, error)
@@ -376,6 +414,11 @@ class McpProxy:
         if attributes:
             attrs.update(attributes)
         ex = self._exposed.get(name)
+        if name in self.forwarder.internal:
+            from mcp.shared.exceptions import MCPError
+
+            # A server's read_resource or get_prompt: not callable as a tool.
+            raise MCPError(INVALID_PARAMS, f"unknown tool: {name[:128]}")
         if ex is not None:
             attrs["tooltrace.mcp.server"] = ex.server
             attrs["tooltrace.mcp.upstream_tool"] = ex.upstream_name

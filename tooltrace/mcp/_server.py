@@ -14,6 +14,7 @@ import ipaddress
 import logging
 import signal
 import sys
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from .. import new_call_id
@@ -41,7 +42,7 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
     """A low-level MCP server whose tools are the proxy's."""
     import mcp.types as mt
     from mcp.server.lowlevel import Server
-    from mcp.shared.exceptions import MCPError
+    from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
     from .. import __version__
 
@@ -77,16 +78,75 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
             if call_id is not None:
                 await relay.forget(call_id)
 
-    server: Server[Any] = Server(
-        "tooltrace-mcp-proxy",
-        version=__version__,
-        instructions="Tools of upstream MCP servers, run through tooltrace's audited pipeline.",
-        on_list_tools=on_list_tools,
-        on_call_tool=on_call_tool,
-    )
+    with warnings.catch_warnings():
+        # logging/setLevel is deprecated by the newest protocol, and still forwarded for the
+        # upstreams that offer it.
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        server: Server[Any] = Server(
+            "tooltrace-mcp-proxy",
+            version=__version__,
+            instructions=proxy.forwarder.instructions()
+            or "Tools of upstream MCP servers, run through tooltrace's audited pipeline.",
+            on_list_tools=on_list_tools,
+            on_call_tool=on_call_tool,
+            **_protocol_handlers(proxy),
+        )
     # The proxy's own SERVER spans and duration histograms replace the SDK's spans.
     server.middleware = [_Telemetry(proxy, network)]
     return server
+
+
+def _protocol_handlers(proxy: McpProxy) -> dict[str, Any]:
+    """Handlers for what the upstreams offer besides tools (each only when one offers it)."""
+    import mcp.types as mt
+
+    fw = proxy.forwarder
+    ups = proxy.upstreams.values()
+    out: dict[str, Any] = {}
+
+    if any(u.supports("resources") for u in ups):
+        async def list_resources(ctx: Any, params: Any) -> mt.ListResourcesResult:
+            return mt.ListResourcesResult(resources=await fw.list_resources())
+
+        async def list_templates(ctx: Any, params: Any) -> mt.ListResourceTemplatesResult:
+            return mt.ListResourceTemplatesResult(resource_templates=await fw.list_templates())
+
+        async def read_resource(ctx: Any, params: Any) -> mt.ReadResourceResult:
+            return await fw.read_resource(str(params.uri))
+
+        async def subscribe(ctx: Any, params: Any) -> mt.EmptyResult:
+            await fw.subscribe(ctx.session, str(params.uri), True)
+            return mt.EmptyResult()
+
+        async def unsubscribe(ctx: Any, params: Any) -> mt.EmptyResult:
+            await fw.subscribe(ctx.session, str(params.uri), False)
+            return mt.EmptyResult()
+
+        out.update(on_list_resources=list_resources, on_list_resource_templates=list_templates,
+                   on_read_resource=read_resource)
+        if any(getattr(u.capabilities.resources, "subscribe", False)  # type: ignore[union-attr]
+               for u in ups if u.supports("resources")):
+            out.update(on_subscribe_resource=subscribe, on_unsubscribe_resource=unsubscribe)
+    if any(u.supports("prompts") for u in ups):
+        async def list_prompts(ctx: Any, params: Any) -> mt.ListPromptsResult:
+            return mt.ListPromptsResult(prompts=await fw.list_prompts())
+
+        async def get_prompt(ctx: Any, params: Any) -> mt.GetPromptResult:
+            return await fw.get_prompt(params.name, params.arguments)
+
+        out.update(on_list_prompts=list_prompts, on_get_prompt=get_prompt)
+    if any(u.supports("completions") for u in ups):
+        async def complete(ctx: Any, params: Any) -> mt.CompleteResult:
+            return await fw.complete(params)
+
+        out["on_completion"] = complete
+    if any(u.supports("logging") for u in ups):
+        async def set_level(ctx: Any, params: Any) -> mt.EmptyResult:
+            await fw.set_level(params.level)
+            return mt.EmptyResult()
+
+        out["on_set_logging_level"] = set_level
+    return out
 
 
 class _Telemetry:
@@ -94,9 +154,11 @@ class _Telemetry:
 
     def __init__(self, proxy: McpProxy, network: str) -> None:
         self.tel = proxy.telemetry
+        self.forwarder = proxy.forwarder
         self.network = network
 
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
+        self.forwarder.seen(getattr(ctx, "session", None))
         if ctx.request_id is None:  # a notification
             return await call_next(ctx)
         method = str(ctx.method)

@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..redaction import default_redactor
@@ -57,10 +57,12 @@ class Upstream:
         config: ServerConfig,
         *,
         on_tools: Callable[[Upstream, list[dict[str, Any]]], None] | None = None,
+        on_notify: Callable[[Upstream, Any], Awaitable[None]] | None = None,
     ) -> None:
         self.config = config
         self.label = config.label
         self._on_tools = on_tools
+        self._on_notify = on_notify
         self._session: ClientSession | None = None
         self._broken: asyncio.Event = asyncio.Event()
         self._broken_reason = ""
@@ -79,6 +81,9 @@ class Upstream:
         #: Server info from the last handshake.
         self.server_name: str | None = None
         self.protocol_version: str | None = None
+        #: The server's capabilities and instructions from the last handshake.
+        self.capabilities: mt.ServerCapabilities | None = None
+        self.instructions: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -165,6 +170,8 @@ class Upstream:
                 tools = await _list_all(session)
             self.server_name = init.server_info.name if init.server_info else None
             self.protocol_version = str(init.protocol_version)
+            self.capabilities = init.capabilities
+            self.instructions = init.instructions
             self.tools = tools
             if self._on_tools is not None:
                 self._on_tools(self, [_wire(t) for t in tools])
@@ -185,10 +192,16 @@ class Upstream:
         import mcp.types as mt
 
         if isinstance(message, mt.ToolListChangedNotification):
-            # A server may change a tool mid-session: check the new listing against the pins.
-            task = asyncio.get_running_loop().create_task(self._relist())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            # A server may change a tool mid-session: check the new listing against the pins
+            # (the client hears of the change once the pins were checked).
+            self._spawn(self._relist())
+        elif self._on_notify is not None and isinstance(message, mt.ServerNotification):
+            self._spawn(self._on_notify(self, message))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _relist(self) -> None:
         session = self._session
@@ -202,17 +215,48 @@ class Upstream:
         self.tools = tools
         if self._on_tools is not None:
             self._on_tools(self, [_wire(t) for t in tools])
+        if self._on_notify is not None:
+            import mcp.types as mt
+
+            await self._on_notify(self, mt.ToolListChangedNotification())
+
+    def supports(self, capability: str) -> bool:
+        """Whether the server announced ``capability`` (``resources``, ``prompts``, ...)."""
+        caps = self.capabilities
+        return caps is not None and getattr(caps, capability, None) is not None
+
+    async def request(self, fn: Callable[[ClientSession], Awaitable[Any]],
+                      wait_s: float | None = None) -> Any:
+        """Send one request other than ``tools/call`` (``fn(session)``); raise an
+        ``UpstreamError`` if the server is not running or does not answer in time."""
+        wait = self.config.timeout_s if wait_s is None else wait_s
+        if not self._ready.is_set():
+            try:
+                await asyncio.wait_for(self._ready.wait(), wait)
+            except TimeoutError:
+                raise UpstreamUnavailable(f"server {self.label} is not running") from None
+        session = self._session
+        if session is None:
+            raise UpstreamUnavailable(f"server {self.label} is not running")
+        try:
+            return await asyncio.wait_for(fn(session), wait)
+        except TimeoutError:
+            raise UpstreamTimeout(f"server {self.label} did not answer within {wait:g} s") from None
+        except Exception as exc:
+            raise self._map_error(exc) from None
 
     # -- calls -----------------------------------------------------------------------------
 
     async def call(self, name: str, arguments: Mapping[str, Any], *,
                    meta: Mapping[str, Any] | None, wait_s: float,
-                   suspect_after_s: float | None = None) -> mt.CallToolResult:
+                   suspect_after_s: float | None = None,
+                   progress: Any = None) -> mt.CallToolResult:
         """Forward one ``tools/call``; raise an ``UpstreamError`` if no answer comes.
 
         After ``suspect_after_s`` without an answer (the call's deadline), new calls wait for
         the server to answer or be replaced instead of queueing behind a server that may hang;
-        after ``wait_s`` the server is declared hung, killed and restarted.
+        after ``wait_s`` the server is declared hung, killed and restarted. ``progress``
+        receives the server's progress notifications for this call.
         """
         start = time.monotonic()
         deadline = start + wait_s
@@ -227,7 +271,8 @@ class Upstream:
         if session is None:
             raise UpstreamUnavailable(f"server {self.label} is not running")
         call = asyncio.ensure_future(session.call_tool(
-            name, dict(arguments), meta=dict(meta) if meta else None))  # type: ignore[arg-type]
+            name, dict(arguments), meta=dict(meta) if meta else None,  # type: ignore[arg-type]
+            progress_callback=progress))
         stop = asyncio.ensure_future(broken.wait())
         suspect = False
         try:

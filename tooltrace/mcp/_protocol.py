@@ -1,0 +1,334 @@
+"""The rest of the protocol through the proxy: resources, prompts, completion, logging and the
+notifications upstream servers send.
+
+Listings are merged over the servers that announce the capability (the first server keeps a
+name or URI several offer). ``resources/read`` and ``prompts/get`` run through the registry as
+calls of per-server tools (``mcp.<server>.read_resource``, ``mcp.<server>.get_prompt``: their
+own kind in the audit trail, never listed as tools): policy and hooks decide, the path policy
+applies to a ``file://`` resource's path, and the answer is redacted in place. Notifications
+from upstream (resource updates, list changes, log messages) reach the clients that can want
+them; a changed tool list is announced only after its pins were checked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
+
+from ..envelope import Status, ToolCall
+from ..tool import Capability, Effect, ToolDefinition
+from ._errors import UpstreamError, UpstreamRPCError
+
+if TYPE_CHECKING:
+    import mcp.types as mt
+
+    from ..registry import ToolRegistry
+    from ._upstream import Upstream
+
+__all__ = ["Forwarder", "internal_tool_names"]
+
+log = logging.getLogger("tooltrace.mcp")
+
+_INVALID_PARAMS, _INTERNAL_ERROR = -32602, -32603
+
+
+def internal_tool_names(label: str) -> tuple[str, str]:
+    """The registry names of a server's ``resources/read`` and ``prompts/get`` calls."""
+    return f"mcp.{label}.read_resource", f"mcp.{label}.get_prompt"
+
+
+def _mcp_error(code: int, message: str) -> Exception:
+    from mcp.shared.exceptions import MCPError
+
+    return MCPError(code, message)
+
+
+def _hold(value: Any, held: dict[str, str]) -> Any:
+    """``value`` with binary payloads (image/audio ``data``, resource ``blob``) replaced by a
+    placeholder naming their size and sha256; the payloads are kept in ``held``."""
+    if isinstance(value, list):
+        return [_hold(v, held) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: _hold(v, held) for k, v in value.items()}
+    key = "blob" if isinstance(out.get("blob"), str) else (
+        "data" if out.get("type") in ("image", "audio") and isinstance(out.get("data"), str)
+        else None)
+    if key is not None:
+        payload = out[key]
+        mark = (f"[binary: {len(payload)} base64 chars, sha256 "
+                f"{hashlib.sha256(payload.encode()).hexdigest()}]")
+        held[mark] = payload
+        out[key] = mark
+    return out
+
+
+def _restore(value: Any, held: dict[str, str]) -> Any:
+    if isinstance(value, list):
+        return [_restore(v, held) for v in value]
+    if isinstance(value, dict):
+        return {k: _restore(v, held) for k, v in value.items()}
+    if isinstance(value, str) and value in held:
+        return held[value]
+    return value
+
+
+class Forwarder:
+    """Forwards everything but tools between the proxy's clients and its upstream servers."""
+
+    def __init__(self, registry: ToolRegistry, upstreams: dict[str, Upstream]) -> None:
+        self.registry = registry
+        self.upstreams = upstreams
+        self._sessions: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._subscribed: dict[str, weakref.WeakSet[Any]] = {}
+        self._owner: dict[tuple[str, str], str] = {}  # (kind, name or uri) -> server
+        # By call id, from a handler until its answer is made: the binary payloads held back
+        # from the registry, and the upstream's answer (for one the registry offloaded).
+        self._held: dict[str, dict[str, str]] = {}
+        self._raw: dict[str, Any] = {}
+        #: The registry names of the read_resource/get_prompt calls registered here.
+        self.internal: set[str] = set()
+
+    # -- setup ---------------------------------------------------------------------------
+
+    def register(self, label: str) -> None:
+        """Register a server's ``read_resource`` and ``get_prompt`` calls in the registry."""
+        up = self.upstreams[label]
+        read_name, prompt_name = internal_tool_names(label)
+        for name in (read_name, prompt_name):
+            if self.registry.definition(name) is not None and name not in self.internal:
+                log.warning("mcp proxy: %s is taken by a tool; server %s's resources and "
+                            "prompts are not forwarded", name, label)
+                return
+        if up.supports("resources") and read_name not in self.internal:
+            self.internal.add(read_name)
+            self.registry.register(ToolDefinition(
+                name=read_name, description=f"resources/read on MCP server {label}",
+                parameters={"type": "object", "properties": {
+                    "uri": {"type": "string"}, "path": {"type": "string"}},
+                    "required": ["uri"]},
+                path_params=("path",), capability=Capability.READ, effect=Effect.NONE,
+                cancellable=False, timeout_s=up.config.timeout_s, source=f"mcp:{label}",
+                tool_type="datastore"), self._reader(label))
+        if up.supports("prompts") and prompt_name not in self.internal:
+            self.internal.add(prompt_name)
+            self.registry.register(ToolDefinition(
+                name=prompt_name, description=f"prompts/get on MCP server {label}",
+                parameters={"type": "object", "properties": {
+                    "name": {"type": "string"}, "arguments": {"type": "object"}},
+                    "required": ["name"]},
+                capability=Capability.READ, effect=Effect.NONE, cancellable=False,
+                timeout_s=up.config.timeout_s, source=f"mcp:{label}"), self._prompter(label))
+
+    def instructions(self) -> str | None:
+        """The upstreams' instructions, each under its server's label."""
+        parts = [f"[{u.label}]\n{u.instructions.strip()}" for u in self.upstreams.values()
+                 if u.instructions and u.instructions.strip()]
+        return "\n\n".join(parts) or None
+
+    def seen(self, session: Any) -> None:
+        """Remember a client session (notifications go to the sessions seen)."""
+        if session is not None:
+            self._sessions.add(session)
+
+    def _with(self, capability: str) -> list[Upstream]:
+        return [u for u in self.upstreams.values() if u.supports(capability)]
+
+    # -- listings ------------------------------------------------------------------------
+
+    async def _merged(self, capability: str, kind: str, key: str,
+                      fetch: Callable[[Any], Awaitable[Any]], field: str) -> list[Any]:
+        out: list[Any] = []
+        taken: set[str] = set()
+        for up in self._with(capability):
+            try:
+                items = await up.request(lambda s: _all_pages(s, fetch, field))
+            except UpstreamError as exc:
+                log.warning("mcp upstream %s: listing %s failed: %s", up.label, kind, exc)
+                continue
+            for item in items:
+                name = str(getattr(item, key))
+                if name in taken:
+                    continue
+                taken.add(name)
+                self._owner[(kind, name)] = up.label
+                out.append(item)
+        return out
+
+    async def list_resources(self) -> list[mt.Resource]:
+        """Every upstream's resources."""
+        return await self._merged("resources", "resource", "uri",
+                                  lambda s: s.list_resources, "resources")
+
+    async def list_templates(self) -> list[mt.ResourceTemplate]:
+        """Every upstream's resource templates."""
+        return await self._merged("resources", "template", "uri_template",
+                                  lambda s: s.list_resource_templates, "resource_templates")
+
+    async def list_prompts(self) -> list[mt.Prompt]:
+        """Every upstream's prompts."""
+        return await self._merged("prompts", "prompt", "name",
+                                  lambda s: s.list_prompts, "prompts")
+
+    async def _route(self, capability: str, kind: str, name: str) -> Upstream:
+        label = self._owner.get((kind, name))
+        if label is None and kind in ("resource", "prompt"):
+            await (self.list_resources() if kind == "resource" else self.list_prompts())
+            label = self._owner.get((kind, name))
+        servers = self._with(capability)
+        if label is None:
+            if not servers:
+                raise _mcp_error(_INVALID_PARAMS, f"no upstream server offers {capability}")
+            return servers[0]
+        return self.upstreams[label]
+
+    # -- requests through the registry ---------------------------------------------------
+
+    async def read_resource(self, uri: str) -> mt.ReadResourceResult:
+        """``resources/read`` through the registry (audited, policed, redacted)."""
+        import mcp.types as mt
+
+        up = await self._route("resources", "resource", uri)
+        args: dict[str, Any] = {"uri": uri}
+        parsed = urlparse(uri)
+        if parsed.scheme == "file":
+            args["path"] = unquote(parsed.path)
+        data = await self._through(internal_tool_names(up.label)[0], args, "resources/read")
+        return mt.ReadResourceResult.model_validate(data, by_alias=True)
+
+    async def get_prompt(self, name: str, arguments: dict[str, str] | None
+                         ) -> mt.GetPromptResult:
+        """``prompts/get`` through the registry (audited, policed, redacted)."""
+        import mcp.types as mt
+
+        up = await self._route("prompts", "prompt", name)
+        args = {"name": name, "arguments": dict(arguments or {})}
+        data = await self._through(internal_tool_names(up.label)[1], args, "prompts/get")
+        return mt.GetPromptResult.model_validate(data, by_alias=True)
+
+    async def _through(self, tool: str, args: dict[str, Any], method: str) -> Any:
+        if tool not in self.internal:
+            raise _mcp_error(_INVALID_PARAMS, f"{method} is not forwarded to this server")
+        call = ToolCall(name=tool, arguments=args, attributes={"mcp.method.name": method})
+        env = await self.registry.acall(call)
+        held = self._held.pop(env.call_id, {})
+        raw = self._raw.pop(env.call_id, None)
+        if env.status is not Status.OK:
+            code = _INVALID_PARAMS if env.reject_stage is not None else _INTERNAL_ERROR
+            raise _mcp_error(code, env.summary)
+        # The answer is the whole result, redacted (an offloaded one is redacted again here:
+        # a resource is read whole, the artifact only keeps the trail small).
+        data = env.data
+        if env.artifact is not None and raw is not None:
+            data, _ = self.registry.redactor.redact(_hold(raw, {}))
+        return _restore(data, held)
+
+    def _keep(self, call_id: str, wire: dict[str, Any]) -> Any:
+        held: dict[str, str] = {}
+        shaped = _hold(wire, held)
+        self._held[call_id] = held
+        self._raw[call_id] = wire
+        return shaped
+
+    def _reader(self, label: str) -> Any:
+        async def read_resource(ctx: Any, /, uri: str, path: str | None = None) -> Any:
+            res = await self.upstreams[label].request(lambda s: s.read_resource(uri))
+            return self._keep(ctx.call_id, res.model_dump(by_alias=True, exclude_none=True,
+                                                           mode="json"))
+        return read_resource
+
+    def _prompter(self, label: str) -> Any:
+        async def get_prompt(ctx: Any, /, name: str, arguments: dict[str, Any]) -> Any:
+            args = {str(k): str(v) for k, v in arguments.items()}
+            res = await self.upstreams[label].request(lambda s: s.get_prompt(name, args))
+            return self._keep(ctx.call_id, res.model_dump(by_alias=True, exclude_none=True,
+                                                           mode="json"))
+        return get_prompt
+
+    # -- requests forwarded as they are --------------------------------------------------
+
+    async def complete(self, params: mt.CompleteRequestParams) -> mt.CompleteResult:
+        """``completion/complete``, routed by the prompt or template it completes."""
+        ref = params.ref
+        if getattr(ref, "type", "") == "ref/prompt":
+            up = await self._route("prompts", "prompt", str(getattr(ref, "name", "")))
+        else:
+            up = await self._route("resources", "template", str(getattr(ref, "uri", "")))
+        ctx_args = params.context.arguments if params.context is not None else None
+        argument = {"name": params.argument.name, "value": params.argument.value}
+        res: mt.CompleteResult = await self._forward(
+            up, lambda s: s.complete(ref, argument, ctx_args))
+        return res
+
+    async def subscribe(self, session: Any, uri: str, on: bool) -> None:
+        """``resources/subscribe`` and ``unsubscribe``: the owner of ``uri`` is told."""
+        up = await self._route("resources", "resource", uri)
+        subs = self._subscribed.setdefault(uri, weakref.WeakSet())
+        if on:
+            subs.add(session)
+            await self._forward(up, lambda s: s.subscribe_resource(uri))
+        else:
+            subs.discard(session)
+            if not subs:
+                await self._forward(up, lambda s: s.unsubscribe_resource(uri))
+
+    async def set_level(self, level: Any) -> None:
+        """``logging/setLevel``: every upstream that logs gets the level."""
+        for up in self._with("logging"):
+            await self._forward(up, lambda s: s.set_logging_level(level))
+
+    async def _forward(self, up: Upstream, fn: Callable[[Any], Awaitable[Any]]) -> Any:
+        try:
+            return await up.request(fn)
+        except UpstreamRPCError as exc:
+            raise _mcp_error(exc.code, str(exc)) from None
+        except UpstreamError as exc:
+            raise _mcp_error(_INTERNAL_ERROR, str(exc)) from None
+
+    # -- notifications from upstream -----------------------------------------------------
+
+    async def on_notify(self, up: Upstream, message: Any) -> None:
+        """An upstream's notification, passed on to the clients that can want it."""
+        import mcp.types as mt
+
+        root = getattr(message, "root", message)
+        try:
+            if isinstance(root, mt.ResourceUpdatedNotification):
+                uri = str(root.params.uri)
+                for s in list(self._subscribed.get(uri, ())):
+                    await s.send_resource_updated(uri)
+            elif isinstance(root, mt.LoggingMessageNotification):
+                data, _ = self.registry.redactor.redact(root.params.data)
+                logger = f"{up.label}/{root.params.logger}" if root.params.logger else up.label
+                for s in list(self._sessions):
+                    await s.send_log_message(root.params.level, data, logger=logger)
+            elif isinstance(root, mt.ResourceListChangedNotification):
+                for s in list(self._sessions):
+                    await s.send_resource_list_changed()
+            elif isinstance(root, mt.PromptListChangedNotification):
+                for s in list(self._sessions):
+                    await s.send_prompt_list_changed()
+            elif isinstance(root, mt.ToolListChangedNotification):
+                for s in list(self._sessions):
+                    await s.send_tool_list_changed()
+        except Exception:  # a client that went away must not break the upstream's session
+            log.debug("mcp proxy: a notification could not be passed on", exc_info=True)
+
+
+async def _all_pages(session: Any, fetch: Callable[[Any], Any], field: str) -> list[Any]:
+    import mcp.types as mt
+
+    items: list[Any] = []
+    cursor: str | None = None
+    for _ in range(100):
+        params = mt.PaginatedRequestParams(cursor=cursor) if cursor else None
+        res = await fetch(session)(params=params)
+        items.extend(getattr(res, field))
+        cursor = res.next_cursor
+        if not cursor:
+            break
+    return items
