@@ -52,6 +52,10 @@ def test_readers_over_the_archive_answer_as_over_the_home(
     monkeypatch.delenv("TOOLTRACE_ARCHIVE")
     missing = CliRunner().invoke(main, ["autopsy", "ffffffff", *arc])
     assert missing.exit_code == 1
+    # A query over a Parquet archive on this machine reads it and writes nothing.
+    out = tmp_path / "copied.csv"
+    copy = CliRunner().invoke(main, ["query", f"COPY tool_calls TO '{out}'", *arc])
+    assert copy.exit_code == 1 and "query failed" in copy.output and not out.exists()
 
 
 def test_verify_archive_spans_shipped_and_local_segments(

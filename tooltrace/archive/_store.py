@@ -9,6 +9,8 @@ string call id, so one call among millions reads a few row groups.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..audit import TABLES, AuditStore, empty_tables, schemas
 from ._connect import ArchiveError, Target, first_line, parse_target, prepare
 
@@ -63,6 +65,14 @@ class ArchiveStore(AuditStore):
                 src = f"SELECT * FROM _empty_{t}"
             con.execute(f"CREATE OR REPLACE VIEW _all_{t} AS {src}")
         con.execute(self.VIEWS)
+
+
+    def _readable_dir(self) -> str | None:
+        # A Parquet archive on this machine is one directory; one on object storage or a
+        # DuckLake catalog needs its extensions' network access, which the lock would remove.
+        if self.target.kind == "parquet" and not self.target.remote:
+            return str(Path(self.target.location).resolve())
+        return None
 
 
 def open_archive(archive: str | None = None) -> ArchiveStore:

@@ -306,8 +306,7 @@ class AuditStore:
     # -- generic ------------------------------------------------------------------------------
 
     def sql(self, query: str, params: dict[str, Any] | None = None) -> QueryResult:
-        """Run one query; ``params`` fill ``$name`` placeholders. Raises ``ValueError`` when
-        the text holds no statement (empty, or only a NUL byte)."""
+        """Run one query; ``params`` fill ``$name`` placeholders (``ValueError``: no statement)."""
         cur = self.con.execute(query, params or None)
         if cur is None:  # DuckDB returns no cursor for a text with no statement in it
             raise ValueError("no SQL statement to run (the text is empty)")
@@ -434,15 +433,22 @@ class AuditStore:
             " summary "
             f"FROM tool_calls {clause} ORDER BY call_id DESC LIMIT $limit", params)
 
-    def lock_down(self) -> None:
-        """From now on this store's DuckDB reads the trail and nothing else: no file outside
-        the audit directory, no file written (``COPY ... TO``, ``EXPORT``), no ``ATTACH``, no
-        extension installed or loaded, and no statement can change that
-        (``enable_external_access = false``, ``lock_configuration = true``)."""
+    def lock_down(self) -> bool:
+        """Let this store's DuckDB read the trail only: no other file, no ``COPY ... TO``, no
+        ``ATTACH``, no extension, and no going back (``enable_external_access = false``,
+        ``lock_configuration = true``). False when this kind of store cannot be locked."""
+        where = self._readable_dir()
+        if where is None:
+            return False
         con = self.con  # the views first: they read the files they name when created
-        con.execute(f"SET allowed_directories = [{_quote(str(self.adir.resolve()) + os.sep)}]")
+        con.execute(f"SET allowed_directories = [{_quote(where.rstrip(os.sep) + os.sep)}]")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
+        return True
+
+    def _readable_dir(self) -> str | None:
+        """The one directory a locked-down store may read (None: cannot be locked down)."""
+        return str(self.adir.resolve())
 
     def counts(self) -> dict[str, int]:
         """Row counts of the main views."""

@@ -89,8 +89,8 @@ def query(source: str | None, params: tuple[str, ...], list_: bool, home: Path |
 
     with open_store(home, guard, archive) as store:
         try:
-            if not archive:  # an archive's reader needs its own storage (S3, a catalog)
-                store.lock_down()
+            # A remote or DuckLake archive cannot be locked down (it needs its network access).
+            store.lock_down()
             res = store.sql(sql.text, bound)
         except (duckdb.Error, ValueError) as exc:
             fail(f"query failed: {(str(exc).splitlines() or [''])[0][:300]}", EXIT_FAIL, guard)
