@@ -31,7 +31,7 @@ from bench._common import SCRATCH_ENV, Table, machine
 
 __all__ = ["main"]
 
-SECTIONS = ("overhead", "ingest", "autopsy", "memory", "profile", "frameworks")
+SECTIONS = ("overhead", "ingest", "autopsy", "memory", "profile", "frameworks", "mcp")
 DEFAULT_SECTIONS = ("overhead", "ingest", "autopsy", "memory")
 
 
@@ -167,6 +167,11 @@ def _sections(ns: argparse.Namespace, sections: list[str], results: dict[str, An
             records=_pick(ns.profile_calls, 20_000, 500, q))
         # After the sink profiles have returned, so their records are garbage already.
         results["profile_gc"] = profile_sinks.gc_cost(_pick(ns.profile_calls, 20_000, 500, q))
+    if "mcp" in sections:
+        from bench import mcp_proxy
+
+        results["mcp"] = mcp_proxy.run(rounds=_pick(None, 10, 2, q), calls=_pick(None, 200, 50, q),
+                                       warmup=_pick(None, 200, 20, q))
     if "frameworks" in sections:
         from bench import frameworks
 
