@@ -12,12 +12,13 @@ with the mode's reason, and a group whose every tool is hidden comes with its re
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .adapters import plain
 from .exceptions import RegistrationError
 from .tool import ToolDefinition
 
@@ -64,7 +65,7 @@ class ToolListing:
         return {
             "mode": self.mode,
             "tools": [{"name": d.name, "description": d.description,
-                       "parameters": _plain(d.parameters)} for d in self.tools],
+                       "parameters": plain(d.parameters)} for d in self.tools],
             "groups": [{"name": g.name, "description": g.description, "tools": g.tools}
                        for g in self.groups],
             "hidden": [{"name": n, "reason": r} for n, r in self.hidden],
@@ -74,14 +75,6 @@ class ToolListing:
     def to_json(self) -> bytes:
         """The listing's canonical JSON bytes (keys sorted): equal listings, equal bytes."""
         return orjson.dumps(self.to_dict(), option=orjson.OPT_SORT_KEYS)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 def group_members(

@@ -18,7 +18,6 @@ live under the tooltrace home, owner-only, and nothing of them is shown unredact
 from __future__ import annotations
 
 import contextlib
-import difflib
 import hashlib
 import os
 import re
@@ -241,6 +240,8 @@ def file_diff(store: SnapshotStore, snap: FileSnapshot) -> tuple[str, str | None
         return "", "the file was over the snapshot limit: its content was not kept"
     if b"\0" in before or b"\0" in after:
         return "", "binary content: not shown"
+    import difflib  # only readers of a diff pay for it
+
     old = before.decode("utf-8", "replace").splitlines(keepends=True)
     new = after.decode("utf-8", "replace").splitlines(keepends=True)
     a = "/dev/null" if not snap.before.exists else f"a/{snap.path}"
