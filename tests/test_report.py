@@ -11,6 +11,7 @@ it), holds no address but the trace link, and no canary in any form.
 from __future__ import annotations
 
 import html
+import json
 import re
 import socketserver
 import subprocess
@@ -278,3 +279,22 @@ def test_late_steps_are_listed_but_not_drawn() -> None:
     assert svg.count("<rect") == 2 and "resolved" not in svg
     # The axis ends at the last drawn step (10 ms), not at the late one (60 s).
     assert re.findall(r'class="tick">([^<]+)</text>', svg)[-1] == "10 ms"
+
+
+def test_a_call_resolved_later_shows_what_it_returned_and_its_outcome(tmp_path: Path) -> None:
+    # The demo's deploy that outlives its deadline returns unknown and is resolved ok later.
+    home = tmp_path / "home"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["demo", "--home", str(home)]).exit_code == 0
+    found = runner.invoke(cli, ["calls", "--home", str(home), "--status", "unknown", "--json"])
+    call_id = json.loads(found.output)[0]["call_id"]
+    page = runner.invoke(cli, ["report", "--home", str(home), call_id])
+    md = runner.invoke(cli, ["report", "--home", str(home), call_id, "--format", "md"])
+    assert page.exit_code == md.exit_code == 0
+    assert ": returned unknown, outcome ok</h2>" in page.output
+    assert "<dt>outcome</dt><dd>ok (resolved later, at " in page.output
+    # The late step is in the table (in italics), not on the timeline.
+    assert re.search(r'<tr class="late"><td class="num">1000</td><td>resolved</td>', page.output)
+    svg = page.output[page.output.index('<svg class="timeline"'):]
+    assert 'data-step="resolved"' not in svg[:svg.index("</svg>")]
+    assert ": returned unknown, outcome ok" in md.output and "| resolved (late) |" in md.output

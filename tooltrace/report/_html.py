@@ -60,10 +60,17 @@ def _ms(v: float) -> str:
     return f"{v:.3f}"
 
 
+def _verdict(c: CallReport) -> str:
+    """What the call returned, and its final outcome when that differs."""
+    if c.outcome and c.outcome != c.status:
+        return f"returned {c.status}, outcome {c.outcome}"
+    return c.status
+
+
 def _section(c: CallReport, level: int) -> str:
     h = f"h{level}"
     out = [f'<section class="call" id="call-{_e(c.call_id)}">',
-           f'<{h}>{_e(c.tool)} <code>{_e(c.call_id)}</code>: {_e(c.status)}</{h}>', "<dl>"]
+           f'<{h}>{_e(c.tool)} <code>{_e(c.call_id)}</code>: {_e(_verdict(c))}</{h}>', "<dl>"]
     facts = [("run", c.run_id), ("started", c.started_at), ("elapsed", f"{c.elapsed_ms:.3f} ms"),
              ("execution started", "yes" if c.execution_started else "no"), *c.facts]
     for k, v in facts:
@@ -107,10 +114,10 @@ def _section(c: CallReport, level: int) -> str:
 
 def _run_table(rows: tuple[NeighbourRow, ...]) -> str:
     return _table(
-        ["call", "started", "+ms", "tool", "status", "elapsed ms", "summary"],
-        [[r.call_id, r.started_at, _ms(r.offset_ms), r.tool, r.status, _ms(r.elapsed_ms),
-          r.summary] for r in rows],
-        num={2, 5}, css=["current" if r.current else "" for r in rows],
+        ["call", "started", "+ms", "tool", "status", "outcome", "elapsed ms", "summary"],
+        [[r.call_id, r.started_at, _ms(r.offset_ms), r.tool, r.status, r.outcome,
+          _ms(r.elapsed_ms), r.summary] for r in rows],
+        num={2, 6}, css=["current" if r.current else "" for r in rows],
     )
 
 

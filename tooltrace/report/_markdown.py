@@ -60,7 +60,9 @@ def _steps_bars(steps: Sequence[StepRow]) -> list[str]:
 
 def _section(c: CallReport, level: int) -> list[str]:
     h = "#" * level
-    out = [f"{h} {_e(c.tool)} `{_code(c.call_id)}`: {_e(c.status)}", ""]
+    verdict = (f"returned {c.status}, outcome {c.outcome}" if c.outcome and c.outcome != c.status
+               else c.status)
+    out = [f"{h} {_e(c.tool)} `{_code(c.call_id)}`: {_e(verdict)}", ""]
     facts = [("run", c.run_id), ("started", c.started_at), ("elapsed", f"{c.elapsed_ms:.3f} ms"),
              ("execution started", "yes" if c.execution_started else "no"), *c.facts]
     out.extend(f"- **{_e(k)}**: {_e(v)}" for k, v in facts)
@@ -88,9 +90,9 @@ def _run(rows: Sequence[NeighbourRow]) -> list[str]:
     out = _bars([(f"{'> ' if r.current else ''}{r.tool} {r.call_id[:13]}", r.offset_ms,
                   r.elapsed_ms) for r in rows])
     return out + _table(
-        ["call", "started", "+ms", "tool", "status", "elapsed ms", "summary"],
+        ["call", "started", "+ms", "tool", "status", "outcome", "elapsed ms", "summary"],
         [[("**this call** " if r.current else "") + r.call_id, r.started_at,
-          f"{r.offset_ms:.3f}", r.tool, r.status, f"{r.elapsed_ms:.3f}", r.summary]
+          f"{r.offset_ms:.3f}", r.tool, r.status, r.outcome, f"{r.elapsed_ms:.3f}", r.summary]
          for r in rows])
 
 

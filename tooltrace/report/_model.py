@@ -110,6 +110,8 @@ class NeighbourRow:
     elapsed_ms: float
     summary: str
     current: bool = False
+    #: The final outcome (differs from ``status`` when a later step resolved the call).
+    outcome: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +122,8 @@ class CallReport:
     run_id: str
     tool: str
     status: str
+    #: The final outcome: ``status``, or what a later step resolved the call to.
+    outcome: str
     summary: str
     started_at: str
     elapsed_ms: float
@@ -192,6 +196,16 @@ def _changes(diff: Any) -> tuple[tuple[str, str, str], ...]:
     return tuple(out)
 
 
+def _outcome_text(a: Autopsy) -> str:
+    """The final outcome, in the words ``autopsy`` uses."""
+    outcome = _text(a.result.get("outcome"))
+    if a.resolution:
+        return f"{outcome} (resolved later, at {_text(a.resolution['at'])})"
+    if outcome == "unknown":
+        return "unknown (not resolved: no later step says how the tool ended)"
+    return outcome
+
+
 def _facts(a: Autopsy) -> tuple[tuple[str, str], ...]:
     rec, res = a.record or {}, a.result
     facts = [
@@ -199,6 +213,7 @@ def _facts(a: Autopsy) -> tuple[tuple[str, str], ...]:
                  f"mode {_text(rec.get('mode')) or '?'})"),
         ("status", _text(res.get("status"))
          + (f" at stage {_text(res['reject_stage'])}" if res.get("reject_stage") else "")),
+        ("outcome", _outcome_text(a)),
         ("summary", _text(res.get("summary"))),
         ("arguments", _text(a.arguments)),
     ]
@@ -240,6 +255,7 @@ def _call_report(a: Autopsy) -> CallReport:
         run_id=_text(rec.get("run_id"), 64),
         tool=_text(rec.get("tool"), 200),
         status=_text(a.result.get("status"), 40) or "no final record",
+        outcome=_text(a.result.get("outcome"), 40),
         summary=_text(a.result.get("summary"), 400),
         started_at=_text(rec.get("started_at")),
         elapsed_ms=float(a.result.get("elapsed_ms") or 0.0),
@@ -253,7 +269,7 @@ def _call_report(a: Autopsy) -> CallReport:
     )
 
 
-_RUN_COLS = "call_id, started_at, tool, status, elapsed_ms, summary"
+_RUN_COLS = "call_id, started_at, tool, status, outcome, elapsed_ms, summary"
 
 
 def _neighbours(rows: list[dict[str, Any]], current: str | None) -> tuple[NeighbourRow, ...]:
@@ -265,6 +281,7 @@ def _neighbours(rows: list[dict[str, Any]], current: str | None) -> tuple[Neighb
             (r["started_at"] - t0).total_seconds() * 1000.0 if t0 is not None else 0.0,
             _text(r["tool"], 200), _text(r["status"], 40), float(r["elapsed_ms"] or 0.0),
             _text(r["summary"], 300), current=r["call_id"] == current,
+            outcome=_text(r.get("outcome"), 40),
         )
         for r in rows
     )
