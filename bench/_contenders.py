@@ -16,7 +16,7 @@ from typing import Any
 
 from bench._common import DropExporter, scratch
 
-__all__ = ["CONTENDERS", "Contender", "Unavailable", "build"]
+__all__ = ["CONTENDERS", "EVENT_CONTENDERS", "Contender", "Unavailable", "build"]
 
 TOOL = "noop"
 DESCRIPTION = "Return the argument unchanged."
@@ -272,6 +272,22 @@ def _openinference() -> Contender:
 
 
 #: name -> builder; the order is the table's order.
+def _subscribed(kinds: tuple[str, ...]) -> Contender:
+    """The telemetry-off inline registry with one subscriber of ``kinds`` (a counter)."""
+    c = _registry("inline", False)
+    reg = c.extra["registry"]
+    seen = [0]
+
+    def count(_ev: Any) -> None:
+        seen[0] += 1
+
+    sub = reg.subscribe(count, kinds=list(kinds))
+    c.flush = lambda: sub.flush(30.0)
+    c.note = f"one subscriber of {', '.join(kinds)}"
+    c.extra["subscription"] = sub
+    return c
+
+
 CONTENDERS: dict[str, Callable[[], Contender]] = {
     "bare function call": _bare,
     "tooltrace, telemetry off (inline)": lambda: _registry("inline", False),
@@ -282,6 +298,12 @@ CONTENDERS: dict[str, Callable[[], Contender]] = {
     # above run the compiled wheel when .venv-compiled has one (see bench/overhead.py).
     "tooltrace, telemetry off (inline, from source)": lambda: _registry("inline", False),
     "tooltrace, everything on (inline, from source)": lambda: _registry("inline", True),
+    # Call events (bench/events_cost.py): an idle subscriber (no tool reports progress) and
+    # one that gets every event.
+    "tooltrace, telemetry off (inline), idle progress subscriber": lambda: _subscribed(
+        ("progress",)),
+    "tooltrace, telemetry off (inline), subscriber of every event": lambda: _subscribed(
+        ("started", "step", "progress", "finished")),
     "reference: SDK span + counter + histogram": _reference,
     "OpenLLMetry @tool": _openllmetry,
     "Logfire logfire.span": _logfire,
@@ -289,6 +311,8 @@ CONTENDERS: dict[str, Callable[[], Contender]] = {
 }
 
 REFERENCE = "reference: SDK span + counter + histogram"
+#: Contenders only the events section runs (bench/events_cost.py), not the overhead table.
+EVENT_CONTENDERS = frozenset(n for n in CONTENDERS if "subscriber" in n)
 #: Contenders whose worker always runs tooltrace's call path from the checkout's source.
 SOURCE_BUILD = frozenset(n for n in CONTENDERS if n.endswith(", from source)"))
 PEERS = ("OpenLLMetry @tool", "Logfire logfire.span", "OpenInference tool span")

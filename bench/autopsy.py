@@ -72,7 +72,8 @@ _CALL_COLUMNS = f"""
     NULL::VARCHAR AS attributes,
     'bench-writer-' || (i % 4)::VARCHAR AS writer,
     'bench-writer.' || lpad((i // 100000)::VARCHAR, 6, '0') || '.jsonl' AS segment,
-    (i % 100000)::BIGINT + 2 AS line
+    (i % 100000)::BIGINT + 2 AS line,
+    NULL::VARCHAR AS parent_call_id, 0::INTEGER AS depth, NULL::VARCHAR AS progress
 """
 
 

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import Table, percentile, scratch
-from bench._contenders import CONTENDERS, PEERS, REFERENCE, SOURCE_BUILD
+from bench._contenders import CONTENDERS, EVENT_CONTENDERS, PEERS, REFERENCE, SOURCE_BUILD
 
-__all__ = ["Result", "run"]
+__all__ = ["Result", "Worker", "bench_only_path", "run"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,7 +79,7 @@ COMPILED_PYTHON = Path(
 )
 
 
-def _bench_only_path() -> str:
+def bench_only_path() -> str:
     """A directory holding only ``bench`` (a link): on ``sys.path`` it makes the benchmark
     importable without the checkout's ``tooltrace``, which would shadow the installed wheel."""
     d = Path(scratch("tooltrace-bench-path-"))  # removed with the run's scratch directory
@@ -87,16 +87,21 @@ def _bench_only_path() -> str:
     return str(d)
 
 
-class _Worker:
-    def __init__(self, name: str, python: str) -> None:
+class Worker:
+    """One contender's process (``bench/_worker.py``); ``path`` (``PYTHONPATH``) and ``cwd``
+    run another tree's ``tooltrace`` (the events section's baseline)."""
+
+    def __init__(self, name: str, python: str, path: str | None = None,
+                 cwd: str | None = None) -> None:
         self.name = name
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         env = dict(os.environ)
-        path, cwd = str(ROOT), str(ROOT)
-        if (name.startswith("tooltrace") and name not in SOURCE_BUILD
+        own_tree = path is None
+        path, cwd = path or str(ROOT), cwd or str(ROOT)
+        if (own_tree and name.startswith("tooltrace") and name not in SOURCE_BUILD
                 and COMPILED_PYTHON.exists()):
             python = str(COMPILED_PYTHON)
-            path = cwd = _bench_only_path()
+            path = cwd = bench_only_path()
         env["PYTHONPATH"] = path + os.pathsep + env.get("PYTHONPATH", "")
         # Peers must not reach any network: no endpoints, no API keys, no SDK telemetry.
         for k in list(env):
@@ -144,15 +149,16 @@ def run(
     wanted = [w.strip().lower() for w in only or () if w.strip()]
     names = [
         n for n in CONTENDERS
-        if not wanted or n == REFERENCE or any(w in n.lower() for w in wanted)
+        if n not in EVENT_CONTENDERS
+        and (not wanted or n == REFERENCE or any(w in n.lower() for w in wanted))
     ]
     py = python or sys.executable
-    workers: dict[str, _Worker] = {}
+    workers: dict[str, Worker] = {}
     results: dict[str, Result] = {}
     try:
         # Start all at once (imports overlap), then read each one's ready line.
         for n in names:
-            workers[n] = _Worker(n, py)
+            workers[n] = Worker(n, py)
         for n in names:
             try:
                 hello = workers[n].read()

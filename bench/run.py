@@ -7,7 +7,8 @@ Usage (from the repository root)::
     .venv/bin/python -m bench --sections overhead,profile
     .venv-bench/bin/python -m bench                # the same, with the peers installed
 
-Sections: ``overhead`` (per-call cost vs a hand-rolled reference and peers), ``ingest`` (audit
+Sections: ``overhead`` (per-call cost vs a hand-rolled reference and peers), ``events`` (what
+call events, progress and nested calls cost a call that uses none of them), ``ingest`` (audit
 writer throughput, queue depth and drops at a paced rate), ``autopsy`` (find one call among
 1M/10M), ``memory`` (RSS growth over many calls), ``profile`` (where a registry call's time
 goes; not in the default set), ``frameworks`` (one tool call through each agent framework, bare
@@ -31,8 +32,8 @@ from bench._common import SCRATCH_ENV, Table, machine
 
 __all__ = ["main"]
 
-SECTIONS = ("overhead", "ingest", "autopsy", "memory", "profile", "frameworks", "mcp")
-DEFAULT_SECTIONS = ("overhead", "ingest", "autopsy", "memory")
+SECTIONS = ("overhead", "events", "ingest", "autopsy", "memory", "profile", "frameworks", "mcp")
+DEFAULT_SECTIONS = ("overhead", "events", "ingest", "autopsy", "memory")
 
 
 def _ints(text: str) -> list[int]:
@@ -57,6 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--contenders",
                    help="comma-separated substrings of contender names, e.g. 'bare,(inline)' "
                    "(the reference always runs)")
+    g = ap.add_argument_group("events")
+    g.add_argument("--events-baseline", default=None,
+                   help="git revision of tooltrace before call events and nested calls "
+                   "(default: bench.events_cost.BASELINE)")
+    g.add_argument("--events-rounds", type=int, help="interleaved rounds (default 15; quick 2)")
     g = ap.add_argument_group("ingest")
     g.add_argument("--ingest-records", type=int,
                    help="records per writer process (default 200000; quick 2000)")
@@ -140,6 +146,13 @@ def _sections(ns: argparse.Namespace, sections: list[str], results: dict[str, An
         results["overhead"] = overhead.run(
             rounds=_pick(ns.rounds, 20, 2, q), calls=_pick(ns.round_calls, 2500, 200, q),
             warmup=_pick(ns.warmup, 2000, 100, q), only=only)
+    if "events" in sections:
+        from bench import events_cost
+
+        results["events"] = events_cost.run(
+            rounds=_pick(ns.events_rounds, 15, 2, q), calls=_pick(ns.round_calls, 2500, 200, q),
+            warmup=_pick(ns.warmup, 2000, 100, q),
+            baseline=ns.events_baseline or events_cost.BASELINE)
     if "ingest" in sections:
         from bench import ingest
 

@@ -25,6 +25,10 @@ TABLES = {
         "contender", "p50 us", "p99 us", "p99.9 us", "p50 overhead us", "p50 / reference",
         "per-round p50 / reference (median)", "CPU/call us", "CPU / reference", "notes",
     ],
+    "Call events and nested calls: cost when unused": [
+        "contender", "without p50 us", "with p50 us", "with / without (per-round median)",
+        "p50 difference us", "tooltrace overhead us", "difference / overhead",
+    ],
     "Audit ingest: sustained writer throughput": [
         "writer processes", "pinned to one core", "records/s", "step records/s", "steps/record",
         "CPU us/record", "dropped",
@@ -115,6 +119,19 @@ def test_every_table_prints_its_columns(run: Run) -> None:
         header, rows = _find(tables, prefix)
         assert header == columns, prefix
         assert rows, f"{prefix}: no rows"
+
+
+def test_events_rows_compare_the_feature_with_its_parent(run: Run) -> None:
+    tables, figures = run
+    header, rows = _find(tables, "Call events and nested calls: cost when unused")
+    by_name = {r[0]: dict(zip(header, r, strict=True)) for r in rows}
+    for name in ("tooltrace, telemetry off (inline)", "tooltrace, everything on (inline)"):
+        row = by_name[name]
+        assert _num(row["without p50 us"]) > 0 and _num(row["with p50 us"]) > 0
+        assert _num(row["with / without (per-round median)"]) > 0
+        assert _num(row["tooltrace overhead us"]) > 0
+    assert len(rows) == 4
+    assert figures["events"]["available"] is True
 
 
 def test_overhead_rows_are_measured(run: Run) -> None:

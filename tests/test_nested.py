@@ -193,3 +193,54 @@ def test_autopsy_shows_the_tree(tmp_path: Path) -> None:
     assert text.returncode == 0, text.stderr
     assert f"parent               {env.call_id}  top (ok)" in text.stdout
     assert f"└ {leaf_id}  leaf (ok, depth 2)" in text.stdout
+
+
+def test_spans_nest_under_the_parent_in_one_trace(tmp_path: Path) -> None:
+    from support.otlp import OtlpHttpReceiver
+
+    from tooltrace.telemetry import TracingSink
+
+    with OtlpHttpReceiver() as rx:
+        reg = _registry(tmp_path, sinks=[TracingSink(endpoint=rx.endpoint)])
+        env = reg.call(ToolCall("top", {"n": 1}))
+        reg.shutdown()
+        spans = rx.wait_for(5)
+    assert env.ok
+    by_call = {s.attributes["gen_ai.tool.call.id"]: s for s in spans}
+    top_span = by_call[env.call_id]
+    assert top_span.parent_span_id is None
+    assert {s.trace_id for s in spans} == {top_span.trace_id}
+    for s in spans:
+        parent = s.attributes.get("tooltrace.parent_call_id")
+        if parent is None:
+            continue
+        assert s.parent_span_id == by_call[parent].span_id
+        assert s.attributes["tooltrace.depth"] == by_call[parent].attributes.get(
+            "tooltrace.depth", 0) + 1
+    assert sorted(s.attributes.get("tooltrace.depth", 0) for s in spans) == [0, 1, 1, 2, 2]
+
+
+def test_a_thread_tool_and_an_async_tool_nest_their_spans_too(tmp_path: Path) -> None:
+    from support.otlp import OtlpHttpReceiver
+
+    from tooltrace.telemetry import TracingSink
+
+    @tool(execution="thread")
+    def threaded(ctx: CallContext) -> int:
+        """Calls leaf from a tool thread."""
+        return int(ctx.call("leaf", {"n": 2}).data)
+
+    with OtlpHttpReceiver() as rx:
+        reg = _registry(tmp_path, sinks=[TracingSink(endpoint=rx.endpoint)])
+        reg.register(threaded)
+        a = reg.call(ToolCall("threaded", {}))
+        b = reg.call(ToolCall("atop", {"n": 1}))  # async, on the registry's loop
+        reg.shutdown()
+        spans = rx.wait_for(5)
+    assert a.ok and b.ok
+    by_call = {s.attributes["gen_ai.tool.call.id"]: s for s in spans}
+    for s in spans:
+        parent = s.attributes.get("tooltrace.parent_call_id")
+        if parent is not None:
+            assert s.parent_span_id == by_call[parent].span_id
+            assert s.trace_id == by_call[parent].trace_id

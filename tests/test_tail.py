@@ -7,8 +7,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+from tooltrace import CallContext, ToolCall, create_registry, tool
+from tooltrace.audit import audit_dir, live_dir, read_live
 from tooltrace.demo import FAKE_KEY
 
 EXE = str(Path(sys.executable).with_name("tooltrace"))
@@ -61,3 +64,45 @@ def test_tail_text_marks_rejections(tmp_path: Path) -> None:
     assert any(line.startswith("running") and "scan_index" in line and "/16" in line
                for line in lines)
     assert FAKE_KEY not in out
+
+
+def test_the_live_file_holds_calls_in_flight_only_while_the_process_lives(
+    tmp_path: Path,
+) -> None:
+    release = threading.Event()
+
+    @tool(execution="thread")
+    def slow(ctx: CallContext) -> str:
+        """Reports progress, then waits to be released."""
+        ctx.progress(1, 4, f"first quarter key={FAKE_KEY}")
+        release.wait(30)
+        return "done"
+
+    home = tmp_path / "home"
+    reg = create_registry(tmp_path, home=home, metrics=False, logging=False, builtins=False)
+    reg.register(slow)
+    adir = audit_dir(home)
+    # A file left by a process that is gone is not read (and the next writer removes it).
+    live_dir(adir).mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    stale = live_dir(adir) / f"{dead}-0000.json"
+    stale.write_text(json.dumps({"v": 1, "calls": [{"call_id": "x", "tool": "ghost"}]}))
+    t = threading.Thread(target=lambda: reg.call(ToolCall("slow", {})))
+    t.start()
+    try:
+        for _ in range(500):
+            calls = list(read_live(adir))
+            if calls:
+                break
+            threading.Event().wait(0.01)
+        (c,) = calls
+        assert (c["tool"], c["done"], c["total"]) == ("slow", 1, 4)
+        assert FAKE_KEY not in c["message"]
+        assert not stale.exists()
+    finally:
+        release.set()
+        t.join(30)
+        reg.shutdown()
+    assert list(read_live(adir)) == []
+    assert list(live_dir(adir).glob("*.json")) == []
