@@ -58,7 +58,7 @@ def test_autopsy_ok_call(trail: tuple[Path, dict[str, str]]) -> None:
     assert f["schema (validate)"] == ["accept"]
     assert f["path"] == ["path -> notes/a.txt (within the workspace)"]
     assert f["policy"][0].startswith("allow (no rule objected")
-    assert f["execution started"][0].startswith("yes, it ended returned")
+    assert f["execution started"][0].startswith("yes, returned after ")
     assert "alpha" in f["result preview"][0]
 
 
@@ -108,7 +108,7 @@ def test_autopsy_offload_failure_and_secret(trail: tuple[Path, dict[str, str]]) 
     assert art.startswith("artifacts/") and "(75000 chars, sha256 " in art
     failed = facts(autopsy(trail, "failed"))
     assert failed["status"] == ["failed"] and failed["error type"] == ["FileNotFoundError"]
-    assert failed["execution started"][0].startswith("yes, it ended raised")
+    assert failed["execution started"][0].startswith("yes, raised after ")
     sec = autopsy(trail, "secret", "--json")
     data = orjson.loads(sec.output)
     assert data["arguments"]["env"] == "staging" and data["arguments"]["token"] != SECRET
@@ -123,7 +123,7 @@ def test_autopsy_unknown_then_resolved(trail: tuple[Path, dict[str, str]]) -> No
     assert any(r.startswith("ok at +") for r in f["resolved"])  # the late step
     assert f["resolution"][0].startswith("ok at ") and "resolved later as ok" in f[
         "resolution"][0]
-    assert f["execution started"][0].startswith("yes, it ended abandoned")
+    assert f["execution started"][0].startswith("yes, abandoned after ")
     assert f["error type"] == ["unconfirmed_deadline"]
 
 

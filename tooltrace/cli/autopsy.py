@@ -185,7 +185,7 @@ def _render(a: Any, guard: OutputGuard, wide: bool) -> None:
     ex = a.execution
     started = "yes" if a.execution_started else "no (execution never started)"
     if ex is not None:
-        started += f", it ended {ex['decision']} after {ex['elapsed_ms']:.3f} ms"
+        started += f", {ex['decision']} after {ex['elapsed_ms']:.3f} ms"
     _line("execution started", started, guard)
     for e in a.events:
         _line(e["step"], f"{e['decision']} at +{e['offset_ms']} ms by {e['decider']}"

@@ -29,7 +29,7 @@ STATUSES = ("ok", "rejected", "failed", "cancelled", "unknown")
 #: The three calls the summary points an engineer at, in order.
 SPOTLIGHT = (
     ("path-escape", "a policy denial: a path that tries to leave the workspace"),
-    ("unknown", "a side-effecting call whose outcome could not be confirmed"),
+    ("unknown", "a side-effecting call that returned unknown; its outcome came later"),
     ("offload", "a big output moved to an artifact with its sha256"),
 )
 
@@ -170,5 +170,6 @@ def _outcome_line(result: Any) -> str:
     later = collections.Counter(result.outcome(e) for e in unknown)
     still = later.pop("unknown", 0)
     parts = ", ".join(f"{n} {o}" for o, n in sorted(later.items())) or "none"
-    return (f"outcome: of the {len(unknown)} calls that returned unknown, later resolved as"
+    n = len(unknown)
+    return (f"outcome: of the {n} call{'s' * (n != 1)} that returned unknown, later resolved as"
             f" {parts}; {still} still unknown")
