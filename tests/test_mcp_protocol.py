@@ -10,14 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 from typing import Any
 
 import mcp.types as mt
 import pytest
+from click.testing import CliRunner
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
-from test_mcp_proxy import REPO, audit_rows, write_config
+from support.otlp import free_port
+from test_mcp_proxy import REPO, audit_rows, proxy_session, write_config
+
+from tooltrace.cli.mcp import mcp as mcp_cli
 
 RICH = str(REPO / "tests" / "mcp_servers" / "rich.py")
 
@@ -136,3 +146,48 @@ def test_upstream_progress_and_logs_reach_the_client(out: dict[str, Any]) -> Non
     logs = out["logs"]
     assert logs and logs[0].logger == "rich"
     assert "working with" in str(logs[0].data) and "ghp_" not in str(logs[0].data)
+
+
+def test_upstream_over_streamable_http_with_a_bearer_token(tmp_path: Path) -> None:
+    token = "tok-" + "9f8e7d6c5b4a39281706f5e4d3c2b1a0"
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, RICH], env={**os.environ, "RICH_HTTP_PORT": str(port),
+                                     "RICH_TOKEN": token},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):  # until it listens (a request without the token gets a 401)
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/mcp", timeout=2).close()
+            except urllib.error.HTTPError:
+                break
+            except OSError:
+                time.sleep(0.1)
+        config = write_config(tmp_path, f"""
+[proxy]
+home = "home"
+[servers.remote]
+url = "http://127.0.0.1:{port}/mcp"
+headers = {{ Authorization = "Bearer ${{RICH_TEST_TOKEN}}" }}
+""")
+        env = {"RICH_TEST_TOKEN": token, "TOOLTRACE_LOG_LEVEL": "info"}
+
+        async def scenario() -> tuple[Any, Any]:
+            async with proxy_session(config, env=env) as s:
+                return (await s.call_tool("read_file", {}),
+                        await s.read_resource("note://greeting"))
+
+        res, greeting = asyncio.run(scenario())
+        assert res.structured_content == {"content": "alpha\nbeta"}
+        assert greeting.contents[0].text == "hello from rich"
+        # The wrong token: the server refuses, the report says so, and no token is shown.
+        bad = CliRunner().invoke(mcp_cli, ["report", "--config", str(config), "--json"],
+                                 env={"RICH_TEST_TOKEN": "wrong-" + token})
+        assert bad.exit_code == 1 and json.loads(bad.output)["servers"][0]["state"] == "failed"
+        assert token not in bad.output
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    for f in (tmp_path / "home").rglob("*"):
+        if f.is_file():
+            assert token.encode() not in f.read_bytes(), f

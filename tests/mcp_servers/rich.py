@@ -148,5 +148,26 @@ async def complete(ref: Any, argument: Any, context: Any) -> mt.Completion | Non
     return None
 
 
+def serve_http(port: int, token: str) -> None:
+    """Streamable HTTP on loopback, answering only requests with ``Bearer <token>``."""
+    import uvicorn
+
+    app = server.streamable_http_app()
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            if headers.get(b"authorization") != f"Bearer {token}".encode():
+                await send({"type": "http.response.start", "status": 401, "headers": []})
+                await send({"type": "http.response.body", "body": b"no"})
+                return
+        await app(scope, receive, send)
+
+    uvicorn.run(guarded, host="127.0.0.1", port=port, log_level="warning")
+
+
 if __name__ == "__main__":
-    server.run("stdio")
+    if os.environ.get("RICH_HTTP_PORT"):
+        serve_http(int(os.environ["RICH_HTTP_PORT"]), os.environ["RICH_TOKEN"])
+    else:
+        server.run("stdio")

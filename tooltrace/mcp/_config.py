@@ -46,7 +46,9 @@ _TOOL_TYPES = ("extension", "function", "datastore")
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
-    """One upstream MCP server started over stdio.
+    """One upstream MCP server: started over stdio (``command``), or reached over streamable
+    HTTP (``url``, with ``headers``; ``${NAME}`` in a header value is read from the environment
+    when connecting, so a bearer token lives in the environment, never in the file or a log).
 
     ``label`` names it in tool sources (``mcp:<label>``) and prefixes; ``priority`` decides a
     name clash under the ``priority`` rule; ``timeout_s`` is each call's default deadline;
@@ -56,7 +58,7 @@ class ServerConfig:
     """
 
     label: str
-    command: str
+    command: str = ""
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
@@ -66,13 +68,22 @@ class ServerConfig:
     capability: Capability = Capability.WRITE
     trust_annotations: bool = True
     startup_timeout_s: float = 20.0
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.label, str) or not _LABEL_RE.match(self.label):
             raise ConfigurationError(
                 f"server label must match {_LABEL_RE.pattern}, got {str(self.label)[:40]!r}")
-        if not isinstance(self.command, str) or not self.command:
+        if self.url is not None:
+            if self.command or not isinstance(self.url, str) or not self.url.startswith(
+                    ("http://", "https://")):
+                raise ConfigurationError(
+                    f"server {self.label!r}: give either a command or an http(s) url")
+        elif not isinstance(self.command, str) or not self.command:
             raise ConfigurationError(f"server {self.label!r}: command must be a non-empty string")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()):
+            raise ConfigurationError(f"server {self.label!r}: header values must be strings")
         if not all(isinstance(a, str) for a in self.args):
             raise ConfigurationError(f"server {self.label!r}: args must be strings")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
@@ -150,7 +161,7 @@ _PROXY_KEYS = {
 _POLICY_KEYS = {"deny", "ask", "approval", "rules"}
 _SERVER_KEYS = {
     "command", "args", "env", "cwd", "priority", "timeout_s", "tool_type", "capability",
-    "trust_annotations", "startup_timeout_s",
+    "trust_annotations", "startup_timeout_s", "url", "headers",
 }
 
 
@@ -202,8 +213,10 @@ def config_from_dict(data: Mapping[str, Any], *, base: Path | None = None) -> Pr
             raise ConfigurationError(f"[servers.{label}] must be a table")
         _unknown(f"servers.{label}", raw, _SERVER_KEYS)
         kw: dict[str, Any] = dict(raw)
-        if "command" not in kw:
-            raise ConfigurationError(f"[servers.{label}] needs a command")
+        if "command" not in kw and "url" not in kw:
+            raise ConfigurationError(f"[servers.{label}] needs a command or a url")
+        if "headers" in kw and not isinstance(kw["headers"], Mapping):
+            raise ConfigurationError(f"servers.{label}.headers must be a table")
         if "args" in kw:
             kw["args"] = _strings(kw["args"], f"servers.{label}.args")
         if "cwd" in kw:

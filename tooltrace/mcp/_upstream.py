@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -160,9 +161,10 @@ class Upstream:
         self._broken = asyncio.Event()
         self._broken_reason = ""
         self._served = False
+        transport = (_http_transport(cfg) if cfg.url is not None else _stdio_process(
+            cfg, self._break, lambda: self._broken_reason in ("", "exited")))
         async with (
-            _stdio_process(cfg, self._break,
-                           lambda: self._broken_reason in ("", "exited")) as (read, write),
+            transport as (read, write),
             ClientSession(read, write, message_handler=self._on_message) as session,
         ):
             with anyio.fail_after(cfg.startup_timeout_s):
@@ -328,6 +330,32 @@ class Upstream:
         return UpstreamProtocolError(
             f"server {self.label} answered with a result that could not be accepted "
             f"({type(exc).__name__})")
+
+
+@contextlib.asynccontextmanager
+async def _http_transport(cfg: ServerConfig) -> AsyncIterator[tuple[Any, Any]]:
+    """Streamable HTTP to ``cfg.url`` with the configured headers (``${NAME}`` expanded from
+    the environment here, so the values are only ever in the HTTP client)."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {k: _expand(v) for k, v in cfg.headers.items()}
+    timeout = httpx2.Timeout(30.0, read=300.0)
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=timeout) as client,
+        streamable_http_client(str(cfg.url), http_client=client) as (read, write, *_),
+    ):
+        yield read, write
+
+
+def _expand(value: str) -> str:
+    def var(m: re.Match[str]) -> str:
+        got = os.environ.get(m.group(1))
+        if got is None:
+            raise UpstreamUnavailable(f"environment variable {m.group(1)} is not set")
+        return got
+
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", var, value)
 
 
 @contextlib.asynccontextmanager
