@@ -195,3 +195,37 @@ def test_progress_events_on_the_span(tmp_path: Path) -> None:
     assert prog[-1].attributes["tooltrace.progress.done"] == 40
     assert prog[-1].attributes["tooltrace.progress.total"] == 40
     assert all(SECRET not in str(e.attributes) for e in prog)
+
+
+def test_calls_on_many_threads_lose_no_event(tmp_path: Path) -> None:
+    # Producers race to make the queue non-empty: exactly one must wake the worker, every time.
+    reg = _registry(tmp_path)
+    got: list[Any] = []
+    seen_sync: list[Any] = []
+
+    async def on_event(ev: Any) -> None:
+        got.append(ev)
+
+    async def main() -> None:
+        sub = reg.subscribe(on_event, kinds=["finished"], max_queue=100_000)
+        sync = reg.subscribe(seen_sync.append, kinds=["finished"], max_queue=100_000)
+
+        def burst() -> None:
+            for _ in range(50):
+                reg.call(ToolCall("nothing", {}))
+
+        threads = [threading.Thread(target=burst) for _ in range(8)]
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            await asyncio.sleep(0.01)
+        for _ in range(1000):  # a deadline for a failure, not a timing
+            if sub.delivered == 400:
+                break
+            await asyncio.sleep(0.01)
+        assert sync.flush(10)
+        assert (sub.delivered, sub.dropped, sync.delivered, sync.dropped) == (400, 0, 400, 0)
+
+    asyncio.run(main())
+    reg.shutdown()
+    assert len(got) == 400 and len(seen_sync) == 400

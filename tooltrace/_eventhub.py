@@ -71,6 +71,7 @@ class Subscription:
         self._queue: collections.deque[CallEvent] = collections.deque()
         self._closed = False
         self._loop = loop
+        self._lock = threading.Lock()
         self._idle = threading.Event()
         self._idle.set()
         self._thread: threading.Thread | None = None
@@ -95,13 +96,17 @@ class Subscription:
     def offer(self, event: CallEvent) -> None:
         """Queue one event (never blocks, never raises; a full queue drops it)."""
         q = self._queue
-        if self._closed or len(q) >= self.max_queue:
-            self.dropped += 1
-            return
-        q.append(event)
-        if len(q) == 1:
+        # Under the lock, "the queue was empty" and "the worker went idle" agree, so the one
+        # producer that makes the queue non-empty wakes the worker (calls on many threads).
+        with self._lock:
+            if self._closed or len(q) >= self.max_queue:
+                self.dropped += 1
+                return
+            q.append(event)
+            if len(q) != 1:
+                return
             self._idle.clear()
-            self._poke()
+        self._poke()
 
     def _poke(self) -> None:
         if self._loop is None:
@@ -112,9 +117,10 @@ class Subscription:
         try:
             self._loop.call_soon_threadsafe(self._awake.set)
         except RuntimeError:  # the subscriber's loop is closed: nobody will take these
-            self.dropped += len(self._queue)
-            self._queue.clear()
-            self._idle.set()
+            with self._lock:
+                self.dropped += len(self._queue)
+                self._queue.clear()
+                self._idle.set()
 
     def _start_thread(self) -> None:
         with _START_LOCK:
@@ -145,10 +151,12 @@ class Subscription:
 
     def _next(self) -> CallEvent | None:
         q = self._queue
-        if not q:
-            self._idle.set()
-            return None
-        return self._hub.prepare(q.popleft())
+        with self._lock:
+            if not q:
+                self._idle.set()
+                return None
+            ev = q.popleft()
+        return self._hub.prepare(ev)
 
     def _run_thread(self) -> None:
         fn, wake = self._fn, self._wake
