@@ -244,3 +244,37 @@ def test_a_thread_tool_and_an_async_tool_nest_their_spans_too(tmp_path: Path) ->
         if parent is not None:
             assert s.parent_span_id == by_call[parent].span_id
             assert s.trace_id == by_call[parent].trace_id
+
+
+def test_a_trail_compacted_before_nesting_existed_still_reads(tmp_path: Path) -> None:
+    # Parquet files written before tool_calls had parent_call_id, depth and progress: the
+    # store reads them by name (those columns NULL) next to new rows that have them.
+    import duckdb
+
+    from tooltrace.audit import AuditStore, compact
+
+    home = tmp_path / "home"
+    reg = create_registry(tmp_path, home=home, metrics=False, logging=False)
+    for t in (leaf, middle, top):
+        reg.register(t)
+    old = reg.call(ToolCall("leaf", {"n": 1}))
+    reg.shutdown()
+    result = compact(home, prune=True)
+    calls_files = [p for p in (home / "audit").rglob("*.parquet") if "calls" in p.parts]
+    assert calls_files and result is not None
+    con = duckdb.connect()
+    for f in calls_files:
+        con.execute(f"COPY (SELECT * EXCLUDE (parent_call_id, depth, progress) FROM "
+                    f"read_parquet('{f}')) TO '{f}.old' (FORMAT parquet)")
+        os.replace(f"{f}.old", f)
+    reg = create_registry(tmp_path, home=home, metrics=False, logging=False)
+    for t in (leaf, middle, top):
+        reg.register(t)
+    new = reg.call(ToolCall("middle", {"n": 1}))
+    reg.shutdown()
+    with AuditStore(home) as store:
+        rows = store.sql("SELECT tool, depth, parent_call_id FROM tool_calls ORDER BY call_id"
+                         ).rows
+        assert store.call(old.call_id).record["depth"] is None
+        assert store.call(new.call_id).record["depth"] == 0
+    assert rows == [("leaf", None, None), ("middle", 0, None), ("leaf", 1, new.call_id)]

@@ -288,7 +288,12 @@ class AuditStore:
             # The stored columns only: compaction adds the final outcome to ``calls`` files for
             # plain SQL, which the views compute from every resolution instead.
             cols = ", ".join(f'"{c}"' for c, _k in COLUMNS[t])
-            parts.append(f"SELECT {cols} FROM read_parquet([{', '.join(map(_quote, paths))}])")
+            files = f"read_parquet([{', '.join(map(_quote, paths))}], union_by_name = true)"
+            # Files compacted before a column existed lack it: read by name after a typed,
+            # empty row set that names every column, so the missing ones read as NULL.
+            empty = ", ".join(f'NULL::{DUCKDB_TYPES[k]} AS "{c}"' for c, k in COLUMNS[t])
+            parts.append(f"SELECT {cols} FROM ((SELECT {empty} LIMIT 0)"
+                         f" UNION ALL BY NAME (SELECT * FROM {files}))")
         if live and self._live_rows.get(t):
             parts.append(f"SELECT * FROM _live_{t}")
         if not parts:
