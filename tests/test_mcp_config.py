@@ -15,6 +15,7 @@ from tooltrace.cli.mcp import mcp as mcp_cli
 from tooltrace.exceptions import ConfigurationError
 from tooltrace.mcp import (
     ChangedToolsRule,
+    McpProxy,
     PinStore,
     ServerConfig,
     config_from_dict,
@@ -194,3 +195,29 @@ def test_failed_server_is_reported(tmp_path: Path) -> None:
 def test_server_config_checks_its_fields() -> None:
     with pytest.raises(ConfigurationError, match="env values must be strings"):
         ServerConfig(label="a", command="x", env={"A": 1})  # type: ignore[dict-item]
+
+
+def test_private_network_rule_has_a_per_server_allow_list(tmp_path: Path) -> None:
+    cfg = config_from_dict({"servers": {
+        "fetch": {"command": "x", "allow_private": ["127.0.0.1", "10.1.0.0/16", "Intranet.local"]},
+        "other": {"command": "y"},
+    }})
+    proxy = McpProxy(cfg, registry=ToolRegistry(home=tmp_path))
+    rule = next(r for r in proxy.policy_rules() if r.name == "private_network")
+
+    def verdict(source: str, url: str) -> str:
+        d = ToolDefinition(name="fetch", description="", parameters={"type": "object"},
+                           source=source)
+        dec = rule(PolicyRequest(d, {"url": url, "note": "x"}, "default", "r", "c"))
+        return "allow" if dec is None else dec.verdict.value
+
+    assert verdict("mcp:fetch", "http://127.0.0.1:8080/a") == "allow"
+    assert verdict("mcp:fetch", "http://10.1.2.3/a") == "allow"
+    assert verdict("mcp:fetch", "http://intranet.local/a") == "allow"
+    assert verdict("mcp:fetch", "http://10.2.0.1/a") == "deny"
+    assert verdict("mcp:fetch", "see http://127.0.0.1/ and http://192.168.1.1/") == "deny"
+    assert verdict("mcp:fetch", "http://169.254.169.254/latest/meta-data") == "deny"
+    assert verdict("mcp:other", "http://127.0.0.1:8080/a") == "deny"
+    assert verdict("mcp:other", "https://example.com/") == "allow"
+    with pytest.raises(ConfigurationError, match="not a network"):
+        ServerConfig(label="a", command="x", allow_private=("10.0.0.0/99",))

@@ -9,6 +9,7 @@ relative to the file's directory. Hooks, approvers and extra policy rules are na
 from __future__ import annotations
 
 import importlib
+import ipaddress
 import os
 import re
 import tomllib
@@ -70,6 +71,9 @@ class ServerConfig:
     startup_timeout_s: float = 20.0
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    #: Hosts (names or addresses) and networks (CIDR) this server's tools may be pointed at
+    #: although they are private or local (the private-network rule lets them through).
+    allow_private: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.label, str) or not _LABEL_RE.match(self.label):
@@ -84,6 +88,16 @@ class ServerConfig:
             raise ConfigurationError(f"server {self.label!r}: command must be a non-empty string")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()):
             raise ConfigurationError(f"server {self.label!r}: header values must be strings")
+        for entry in self.allow_private:
+            if not isinstance(entry, str) or not entry:
+                raise ConfigurationError(f"server {self.label!r}: allow_private takes strings")
+            if "/" in entry:
+                try:
+                    ipaddress.ip_network(entry, strict=False)
+                except ValueError:
+                    raise ConfigurationError(
+                        f"server {self.label!r}: allow_private entry {entry[:60]!r} is not a "
+                        "network") from None
         if not all(isinstance(a, str) for a in self.args):
             raise ConfigurationError(f"server {self.label!r}: args must be strings")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
@@ -161,7 +175,7 @@ _PROXY_KEYS = {
 _POLICY_KEYS = {"deny", "ask", "approval", "rules"}
 _SERVER_KEYS = {
     "command", "args", "env", "cwd", "priority", "timeout_s", "tool_type", "capability",
-    "trust_annotations", "startup_timeout_s", "url", "headers",
+    "trust_annotations", "startup_timeout_s", "url", "headers", "allow_private",
 }
 
 
@@ -219,6 +233,8 @@ def config_from_dict(data: Mapping[str, Any], *, base: Path | None = None) -> Pr
             raise ConfigurationError(f"servers.{label}.headers must be a table")
         if "args" in kw:
             kw["args"] = _strings(kw["args"], f"servers.{label}.args")
+        if "allow_private" in kw:
+            kw["allow_private"] = _strings(kw["allow_private"], f"servers.{label}.allow_private")
         if "cwd" in kw:
             kw["cwd"] = _rel(base, kw["cwd"], f"servers.{label}.cwd")
         if "env" in kw and not isinstance(kw["env"], Mapping):

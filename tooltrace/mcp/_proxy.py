@@ -13,7 +13,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import _settings
@@ -21,7 +21,6 @@ from ..envelope import Stage, ToolCall
 from ..exceptions import ConfigurationError, RegistrationError
 from ..policy import (
     DenyCommandPatterns,
-    DenyPrivateNetwork,
     Policy,
     PolicyDecision,
     PolicyRequest,
@@ -35,6 +34,7 @@ from ..runtime import CallContext
 from ..tool import NAME_RE, Capability, Effect, ToolDefinition
 from ._config import ProxyConfig, resolve_approver, resolve_hooks, resolve_rules
 from ._errors import UpstreamToolError
+from ._network import PrivateNetworkRule, allow_lists
 from ._pins import ChangedToolsRule, PinCheck, PinStore
 from ._protocol import Forwarder
 from ._reports import Collision, ProxyReport, ServerReport, ToolReport
@@ -79,24 +79,6 @@ class _DenyTools:
             return PolicyDecision(Verdict.DENY, self.name,
                                   f"{request.tool.name} is denied by the proxy configuration")
         return None
-
-
-@dataclass(frozen=True, slots=True)
-class _PrivateNetwork:
-    """``DenyPrivateNetwork`` for the proxy's calls. A ``resources/read`` names a resource of
-    the upstream, not a place the proxy goes: only an ``http(s)`` URI is checked there (a
-    ``file://`` URI's path is checked by the path policy)."""
-
-    readers: set[str]
-    inner: DenyPrivateNetwork = field(default_factory=DenyPrivateNetwork)
-    name: str = "private_network"
-
-    def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
-        if request.tool.name in self.readers:
-            uri = str(request.arguments.get("uri", ""))
-            if not uri.lower().startswith(("http://", "https://")):
-                return None
-        return self.inner(request)
 
 
 class McpProxy:
@@ -151,7 +133,8 @@ class McpProxy:
             rules.append(_DenyTools(cfg.deny))
         if cfg.ask:
             rules.append(RequireApproval(tools=cfg.ask, name="mcp_ask"))
-        rules += [DenyCommandPatterns(), _PrivateNetwork(self._readers)]
+        rules += [DenyCommandPatterns(),
+                  PrivateNetworkRule(self._readers, allow_lists(cfg.servers))]
         rules += resolve_rules(cfg.rules)
         return rules
 
