@@ -41,7 +41,7 @@ from ._storerecords import (
     ReadIssue,
     _one_call,
 )
-from ._tables import COLUMNS, DUCKDB_TYPES, TABLES, build_columns
+from ._tables import COLUMNS, DUCKDB_TYPES, TABLES, build_columns, read_by_name
 
 if TYPE_CHECKING:
     import duckdb
@@ -285,15 +285,10 @@ class AuditStore:
         ``t``; None when there is nothing to read."""
         parts = []
         if paths:
-            # The stored columns only: compaction adds the final outcome to ``calls`` files for
-            # plain SQL, which the views compute from every resolution instead.
-            cols = ", ".join(f'"{c}"' for c, _k in COLUMNS[t])
+            # The stored columns only, by name (``read_by_name``): compaction adds the final
+            # outcome to ``calls`` files for plain SQL, which the views compute instead.
             files = f"read_parquet([{', '.join(map(_quote, paths))}], union_by_name = true)"
-            # Files compacted before a column existed lack it: read by name after a typed,
-            # empty row set that names every column, so the missing ones read as NULL.
-            empty = ", ".join(f'NULL::{DUCKDB_TYPES[k]} AS "{c}"' for c, k in COLUMNS[t])
-            parts.append(f"SELECT {cols} FROM ((SELECT {empty} LIMIT 0)"
-                         f" UNION ALL BY NAME (SELECT * FROM {files}))")
+            parts.append(read_by_name(t, files))
         if live and self._live_rows.get(t):
             parts.append(f"SELECT * FROM _live_{t}")
         if not parts:

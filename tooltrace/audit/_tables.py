@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
-    "COLUMNS", "DUCKDB_TYPES", "TABLES", "build_columns", "build_tables", "empty_tables", "schemas",
+    "COLUMNS", "DUCKDB_TYPES", "TABLES", "build_columns", "build_tables", "empty_tables",
+    "read_by_name", "schemas",
 ]
 
 #: The stored tables (``tool_calls``, ``tool_call_steps``, ``tool_call_intents`` and the late
@@ -70,6 +71,15 @@ def schemas() -> dict[str, pa.Schema]:
         "ts": pa.timestamp("us"),  # UTC; naive so readers need no time-zone database
     }
     return {t: pa.schema([(n, kinds[k]) for n, k in cols]) for t, cols in COLUMNS.items()}
+
+
+def read_by_name(t: str, source: str) -> str:
+    """SQL reading table ``t``'s stored columns, in order, from ``source`` (a FROM item) by
+    name: a column the source lacks (a file compacted before it existed) reads as NULL."""
+    cols = ", ".join(f'"{c}"' for c, _k in COLUMNS[t])
+    empty = ", ".join(f'NULL::{DUCKDB_TYPES[k]} AS "{c}"' for c, k in COLUMNS[t])
+    return (f"SELECT {cols} FROM ((SELECT {empty} LIMIT 0)"
+            f" UNION ALL BY NAME (SELECT * FROM {source}))")
 
 
 def _json(v: Any) -> str | None:
