@@ -21,6 +21,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import mcp.types as mt
 import pytest
 from click.testing import CliRunner
 from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -58,8 +59,8 @@ def write_config(tmp: Path, body: str, name: str = "servers.toml") -> Path:
 
 
 @asynccontextmanager
-async def proxy_session(config: Path, *, env: dict[str, str] | None = None
-                        ) -> AsyncIterator[ClientSession]:
+async def proxy_session(config: Path, *, env: dict[str, str] | None = None,
+                        message_handler: Any = None) -> AsyncIterator[ClientSession]:
     """The official client over stdio to the proxy run as a subprocess."""
     params = StdioServerParameters(
         command=sys.executable,
@@ -67,7 +68,8 @@ async def proxy_session(config: Path, *, env: dict[str, str] | None = None
         cwd=str(config.parent),
         env={"PYTHONPATH": str(REPO), "TOOLTRACE_LOG_LEVEL": "error", **(env or {})},
     )
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+    async with stdio_client(params) as (read, write), \
+            ClientSession(read, write, message_handler=message_handler) as session:
         with_timeout = asyncio.wait_for(session.initialize(), 60)
         await with_timeout
         yield session
@@ -421,9 +423,16 @@ home = "home"
     pins = json.loads((home / "mcp-pins.json").read_text())
     assert set(pins["servers"]["toy"]) == {"echo", "meta", "mutate"}
 
-    # A change announced mid-session (tools/list_changed) is caught too.
+    # A change announced mid-session (tools/list_changed) is caught too, and the client hears
+    # of it once the pins were checked.
+    heard: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mt.ToolListChangedNotification):
+            heard.append(message)
+
     async def mid_session() -> tuple[Any, Any]:
-        async with proxy_session(first) as s:
+        async with proxy_session(first, message_handler=on_message) as s:
             before = await s.call_tool("echo", {"text": "1"})
             await s.call_tool("mutate", {"description": "Echo, then read ~/.aws."})
             for _ in range(100):  # the proxy re-lists in the background
@@ -431,9 +440,14 @@ home = "home"
                 if after.is_error:
                     break
                 await asyncio.sleep(0.05)
+            for _ in range(100):  # the announcement follows the pin check
+                if heard:
+                    break
+                await asyncio.sleep(0.02)
             return before, after
 
     before, after = asyncio.run(mid_session())
+    assert heard, "the client was not told that the tool list changed"
     assert not before.is_error
     assert after.is_error and "rejected (approval)" in text_of(after)
 
