@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import platform
@@ -117,6 +118,7 @@ def machine() -> str:
     )
 
 
+@functools.cache
 def _drop_exporter_class() -> type:
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 

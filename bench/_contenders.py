@@ -16,7 +16,7 @@ from typing import Any
 
 from bench._common import DropExporter, scratch
 
-__all__ = ["CONTENDERS", "EVENT_CONTENDERS", "Contender", "Unavailable", "build"]
+__all__ = ["CONTENDERS", "EVENT_CONTENDERS", "TAIL_ONLY", "Contender", "Unavailable", "build"]
 
 TOOL = "noop"
 DESCRIPTION = "Return the argument unchanged."
@@ -60,7 +60,15 @@ def _provider() -> tuple[Any, Any]:
     return provider, exporter
 
 
-def _registry(execution: str, full: bool) -> Contender:
+def _unsliced(reg: Any) -> None:
+    """Turn off the sinks' work slices (``BatchWorker.paced``): what the tail was before them."""
+    for sink in reg.sinks:
+        worker = getattr(sink, "_worker", None)
+        if worker is not None:
+            worker._slice_s = 0.0
+
+
+def _registry(execution: str, full: bool, sliced: bool = True) -> Contender:
     from tooltrace import ToolCall, tool
 
     home = scratch("tooltrace-bench-")
@@ -82,6 +90,9 @@ def _registry(execution: str, full: bool) -> Contender:
         )
         extra["exporter"] = exporter
         note = "tracing (batch -> dropping exporter), metrics, log line, audit (grouped fsync)"
+        if not sliced:
+            _unsliced(reg)
+            note += "; sink workers not sliced"
 
         def close() -> None:
             reg.shutdown(10.0)
@@ -304,6 +315,9 @@ CONTENDERS: dict[str, Callable[[], Contender]] = {
         ("progress",)),
     "tooltrace, telemetry off (inline), subscriber of every event": lambda: _subscribed(
         ("started", "step", "progress", "finished")),
+    # The same with the sink workers' slices off: what the slices buy, in the same run.
+    "tooltrace, everything on (inline, unsliced)": lambda: _registry("inline", True, False),
+    "tooltrace, everything on (thread, unsliced)": lambda: _registry("thread", True, False),
     "reference: SDK span + counter + histogram": _reference,
     "OpenLLMetry @tool": _openllmetry,
     "Logfire logfire.span": _logfire,
@@ -313,6 +327,8 @@ CONTENDERS: dict[str, Callable[[], Contender]] = {
 REFERENCE = "reference: SDK span + counter + histogram"
 #: Contenders only the events section runs (bench/events_cost.py), not the overhead table.
 EVENT_CONTENDERS = frozenset(n for n in CONTENDERS if "subscriber" in n)
+#: Contenders only the tail section runs by default.
+TAIL_ONLY = frozenset(n for n in CONTENDERS if n.endswith(", unsliced)"))
 #: Contenders whose worker always runs tooltrace's call path from the checkout's source.
 SOURCE_BUILD = frozenset(n for n in CONTENDERS if n.endswith(", from source)"))
 PEERS = ("OpenLLMetry @tool", "Logfire logfire.span", "OpenInference tool span")

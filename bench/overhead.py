@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import Table, percentile, scratch
-from bench._contenders import CONTENDERS, EVENT_CONTENDERS, PEERS, REFERENCE, SOURCE_BUILD
+from bench._contenders import (
+    CONTENDERS,
+    EVENT_CONTENDERS,
+    PEERS,
+    REFERENCE,
+    SOURCE_BUILD,
+    TAIL_ONLY,
+)
 
 __all__ = ["Result", "Worker", "bench_only_path", "run"]
 
@@ -89,10 +96,11 @@ def bench_only_path() -> str:
 
 class Worker:
     """One contender's process (``bench/_worker.py``); ``path`` (``PYTHONPATH``) and ``cwd``
-    run another tree's ``tooltrace`` (the events section's baseline)."""
+    run another tree's ``tooltrace`` (the events section's baseline); ``tail`` starts it in
+    the tail section's recording mode."""
 
     def __init__(self, name: str, python: str, path: str | None = None,
-                 cwd: str | None = None) -> None:
+                 cwd: str | None = None, *, tail: bool = False) -> None:
         self.name = name
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         env = dict(os.environ)
@@ -109,8 +117,8 @@ class Worker:
                 del env[k]
         env["OTEL_SDK_DISABLED"] = "false"
         self.proc = subprocess.Popen(
-            [python, "-m", "bench._worker", name], cwd=cwd, env=env, text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+            [python, "-m", "bench._worker", name, *(["--tail"] if tail else [])], cwd=cwd,
+            env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
         )
 
     def read(self) -> dict[str, Any]:
@@ -150,7 +158,8 @@ def run(
     names = [
         n for n in CONTENDERS
         if n not in EVENT_CONTENDERS
-        and (not wanted or n == REFERENCE or any(w in n.lower() for w in wanted))
+        and (n == REFERENCE or (any(w in n.lower() for w in wanted) if wanted
+                                else n not in TAIL_ONLY))
     ]
     py = python or sys.executable
     workers: dict[str, Worker] = {}

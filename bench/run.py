@@ -7,8 +7,9 @@ Usage (from the repository root)::
     .venv/bin/python -m bench --sections overhead,profile
     .venv-bench/bin/python -m bench                # the same, with the peers installed
 
-Sections: ``overhead`` (per-call cost vs a hand-rolled reference and peers), ``events`` (what
-call events, progress and nested calls cost a call that uses none of them), ``ingest`` (audit
+Sections: ``overhead`` (per-call cost vs a hand-rolled reference and peers), ``tail`` (p99,
+p99.9 and max per contender, and what ran during the slowest calls), ``events`` (what call
+events, progress and nested calls cost a call that uses none of them), ``ingest`` (audit
 writer throughput, queue depth and drops at a paced rate), ``autopsy`` (find one call among
 1M/10M), ``memory`` (RSS growth over many calls), ``profile`` (where a registry call's time
 goes; not in the default set), ``frameworks`` (one tool call through each agent framework, bare
@@ -32,8 +33,9 @@ from bench._common import SCRATCH_ENV, Table, machine
 
 __all__ = ["main"]
 
-SECTIONS = ("overhead", "events", "ingest", "autopsy", "memory", "profile", "frameworks", "mcp")
-DEFAULT_SECTIONS = ("overhead", "events", "ingest", "autopsy", "memory")
+SECTIONS = ("overhead", "tail", "events", "ingest", "autopsy", "memory", "profile",
+            "frameworks", "mcp")
+DEFAULT_SECTIONS = ("overhead", "tail", "events", "ingest", "autopsy", "memory")
 
 
 def _ints(text: str) -> list[int]:
@@ -58,6 +60,13 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--contenders",
                    help="comma-separated substrings of contender names, e.g. 'bare,(inline)' "
                    "(the reference always runs)")
+    g = ap.add_argument_group("tail")
+    g.add_argument("--tail-rounds", type=int, help="interleaved rounds (default 12; quick 1)")
+    g.add_argument("--tail-calls", type=int,
+                   help="calls per contender per round (default 2500; quick 300)")
+    g.add_argument("--tail-contenders",
+                   help="comma-separated substrings of contender names (default: the reference, "
+                   "tooltrace telemetry off and everything on, inline and thread)")
     g = ap.add_argument_group("events")
     g.add_argument("--events-baseline", default=None,
                    help="git revision of tooltrace before call events and nested calls "
@@ -146,6 +155,13 @@ def _sections(ns: argparse.Namespace, sections: list[str], results: dict[str, An
         results["overhead"] = overhead.run(
             rounds=_pick(ns.rounds, 20, 2, q), calls=_pick(ns.round_calls, 2500, 200, q),
             warmup=_pick(ns.warmup, 2000, 100, q), only=only)
+    if "tail" in sections:
+        from bench import tail
+
+        results["tail"] = tail.run(
+            rounds=_pick(ns.tail_rounds, 12, 1, q), calls=_pick(ns.tail_calls, 2500, 300, q),
+            warmup=_pick(ns.warmup, 2000, 100, q),
+            only=ns.tail_contenders.split(",") if ns.tail_contenders else None)
     if "events" in sections:
         from bench import events_cost
 
@@ -231,6 +247,17 @@ def _targets(r: dict[str, Any]) -> None:
                 over = off["p50_us"] - bare.get("p50_us", 0.0)
                 t.add(f"telemetry off ({mode}): p50 overhead <= 10 us", f"{over:.1f} us",
                       _verdict(over <= 10.0))
+    tl = r.get("tail")
+    if tl:
+        for mode in ("inline", "thread"):
+            full = tl["contenders"].get(f"tooltrace, everything on ({mode})", {})
+            ratio = full.get("p999_over_reference")
+            if full.get("available") and ratio is not None:
+                t.add(f"everything on ({mode}): p99.9 <= reference p99.9",
+                      f"{ratio:.2f}x ({full['p999_us']:.0f} us; worst 0.1%: background "
+                      f"{full['worst_background_share_pct']:.0f}%, GC "
+                      f"{full['worst_gc_share_pct']:.0f}% of their time)",
+                      _verdict(ratio <= 1.0))
     ing = r.get("ingest")
     if ing:
         one = ing["one_core"]

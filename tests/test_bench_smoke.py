@@ -25,6 +25,18 @@ TABLES = {
         "contender", "p50 us", "p99 us", "p99.9 us", "p50 overhead us", "p50 / reference",
         "per-round p50 / reference (median)", "CPU/call us", "CPU / reference", "notes",
     ],
+    "Tail latency and what ran during the slowest calls": [
+        "contender", "p99 us", "p99.9 us", "max us", "p99.9 / reference p99.9",
+        "worst 0.1%: GC share %", "worst 0.1%: gen-2 GC share %",
+        "worst 0.1%: background slice share %", "worst 0.1%: background CPU share %",
+        "worst 0.1%: preempted by the kernel %", "calls > 1 ms",
+        "calls held > 1 ms by background CPU", "calls held > 4 ms", "longest hold us",
+        "longest bg slice wall ms", "longest bg slice CPU ms", "dropped",
+    ],
+    "Background slices during the timed calls": [
+        "contender", "thread", "slices", "CPU us per call", "longest wall ms", "its CPU ms",
+        "longest CPU ms", "p99 slice wall ms", "p99 slice CPU ms",
+    ],
     "Call events and nested calls: cost when unused": [
         "contender", "without p50 us", "with p50 us", "with / without (per-round median)",
         "p50 difference us", "tooltrace overhead us", "difference / overhead",
@@ -177,6 +189,33 @@ def test_overhead_rows_are_measured(run: Run) -> None:
         # Every call's span really reached the exporter, and no sink dropped anything.
         assert full["exported_spans"] == calls, full
         assert full["dropped"] == 0
+
+
+def test_tail_rows_are_measured(run: Run) -> None:
+    tables, figures = run
+    header, rows = _find(tables, "Tail latency and what ran during the slowest calls")
+    by_name = {r[0]: dict(zip(header, r, strict=True)) for r in rows}
+    tail = figures["tail"]["contenders"]
+    for name in ("reference: SDK span + counter + histogram",
+                 "tooltrace, everything on (inline)", "tooltrace, everything on (thread)",
+                 "tooltrace, everything on (inline, unsliced)"):
+        row = by_name[name]
+        p99, p999, top = (_num(row[c]) for c in ("p99 us", "p99.9 us", "max us"))
+        assert 0 < p99 <= p999 <= top, (name, row)
+        for col in header[5:10]:
+            assert 0 <= _num(row[col]) <= 100, (name, col)
+        assert tail[name]["calls"] == 300
+    assert _num(by_name["reference: SDK span + counter + histogram"]["p99.9 / reference p99.9"]) \
+        == 1.0
+    for mode in ("inline", "thread"):
+        fig = tail[f"tooltrace, everything on ({mode})"]
+        assert fig["dropped"] == 0
+        # Each background slice seen while the calls were timed is recorded with its thread
+        # CPU time, which cannot exceed its wall time.
+        for t in fig["threads"].values():
+            assert t["slices"] >= 1 and t["its_cpu_ms"] <= t["longest_wall_ms"] + 0.01
+    _header, rows = _find(tables, "Background slices during the timed calls")
+    assert {r[0] for r in rows} >= set(by_name) - {"bare function call"}
 
 
 def test_ingest_acknowledges_every_record(run: Run) -> None:

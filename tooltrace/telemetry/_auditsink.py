@@ -255,11 +255,12 @@ class AuditSink:
             # Each record is encoded as the writer reaches it and dropped once its line is in
             # the write buffer: a batch never exists as encoded strings all at once (2,048 of
             # them made multi-MiB transient allocations that glibc kept resident on this thread),
-            # and no intermediate dict lives long enough to be promoted by the collector.
+            # and no intermediate dict lives long enough to be promoted by the collector. The
+            # batch is walked in slices that hand the interpreter back to the calls.
             bodies = (
                 encode_call_bytes(r) if type(r) is CallRecord
                 else encode_late(r)  # type: ignore[arg-type]
-                for r in batch
+                for r in self._worker.paced(batch)
             )
             with w.lock:
                 w.append(bodies, [r.call_id for r in batch], durable=False)

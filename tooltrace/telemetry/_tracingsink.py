@@ -256,7 +256,8 @@ class TracingSink:
         spans: list[ReadableSpan] = []
         build = self._builder.build
         records: list[CallRecord] = []
-        for rec in batch:
+        # In slices that hand the interpreter back to the calls (see BatchWorker.paced).
+        for rec in self._worker.paced(batch):
             if not isinstance(rec, CallRecord):
                 spans.append(rec)  # made and finished elsewhere (export_span)
                 continue
@@ -280,7 +281,7 @@ class TracingSink:
             self.export_failures += len(spans)
         else:
             on_end = self._processor.on_end
-            for span in spans:
+            for span in self._worker.paced(spans):
                 try:
                     on_end(span)
                     self.exported += 1

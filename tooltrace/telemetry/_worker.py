@@ -4,6 +4,16 @@ Modelled on the OpenTelemetry SDK's batch processor: ``submit`` never blocks and
 (a full queue drops the item and counts it), a daemon thread wakes when a batch is ready or an
 interval passes, ``flush`` and ``shutdown`` take deadlines, and after ``fork`` the child gets a
 fresh, empty worker instead of a dead thread and a held lock.
+
+The worker shares the interpreter lock with the threads that make tool calls. A thread that
+wants the lock waits up to the switch interval (5 ms by default) before it forces a switch, so
+a batch worked through in one go keeps a caller waiting for whole intervals. The worker
+therefore works in slices: the sinks walk a batch through ``paced``, and once a slice has run
+for ``slice_s`` the worker sleeps for a moment (``PAUSE_S``), which hands the lock to whoever
+waits for it. When the backlog grows past a quarter of the queue the worker stops pausing, so
+a busy process loses no records to make the tail short. Only one worker of the process runs
+a slice at a time (``TURN_WAIT_S``), so when a slice ends the interpreter goes back to the
+caller rather than to the next worker's slice.
 """
 
 from __future__ import annotations
@@ -13,12 +23,26 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Final, Generic, TypeVar
 
-__all__ = ["BatchWorker"]
+__all__ = ["PAUSE_S", "SLICE_S", "TURN_WAIT_S", "BatchWorker"]
 
 T = TypeVar("T")
+U = TypeVar("U")
+
+#: How long a worker runs before it hands the interpreter over (seconds; 0: never pauses).
+SLICE_S: Final = 0.0005
+#: How long it then sleeps: long enough for a thread that waited for the lock to wake and take
+#: it (a sleep of 0 releases the lock, but the sleeper usually takes it back first).
+PAUSE_S: Final = 0.0005
+#: The longest a worker waits for its turn before it runs a slice without one.
+TURN_WAIT_S: Final = 0.005
+
+# One background slice at a time across every worker of the process. A worker waits for its
+# turn on this lock, outside the interpreter, instead of queueing for the interpreter beside a
+# caller: when a slice ends the caller gets the interpreter back, not the next worker's slice.
+_TURN = threading.Lock()
 
 
 class BatchWorker(Generic[T]):
@@ -38,15 +62,22 @@ class BatchWorker(Generic[T]):
         max_batch: int = 2048,
         interval_s: float = 0.2,
         on_error: Callable[[BaseException], None] | None = None,
+        slice_s: float = SLICE_S,
     ) -> None:
         if max_queue < 1 or max_batch < 1 or interval_s <= 0:
             raise ValueError("max_queue, max_batch and interval_s must be positive")
+        if slice_s < 0:
+            raise ValueError("slice_s must not be negative")
         self.name = name
         self._export = export
         self._max_queue = max_queue
         self._max_batch = max_batch
         self._interval = interval_s
         self._on_error = on_error
+        self._slice_s = slice_s
+        # Past this backlog the worker works without pauses (catching up beats dropping).
+        self._catch_up = max(1, max_queue // 4)
+        self._slice_end = 0.0
         self.dropped = 0
         self.exported = 0
         self.export_errors = 0
@@ -60,6 +91,7 @@ class BatchWorker(Generic[T]):
         self._shutdown = False
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
+        self._turn: threading.Lock | None = None  # the turn while this worker holds it
 
     # -- producer side (hot path) ------------------------------------------------------------
 
@@ -113,6 +145,43 @@ class BatchWorker(Generic[T]):
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
+
+    def paced(self, items: Iterable[U]) -> Iterator[U]:
+        """``items`` one by one, in slices of ``slice_s``: how a sink walks a batch.
+
+        The worker runs a slice only while it holds the process's background turn, and between
+        slices it ``pause``s, unless pausing is off or the backlog is past a quarter of the
+        queue (catching up then beats a short tail).
+        """
+        if not self._slice_s:
+            yield from items
+            return
+        clock = time.perf_counter
+        q, catch_up = self._queue, self._catch_up
+        self._take_turn()
+        try:
+            for item in items:
+                if clock() >= self._slice_end and len(q) < catch_up:
+                    self.pause()
+                yield item
+        finally:
+            self._give_turn()
+
+    def pause(self) -> None:
+        """Give up the turn and the interpreter for ``PAUSE_S``, then start a new slice."""
+        self._give_turn()
+        time.sleep(PAUSE_S)
+        self._take_turn()
+
+    def _take_turn(self) -> None:
+        turn = _TURN
+        self._turn = turn if turn.acquire(timeout=TURN_WAIT_S) else None
+        self._slice_end = time.perf_counter() + self._slice_s
+
+    def _give_turn(self) -> None:
+        turn, self._turn = self._turn, None
+        if turn is not None:
+            turn.release()
 
     def _drain(self) -> None:
         q = self._queue
@@ -168,6 +237,8 @@ _WORKERS: weakref.WeakSet[BatchWorker[Any]] = weakref.WeakSet()
 
 
 def _reinit_after_fork() -> None:
+    global _TURN
+    _TURN = threading.Lock()  # another thread of the parent may have held it
     for w in list(_WORKERS):
         w._after_fork_in_child()
 

@@ -218,7 +218,8 @@ class LoggingSink:
         lines = self._buffer.lines
         lines.clear()
         log = self._log
-        for item in batch:
+        # In slices that hand the interpreter back to the calls (see BatchWorker.paced).
+        for item in self._worker.paced(batch):
             try:
                 if isinstance(item, CallRecord):
                     self._render(log, item)

@@ -1,0 +1,127 @@
+"""The sinks' background worker hands the interpreter back between slices of a batch."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tooltrace.telemetry import _worker
+from tooltrace.telemetry._worker import BatchWorker
+
+
+def _spin(seconds: float) -> None:
+    """Pure-Python work that holds the interpreter lock for about ``seconds``."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+class _Counting(BatchWorker[int]):
+    """A worker that counts its pauses."""
+
+    pauses = 0
+
+    def pause(self) -> None:
+        self.pauses += 1
+        super().pause()
+
+
+def test_a_batch_is_walked_in_slices_that_let_another_thread_run() -> None:
+    events: list[tuple[str, int]] = []
+    stop = threading.Event()
+
+    def other() -> None:
+        n = 0
+        while not stop.is_set():
+            events.append(("other", n))  # needs the interpreter lock to get here
+            n += 1
+            _spin(0.0001)
+
+    def export(batch: list[int]) -> None:
+        for i in worker.paced(batch):
+            events.append(("item", i))
+            _spin(0.0002)
+
+    worker = _Counting("test", export, slice_s=0.0005)
+    for i in range(60):
+        worker.submit(i)
+    t = threading.Thread(target=other, daemon=True)
+    t.start()
+    try:
+        assert worker.flush(30.0)
+    finally:
+        stop.set()
+        t.join(10)
+        worker.shutdown(5.0)
+    items = [i for kind, i in events if kind == "item"]
+    assert items == list(range(60))  # all of them, in order
+    first = events.index(("item", 0))
+    last = events.index(("item", 59))
+    # The other thread ran between the first and the last item of the one batch.
+    assert any(kind == "other" for kind, _ in events[first:last])
+    assert worker.pauses >= 5
+
+
+def test_a_worker_that_falls_behind_stops_pausing() -> None:
+    # With more than a quarter of the queue waiting, catching up beats handing over.
+    release = threading.Event()
+
+    def export(batch: list[int]) -> None:
+        release.wait(10)
+        for _ in worker.paced(batch):
+            _spin(0.0003)
+
+    worker = _Counting("test", export, max_queue=40, max_batch=2, slice_s=0.0001)
+    worker.submit(0)
+    worker.submit(1)  # a full batch: the worker takes both and waits in export
+    deadline = time.monotonic() + 10
+    while worker.depth and time.monotonic() < deadline:
+        time.sleep(0.001)
+    for i in range(30):  # 30 waiting of 40: past a quarter
+        worker.submit(i)
+    release.set()
+    assert worker.flush(30.0)
+    worker.shutdown(5.0)
+    assert worker.exported == 32
+    # 16 batches of two items each slow enough to end a slice: each would pause once, but
+    # those drained while 10 or more records waited behind them (the first 11) did not.
+    assert 1 <= worker.pauses <= 6
+
+
+def test_slices_off_means_no_pause() -> None:
+    def export(batch: list[int]) -> None:
+        for _ in worker.paced(batch):
+            _spin(0.0002)
+
+    worker = _Counting("test", export, slice_s=0.0)
+    for i in range(20):
+        worker.submit(i)
+    assert worker.flush(30.0)
+    worker.shutdown(5.0)
+    assert worker.pauses == 0 and worker.exported == 20
+
+
+def test_the_background_turn_is_free_after_a_batch_even_when_export_fails() -> None:
+    def export(batch: list[int]) -> None:
+        for i in worker.paced(batch):
+            _spin(0.0002)
+            if i == 7:
+                raise RuntimeError("the exporter broke")
+
+    errors: list[BaseException] = []
+    worker = BatchWorker("test", export, slice_s=0.0005, on_error=errors.append)
+    for i in range(10):
+        worker.submit(i)
+    assert worker.flush(30.0)
+    worker.shutdown(5.0)
+    assert worker.export_errors == 1 and isinstance(errors[0], RuntimeError)
+    # No worker still holds the turn: another worker's slices are not held up.
+    assert _worker._TURN.acquire(blocking=False)
+    _worker._TURN.release()
+
+
+def test_negative_slice_is_refused() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="slice_s"):
+        BatchWorker("test", lambda b: None, slice_s=-1.0)
