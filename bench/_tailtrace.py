@@ -7,8 +7,8 @@ functions where background threads do their work, and records each slice's inter
 (``time.thread_time_ns``):
 
 - ``BatchWorker._drain`` (every sink's worker: tracing, logging, audit), cut into slices at
-  each ``BatchWorker.pause`` when tooltrace has one (a slice ends where the worker hands the
-  interpreter back and a new one starts when it has it again);
+  each ``BatchWorker.pause`` and wait for the background turn (a slice ends where the worker
+  hands the interpreter back and a new one starts when it has it again);
 - ``AuditSink._tick`` (the audit ticker's checkpoints);
 - ``export`` of every exporter class the contenders use (the OpenTelemetry SDK's batch span
   processor thread calls it), wrapped at the class of ``bench._common.DropExporter``;
@@ -126,9 +126,11 @@ def install() -> Recorder:
 
     bw = _worker.BatchWorker
     bw._drain = rec.wrap("sink worker", bw._drain)  # type: ignore[method-assign]
-    pause = getattr(bw, "pause", None)
-    if pause is not None:
-        bw.pause = rec.cut(pause)  # type: ignore[attr-defined]
+    # A pause, and the wait for the process's background turn, hold no interpreter lock.
+    for name in ("pause", "_take_turn"):
+        fn = getattr(bw, name, None)
+        if fn is not None:
+            setattr(bw, name, rec.cut(fn))
     sink = _auditsink.AuditSink
     sink._tick = rec.wrap("audit ticker", sink._tick)  # type: ignore[method-assign]
     from bench._common import DropExporter

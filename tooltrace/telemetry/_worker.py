@@ -11,8 +11,8 @@ a batch worked through in one go keeps a caller waiting for whole intervals. The
 therefore works in slices: the sinks walk a batch through ``paced``, and once a slice has run
 for ``slice_s`` the worker sleeps for a moment (``PAUSE_S``), which hands the lock to whoever
 waits for it. When the backlog grows past a quarter of the queue the worker stops pausing, so
-a busy process loses no records to make the tail short. Only one worker of the process runs
-a slice at a time (``TURN_WAIT_S``), so when a slice ends the interpreter goes back to the
+a busy process loses no records to make the tail short. Only one worker of the process walks
+a batch at a time (``TURN_WAIT_S``), so when a slice ends the interpreter goes back to the
 caller rather than to the next worker's slice.
 """
 
@@ -36,12 +36,13 @@ SLICE_S: Final = 0.0005
 #: How long it then sleeps: long enough for a thread that waited for the lock to wake and take
 #: it (a sleep of 0 releases the lock, but the sleeper usually takes it back first).
 PAUSE_S: Final = 0.0005
-#: The longest a worker waits for its turn before it runs a slice without one.
-TURN_WAIT_S: Final = 0.005
+#: The longest a worker waits for its turn before it walks a batch without one (a turn is held
+#: for one batch: while callers keep the interpreter busy, that can take a hundred ms or more).
+TURN_WAIT_S: Final = 1.0
 
-# One background slice at a time across every worker of the process. A worker waits for its
-# turn on this lock, outside the interpreter, instead of queueing for the interpreter beside a
-# caller: when a slice ends the caller gets the interpreter back, not the next worker's slice.
+# One worker of the process walks a batch at a time. The others wait for their turn on this
+# lock, outside the interpreter, instead of queueing for the interpreter beside a caller: when
+# a slice ends the caller gets the interpreter back, not the next worker's slice.
 _TURN = threading.Lock()
 
 
@@ -149,9 +150,9 @@ class BatchWorker(Generic[T]):
     def paced(self, items: Iterable[U]) -> Iterator[U]:
         """``items`` one by one, in slices of ``slice_s``: how a sink walks a batch.
 
-        The worker runs a slice only while it holds the process's background turn, and between
-        slices it ``pause``s, unless pausing is off or the backlog is past a quarter of the
-        queue (catching up then beats a short tail).
+        The worker walks them holding the process's background turn, and between slices it
+        ``pause``s, unless pausing is off or the backlog is past a quarter of the queue
+        (catching up then beats a short tail).
         """
         if not self._slice_s:
             yield from items
@@ -168,10 +169,15 @@ class BatchWorker(Generic[T]):
             self._give_turn()
 
     def pause(self) -> None:
-        """Give up the turn and the interpreter for ``PAUSE_S``, then start a new slice."""
-        self._give_turn()
+        """Give up the interpreter for ``PAUSE_S`` (keeping the turn), then start a new slice.
+
+        The other workers wait for the turn, not for the interpreter, so the one thread that
+        can take it meanwhile is a caller. (Handing the turn over here let the next worker,
+        awake and on a CPU, take the interpreter before the caller had woken up: slices of
+        three workers then ran back to back for up to 11 ms.)
+        """
         time.sleep(PAUSE_S)
-        self._take_turn()
+        self._slice_end = time.perf_counter() + self._slice_s
 
     def _take_turn(self) -> None:
         turn = _TURN
