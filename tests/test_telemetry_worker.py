@@ -77,7 +77,7 @@ def test_a_worker_that_falls_behind_stops_pausing() -> None:
     deadline = time.monotonic() + 10
     while worker.depth and time.monotonic() < deadline:
         time.sleep(0.001)
-    for i in range(30):  # 30 waiting of 40: past a quarter
+    for i in range(30):  # 30 waiting of 40: past a quarter (10), and past eight batches
         worker.submit(i)
     release.set()
     assert worker.flush(30.0)

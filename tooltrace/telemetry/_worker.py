@@ -10,10 +10,10 @@ wants the lock waits up to the switch interval (5 ms by default) before it force
 a batch worked through in one go keeps a caller waiting for whole intervals. The worker
 therefore works in slices: the sinks walk a batch through ``paced``, and once a slice has run
 for ``slice_s`` the worker sleeps for a moment (``PAUSE_S``), which hands the lock to whoever
-waits for it. When the backlog grows past a quarter of the queue the worker stops pausing, so
-a busy process loses no records to make the tail short. Only one worker of the process walks
-a batch at a time (``TURN_WAIT_S``), so when a slice ends the interpreter goes back to the
-caller rather than to the next worker's slice.
+waits for it. When the backlog grows past eight batches (or a quarter of the queue) the worker
+stops pausing, so a busy process loses no records to make the tail short. Only one worker of
+the process walks a batch at a time (``TURN_WAIT_S``), so when a slice ends the interpreter
+goes back to the caller rather than to the next worker's slice.
 """
 
 from __future__ import annotations
@@ -35,10 +35,12 @@ U = TypeVar("U")
 SLICE_S: Final = 0.0005
 #: How long it then sleeps: long enough for a thread that waited for the lock to wake and take
 #: it (a sleep of 0 releases the lock, but the sleeper usually takes it back first).
-PAUSE_S: Final = 0.0005
+PAUSE_S: Final = 0.00025
 #: The longest a worker waits for its turn before it walks a batch without one (a turn is held
 #: for one batch: while callers keep the interpreter busy, that can take a hundred ms or more).
+#: A worker whose backlog is past its bound does not wait for the turn at all.
 TURN_WAIT_S: Final = 1.0
+_TURN_STEP_S: Final = 0.01
 
 # One worker of the process walks a batch at a time. The others wait for their turn on this
 # lock, outside the interpreter, instead of queueing for the interpreter beside a caller: when
@@ -76,8 +78,9 @@ class BatchWorker(Generic[T]):
         self._interval = interval_s
         self._on_error = on_error
         self._slice_s = slice_s
-        # Past this backlog the worker works without pauses (catching up beats dropping).
-        self._catch_up = max(1, max_queue // 4)
+        # Past this backlog the worker works without pauses: catching up beats a short tail
+        # (paused, a worker drains more slowly, most of all on a machine short of CPU).
+        self._catch_up = max(1, min(max_queue // 4, 8 * max_batch))
         self._slice_end = 0.0
         self.dropped = 0
         self.exported = 0
@@ -151,14 +154,14 @@ class BatchWorker(Generic[T]):
         """``items`` one by one, in slices of ``slice_s``: how a sink walks a batch.
 
         The worker walks them holding the process's background turn, and between slices it
-        ``pause``s, unless pausing is off or the backlog is past a quarter of the queue
-        (catching up then beats a short tail).
+        ``pause``s, unless pausing is off or the backlog is past eight batches or a quarter of
+        the queue (catching up then beats a short tail).
         """
-        if not self._slice_s:
+        q, catch_up = self._queue, self._catch_up
+        if not self._slice_s or len(q) >= catch_up:
             yield from items
             return
         clock = time.perf_counter
-        q, catch_up = self._queue, self._catch_up
         self._take_turn()
         try:
             for item in items:
@@ -180,9 +183,15 @@ class BatchWorker(Generic[T]):
         self._slice_end = time.perf_counter() + self._slice_s
 
     def _take_turn(self) -> None:
-        turn = _TURN
-        self._turn = turn if turn.acquire(timeout=TURN_WAIT_S) else None
-        self._slice_end = time.perf_counter() + self._slice_s
+        # Waits in short steps: a worker whose backlog grows past its bound meanwhile goes
+        # ahead without the turn rather than fall further behind.
+        turn, clock = _TURN, time.perf_counter
+        deadline = clock() + TURN_WAIT_S
+        got = turn.acquire(timeout=_TURN_STEP_S)
+        while not got and len(self._queue) < self._catch_up and clock() < deadline:
+            got = turn.acquire(timeout=_TURN_STEP_S)
+        self._turn = turn if got else None
+        self._slice_end = clock() + self._slice_s
 
     def _give_turn(self) -> None:
         turn, self._turn = self._turn, None
