@@ -80,7 +80,7 @@ class Job:
 
 
 def _progress(ctx: CallContext) -> dict[str, Any] | None:
-    """The latest progress the job reported (a command's: bytes of output and its last line)."""
+    """The latest progress the job reported (a command's: bytes and lines of output)."""
     m = ctx.last_progress
     if m is None:
         return None

@@ -80,14 +80,16 @@ class OutputCapture:
 
 
 def report_output(ctx: CallContext, tree: ProcessTree) -> None:
-    """Report a command's output as its progress: bytes written so far (no total) and the
-    last line it wrote (redacted and cut by the registry; rate-limited by ``ctx.progress``)."""
+    """Report a command's output as its progress: bytes and lines written so far (no total;
+    rate-limited by ``ctx.progress``). Never the output's text: a chunk can end inside a
+    secret the redactor would only recognise whole."""
+    lines = [0]
 
     def on_feed(chunk: bytes) -> None:
         try:
-            lines = chunk[-400:].decode("utf-8", "replace").strip().splitlines()
+            lines[0] += chunk.count(b"\n")
             ctx.progress(tree.stdout.total + tree.stderr.total, None,
-                         lines[-1].strip() if lines else None)
+                         f"{lines[0]} lines of output")
         except Exception:
             pass  # progress is for watching: it never fails the command
 

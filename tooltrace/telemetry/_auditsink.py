@@ -207,6 +207,9 @@ class AuditSink:
 
     def emit_late(self, late: LateStep) -> None:
         """Queue a step recorded after its call returned (strict mode: write it now)."""
+        live = self.live
+        if live is not None and live.active:
+            live.finished(late.call_id)  # a background job's end: no longer in flight
         if not self.strict:
             self._worker.submit(late)
             return
