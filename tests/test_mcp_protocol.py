@@ -9,6 +9,7 @@ policy keeps a ``file://`` resource outside the workspace from being read at all
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -191,3 +192,32 @@ headers = {{ Authorization = "Bearer ${{RICH_TEST_TOKEN}}" }}
     for f in (tmp_path / "home").rglob("*"):
         if f.is_file():
             assert token.encode() not in f.read_bytes(), f
+
+
+def test_a_client_cancel_follows_the_cancel_contract(tmp_path: Path) -> None:
+    from test_mcp_proxy import call_id, toy_server
+
+    config = write_config(tmp_path, f"""
+[proxy]
+home = "home"
+{toy_server("toy", env={"TOY_TOOLS": "echo,hang"}, extra="timeout_s = 20.0")}
+""")
+
+    async def scenario() -> Any:
+        async with proxy_session(config) as s:
+            hang = asyncio.ensure_future(s.call_tool("hang", {"seconds": 2}))
+            await asyncio.sleep(0.5)
+            hang.cancel()  # the client sends notifications/cancelled
+            with contextlib.suppress(asyncio.CancelledError):
+                await hang
+            return await s.call_tool("echo", {"text": "after"})
+
+    after = asyncio.run(scenario())
+    assert not after.is_error
+    rows = audit_rows(tmp_path / "home")
+    hang = next(r for r in rows.values() if r["tool"] == "hang")
+    # Told to stop and the upstream told too, but an MCP server cannot confirm it stopped: the
+    # side-effecting call's outcome is unknown, never a silent gap in the trail.
+    assert (hang["status"], hang["error_type"], hang["execution_started"]) == (
+        "unknown", "cancelled", True)
+    assert rows[call_id(after)]["status"] == "ok"

@@ -20,6 +20,7 @@ from ._config import (
     resolve_hooks,
 )
 from ._errors import (
+    UpstreamCancelled,
     UpstreamError,
     UpstreamExited,
     UpstreamProtocolError,
@@ -45,6 +46,7 @@ __all__ = [
     "ServerConfig",
     "ServerReport",
     "ToolReport",
+    "UpstreamCancelled",
     "UpstreamError",
     "UpstreamExited",
     "UpstreamProtocolError",

@@ -11,7 +11,8 @@ the call ends ``unknown``, since the upstream may have acted before it failed::
     ├── UpstreamUnavailable       the upstream is not running (starting or restarting)
     ├── UpstreamExited            the upstream process exited during the call
     ├── UpstreamProtocolError     the upstream wrote something that is not JSON-RPC
-    └── UpstreamTimeout           the upstream did not answer in time (it is restarted)
+    ├── UpstreamTimeout           the upstream did not answer in time (it is restarted)
+    └── UpstreamCancelled         the call was cancelled; the upstream was told, unconfirmed
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from ..exceptions import OutcomeUnknown
 
 __all__ = [
+    "UpstreamCancelled",
     "UpstreamError",
     "UpstreamExited",
     "UpstreamProtocolError",
@@ -73,3 +75,10 @@ class UpstreamTimeout(UpstreamError, OutcomeUnknown):
     """The upstream did not answer before the call's deadline and grace period."""
 
     error_type = "upstream_timeout"
+
+
+class UpstreamCancelled(UpstreamError, OutcomeUnknown):
+    """The call was cancelled and the upstream was sent ``notifications/cancelled``; MCP has no
+    answer to a cancelled request, so whether the server stopped cannot be confirmed."""
+
+    error_type = "cancelled"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import weakref
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
@@ -34,6 +34,7 @@ __all__ = ["Forwarder", "internal_tool_names"]
 log = logging.getLogger("tooltrace.mcp")
 
 _INVALID_PARAMS, _INTERNAL_ERROR = -32602, -32603
+_MAX_CLIENTS = 1024
 
 
 def internal_tool_names(label: str) -> tuple[str, str]:
@@ -83,8 +84,10 @@ class Forwarder:
     def __init__(self, registry: ToolRegistry, upstreams: dict[str, Upstream]) -> None:
         self.registry = registry
         self.upstreams = upstreams
-        self._sessions: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._subscribed: dict[str, weakref.WeakSet[Any]] = {}
+        # The latest request's session of each client (by MCP session id; one over stdio): it
+        # sends on the client's standalone channel. Bounded: the oldest clients are forgotten.
+        self._sessions: dict[str, Any] = {}
+        self._subscribed: dict[str, set[str]] = {}
         self._owner: dict[tuple[str, str], str] = {}  # (kind, name or uri) -> server
         # By call id, from a handler until its answer is made: the binary payloads held back
         # from the registry, and the upstream's answer (for one the registry offloaded).
@@ -130,10 +133,14 @@ class Forwarder:
                  if u.instructions and u.instructions.strip()]
         return "\n\n".join(parts) or None
 
-    def seen(self, session: Any) -> None:
-        """Remember a client session (notifications go to the sessions seen)."""
-        if session is not None:
-            self._sessions.add(session)
+    def seen(self, client: str, session: Any) -> None:
+        """Remember a client's session (notifications go to the clients seen)."""
+        if session is None:
+            return
+        self._sessions.pop(client, None)
+        self._sessions[client] = session
+        if len(self._sessions) > _MAX_CLIENTS:
+            self._sessions.pop(next(iter(self._sessions)))
 
     def _with(self, capability: str) -> list[Upstream]:
         return [u for u in self.upstreams.values() if u.supports(capability)]
@@ -264,15 +271,15 @@ class Forwarder:
             up, lambda s: s.complete(ref, argument, ctx_args))
         return res
 
-    async def subscribe(self, session: Any, uri: str, on: bool) -> None:
+    async def subscribe(self, client: str, uri: str, on: bool) -> None:
         """``resources/subscribe`` and ``unsubscribe``: the owner of ``uri`` is told."""
         up = await self._route("resources", "resource", uri)
-        subs = self._subscribed.setdefault(uri, weakref.WeakSet())
+        subs = self._subscribed.setdefault(uri, set())
         if on:
-            subs.add(session)
+            subs.add(client)
             await self._forward(up, lambda s: s.subscribe_resource(uri))
         else:
-            subs.discard(session)
+            subs.discard(client)
             if not subs:
                 await self._forward(up, lambda s: s.unsubscribe_resource(uri))
 
@@ -299,21 +306,24 @@ class Forwarder:
         try:
             if isinstance(root, mt.ResourceUpdatedNotification):
                 uri = str(root.params.uri)
-                for s in list(self._subscribed.get(uri, ())):
-                    await s.send_resource_updated(uri)
+                for c in list(self._subscribed.get(uri, ())):
+                    if c in self._sessions:
+                        await self._sessions[c].send_resource_updated(uri)
             elif isinstance(root, mt.LoggingMessageNotification):
                 data, _ = self.registry.redactor.redact(root.params.data)
                 logger = f"{up.label}/{root.params.logger}" if root.params.logger else up.label
-                for s in list(self._sessions):
-                    await s.send_log_message(root.params.level, data, logger=logger)
+                for s in list(self._sessions.values()):
+                    with warnings.catch_warnings():  # deprecated by the newest protocol only
+                        warnings.simplefilter("ignore", UserWarning)
+                        await s.send_log_message(root.params.level, data, logger=logger)
             elif isinstance(root, mt.ResourceListChangedNotification):
-                for s in list(self._sessions):
+                for s in list(self._sessions.values()):
                     await s.send_resource_list_changed()
             elif isinstance(root, mt.PromptListChangedNotification):
-                for s in list(self._sessions):
+                for s in list(self._sessions.values()):
                     await s.send_prompt_list_changed()
             elif isinstance(root, mt.ToolListChangedNotification):
-                for s in list(self._sessions):
+                for s in list(self._sessions.values()):
                     await s.send_tool_list_changed()
         except Exception:  # a client that went away must not break the upstream's session
             log.debug("mcp proxy: a notification could not be passed on", exc_info=True)

@@ -33,7 +33,7 @@ from ..registry import ToolRegistry
 from ..runtime import CallContext
 from ..tool import NAME_RE, Capability, Effect, ToolDefinition
 from ._config import ProxyConfig, resolve_approver, resolve_hooks, resolve_rules
-from ._errors import UpstreamToolError
+from ._errors import UpstreamCancelled, UpstreamToolError
 from ._network import PrivateNetworkRule, allow_lists
 from ._pins import ChangedToolsRule, PinCheck, PinStore
 from ._protocol import Forwarder
@@ -79,6 +79,27 @@ class _DenyTools:
             return PolicyDecision(Verdict.DENY, self.name,
                                   f"{request.tool.name} is denied by the proxy configuration")
         return None
+
+
+async def _until_cancelled(ctx: CallContext, work: Any) -> Any:
+    """Await ``work``; a cancel of the call (not its deadline: the upstream gets its grace)
+    cancels the upstream request, which the SDK passes on as ``notifications/cancelled``."""
+    task = asyncio.ensure_future(work)
+    loop = asyncio.get_running_loop()
+
+    def on_signal(reason: str) -> None:
+        if reason == "cancel":
+            loop.call_soon_threadsafe(task.cancel)
+
+    ctx.on_cancel(on_signal)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if not task.cancelled() or ctx.reason != "cancel":
+            raise
+        raise UpstreamCancelled(
+            "the call was cancelled; the server was told, but cannot confirm it stopped"
+        ) from None
 
 
 class McpProxy:
@@ -322,9 +343,9 @@ class McpProxy:
 
             with tel.client_span(label, "tools/call", upstream_name, meta) as span:
                 try:
-                    res = await up.call(upstream_name, arguments, meta=meta or None,
-                                        wait_s=left + grace + 0.25, suspect_after_s=left,
-                                        progress=progress)
+                    res = await _until_cancelled(ctx, up.call(
+                        upstream_name, arguments, meta=meta or None,
+                        wait_s=left + grace + 0.25, suspect_after_s=left, progress=progress))
                 except BaseException as exc:
                     error = str(getattr(exc, "error_type", None) or type(exc).__qualname__)
                     mark_error(span, error)

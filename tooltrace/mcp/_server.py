@@ -34,6 +34,8 @@ __all__ = ["build_server", "check_loopback", "run_proxy", "serve_http", "serve_s
 log = logging.getLogger("tooltrace.mcp")
 
 _SHUTDOWN_GRACE_S = 10
+# Calls whose client cancelled them, still finishing their records.
+_pending: set[asyncio.Task[Any]] = set()
 _INTERNAL = ("the proxy could not handle this call (internal error); it was not forwarded "
              "unless the audit trail shows an execute step")
 
@@ -61,13 +63,24 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
             attrs["mcp.protocol.version"] = str(ctx.protocol_version)[:32]
         attrs["mcp.session.id"] = _session_id(ctx) or proxy.session_id
         token = progress_token(ctx.params)
-        call_id = None
+        # Named here so that a client's cancel can be passed on (cancel_call) to this call.
+        call_id = new_call_id()
         try:
             if token is not None:  # the client asked for progress: relay this call's
-                call_id = new_call_id()
                 relay.watch(call_id, ctx.session, token, ctx.request_id)
-            return await proxy.call_tool(params.name, params.arguments, attributes=attrs,
-                                         call_id=call_id)
+            task = asyncio.ensure_future(proxy.call_tool(
+                params.name, params.arguments, attributes=attrs, call_id=call_id))
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                # notifications/cancelled from the client: tooltrace's cancel contract (the
+                # call is told to stop, the upstream request is cancelled, and the call's
+                # record says how it ended); the client expects no answer.
+                proxy.registry.cancel_call(call_id, wait=False)
+                _pending.add(task)
+                task.add_done_callback(_pending.discard)
+                token = None
+                raise
         except MCPError:
             raise  # a protocol answer (an unknown tool): the SDK sends it as a JSON-RPC error
         except Exception:
@@ -75,7 +88,7 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
             return mt.CallToolResult(content=[mt.TextContent(type="text", text=_INTERNAL)],
                                      is_error=True)
         finally:
-            if call_id is not None:
+            if token is not None:
                 await relay.forget(call_id)
 
     with warnings.catch_warnings():
@@ -115,11 +128,11 @@ def _protocol_handlers(proxy: McpProxy) -> dict[str, Any]:
             return await fw.read_resource(str(params.uri))
 
         async def subscribe(ctx: Any, params: Any) -> mt.EmptyResult:
-            await fw.subscribe(ctx.session, str(params.uri), True)
+            await fw.subscribe(_session_id(ctx) or "", str(params.uri), True)
             return mt.EmptyResult()
 
         async def unsubscribe(ctx: Any, params: Any) -> mt.EmptyResult:
-            await fw.subscribe(ctx.session, str(params.uri), False)
+            await fw.subscribe(_session_id(ctx) or "", str(params.uri), False)
             return mt.EmptyResult()
 
         out.update(on_list_resources=list_resources, on_list_resource_templates=list_templates,
@@ -158,7 +171,7 @@ class _Telemetry:
         self.network = network
 
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
-        self.forwarder.seen(getattr(ctx, "session", None))
+        self.forwarder.seen(_session_id(ctx) or "", getattr(ctx, "session", None))
         if ctx.request_id is None:  # a notification
             return await call_next(ctx)
         method = str(ctx.method)

@@ -290,6 +290,9 @@ class Upstream:
                 done, _ = await asyncio.wait(
                     {call, stop}, timeout=max(0.0, deadline - time.monotonic()),
                     return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            call.cancel()  # the call was cancelled: the SDK tells the server
+            raise
         finally:
             stop.cancel()
             if suspect and not broken.is_set() and call.done():
