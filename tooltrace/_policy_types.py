@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
+from .envelope import Principal
 from .tool import ToolDefinition
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ class PolicyRequest(msgspec.Struct, frozen=True):
     made through its context (``ctx.call``), and so on."""
     parent_tool: str | None = None
     """The tool whose call made this one, or ``None`` for a call from outside any tool."""
+    principal: Principal | None = None
+    """Who the call acts for (``None``: nobody named)."""
 
 
 @runtime_checkable

@@ -19,6 +19,7 @@ from . import _build
 from .envelope import (
     Artifact,
     CallRecord,
+    Principal,
     ProgressMark,
     Retry,
     Stage,
@@ -81,6 +82,7 @@ _RECORD_FIELDS = (
     "parent_call_id",
     "depth",
     "progress",
+    "principal",
 )
 if CallRecord.__struct_fields__ != _RECORD_FIELDS:  # Builder.envelope builds it positionally
     raise ImportError("CallRecord's fields changed: update Builder.envelope and _RECORD_FIELDS")
@@ -108,6 +110,7 @@ class Builder:
         "mode",
         "parent_call_id",
         "parent_tool",
+        "principal",
         "progress",
         "refusal",
         "reg",
@@ -128,6 +131,7 @@ class Builder:
         self.call_id = ""
         self.run_id = reg.run_id
         self.mode = "default"
+        self.principal: Principal | None = None
         self.attributes: Mapping[str, str | int | bool] = _NO_ATTRIBUTES
         self.args_redacted: Any = None
         self.entry: Entry | None = None
@@ -264,6 +268,7 @@ class Builder:
             self.parent_call_id,
             self.depth,
             self.progress,
+            self.principal,
         )
         return ToolResultEnvelope(
             self.call_id,

@@ -32,11 +32,12 @@ from ._eventhub import EventHub, Subscription
 from ._executors import LoopThread, RenewablePool, ToolThreads
 from ._ids import CLOCK_SKEW_S, id_prefix, new_run_id
 from ._listing import ToolListing, tool_listing
+from ._principals import RunPrincipals
 from ._record import redact_detail
 from ._stages import RawCall, pipeline
 from ._statuses import StatusTable
 from ._tooltable import Resolution, ToolTable, Visibility, make_entry
-from .envelope import CallStatus, Status, Step, ToolResultEnvelope
+from .envelope import CallStatus, Principal, Status, Step, ToolResultEnvelope
 from .hooks import Hook
 from .paths import Workspace
 from .policy import ApprovalDecision, ApprovalRequest, Policy
@@ -90,6 +91,8 @@ class ToolRegistry:
       one call (``ctx.progress``); reports in between are held back, the latest kept.
     - ``snapshot_max_bytes``: the largest file kept as a snapshot before a tool that declares
       ``writes`` runs (``TOOLTRACE_SNAPSHOT_MAX_BYTES``, 8 MiB by default).
+    - ``principal``: whom the registry's own run acts for (calls of the run that name none
+      carry it; a call that names another is refused).
     """
 
     def __init__(
@@ -116,6 +119,7 @@ class ToolRegistry:
         max_depth: int | None = None,
         progress_interval_s: float = 0.1,
         snapshot_max_bytes: int | None = None,
+        principal: Principal | None = None,
     ) -> None:
         self.workspace = (
             workspace
@@ -130,6 +134,7 @@ class ToolRegistry:
         self.redactor = redactor if redactor is not None else Redactor()
         self.approver = approver
         self.run_id = run_id or new_run_id()
+        self._principals = RunPrincipals.starting(self.run_id, principal, self.redactor)
         self.max_timeout_s = _settings.max_timeout_s(max_timeout_s)
         self.admission_timeout_s = admission_timeout_s
         self.cancel_grace_s = cancel_grace_s
@@ -142,16 +147,14 @@ class ToolRegistry:
         self._hub = EventHub(self, progress_interval_s)
         self._pre_hooks, self._post_hooks = _by_phase(tuple(hooks))
         sinks = tuple(sinks)
-        if tracer is None:
-            # A tracing sink is also the span opener: use it without making callers pass it twice.
-            tracer = next((s for s in sinks if isinstance(s, SpanOpener)), None)
-        self._tracer = tracer
+        # A tracing sink is also the span opener: callers need not pass it twice.
+        opener = next((s for s in sinks if isinstance(s, SpanOpener)), None)
+        self._tracer = tracer if tracer is not None else opener
         self._sinks: tuple[Sink, ...] = ()
         self._durable: tuple[DurableSink, ...] = ()
         self._late_sinks: tuple[LateSink, ...] = ()
         self._trail_sinks: tuple[TrailSink, ...] = ()
-        # A caller-supplied UUIDv7 id below this (made before the registry started, allowing for
-        # clock skew) may have been recorded by an earlier process: the trail is asked about it.
+        # A caller's UUIDv7 id below this (clock skew allowed) may be in an earlier process's trail.
         self._trail_from = id_prefix(time.time() + CLOCK_SKEW_S)
         self._table = ToolTable()
         self._admission = Admission(max_concurrency, max_queue, tool_concurrency)

@@ -16,6 +16,7 @@ import uuid_utils
 
 from . import _build
 from ._ids import new_call_id
+from ._principals import principal_problem
 from ._record import UNREGISTERED, Builder
 from .envelope import Stage, StepName, ToolCall
 from .exceptions import MalformedCallError
@@ -60,6 +61,13 @@ def sanitise(
         b.call_id = str(_uuid7())
     b.run_id = call.run_id or reg.run_id
     b.mode = call.mode
+    if call.principal is not None or reg._principals.used:
+        principal, ok = reg._principals.bind(b.run_id, call.principal)
+        if not ok:
+            why = "principal differs from the one its run is bound to"
+            _malformed(reg, b, {"reason": "principal_mismatch"}, why)
+            return None
+        b.principal = principal
     if call.attributes:
         b.attributes = clean_attributes(reg, call.attributes)
     return call
@@ -123,6 +131,8 @@ def check_call(reg: ToolRegistry, call: ToolCall) -> str | None:
     attrs = c.attributes
     if type(attrs) is not dict and not isinstance(attrs, Mapping):
         return "attributes must be a mapping"
+    if c.principal is not None:
+        return principal_problem(c.principal, reg.redactor.redact_text)
     return None
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "Artifact",
     "CallRecord",
     "CallStatus",
+    "Principal",
     "ProgressMark",
     "Retry",
     "Stage",
@@ -156,6 +157,32 @@ class CallStatus(msgspec.Struct, frozen=True, gc=False):  # atomic fields: never
         return self.resolved or self.status
 
 
+class Principal(msgspec.Struct, frozen=True, gc=False):
+    """Who a call acts for: a user, an agent, a tenant and roles. Policy rules match on it; it
+    is recorded in the audit trail (its own columns), on spans and in logs, never as a metric
+    label. Each value is 1-128 characters of ``[A-Za-z0-9@._:-]``."""
+
+    user: str | None = None
+    """The person (or service account) the agent acts for."""
+    agent: str | None = None
+    """The agent's name."""
+    tenant: str | None = None
+    """The tenant (organisation, workspace, customer) the call belongs to."""
+    roles: tuple[str, ...] = ()
+    """The principal's roles (at most 32)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The set fields, as JSON-ready values."""
+        out: dict[str, Any] = {}
+        for k in ("user", "agent", "tenant"):
+            v = getattr(self, k)
+            if v is not None:
+                out[k] = v
+        if self.roles:
+            out["roles"] = list(self.roles)
+        return out
+
+
 class ToolCall(msgspec.Struct, frozen=True):
     """A request to run a tool: only intent until the registry's pipeline accepts it."""
 
@@ -180,6 +207,9 @@ class ToolCall(msgspec.Struct, frozen=True):
     attributes: Mapping[str, str | int | bool] = msgspec.field(default_factory=dict)
     """Extra span attributes a front end adds (for example the MCP proxy's
     ``mcp.method.name``): redacted, and kept in the record."""
+    principal: Principal | None = None
+    """Who the call acts for (``None``: the principal its run was bound to, if any). Set once
+    on a run: a later call of the run naming another principal is refused."""
 
     @classmethod
     def parse(cls, raw: str | bytes | bytearray | Mapping[str, Any]) -> ToolCall:
@@ -341,6 +371,8 @@ class CallRecord(msgspec.Struct, frozen=True):
     so on."""
     progress: tuple[ProgressMark, ...] = ()
     """The progress the tool reported (bounded: see ``ProgressMark``)."""
+    principal: Principal | None = None
+    """Who the call acted for; ``None`` when neither the call nor its run named anyone."""
 
     @property
     def elapsed_ms(self) -> float:

@@ -222,6 +222,7 @@ def encode_call(record: CallRecord, kind: str = "c") -> dict[str, Any]:
         "parent_call_id": record.parent_call_id,
         "depth": record.depth,
         "progress": [msgspec.structs.astuple(m) for m in record.progress],
+        "principal": None if record.principal is None else record.principal.to_dict(),
         "steps": _steps(record.steps),
     }
 

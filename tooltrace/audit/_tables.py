@@ -41,6 +41,8 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("artifact_bytes", "i64"), ("mode", "str"), ("tool_type", "str"),
         ("hook_modified", "bool"), ("attributes", "str"), ("writer", "str"), ("segment", "str"),
         ("line", "i64"), ("parent_call_id", "str"), ("depth", "i32"), ("progress", "str"),
+        ("principal_user", "str"), ("principal_agent", "str"), ("principal_tenant", "str"),
+        ("principal_roles", "str"),
     ),
     "steps": (
         ("call_id", "str"), ("seq", "i32"), ("step", "str"), ("started_at", "ts"),
@@ -139,6 +141,12 @@ def build_columns(segments: Iterable[ParsedSegment]) -> dict[str, dict[str, list
                 c["hook_modified"].append(bool(o.get("hook_modified")))
                 c["args_redacted"].append(_json(o.get("args_redacted", o.get("args"))))
                 c["attributes"].append(_json(o.get("attributes") or None))
+                p = o.get("principal")
+                p = p if isinstance(p, dict) else {}
+                c["principal_user"].append(p.get("user"))
+                c["principal_agent"].append(p.get("agent"))
+                c["principal_tenant"].append(p.get("tenant"))
+                c["principal_roles"].append(_json(p.get("roles") or None))
                 c["artifact_path"].append(art[0])
                 c["artifact_chars"].append(art[1])
                 c["artifact_bytes"].append(art[2])

@@ -185,6 +185,13 @@ def _attributes(rec: CallRecord, tool: str, limit: int) -> dict[str, Any]:
     attrs["tooltrace.source"] = rec.source
     attrs["tooltrace.run_id"] = rec.run_id
     attrs["tooltrace.mode"] = rec.mode
+    p = rec.principal
+    if p is not None:
+        for key, who in (("user", p.user), ("agent", p.agent), ("tenant", p.tenant)):
+            if who is not None:
+                attrs[f"tooltrace.principal.{key}"] = who
+        if p.roles:
+            attrs["tooltrace.principal.roles"] = list(p.roles)
     attrs["tooltrace.execution_started"] = rec.execution_started
     if rec.parent_call_id is not None:
         attrs["tooltrace.parent_call_id"] = rec.parent_call_id

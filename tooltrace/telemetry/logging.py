@@ -264,6 +264,8 @@ class LoggingSink:
             fields["artifact_sha256"] = rec.artifact.sha256
         if rec.hook_modified:
             fields["hook_modified"] = True
+        if rec.principal is not None:
+            fields["principal"] = rec.principal.to_dict()
         getattr(log, _STATUS_LEVEL.get(rec.status, "info"))("tool_call", **fields)
         decisions = self._step_decisions
         for st in rec.steps:
