@@ -73,7 +73,10 @@ _CALL_COLUMNS = f"""
     'bench-writer-' || (i % 4)::VARCHAR AS writer,
     'bench-writer.' || lpad((i // 100000)::VARCHAR, 6, '0') || '.jsonl' AS segment,
     (i % 100000)::BIGINT + 2 AS line,
-    NULL::VARCHAR AS parent_call_id, 0::INTEGER AS depth, NULL::VARCHAR AS progress
+    NULL::VARCHAR AS parent_call_id, 0::INTEGER AS depth, NULL::VARCHAR AS progress,
+    'user-' || (i % 20)::VARCHAR AS principal_user, NULL::VARCHAR AS principal_agent,
+    CASE WHEN i % 3 = 0 THEN 'acme' ELSE 'globex' END AS principal_tenant,
+    CASE WHEN i % 10 = 0 THEN '["intern"]' ELSE '["dev"]' END AS principal_roles
 """
 
 

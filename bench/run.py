@@ -12,7 +12,9 @@ p99.9 and max per contender, and what ran during the slowest calls), ``events`` 
 events, progress and nested calls cost a call that uses none of them), ``ingest`` (audit
 writer throughput, queue depth and drops at a paced rate), ``autopsy`` (find one call among
 1M/10M), ``memory`` (RSS growth over many calls), ``profile`` (where a registry call's time
-goes; not in the default set), ``frameworks`` (one tool call through each agent framework, bare
+goes; not in the default set), ``whatif`` (replay 1M recorded calls against a candidate
+policy file, and the policy step with a 50-rule file; not in the default set),
+``frameworks`` (one tool call through each agent framework, bare
 and with tooltrace's adapter; not in the default set). The last table compares each figure with
 its target.
 """
@@ -34,7 +36,7 @@ from bench._common import SCRATCH_ENV, Table, machine
 __all__ = ["main"]
 
 SECTIONS = ("overhead", "tail", "events", "ingest", "autopsy", "memory", "profile",
-            "frameworks", "mcp")
+            "frameworks", "mcp", "whatif")
 DEFAULT_SECTIONS = ("overhead", "tail", "events", "ingest", "autopsy", "memory")
 
 
@@ -187,6 +189,11 @@ def _sections(ns: argparse.Namespace, sections: list[str], results: dict[str, An
 
         results["memory"] = memory.run(calls=_pick(ns.calls, 1_000_000, 2000, q),
                                        base=_pick(ns.memory_base, 10_000, 200, q))
+    if "whatif" in sections:
+        from bench import whatif
+
+        results["whatif"] = whatif.run(calls=_pick(None, 1_000_000, 3000, q),
+                                       step_calls=_pick(None, 20_000, 500, q))
     if "profile" in sections:
         from bench import profile_callpath, profile_sinks
 

@@ -701,6 +701,17 @@ def _pipelines_panels() -> Iterator[Any]:
         span=16,
         stack=True,
     )
+    yield _timeseries(
+        "Observed policy decisions",
+        "Calls an observe-mode policy rule would have denied or sent for approval, per "
+        "second, by tool, rule and decision: a rule being rolled out (see the policy file"
+        " guide).",
+        "reqps",
+        [_query("A", "sum by (tool, rule, decision) "
+                f"(rate(tooltrace_policy_observed_total{{{f}}}[{RATE}]))",
+                "{{tool}} {{rule}} {{decision}}")],
+        span=24,
+    )
     yield (
         bargauge.Panel()
         .title("Top tools")

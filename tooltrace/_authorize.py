@@ -102,7 +102,9 @@ def authorize(
     resolved = _scope(reg, b, d, args, t, stage, hook) if d.path_params else _NO_PATHS
     if resolved is None:
         return b.refused()
-    req = PolicyRequest(d, args, mode, b.run_id, b.call_id, resolved, b.depth, b.parent_tool)
+    req = PolicyRequest(
+        d, args, mode, b.run_id, b.call_id, resolved, b.depth, b.parent_tool, b.principal
+    )
     decision, rules = reg.policy.evaluate(req)
     if decision is None:
         if resolved:
@@ -116,7 +118,13 @@ def authorize(
         return None
     reason = scrub(reg, decision.reason)[:300]
     decider = f"policy:{decision.rule}"
-    if decision.verdict is Verdict.DENY:
+    verdict = decision.verdict
+    if verdict is Verdict.OBSERVE_DENY or verdict is Verdict.OBSERVE_ASK:
+        # A rule being rolled out: the call goes on; the step says what it would have done.
+        detail = {"reason": reason, "paths": resolved, "rules": list(rules)}
+        b.step(StepName.POLICY, t, decider, str(verdict), detail)
+        return None
+    if verdict is Verdict.DENY:
         b.step(StepName.POLICY, t, decider, "deny", {"reason": reason, "paths": resolved})
         return b.reject(stage, f"denied by policy rule {decision.rule}: {reason}", d.name)
     t = b.step(StepName.POLICY, t, decider, "ask", {"reason": reason, "paths": resolved})

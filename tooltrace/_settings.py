@@ -32,6 +32,7 @@ __all__ = [
     "TOOLTRACE_LOG_LEVEL",
     "TOOLTRACE_MAX_DEPTH",
     "TOOLTRACE_MAX_TIMEOUT_S",
+    "TOOLTRACE_POLICY",
     "TOOLTRACE_RUN_ID",
     "TOOLTRACE_SNAPSHOT_MAX_BYTES",
     "TOOLTRACE_TRACE_URL",
@@ -46,6 +47,7 @@ __all__ = [
     "log_level",
     "max_depth",
     "max_timeout_s",
+    "policy_path",
     "prometheus_multiproc_dir",
     "resolve_home",
     "run_id",
@@ -76,6 +78,8 @@ TOOLTRACE_TRACE_URL: Final = "TOOLTRACE_TRACE_URL"
 TOOLTRACE_LOG_LEVEL: Final = "TOOLTRACE_LOG_LEVEL"
 #: The log sink's format: ``json`` or ``console``.
 TOOLTRACE_LOG_FORMAT: Final = "TOOLTRACE_LOG_FORMAT"
+#: The policy file (TOML) registries, the CLI and the MCP proxy read.
+TOOLTRACE_POLICY: Final = "TOOLTRACE_POLICY"
 #: The archive URI readers and ``tooltrace audit ship`` use when ``--archive`` is not given.
 TOOLTRACE_ARCHIVE: Final = "TOOLTRACE_ARCHIVE"
 #: Where a new DuckLake archive keeps its Parquet files (``s3://bucket/prefix/``).
@@ -108,6 +112,9 @@ SETTINGS: Final = (
             " deeper calls are refused", ("Nested calls", "guide/nested.md#depth")),
     Setting(TOOLTRACE_APPROVAL, "`deny`",
             "what an `ask` verdict becomes with no approver (`allow` lets it through)"),
+    Setting(TOOLTRACE_POLICY, "`./tooltrace.toml` when it exists",
+            "the policy file registries, the CLI and the MCP proxy read",
+            ("Policy files", "guide/policy-file.md")),
     Setting(TOOLTRACE_AUDIT_FSYNC, "`grouped`", "audit fsync policy: `record`, `grouped`, `none`",
             ("the trail", "audit/trail.md#fsync-policies-and-acknowledgement")),
     Setting(TOOLTRACE_AUDIT_STRICT, "off", "`1`, `true` or `yes`: refuse a call whose audit"
@@ -213,6 +220,18 @@ def _whole_number(name: str, explicit: int | None, default: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigurationError(f"{name} must be a whole number >= 0, got {value!r}")
     return value
+
+
+def policy_path(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    """The policy file: explicit > ``TOOLTRACE_POLICY`` > ``./tooltrace.toml`` when it exists >
+    none (the built-in default policy)."""
+    if explicit is not None:
+        return Path(explicit)
+    env = _env(TOOLTRACE_POLICY)
+    if env:
+        return Path(env)
+    local = Path.cwd() / "tooltrace.toml"
+    return local if local.is_file() else None
 
 
 def approval_allows() -> bool:

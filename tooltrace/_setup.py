@@ -27,17 +27,27 @@ def create_registry(
     log_stream: Any = None,
     audit_options: dict[str, Any] | None = None,
     extra_sinks: tuple[Sink, ...] = (),
+    policy_file: str | os.PathLike[str] | None = None,
     **registry_options: Any,
 ) -> ToolRegistry:
     """A ``ToolRegistry`` with tracing (when ``OTEL_*`` configures it, or ``tracing=True``),
     Prometheus metrics, structured logs and the DuckDB-queryable audit trail under ``home``
     (``TOOLTRACE_HOME`` or ``./.tooltrace``), plus the built-in tools.
 
+    The policy comes from ``policy=`` when given, else from the policy file: ``policy_file``
+    > ``TOOLTRACE_POLICY`` > ``./tooltrace.toml`` when it exists (``tooltrace.policyfile``); an
+    invalid file raises ``PolicyFileError`` and no registry starts.
+
     Keyword arguments not named here go to ``ToolRegistry`` (policy, hooks, approver, caps...).
     """
     from .telemetry import default_sinks
 
     home_path = _settings.resolve_home(home)
+    policy_path = None if "policy" in registry_options else _settings.policy_path(policy_file)
+    if policy_path is not None and not policy_path.is_file():
+        from .policyfile import PolicyFileError, Problem
+
+        raise PolicyFileError([Problem(str(policy_path), 1, 1, "no such policy file")])
     sinks: list[Sink] = default_sinks(
         tracing=tracing,
         metrics=metrics,
@@ -61,4 +71,12 @@ def create_registry(
         from .builtins import register_builtins
 
         register_builtins(reg)
+    if policy_path is not None:
+        from .policyfile import load_policy
+
+        try:
+            load_policy(policy_path, tools=reg.tool_names()).apply(reg)
+        except Exception:
+            reg.shutdown()
+            raise
     return reg

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import threading
 import time
@@ -32,7 +33,9 @@ from .policy import (
     DenyPrivateNetwork,
     Policy,
     RequireApproval,
+    Verdict,
 )
+from .policyfile import Match, PatternRule
 from .registry import ToolRegistry
 from .runtime import CallContext
 from .tool import tool
@@ -101,6 +104,10 @@ def _deploy_service(service: str, seconds: float = 0.8) -> str:
     """Deploy a service (cannot be interrupted once started)."""
     time.sleep(seconds)
     return f"deployed {service}"
+
+
+#: The demo's own project tools (``tooltrace policy test --tools tooltrace.demo:DEMO_TOOLS``).
+DEMO_TOOLS = (_scan_index, _deploy_service)
 
 
 def _approver(req: ApprovalRequest) -> ApprovalDecision:
@@ -177,6 +184,22 @@ def _scripted(big_output: list[str]) -> list[tuple[str, ToolCall, Callable[[], N
     ]
 
 
+def _demo_policy() -> Policy:
+    """The demo's own policy (a policy file given to ``run_demo`` replaces it)."""
+    return Policy(
+        [
+            DenyCommandPatterns(),
+            DenyPrivateNetwork(),
+            RequireApproval(tools=frozenset({"write_text"}), name="writes_need_approval"),
+            # A rule being rolled out: observed, not enforced (policy step: observe_deny).
+            PatternRule("no_inline_python", Verdict.DENY,
+                        Match(tools=frozenset({"run_command"})),
+                        "inline python is under review", observe=True,
+                        args=(("argv", re.compile(r"^python")),)),
+        ]
+    )
+
+
 def run_demo(
     *,
     home: str | os.PathLike[str] | None = None,
@@ -186,28 +209,26 @@ def run_demo(
     progress: Callable[[int, int], None] | None = None,
     registry_options: dict[str, Any] | None = None,
     linger_s: float = 0.0,
+    policy_file: str | os.PathLike[str] | None = None,
 ) -> DemoResult:
     """Run the demo workload; return what happened. ``calls`` (if larger than the scripted set)
     adds randomised calls of the same kinds; ``linger_s`` keeps the metrics endpoint up that long
-    after the last call."""
+    after the last call. ``policy_file`` replaces the demo's own policy with a policy file's
+    (it must list the demo's ``scan_index`` and ``deploy_service`` in ``tools`` to name them)."""
     home_path = _settings.resolve_home(home).absolute()
     home_path.mkdir(parents=True, exist_ok=True)
     ws, _outside = _prepare_workspace(home_path)
     log_path = home_path / "logs" / "demo.jsonl"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_stream = log_path.open("a", encoding="utf-8")
-    policy = Policy(
-        [
-            DenyCommandPatterns(),
-            DenyPrivateNetwork(),
-            RequireApproval(tools=frozenset({"write_text"}), name="writes_need_approval"),
-        ]
+    chosen: dict[str, Any] = (
+        {"policy": _demo_policy()} if policy_file is None else {"policy_file": policy_file}
     )
     reg = create_registry(
         ws,
         home=home_path,
         log_stream=log_stream,
-        policy=policy,
+        **chosen,
         hooks=[_no_env_dumps, _normalise_paths],
         approver=_approver,
         cancel_grace_s=0.2,

@@ -46,11 +46,15 @@ __all__ = [
 
 
 class Verdict(enum.StrEnum):
-    """A policy rule's answer."""
+    """A policy rule's answer. A rule in observe mode answers ``observe_deny`` or
+    ``observe_ask`` where it would deny or ask: the call goes on and its policy step records
+    the observation, with the rule as decider."""
 
     ALLOW = "allow"
     DENY = "deny"
     ASK = "ask"
+    OBSERVE_DENY = "observe_deny"
+    OBSERVE_ASK = "observe_ask"
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -396,8 +400,10 @@ class Policy:
         return m.allows(tool)
 
     def evaluate(self, request: PolicyRequest) -> tuple[PolicyDecision | None, tuple[str, ...]]:
-        """Run the rules: ``(first deny, else first ask, else None; names of rules run)``."""
+        """Run the rules: ``(first deny, else first ask, else first observation, else None;
+        names of rules run)``."""
         ask: PolicyDecision | None = None
+        observed: PolicyDecision | None = None
         rules = self.rules
         if rules is not self._named:  # the rules were replaced: name them again
             self._names = tuple(rule.name for rule in rules)
@@ -414,11 +420,15 @@ class Policy:
             d = rule(request)
             if d is None or d.verdict is Verdict.ALLOW:
                 continue
-            if d.verdict is Verdict.DENY:
+            v = d.verdict
+            if v is Verdict.DENY:
                 return d, self._names[: i + 1]
-            if ask is None:
+            if v is Verdict.OBSERVE_DENY or v is Verdict.OBSERVE_ASK:
+                if observed is None:
+                    observed = d
+            elif ask is None:
                 ask = d
-        return ask, self._names
+        return (ask if ask is not None else observed), self._names
 
 
 _build.keep_docs(__name__, globals())

@@ -40,6 +40,7 @@ from tooltrace import (
     tool,
 )
 from tooltrace.policy import PolicyDecision, PolicyRequest, Verdict
+from tooltrace.policyfile import Match, PatternRule
 from tooltrace.telemetry import MetricsSink, TracingSink, serve_metrics
 
 __all__ = ["MIXES", "Workload", "running_workload"]
@@ -140,7 +141,12 @@ class Workload:
         if audit is not None:
             sinks.append(audit)
         # Typed loosely: frozen dataclasses expose ``name`` read-only, the protocols settable.
-        rules: list[Any] = [_DenyProd(), RequireApproval(tools=frozenset({"deploy"}))]
+        rules: list[Any] = [
+            _DenyProd(), RequireApproval(tools=frozenset({"deploy"})),
+            # A rule being rolled out: every render is observed (observe_ask), none stopped.
+            PatternRule("review_renders", Verdict.ASK, Match(tools=frozenset({"render"})),
+                        observe=True),
+        ]
         hooks: list[Any] = [FunctionHook(_block_urls, "url_blocklist", tools=frozenset({"fetch"}))]
         self.registry = ToolRegistry(
             workspace=home / "ws",

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "compact": "tooltrace.cli.compact:compact",
     "demo": "tooltrace.cli.demo:demo",
     "mcp": "tooltrace.cli.mcp:mcp",
+    "policy": "tooltrace.cli.policy:policy",
     "query": "tooltrace.cli.query:query",
     "report": "tooltrace.cli.report:report",
     "restore": "tooltrace.cli.restore:restore",

@@ -31,6 +31,7 @@ __all__ = [
     "json_option",
     "open_store",
     "parse_since",
+    "policy_option",
     "print_json",
     "self_command",
     "wide_option",
@@ -61,6 +62,17 @@ def archive_option(f: F) -> F:
         metavar="URI",
         help="Read the audit archive (ducklake:..., s3://bucket/prefix or a directory) instead"
         " of the home (default: $TOOLTRACE_ARCHIVE).",
+    )(f)
+
+
+def policy_option(f: F) -> F:
+    """``--policy``: the policy file (default: $TOOLTRACE_POLICY, else ./tooltrace.toml)."""
+    return click.option(
+        "--policy",
+        "policy_file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Policy file (default: $TOOLTRACE_POLICY, else ./tooltrace.toml when it exists).",
     )(f)
 
 

@@ -9,7 +9,15 @@ from typing import Any
 import click
 import orjson
 
-from ._common import EXIT_FAIL, EXIT_OK, OutputGuard, home_option, json_option
+from ._common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    OutputGuard,
+    home_option,
+    json_option,
+    policy_option,
+)
 
 __all__ = ["call"]
 
@@ -28,10 +36,11 @@ __all__ = ["call"]
               help="Register extra @tool functions (one, or a list of them).")
 @click.option("--hook", "hook_specs", multiple=True, metavar="MODULE:ATTR",
               help="Add a hook (a Hook, or a function of HookView).")
+@policy_option
 @json_option
 def call(name: str, arguments: str, home: Path | None, workspace: Path, mode: str,
          timeout_s: float | None, background: bool, tool_specs: tuple[str, ...],
-         hook_specs: tuple[str, ...], as_json: bool) -> None:
+         hook_specs: tuple[str, ...], policy_file: Path | None, as_json: bool) -> None:
     """Run tool NAME with ARGUMENTS (a JSON object, or - to read it from stdin).
 
     The call goes through validation, policy, hooks, deadline, redaction and every sink, and is
@@ -41,6 +50,7 @@ def call(name: str, arguments: str, home: Path | None, workspace: Path, mode: st
     from ..envelope import ToolCall
     from ..exceptions import TooltraceError
     from ..mcp import load_object, resolve_hooks
+    from ..policyfile import PolicyFileError
     from ..tool import FunctionTool
 
     guard = OutputGuard(home)
@@ -65,8 +75,13 @@ def call(name: str, arguments: str, home: Path | None, workspace: Path, mode: st
     log_dir = (home or Path(".tooltrace")) / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     with (log_dir / "cli.jsonl").open("a", encoding="utf-8") as log_stream:
-        reg = create_registry(workspace, home=home, hooks=hooks, metrics=False,
-                              log_stream=log_stream)
+        try:
+            reg = create_registry(workspace, home=home, hooks=hooks, metrics=False,
+                                  log_stream=log_stream, policy_file=policy_file)
+        except PolicyFileError as exc:
+            for p in exc.problems:
+                click.echo(guard(str(p)), err=True)
+            sys.exit(EXIT_USAGE)
         try:
             for t in extra:
                 reg.register(t)

@@ -12,9 +12,11 @@ from typing import Any
 import click
 
 from ._common import (
+    EXIT_USAGE,
     OutputGuard,
     home_option,
     json_option,
+    policy_option,
     print_json,
     self_command,
     table,
@@ -57,11 +59,12 @@ SPOTLIGHT = (
     help="Keep serving metrics this many seconds after the calls end.",
 )
 @click.option("--seed", type=int, default=7, show_default=True, help="Seed of the randomised mix.")
+@policy_option
 @json_option
 @wide_option
 def demo(
     home: Path | None, calls: int, metrics_port: int | None, linger: float, seed: int,
-    as_json: bool, wide: bool,
+    policy_file: Path | None, as_json: bool, wide: bool,
 ) -> None:
     """Run a realistic agent workload through the built-in tools (no servers needed).
 
@@ -85,14 +88,22 @@ def demo(
 
     if metrics_port is not None:
         click.echo(f"demo: serving metrics on 127.0.0.1:{metrics_port or '<any port>'}", err=True)
-    result = run_demo(
-        home=home,
-        calls=calls,
-        metrics_port=metrics_port,
-        seed=seed,
-        progress=progress,
-        linger_s=linger,
-    )
+    from ..policyfile import PolicyFileError
+
+    try:
+        result = run_demo(
+            home=home,
+            calls=calls,
+            metrics_port=metrics_port,
+            seed=seed,
+            progress=progress,
+            linger_s=linger,
+            policy_file=policy_file,
+        )
+    except PolicyFileError as exc:
+        for p in exc.problems:
+            click.echo(guard(str(p)), err=True)
+        sys.exit(EXIT_USAGE)
     spotlight = [
         (label, result.highlights[label], why)
         for label, why in SPOTLIGHT

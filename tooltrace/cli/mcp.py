@@ -79,11 +79,14 @@ def mcp() -> None:
               help="Default deadline of the one server's calls, seconds.")
 @click.option("--http", "http", default=None, metavar="HOST:PORT",
               help="Serve streamable HTTP on loopback instead of stdio.")
+@click.option("--policy", "policy_file", type=click.Path(dir_okay=False), default=None,
+              help="Policy file whose rules follow the proxy's own (default:"
+                   " $TOOLTRACE_POLICY, else ./tooltrace.toml when it exists).")
 def proxy(config_path: Path | None, home: str | None, name: str | None,
           command: tuple[str, ...], workspace: str | None, hooks: tuple[str, ...],
           deny: tuple[str, ...], ask: tuple[str, ...], approval: str | None,
           rug_pull: str | None, collisions: str | None, timeout_s: float | None,
-          http: str | None) -> None:
+          http: str | None, policy_file: str | None) -> None:
     """Serve upstream MCP servers' tools through the pipeline (an MCP server on stdio).
 
     \b
@@ -93,7 +96,7 @@ def proxy(config_path: Path | None, home: str | None, name: str | None,
     cfg = _config(config_path, name, command, {
         "home": home, "workspace": workspace, "hooks": hooks, "deny": deny, "ask": ask,
         "approval": approval, "rug_pull": rug_pull, "collisions": collisions,
-        "timeout_s": timeout_s})
+        "timeout_s": timeout_s, "policy_file": policy_file})
     endpoint = None
     if http:
         host, _, port = http.rpartition(":")

@@ -148,6 +148,7 @@ class ProxyConfig:
     max_inline_chars: int = 16384
     preview_chars: int = 2048
     metrics_port: int | None = None
+    policy_file: str | None = None
 
     def __post_init__(self) -> None:
         labels = [s.label for s in self.servers]
@@ -172,7 +173,7 @@ _PROXY_KEYS = {
     "home", "workspace", "collisions", "separator", "prefix_all", "rug_pull", "hooks", "mode",
     "cancel_grace_s", "max_inline_chars", "preview_chars", "metrics_port",
 }
-_POLICY_KEYS = {"deny", "ask", "approval", "rules"}
+_POLICY_KEYS = {"deny", "ask", "approval", "rules", "file"}
 _SERVER_KEYS = {
     "command", "args", "env", "cwd", "priority", "timeout_s", "tool_type", "capability",
     "trust_annotations", "startup_timeout_s", "url", "headers", "allow_private",
@@ -259,6 +260,8 @@ def config_from_dict(data: Mapping[str, Any], *, base: Path | None = None) -> Pr
         kw2["rules"] = _strings(policy["rules"], "policy.rules")
     if "approval" in policy:
         kw2["approval"] = policy["approval"]
+    if "file" in policy:
+        kw2["policy_file"] = _rel(base, policy["file"], "policy.file")
     return ProxyConfig(servers=tuple(servers), **kw2)
 
 

@@ -21,7 +21,6 @@ from ..envelope import Stage, ToolCall
 from ..exceptions import ConfigurationError, RegistrationError
 from ..policy import (
     DenyCommandPatterns,
-    Policy,
     PolicyDecision,
     PolicyRequest,
     RequireApproval,
@@ -34,6 +33,7 @@ from ..runtime import CallContext
 from ..tool import NAME_RE, Capability, Effect, ToolDefinition
 from ._config import ProxyConfig, resolve_approver, resolve_hooks, resolve_rules
 from ._errors import UpstreamCancelled, UpstreamToolError
+from ._filepolicy import proxy_policy
 from ._network import PrivateNetworkRule, allow_lists
 from ._pins import ChangedToolsRule, PinCheck, PinStore
 from ._protocol import Forwarder
@@ -164,12 +164,15 @@ class McpProxy:
 
         cfg = self.config
         metrics = cfg.metrics_port is not None
+        policy, release = proxy_policy(self.policy_rules(), cfg.policy_file)
         reg = create_registry(
             cfg.workspace, home=self.home, metrics=metrics, builtins=False,
-            policy=Policy(self.policy_rules()), hooks=resolve_hooks(cfg.hooks),
+            policy=policy, hooks=resolve_hooks(cfg.hooks),
             approver=resolve_approver(cfg.approval), cancel_grace_s=cfg.cancel_grace_s,
             max_inline_chars=cfg.max_inline_chars, preview_chars=cfg.preview_chars,
         )
+        if release is not None:
+            reg.add_sink(release)
         if metrics:
             from ..telemetry.metrics import MetricsSink, serve_metrics
 

@@ -15,6 +15,9 @@ id, run id, path, argument or error text never becomes a label. Metric contract:
     tooltrace_tool_offloads_total{tool}
     tooltrace_tool_call_duration_seconds{tool,status}      histogram, exemplar trace_id
     tooltrace_tool_admission_wait_seconds{tool}            histogram
+    tooltrace_policy_observed_total{tool,rule,decision}    observe-mode rules that would have
+                                                           denied or asked (rule: the policy's
+                                                           rule ids, else ``_other``)
     tooltrace_tool_inflight{tool}                          gauge, read at scrape
     tooltrace_tool_admission_queue_depth{tool}             gauge, read at scrape
     tooltrace_tool_concurrency_limit{tool}                 gauge, tools with their own cap
@@ -42,6 +45,7 @@ from ..envelope import CallRecord, Stage, Status, StepName
 __all__ = [
     "ADMISSION_BUCKETS",
     "DURATION_BUCKETS",
+    "OTHER_RULE",
     "SINK_LABELS",
     "UNREGISTERED",
     "MetricsServer",
@@ -67,6 +71,10 @@ SINK_LABELS: Final = frozenset({"tracing", "metrics", "logging", "audit"})
 _STATUSES: Final = tuple(s.value for s in Status)
 _STAGES: Final = tuple(s.value for s in Stage)
 _ADMISSION: Final = StepName.ADMISSION.value
+_POLICY: Final = StepName.POLICY.value
+_OBSERVED: Final = frozenset({"observe_deny", "observe_ask"})
+#: The ``rule`` label value for a rule id the registry's policy does not hold.
+OTHER_RULE: Final = "_other"
 
 
 class MetricsSink:
@@ -132,6 +140,12 @@ class MetricsSink:
             ["tool", "status"], buckets=tuple(buckets), registry=reg,
         )
         # Upper bounds as the histogram orders them (value <= bound), +Inf last.
+        self._observed = Counter(
+            "tooltrace_policy_observed",
+            "Calls an observe-mode policy rule would have denied or sent for approval.",
+            ["tool", "rule", "decision"], registry=reg,
+        )
+        self._rules: frozenset[str] = frozenset()
         self._bounds: tuple[float, ...] = (*sorted(float(b) for b in buckets), float("inf"))
         self._admission = Histogram(
             "tooltrace_tool_admission_wait_seconds", "Time a call waited for admission.",
@@ -223,11 +237,28 @@ class MetricsSink:
             if record.artifact is not None:
                 ch.offloads.inc()
             for st in record.steps:
-                if st.step == _ADMISSION:
+                name = st.step
+                if name == _POLICY:
+                    if st.decision in _OBSERVED:
+                        self._count_observed(ch.tool, st.decider, st.decision)
+                elif name == _ADMISSION:
                     ch.admission.observe(st.elapsed_us / 1e6)
                     break
         except Exception:
             self.dropped += 1
+
+    def rule_label(self, rule: str) -> str:
+        """The ``rule`` label value: a rule id of the bound registry's policy, else
+        ``_other`` (the policy's rule ids are the closed set)."""
+        if rule not in self._rules:
+            policy = getattr(self._bound, "policy", None)
+            names = getattr(policy, "rules", ())
+            self._rules = frozenset(str(getattr(r, "name", "")) for r in names)
+        return rule if rule in self._rules else OTHER_RULE
+
+    def _count_observed(self, tool: str, decider: str, decision: str) -> None:
+        rule = self.rule_label(decider.removeprefix("policy:"))
+        self._observed.labels(tool, rule, decision).inc()
 
     def flush(self, timeout_s: float = 5.0) -> bool:
         """Nothing is queued: always True."""
@@ -253,9 +284,12 @@ class MetricsSink:
 class _ToolChildren:
     """All label children of one ``tool`` label value, created at once."""
 
-    __slots__ = ("admission", "by_stage", "by_status", "exemplar_due", "hook_mods", "offloads")
+    __slots__ = (
+        "admission", "by_stage", "by_status", "exemplar_due", "hook_mods", "offloads", "tool",
+    )
 
     def __init__(self, sink: MetricsSink, tool: str) -> None:
+        self.tool = tool
         self.by_status: dict[str, tuple[Any, Any]] = {}
         # Per status, per duration bucket: when (monotonic ns) it may take its next exemplar.
         self.exemplar_due: dict[str, list[int]] = {s: [0] * len(sink._bounds) for s in _STATUSES}

@@ -1,0 +1,134 @@
+"""``tooltrace policy``: check a policy file, and test it against the recorded history."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ._common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    OutputGuard,
+    archive_option,
+    home_option,
+    json_option,
+    open_store,
+    parse_since,
+    print_json,
+    table,
+)
+
+if TYPE_CHECKING:
+    from ..tool import ToolDefinition
+
+__all__ = ["policy"]
+
+_TOOLS_HELP = "Tools the file may name besides the built-in ones (a @tool, or a list of them)."
+
+
+def _definitions(specs: tuple[str, ...]) -> dict[str, ToolDefinition]:
+    """The built-in tools' definitions and those ``--tools`` names."""
+    from ..builtins import register_builtins
+    from ..exceptions import TooltraceError
+    from ..mcp import load_object
+    from ..registry import ToolRegistry
+    from ..tool import FunctionTool
+
+    reg = register_builtins(ToolRegistry())
+    try:
+        out = {n: d for n in reg.tool_names() if (d := reg.definition(n)) is not None}
+        for spec in specs:
+            try:
+                obj: Any = load_object(spec, "tooltrace.tools")
+            except TooltraceError as exc:
+                raise click.UsageError(str(exc)) from None
+            items = obj if isinstance(obj, list | tuple) else [obj]
+            if not all(isinstance(t, FunctionTool) for t in items):
+                raise click.UsageError(f"{spec} is not a @tool function (or a list of them)")
+            out.update((t.definition.name, t.definition) for t in items)
+        return out
+    finally:
+        reg.shutdown()
+
+
+@click.group()
+def policy() -> None:
+    """Policy files: check one, or test it against recorded calls before it ships."""
+
+
+@policy.command()
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--tools", "tool_specs", multiple=True, metavar="MODULE:ATTR", help=_TOOLS_HELP)
+@json_option
+def check(file: Path, tool_specs: tuple[str, ...], as_json: bool) -> None:
+    """Check FILE: every problem as file:line:column. Exit 0 valid, 2 invalid."""
+    from ..policyfile import check_policy
+
+    guard = OutputGuard(None)
+    problems = check_policy(file, tools=_definitions(tool_specs))
+    if as_json:
+        print_json({"file": str(file), "valid": not problems,
+                    "problems": [{"line": p.line, "column": p.column, "message": p.message}
+                                 for p in problems]}, guard)
+    else:
+        for p in problems:
+            click.echo(guard(str(p)), err=True)
+        if not problems:
+            click.echo(guard(f"{file}: ok"))
+    sys.exit(EXIT_USAGE if problems else EXIT_OK)
+
+
+@policy.command(name="test")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@home_option
+@archive_option
+@click.option("--since", default=None, metavar="WHEN",
+              help="Only calls since then: 7d, 12h, 30m or an ISO timestamp (UTC).")
+@click.option("--tools", "tool_specs", multiple=True, metavar="MODULE:ATTR", help=_TOOLS_HELP)
+@json_option
+def test_policy(file: Path, home: Path | None, archive: str | None, since: str | None,
+                tool_specs: tuple[str, ...], as_json: bool) -> None:
+    """Replay recorded calls against FILE and report the decisions it would change.
+
+    Exit 0 when no decision changes, 1 when any does, 2 for an invalid file or bad usage.
+    """
+    from ..policyfile import QUERY, PolicyFileError, load_policy, replay
+
+    guard = OutputGuard(home)
+    tools = _definitions(tool_specs)
+    try:
+        pf = load_policy(file, tools=tools)
+    except PolicyFileError as exc:
+        for p in exc.problems:
+            click.echo(guard(str(p)), err=True)
+        sys.exit(EXIT_USAGE)
+    with open_store(home, guard, archive) as store:
+        cur = store.con.execute(QUERY, {"since": parse_since(since)})
+
+        def rows() -> Any:
+            while batch := cur.fetchmany(10_000):
+                yield from batch
+
+        result = replay(rows(), pf.compiled, tools)
+    if as_json:
+        print_json({"file": str(file), **result.to_dict()}, guard)
+    else:
+        _report(result, guard)
+    sys.exit(EXIT_FAIL if result.changed else EXIT_OK)
+
+
+def _report(result: Any, guard: OutputGuard) -> None:
+    d = result.to_dict()
+    click.echo(guard(f"{d['calls']} calls read, {d['replayed']} replayed: {d['changed']} would"
+                     f" change, {d['undecidable']} undecidable"))
+    for key, title in (("changes", "changed decisions"), ("undecidable_calls", "undecidable")):
+        if d[key]:
+            table(title, ["tool", "rule", "before", "after", "calls", "examples"],
+                  [[c["tool"], c["rule"], c["before"], c["after"], c["count"],
+                    " ".join(c["examples"])] for c in d[key]], guard, limit=200)
+    for tool, n in sorted(d["unknown_tools"].items()):
+        click.echo(guard(f"not replayed: {n} calls of {tool} (no definition; see --tools)"))

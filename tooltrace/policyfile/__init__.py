@@ -1,0 +1,130 @@
+"""Policy as code: a TOML policy file, checked with every problem placed, compiled to ``Policy``.
+
+One file (``tooltrace.toml``, ``--policy FILE`` or ``TOOLTRACE_POLICY``) says which tools,
+capabilities and effects each mode exposes, which paths are denied or read-only, which
+arguments, URL hosts and principals a rule denies or sends for approval, how the built-in
+command and network rules are tuned, and limits per run or principal. Any rule may be
+``mode = "observe"``: it records what it would have done and lets the call go on. The file
+compiles to the ordinary ``tooltrace.policy`` objects: there is one policy engine.
+
+    pf = load_policy("tooltrace.toml", tools=registry.tool_names())
+    pf.apply(registry)
+
+``create_registry`` does this by itself; ``tooltrace policy check FILE`` lists every problem as
+``file:line:column: message``; ``tooltrace policy test FILE`` replays the audit trail against it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..exceptions import ConfigurationError
+from ._check import Checker
+from ._compile import Compiled
+from ._limits import LimitRelease, LimitRule
+from ._rules import Match, PatternRule
+from ._source import Problem, parse_text
+from ._whatif import QUERY, Change, WhatIf, replay
+
+if TYPE_CHECKING:
+    from ..registry import ToolRegistry
+
+__all__ = [
+    "QUERY",
+    "Change",
+    "LimitRelease",
+    "LimitRule",
+    "Match",
+    "PatternRule",
+    "PolicyFile",
+    "PolicyFileError",
+    "Problem",
+    "WhatIf",
+    "check_policy",
+    "load_policy",
+    "replay",
+]
+
+
+class PolicyFileError(ConfigurationError):
+    """A policy file is missing, unreadable or invalid; ``problems`` lists every problem found
+    (``file:line:column: message``). A registry never starts on such a file."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        head = "\n".join(str(p) for p in problems[:20])
+        more = f"\n... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        super().__init__(f"invalid policy file ({len(problems)} problems):\n{head}{more}")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyFile:
+    """A checked, compiled policy file."""
+
+    path: str
+    """The file, as it was named."""
+    compiled: Compiled
+    """The policy, limits and rule facts it compiled to."""
+
+    @property
+    def rule_ids(self) -> tuple[str, ...]:
+        """Every rule's id, in evaluation order."""
+        return self.compiled.rule_ids
+
+    def apply(self, registry: ToolRegistry) -> None:
+        """Make this the registry's policy (and attach what frees its limits' slots)."""
+        registry.policy = self.compiled.policy
+        if any(x.max_concurrent is not None for x in self.compiled.limits):
+            registry.add_sink(LimitRelease(self.compiled.limits))
+
+
+def _read(path: str | os.PathLike[str]) -> tuple[str, str]:
+    name = os.fspath(path)
+    try:
+        return name, Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or type(exc).__name__
+        raise PolicyFileError([Problem(name, 1, 1, f"cannot read the file: {why}")]) from None
+
+
+def _compile(
+    name: str, text: str, tools: Iterable[str] | None
+) -> tuple[Compiled | None, list[Problem]]:
+    from ._compile import compile_document
+
+    doc, pos, problems = parse_text(text, name)
+    if doc is None:
+        return None, problems
+    ck = Checker(name, pos)
+    compiled = compile_document(doc, ck, None if tools is None else frozenset(tools))
+    problems = sorted(ck.problems, key=lambda p: (p.line, p.column))
+    return (compiled if not problems else None), problems
+
+
+def check_policy(
+    path: str | os.PathLike[str], *, tools: Iterable[str] | None = ()
+) -> list[Problem]:
+    """Every problem in the file (empty when it is valid); ``tools`` are the tool names it may
+    name besides those its own ``tools`` list declares (``None``: any name, for tools that
+    are registered later, such as an MCP proxy's)."""
+    try:
+        name, text = _read(path)
+    except PolicyFileError as exc:
+        return exc.problems
+    return _compile(name, text, tools)[1]
+
+
+def load_policy(
+    path: str | os.PathLike[str], *, tools: Iterable[str] | None = ()
+) -> PolicyFile:
+    """The compiled file; raises ``PolicyFileError`` with every problem when it is invalid
+    (``tools`` as for ``check_policy``)."""
+    name, text = _read(path)
+    compiled, problems = _compile(name, text, tools)
+    if compiled is None:
+        raise PolicyFileError(problems)
+    return PolicyFile(name, compiled)

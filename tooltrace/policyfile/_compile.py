@@ -1,0 +1,288 @@
+"""Compile a checked policy file to the policy objects the registry already runs.
+
+Built-in rules first (``denied_command``, ``private_network``), then the ``[paths]`` rules
+(``denied_path``, ``read_only_path``), the ``[[rules]]`` in file order, ``[approval]`` and last
+the ``[[limits]]`` (so a call another rule denies does not count against a limit).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..policy import (
+    DEFAULT_MODES,
+    DenyCommandPatterns,
+    DenyPrivateNetwork,
+    Mode,
+    Policy,
+    PolicyDecision,
+    PolicyRequest,
+    Rule,
+    Verdict,
+)
+from ..tool import Capability, Effect, ToolDefinition
+from ._check import Checker
+from ._limits import LimitRule
+from ._rules import Match, PatternRule, glob_regex, observed
+from ._source import Path
+
+__all__ = ["Compiled", "Observing", "compile_document"]
+
+_TOP = ("version", "tools", "modes", "paths", "builtin", "approval", "rules", "limits")
+_MATCH = ("tools", "capabilities", "effects", "modes", "principal")
+_RULE = ("id", "decision", "mode", "reason", *_MATCH, "args", "paths", "url_hosts")
+_LIMIT = ("id", "mode", "per", *_MATCH, "max_calls", "per_minute", "max_concurrent")
+_PRINCIPAL = ("users", "agents", "tenants", "roles")
+#: Rule ids the registry itself decides with: a file may not take them.
+RESERVED = frozenset({"mode", "path_scope", "hook_scope", "denied_command", "private_network",
+                      "denied_path", "read_only_path", "approval"})
+_WRITING = frozenset({Effect.LOCAL, Effect.EXTERNAL})
+
+
+@dataclass(frozen=True, slots=True)
+class Observing:
+    """A built-in rule in observe mode: what it would deny or ask is recorded, not enforced."""
+
+    rule: Any
+    """The rule observed."""
+
+    @property
+    def name(self) -> str:
+        """The observed rule's name."""
+        return str(self.rule.name)
+
+    def applies_to(self, tool: ToolDefinition) -> bool:
+        """As the observed rule."""
+        applies = getattr(self.rule, "applies_to", None)
+        return True if applies is None else bool(applies(tool))
+
+    def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
+        d: PolicyDecision | None = self.rule(request)
+        if d is None or d.verdict is Verdict.ALLOW:
+            return d
+        return PolicyDecision(observed(d.verdict, True), d.rule, d.reason)
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """What a file compiles to: the policy, its limits and facts about its rules."""
+
+    policy: Policy
+    """Modes and rules, ready for ``ToolRegistry(policy=...)``."""
+    limits: tuple[LimitRule, ...]
+    """The limits among the rules (they need ``LimitRelease`` to free calls at once)."""
+    rule_ids: tuple[str, ...]
+    """Every rule's id, in evaluation order: the closed set of the observed metric's label."""
+    content_rules: frozenset[str]
+    """Ids of rules that read argument values (what-if cannot replay them on redacted
+    arguments exactly)."""
+
+
+class _Compiler:
+    def __init__(self, ck: Checker, tools: frozenset[str] | None) -> None:
+        self.ck = ck
+        self.tools = tools
+        self.modes: frozenset[str] = frozenset()
+        self.taken: set[str] = set(RESERVED)
+        self.content: set[str] = set()
+
+    def run(self, doc: Mapping[str, Any]) -> Compiled:
+        ck = self.ck
+        top = ck.table((), doc, _TOP)
+        if "version" in top and top["version"] != 1:
+            ck.problem(("version",), "version must be 1")
+        if "tools" in top:
+            declared = ck.strings(("tools",), top["tools"]) or ()
+            self.tools = None if self.tools is None else self.tools | frozenset(declared)
+        modes = self._modes(top.get("modes", {}))
+        self.modes = frozenset(m.name for m in modes)
+        rules: list[Rule] = [*self._builtins(top.get("builtin", {}))]
+        rules += self._paths(top.get("paths", {}))
+        raw_rules = top.get("rules", [])
+        if not isinstance(raw_rules, list):
+            ck.problem(("rules",), "rules must be an array of tables ([[rules]])")
+            raw_rules = []
+        for i, r in enumerate(raw_rules):
+            rule = self._rule(("rules", i), r)
+            if rule is not None:
+                rules.append(rule)
+        if "approval" in top:
+            rules += self._approval(top["approval"])
+        limits = self._limits(top.get("limits", []))
+        rules += limits
+        policy = Policy(rules, modes=modes)
+        names = tuple(str(r.name) for r in rules)
+        return Compiled(policy, tuple(limits), names, frozenset(self.content))
+
+    def _modes(self, raw: Any) -> tuple[Mode, ...]:
+        ck = self.ck
+        out = {m.name: m for m in DEFAULT_MODES}
+        if not isinstance(raw, Mapping):
+            ck.problem(("modes",), "modes must be a table of [modes.<name>] tables")
+            return tuple(out.values())
+        for name, spec in raw.items():
+            p: Path = ("modes", name)
+            t = ck.table(p, spec, ("capabilities", "effects", "tools"))
+            caps = ck.members((*p, "capabilities"), t["capabilities"], Capability) \
+                if "capabilities" in t else None
+            effs = ck.members((*p, "effects"), t["effects"], Effect) if "effects" in t else None
+            tools = self._tools((*p, "tools"), t["tools"]) \
+                if "tools" in t else None
+            out[str(name)] = Mode(str(name), caps if caps is not None else frozenset(Capability),
+                                  effs if effs is not None else frozenset(Effect), tools)
+        return tuple(out.values())
+
+    def _tools(self, path: Path, value: Any) -> frozenset[str]:
+        if self.tools is None:
+            return frozenset(self.ck.strings(path, value) or ())
+        return self.ck.names(path, value, self.tools, "tool")
+
+    def _observe(self, path: Path, t: Mapping[str, Any]) -> bool:
+        return "mode" in t and self.ck.choice((*path, "mode"), t["mode"],
+                                              ("enforce", "observe")) == "observe"
+
+    def _builtins(self, raw: Any) -> list[Rule]:
+        ck = self.ck
+        t = ck.table(("builtin",), raw, ("denied_command", "private_network"))
+        out: list[Rule] = []
+        p: Path = ("builtin", "denied_command")
+        dc = ck.table(p, t.get("denied_command", {}),
+                      ("enabled", "mode", "patterns", "extra_patterns"))
+        if dc.get("enabled", True) is not False:
+            pats = list(DenyCommandPatterns().patterns)
+            if "patterns" in dc:
+                pats = list(ck.strings((*p, "patterns"), dc["patterns"]) or ())
+            pats += ck.strings((*p, "extra_patterns"), dc["extra_patterns"]) or () \
+                if "extra_patterns" in dc else ()
+            for key in ("patterns", "extra_patterns"):
+                for i, s in enumerate(dc.get(key) or ()):
+                    ck.pattern((*p, key, i), s)
+            rule: Rule = DenyCommandPatterns(tuple(pats)) if not ck.problems else \
+                DenyCommandPatterns()
+            out.append(Observing(rule) if self._observe(p, dc) else rule)
+        p = ("builtin", "private_network")
+        pn = ck.table(p, t.get("private_network", {}), ("enabled", "mode", "capabilities"))
+        if pn.get("enabled", True) is not False:
+            caps = ck.members((*p, "capabilities"), pn["capabilities"], Capability) \
+                if "capabilities" in pn else None
+            rule = DenyPrivateNetwork(capabilities=caps) if caps is not None \
+                else DenyPrivateNetwork()
+            out.append(Observing(rule) if self._observe(p, pn) else rule)
+        for key in ("denied_command", "private_network"):
+            if key in t and "enabled" in t[key]:
+                ck.boolean(("builtin", key, "enabled"), t[key]["enabled"])
+        return out
+
+    def _paths(self, raw: Any) -> list[Rule]:
+        ck = self.ck
+        t = ck.table(("paths",), raw, ("deny", "read_only", "mode"))
+        observe = self._observe(("paths",), t)
+        out: list[Rule] = []
+        deny = ck.strings(("paths", "deny"), t["deny"]) if "deny" in t else None
+        if deny:
+            out.append(PatternRule("denied_path", Verdict.DENY, Match(),
+                                   "path matches a denied glob", observe,
+                                   paths=tuple(glob_regex(g) for g in deny)))
+        ro = ck.strings(("paths", "read_only"), t["read_only"]) if "read_only" in t else None
+        if ro:
+            globs = tuple(glob_regex(g.rstrip("/") + "/**") for g in ro) + tuple(
+                glob_regex(g) for g in ro)
+            out.append(PatternRule("read_only_path", Verdict.DENY, Match(effects=_WRITING),
+                                   "path is under a read-only root", observe, paths=globs))
+        return out
+
+    def _match(self, path: Path, t: Mapping[str, Any]) -> Match:
+        ck = self.ck
+        pr = ck.table((*path, "principal"), t["principal"], _PRINCIPAL) \
+            if "principal" in t else {}
+        who = {k: frozenset(ck.strings((*path, "principal", k), pr[k]) or ())
+               for k in _PRINCIPAL if k in pr}
+        return Match(
+            tools=self._tools((*path, "tools"), t["tools"])
+            if "tools" in t else None,
+            capabilities=ck.members((*path, "capabilities"), t["capabilities"], Capability)
+            if "capabilities" in t else None,
+            effects=ck.members((*path, "effects"), t["effects"], Effect)
+            if "effects" in t else None,
+            modes=ck.names((*path, "modes"), t["modes"], self.modes, "mode")
+            if "modes" in t else None,
+            users=who.get("users"), agents=who.get("agents"), tenants=who.get("tenants"),
+            roles=who.get("roles"),
+        )
+
+    def _rule(self, path: Path, raw: Any) -> Rule | None:
+        ck = self.ck
+        t = ck.table(path, raw, _RULE)
+        rid = ck.rule_id((*path, "id"), t.get("id"), self.taken)
+        decision = ck.choice((*path, "decision"), t.get("decision", "deny"), ("deny", "ask"))
+        reason = ck.string((*path, "reason"), t["reason"]) if "reason" in t else ""
+        match = self._match(path, t)
+        args: list[tuple[str, re.Pattern[str]]] = []
+        raw_args = ck.table((*path, "args"), t["args"], tuple(t["args"])) \
+            if isinstance(t.get("args"), Mapping) else {}
+        if "args" in t and not isinstance(t["args"], Mapping):
+            ck.problem((*path, "args"), "args must be a table of argument = pattern")
+        for name, pat in raw_args.items():
+            compiled = ck.pattern((*path, "args", name), pat)
+            if compiled is not None:
+                args.append((str(name), compiled))
+        globs = ck.strings((*path, "paths"), t["paths"]) or () if "paths" in t else ()
+        hosts = ck.table((*path, "url_hosts"), t["url_hosts"], ("allow", "deny")) \
+            if "url_hosts" in t else {}
+        allow = ck.strings((*path, "url_hosts", "allow"), hosts["allow"]) \
+            if "allow" in hosts else None
+        deny = ck.strings((*path, "url_hosts", "deny"), hosts["deny"]) or () \
+            if "deny" in hosts else ()
+        if rid is None or decision is None or reason is None:
+            return None
+        rule = PatternRule(
+            rid, Verdict(decision), match, reason, self._observe(path, t), tuple(args),
+            tuple(glob_regex(g) for g in globs),
+            None if allow is None else tuple(h.lower() for h in allow),
+            tuple(h.lower() for h in deny),
+        )
+        if rule.reads_content:
+            self.content.add(rid)
+        return rule
+
+    def _approval(self, raw: Any) -> list[Rule]:
+        t = self.ck.table(("approval",), raw, ("mode", "reason", *_MATCH))
+        if not any(k in t for k in _MATCH):
+            self.ck.problem(("approval",), "approval needs tools, capabilities, effects,"
+                            " modes or principal")
+            return []
+        why = self.ck.string(("approval", "reason"), t.get("reason", "needs approval")) or ""
+        return [PatternRule("approval", Verdict.ASK, self._match(("approval",), t), why,
+                            self._observe(("approval",), t))]
+
+    def _limits(self, raw: Any) -> list[LimitRule]:
+        ck = self.ck
+        if not isinstance(raw, list):
+            ck.problem(("limits",), "limits must be an array of tables ([[limits]])")
+            return []
+        out = []
+        for i, r in enumerate(raw):
+            p: Path = ("limits", i)
+            t = ck.table(p, r, _LIMIT)
+            rid = ck.rule_id((*p, "id"), t.get("id"), self.taken)
+            per = ck.choice((*p, "per"), t.get("per", "run"), ("run", "principal"))
+            nums = {k: ck.integer((*p, k), t[k]) for k in
+                    ("max_calls", "per_minute", "max_concurrent") if k in t}
+            if not nums:
+                ck.problem(p, f"{ck.name(p)} needs max_calls, per_minute or max_concurrent")
+            match = self._match(p, t)
+            if rid is not None and per is not None:
+                out.append(LimitRule(rid, match, per, nums.get("max_calls"),
+                                     nums.get("per_minute"), nums.get("max_concurrent"),
+                                     self._observe(p, t)))
+        return out
+
+
+def compile_document(
+    doc: Mapping[str, Any], ck: Checker, tools: frozenset[str] | None
+) -> Compiled:
+    """Check and compile a parsed document; problems are left in ``ck.problems``."""
+    return _Compiler(ck, tools).run(doc)
