@@ -143,3 +143,18 @@ def test_the_bench_trail_replays_to_the_counts_its_rules_imply(tmp_path: Path) -
         got[c["rule"]] = got.get(c["rule"], 0) + c["count"]
     assert got == expect
     assert report["calls"] == report["replayed"] == n
+
+
+def test_the_archive_replays_like_the_home(trail: Path, tmp_path: Path) -> None:
+    from tooltrace.archive import ship
+
+    archive = tmp_path / "archive"
+    assert ship(trail, str(archive)).shipped
+    f = tmp_path / "candidate.toml"
+    f.write_text(TIGHT)
+    args = ["policy", "test", str(f), "--tools", "tooltrace.demo:DEMO_TOOLS", "--json"]
+    from_home = CliRunner().invoke(main, [*args, "--home", str(trail)])
+    from_archive = CliRunner().invoke(main, [*args, "--archive", str(archive)])
+    assert from_archive.exit_code == from_home.exit_code == 1
+    home_d, arch_d = orjson.loads(from_home.output), orjson.loads(from_archive.output)
+    assert arch_d["changes"] == home_d["changes"] and arch_d["changed"] == 3
