@@ -88,7 +88,8 @@ def test_a_write_is_snapshotted_diffed_and_restored(base: Path) -> None:
     assert detail["path"] == "notes.txt" and detail["size"] == len(old.encode())
     assert detail["sha256"] == hashlib.sha256(old.encode()).hexdigest()
     # The previous content is a content-addressed artifact under the home.
-    kept = base / "home" / "artifacts" / detail["sha256"][:2] / f"{detail['sha256']}.txt"
+    kept = (base / "home" / "snapshots" / "content" / detail["sha256"][:2]
+            / f"{detail['sha256']}.txt")
     assert kept.read_bytes() == old.encode()
     # The snapshot comes after admission and before execution.
     names = [s["step"] for s in report["steps"]]
@@ -218,9 +219,9 @@ def test_a_symlink_swapped_in_before_the_snapshot_refuses_the_call(tmp_path: Pat
     assert snap[0].detail["reason"] in ("symlink_escape", "symlink_race")
     assert not env.record.execution_started
     assert outside.read_text() == "host secret\n"
-    # The outside file's content was never copied into the artifacts.
+    # The outside file's content was never copied into the snapshots.
     digest = hashlib.sha256(b"host secret\n").hexdigest()
-    assert not (tmp_path / "home" / "artifacts" / digest[:2] / f"{digest}.txt").exists()
+    assert not (tmp_path / "home" / "snapshots" / "content" / digest[:2] / f"{digest}.txt").exists()
 
 
 def test_a_writer_refuses_a_file_other_than_the_snapshotted_one(tmp_path: Path) -> None:

@@ -128,7 +128,7 @@ class ToolRegistry:
         )
         self.home = _settings.resolve_home(home)
         self.artifacts = ArtifactStore(self.home / "artifacts")
-        self.snapshots = SnapshotStore(self.home, self.artifacts, snapshot_max_bytes)
+        self.snapshots = SnapshotStore(self.home, snapshot_max_bytes)
         self.group_descriptions: dict[str, str] = {}  # see describe_group
         self.policy = policy if policy is not None else Policy()
         self.redactor = redactor if redactor is not None else Redactor()

@@ -43,7 +43,7 @@ def snapshot_before(
             rel = reg.workspace.resolve(value, must_exist=False).relative
             state, data, (dev, ino) = read_state(reg.workspace, rel, store.max_bytes)
             if data is not None:
-                store.artifacts.put_bytes(data)
+                store.keep(data)
         except (PathPolicyError, OSError) as exc:
             reason = exc.reason if isinstance(exc, PathPolicyError) else "not_saved"
             _refuse(reg, b, d, t, {"param": param, "reason": reason}, exc)
@@ -104,7 +104,7 @@ def snapshot_after(reg: ToolRegistry, b: Builder, tool: str,
         try:
             after, data, _ident = read_state(reg.workspace, snap.path, store.max_bytes)
             if data is not None:
-                store.artifacts.put_bytes(data)
+                store.keep(data)
         except (PathPolicyError, OSError):
             after = None
         files.append(FileSnapshot(snap.param, snap.path, snap.before, after,

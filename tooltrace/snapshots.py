@@ -152,18 +152,24 @@ def read_state(
 
 
 class SnapshotStore:
-    """Where snapshots go: contents in the artifact store, one manifest per call under
-    ``<home>/snapshots``. ``max_bytes`` bounds the size of a file kept (larger ones are
+    """Where snapshots go: contents, content-addressed, under ``<home>/snapshots/content``
+    (apart from the offloaded results in ``<home>/artifacts``, which are redacted: a snapshot is
+    the file as it was), and one manifest per call under ``<home>/snapshots``, all owner-only.
+    ``max_bytes`` bounds the size of a file kept (larger ones are
     recorded, not kept): explicit > ``TOOLTRACE_SNAPSHOT_MAX_BYTES`` > 8 MiB. A registry's
     store is ``registry.snapshots``."""
 
     __slots__ = ("artifacts", "max_bytes", "root")
 
-    def __init__(self, home: str | os.PathLike[str], artifacts: ArtifactStore,
-                 max_bytes: int | None = None) -> None:
+    def __init__(self, home: str | os.PathLike[str], max_bytes: int | None = None) -> None:
         self.root = Path(home) / "snapshots"
-        self.artifacts = artifacts
+        self.artifacts = ArtifactStore(self.root / "content", relative_to=home)
         self.max_bytes = _settings.snapshot_max_bytes(max_bytes)
+
+    def keep(self, data: bytes) -> None:
+        """Store a file's bytes under their sha256 (the folder made owner-only first)."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.artifacts.put_bytes(data)
 
     def _path(self, call_id: str) -> Path:
         if not _ID.match(call_id):

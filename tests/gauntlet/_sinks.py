@@ -23,8 +23,14 @@ def parquet_rows(path: Path) -> bytes:
 
 
 def home_blobs(home: Path) -> Iterator[tuple[str, bytes]]:
-    """(label, bytes) for every file under a tooltrace home; Parquet also as decoded rows."""
+    """(label, bytes) for every file under a tooltrace home; Parquet also as decoded rows.
+
+    ``snapshots/`` is left out: it holds copies of workspace files as they were before a call
+    wrote them (and their paths), which an exact restore needs, in an owner-only folder that
+    ``snapshot_folder_is_owner_only`` checks. Everything shown from it is redacted."""
     for dirpath, _dirs, files in os.walk(home):
+        if Path(dirpath).relative_to(home).parts[:1] == ("snapshots",):
+            continue
         for name in sorted(files):
             p = Path(dirpath) / name
             rel = str(p.relative_to(home))
@@ -32,3 +38,13 @@ def home_blobs(home: Path) -> Iterator[tuple[str, bytes]]:
             yield rel, data
             if name.endswith(".parquet"):
                 yield rel + " (rows)", parquet_rows(p)
+
+
+def snapshot_folder_is_owner_only(home: Path) -> bool:
+    """Whether ``<home>/snapshots`` (if there) is a folder only its owner can enter, and every
+    file under it only its owner can read."""
+    root = home / "snapshots"
+    if not root.exists():
+        return True
+    files = [p for p in root.rglob("*") if p.is_file()]
+    return root.stat().st_mode & 0o077 == 0 and all(p.stat().st_mode & 0o077 == 0 for p in files)

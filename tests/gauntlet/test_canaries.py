@@ -45,7 +45,7 @@ from tooltrace.telemetry.tracing import TracingSink
 
 from ._canaries import ENCODINGS, KINDS, Canary, Finder, make_canaries
 from ._figures import LONG, record, size
-from ._sinks import home_blobs
+from ._sinks import home_blobs, snapshot_folder_is_owner_only
 
 N_CANARIES = size(312, 10_000)
 SEED = int(os.environ.get("TOOLTRACE_CANARY_SEED", "20261202"))
@@ -297,6 +297,7 @@ def test_no_canary_reaches_any_sink(tmp_path: Path) -> None:
     blobs.append(("metrics exposition", exposition))
     blobs.append(("log lines", log.getvalue()))
     blobs += list(home_blobs(home))
+    assert (home / "snapshots").is_dir() and snapshot_folder_is_owner_only(home)
     blobs += [(f"hook view {i}", b) for i, b in enumerate(plan.seen_by_hooks)]
     blobs += [(f"cli {label}", b) for label, b in cli_out]
     kinds = {label.split("/")[0].split(" ")[0] for label, _ in blobs}

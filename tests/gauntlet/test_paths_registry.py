@@ -146,10 +146,12 @@ def test_hardlinks_are_not_written_and_strict_reads_refuse_them(
 
 @pytest.mark.timeout(3600 if LONG else 300)
 def test_swap_race_through_the_tools_never_escapes(
-    racing: Racing,
+    racing: Racing, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     _ws, tree, _stop, swaps = racing
-    reg = register_builtins(ToolRegistry(workspace=tree, home=tree.parent / "home"))
+    # The home (where snapshots of the writes go) lies apart from what must not change.
+    home = tmp_path_factory.mktemp("home")
+    reg = register_builtins(ToolRegistry(workspace=tree, home=home))
     outside = tree.parent / "outside"
     before = _outside_state(tree)
     escapes = 0

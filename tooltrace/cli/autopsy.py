@@ -80,12 +80,11 @@ def autopsy(call_id: str, home: Path | None, as_json: bool, wide: bool,
 def _diffs(call_id: str, home: Path | None) -> list[dict[str, Any]]:
     """Each written file's change, redacted: path, diff text, and a note when not shown."""
     from .._settings import resolve_home
-    from ..artifacts import ArtifactStore
     from ..redaction import default_redactor
     from ..snapshots import SnapshotNotFound, SnapshotStore, file_diff
 
     root = resolve_home(home)
-    store = SnapshotStore(root, ArtifactStore(root / "artifacts"), 0)
+    store = SnapshotStore(root, 0)
     try:
         rec = store.load(call_id)
     except SnapshotNotFound:

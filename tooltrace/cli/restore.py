@@ -36,14 +36,13 @@ def restore(call_id: str, force: bool, workspace: Path | None, mode: str, home: 
     """
     from .. import create_registry
     from .._settings import resolve_home
-    from ..artifacts import ArtifactStore
     from ..envelope import ToolCall
     from ..snapshots import SnapshotNotFound, SnapshotStore
 
     guard = OutputGuard(home)
     root = resolve_home(home)
     try:
-        store = SnapshotStore(root, ArtifactStore(root / "artifacts"), 0)
+        store = SnapshotStore(root, 0)
         full = store.find(call_id)
         rec = store.load(full)
     except SnapshotNotFound as exc:
