@@ -277,8 +277,13 @@ def test_a_real_mcp_servers_tools_are_a_group_named_for_it(tmp_path: Path) -> No
 
     result, loaded, upstream = asyncio.run(listing())
     assert upstream is not None and upstream.source == "mcp:clock"
+    # The server's tools, and the registry entries through which its resources and prompts are
+    # read (policed and audited like calls; the proxy's own tools/list leaves those out).
+    server_tools = ["convert_time", "get_current_time"]
+    protocol = ["mcp.clock.get_prompt", "mcp.clock.read_resource"]
     clock = next(g for g in result.groups if g.name == "clock")
-    assert clock.tools == 2 and clock.description == "Tools: convert_time, get_current_time"
+    names = sorted([*server_tools, *protocol])
+    assert clock.tools == 4 and clock.description == "Tools: " + ", ".join(names)
     assert "get_current_time" not in [d.name for d in result.tools]
     assert loaded.ok
-    assert [t["name"] for t in loaded.data["tools"]] == ["convert_time", "get_current_time"]
+    assert [t["name"] for t in loaded.data["tools"]] == names
