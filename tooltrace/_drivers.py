@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ._context import CallContext
     from ._registry import ToolRegistry
 
-__all__ = ["aserve", "boxed", "serve"]
+__all__ = ["arun", "aserve", "boxed", "run", "serve"]
 
 
 def boxed(
@@ -38,6 +38,36 @@ def boxed(
     """The blocking driver's pipeline: the envelope goes in ``box`` and the generator returns
     None, so ``next(gen, None)`` ends it without raising (most calls never yield at all)."""
     box.append((yield from pipeline(reg, raw, True, parent)))
+
+
+def run(reg: ToolRegistry, raw: RawCall, parent: CallContext | None = None
+        ) -> ToolResultEnvelope:
+    """Drive one call's pipeline on this thread (``ToolRegistry.call``, and a nested call's)."""
+    box: list[ToolResultEnvelope] = []
+    gen = boxed(reg, raw, box, parent)
+    # next(gen, None) ends without raising when the generator returns None: most calls
+    # (inline tools, no hooks or approval) never yield, and pay for no StopIteration.
+    op = next(gen, None)
+    while op is not None:
+        try:
+            op = gen.send(serve(reg, op))
+        except StopIteration:
+            break
+    return box[0]
+
+
+async def arun(reg: ToolRegistry, raw: RawCall, parent: CallContext | None = None
+               ) -> ToolResultEnvelope:
+    """Drive one call's pipeline on the running loop (``ToolRegistry.acall``, and a nested
+    call's)."""
+    gen = pipeline(reg, raw, False, parent)
+    try:
+        op = next(gen)
+        while True:
+            op = gen.send(await aserve(reg, op))
+    except StopIteration as stop:
+        env: ToolResultEnvelope = stop.value
+        return env
 
 
 def serve(reg: ToolRegistry, op: Op) -> Any:

@@ -27,14 +27,14 @@ from . import _build, _settings
 from ._admission import Admission
 from ._authorize import AllowDetails
 from ._context import CallContext
-from ._drivers import aserve, boxed, serve
+from ._drivers import arun, run
 from ._eventhub import EventHub, Subscription
 from ._executors import LoopThread, RenewablePool, ToolThreads
 from ._ids import CLOCK_SKEW_S, id_prefix, new_run_id
 from ._listing import ToolListing, tool_listing
 from ._principals import RunPrincipals
 from ._record import redact_detail
-from ._stages import RawCall, pipeline
+from ._stages import RawCall
 from ._statuses import StatusTable
 from ._tooltable import Resolution, ToolTable, Visibility, make_entry
 from .envelope import CallStatus, Principal, Status, Step, ToolResultEnvelope
@@ -278,51 +278,19 @@ class ToolRegistry:
 
     def call(self, call: RawCall) -> ToolResultEnvelope:
         """Run one tool call through the whole pipeline and return its envelope (blocking)."""
-        box: list[ToolResultEnvelope] = []
-        gen = boxed(self, call, box)
-        # next(gen, None) ends without raising when the generator returns None: most calls
-        # (inline tools, no hooks or approval) never yield, and pay for no StopIteration.
-        op = next(gen, None)
-        while op is not None:
-            try:
-                op = gen.send(serve(self, op))
-            except StopIteration:
-                break
-        return box[0]
+        return run(self, call)
 
     async def acall(self, call: RawCall) -> ToolResultEnvelope:
         """Run one tool call through the same pipeline on the running event loop."""
-        gen = pipeline(self, call)
-        try:
-            op = next(gen)
-            while True:
-                op = gen.send(await aserve(self, op))
-        except StopIteration as stop:
-            env: ToolResultEnvelope = stop.value
-            return env
+        return await arun(self, call)
 
     def _call_child(self, call: RawCall, parent: CallContext) -> ToolResultEnvelope:
         """``call`` for a call a running tool makes (``CallContext.call``)."""
-        box: list[ToolResultEnvelope] = []
-        gen = boxed(self, call, box, parent)
-        op = next(gen, None)
-        while op is not None:
-            try:
-                op = gen.send(serve(self, op))
-            except StopIteration:
-                break
-        return box[0]
+        return run(self, call, parent)
 
     async def _acall_child(self, call: RawCall, parent: CallContext) -> ToolResultEnvelope:
         """``acall`` for a call a running tool makes (``CallContext.acall``)."""
-        gen = pipeline(self, call, False, parent)
-        try:
-            op = next(gen)
-            while True:
-                op = gen.send(await aserve(self, op))
-        except StopIteration as stop:
-            env: ToolResultEnvelope = stop.value
-            return env
+        return await arun(self, call, parent)
 
     def subscribe(
         self,
