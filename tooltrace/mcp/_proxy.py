@@ -10,6 +10,7 @@ line and audit record. A rejected call never reaches the upstream server; the cl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ from ..redaction import default_redactor
 from ..registry import ToolRegistry
 from ..runtime import CallContext
 from ..tool import NAME_RE, Capability, Effect, ToolDefinition
+from ._backchannel import Backchannel
 from ._config import ProxyConfig, resolve_approver, resolve_hooks, resolve_rules
 from ._errors import UpstreamCancelled, UpstreamToolError
 from ._filepolicy import proxy_policy
@@ -131,6 +133,8 @@ class McpProxy:
         self.upstreams: dict[str, Upstream] = {}
         #: Resources, prompts, completion, logging and upstream notifications.
         self.forwarder = Forwarder(self.registry, self.upstreams)
+        #: Upstreams' sampling, elicitation and roots requests, forwarded to the client.
+        self.backchannel = Backchannel()
         self._exposed: dict[str, _Exposed] = {}
         self._exposed_by_upstream: dict[tuple[str, str], str] = {}
         self._checks: dict[str, dict[str, PinCheck]] = {}
@@ -190,7 +194,8 @@ class McpProxy:
         """
         for sc in self.config.servers:
             self.upstreams[sc.label] = Upstream(sc, on_tools=self._on_tools,
-                                                on_notify=self.forwarder.on_notify)
+                                                on_notify=self.forwarder.on_notify,
+                                                callbacks=self.backchannel.callbacks(sc.label))
         results = await asyncio.gather(
             *(u.start() for u in self.upstreams.values()), return_exceptions=True)
         for up, res in zip(self.upstreams.values(), results, strict=True):
@@ -414,9 +419,12 @@ class McpProxy:
         *,
         attributes: Mapping[str, str | int | bool] | None = None,
         call_id: str | None = None,
+        client: tuple[Any, Any] | None = None,
     ) -> mt.CallToolResult:
         """Run one ``tools/call`` through the registry and shape the envelope as an MCP result
-        (``call_id``: the id to give the call, so its events can be told apart)."""
+        (``call_id``: the id to give the call, so its events can be told apart; ``client``: the
+        downstream session and request id that the upstream's sampling, elicitation and roots
+        requests go to while the call runs)."""
         attrs: dict[str, str | int | bool] = {"mcp.method.name": "tools/call"}
         if attributes:
             attrs.update(attributes)
@@ -431,7 +439,10 @@ class McpProxy:
             attrs["tooltrace.mcp.upstream_tool"] = ex.upstream_name
         call = ToolCall(name=name, arguments=arguments if arguments is not None else {},
                         mode=self.config.mode, attributes=attrs, call_id=call_id)
-        env = await self.registry.acall(call)
+        with contextlib.ExitStack() as stack:
+            if ex is not None and client is not None:
+                stack.enter_context(self.backchannel.serving(ex.server, *client))
+            env = await self.registry.acall(call)
         held = self._held.pop(env.call_id, None)
         if env.reject_stage is Stage.RESOLVE:
             from mcp.shared.exceptions import MCPError

@@ -69,7 +69,8 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
             if token is not None:  # the client asked for progress: relay this call's
                 relay.watch(call_id, ctx.session, token, ctx.request_id)
             task = asyncio.ensure_future(proxy.call_tool(
-                params.name, params.arguments, attributes=attrs, call_id=call_id))
+                params.name, params.arguments, attributes=attrs, call_id=call_id,
+                client=(ctx.session, ctx.request_id)))
             try:
                 return await asyncio.shield(task)
             except asyncio.CancelledError:

@@ -44,13 +44,16 @@ _STABLE_S = 30.0
 _CONNECTION_CLOSED = -32000
 _EXIT_GRACE_S = 1.0
 _MAX_LINE_BYTES = 64 * 1024 * 1024
+_ENDED = {"protocol": "wrote a line that is not JSON-RPC", "exited": "the process exited",
+          "hung": "it stopped answering"}
 
 
 class Upstream:
     """A supervised connection to one upstream server.
 
     ``on_tools(upstream, tools)`` is called with the wire form of the tool listing after every
-    (re)connect, so pins are checked again when a restarted server changes its tools.
+    (re)connect, so pins are checked again when a restarted server changes its tools;
+    ``callbacks`` are the session's sampling, elicitation and roots callbacks (``Backchannel``).
     """
 
     def __init__(
@@ -59,11 +62,12 @@ class Upstream:
         *,
         on_tools: Callable[[Upstream, list[dict[str, Any]]], None] | None = None,
         on_notify: Callable[[Upstream, Any], Awaitable[None]] | None = None,
+        callbacks: Mapping[str, Any] | None = None,
     ) -> None:
         self.config = config
         self.label = config.label
-        self._on_tools = on_tools
-        self._on_notify = on_notify
+        self._on_tools, self._on_notify = on_tools, on_notify
+        self._callbacks = dict(callbacks or {})
         self._session: ClientSession | None = None
         self._broken: asyncio.Event = asyncio.Event()
         self._broken_reason = ""
@@ -165,7 +169,8 @@ class Upstream:
             cfg, self._break, lambda: self._broken_reason in ("", "exited")))
         async with (
             transport as (read, write),
-            ClientSession(read, write, message_handler=self._on_message) as session,
+            ClientSession(read, write, message_handler=self._on_message,
+                          **self._callbacks) as session,
         ):
             with anyio.fail_after(cfg.startup_timeout_s):
                 init = await session.initialize()
@@ -185,10 +190,7 @@ class Upstream:
             await self._broken.wait()
             self._session = None
             self._ready.clear()
-        self.last_error = {"protocol": "wrote a line that is not JSON-RPC",
-                           "exited": "the process exited",
-                           "hung": "it stopped answering"}.get(self._broken_reason,
-                                                              self._broken_reason or "closed")
+        self.last_error = _ENDED.get(self._broken_reason, self._broken_reason or "closed")
 
     async def _on_message(self, message: Any) -> None:
         import mcp.types as mt
@@ -479,8 +481,7 @@ async def _list_all(session: ClientSession) -> list[mt.Tool]:
 
 def _wire(tool: mt.Tool) -> dict[str, Any]:
     """A tool's wire form (camelCase keys, unset fields left out)."""
-    data: dict[str, Any] = tool.model_dump(by_alias=True, exclude_none=True, mode="json")
-    return data
+    return dict(tool.model_dump(by_alias=True, exclude_none=True, mode="json"))
 
 
 def _describe(exc: BaseException) -> str:
@@ -494,7 +495,6 @@ def _describe(exc: BaseException) -> str:
         return "handshake timed out"
     if isinstance(exc, PermissionError):
         return "command not executable"
-    name = type(exc).__name__
     code = getattr(getattr(exc, "error", None), "code", None)
-    return f"{name} {code}" if code is not None else name
+    return type(exc).__name__ + (f" {code}" if code is not None else "")
 

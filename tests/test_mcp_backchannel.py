@@ -1,0 +1,121 @@
+"""Server-to-client requests through the proxy: an upstream built with the SDK's ``MCPServer``
+asks for sampling, elicitation and roots while it runs a tool; the official SDK client in front
+of the proxy (a subprocess, over stdio) answers them, and the answers reach the upstream.
+
+A client that did not declare a capability gets a clean tool error (the upstream hears the
+SDK's "not supported" error), not a hang; nothing the client answered is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import mcp.types as mt
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from test_mcp_proxy import REPO, audit_rows, text_of, write_config
+
+ASKING = str(REPO / "tests" / "mcp_servers" / "asking.py")
+SECRET = "ghp_" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0FeDcBa"
+
+
+def _run(tmp: Path, **callbacks: Any) -> dict[str, Any]:
+    config = write_config(tmp, f"""
+[proxy]
+home = "home"
+workspace = "."
+[servers.asking]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(ASKING)}]
+""")
+    seen: dict[str, Any] = {}
+
+    async def scenario() -> dict[str, Any]:
+        res: dict[str, Any] = {}
+        params = StdioServerParameters(
+            command=sys.executable, cwd=str(tmp),
+            args=["-m", "tooltrace.mcp", "proxy", "--config", str(config)],
+            env={"PYTHONPATH": str(REPO), "TOOLTRACE_LOG_LEVEL": "debug"})
+        with tempfile.TemporaryFile("w+") as err:
+            async with stdio_client(params, errlog=err) as (read, write), \
+                    ClientSession(read, write, **callbacks) as s:
+                await asyncio.wait_for(s.initialize(), 60)
+                for tool, args in (("sample", {"prompt": "say hi " + SECRET}),
+                                   ("ask", {"question": "your name?"}), ("roots", {})):
+                    res[tool] = await asyncio.wait_for(s.call_tool(tool, args), 60)
+            err.seek(0)
+            res["stderr"] = err.read()
+        return res
+
+    res = asyncio.run(scenario())
+    res["seen"] = seen
+    res["rows"] = list(audit_rows(tmp / "home").values())
+    return res
+
+
+@pytest.fixture(scope="module")
+def answered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+
+    async def sampling(ctx: Any, params: mt.CreateMessageRequestParams) -> mt.CreateMessageResult:
+        seen["sampling"] = params
+        return mt.CreateMessageResult(
+            role="assistant", model="test-model",
+            content=mt.TextContent(type="text", text="hi from the client " + SECRET))
+
+    async def elicitation(ctx: Any, params: mt.ElicitRequestParams) -> mt.ElicitResult:
+        seen["elicitation"] = params
+        return mt.ElicitResult(action="accept", content={"name": "Ada"})
+
+    async def list_roots(ctx: Any) -> mt.ListRootsResult:
+        seen["roots"] = True
+        return mt.ListRootsResult(roots=[mt.Root(uri="file:///srv/project", name="project")])
+
+    res = _run(tmp_path_factory.mktemp("backchannel"), sampling_callback=sampling,
+               elicitation_callback=elicitation, list_roots_callback=list_roots)
+    res["seen"] = seen
+    return res
+
+
+def test_sampling_reaches_the_client_and_its_answer_the_upstream(answered: dict[str, Any]
+                                                                  ) -> None:
+    params = answered["seen"]["sampling"]
+    assert [m.content.text for m in params.messages] == ["say hi " + SECRET]
+    assert (params.max_tokens, params.system_prompt) == (50, "be brief")
+    res = answered["sample"]
+    assert not res.is_error
+    got = json.loads(text_of(res).replace("[REDACTED", "REDACTED"))  # redacted in the result
+    assert got["model"] == "test-model"
+    assert got["text"].startswith("hi from the client ") and SECRET not in got["text"]
+
+
+def test_elicitation_and_roots_round_trip(answered: dict[str, Any]) -> None:
+    assert answered["seen"]["elicitation"].message == "your name?"
+    assert json.loads(text_of(answered["ask"])) == {"action": "accept", "data": {"name": "Ada"}}
+    assert answered["seen"]["roots"] is True
+    assert json.loads(text_of(answered["roots"])) == ["file:///srv/project"]
+
+
+def test_answers_are_not_logged_and_calls_are_audited(answered: dict[str, Any]) -> None:
+    assert SECRET not in answered["stderr"]
+    assert "hi from the client" not in answered["stderr"]
+    assert "refused" not in answered["stderr"]
+    tools = sorted(r["tool"] for r in answered["rows"])
+    assert tools == ["ask", "roots", "sample"]
+    assert SECRET not in json.dumps([r["result_preview"] for r in answered["rows"]])
+
+
+def test_a_client_without_the_capabilities_gets_tool_errors(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    res = _run(tmp_path_factory.mktemp("backchannel-none"))
+    for tool, message in (("sample", "Sampling not supported"),
+                          ("ask", "Elicitation not supported"),
+                          ("roots", "List roots not supported")):
+        assert res[tool].is_error, tool
+        assert message in text_of(res[tool]), (tool, text_of(res[tool]))
+    assert "client lacks capability" in res["stderr"]
