@@ -1,6 +1,7 @@
 """Server-to-client requests through the proxy: an upstream built with the SDK's ``MCPServer``
 asks for sampling, elicitation and roots while it runs a tool; the official SDK client in front
-of the proxy (a subprocess, over stdio) answers them, and the answers reach the upstream.
+of the proxy (a subprocess, over stdio and over streamable HTTP) answers them, and the answers
+reach the upstream.
 
 A client that did not declare a capability gets a clean tool error (the upstream hears the
 SDK's "not supported" error), not a hang; nothing the client answered is logged.
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -33,8 +36,6 @@ workspace = "."
 command = {json.dumps(sys.executable)}
 args = [{json.dumps(ASKING)}]
 """)
-    seen: dict[str, Any] = {}
-
     async def scenario() -> dict[str, Any]:
         res: dict[str, Any] = {}
         params = StdioServerParameters(
@@ -53,7 +54,6 @@ args = [{json.dumps(ASKING)}]
         return res
 
     res = asyncio.run(scenario())
-    res["seen"] = seen
     res["rows"] = list(audit_rows(tmp / "home").values())
     return res
 
@@ -119,3 +119,44 @@ def test_a_client_without_the_capabilities_gets_tool_errors(
         assert res[tool].is_error, tool
         assert message in text_of(res[tool]), (tool, text_of(res[tool]))
     assert "client lacks capability" in res["stderr"]
+
+
+def test_sampling_over_streamable_http(tmp_path: Path) -> None:
+    # Over HTTP the request must ride the stream of the call it belongs to.
+    from mcp.client.streamable_http import streamable_http_client
+    from support.otlp import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tooltrace.mcp", "proxy", "--home", str(tmp_path / "home"),
+         "--http", f"127.0.0.1:{port}", "--name", "asking", "--", sys.executable, ASKING],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), "TOOLTRACE_LOG_LEVEL": "error"},
+        stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    async def sampling(ctx: Any, params: mt.CreateMessageRequestParams) -> mt.CreateMessageResult:
+        return mt.CreateMessageResult(role="assistant", model="http-model",
+                                      content=mt.TextContent(type="text", text="over http"))
+
+    async def scenario() -> Any:
+        async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (read, write, *_), \
+                ClientSession(read, write, sampling_callback=sampling) as s:
+            await asyncio.wait_for(s.initialize(), 60)
+            return await asyncio.wait_for(s.call_tool("sample", {"prompt": "hi"}), 60)
+
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "listening on" in line:
+                break
+        else:
+            pytest.fail("the proxy exited before listening")
+        res = asyncio.run(scenario())
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert not res.is_error, text_of(res)
+    assert json.loads(text_of(res)) == {"model": "http-model", "text": "over http"}
