@@ -129,6 +129,8 @@ class ProxyConfig:
     priorities refuse to start). ``rug_pull``: what a call of a tool whose description or
     schema changed since it was pinned gets: ``ask`` (approval), ``deny``, or ``allow`` (only
     flagged). ``approval``: ``deny`` (default), ``allow``, or a ``module:function`` approver.
+    ``principal_header``: the HTTP request header naming the user a call acts for (the agent is
+    the client's ``clientInfo`` name).
     """
 
     servers: tuple[ServerConfig, ...] = ()
@@ -149,6 +151,7 @@ class ProxyConfig:
     preview_chars: int = 2048
     metrics_port: int | None = None
     policy_file: str | None = None
+    principal_header: str | None = None
 
     def __post_init__(self) -> None:
         labels = [s.label for s in self.servers]
@@ -165,14 +168,18 @@ class ProxyConfig:
             raise ConfigurationError("approval must be 'deny', 'allow' or 'module:function'")
         if not self.cancel_grace_s > 0:
             raise ConfigurationError("cancel_grace_s must be positive")
+        h = self.principal_header
+        if h is not None and (not isinstance(h, str) or not _HEADER_RE.match(h)):
+            raise ConfigurationError("principal_header must be an HTTP header name")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigurationError("metrics_port must be a TCP port number")
 
 
 _PROXY_KEYS = {
     "home", "workspace", "collisions", "separator", "prefix_all", "rug_pull", "hooks", "mode",
-    "cancel_grace_s", "max_inline_chars", "preview_chars", "metrics_port",
+    "cancel_grace_s", "max_inline_chars", "preview_chars", "metrics_port", "principal_header",
 }
+_HEADER_RE = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 _POLICY_KEYS = {"deny", "ask", "approval", "rules", "file"}
 _SERVER_KEYS = {
     "command", "args", "env", "cwd", "priority", "timeout_s", "tool_type", "capability",

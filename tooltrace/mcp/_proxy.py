@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import _settings
-from ..envelope import Stage, ToolCall
+from ..envelope import Principal, Stage, ToolCall
 from ..exceptions import ConfigurationError, RegistrationError
 from ..policy import (
     DenyCommandPatterns,
@@ -36,6 +36,7 @@ from ._backchannel import Backchannel
 from ._config import ProxyConfig, resolve_approver, resolve_hooks, resolve_rules
 from ._errors import UpstreamCancelled, UpstreamToolError
 from ._filepolicy import proxy_policy
+from ._identity import PrincipalRuns
 from ._network import PrivateNetworkRule, allow_lists
 from ._pins import ChangedToolsRule, PinCheck, PinStore
 from ._protocol import Forwarder
@@ -146,6 +147,7 @@ class McpProxy:
         self._metrics_server: Any = None
         # Upstream results by call id, from the handler until call_tool shapes the answer.
         self._held: dict[str, HeldResult] = {}
+        self._runs = PrincipalRuns()
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -420,11 +422,12 @@ class McpProxy:
         attributes: Mapping[str, str | int | bool] | None = None,
         call_id: str | None = None,
         client: tuple[Any, Any] | None = None,
+        principal: Principal | None = None,
     ) -> mt.CallToolResult:
         """Run one ``tools/call`` through the registry and shape the envelope as an MCP result
         (``call_id``: the id to give the call, so its events can be told apart; ``client``: the
         downstream session and request id that the upstream's sampling, elicitation and roots
-        requests go to while the call runs)."""
+        requests go to while the call runs; ``principal``: whom it acts for, in its own run)."""
         attrs: dict[str, str | int | bool] = {"mcp.method.name": "tools/call"}
         if attributes:
             attrs.update(attributes)
@@ -438,7 +441,8 @@ class McpProxy:
             attrs["tooltrace.mcp.server"] = ex.server
             attrs["tooltrace.mcp.upstream_tool"] = ex.upstream_name
         call = ToolCall(name=name, arguments=arguments if arguments is not None else {},
-                        mode=self.config.mode, attributes=attrs, call_id=call_id)
+                        mode=self.config.mode, attributes=attrs, call_id=call_id,
+                        principal=principal, run_id=self._runs.run_of(principal))
         with contextlib.ExitStack() as stack:
             if ex is not None and client is not None:
                 stack.enter_context(self.backchannel.serving(ex.server, *client))

@@ -21,6 +21,7 @@ from .. import new_call_id
 from .._settings import resolve_home
 from ..exceptions import ConfigurationError
 from ._config import ProxyConfig
+from ._identity import session_principal
 from ._progress import ProgressRelay, progress_token
 from ._proxy import McpProxy
 from ._telemetry import clock, mark_error
@@ -70,7 +71,8 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
                 relay.watch(call_id, ctx.session, token, ctx.request_id)
             task = asyncio.ensure_future(proxy.call_tool(
                 params.name, params.arguments, attributes=attrs, call_id=call_id,
-                client=(ctx.session, ctx.request_id)))
+                client=(ctx.session, ctx.request_id),
+                principal=session_principal(ctx, proxy.config.principal_header)))
             try:
                 return await asyncio.shield(task)
             except asyncio.CancelledError:
