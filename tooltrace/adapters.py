@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ._ids import new_call_id
-from .envelope import Status, ToolCall, ToolResultEnvelope
+from .envelope import Principal, Status, ToolCall, ToolResultEnvelope
 from .tool import Capability, Effect
 
 if TYPE_CHECKING:
@@ -69,12 +69,14 @@ def make_call(
     timeout_s: float | None = None,
     arguments_error: str | None = None,
     requested_name: bool = False,
+    principal: Principal | None = None,
 ) -> ToolCall:
     """A ``ToolCall`` with a fresh call id and the provider's id kept as an attribute.
 
     ``arguments`` is passed on as given: anything but a mapping is the registry's to refuse
     (stage ``params``), so even a malformed call is validated, recorded and answered.
     ``requested_name`` records ``name`` too (a reply to an unknown tool must still name it).
+    ``principal``: whom the call acts for (checked and bound to its run by the registry).
     """
     attributes: dict[str, str | int | bool] = {INTEGRATION: integration}
     if provider_id:
@@ -91,6 +93,7 @@ def make_call(
         mode=mode,
         timeout_s=timeout_s,
         attributes=attributes,
+        principal=principal,
     )
 
 

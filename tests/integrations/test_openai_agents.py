@@ -51,6 +51,7 @@ from tooltrace import (  # noqa: E402
     Verdict,
     tool,
 )
+from tooltrace.envelope import Principal  # noqa: E402
 from tooltrace.integrations.openai_agents import (  # noqa: E402
     FrameworkApprover,
     ToolCallError,
@@ -173,6 +174,34 @@ def test_calls_run_through_the_registry_and_the_model_sees_the_redacted_trimmed_
     assert art is not None and art.chars > 40_000
     assert SECRET not in seen["c3"] and len(seen["c3"]) < 1000
     assert art.path in seen["c3"] and art.sha256[:16] in seen["c3"]
+
+
+def test_the_adapters_principal_goes_on_every_call(
+    make_registry: MakeRegistry, sink: RecordingSink
+) -> None:
+    reg = make_registry(add, aadd)
+    p = Principal(user="ann", agent="triage", tenant="acme")
+    model = script(call("add", "c1", a=2, b=3), call("aadd", "c2", a=4, b=5))
+    assert run(model, as_function_tools(reg, principal=p)).final_output == "done"
+
+    @function_tool
+    def shout(text: str) -> str:
+        """Upper-case the text."""
+        return text.upper()
+
+    wrapped = adopt(reg, [shout], effect="none", principal=p)
+    run(script(call("shout", "c3", text="hi")), wrapped)
+    recs = by_provider_id(sink)
+    assert [recs[c].principal for c in ("c1", "c2", "c3")] == [p] * 3
+    assert recs["c3"].status is Status.OK
+    # A principal that looks like a secret is refused like any other, and not recorded.
+    leaky = Principal(agent="AKIA" + "Z7QF3EXAMPLE4DMO")
+    model = script(call("add", "c4", a=1, b=1))
+    run(model, as_function_tools(reg, principal=leaky))
+    refused = sink.records[-1]
+    assert len(sink.records) == 4 and refused.status is Status.REJECTED
+    assert refused.principal is None
+    assert outputs(model)["c4"].startswith("Error:") and "AKIA" not in outputs(model)["c4"]
 
 
 def test_refusals_failures_and_unknown_ends_reach_the_model_and_the_run_goes_on(

@@ -64,6 +64,7 @@ from tooltrace import (  # noqa: E402
     Verdict,
     tool,
 )
+from tooltrace.envelope import Principal  # noqa: E402
 from tooltrace.integrations.pydantic_ai import (  # noqa: E402
     FrameworkApprover,
     SharedSpans,
@@ -187,6 +188,28 @@ def test_calls_run_through_the_registry_and_the_model_sees_the_redacted_trimmed_
     assert art is not None and art.chars > 40_000
     assert SECRET not in script.seen["m3"] and len(script.seen["m3"]) < 1000
     assert art.path in script.seen["m3"] and art.sha256[:16] in script.seen["m3"]
+
+
+def test_the_adapters_principal_goes_on_every_call(
+    make_registry: MakeRegistry, sink: RecordingSink
+) -> None:
+    reg = make_registry(add, aadd)
+    p = Principal(user="ann", agent="planner", roles=("dev",))
+    script = Script(call("add", "c1", a=1, b=2), call("aadd", "c2", a=3, b=4))
+    run(script, Tooltrace(reg, principal=p))
+    script = Script(call("add", "t1", a=1, b=1))
+    Agent(FunctionModel(script), toolsets=[as_toolset(reg, principal=p)]).run_sync("go")
+    recs = by_provider_id(sink)
+    assert [recs[c].principal for c in ("c1", "c2", "t1")] == [p] * 3
+    assert len(sink.records) == 3
+    # A principal that looks like a secret is refused like any other, and not recorded.
+    leaky = Principal(user="AKIA" + "Z7QF3EXAMPLE4DMO")
+    script = Script(call("add", "s1", a=1, b=1))
+    run(script, Tooltrace(reg, principal=leaky))
+    refused = sink.records[-1]  # a malformed call's record keeps none of its attributes
+    assert len(sink.records) == 4 and refused.status is Status.REJECTED
+    assert refused.principal is None
+    assert script.seen["s1"].startswith("Error:") and "AKIA" not in script.seen["s1"]
 
 
 def test_refusals_failures_and_unknown_ends_reach_the_model_and_the_run_goes_on(

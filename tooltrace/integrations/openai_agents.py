@@ -39,7 +39,7 @@ from agents.tool_context import ToolContext
 
 from .._ids import new_call_id
 from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
-from ..envelope import ToolResultEnvelope
+from ..envelope import Principal, ToolResultEnvelope
 from ..exceptions import MalformedCallError, RegistrationError
 from ..registry import ToolRegistry
 from ..tool import Capability, Effect, ToolDefinition
@@ -98,8 +98,10 @@ class _Invoker:
         run_id: str | None,
         approvals: FrameworkApprover | None,
         on_error: ToolErrorFunction | _Summary | None,
+        principal: Principal | None = None,
     ) -> None:
         self.registry = registry
+        self.principal = principal
         self.name = name
         self.mode = mode
         self.run_id = run_id
@@ -116,7 +118,7 @@ class _Invoker:
             error = exc.reason  # passed on as sent: the registry refuses it (stage params)
         call = make_call(
             self.name, arguments, integration=INTEGRATION, provider_id=ctx.tool_call_id,
-            mode=self.mode, run_id=self.run_id, arguments_error=error,
+            mode=self.mode, run_id=self.run_id, arguments_error=error, principal=self.principal,
         )
         approved = ctx.is_tool_approved(ctx.tool_name, ctx.tool_call_id) is True
         token = _TOOL_CONTEXT.set(ctx)
@@ -175,10 +177,12 @@ def as_function_tools(
     approvals: FrameworkApprover | None = None,
     run_id: str | None = None,
     failure_error_function: ToolErrorFunction | _Summary | None = _SUMMARY,
+    principal: Principal | None = None,
 ) -> list[FunctionTool]:
     """The registry's tools in ``mode`` as ``FunctionTool``s for ``Agent(tools=[...])``.
 
-    ``run_id`` names the tooltrace run of the calls (default: the registry's). With
+    ``run_id`` names the tooltrace run of the calls (default: the registry's); ``principal``,
+    whom every call acts for (default: the run's). With
     ``approvals`` (also the registry's approver), a call policy asks about interrupts the run
     for the SDK's approval flow; without it, the registry's own approver decides in the call.
     ``failure_error_function`` turns a ``ToolCallError`` into the model's error string (default:
@@ -199,6 +203,7 @@ def as_function_tools(
                     run_id=run_id,
                     approvals=approvals,
                     on_error=failure_error_function,
+                    principal=principal,
                 ),
                 strict_json_schema=_is_strict(schema),
                 needs_approval=(
@@ -237,6 +242,7 @@ def adopt(
     approvals: FrameworkApprover | None = None,
     run_id: str | None = None,
     failure_error_function: ToolErrorFunction | _Summary | None = _SUMMARY,
+    principal: Principal | None = None,
 ) -> list[FunctionTool]:
     """Register SDK ``FunctionTool``s in the registry; return copies that call through it.
 
@@ -246,7 +252,8 @@ def adopt(
     not a string that looks like a result. The returned copies keep the schema, strictness,
     guardrails, timeout and ``needs_approval`` (policy asking is added when ``approvals`` is
     given). The capability and effect default to the cautious end; say what a tool really does.
-    Give the agent the copies, not the originals.
+    Give the agent the copies, not the originals. ``run_id`` and ``principal`` are as for
+    ``as_function_tools``.
     """
     out: list[FunctionTool] = []
     for t in tools:
@@ -275,6 +282,7 @@ def adopt(
             run_id=run_id,
             approvals=approvals,
             on_error=failure_error_function,
+            principal=principal,
         )
         if approvals is not None:
             wrapped.needs_approval = _asks(registry, t.name, mode, run_id, t.needs_approval)

@@ -43,7 +43,7 @@ from pydantic_core import SchemaValidator, core_schema
 
 from .._ids import new_call_id
 from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
-from ..envelope import Stage, Status, ToolResultEnvelope
+from ..envelope import Principal, Stage, Status, ToolResultEnvelope
 from ..exceptions import RegistrationError
 from ..registry import ToolRegistry
 from ..tool import Capability, Effect, ToolDefinition
@@ -80,6 +80,7 @@ async def _run(
     mode: str,
     run_id: str | None,
     approvals: FrameworkApprover | None,
+    principal: Principal | None = None,
 ) -> Any:
     """Run one of the agent's tool calls through the registry; map the envelope for the model."""
     run = run_id or ctx.run_id
@@ -93,7 +94,7 @@ async def _run(
             raise ApprovalRequired(metadata={"tooltrace.reason": reason})
     call = make_call(
         name, arguments, integration=INTEGRATION, provider_id=ctx.tool_call_id, mode=mode,
-        run_id=run,
+        run_id=run, principal=principal,
     )
     span = tool_span(ctx.tool_call_id)
     token = _RUN_CONTEXT.set(ctx)
@@ -146,8 +147,10 @@ class TooltraceToolset(AbstractToolset[Any]):
         run_id: str | None = None,
         approvals: FrameworkApprover | None = None,
         id: str | None = None,
+        principal: Principal | None = None,
     ) -> None:
         self.registry = registry
+        self.principal = principal
         self.mode = mode
         self.max_retries = max_retries
         self.run_id = run_id
@@ -183,6 +186,7 @@ class TooltraceToolset(AbstractToolset[Any]):
             mode=self.mode,
             run_id=self.run_id,
             approvals=self.approvals,
+            principal=self.principal,
         )
 
 
@@ -193,17 +197,18 @@ def as_toolset(
     max_retries: int = 1,
     run_id: str | None = None,
     approvals: FrameworkApprover | None = None,
+    principal: Principal | None = None,
 ) -> TooltraceToolset:
     """The registry's tools in ``mode`` as a toolset for ``Agent(toolsets=[...])``.
 
     ``run_id`` names the tooltrace run of every call (default: the agent run's id, so
-    ``registry.cancel(run_id)`` stops an agent run's calls). With ``approvals`` (also the
+    ``registry.cancel(run_id)`` stops an agent run's calls); ``principal``, whom every call acts
+    for (default: its run's). With ``approvals`` (also the
     registry's approver), a call policy asks about interrupts the run through Pydantic AI's
     deferred-approval flow; without it, the registry's own approver decides.
     """
-    return TooltraceToolset(
-        registry, mode, max_retries=max_retries, run_id=run_id, approvals=approvals
-    )
+    return TooltraceToolset(registry, mode, max_retries=max_retries, run_id=run_id,
+                            approvals=approvals, principal=principal)
 
 
 class Tooltrace(AbstractCapability[Any]):
@@ -214,7 +219,7 @@ class Tooltrace(AbstractCapability[Any]):
     the registry as well (``strict``, the default): an adopted tool runs there, anything else
     is refused as an unknown tool. ``strict=False`` lets such calls run as the agent has them.
     ``provide_tools=False`` gives the agent no tools (it keeps its own, adopted ones included,
-    and their calls run through the registry).
+    and their calls run through the registry). ``principal``: whom every call acts for.
     """
 
     def __init__(
@@ -227,16 +232,17 @@ class Tooltrace(AbstractCapability[Any]):
         max_retries: int = 1,
         run_id: str | None = None,
         approvals: FrameworkApprover | None = None,
+        principal: Principal | None = None,
     ) -> None:
         self.registry = registry
         self.mode = mode
         self.strict = strict
+        self.principal = principal
         self.run_id = run_id
         self.approvals = approvals
         self.provide_tools = provide_tools
-        self.toolset = as_toolset(
-            registry, mode, max_retries=max_retries, run_id=run_id, approvals=approvals
-        )
+        self.toolset = as_toolset(registry, mode, max_retries=max_retries, run_id=run_id,
+                                  approvals=approvals, principal=principal)
 
     def get_ordering(self) -> CapabilityOrdering:
         """Innermost: the registry is the last gate before a tool's code."""
@@ -271,6 +277,7 @@ class Tooltrace(AbstractCapability[Any]):
             mode=self.mode,
             run_id=self.run_id,
             approvals=self.approvals,
+            principal=self.principal,
         )
 
 
