@@ -255,9 +255,10 @@ def slo_rule_groups(cfg: SloConfig, runbook: Any) -> dict[str, Any]:
 
     ``runbook(alert)`` gives an alert's runbook URL.
     """
+    # One group: its rules are evaluated in order, so every alert reads the ratios recorded in
+    # the same evaluation (two groups run concurrently, and an alert could read the last ones).
     return {"groups": [
-        {"name": "tooltrace-slo-records", "rules": _records(cfg)},
-        {"name": "tooltrace-slo-alerts", "rules": _alerts(cfg, runbook)},
+        {"name": "tooltrace-slo", "rules": [*_records(cfg), *_alerts(cfg, runbook)]},
     ]}
 
 
