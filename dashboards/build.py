@@ -72,6 +72,7 @@ PIPELINES_UID = "tooltrace-pipelines"
 TOOL_UID = "tooltrace-tool"
 
 CALLS = "tooltrace_tool_calls_total"
+RESOLVED = "tooltrace_tool_unknown_resolved_total"
 REJECTIONS = "tooltrace_tool_rejections_total"
 OFFLOADS = "tooltrace_tool_offloads_total"
 HOOK_MODS = "tooltrace_tool_hook_modifications_total"
@@ -695,7 +696,8 @@ def _pipelines_panels() -> Iterator[Any]:
     )
     yield _timeseries(
         "Call rate by status",
-        "Calls per second by final status.",
+        "Calls per second by the status they returned (an unknown resolved later stays"
+        " unknown here: see the panel of late resolutions).",
         "reqps",
         [_query("A", f"sum by (status) (rate({CALLS}{{{f}}}[{RATE}]))", "{{status}}")],
         span=16,
@@ -710,7 +712,17 @@ def _pipelines_panels() -> Iterator[Any]:
         [_query("A", "sum by (tool, rule, decision) "
                 f"(rate(tooltrace_policy_observed_total{{{f}}}[{RATE}]))",
                 "{{tool}} {{rule}} {{decision}}")],
-        span=24,
+        span=12,
+    )
+    yield _timeseries(
+        "Unknown outcomes resolved later",
+        "Calls that returned unknown and whose final outcome became known later (the call"
+        " ended after all), per second, by tool and outcome. `tooltrace calls --status unknown"
+        " --outcome unknown` lists those still unresolved.",
+        "reqps",
+        [_query("A", "sum by (tool, outcome) "
+                f"(rate({RESOLVED}{{{f}}}[{RATE}]))", "{{tool}} {{outcome}}")],
+        span=12,
     )
     yield (
         bargauge.Panel()
@@ -850,7 +862,7 @@ def _tool_panels() -> Iterator[Any]:
     yield db.Row("Calls")
     yield _timeseries(
         "Calls by status",
-        "Calls per second of this tool by final status.",
+        "Calls per second of this tool by the status they returned.",
         "reqps",
         [_query("A", f"sum by (status) (rate({CALLS}{{{f}}}[{RATE}]))", "{{status}}")],
         stack=True,
@@ -892,7 +904,8 @@ def _tool_panels() -> Iterator[Any]:
     )
     yield _timeseries(
         "p95 latency by status",
-        "95th percentile duration split by final status (rejections are fast, unknowns slow).",
+        "95th percentile duration split by the status calls returned (rejections are fast,"
+        " unknowns slow).",
         "s",
         [_query("A", latency_expr(0.95, RATE, f, by="status"), "{{status}}")],
     )

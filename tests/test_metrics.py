@@ -427,3 +427,32 @@ def test_each_bucket_takes_at_most_one_exemplar_per_interval() -> None:
         om = _get(srv.url, "application/openmetrics-text; version=1.0.0; charset=utf-8")
     assert f'trace_id="{second.trace_id}"' in om and first.trace_id not in om
     tracing.shutdown(0.5)
+
+
+def test_a_late_resolution_is_counted_by_its_final_outcome(ws: Path) -> None:
+    """A side-effecting call abandoned at its deadline returns unknown; when it ends after
+    all, the resolution is counted under its final outcome (and the call stays counted under
+    the status it returned)."""
+
+    @tool("slow_write", effect="local", timeout_s=5.0)
+    def slow_write(seconds: float) -> str:
+        """Write something, ignoring every signal until done."""
+        time.sleep(seconds)
+        return "written"
+
+    sink = MetricsSink()
+    reg = ToolRegistry(workspace=ws, sinks=[sink], cancel_grace_s=0.1)
+    reg.register(slow_write)
+    try:
+        env = reg.call(ToolCall("slow_write", {"seconds": 0.5}, timeout_s=0.1))
+        assert env.status is Status.UNKNOWN
+        deadline = time.monotonic() + 10.0
+        while reg.status(env.call_id).resolved is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert reg.status(env.call_id).resolved is Status.OK
+        m = sink.registry
+        assert _value(m, "tooltrace_tool_calls_total", tool="slow_write", status="unknown") == 1
+        assert _value(m, "tooltrace_tool_unknown_resolved_total", tool="slow_write",
+                      outcome="ok") == 1
+    finally:
+        reg.shutdown(2.0)

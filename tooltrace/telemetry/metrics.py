@@ -9,7 +9,9 @@ by a custom collector, so they cost nothing on the call path.
 The ``tool`` label is a registered tool's name, or ``_unregistered`` for anything else; a call
 id, run id, path, argument or error text never becomes a label. Metric contract::
 
-    tooltrace_tool_calls_total{tool,status}
+    tooltrace_tool_calls_total{tool,status}                status: what the call returned
+    tooltrace_tool_unknown_resolved_total{tool,outcome}    calls that returned ``unknown`` and
+                                                           were resolved later, by final outcome
     tooltrace_tool_rejections_total{tool,stage}
     tooltrace_tool_hook_modifications_total{tool}
     tooltrace_tool_offloads_total{tool}
@@ -41,6 +43,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ..envelope import CallRecord, Stage, Status, StepName
+from ..sinks import LateStep
+from ._metricsserver import MetricsServer, multiprocess_registry, serve_metrics
 
 __all__ = [
     "ADMISSION_BUCKETS",
@@ -72,6 +76,7 @@ _STATUSES: Final = tuple(s.value for s in Status)
 _STAGES: Final = tuple(s.value for s in Stage)
 _ADMISSION: Final = StepName.ADMISSION.value
 _POLICY: Final = StepName.POLICY.value
+_RESOLVED: Final = StepName.RESOLVED.value
 _OBSERVED: Final = frozenset({"observe_deny", "observe_ask"})
 #: The ``rule`` label value for a rule id the registry's policy does not hold.
 OTHER_RULE: Final = "_other"
@@ -120,7 +125,7 @@ class MetricsSink:
         self._lock = threading.Lock()
         reg = self.registry
         self._calls = Counter(
-            "tooltrace_tool_calls", "Tool calls by final status.", ["tool", "status"],
+            "tooltrace_tool_calls", "Tool calls by the status they returned.", ["tool", "status"],
             registry=reg,
         )
         self._rejections = Counter(
@@ -144,6 +149,11 @@ class MetricsSink:
             "tooltrace_policy_observed",
             "Calls an observe-mode policy rule would have denied or sent for approval.",
             ["tool", "rule", "decision"], registry=reg,
+        )
+        self._resolved = Counter(
+            "tooltrace_tool_unknown_resolved",
+            "Calls that returned unknown and were resolved later, by their final outcome.",
+            ["tool", "outcome"], registry=reg,
         )
         self._rules: frozenset[str] = frozenset()
         self._bounds: tuple[float, ...] = (*sorted(float(b) for b in buckets), float("inf"))
@@ -244,6 +254,16 @@ class MetricsSink:
                 elif name == _ADMISSION:
                     ch.admission.observe(st.elapsed_us / 1e6)
                     break
+        except Exception:
+            self.dropped += 1
+
+    def emit_late(self, late: LateStep) -> None:
+        """Count the late resolution of a call that returned ``unknown`` (by its final
+        outcome); other late steps (a job's end) change no metric. Never raises."""
+        try:
+            st = late.step
+            if st.step == _RESOLVED and st.decision in _STATUSES:
+                self._resolved.labels(self.tool_label(late.tool), st.decision).inc()
         except Exception:
             self.dropped += 1
 
@@ -411,78 +431,3 @@ class _StateCollector(Collector):
             CounterMetricFamily("tooltrace_telemetry_export_errors",
                                 "Telemetry records a sink failed to deliver.", labels=["sink"]),
         )
-
-
-class MetricsServer:
-    """A running metrics endpoint; ``close()`` stops it and frees the port."""
-
-    def __init__(self, server: Any, thread: threading.Thread) -> None:
-        self._server = server
-        self._thread = thread
-        #: The address it listens on.
-        self.addr: str = str(server.server_address[0])
-        #: The port it listens on (the real one when 0 was asked for).
-        self.port: int = int(server.server_port)
-        #: The scrape URL.
-        self.url = f"http://{self.addr}:{self.port}/metrics"
-
-    def close(self) -> None:
-        """Stop serving and release the port."""
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5.0)
-
-    def __enter__(self) -> MetricsServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def multiprocess_registry(path: str | None = None) -> CollectorRegistry:
-    """A registry that sums the counters and histograms of every process sharing ``path``
-    (default: ``PROMETHEUS_MULTIPROC_DIR``), for one endpoint in front of many workers.
-
-    With ``PROMETHEUS_MULTIPROC_DIR`` set before ``prometheus_client`` is first imported, each
-    process's ``MetricsSink`` keeps its values in files there instead of in memory (the
-    prometheus-client multiprocess mode); this registry reads them all at scrape time. It
-    serves no exemplars and none of the scrape-time gauges (in flight, queue depths, caps,
-    sink drops): those belong to one process. Raises ``ValueError`` without a directory.
-    """
-    from prometheus_client.multiprocess import MultiProcessCollector
-
-    from .._settings import PROMETHEUS_MULTIPROC_DIR, prometheus_multiproc_dir
-
-    where = path or prometheus_multiproc_dir()
-    if not where:
-        raise ValueError(f"no multiprocess directory: pass path or set {PROMETHEUS_MULTIPROC_DIR}")
-    reg = CollectorRegistry()
-    MultiProcessCollector(reg, path=where)  # type: ignore[no-untyped-call]
-    return reg
-
-
-def serve_metrics(
-    port: int = 0,
-    addr: str = "127.0.0.1",
-    registry: CollectorRegistry | MetricsSink | None = None,
-) -> MetricsServer:
-    """Serve ``registry`` (or a sink's registry) over HTTP at ``/metrics`` for scraping.
-
-    The endpoint negotiates the OpenMetrics format (so exemplars appear) when the scraper asks
-    for it, and the classic text format otherwise. ``port=0`` picks a free port (see
-    ``.port``). With no registry, the process-wide ``prometheus_client.REGISTRY`` is served.
-    With ``PROMETHEUS_MULTIPROC_DIR`` set, a sink (or no registry) is served as the sum over
-    every process of the directory (``multiprocess_registry``): each process's own registry
-    would show only its own calls.
-    """
-    from prometheus_client import REGISTRY, start_http_server
-
-    from .._settings import prometheus_multiproc_dir
-
-    if prometheus_multiproc_dir() and (registry is None or isinstance(registry, MetricsSink)):
-        registry = multiprocess_registry()
-    if isinstance(registry, MetricsSink):
-        registry = registry.registry
-    target = REGISTRY if registry is None else registry
-    server, thread = start_http_server(port, addr=addr, registry=target)
-    return MetricsServer(server, thread)
