@@ -62,6 +62,7 @@ from tooltrace import (  # noqa: E402
     ToolRegistry,
     hook,
 )
+from tooltrace.envelope import Principal  # noqa: E402
 from tooltrace.integrations.langchain import (  # noqa: E402
     TooltraceMiddleware,
     adopt,
@@ -175,6 +176,24 @@ def test_a_tool_call_runs_through_the_registry_sync_and_async(
     assert rec.attributes["tooltrace.integration"] == "langchain"
     assert msg.artifact["call_id"] == rec.call_id
     assert out["messages"][-1].content == "done"
+
+
+def test_the_adapters_principal_goes_on_every_call(
+    make_registry: Callable[..., ToolRegistry], sink: RecordingSink,
+) -> None:
+    reg = make_registry(add)
+    p = Principal(user="ann", agent="researcher", roles=("dev",))
+    run(middleware_agent(reg, script(("add", {"a": 2, "b": 3}, "c1")), principal=p), "invoke")
+    node = tool_node(reg, principal=p)
+    assert node.tools_by_name["add"].invoke({"a": 1, "b": 1}) == "2"
+    assert [r.principal for r in sink.records] == [p, p]
+    # A principal that looks like a secret is refused like any other, and not recorded.
+    leaky = Principal(user="AKIA" + "Z7QF3EXAMPLE4DMO")
+    out = run(middleware_agent(reg, script(("add", {"a": 2, "b": 3}, "c2")), principal=leaky),
+              "invoke")
+    (msg,) = tool_messages(out)
+    assert msg.status == "error" and "AKIA" not in str(msg.content)
+    assert sink.records[-1].status is Status.REJECTED and sink.records[-1].principal is None
 
 
 # -- every status but ok, through the framework's error path -----------------------------------

@@ -32,6 +32,7 @@ from tooltrace import (  # noqa: E402
     ToolRegistry,
     tool,
 )
+from tooltrace.envelope import Principal  # noqa: E402
 from tooltrace.integrations.llamaindex import (  # noqa: E402
     TooltraceTool,
     adopt,
@@ -96,6 +97,24 @@ def test_agent_calls_run_through_the_registry(
     assert len({r.call_id for r in sink.records}) == 4
     assert all(r.status is Status.OK and r.attributes["tooltrace.integration"] == "llamaindex"
                for r in sink.records)
+
+
+def test_the_adapters_principal_goes_on_every_call(
+        make_registry: Callable[..., ToolRegistry], sink: RecordingSink) -> None:
+    reg = make_registry(add)
+    p = Principal(user="ann", agent="analyst", tenant="acme")
+    tools = as_llamaindex_tools(reg, principal=p) + adopt(
+        reg, [FunctionTool.from_defaults(fn=multiply)], principal=p)
+    script = Script(("add", {"a": 1, "b": 2}), ("multiply", {"a": 3, "b": 4}))
+    assert run_agent(tools, script) == "done"
+    assert script.seen == {"c0": "3", "c1": "12"}
+    assert [r.principal for r in sink.records] == [p, p]
+    # A principal that looks like a secret is refused like any other, and not recorded.
+    (leaky,) = as_llamaindex_tools(reg, names=["add"],
+                                   principal=Principal(user="AKIA" + "Z7QF3EXAMPLE4DMO"))
+    out = leaky.call(a=1, b=1)
+    assert out.is_error and "AKIA" not in str(out.content)
+    assert sink.records[-1].status is Status.REJECTED and sink.records[-1].principal is None
 
 
 def test_every_failure_reaches_the_model_as_a_tool_error(

@@ -46,7 +46,7 @@ from pydantic import BaseModel
 from .. import adapters as _common
 from .. import current_context
 from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, model_text, plain, result_meta
-from ..envelope import Status, ToolCall, ToolResultEnvelope
+from ..envelope import Principal, Status, ToolCall, ToolResultEnvelope
 from ..exceptions import RegistrationError
 from ..tool import Capability, Effect, ToolDefinition
 
@@ -103,6 +103,7 @@ class TooltraceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         registry: the registry that owns the tools.
         mode: the policy mode of every call, and the tools offered to the model.
         run_id: the run id of every call (default: the registry's run).
+        principal: whom every call acts for (default: its run's principal, if any).
         expose_tools: offer the model the tools visible in ``mode`` when the middleware is made
             (``as_langchain_tools``); False when the agent gets its tools elsewhere (a tool
             offered twice reaches the model twice).
@@ -121,19 +122,24 @@ class TooltraceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         mode: str = "default",
         run_id: str | None = None,
         expose_tools: bool = True,
+        principal: Principal | None = None,
     ) -> None:
         super().__init__()
         self.registry = registry
+        self.principal = principal
         self.mode = mode
         self.run_id = run_id
         self.tools: Sequence[BaseTool] = (
-            as_langchain_tools(registry, mode, run_id=run_id) if expose_tools else ()
+            as_langchain_tools(registry, mode, run_id=run_id, principal=principal)
+            if expose_tools
+            else ()
         )
 
     def _call(self, tool_call: LCToolCall) -> ToolCall:
         return _common.make_call(
             tool_call["name"], tool_call.get("args"), integration=_INTEGRATION,
             provider_id=tool_call.get("id"), mode=self.mode, run_id=self.run_id,
+            principal=self.principal,
         )
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: _Handler) -> ToolMessage:
@@ -158,13 +164,19 @@ class TooltraceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
 
 def tool_node(
-    registry: ToolRegistry, mode: str = "default", *, run_id: str | None = None, **kwargs: Any
+    registry: ToolRegistry,
+    mode: str = "default",
+    *,
+    run_id: str | None = None,
+    principal: Principal | None = None,
+    **kwargs: Any,
 ) -> ToolNode:
-    """A LangGraph ``ToolNode`` over the registry's visible tools, every call through it.
+    """A LangGraph ``ToolNode`` over the registry's visible tools, every call through it (as
+    ``principal`` when given).
 
     ``kwargs`` go to ``ToolNode`` (``name``, ``tags``, ``messages_key``, ...).
     """
-    mw = TooltraceMiddleware(registry, mode=mode, run_id=run_id)
+    mw = TooltraceMiddleware(registry, mode=mode, run_id=run_id, principal=principal)
     return ToolNode(
         list(mw.tools), wrap_tool_call=mw.wrap_tool_call, awrap_tool_call=mw.awrap_tool_call,
         **kwargs,
@@ -180,10 +192,12 @@ class _Runner:
     name: str
     mode: str
     run_id: str | None
+    principal: Principal | None
 
     def _call(self, arguments: dict[str, Any]) -> ToolCall:
         return _common.make_call(self.name, arguments, integration=_INTEGRATION,
-                                 provider_id=None, mode=self.mode, run_id=self.run_id)
+                                 provider_id=None, mode=self.mode, run_id=self.run_id,
+                                 principal=self.principal)
 
     def run(self, **arguments: Any) -> tuple[str, dict[str, Any]]:
         return _content(self.registry.call(self._call(arguments)))
@@ -201,7 +215,11 @@ def _content(env: ToolResultEnvelope) -> tuple[str, dict[str, Any]]:
 
 
 def as_langchain_tools(
-    registry: ToolRegistry, mode: str = "default", *, run_id: str | None = None
+    registry: ToolRegistry,
+    mode: str = "default",
+    *,
+    run_id: str | None = None,
+    principal: Principal | None = None,
 ) -> list[StructuredTool]:
     """The tools ``mode`` exposes, as LangChain tools: same names, descriptions and JSON
     Schemas, same order as ``registry.visible_tools(mode)``.
@@ -209,10 +227,11 @@ def as_langchain_tools(
     Invoking one runs ``registry.call`` (``ainvoke``: ``registry.acall``); a call that is not
     ``ok`` raises ``ToolException`` with the envelope's summary, which LangChain turns into a
     ``ToolMessage`` with ``status="error"``. The message's ``artifact`` holds the call id.
+    ``principal``: whom every call acts for (default: its run's principal, if any).
     """
     out = []
     for d in registry.visible_tools(mode).visible:
-        runner = _Runner(registry, d.name, mode, run_id)
+        runner = _Runner(registry, d.name, mode, run_id, principal)
         out.append(
             StructuredTool(
                 name=d.name,

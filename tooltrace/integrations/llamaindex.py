@@ -33,6 +33,7 @@ from .. import (
     ToolResultEnvelope,
 )
 from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
+from ..envelope import Principal
 
 __all__ = ["LlamaIndexToolError", "TooltraceTool", "adopt", "as_llamaindex_tools"]
 
@@ -67,7 +68,8 @@ class TooltraceTool(AsyncBaseTool):
     The output's ``raw_output`` is the envelope's data (redacted) when ``ok``, else ``None``;
     ``raw_input`` the redacted arguments. An asyncio cancel of ``acall`` (a cancelled workflow
     run) becomes ``registry.cancel_call``: the call is recorded as it settles, then the
-    cancellation goes on to the workflow.
+    cancellation goes on to the workflow. ``principal``: whom every call acts for (default: its
+    run's principal, if any).
     """
 
     def __init__(
@@ -77,9 +79,11 @@ class TooltraceTool(AsyncBaseTool):
         *,
         mode: str = "default",
         return_direct: bool = False,
+        principal: Principal | None = None,
     ) -> None:
         self.registry = registry
         self.mode = mode
+        self.principal = principal
         self._metadata = _Metadata(
             description=definition.description,
             name=definition.name,
@@ -120,6 +124,7 @@ class TooltraceTool(AsyncBaseTool):
             integration=_INTEGRATION,
             provider_id=None,
             mode=self.mode,
+            principal=self.principal,
         )
 
     def _output(self, env: ToolResultEnvelope) -> ToolOutput:
@@ -139,8 +144,10 @@ def as_llamaindex_tools(
     *,
     names: Iterable[str] | None = None,
     return_direct: Iterable[str] = (),
+    principal: Principal | None = None,
 ) -> list[TooltraceTool]:
-    """The registry's tools visible in ``mode`` (or just ``names``) as LlamaIndex tools."""
+    """The registry's tools visible in ``mode`` (or just ``names``) as LlamaIndex tools, their
+    calls acting for ``principal`` when given."""
     visible = {d.name: d for d in registry.visible_tools(mode).visible}
     wanted = sorted(visible) if names is None else list(names)
     missing = [n for n in wanted if n not in visible]
@@ -148,7 +155,9 @@ def as_llamaindex_tools(
         raise RegistrationError(f"not visible in mode {mode!r}: {', '.join(missing)}")
     direct = frozenset(return_direct)
     return [
-        TooltraceTool(registry, visible[n], mode=mode, return_direct=n in direct) for n in wanted
+        TooltraceTool(registry, visible[n], mode=mode, return_direct=n in direct,
+                      principal=principal)
+        for n in wanted
     ]
 
 
@@ -161,6 +170,7 @@ def adopt(
     effect: Effect | str = ADOPTED_EFFECT,
     timeout_s: float = 30.0,
     source: str = "framework:llamaindex",
+    principal: Principal | None = None,
 ) -> list[TooltraceTool]:
     """Register existing LlamaIndex tools in ``registry`` and return their wrappers.
 
@@ -168,6 +178,7 @@ def adopt(
     any registration) and ``return_direct``. A synchronous function runs on the registry's
     worker threads (so its deadline holds), an async one on the loop. A ``FunctionTool`` that
     needs the workflow ``Context`` cannot be adopted (the registry has no such argument).
+    The wrappers' calls act for ``principal`` when given.
     """
     out = []
     for t in tools:
@@ -184,7 +195,8 @@ def adopt(
             source=source,
         )
         registry.register(d, _handler(t))
-        out.append(TooltraceTool(registry, d, mode=mode, return_direct=meta.return_direct))
+        out.append(TooltraceTool(registry, d, mode=mode, return_direct=meta.return_direct,
+                                 principal=principal))
     return out
 
 
