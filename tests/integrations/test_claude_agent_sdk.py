@@ -46,6 +46,7 @@ from tooltrace import (  # noqa: E402
     hook,
     tool,
 )
+from tooltrace.envelope import Principal  # noqa: E402
 from tooltrace.integrations.claude_agent_sdk import (  # noqa: E402
     ClaudeAgentAdapter,
     adopt,
@@ -133,6 +134,27 @@ def test_builtin_use_is_decided_by_the_pipeline_and_completed_by_post_tool_use(
         row = store.call(rec.call_id).record
     assert row is not None
     assert (row["tool"], row["status"], row["execution_started"]) == ("Bash", "ok", True)
+
+
+def test_the_adapters_principal_goes_on_every_call(make: Any, sink: RecordingSink) -> None:
+    p = Principal(user="ann", agent="claude-coder")
+    _, adapter = make(principal=p)
+    adapter.register_builtins()
+    _, leaky = make(principal=Principal(user="AKIA" + "Z7QF3EXAMPLE4DMO"))
+    leaky.register_builtins()
+
+    async def run() -> Any:
+        await adapter.pre_tool_use(pre("Bash", {"command": "ls"}), "toolu_p1", CTX)
+        await adapter.post_tool_use(
+            post("Bash", {"command": "ls"}, {"stdout": "a.txt", "stderr": ""}), "toolu_p1", CTX)
+        return await leaky.pre_tool_use(pre("Bash", {"command": "ls"}), "toolu_p2", CTX)
+
+    refused = asyncio.run(run())
+    ok, bad = sink.records
+    assert ok.status is Status.OK and ok.principal == p
+    # A principal that looks like a secret is refused like any other, and not recorded.
+    assert bad.status is Status.REJECTED and bad.principal is None
+    assert "deny" in str(refused) and "AKIA" not in str(refused)
 
 
 def test_rejections_reach_claude_as_deny_with_the_summary(make: Any, sink: RecordingSink

@@ -55,6 +55,7 @@ from .. import (
     ToolResultEnvelope,
 )
 from ..adapters import acall, make_call, model_text
+from ..envelope import Principal
 from ._claude_tools import BUILTIN_TOOLS, ClaudeToolError, adopt, builtin_definitions, sdk_schema
 
 __all__ = [
@@ -98,6 +99,7 @@ class ClaudeAgentAdapter:
             hook fails (fail closed); ``continue`` lets it through.
         matcher: the CLI's tool matcher for the tool hooks (``"Bash|Write|Edit"``); None sends
             every tool use through the registry, where an unregistered name is refused.
+        principal: whom every call acts for (default: its run's principal, if any).
     """
 
     def __init__(
@@ -110,8 +112,10 @@ class ClaudeAgentAdapter:
         hook_timeout_s: float = 600.0,
         on_failure: Literal["block", "continue"] = "block",
         matcher: str | None = None,
+        principal: Principal | None = None,
     ) -> None:
         self.registry = registry
+        self.principal = principal
         self.mode = mode
         self.server_name = server_name
         self.grant = grant
@@ -307,7 +311,8 @@ class ClaudeAgentAdapter:
         if p is None:
             loop = asyncio.get_running_loop()
             call = make_call(name, tool_input, integration=_INTEGRATION,
-                             provider_id=tool_use_id or None, mode=self.mode)
+                             provider_id=tool_use_id or None, mode=self.mode,
+                             principal=self.principal)
             assert call.call_id is not None
             p = _Pending(call.call_id, loop.create_future(), loop.create_future())
             if tool_use_id:
@@ -382,7 +387,7 @@ class ClaudeAgentAdapter:
                     is_error=True,
                 )
             call = make_call(params.name, params.arguments or {}, integration=_INTEGRATION,
-                             provider_id=None, mode=self.mode)
+                             provider_id=None, mode=self.mode, principal=self.principal)
             return envelope_to_result(await acall(self.registry, call))
 
         server = Server(self.server_name, on_list_tools=on_list_tools, on_call_tool=on_call_tool)
