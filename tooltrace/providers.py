@@ -31,7 +31,7 @@ import orjson
 
 from . import adapters as _common
 from .adapters import INTEGRATION, PROVIDER_ID, PROVIDER_NAME, model_text, plain
-from .envelope import Status, ToolCall, ToolResultEnvelope
+from .envelope import Principal, Status, ToolCall, ToolResultEnvelope
 from .exceptions import MalformedCallError, RegistrationError
 from .validation import parse_tool_call
 
@@ -271,13 +271,14 @@ def _read(format: Format, call_id: Any, name: Any, arguments: Any) -> ProviderCa
 
 
 def _tool_call(
-    raw: object, mode: str, run_id: str | None, timeout_s: float | None
+    raw: object, mode: str, run_id: str | None, timeout_s: float | None,
+    principal: Principal | None,
 ) -> ToolCall:
     pc = raw if isinstance(raw, ProviderCall) else read_call(raw)
     return _common.make_call(
         pc.name, pc.arguments, integration=pc.format, provider_id=pc.id, mode=mode,
         run_id=run_id, timeout_s=timeout_s, arguments_error=pc.arguments_error,
-        requested_name=True,
+        requested_name=True, principal=principal,
     )
 
 
@@ -288,13 +289,15 @@ def call_from(
     mode: str = "default",
     run_id: str | None = None,
     timeout_s: float | None = None,
+    principal: Principal | None = None,
 ) -> ToolResultEnvelope:
     """Run a provider's tool call (see ``read_call``) through ``registry.call``.
 
     Unparseable arguments give a ``rejected`` envelope (stage ``params``); an object that is
-    no tool call at all raises ``ProviderCallError``.
+    no tool call at all raises ``ProviderCallError``. ``principal``: whom the call acts for
+    (default: its run's principal, if any).
     """
-    return registry.call(_tool_call(raw, mode, run_id, timeout_s))
+    return registry.call(_tool_call(raw, mode, run_id, timeout_s, principal))
 
 
 async def acall_from(
@@ -304,10 +307,11 @@ async def acall_from(
     mode: str = "default",
     run_id: str | None = None,
     timeout_s: float | None = None,
+    principal: Principal | None = None,
 ) -> ToolResultEnvelope:
     """``call_from`` on the running event loop; cancelling the awaiting task cancels the call
     (``registry.cancel_call``), which is recorded before the ``CancelledError`` goes on."""
-    return await _common.acall(registry, _tool_call(raw, mode, run_id, timeout_s))
+    return await _common.acall(registry, _tool_call(raw, mode, run_id, timeout_s, principal))
 
 
 # -- results for the model -------------------------------------------------------------------

@@ -45,6 +45,7 @@ from tooltrace import (
     ToolRegistry,
     tool,
 )
+from tooltrace.envelope import Principal
 from tooltrace.integrations.providers import (
     ProviderCall,
     ProviderCallError,
@@ -218,6 +219,22 @@ def test_a_provider_tool_call_runs_as_it_comes_and_keeps_its_id(
     assert uuid.UUID(env.call_id).version == 7 and env.call_id != pid
     msg = result_message(env)  # the format and the id come from the call
     assert pid in orjson.dumps(msg).decode() or fmt == "mcp"
+
+
+def test_the_callers_principal_goes_on_the_call(
+    make_registry: Callable[..., ToolRegistry], sink: RecordingSink,
+) -> None:
+    reg = make_registry(add)
+    p = Principal(user="ann", agent="loop", roles=("dev",))
+    raw = provider_call("anthropic", "add", {"a": 2, "b": 3}, "toolu_p")
+    assert call_from(reg, raw, principal=p).ok
+    assert asyncio.run(acall_from(reg, raw, principal=p)).ok
+    assert [r.principal for r in sink.records] == [p, p]
+    leaky = Principal(user="AKIA" + "Z7QF3EXAMPLE4DMO")
+    env = call_from(reg, raw, run_id="other", principal=leaky)
+    assert env.status is Status.REJECTED and env.record.principal is None
+    msg = result_message(env, "anthropic", tool_call_id="toolu_p")
+    assert "AKIA" not in orjson.dumps(msg).decode()
 
 
 def test_a_real_openai_sdk_object_is_read(make_registry: Callable[..., ToolRegistry]) -> None:
