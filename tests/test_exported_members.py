@@ -17,7 +17,7 @@ EXPECTED = {
     "Effect", "Execution", "FunctionHook", "FunctionTool", "GroupLine", "Hook", "HookAction",
     "HookDecision",
     "HookView", "InvalidSchemaError", "LateStep", "MalformedCallError", "Mode", "OutcomeUnknown",
-    "PathPolicyError", "Policy", "PolicyDecision", "PolicyRequest", "Redactor",
+    "PathPolicyError", "Policy", "PolicyDecision", "PolicyRequest", "Principal", "Redactor",
     "RegistrationError", "RequireApproval", "ResolvedPath", "Resolution", "Retry", "Rule",
     "Stage", "Status", "Step", "StepName", "Timing", "ToolCall", "ToolCancelled",
     "ToolDefinition", "ToolInterrupt", "ToolListing", "ToolRegistry", "ToolResult",

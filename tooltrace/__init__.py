@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .envelope import Artifact as Artifact
     from .envelope import CallRecord as CallRecord
     from .envelope import CallStatus as CallStatus
+    from .envelope import Principal as Principal
     from .envelope import Retry as Retry
     from .envelope import Stage as Stage
     from .envelope import Status as Status
@@ -116,6 +117,7 @@ _PUBLIC: dict[str, str] = {
     "Policy": ".policy",
     "PolicyDecision": ".policy",
     "PolicyRequest": ".policy",
+    "Principal": ".envelope",
     "Redactor": ".redaction",
     "RegistrationError": ".exceptions",
     "RequireApproval": ".policy",
