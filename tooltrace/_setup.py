@@ -75,7 +75,8 @@ def create_registry(
         from .policyfile import load_policy
 
         try:
-            load_policy(policy_path, tools=reg.tool_names()).apply(reg)
+            tools = {n: d for n in reg.tool_names() if (d := reg.definition(n)) is not None}
+            load_policy(policy_path, tools=tools).apply(reg)
         except Exception:
             reg.shutdown()
             raise

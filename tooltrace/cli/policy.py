@@ -1,4 +1,5 @@
-"""``tooltrace policy``: check a policy file, and test it against the recorded history."""
+"""``tooltrace policy``: check a policy file, test it against the recorded history, and print
+the Cedar schema Cedar policies are validated against."""
 
 from __future__ import annotations
 
@@ -119,6 +120,45 @@ def test_policy(file: Path, home: Path | None, archive: str | None, since: str |
     else:
         _report(result, guard)
     sys.exit(EXIT_FAIL if result.changed else EXIT_OK)
+
+
+@policy.command(name="cedar-schema")
+@click.option("--mode", default=None, metavar="MODE",
+              help="Only the tools visible in this mode (a built-in mode or the file's).")
+@click.option("--policy", "policy_file", default=None, metavar="FILE",
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="The policy file whose modes --mode names (default: TOOLTRACE_POLICY or"
+                   " ./tooltrace.toml).")
+@click.option("--tools", "tool_specs", multiple=True, metavar="MODULE:ATTR", help=_TOOLS_HELP)
+def cedar_schema(mode: str | None, policy_file: Path | None,
+                 tool_specs: tuple[str, ...]) -> None:
+    """Print the Cedar schema of the tools' calls (the built-in tools and --tools).
+
+    Cedar policies are validated against it when they load. Exit 0, or 2 for an unknown mode
+    or an invalid policy file.
+    """
+    from .. import _settings
+    from ..policy import DEFAULT_MODES
+    from ..policyfile import PolicyFileError, cedar_schema, load_policy
+
+    guard = OutputGuard(None)
+    tools = _definitions(tool_specs)
+    modes = {m.name: m for m in DEFAULT_MODES}
+    path = _settings.policy_path(policy_file)
+    if path is not None:
+        try:  # the modes only: Cedar files are checked for syntax, not against this schema
+            modes = dict(load_policy(path, tools=None).compiled.policy.modes)
+        except PolicyFileError as exc:
+            for p in exc.problems:
+                click.echo(guard(str(p)), err=True)
+            sys.exit(EXIT_USAGE)
+    if mode is not None:
+        m = modes.get(mode)
+        if m is None:
+            raise click.UsageError(f"unknown mode {mode!r}; known: {', '.join(sorted(modes))}")
+        tools = {n: d for n, d in tools.items() if m.allows(d)[0]}
+    click.echo(guard(cedar_schema(tools.values())), nl=False)
+    sys.exit(EXIT_OK)
 
 
 def _report(result: Any, guard: OutputGuard) -> None:

@@ -12,17 +12,23 @@ compiles to the ordinary ``tooltrace.policy`` objects: there is one policy engin
 
 ``create_registry`` does this by itself; ``tooltrace policy check FILE`` lists every problem as
 ``file:line:column: message``; ``tooltrace policy test FILE`` replays the audit trail against it.
+
+Policies may also be written in Cedar (``tooltrace[cedar]``): the file names them
+(``[cedar] policies = ["agents.cedar"]``), or a ``.cedar`` file is given where a policy file
+is (``--policy agents.cedar``). ``cedar_schema(tools)`` is the schema they are validated
+against.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConfigurationError
+from ._cedarschema import schema_text as cedar_schema
 from ._check import Checker
 from ._compile import Compiled
 from ._limits import LimitRelease, LimitRule
@@ -32,6 +38,7 @@ from ._whatif import QUERY, Change, WhatIf, replay
 
 if TYPE_CHECKING:
     from ..registry import ToolRegistry
+    from ..tool import ToolDefinition
 
 __all__ = [
     "QUERY",
@@ -44,6 +51,7 @@ __all__ = [
     "PolicyFileError",
     "Problem",
     "WhatIf",
+    "cedar_schema",
     "check_policy",
     "load_policy",
     "replay",
@@ -91,26 +99,36 @@ def _read(path: str | os.PathLike[str]) -> tuple[str, str]:
         raise PolicyFileError([Problem(name, 1, 1, f"cannot read the file: {why}")]) from None
 
 
-def _compile(
-    name: str, text: str, tools: Iterable[str] | None
-) -> tuple[Compiled | None, list[Problem]]:
-    from ._compile import compile_document
+#: What may be named as the tools a file is checked against: names, or the definitions
+#: themselves (a mapping of name to ``ToolDefinition``, which also types the Cedar schema).
+_Tools = Iterable[str] | Mapping[str, "ToolDefinition"] | None
 
-    doc, pos, problems = parse_text(text, name)
+
+def _compile(name: str, text: str, tools: _Tools) -> tuple[Compiled | None, list[Problem]]:
+    from ._compile import compile_document
+    from ._source import Positions
+
+    if name.endswith(".cedar"):  # a Cedar file alone: as if a file named it
+        doc: Mapping[str, Any] | None = {"cedar": {"policies": [Path(name).name]}}
+        pos, problems = Positions(""), list[Problem]()
+    else:
+        doc, pos, problems = parse_text(text, name)
     if doc is None:
         return None, problems
     ck = Checker(name, pos)
-    compiled = compile_document(doc, ck, None if tools is None else frozenset(tools))
-    problems = sorted(ck.problems, key=lambda p: (p.line, p.column))
+    defs = dict(tools) if isinstance(tools, Mapping) else None
+    compiled = compile_document(doc, ck, None if tools is None else frozenset(tools), defs,
+                                Path(name).parent)
+    problems = sorted(ck.problems, key=lambda p: (p.file != name, p.file, p.line, p.column))
     return (compiled if not problems else None), problems
 
 
-def check_policy(
-    path: str | os.PathLike[str], *, tools: Iterable[str] | None = ()
-) -> list[Problem]:
+def check_policy(path: str | os.PathLike[str], *, tools: _Tools = ()) -> list[Problem]:
     """Every problem in the file (empty when it is valid); ``tools`` are the tool names it may
     name besides those its own ``tools`` list declares (``None``: any name, for tools that
-    are registered later, such as an MCP proxy's)."""
+    are registered later, such as an MCP proxy's). Given as definitions (name to
+    ``ToolDefinition``), they also make the schema Cedar policies are validated against;
+    otherwise Cedar files are checked for syntax only."""
     try:
         name, text = _read(path)
     except PolicyFileError as exc:
@@ -118,9 +136,7 @@ def check_policy(
     return _compile(name, text, tools)[1]
 
 
-def load_policy(
-    path: str | os.PathLike[str], *, tools: Iterable[str] | None = ()
-) -> PolicyFile:
+def load_policy(path: str | os.PathLike[str], *, tools: _Tools = ()) -> PolicyFile:
     """The compiled file; raises ``PolicyFileError`` with every problem when it is invalid
     (``tools`` as for ``check_policy``)."""
     name, text = _read(path)

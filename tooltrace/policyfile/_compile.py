@@ -1,8 +1,9 @@
 """Compile a checked policy file to the policy objects the registry already runs.
 
 Built-in rules first (``denied_command``, ``private_network``), then the ``[paths]`` rules
-(``denied_path``, ``read_only_path``), the ``[[rules]]`` in file order, ``[approval]`` and last
-the ``[[limits]]`` (so a call another rule denies does not count against a limit).
+(``denied_path``, ``read_only_path``), the ``[[rules]]`` in file order, the ``[cedar]``
+policies, ``[approval]`` and last the ``[[limits]]`` (so a call another rule denies does not
+count against a limit).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path as FilePath
 from typing import Any
 
 from ..policy import (
@@ -31,14 +33,14 @@ from ._source import Path
 
 __all__ = ["Compiled", "Observing", "compile_document"]
 
-_TOP = ("version", "tools", "modes", "paths", "builtin", "approval", "rules", "limits")
+_TOP = ("version", "tools", "modes", "paths", "builtin", "approval", "rules", "limits", "cedar")
 _MATCH = ("tools", "capabilities", "effects", "modes", "principal")
 _RULE = ("id", "decision", "mode", "reason", *_MATCH, "args", "paths", "url_hosts")
 _LIMIT = ("id", "mode", "per", *_MATCH, "max_calls", "per_minute", "max_concurrent")
 _PRINCIPAL = ("users", "agents", "tenants", "roles")
 #: Rule ids the registry itself decides with: a file may not take them.
 RESERVED = frozenset({"mode", "path_scope", "hook_scope", "denied_command", "private_network",
-                      "denied_path", "read_only_path", "approval"})
+                      "denied_path", "read_only_path", "approval", "cedar"})
 _WRITING = frozenset({Effect.LOCAL, Effect.EXTERNAL})
 
 
@@ -82,9 +84,12 @@ class Compiled:
 
 
 class _Compiler:
-    def __init__(self, ck: Checker, tools: frozenset[str] | None) -> None:
+    def __init__(self, ck: Checker, tools: frozenset[str] | None,
+                 definitions: Mapping[str, ToolDefinition] | None, base: FilePath) -> None:
         self.ck = ck
         self.tools = tools
+        self.definitions = definitions
+        self.base = base
         self.modes: frozenset[str] = frozenset()
         self.taken: set[str] = set(RESERVED)
         self.content: set[str] = set()
@@ -109,12 +114,14 @@ class _Compiler:
             rule = self._rule(("rules", i), r)
             if rule is not None:
                 rules.append(rule)
+        if "cedar" in top:
+            rules += self._cedar(top["cedar"])
         if "approval" in top:
             rules += self._approval(top["approval"])
         limits = self._limits(top.get("limits", []))
         rules += limits
         policy = Policy(rules, modes=modes)
-        names = tuple(str(r.name) for r in rules)
+        names = tuple(n for r in rules for n in getattr(r, "rule_ids", (str(r.name),)))
         return Compiled(policy, tuple(limits), names, frozenset(self.content))
 
     def _modes(self, raw: Any) -> tuple[Mode, ...]:
@@ -248,6 +255,32 @@ class _Compiler:
             self.content.add(rid)
         return rule
 
+    def _cedar(self, raw: Any) -> list[Rule]:
+        ck = self.ck
+        t = ck.table(("cedar",), raw, ("policies", "default"))
+        files = ck.strings(("cedar", "policies"), t["policies"]) if "policies" in t else None
+        default = ck.choice(("cedar", "default"), t.get("default", "allow"), ("allow", "deny"))
+        if not files:
+            ck.problem(("cedar",), 'cedar needs policies = ["<file>.cedar", ...]')
+            return []
+        try:
+            import cedarpy  # noqa: F401
+        except ImportError:
+            ck.problem(("cedar",), "Cedar policies need cedarpy: pip install 'tooltrace[cedar]'")
+            return []
+        from ._cedar import load_cedar
+        from ._cedarrule import CedarRule
+        from ._cedarschema import schema_text
+
+        named = [(str(self.base / f), self.base / f) for f in files]
+        defs = self.definitions
+        cedar, problems = load_cedar(named, None if defs is None else schema_text(defs.values()),
+                                     self.taken)
+        ck.problems.extend(problems)
+        if cedar is None or default is None:
+            return []
+        return [CedarRule(cedar, default)]
+
     def _approval(self, raw: Any) -> list[Rule]:
         t = self.ck.table(("approval",), raw, ("mode", "reason", *_MATCH))
         if not any(k in t for k in _MATCH):
@@ -282,7 +315,11 @@ class _Compiler:
 
 
 def compile_document(
-    doc: Mapping[str, Any], ck: Checker, tools: frozenset[str] | None
+    doc: Mapping[str, Any], ck: Checker, tools: frozenset[str] | None,
+    definitions: Mapping[str, ToolDefinition] | None = None, base: FilePath = FilePath("."),
 ) -> Compiled:
-    """Check and compile a parsed document; problems are left in ``ck.problems``."""
-    return _Compiler(ck, tools).run(doc)
+    """Check and compile a parsed document; problems are left in ``ck.problems``.
+    ``definitions`` (the tools a registry holds) make the schema Cedar policies are validated
+    against (without them Cedar files are checked for syntax only); ``base`` is the folder
+    the file's Cedar paths are relative to."""
+    return _Compiler(ck, tools, definitions, base).run(doc)

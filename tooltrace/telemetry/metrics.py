@@ -269,11 +269,13 @@ class MetricsSink:
 
     def rule_label(self, rule: str) -> str:
         """The ``rule`` label value: a rule id of the bound registry's policy, else
-        ``_other`` (the policy's rule ids are the closed set)."""
+        ``_other`` (the policy's rule ids are the closed set; a rule that decides under
+        several ids, such as a Cedar policy set, lists them in ``rule_ids``)."""
         if rule not in self._rules:
             policy = getattr(self._bound, "policy", None)
             names = getattr(policy, "rules", ())
-            self._rules = frozenset(str(getattr(r, "name", "")) for r in names)
+            self._rules = frozenset(str(n) for r in names for n in
+                                    getattr(r, "rule_ids", (getattr(r, "name", ""),)))
         return rule if rule in self._rules else OTHER_RULE
 
     def _count_observed(self, tool: str, decider: str, decision: str) -> None:

@@ -1,0 +1,197 @@
+"""Reading Cedar policy files: parsed and validated by cedarpy, every problem placed.
+
+cedarpy's parse errors carry no position, so a file is cut into its statements (a policy ends
+at a ``;`` outside strings, comments and brackets) and a statement that does not parse alone
+is reported at its first line and column; a policy the schema refuses is reported at its
+statement too. Each policy is named by its ``@id("...")`` annotation, else by cedarpy's
+positional id (``policy0``, ``policy1``, ... counted over all the files, in order, as if they
+were one), and decides as its annotations say:
+
+- ``forbid`` denies; ``@decision("ask")`` on a forbid asks for approval instead;
+- ``@mode("observe")`` on a forbid records what it would do (``observe_deny`` /
+  ``observe_ask``) and lets the call go on;
+- ``@reason("...")`` is the reason recorded in the step;
+- ``permit`` policies matter only with ``default = "deny"`` (a call no permit matches is
+  denied, by the rule ``cedar``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._source import Problem
+
+__all__ = ["CedarPolicy", "CedarSet", "load_cedar", "statements"]
+
+_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_POLICY_RE = re.compile(r"policy `?(policy\d+)`?,?\s*")
+_CHOICES = {"decision": ("deny", "ask"), "mode": ("enforce", "observe")}
+
+
+@dataclass(frozen=True, slots=True)
+class CedarPolicy:
+    """One Cedar policy: its id, effect and what its annotations ask for."""
+
+    id: str
+    """``@id`` or the positional id: the rule id in decisions (``policy:<id>``)."""
+    effect: str
+    """``permit`` or ``forbid``."""
+    decision: str = "deny"
+    """What a matching forbid answers: ``deny`` or ``ask``."""
+    observe: bool = False
+    """``@mode("observe")``: record, do not enforce."""
+    reason: str = ""
+    """``@reason``, or empty."""
+    file: str = ""
+    """The file it was read from."""
+    line: int = 1
+    """Where it starts in that file."""
+
+
+@dataclass(frozen=True, slots=True)
+class CedarSet:
+    """Checked Cedar policies: each policy's facts, and the set to evaluate in cedarpy's JSON
+    form (every policy as a ``permit``, so one evaluation names every policy that matches;
+    the forbid-overrides-permit rule is applied by ``CedarRule``)."""
+
+    policies: tuple[CedarPolicy, ...]
+    """In file order."""
+    evaluation_json: str
+    """The policy set for ``cedarpy.PolicySet.from_json_str``."""
+
+
+def statements(text: str) -> list[tuple[int, int, str]]:
+    """The statements of a Cedar policy text: ``(line, column, text)``, each up to and with
+    its ``;`` (a last one may lack it); comments and blank text between them are skipped."""
+    out: list[tuple[int, int, str]] = []
+    i, n, depth, start = 0, len(text), 0, -1
+    while i < n:
+        c = text[i]
+        if c == "/" and text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        if start < 0 and not c.isspace():
+            start = i
+        if c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif c in "({[":
+            depth += 1
+        elif c in ")}]":
+            depth = max(0, depth - 1)
+        elif c == ";" and depth == 0 and start >= 0:
+            out.append((*_place(text, start), text[start:i + 1]))
+            start = -1
+        i += 1
+    if start >= 0:
+        out.append((*_place(text, start), text[start:]))
+    return out
+
+
+def _place(text: str, offset: int) -> tuple[int, int]:
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def _syntax(cedarpy: Any, name: str, text: str, problems: list[Problem]) -> None:
+    found = False
+    for line, col, stmt in statements(text):
+        try:
+            cedarpy.PolicySet.from_str(stmt)
+        except ValueError as exc:
+            found = True
+            problems.append(Problem(name, line, col, f"Cedar syntax: {exc}"))
+    if not found:
+        problems.append(Problem(name, 1, 1, "Cedar syntax: the file does not parse"))
+
+
+def _annotations(name: str, line: int, col: int, pid: str, raw: Mapping[str, Any],
+                 effect: str, problems: list[Problem]) -> dict[str, str]:
+    ann = {k: str(v) for k, v in (raw.get("annotations") or {}).items()}
+    for key, choices in _CHOICES.items():
+        if key in ann and ann[key] not in choices:
+            problems.append(Problem(name, line, col, f"policy {pid}: @{key} must be one of"
+                                    f" {', '.join(choices)}, not {ann[key]!r}"))
+        elif key in ann and effect != "forbid":
+            problems.append(Problem(name, line, col, f"policy {pid}: @{key} is for forbid"
+                                    " policies (a permit only matters with default = deny)"))
+    return ann
+
+
+def _validate(cedarpy: Any, name: str, text: str, schema: Any,
+              places: list[tuple[int, int, str]], ids: Mapping[str, str],
+              problems: list[Problem]) -> None:
+    result = cedarpy.validate_policies(text, schema)
+    for err in result.errors:
+        m = re.fullmatch(r"policy(\d+)", err.policy_id or "")
+        k = int(m.group(1)) if m else -1
+        line, col = places[k][:2] if 0 <= k < len(places) else (1, 1)
+        msg = _POLICY_RE.sub("", str(err.error)).removeprefix("for ")
+        who = ids.get(err.policy_id, err.policy_id or "?")
+        problems.append(Problem(name, line, col, f"Cedar schema: policy {who}: {msg}"))
+
+
+def load_cedar(files: Iterable[tuple[str, Path]], schema_text: str | None,
+               taken: set[str]) -> tuple[CedarSet | None, list[Problem]]:
+    """Parse, annotate and (with ``schema_text``) validate the named Cedar files; ``taken``
+    holds the rule ids already in use (the policies' ids are added to it)."""
+    import cedarpy
+
+    problems: list[Problem] = []
+    schema = None
+    if schema_text is not None:
+        try:
+            schema = cedarpy.Schema.from_str(schema_text)
+        except ValueError as exc:  # the tools' names or arguments do not make a schema
+            problems.append(Problem("<schema>", 1, 1, f"Cedar schema: {exc}"))
+    out: list[CedarPolicy] = []
+    evaluation: dict[str, Any] = {}
+    for name, path in files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = getattr(exc, "strerror", None) or type(exc).__name__
+            problems.append(Problem(name, 1, 1, f"cannot read the Cedar file: {why}"))
+            continue
+        try:
+            est = json.loads(cedarpy.policies_to_json_str(text))
+        except ValueError:
+            _syntax(cedarpy, name, text, problems)
+            continue
+        if est.get("templates"):
+            problems.append(Problem(name, 1, 1, "Cedar templates (?principal, ?resource)"
+                                    " are not supported: write static policies"))
+        places = statements(text)
+        ids: dict[str, str] = {}
+        static = est.get("staticPolicies") or {}
+        for local in sorted(static, key=lambda x: int(x.removeprefix("policy"))):
+            raw = static[local]
+            k = int(local.removeprefix("policy"))
+            line, col = places[k][:2] if k < len(places) else (1, 1)
+            pid = (raw.get("annotations") or {}).get("id") or f"policy{len(out)}"
+            ann = _annotations(name, line, col, pid, raw, raw["effect"], problems)
+            if not _ID_RE.match(pid):
+                problems.append(Problem(name, line, col, f"policy @id {pid!r} must be 1-64"
+                                        " characters of [A-Za-z0-9_.-]"))
+            elif pid in taken:
+                problems.append(Problem(name, line, col, f"policy id {pid!r} is used twice"
+                                        " (or is a TOML or built-in rule's)"))
+            taken.add(pid)
+            ids[local] = pid
+            out.append(CedarPolicy(pid, raw["effect"], ann.get("decision", "deny"),
+                                   ann.get("mode") == "observe", ann.get("reason", ""),
+                                   name, line))
+            evaluation[pid] = {**raw, "effect": "permit"}
+        if schema is not None:
+            _validate(cedarpy, name, text, schema, places, ids, problems)
+    if problems:
+        return None, problems
+    doc = {"staticPolicies": evaluation, "templates": {}, "templateLinks": []}
+    return CedarSet(tuple(out), json.dumps(doc)), []

@@ -1,0 +1,149 @@
+"""The policy rule that decides with Cedar: one cedarpy evaluation per call.
+
+The policy set is parsed once (with every policy as a ``permit``, so the answer names every
+policy that matched, forbids included); a call's entities are parsed once per tool and
+principal and kept. A call with several resolved paths is one request per path, evaluated in
+one batch: a forbid matches when it matches any of them (as a TOML rule's ``paths``), and with
+``default = "deny"`` every one of them needs a permit. The first matching enforced forbid
+denies; else, under ``default = "deny"``, a call no permit matches is denied by ``cedar``;
+else the first ``@decision("ask")`` forbid asks; else the first observe-mode forbid is
+recorded. A failure inside Cedar denies (rule ``cedar``): Cedar never fails open.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from ..envelope import Principal
+from ..policy import PolicyDecision, PolicyRequest, Verdict
+from ..tool import ToolDefinition
+from ._cedar import CedarPolicy, CedarSet
+from ._cedarschema import NAMESPACE, arg_types, context_args, entities_json, principal_uid
+from ._rules import observed
+
+__all__ = ["CEDAR_RULE", "CedarRule"]
+
+#: The rule id of Cedar's own decisions: no permit matched (``default = "deny"``), or Cedar
+#: could not evaluate the call.
+CEDAR_RULE = "cedar"
+_MAX_CACHED = 4096
+
+
+class CedarRule:
+    """Decide calls with a checked Cedar policy set (``default``: ``allow`` lets a call no
+    forbid matches go on; ``deny`` also needs a matching permit)."""
+
+    def __init__(self, cedar: CedarSet, default: str = "allow") -> None:
+        import cedarpy
+
+        #: The rule's name (``policy:cedar`` decides what no policy of the set does).
+        self.name = CEDAR_RULE
+        self.cedar = cedar
+        self.default = default
+        self._cedarpy = cedarpy
+        self._set = cedarpy.PolicySet.from_json_str(cedar.evaluation_json)
+        self._by_id: dict[str, CedarPolicy] = {p.id: p for p in cedar.policies}
+        self._order = {p.id: i for i, p in enumerate(cedar.policies)}
+        self._permits = frozenset(p.id for p in cedar.policies if p.effect == "permit")
+        self._types: dict[int, tuple[ToolDefinition, dict[str, str]]] = {}
+        self._entities: dict[tuple[int, Principal | None], tuple[ToolDefinition, Any]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def rule_ids(self) -> tuple[str, ...]:
+        """``cedar`` and every policy's id: rule ids this rule decides with."""
+        return (CEDAR_RULE, *(p.id for p in self.cedar.policies))
+
+    def applies_to(self, tool: ToolDefinition) -> bool:
+        """Any tool: a Cedar policy may name any action or resource."""
+        return True
+
+    def _arg_types(self, tool: ToolDefinition) -> dict[str, str]:
+        hit = self._types.get(id(tool))
+        if hit is None or hit[0] is not tool:
+            hit = (tool, arg_types(tool))
+            with self._lock:
+                if len(self._types) >= _MAX_CACHED:
+                    self._types.clear()
+                self._types[id(tool)] = hit
+        return hit[1]
+
+    def _entities_for(self, tool: ToolDefinition, p: Principal | None) -> Any:
+        key = (id(tool), p)
+        hit = self._entities.get(key)
+        if hit is None or hit[0] is not tool:
+            hit = (tool, self._cedarpy.Entities.from_json_str(entities_json(tool, p)))
+            with self._lock:
+                if len(self._entities) >= _MAX_CACHED:
+                    self._entities.clear()
+                self._entities[key] = hit
+        return hit[1]
+
+    def requests(self, request: PolicyRequest) -> list[dict[str, Any]]:
+        """The Cedar requests of one call (one per resolved path, at least one)."""
+        from ..redaction import default_redactor
+
+        tool = request.tool
+        types = self._arg_types(tool)
+        args: Mapping[str, Any] = request.arguments
+        picked = {k: args[k] for k in types if k in args}
+        context: dict[str, Any] = {
+            "mode": request.mode, "depth": request.depth,
+            "args": context_args(types, default_redactor().redact(picked)[0]) if picked
+            else {},
+        }
+        if request.parent_tool is not None:
+            context["parent_tool"] = request.parent_tool
+        head = {"principal": principal_uid(request.principal),
+                "action": {"type": f"{NAMESPACE}::Action", "id": tool.name},
+                "resource": {"type": f"{NAMESPACE}::Tool", "id": tool.name}}
+        paths = request.resolved_paths
+        if not paths:
+            return [{**head, "context": context}]
+        return [{**head, "context": {**context, "path": path, "path_param": param}}
+                for param, path in paths.items()]
+
+    def matched(self, request: PolicyRequest) -> tuple[list[str], bool]:
+        """The ids of the policies that match the call (in file order), and whether every
+        request of it matched a permit."""
+        results = self._cedarpy.is_authorized_batch(
+            self.requests(request), self._set, self._entities_for(request.tool,
+                                                                  request.principal))
+        hits: set[str] = set()
+        permitted = True
+        for r in results:
+            reasons = r.diagnostics.reasons
+            hits.update(reasons)
+            permitted = permitted and not self._permits.isdisjoint(reasons)
+        return sorted(hits, key=self._order.__getitem__), permitted
+
+    def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
+        try:
+            hits, permitted = self.matched(request)
+        except Exception as exc:  # a Cedar failure must not let the call through
+            return PolicyDecision(Verdict.DENY, CEDAR_RULE,
+                                  f"Cedar could not evaluate the call ({type(exc).__name__})")
+        ask: CedarPolicy | None = None
+        seen: CedarPolicy | None = None
+        for pid in hits:
+            p = self._by_id[pid]
+            if p.effect != "forbid":
+                continue
+            if p.observe:
+                seen = seen or p
+            elif p.decision == "deny":
+                return self._decide(p)
+            else:
+                ask = ask or p
+        if self.default == "deny" and not permitted:
+            return PolicyDecision(Verdict.DENY, CEDAR_RULE, "no Cedar permit policy matches")
+        if ask is not None:
+            return self._decide(ask)
+        return None if seen is None else self._decide(seen)
+
+    @staticmethod
+    def _decide(p: CedarPolicy) -> PolicyDecision:
+        verdict = observed(Verdict(p.decision), p.observe)
+        return PolicyDecision(verdict, p.id, p.reason or f"matches Cedar policy {p.id}")
