@@ -9,6 +9,7 @@ others.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,7 +17,17 @@ from typing import Any
 
 from bench._common import DropExporter, scratch
 
-__all__ = ["CONTENDERS", "EVENT_CONTENDERS", "TAIL_ONLY", "Contender", "Unavailable", "build"]
+__all__ = [
+    "CONTENDERS",
+    "EVENT_CONFIGS",
+    "EVENT_CONTENDERS",
+    "EVENT_VARIANTS",
+    "TAIL_ONLY",
+    "Contender",
+    "Unavailable",
+    "build",
+    "event_contender",
+]
 
 TOOL = "noop"
 DESCRIPTION = "Return the argument unchanged."
@@ -68,11 +79,12 @@ def _unsliced(reg: Any) -> None:
             worker._slice_s = 0.0
 
 
-def _registry(execution: str, full: bool, sliced: bool = True) -> Contender:
+def _registry(execution: str, full: bool, sliced: bool = True, group: str | None = None
+              ) -> Contender:
     from tooltrace import ToolCall, tool
 
     home = scratch("tooltrace-bench-")
-    fn = tool(TOOL, execution=execution, description=DESCRIPTION)(noop)
+    fn = tool(TOOL, execution=execution, description=DESCRIPTION, group=group)(noop)
     extra: dict[str, Any] = {"home": home}
     if full:
         from tooltrace import create_registry
@@ -120,6 +132,8 @@ def _registry(execution: str, full: bool, sliced: bool = True) -> Contender:
     from tooltrace._build import BUILD
 
     build_note = "compiled" if BUILD.compiled else f"source: {BUILD.reason}"
+    if group is not None:
+        note += f"; the tool is in group {group!r}"
     return Contender(call, lambda: reg.flush(30.0), close,
                      note=f"{execution}; {build_note}; {note}", extra=extra)
 
@@ -282,7 +296,6 @@ def _openinference() -> Contender:
                      "exporter", extra={"exporter": exporter})
 
 
-#: name -> builder; the order is the table's order.
 def _subscribed(kinds: tuple[str, ...]) -> Contender:
     """The telemetry-off inline registry with one subscriber of ``kinds`` (a counter)."""
     c = _registry("inline", False)
@@ -299,6 +312,52 @@ def _subscribed(kinds: tuple[str, ...]) -> Contender:
     return c
 
 
+#: The events section's configurations (bench/events_cost.py): name -> (execution, everything on).
+EVENT_CONFIGS = {
+    "telemetry off (inline)": ("inline", False),
+    "telemetry off (thread)": ("thread", False),
+    "everything on (inline)": ("inline", True),
+    "everything on (thread)": ("thread", True),
+}
+#: Its variants of each configuration: the features whose call-path code is taken out
+#: (``bench._stripped``; None: the code as shipped, not recompiled) and whether the tool is in
+#: a group.
+EVENT_VARIANTS: dict[str, tuple[tuple[str, ...] | None, bool]] = {
+    "as shipped": (None, False),
+    "recompiled, nothing removed": ((), False),
+    "without call events and progress": (("events",), False),
+    "without snapshots before writes": (("snapshots",), False),
+    "without nested calls": (("nested",), False),
+    "without all three": (("events", "snapshots", "nested"), False),
+    "tool in a group": (None, True),
+}
+
+
+def event_contender(config: str, variant: str) -> str:
+    """The contender name of one configuration and variant of the events section."""
+    return f"events: {config}, {variant}"
+
+
+def _variant(config: str, variant: str) -> Contender:
+    """The no-op registry of ``config`` with ``variant``'s call path (see ``EVENT_VARIANTS``)."""
+    execution, full = EVENT_CONFIGS[config]
+    stripped, grouped = EVENT_VARIANTS[variant]
+    if stripped is not None:
+        from bench._stripped import Stale, strip
+
+        try:
+            strip(stripped)
+        except Stale as exc:
+            raise Unavailable(f"its call-path code cannot be taken out: {exc}") from None
+    c = _registry(execution, full, group="bench" if grouped else None)
+    if stripped:
+        c.note += f"; call path without: {', '.join(stripped)}"
+    elif stripped is not None:
+        c.note += "; call path recompiled, nothing removed"
+    return c
+
+
+#: name -> builder; the order is the table's order.
 CONTENDERS: dict[str, Callable[[], Contender]] = {
     "bare function call": _bare,
     "tooltrace, telemetry off (inline)": lambda: _registry("inline", False),
@@ -323,10 +382,15 @@ CONTENDERS: dict[str, Callable[[], Contender]] = {
     "Logfire logfire.span": _logfire,
     "OpenInference tool span": _openinference,
 }
+CONTENDERS.update({
+    event_contender(c, v): functools.partial(_variant, c, v)
+    for c in EVENT_CONFIGS for v in EVENT_VARIANTS
+})
 
 REFERENCE = "reference: SDK span + counter + histogram"
 #: Contenders only the events section runs (bench/events_cost.py), not the overhead table.
-EVENT_CONTENDERS = frozenset(n for n in CONTENDERS if "subscriber" in n)
+EVENT_CONTENDERS = frozenset(n for n in CONTENDERS
+                             if "subscriber" in n or n.startswith("events: "))
 #: Contenders only the tail section runs by default.
 TAIL_ONLY = frozenset(n for n in CONTENDERS if n.endswith(", unsliced)"))
 #: Contenders whose worker always runs tooltrace's call path from the checkout's source.

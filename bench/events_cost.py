@@ -1,144 +1,180 @@
-"""Section ``events``: what progress events, subscribers and nested calls cost a call that uses
-none of them.
+"""Section ``events``: what call events and progress, snapshots before writes, nested calls and
+tool groups cost a call that uses none of them, measured on this checkout's code.
 
-The same contenders (a no-op inline tool through the registry, telemetry off and everything
-on) run from two trees of tooltrace, extracted with ``git archive``: the commit that brought
-these features (``FEATURE``) and its parent (``--events-baseline``); so the difference is theirs
-alone, not that of other changes since. Workers take turns in shuffled, interleaved rounds, so
-the machine's drift hits both alike; the figure is the median over rounds of the per-round p50
-ratio, and the p50 difference next to tooltrace's own overhead over a bare function call
-measured in the same run. Three more rows run this checkout: the same registry with no
-subscriber, with an idle one (progress only, and no tool reports any) and with one that gets
-every event (what a subscriber costs when there is one).
+For each configuration (telemetry off and everything on, inline and thread) the no-op tool's
+registry runs in several variants, each in its own worker (``bench._contenders``): as shipped;
+with its call path recompiled and nothing removed; the same without one feature's call-path code
+(``bench._stripped`` takes it out: the hub's checks, the snapshot stage's, the parent's
+bookkeeping); without all three; and with the tool in a group. Workers take turns in shuffled,
+interleaved rounds, so the machine's drift hits them alike, and each round gives each worker a
+p50. A feature's cost is the median over rounds of the per-round p50 difference (recompiled
+minus recompiled without it), with the interquartile range of those differences as its band.
+The run's own noise is the same figure for two contenders running identical code (as shipped
+against recompiled, nothing removed: A/A). A difference is "not measurable" when its band
+includes 0 or it is no larger than that noise. Next to it: tooltrace's own overhead (as shipped
+minus a bare function call, same run). Two more rows show what a subscriber costs when there is
+one (telemetry off, inline): one that only wants progress (no tool reports any) and one that
+gets every event.
+
+Every worker runs the Python source of this checkout (the compiled call path cannot be
+recompiled without a feature); no git is needed.
 """
 
 from __future__ import annotations
 
 import random
-import subprocess
 import sys
-import tarfile
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from bench._common import Table, percentile, scratch
-from bench.overhead import ROOT, Worker, bench_only_path
+from bench._common import Table, percentile
+from bench._contenders import EVENT_CONFIGS, EVENT_VARIANTS, event_contender
+from bench._stripped import FEATURES
+from bench.overhead import ROOT, Worker
 
-__all__ = ["BASELINE", "FEATURE", "run"]
+__all__ = ["run"]
 
-#: The commit that brought progress events, subscribers and nested calls to the call path.
-FEATURE = "473b1a4"
-#: Its parent: tooltrace just before them.
-BASELINE = "d9c1c0e"
-_PAIRS = ("tooltrace, telemetry off (inline)", "tooltrace, everything on (inline)")
-_EXTRA = ("tooltrace, telemetry off (inline), idle progress subscriber",
-          "tooltrace, telemetry off (inline), subscriber of every event")
 _BARE = "bare function call"
+_SHIPPED, _CONTROL = "as shipped", "recompiled, nothing removed"
+_SUBSCRIBED = {
+    "idle progress subscriber": "tooltrace, telemetry off (inline), idle progress subscriber",
+    "subscriber of every event":
+        "tooltrace, telemetry off (inline), subscriber of every event",
+}
+_SUB_CONFIG = "telemetry off (inline)"
+#: (row label, the contender with it, the one without it) of each configuration's table rows.
+_PAIRS = (
+    ("A/A: as shipped vs recompiled, nothing removed", _SHIPPED, _CONTROL),
+    (FEATURES["events"], _CONTROL, "without call events and progress"),
+    (FEATURES["snapshots"], _CONTROL, "without snapshots before writes"),
+    (FEATURES["nested"], _CONTROL, "without nested calls"),
+    ("all three together", _CONTROL, "without all three"),
+    ("tool groups: tool in a group vs none", "tool in a group", _SHIPPED),
+)
+COLUMNS = ["configuration", "compared", "with p50 us", "without p50 us",
+           "difference ns (median of rounds)", "IQR of round differences ns", "A/A noise ns",
+           "tooltrace overhead us", "difference / overhead", "verdict"]
 
 
 @dataclass
 class _Row:
     key: str
+    available: bool = True
+    note: str = ""
     samples: list[int] = field(default_factory=list)
-    rounds: list[float] = field(default_factory=list)
+    rounds: list[float] = field(default_factory=list)  # per-round p50, ns
 
-    def p50(self) -> float:
+    def p50_us(self) -> float:
         return percentile(sorted(self.samples), 50) / 1000.0 if self.samples else float("nan")
 
 
-def _baseline_tree(rev: str) -> str | None:
-    """A directory holding the baseline's ``tooltrace`` package, or None if git cannot give it."""
-    d = Path(scratch("tooltrace-bench-baseline-"))
-    with tempfile.TemporaryFile() as tar:
-        r = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev, "tooltrace"],
-                           stdout=tar, stderr=subprocess.PIPE, check=False)
-        if r.returncode != 0:
-            return None
-        tar.seek(0)
-        with tarfile.open(fileobj=tar) as tf:
-            tf.extractall(d, filter="data")
-    return str(d)
+def _names(configs: list[str]) -> list[str]:
+    names = [_BARE]
+    for cfg in configs:
+        names += [event_contender(cfg, v) for v in EVENT_VARIANTS]
+    if _SUB_CONFIG in configs:
+        names += list(_SUBSCRIBED.values())
+    return names
 
 
-def run(*, rounds: int, calls: int, warmup: int, baseline: str = BASELINE,
+def run(*, rounds: int, calls: int, warmup: int, configs: list[str] | None = None,
         seed: int = 3) -> dict[str, Any]:
-    """Measure; print the table; return the figures."""
-    trees = {"base": _baseline_tree(baseline), "with": _baseline_tree(FEATURE)}
-    if None in trees.values():
-        t = Table("Call events and nested calls: cost when unused", ["what", "note"])
-        t.add("trees", f"git revisions {baseline} and {FEATURE} are not both in this checkout")
-        t.print()
-        return {"available": False, "baseline": baseline}
-    only_bench = bench_only_path()
-    specs: dict[str, tuple[str, str | None, str | None]] = {_BARE: (_BARE, None, None)}
-    for name in _PAIRS:
-        for side, tree in trees.items():
-            specs[f"{side}|{name}"] = (name, f"{tree}:{only_bench}", only_bench)
-    for name in (_PAIRS[0], *_EXTRA):
-        specs[f"now|{name}"] = (name, None, None)
+    """Measure; print the table; return the figures. ``configs``: substrings of the
+    configurations' names (all four by default)."""
+    wanted = [c.strip().lower() for c in configs or () if c.strip()]
+    chosen = [c for c in EVENT_CONFIGS if not wanted or any(w in c for w in wanted)]
+    names = _names(chosen)
     workers: dict[str, Worker] = {}
-    rows = {k: _Row(k) for k in specs}
+    rows = {n: _Row(n) for n in names}
     try:
-        for key, (name, path, cwd) in specs.items():
-            # Python source on both sides (the baseline tree is source): never the compiled
-            # wheel the overhead section may use.
-            workers[key] = Worker(name, sys.executable, path or str(ROOT), cwd or str(ROOT))
-        for key, w in workers.items():
-            hello = w.read()
+        # Python source for all (path given): never the compiled wheel the overhead section
+        # may use. Started at once, so their imports overlap.
+        for n in names:
+            workers[n] = Worker(n, sys.executable, str(ROOT), str(ROOT))
+        for n in names:
+            try:
+                hello = workers[n].read()
+            except RuntimeError as exc:
+                hello = {"ok": False, "reason": str(exc)}
             if not hello.get("ok"):
-                raise RuntimeError(f"{key}: {hello.get('reason')}")
+                rows[n].available, rows[n].note = False, str(hello.get("reason", "?"))
+                workers.pop(n).close()
+        for w in workers.values():
             w.send({"n": warmup})
             w.read()
         rng = random.Random(seed)
         for _ in range(rounds):
             order = list(workers)
             rng.shuffle(order)
-            for key in order:
-                workers[key].send({"n": calls})
-                rep = workers[key].read()
-                rows[key].samples.extend(rep["samples"])
-                rows[key].rounds.append(percentile(sorted(rep["samples"]), 50) / 1000.0)
+            for n in order:
+                workers[n].send({"n": calls})
+                samples = workers[n].read()["samples"]
+                rows[n].samples.extend(samples)
+                rows[n].rounds.append(percentile(sorted(samples), 50))
     finally:
         for w in workers.values():
             w.close()
-    return _report(rows, baseline, rounds, calls)
+    return _report(rows, chosen, rounds, calls)
 
 
-def _round_ratio(a: _Row, b: _Row) -> float:
-    rr = sorted(x / y for x, y in zip(a.rounds, b.rounds, strict=False) if y)
-    return percentile(rr, 50) if rr else float("nan")
+def _band(with_: _Row, without: _Row) -> tuple[float, float, float] | None:
+    """(median, 25th, 75th percentile) of the per-round p50 differences, ns."""
+    if not (with_.available and without.available and with_.rounds):
+        return None
+    d = sorted(a - b for a, b in zip(with_.rounds, without.rounds, strict=True))
+    return percentile(d, 50), percentile(d, 25), percentile(d, 75)
 
 
-def _report(rows: dict[str, _Row], baseline: str, rounds: int, calls: int) -> dict[str, Any]:
-    bare = rows[_BARE].p50()
+def verdict(band: tuple[float, float, float], noise: float) -> str:
+    """The verdict on a difference's ``band`` (median, 25th, 75th percentile of the per-round
+    differences, ns): not measurable when the band includes 0 or the median is within
+    ``noise``."""
+    med, lo, hi = band
+    if lo <= 0.0 <= hi:
+        return "not measurable (its band includes 0)"
+    if abs(med) <= noise:
+        return f"not measurable (within the A/A noise of {noise:.0f} ns)"
+    return f"measurable: {med:+.0f} ns"
+
+
+def _report(rows: dict[str, _Row], configs: list[str], rounds: int, calls: int
+            ) -> dict[str, Any]:
+    bare = rows[_BARE]
     t = Table(
-        f"Call events and nested calls: cost when unused ({FEATURE} vs its parent {baseline}, "
-        f"{rounds} interleaved rounds x {calls} calls)",
-        ["contender", "without p50 us", "with p50 us", "with / without (per-round median)",
-         "p50 difference us", "tooltrace overhead us", "difference / overhead"],
-    )
-    out: dict[str, Any] = {"available": True, "baseline": baseline, "feature": FEATURE,
-                           "rows": {}}
-    for name in _PAIRS:
-        now, base = rows[f"with|{name}"], rows[f"base|{name}"]
-        diff = now.p50() - base.p50()
-        overhead = now.p50() - bare
-        ratio = _round_ratio(now, base)
-        t.add(name, base.p50(), now.p50(), ratio, diff, overhead,
-              diff / overhead if overhead > 0 else None, digits=3)
-        out["rows"][name] = {"baseline_p50_us": base.p50(), "now_p50_us": now.p50(),
-                             "round_ratio_median": ratio, "diff_us": diff,
-                             "overhead_us": overhead}
-    plain = rows[f"now|{_PAIRS[0]}"]
-    for name in _EXTRA:
-        r = rows[f"now|{name}"]
-        ratio = _round_ratio(r, plain)
-        diff = r.p50() - plain.p50()
-        t.add(name + " (this checkout, vs no subscriber)", plain.p50(), r.p50(), ratio, diff,
-              plain.p50() - bare, None, digits=3)
-        out["rows"][name] = {"now_p50_us": r.p50(), "vs_no_subscriber_ratio": ratio,
-                             "diff_us": diff}
+        f"Features unused: what they cost a call ({rounds} interleaved rounds x {calls} calls, "
+        "Python source)", COLUMNS)
+    out: dict[str, Any] = {"rounds": rounds, "calls_per_round": calls, "configs": {}}
+    for cfg in configs:
+        r = {v: rows[event_contender(cfg, v)] for v in EVENT_VARIANTS}
+        shipped = r[_SHIPPED]
+        overhead_us = shipped.p50_us() - bare.p50_us()
+        aa = _band(r[_SHIPPED], r[_CONTROL])
+        noise = max(abs(aa[1]), abs(aa[2])) if aa else float("nan")
+        figures: dict[str, Any] = {"overhead_us": overhead_us, "noise_ns": noise, "rows": {}}
+        pairs = [(label, r[a], r[b]) for label, a, b in _PAIRS]
+        if cfg == _SUB_CONFIG:
+            pairs += [(f"{label} vs none", rows[name], shipped)
+                      for label, name in _SUBSCRIBED.items()]
+        for label, with_, without in pairs:
+            band = _band(with_, without)
+            if band is None:
+                why = with_.note if not with_.available else without.note
+                t.add(cfg, label, None, None, None, None, None, None, None,
+                      f"not measured: {why}")
+                figures["rows"][label] = {"available": False, "reason": why}
+                continue
+            med, lo, hi = band
+            is_aa = with_ is shipped and without is r[_CONTROL]
+            v = f"the run's noise: {noise:.0f} ns" if is_aa else verdict(band, noise)
+            share = med / (overhead_us * 1000.0) if overhead_us > 0 else None
+            t.add(cfg, label, with_.p50_us(), without.p50_us(), f"{med:.0f}",
+                  f"{lo:.0f} .. {hi:.0f}", f"{noise:.0f}", overhead_us,
+                  None if share is None else f"{share:.3f}", v, digits=2)
+            figures["rows"][label] = {
+                "available": True, "with_p50_us": with_.p50_us(),
+                "without_p50_us": without.p50_us(), "diff_ns_median": med, "diff_ns_q25": lo,
+                "diff_ns_q75": hi, "share_of_overhead": share, "verdict": v,
+                "measurable": v.startswith("measurable")}
+        out["configs"][cfg] = figures
     t.print()
     return out

@@ -9,7 +9,8 @@ Usage (from the repository root)::
 
 Sections: ``overhead`` (per-call cost vs a hand-rolled reference and peers), ``tail`` (p99,
 p99.9 and max per contender, and what ran during the slowest calls), ``events`` (what call
-events, progress and nested calls cost a call that uses none of them), ``ingest`` (audit
+events and progress, snapshots before writes, nested calls and tool groups cost a call that uses
+none of them, measured by taking their code out of this checkout's call path), ``ingest`` (audit
 writer throughput, queue depth and drops at a paced rate), ``autopsy`` (find one call among
 1M/10M), ``memory`` (RSS growth over many calls), ``profile`` (where a registry call's time
 goes; not in the default set), ``whatif`` (replay 1M recorded calls against a candidate
@@ -70,10 +71,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma-separated substrings of contender names (default: the reference, "
                    "tooltrace telemetry off and everything on, inline and thread)")
     g = ap.add_argument_group("events")
-    g.add_argument("--events-baseline", default=None,
-                   help="git revision of tooltrace before call events and nested calls "
-                   "(default: bench.events_cost.BASELINE)")
     g.add_argument("--events-rounds", type=int, help="interleaved rounds (default 15; quick 2)")
+    g.add_argument("--events-calls", type=int,
+                   help="calls per contender per round (default 2000; quick 200)")
+    g.add_argument("--events-configs",
+                   help="comma-separated substrings of the configurations, e.g. 'inline' or "
+                   "'telemetry off (inline)' (default: telemetry off and everything on, inline "
+                   "and thread)")
     g = ap.add_argument_group("ingest")
     g.add_argument("--ingest-records", type=int,
                    help="records per writer process (default 200000; quick 2000)")
@@ -168,9 +172,10 @@ def _sections(ns: argparse.Namespace, sections: list[str], results: dict[str, An
         from bench import events_cost
 
         results["events"] = events_cost.run(
-            rounds=_pick(ns.events_rounds, 15, 2, q), calls=_pick(ns.round_calls, 2500, 200, q),
-            warmup=_pick(ns.warmup, 2000, 100, q),
-            baseline=ns.events_baseline or events_cost.BASELINE)
+            rounds=_pick(ns.events_rounds, 15, 2, q),
+            calls=_pick(ns.events_calls, 2000, _pick(ns.round_calls, 200, 200, q), q),
+            warmup=_pick(ns.warmup, 1000, 100, q),
+            configs=ns.events_configs.split(",") if ns.events_configs else None)
     if "ingest" in sections:
         from bench import ingest
 
@@ -265,6 +270,14 @@ def _targets(r: dict[str, Any]) -> None:
                       f"{full['worst_background_share_pct']:.0f}%, GC "
                       f"{full['worst_gc_share_pct']:.0f}% of their time)",
                       _verdict(ratio <= 1.0))
+    ev = r.get("events")
+    for cfg, f in (ev or {}).get("configs", {}).items():
+        row = f["rows"].get("all three together", {})
+        if row.get("available"):
+            t.add(f"unused events, snapshots, nested calls: nothing measurable ({cfg})",
+                  f"{row['diff_ns_median']:+.0f} ns (round IQR {row['diff_ns_q25']:.0f} .. "
+                  f"{row['diff_ns_q75']:.0f}; A/A noise {f['noise_ns']:.0f} ns; tooltrace "
+                  f"overhead {f['overhead_us']:.1f} us)", _verdict(not row["measurable"]))
     ing = r.get("ingest")
     if ing:
         one = ing["one_core"]

@@ -37,9 +37,10 @@ TABLES = {
         "contender", "thread", "slices", "CPU us per call", "longest wall ms", "its CPU ms",
         "longest CPU ms", "p99 slice wall ms", "p99 slice CPU ms",
     ],
-    "Call events and nested calls: cost when unused": [
-        "contender", "without p50 us", "with p50 us", "with / without (per-round median)",
-        "p50 difference us", "tooltrace overhead us", "difference / overhead",
+    "Features unused: what they cost a call": [
+        "configuration", "compared", "with p50 us", "without p50 us",
+        "difference ns (median of rounds)", "IQR of round differences ns", "A/A noise ns",
+        "tooltrace overhead us", "difference / overhead", "verdict",
     ],
     "Audit ingest: sustained writer throughput": [
         "writer processes", "pinned to one core", "records/s", "step records/s", "steps/record",
@@ -112,7 +113,8 @@ def run(tmp_path_factory: pytest.TempPathFactory, scratch: Path) -> Run:
     env.pop("TOOLTRACE_HOME", None)
     p = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--rounds", "1", "--round-calls", "200",
-         "--paced-seconds", "0.3", "--json", str(out)],
+         "--paced-seconds", "0.3", "--events-configs", "telemetry off (inline)",
+         "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=240, env=env,
     )
     assert p.returncode == 0, p.stderr[-2000:]
@@ -133,17 +135,24 @@ def test_every_table_prints_its_columns(run: Run) -> None:
         assert rows, f"{prefix}: no rows"
 
 
-def test_events_rows_compare_the_feature_with_its_parent(run: Run) -> None:
+def test_events_rows_compare_each_feature_taken_out_in_the_same_run(run: Run) -> None:
     tables, figures = run
-    header, rows = _find(tables, "Call events and nested calls: cost when unused")
-    by_name = {r[0]: dict(zip(header, r, strict=True)) for r in rows}
-    for name in ("tooltrace, telemetry off (inline)", "tooltrace, everything on (inline)"):
+    header, rows = _find(tables, "Features unused: what they cost a call")
+    by_name = {r[1]: dict(zip(header, r, strict=True)) for r in rows}
+    assert {r[0] for r in rows} == {"telemetry off (inline)"}
+    for name in ("A/A: as shipped vs recompiled, nothing removed", "call events and progress",
+                 "snapshots before writes", "nested calls", "all three together",
+                 "tool groups: tool in a group vs none", "idle progress subscriber vs none",
+                 "subscriber of every event vs none"):
         row = by_name[name]
-        assert _num(row["without p50 us"]) > 0 and _num(row["with p50 us"]) > 0
-        assert _num(row["with / without (per-round median)"]) > 0
+        assert _num(row["with p50 us"]) > 0 and _num(row["without p50 us"]) > 0, name
+        _num(row["difference ns (median of rounds)"])
         assert _num(row["tooltrace overhead us"]) > 0
-    assert len(rows) == 4
-    assert figures["events"]["available"] is True
+        assert row["verdict"].startswith(("the run's noise", "not measurable", "measurable"))
+    assert len(rows) == 8
+    cfg = figures["events"]["configs"]["telemetry off (inline)"]
+    assert all(r["available"] for r in cfg["rows"].values())
+    assert math.isfinite(cfg["noise_ns"])
 
 
 def test_overhead_rows_are_measured(run: Run) -> None:
