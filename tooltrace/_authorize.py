@@ -5,21 +5,28 @@ Path arguments (``ToolDefinition.path_params``) must resolve inside the workspac
 changed one may only narrow it, within the directory the original named. The policy's rules then
 decide on the arguments: the first ``deny`` wins, else the first ``ask`` goes to the approver
 (``Approve``, an operation the pipeline yields to its driver), else the call is allowed.
+
+An approval is bound to the digest of the arguments it was asked about (``tooltrace._approvals``):
+a hook that changes them re-authorises, and the new arguments are asked about again.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import _build, _settings
+from ._approvals import Reusable, arguments_sha256, ttl_seconds
+from ._ids import new_call_id
 from ._record import Builder, error_text, redact_args, redact_detail, scrub
 from ._tooltable import Entry
 from .envelope import Stage, StepName, ToolResultEnvelope
 from .paths import PathPolicyError
 from .policy import ApprovalDecision, ApprovalRequest, PolicyDecision, PolicyRequest, Verdict
+from .sinks import ApprovalRecord
 from .tool import ToolDefinition
 
 if TYPE_CHECKING:
@@ -187,31 +194,76 @@ def narrows(reg: ToolRegistry, before: str, after_relative: str) -> bool:
 def approve(
     reg: ToolRegistry, b: Builder, d: ToolDefinition, args: Mapping[str, Any], ask: Ask
 ) -> Generator[Approve, Any, ToolResultEnvelope | None]:
-    """Ask the approver (or apply TOOLTRACE_APPROVAL when there is none); None if approved."""
+    """Ask the approver about exactly these arguments (or apply TOOLTRACE_APPROVAL when there
+    is none); None if approved. An unexpired approval of the same tool, principal and argument
+    digest is reused without asking; a new answer becomes an ``ApprovalRecord``."""
     decision, reason, decider, t = ask
+    redacted = redact_args(reg, args)
+    digest = arguments_sha256(redacted)
     if reg.approver is None:
         allow = _settings.approval_allows()
-        detail = {"reason": "no approver configured"}
+        detail: dict[str, Any] = {"reason": "no approver configured", "args_sha256": digest}
         b.step(StepName.APPROVAL, t, decider, "approve" if allow else "deny", detail)
         if not allow:
             return b.reject(
                 Stage.APPROVAL, "approval required and no approver is configured", d.name
             )
         return None
+    hit = reg._approvals.find(d.name, b.principal, digest, time.time_ns() // 1000)
+    if hit is not None:
+        detail = {
+            "rule": decision.rule, "approval_id": hit.approval_id, "args_sha256": digest,
+            "expires_at_us": hit.expires_at_us, "reused": True}
+        b.step(StepName.APPROVAL, t, f"approval:{hit.approval_id}", "approve", detail)
+        return None
     areq = ApprovalRequest(
-        b.call_id, b.run_id, d.name, redact_args(reg, args), decision.rule, reason
+        b.call_id, b.run_id, d.name, redacted, decision.rule, reason, digest, b.principal
     )
     kind, res = yield Approve(areq)
     if kind != "ok" or not isinstance(res, ApprovalDecision):
         error = error_text(reg, res) if isinstance(res, BaseException) else "no answer"
-        b.step(StepName.APPROVAL, t, "user:unknown", "deny", {"error": error})
+        detail = {"error": error, "args_sha256": digest}
+        b.step(StepName.APPROVAL, t, "user:unknown", "deny", detail)
         return b.reject(Stage.APPROVAL, "the approver failed to answer", d.name)
-    who = _WHO.sub("_", res.who or "unknown")[:64]
-    detail = {"reason": scrub(reg, res.reason)[:300], "rule": decision.rule}
-    b.step(StepName.APPROVAL, t, f"user:{who}", "approve" if res.approved else "deny", detail)
+    rec = _record(reg, b, d, decision, res, digest)
+    detail = {"reason": rec.reason, "rule": decision.rule, "approval_id": rec.approval_id,
+              "args_sha256": digest}
+    if rec.expires_at_us is not None:
+        detail["expires_at_us"] = rec.expires_at_us
+    b.step(StepName.APPROVAL, t, f"user:{rec.who}", "approve" if res.approved else "deny", detail)
     if not res.approved:
-        return b.reject(Stage.APPROVAL, f"denied by {who}", d.name)
+        return b.reject(Stage.APPROVAL, f"denied by {rec.who}", d.name)
     return None
+
+
+def _record(
+    reg: ToolRegistry,
+    b: Builder,
+    d: ToolDefinition,
+    decision: PolicyDecision,
+    res: ApprovalDecision,
+    digest: str,
+) -> ApprovalRecord:
+    """The approver's answer as a record, handed to every ``ApprovalSink``; an approval with a
+    time to live (the answer's, else the rule's) is kept for later calls to reuse."""
+    at = time.time_ns() // 1000
+    try:
+        ttl = ttl_seconds(res.ttl) if res.ttl is not None else ttl_seconds(decision.approval_ttl_s)
+    except (TypeError, ValueError, OverflowError):
+        ttl = None  # an approver's malformed ttl: the approval covers this call only
+    expires = at + int(ttl * 1_000_000) if (ttl and res.approved) else None
+    principal = b.principal.to_dict() if b.principal is not None else None
+    rec = ApprovalRecord(
+        new_call_id(), b.call_id, b.run_id, d.name, decision.rule, bool(res.approved),
+        _WHO.sub("_", res.who or "unknown")[:64], scrub(reg, res.reason)[:300], digest, at,
+        expires, principal,
+    )
+    reg._emit_approval(rec)
+    if expires is not None:
+        reg._approvals.keep(
+            d.name, b.principal, digest, Reusable(rec.approval_id, decision.rule, expires), at
+        )
+    return rec
 
 
 _build.keep_docs(__name__, globals())

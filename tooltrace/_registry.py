@@ -25,6 +25,7 @@ from mypy_extensions import mypyc_attr
 
 from . import _build, _settings
 from ._admission import Admission
+from ._approvals import ApprovalCache
 from ._authorize import AllowDetails
 from ._context import CallContext
 from ._drivers import arun, run
@@ -42,7 +43,17 @@ from .hooks import Hook
 from .paths import Workspace
 from .policy import ApprovalDecision, ApprovalRequest, Policy
 from .redaction import ArtifactStore, Redactor
-from .sinks import BindingSink, DurableSink, LateSink, LateStep, Sink, SpanOpener, TrailSink
+from .sinks import (
+    ApprovalRecord,
+    ApprovalSink,
+    BindingSink,
+    DurableSink,
+    LateSink,
+    LateStep,
+    Sink,
+    SpanOpener,
+    TrailSink,
+)
 from .snapshots import SnapshotStore
 from .tool import FunctionTool, ToolDefinition
 
@@ -121,11 +132,8 @@ class ToolRegistry:
         snapshot_max_bytes: int | None = None,
         principal: Principal | None = None,
     ) -> None:
-        self.workspace = (
-            workspace
-            if isinstance(workspace, Workspace)
-            else Workspace(workspace if workspace is not None else os.getcwd())
-        )
+        self.workspace = workspace if isinstance(workspace, Workspace) else Workspace(
+            workspace if workspace is not None else os.getcwd())
         self.home = _settings.resolve_home(home)
         self.artifacts = ArtifactStore(self.home / "artifacts")
         self.snapshots = SnapshotStore(self.home, snapshot_max_bytes)
@@ -154,6 +162,8 @@ class ToolRegistry:
         self._durable: tuple[DurableSink, ...] = ()
         self._late_sinks: tuple[LateSink, ...] = ()
         self._trail_sinks: tuple[TrailSink, ...] = ()
+        self._approval_sinks: tuple[ApprovalSink, ...] = ()
+        self._approvals = ApprovalCache()  # approvals with a time to live (tooltrace._approvals)
         # A caller's UUIDv7 id below this (clock skew allowed) may be in an earlier process's trail.
         self._trail_from = id_prefix(time.time() + CLOCK_SKEW_S)
         self._table = ToolTable()
@@ -255,6 +265,8 @@ class ToolRegistry:
             self._late_sinks = (*self._late_sinks, sink)
         if isinstance(sink, TrailSink):
             self._trail_sinks = (*self._trail_sinks, sink)
+        if isinstance(sink, ApprovalSink):
+            self._approval_sinks = (*self._approval_sinks, sink)
         if isinstance(sink, BindingSink):
             sink.bind(self)
 
@@ -401,6 +413,14 @@ class ToolRegistry:
         for sink in self._late_sinks:
             try:
                 sink.emit_late(late)
+            except Exception:
+                self.sink_errors += 1
+
+    def _emit_approval(self, approval: ApprovalRecord) -> None:
+        """Hand an approver's answer to every ``ApprovalSink`` (errors counted, never raised)."""
+        for sink in self._approval_sinks:
+            try:
+                sink.emit_approval(approval)
             except Exception:
                 self.sink_errors += 1
 

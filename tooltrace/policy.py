@@ -7,7 +7,10 @@
 - **argument content**: rules such as denied command patterns or URLs to loopback and private
   ranges.
 - **approval**: a rule may answer ``ask``; the registry's approver callback then decides, and the
-  record says whether a rule (``policy:<rule>``) or a person (``user:<who>``) decided.
+  record says whether a rule (``policy:<rule>``) or a person (``user:<who>``) decided. An
+  approval is bound to the sha256 of the call's canonical redacted arguments
+  (``arguments_sha256``): other arguments are asked about again. With a time to live it
+  covers later calls of the same tool, principal and arguments (decider ``approval:<id>``).
 
 A rule is any callable ``(PolicyRequest) -> PolicyDecision | None`` with a ``name``; ``None``
 means "no opinion". The first ``deny`` wins; otherwise the first ``ask``; otherwise allow.
@@ -20,13 +23,16 @@ import ipaddress
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
 from mypy_extensions import mypyc_attr
 
 from . import _build
+from ._approvals import arguments_sha256
 from ._policy_types import PolicyRequest, Rule
+from .envelope import Principal
 from .tool import Capability, Effect, ToolDefinition
 
 __all__ = [
@@ -42,6 +48,7 @@ __all__ = [
     "RequireApproval",
     "Rule",
     "Verdict",
+    "arguments_sha256",
 ]
 
 
@@ -69,6 +76,10 @@ class PolicyDecision:
     reason: str = ""
     """Why, readable: it must not contain secrets or host paths (it is redacted and cut to 300
     characters all the same)."""
+    approval_ttl_s: float | None = None
+    """For ``ask``: how long an approval given for this call's arguments also covers later
+    calls of the same tool, principal and arguments (None: only this call; an approver's own
+    ``ApprovalDecision.ttl`` wins)."""
 
 
 # A rule may also define ``applies_to(tool: ToolDefinition) -> bool``: False promises no opinion
@@ -93,6 +104,11 @@ class ApprovalRequest:
     """The rule that asked."""
     reason: str
     """The rule's reason, redacted."""
+    arguments_sha256: str = ""
+    """sha256 of the canonical JSON of the redacted ``arguments`` (``arguments_sha256``): the
+    approval covers these arguments and no others."""
+    principal: Principal | None = None
+    """Whom the call acts for."""
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -105,7 +121,11 @@ class ApprovalDecision:
     who: str
     """The person or system that decided: the approval step's decider reads ``user:<who>``."""
     reason: str = ""
-    """Why, readable: kept (redacted) in the approval step."""
+    """Why, readable: kept (redacted) in the approval step and the approval record."""
+    ttl: timedelta | float | None = None
+    """Time to live of an approval (seconds or a ``timedelta``): until it expires, later calls
+    of the same tool, principal and argument digest pass without asking (None: the policy
+    rule's ``approval_ttl_s``, else only this call)."""
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

@@ -14,6 +14,8 @@ the registry checks each one once, when the sink is attached (``ToolRegistry.add
   execution; if that fails, the call is refused (``stage=audit``).
 - ``TrailSink`` (the audit sink): says whether a call id is already recorded, so a
   caller-supplied id that an earlier process used is refused (``duplicate_call_id``).
+- ``ApprovalSink`` (the audit sink): takes each approver's answer (``ApprovalRecord``) the
+  moment it is given, as a record of its own.
 
 The tracer is not a sink but is asked before execution: a ``SpanOpener`` mints the call's trace
 and span ids and gives an ``OpenSpan`` to make current while the tool runs, so nested work joins
@@ -30,6 +32,8 @@ from .envelope import CallRecord, Step
 
 __all__ = [
     "FIRST_LATE_SEQ",
+    "ApprovalRecord",
+    "ApprovalSink",
     "BindingSink",
     "DurableSink",
     "LateSink",
@@ -59,6 +63,40 @@ class LateStep:
     """The tool's name (``_unregistered`` never: a late step follows a call that ran)."""
     step: Step
     """The step itself, numbered from ``FIRST_LATE_SEQ`` so it sorts after the call's own."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    """One approver's answer about one call's arguments (already redacted): who, why, when, and
+    the digest of the arguments it covers. The approval step of every call it covers names
+    its ``approval_id``."""
+
+    approval_id: str
+    """A UUIDv7 of its own (time-ordered)."""
+    call_id: str
+    """The call the approver was asked about."""
+    run_id: str
+    """That call's run."""
+    tool: str
+    """The tool's name."""
+    rule: str
+    """The policy rule that asked."""
+    approved: bool
+    """True: approved; False: denied."""
+    who: str
+    """Who decided (``[A-Za-z0-9@._-]``, at most 64 characters)."""
+    reason: str
+    """Why, redacted and cut to 300 characters."""
+    args_sha256: str
+    """sha256 (hex) of the canonical JSON of the redacted arguments it covers
+    (``tooltrace.policy.arguments_sha256``)."""
+    at_us: int
+    """When it was given (Unix microseconds)."""
+    expires_at_us: int | None = None
+    """Until when later calls of the same tool, principal and argument digest pass on it
+    without asking (None: it covers only the call it was asked about)."""
+    principal: dict[str, Any] | None = None
+    """The principal of the call (``Principal.to_dict``), None when the call had none."""
 
 
 @runtime_checkable
@@ -138,6 +176,14 @@ class TrailSink(Protocol):
     def recorded(self, call_id: str) -> bool:
         """True when a call (or an intent) with ``call_id`` is recorded; raises ``OSError``
         when that cannot be known."""
+
+
+@runtime_checkable
+class ApprovalSink(Protocol):
+    """A sink that also takes approvers' answers (the audit sink chains them)."""
+
+    def emit_approval(self, approval: ApprovalRecord) -> None:
+        """Queue one approval record (non-blocking, non-raising), like ``Sink.emit``."""
 
 
 class OpenSpan(Protocol):

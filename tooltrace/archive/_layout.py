@@ -41,7 +41,7 @@ __all__ = [
 DATA_TABLES = TABLES
 #: The column each data table is partitioned by.
 DAY_COLUMN = {"calls": "started_at", "steps": "started_at", "intents": "started_at",
-              "resolutions": "resolved_at"}
+              "resolutions": "resolved_at", "approvals": "approved_at"}
 
 
 def segment_key(writer: str, n: int) -> str:

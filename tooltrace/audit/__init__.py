@@ -6,19 +6,21 @@ queries that read it, autopsy, compaction into Parquet, verification and crash r
 knows nothing of the registry or of the sinks.
 
 What feeds it is the audit sink, ``tooltrace.telemetry.AuditSink``: a subscriber of finished
-call records like the other sinks, which hands each record to a ``SegmentWriter`` (encoded with
-``encode_call_bytes`` / ``encode_late``) on a background worker. ``tooltrace.telemetry.audit``,
-where the trail used to live, still offers every name it offered (the sink's among them).
+call records and approvals like the other sinks, which hands each record to a
+``SegmentWriter`` (encoded with ``encode_call_bytes`` / ``encode_late`` / ``encode_approval``)
+on a background worker. ``tooltrace.telemetry.audit``, where the trail used to live, still
+offers every name it offered (the sink's among them).
 
 The public names, by who needs them:
 
 - Reading: ``recorded`` (is a call id in the trail?), ``AuditStore`` / ``open_store``
-  (DuckDB views ``tool_calls``, ``tool_call_steps``, ``tool_call_intents``), ``explain`` /
+  (DuckDB views ``tool_calls``, ``tool_call_steps``, ``tool_call_intents``, ``approvals``),
+  ``list_approvals``, ``explain`` /
   ``Autopsy``, the lookup errors, and the shipped post-mortem queries (``shipped_sql``,
   ``find_sql``, ``load_sql``, ``SqlFile``, ``Param``).
 - Upkeep: ``compact``, ``verify`` / ``verify_audit``, ``recover_dead_segments``, ``parse_head``.
 - Writing (the audit sink): ``SegmentWriter``, ``FsyncPolicy``, ``Ack``, ``encode_call_bytes``,
-  ``encode_late``, ``load_key``.
+  ``encode_late``, ``encode_approval``, ``load_key``.
 - Moving the trail elsewhere (``tooltrace.archive``): the segment files (``audit_dir``,
   ``list_segments``, ``read_segment``, ``segment_name``, ``SegmentInfo``, ``ParsedSegment``),
   their table rows (``TABLES``, ``build_tables``, ``empty_tables``, ``schemas``) and the digest
@@ -33,12 +35,19 @@ use, so a reader does not pay for the writer (nor the writer for the reader).
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ._approvalrows import list_approvals
     from ._autopsy import Autopsy, explain
     from ._compact import CompactionResult, compact
     from ._family import call_family
     from ._findings import Finding, VerifyReport
     from ._follow import Follower, Poll
-    from ._format import TOOLTRACE_AUDIT_KEY, encode_call_bytes, encode_late, load_key
+    from ._format import (
+        TOOLTRACE_AUDIT_KEY,
+        encode_approval,
+        encode_call_bytes,
+        encode_late,
+        load_key,
+    )
     from ._live import LiveProgress, live_dir, read_live
     from ._manifest import (
         COMPACTED,
@@ -106,10 +115,12 @@ __all__ = [
     "digest_entry",
     "digest_path",
     "empty_tables",
+    "encode_approval",
     "encode_call_bytes",
     "encode_late",
     "explain",
     "find_sql",
+    "list_approvals",
     "list_segments",
     "live_dir",
     "load_key",
@@ -146,6 +157,7 @@ _LAZY = {
     "live_dir": "_live",
     "read_live": "_live",
     "call_family": "_family",
+    "list_approvals": "_approvalrows",
     "Autopsy": "_autopsy",
     "SqlFile": "_sqlfiles",
     "Param": "_sqlfiles",
@@ -166,6 +178,7 @@ _LAZY = {
     # writing (the audit sink)
     "TOOLTRACE_AUDIT_KEY": "_format",
     "encode_call_bytes": "_format",
+    "encode_approval": "_format",
     "encode_late": "_format",
     "load_key": "_format",
     "Ack": "_writer",

@@ -1,13 +1,14 @@
 """Compaction: sealed segments into Parquet files sorted by call id.
 
 Each run turns the sealed segments not yet compacted into one Parquet file per table
-(``calls``, ``steps``, ``intents``, ``resolutions``; an empty one only while none of its kind
-exists, so plain SQL always finds each table), sorted by the time-ordered call id and
-written in row groups of ``row_group_size`` rows, so a lookup of one call reads the min/max
-statistics and then one row group. Call ids are stored as canonical lowercase strings: DuckDB
-(and other engines) prune row groups by min/max on strings; they do not for the Parquet UUID
-type. The same files work unchanged from object storage (see the README). ``calls`` files also
-hold each call's final outcome (``_outcomes``), so plain SQL needs no join with ``resolutions``.
+(``calls``, ``steps``, ``intents``, ``resolutions``, ``approvals``; an empty one only while
+none of its kind exists, so plain SQL always finds each table), sorted by the time-ordered call
+id and written in row groups of ``row_group_size`` rows, so a lookup of one call reads the
+min/max statistics and then one row group. Call ids are stored as canonical lowercase strings:
+DuckDB (and other engines) prune row groups by min/max on strings; they do not for the Parquet
+UUID type. The same files work unchanged from object storage (see the README). ``calls`` files
+also hold each call's final outcome (``_outcomes``), so plain SQL needs no join with
+``resolutions``.
 
 The manifest also records each file's smallest and largest call id (``ranges``), so a reader
 looking up one call opens only the files whose range holds it instead of every file's footer.
@@ -51,6 +52,7 @@ _SORT = {
     "steps": [("call_id", "ascending"), ("seq", "ascending"), ("started_at", "ascending")],
     "intents": [("call_id", "ascending")],
     "resolutions": [("call_id", "ascending"), ("resolved_at", "ascending")],
+    "approvals": [("call_id", "ascending"), ("approved_at", "ascending")],
 }
 
 

@@ -16,6 +16,9 @@ Line kinds (``k``):
 - ``i``     strict-mode intent: the call is about to execute.
 - ``s``     a late step of a call that already returned (a job's end; ``resolved`` for a call
             that ended ``unknown``, whose decision is the final status).
+- ``a``     an approver's answer (``ApprovalRecord``): who, why, when, the tool, rule and
+            principal, the sha256 of the redacted arguments it covers, its expiry
+            (``approvals`` rows).
 - ``ckpt``  keyed checkpoint over the chain head.
 - ``seal``  last line of a segment (a checkpoint that also says why the segment ended).
 """
@@ -34,7 +37,7 @@ import orjson
 
 from .._settings import TOOLTRACE_AUDIT_KEY, audit_key
 from ..envelope import CallRecord, Step
-from ..sinks import LateStep
+from ..sinks import ApprovalRecord, LateStep
 
 __all__ = [
     "FORMAT_VERSION",
@@ -43,6 +46,7 @@ __all__ = [
     "chain_hash",
     "checkpoint_mac",
     "dumps",
+    "encode_approval",
     "encode_call",
     "encode_call_bytes",
     "encode_late",
@@ -237,4 +241,23 @@ def encode_late(late: LateStep) -> dict[str, Any]:
         "run_id": late.run_id,
         "tool": late.tool,
         "step": tuple(late.step),
+    }
+
+
+def encode_approval(a: ApprovalRecord) -> dict[str, Any]:
+    """The line fields of an approver's answer (``approvals`` rows)."""
+    return {
+        "k": "a",
+        "approval_id": a.approval_id,
+        "call_id": a.call_id,
+        "run_id": a.run_id,
+        "tool": a.tool,
+        "rule": a.rule,
+        "approved": a.approved,
+        "who": a.who,
+        "reason": a.reason,
+        "args_sha256": a.args_sha256,
+        "at_us": a.at_us,
+        "expires_at_us": a.expires_at_us,
+        "principal": a.principal,
     }

@@ -10,6 +10,7 @@ compacted (sealed, live, or left by a crashed writer; parsed and copied into Duc
   ``resolution_summary``) by a late ``resolved`` step.
 - ``tool_call_steps``  one row per pipeline step, ``detail`` as JSON.
 - ``tool_call_intents`` strict-mode intents; ``orphaned`` is true when no final record exists.
+- ``approvals``        approvers' answers and the calls each covered (``_approvalrows``).
 
 Only DuckDB is imported, when a store is opened: no pyarrow, no pandas. A lookup by call id
 (``call``, ``resolve_call_id``) does not go through the views: it reads only the Parquet files
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import orjson
 
 from .._settings import resolve_home
+from ._approvalrows import APPROVALS_VIEW
 from ._manifest import read_manifest
 from ._segments import ParsedSegment, audit_dir, list_segments, read_segment
 from ._storerecords import (
@@ -84,7 +86,7 @@ CREATE OR REPLACE VIEW tool_call_intents AS
   SELECT {_INTENT_COLS},
          NOT EXISTS (SELECT 1 FROM _all_calls c WHERE c.call_id = i.call_id) AS orphaned
   FROM _all_intents i;
-"""
+{APPROVALS_VIEW}"""
 
 #: Options of ``read_json`` for the rows not yet compacted: every column read as text and cast
 #: in SQL, so one malformed value becomes NULL instead of failing the whole trail.
@@ -398,10 +400,8 @@ class AuditStore:
         if not rec and not intent:
             raise CallNotFound(f"no call with id {call_id[:40]!r}")
         _one_call(cid, rec)
-        steps = self.sql(
-            "SELECT seq, step, started_at, elapsed_ms, decider, decision, detail "
-            "FROM tool_call_steps WHERE call_id = $c ORDER BY started_at, seq", {"c": cid}
-        ).dicts()
+        steps = self.sql(f"SELECT {_STEP_COLS} FROM tool_call_steps WHERE call_id = $c"
+                         " ORDER BY started_at, seq", {"c": cid}).dicts()
         return CallDetail(cid, rec[0] if rec else None, steps, intent[0] if intent else None)
 
     def calls(

@@ -22,9 +22,10 @@ __all__ = [
     "read_by_name", "schemas",
 ]
 
-#: The stored tables (``tool_calls``, ``tool_call_steps``, ``tool_call_intents`` and the late
-#: resolutions of calls that ended ``unknown``), as compaction and the archive name them.
-TABLES = ("calls", "steps", "intents", "resolutions")
+#: The stored tables (``tool_calls``, ``tool_call_steps``, ``tool_call_intents``, the late
+#: resolutions of calls that ended ``unknown`` and the approvers' answers), as compaction and
+#: the archive name them.
+TABLES = ("calls", "steps", "intents", "resolutions", "approvals")
 
 
 #: Column names and kinds of each stored table, in storage order. Kinds: ``str``, ``i32``,
@@ -55,6 +56,13 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "resolutions": (
         ("call_id", "str"), ("status", "str"), ("summary", "str"), ("resolved_at", "ts"),
         ("segment", "str"), ("line", "i64"),
+    ),
+    "approvals": (
+        ("approval_id", "str"), ("call_id", "str"), ("run_id", "str"), ("tool", "str"),
+        ("rule", "str"), ("decision", "str"), ("approver", "str"), ("reason", "str"),
+        ("args_sha256", "str"), ("approved_at", "ts"), ("expires_at", "ts"),
+        ("principal_user", "str"), ("principal_agent", "str"), ("principal_tenant", "str"),
+        ("principal_roles", "str"), ("writer", "str"), ("segment", "str"), ("line", "i64"),
     ),
 }
 
@@ -103,12 +111,14 @@ def _resolution_summary(row: Any) -> str:
 
 
 def build_columns(segments: Iterable[ParsedSegment]) -> dict[str, dict[str, list[Any]]]:
-    """The values of every call, step, intent and resolution line in ``segments``, column by
-    column (``COLUMNS`` order), as parsed: no type is enforced yet (see ``build_tables``)."""
+    """The values of every call, step, intent, resolution and approval line in ``segments``,
+    column by column (``COLUMNS`` order), as parsed: no type is enforced yet (see
+    ``build_tables``)."""
     cols: dict[str, dict[str, list[Any]]] = {
         t: {n: [] for n, _k in COLUMNS[t]} for t in TABLES
     }
     c, st, it, rs = cols["calls"], cols["steps"], cols["intents"], cols["resolutions"]
+    ap = cols["approvals"]
 
     def add_steps(cid: str, steps: Any) -> None:
         for row in steps:
@@ -141,12 +151,7 @@ def build_columns(segments: Iterable[ParsedSegment]) -> dict[str, dict[str, list
                 c["hook_modified"].append(bool(o.get("hook_modified")))
                 c["args_redacted"].append(_json(o.get("args_redacted", o.get("args"))))
                 c["attributes"].append(_json(o.get("attributes") or None))
-                p = o.get("principal")
-                p = p if isinstance(p, dict) else {}
-                c["principal_user"].append(p.get("user"))
-                c["principal_agent"].append(p.get("agent"))
-                c["principal_tenant"].append(p.get("tenant"))
-                c["principal_roles"].append(_json(p.get("roles") or None))
+                _principal(c, o)
                 c["artifact_path"].append(art[0])
                 c["artifact_chars"].append(art[1])
                 c["artifact_bytes"].append(art[2])
@@ -180,7 +185,32 @@ def build_columns(segments: Iterable[ParsedSegment]) -> dict[str, dict[str, list
                     rs["resolved_at"].append(row[2])
                     rs["segment"].append(sname)
                     rs["line"].append(no)
+            elif k == "a":
+                _approval(ap, o, writer, sname, no)
     return cols
+
+
+def _principal(into: dict[str, list[Any]], o: dict[str, Any]) -> None:
+    p = o.get("principal")
+    p = p if isinstance(p, dict) else {}
+    into["principal_user"].append(p.get("user"))
+    into["principal_agent"].append(p.get("agent"))
+    into["principal_tenant"].append(p.get("tenant"))
+    into["principal_roles"].append(_json(p.get("roles") or None))
+
+
+def _approval(ap: dict[str, list[Any]], o: dict[str, Any], writer: str, seg: str, no: int) -> None:
+    """One approval line's values (``a``), read at line ``no`` of segment ``seg``."""
+    for f in ("approval_id", "call_id", "run_id", "tool", "rule", "reason", "args_sha256"):
+        ap[f].append(o.get(f))
+    ap["decision"].append("approve" if o.get("approved") is True else "deny")
+    ap["approver"].append(o.get("who"))
+    ap["approved_at"].append(o.get("at_us"))
+    ap["expires_at"].append(o.get("expires_at_us"))
+    _principal(ap, o)
+    ap["writer"].append(writer)
+    ap["segment"].append(seg)
+    ap["line"].append(no)
 
 
 def build_tables(segments: Iterable[ParsedSegment]) -> dict[str, pa.Table]:

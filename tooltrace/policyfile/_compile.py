@@ -282,14 +282,15 @@ class _Compiler:
         return [CedarRule(cedar, default)]
 
     def _approval(self, raw: Any) -> list[Rule]:
-        t = self.ck.table(("approval",), raw, ("mode", "reason", *_MATCH))
+        t = self.ck.table(("approval",), raw, ("mode", "reason", "ttl", *_MATCH))
         if not any(k in t for k in _MATCH):
             self.ck.problem(("approval",), "approval needs tools, capabilities, effects,"
                             " modes or principal")
             return []
         why = self.ck.string(("approval", "reason"), t.get("reason", "needs approval")) or ""
+        ttl = _ttl(self.ck, t["ttl"]) if "ttl" in t else None
         return [PatternRule("approval", Verdict.ASK, self._match(("approval",), t), why,
-                            self._observe(("approval",), t))]
+                            self._observe(("approval",), t), approval_ttl_s=ttl)]
 
     def _limits(self, raw: Any) -> list[LimitRule]:
         ck = self.ck
@@ -312,6 +313,23 @@ class _Compiler:
                                      nums.get("per_minute"), nums.get("max_concurrent"),
                                      self._observe(p, t)))
         return out
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _ttl(ck: Checker, value: Any) -> float | None:
+    """``[approval] ttl``: seconds (a positive number) or a duration (``90s``, ``15m``, ``8h``,
+    ``1d``)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    m = _DURATION.match(value) if isinstance(value, str) else None
+    if m is None or float(m[1]) <= 0:
+        ck.problem(("approval", "ttl"), "ttl must be a number of seconds or a duration such as"
+                   " 90s, 15m, 8h, 1d", value)
+        return None
+    return float(m[1]) * _SECONDS[m[2]]
 
 
 def compile_document(

@@ -162,6 +162,9 @@ class PatternRule:
     """Matches when an argument holds a URL whose host is not one of these."""
     hosts_deny: tuple[str, ...] = ()
     """Matches when an argument holds a URL whose host is one of these."""
+    approval_ttl_s: float | None = None
+    """For ``ask``: how long an approval also covers later calls of the same tool, principal
+    and arguments (``PolicyDecision.approval_ttl_s``)."""
 
     @property
     def reads_content(self) -> bool:
@@ -200,4 +203,6 @@ class PatternRule:
         if not self.matches(request):
             return None
         why = self.reason or f"matches policy rule {self.name}"
-        return PolicyDecision(observed(self.verdict, self.observe), self.name, why)
+        return PolicyDecision(
+            observed(self.verdict, self.observe), self.name, why, self.approval_ttl_s
+        )

@@ -23,6 +23,7 @@ from ..audit import (
     Recovered,
     SegmentWriter,
     audit_dir,
+    encode_approval,
     encode_call_bytes,
     encode_late,
     load_key,
@@ -31,7 +32,7 @@ from ..audit import (
 )
 from ..envelope import CallRecord
 from ..exceptions import AuditUnavailableError, ConfigurationError
-from ..sinks import LateStep, RegistryState
+from ..sinks import ApprovalRecord, LateStep, RegistryState
 from ._worker import BatchWorker
 
 __all__ = [
@@ -109,7 +110,7 @@ class AuditSink:
         self._lost = 0
         self.last_error: str | None = None
         self.recovered: list[Recovered] = []
-        self._worker: BatchWorker[CallRecord | LateStep] = BatchWorker(
+        self._worker: BatchWorker[CallRecord | LateStep | ApprovalRecord] = BatchWorker(
             "audit",
             self._export,
             max_queue=max_queue,
@@ -221,6 +222,20 @@ class AuditSink:
             self._lost += 1
             self.last_error = type(exc).__name__
 
+    def emit_approval(self, approval: ApprovalRecord) -> None:
+        """Queue an approver's answer, a record of its own in the chain (strict mode: write and
+        sync it now, before the call it approves can run)."""
+        if not self.strict:
+            self._worker.submit(approval)
+            return
+        try:
+            w = self._get_writer()
+            with w.lock:
+                w.append([encode_approval(approval)], [approval.call_id], durable=True)
+        except Exception as exc:
+            self._lost += 1
+            self.last_error = type(exc).__name__
+
     def write_intent(
         self, call_id: str, run_id: str, tool: str, started_at_us: int, args_redacted: Any
     ) -> None:
@@ -252,7 +267,7 @@ class AuditSink:
 
     # -- background -------------------------------------------------------------------------
 
-    def _export(self, batch: list[CallRecord | LateStep]) -> None:
+    def _export(self, batch: list[CallRecord | LateStep | ApprovalRecord]) -> None:
         try:
             w = self._get_writer()
             # Each record is encoded as the writer reaches it and dropped once its line is in
@@ -260,11 +275,7 @@ class AuditSink:
             # them made multi-MiB transient allocations that glibc kept resident on this thread),
             # and no intermediate dict lives long enough to be promoted by the collector. The
             # batch is walked in slices that hand the interpreter back to the calls.
-            bodies = (
-                encode_call_bytes(r) if type(r) is CallRecord
-                else encode_late(r)  # type: ignore[arg-type]
-                for r in self._worker.paced(batch)
-            )
+            bodies = (_encode(r) for r in self._worker.paced(batch))
             with w.lock:
                 w.append(bodies, [r.call_id for r in batch], durable=False)
         except Exception as exc:
@@ -330,6 +341,14 @@ class AuditSink:
         if w is not None:
             w.after_fork()
             self._start_ticker()
+
+
+def _encode(r: CallRecord | LateStep | ApprovalRecord) -> bytes | dict[str, Any]:
+    if type(r) is CallRecord:
+        return encode_call_bytes(r)
+    if type(r) is ApprovalRecord:
+        return encode_approval(r)
+    return encode_late(r)  # type: ignore[arg-type]
 
 
 _SINKS: weakref.WeakSet[AuditSink] = weakref.WeakSet()

@@ -1,0 +1,208 @@
+"""Approvals bound to arguments: the digest, asking again when a hook changes the arguments,
+approval records in the audit chain (verified, queried), and reuse within a time to live."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tooltrace import (
+    ApprovalDecision,
+    ApprovalRequest,
+    HookDecision,
+    HookView,
+    Policy,
+    Principal,
+    RequireApproval,
+    Stage,
+    Status,
+    ToolCall,
+    ToolRegistry,
+    create_registry,
+    hook,
+    tool,
+)
+from tooltrace.audit import list_approvals, open_store, verify
+from tooltrace.policy import arguments_sha256
+
+SECRET = "ghp_" + "Q7wE9rT2yU4iO6pA8sD0fG1hJ3kL5zX7cV9b"
+
+
+@tool(capability="network", effect="external")
+def send(to: str, body: str = "", token: str = "") -> dict[str, Any]:
+    """Pretend to send a message."""
+    return {"sent": to}
+
+
+class Approver:
+    """Answers from a script, one answer per question, and keeps what it was asked."""
+
+    def __init__(self, *answers: ApprovalDecision) -> None:
+        self.answers = list(answers)
+        self.asked: list[ApprovalRequest] = []
+
+    def __call__(self, req: ApprovalRequest) -> ApprovalDecision:
+        self.asked.append(req)
+        return self.answers.pop(0)
+
+
+def _registry(tmp_path: Path, approver: Approver, **kw: Any) -> ToolRegistry:
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    reg = create_registry(
+        ws, home=tmp_path / "home", tracing=False, metrics=False, logging=False,
+        builtins=False, approver=approver,
+        policy=Policy([RequireApproval(tools=frozenset({"send"}))]), **kw,
+    )
+    reg.register(send)
+    return reg
+
+
+def _steps(env: Any, name: str = "approval") -> list[Any]:
+    return [s for s in env.steps if s.step == name]
+
+
+def test_the_digest_is_over_canonical_redacted_arguments() -> None:
+    a = arguments_sha256({"b": 1, "a": [1, "x"], "c": {"z": 1, "y": 2.5}})
+    b = arguments_sha256({"c": {"y": 2.5, "z": 1}, "a": [1, "x"], "b": 1})
+    assert a == b and len(a) == 64
+    assert a != arguments_sha256({"b": 2, "a": [1, "x"], "c": {"z": 1, "y": 2.5}})
+
+
+def test_an_approval_records_who_why_when_and_the_digest(tmp_path: Path) -> None:
+    ap = Approver(ApprovalDecision(True, who="alice", reason=f"fine, token was {SECRET}"))
+    reg = _registry(tmp_path, ap)
+    before = time.time()
+    # Every argument given: the digest covers the arguments as validated (defaults filled in).
+    env = reg.call(ToolCall("send", {"to": "bob", "body": "hi", "token": SECRET}))
+    reg.shutdown()
+    assert env.status is Status.OK
+    (req,) = ap.asked
+    assert SECRET not in json.dumps(dict(req.arguments))  # the approver sees redacted arguments
+    assert req.arguments_sha256 == arguments_sha256(req.arguments)
+    (step,) = _steps(env)
+    assert step.decider == "user:alice" and step.decision == "approve"
+    assert step.detail["args_sha256"] == req.arguments_sha256
+    with open_store(tmp_path / "home") as store:
+        (row,) = store.sql("SELECT * FROM approvals").dicts()
+        (call,) = store.sql("SELECT args_redacted FROM tool_calls").rows
+    assert row["approver"] == "alice" and row["decision"] == "approve" and row["tool"] == "send"
+    assert row["approval_id"] == step.detail["approval_id"]
+    assert row["args_sha256"] == req.arguments_sha256
+    # Anyone can recompute the digest from what the trail recorded of the call's arguments.
+    assert arguments_sha256(json.loads(call[0])) == row["args_sha256"]
+    assert SECRET not in row["reason"] and "fine" in row["reason"]
+    assert row["approved_at"].timestamp() == pytest.approx(before, abs=60)
+    assert row["expires_at"] is None and row["covered_calls"] == [env.call_id]
+
+
+def test_a_hook_that_changes_the_arguments_is_asked_about_again(tmp_path: Path) -> None:
+    @hook("reroute", tools={"send"})
+    def reroute(view: HookView) -> HookDecision | None:
+        return HookDecision.modify(arguments={**view.arguments, "to": "carol"}, reason="reroute")
+
+    ap = Approver(ApprovalDecision(True, who="alice"), ApprovalDecision(True, who="alice"),
+                  ApprovalDecision(True, who="alice"), ApprovalDecision(False, who="bob"))
+    reg = _registry(tmp_path, ap, hooks=[reroute])
+    ok = reg.call(ToolCall("send", {"to": "bob"}))
+    denied = reg.call(ToolCall("send", {"to": "dave"}))
+    reg.shutdown()
+    assert ok.status is Status.OK and len(ap.asked) == 4
+    first, second = ap.asked[0], ap.asked[1]
+    assert first.arguments["to"] == "bob" and second.arguments["to"] == "carol"
+    assert first.arguments_sha256 != second.arguments_sha256
+    assert second.arguments_sha256 == arguments_sha256({"to": "carol", "body": "", "token": ""})
+    digests = [s.detail["args_sha256"] for s in _steps(ok)]
+    assert digests == [first.arguments_sha256, second.arguments_sha256]
+    # The second answer (about the new arguments) denies: the call never runs.
+    assert denied.status is Status.REJECTED and denied.reject_stage is Stage.APPROVAL
+    assert [s.decision for s in _steps(denied)] == ["approve", "deny"]
+    assert not any(s.step == "execute" for s in denied.steps)
+    with open_store(tmp_path / "home") as store:
+        rows = list_approvals(store).dicts()
+    assert [r["decision"] for r in rows] == ["deny", "approve", "approve", "approve"]
+    assert rows[0]["covered_calls"] == [] and rows[0]["call_id"] == denied.call_id
+
+
+def test_an_approval_with_a_time_to_live_covers_the_same_arguments_only(tmp_path: Path) -> None:
+    ap = Approver(ApprovalDecision(True, who="alice", ttl=timedelta(seconds=1.5)),
+                  ApprovalDecision(True, who="alice"), ApprovalDecision(True, who="alice"),
+                  ApprovalDecision(True, who="alice"))
+    reg = _registry(tmp_path, ap)
+    a = ToolCall("send", {"to": "bob"})
+    first = reg.call(a)
+    again = reg.call(ToolCall("send", {"to": "bob"}))  # same arguments: not asked
+    other = reg.call(ToolCall("send", {"to": "eve"}))  # other arguments: asked
+    as_else = reg.call(ToolCall("send", {"to": "bob"}, principal=Principal(user="mallory")))
+    assert len(ap.asked) == 3
+    (reused,) = _steps(again)
+    approval_id = _steps(first)[0].detail["approval_id"]
+    assert reused.decider == f"approval:{approval_id}" and reused.decision == "approve"
+    assert reused.detail["args_sha256"] == _steps(first)[0].detail["args_sha256"]
+    assert _steps(other)[0].decider == "user:alice"
+    assert _steps(as_else)[0].decider == "user:alice"  # another principal: asked
+    time.sleep(1.6)
+    expired = reg.call(ToolCall("send", {"to": "bob"}))
+    reg.shutdown()
+    assert len(ap.asked) == 4 and _steps(expired)[0].decider == "user:alice"
+    with open_store(tmp_path / "home") as store:
+        (row,) = store.sql("SELECT * FROM approvals WHERE approval_id = $a",
+                           {"a": approval_id}).dicts()
+    assert row["expires_at"] is not None
+    assert sorted(row["covered_calls"]) == sorted([first.call_id, again.call_id])
+    assert row["uses"] == 2
+
+
+def test_a_policy_rule_can_give_approvals_a_time_to_live(tmp_path: Path) -> None:
+    from tooltrace.policyfile import load_policy
+
+    f = tmp_path / "tooltrace.toml"
+    f.write_text('version = 1\ntools = ["send"]\n[approval]\ntools = ["send"]\nttl = "10m"\n')
+    ap = Approver(ApprovalDecision(True, who="alice"))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    reg = create_registry(ws, home=tmp_path / "home", tracing=False, metrics=False,
+                          logging=False, builtins=False, approver=ap, policy_file=f)
+    reg.register(send)
+    one = reg.call(ToolCall("send", {"to": "bob"}))
+    two = reg.call(ToolCall("send", {"to": "bob"}))
+    reg.shutdown()
+    assert one.status is two.status is Status.OK and len(ap.asked) == 1
+    assert _steps(two)[0].decider.startswith("approval:")
+    expires = _steps(one)[0].detail["expires_at_us"]
+    assert 590 <= expires / 1e6 - time.time() <= 600
+    assert "approval" in load_policy(f).rule_ids  # the file is valid on its own too
+
+
+def test_a_tampered_approval_fails_verify(tmp_path: Path) -> None:
+    ap = Approver(ApprovalDecision(True, who="alice", reason="ok"))
+    reg = _registry(tmp_path, ap)
+    assert reg.call(ToolCall("send", {"to": "bob"})).status is Status.OK
+    reg.shutdown()
+    home = tmp_path / "home"
+    assert verify(home).ok
+    (seg,) = sorted((home / "audit" / "segments").glob("*.jsonl"))
+    lines = seg.read_bytes().splitlines(keepends=True)
+    i = next(n for n, ln in enumerate(lines) if ln.startswith(b'{"k":"a"'))
+    at = lines[i].index(b'"who":"alice"') + len(b'"who":"')
+    lines[i] = lines[i][:at] + b"m" + lines[i][at + 1:]  # one byte: alice -> mlice
+    seg.write_bytes(b"".join(lines))
+    rep = verify(home)
+    assert not rep.ok
+    assert [(f.kind, f.line) for f in rep.findings if f.severity == "error"] == [
+        ("edited", i + 1)]
+
+
+@pytest.mark.parametrize("ttl", ['"soon"', "0", '"-5m"', "true"])
+def test_a_bad_approval_ttl_is_a_problem_with_its_line(tmp_path: Path, ttl: str) -> None:
+    from tooltrace.policyfile import check_policy
+
+    f = tmp_path / "tooltrace.toml"
+    f.write_text(f'version = 1\ntools = ["send"]\n[approval]\ntools = ["send"]\nttl = {ttl}\n')
+    (problem,) = check_policy(f)
+    assert problem.line == 5 and "ttl" in problem.message

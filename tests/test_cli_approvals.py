@@ -1,0 +1,126 @@
+"""``tooltrace approvals`` in a real subprocess over a real trail: who, when, tool, digest
+prefix, reason (redacted), expiry and the calls covered; ``--json``, ``--tool``, ``--since``;
+80 columns."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from tooltrace import (
+    ApprovalDecision,
+    ApprovalRequest,
+    Policy,
+    RequireApproval,
+    Status,
+    ToolCall,
+    create_registry,
+    tool,
+)
+from tooltrace.cli import main
+
+TOOLTRACE = Path(sys.executable).parent / "tooltrace"
+SECRET = "sk-ant-api03-" + "Zq8Xv3Lm5Np7Rt9Wy2Bc4Df6Gh8Jk0Mn2Pq4St6Uv8Wx0Yz"
+
+
+@tool(capability="network", effect="external")
+def deploy(service: str) -> str:
+    """Pretend to deploy a service."""
+    return f"deployed {service}"
+
+
+@tool(capability="network", effect="external")
+def page(who: str) -> str:
+    """Pretend to page someone."""
+    return f"paged {who}"
+
+
+@pytest.fixture(scope="module")
+def trail(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    base = tmp_path_factory.mktemp("approvals")
+    (base / "ws").mkdir()
+
+    def approver(req: ApprovalRequest) -> ApprovalDecision:
+        if req.tool == "page":
+            return ApprovalDecision(False, who="bob", reason="not at night")
+        return ApprovalDecision(True, who="alice@example.com", ttl=timedelta(hours=1),
+                                reason=f"release window; key {SECRET}")
+
+    reg = create_registry(base / "ws", home=base / "home", tracing=False, metrics=False,
+                          logging=False, builtins=False, approver=approver,
+                          policy=Policy([RequireApproval(tools=frozenset({"deploy", "page"}))]))
+    reg.register(deploy)
+    reg.register(page)
+    envs = [reg.call(ToolCall("deploy", {"service": "api"})) for _ in range(3)]
+    envs.append(reg.call(ToolCall("page", {"who": "carol"})))
+    reg.shutdown()
+    assert [e.status for e in envs] == [Status.OK] * 3 + [Status.REJECTED]
+    detail = next(s.detail for s in envs[0].steps if s.step == "approval")
+    return base / "home", {"deploy": [e.call_id for e in envs[:3]], "page": envs[3].call_id,
+                           "approval_id": detail["approval_id"],
+                           "sha256": detail["args_sha256"]}
+
+
+def run(home: Path, *args: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": str(columns)}
+    return subprocess.run([str(TOOLTRACE), "approvals", "--home", str(home), *args],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_lists_who_when_tool_digest_and_calls_at_80_columns(
+        trail: tuple[Path, dict[str, Any]]) -> None:
+    home, facts = trail
+    res = run(home)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    table = [ln for ln in lines if ln[:1] in "┏┃┡│└"]
+    assert table and max(map(len, table)) <= 80
+    text = res.stdout
+    assert "alice@example.com" in text and "bob" in text
+    assert facts["sha256"][:10] in text
+    assert "deploy" in text and "page" in text and "deny" in text
+    assert SECRET not in text and "sk-ant" not in text
+    wide = run(home, "--wide", columns=80)
+    assert f"{facts['deploy'][0][:13]},{facts['deploy'][1][:13]},+1" in wide.stdout
+    assert "release window" in wide.stdout
+
+
+def test_json_has_the_full_record_and_every_covered_call(
+        trail: tuple[Path, dict[str, Any]]) -> None:
+    home, facts = trail
+    res = run(home, "--json")
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    assert len(rows) == 2 and SECRET not in res.stdout
+    (dep,) = [r for r in rows if r["tool"] == "deploy"]
+    assert dep["approval_id"] == facts["approval_id"] and dep["args_sha256"] == facts["sha256"]
+    assert sorted(dep["covered_calls"]) == sorted(facts["deploy"]) and dep["uses"] == 3
+    assert dep["decision"] == "approve" and dep["expires_at"].endswith("Z")
+    assert dep["approver"] == "alice@example.com" and "release window" in dep["reason"]
+    (pg,) = [r for r in rows if r["tool"] == "page"]
+    assert pg["decision"] == "deny" and pg["covered_calls"] == [] and pg["expires_at"] is None
+    assert pg["call_id"] == facts["page"] and pg["reason"] == "not at night"
+
+
+def test_filters_by_tool_and_since(trail: tuple[Path, dict[str, Any]]) -> None:
+    home, _facts = trail
+
+    def cli(*args: str) -> Result:
+        return CliRunner().invoke(main, ["approvals", "--home", str(home), *args])
+
+    only = json.loads(cli("--json", "--tool", "page").output)
+    assert [r["tool"] for r in only] == ["page"]
+    assert len(json.loads(cli("--json", "--since", "7d").output)) == 2
+    future = cli("--since", "2999-01-01T00:00:00")
+    assert future.exit_code == 0 and "no approvals match" in future.output
+    assert cli("--since", "soon").exit_code == 2
+    missing = run(home.parent / "nothing")  # the real command, exit code and message
+    assert missing.returncode == 1 and "no audit trail" in missing.stderr
