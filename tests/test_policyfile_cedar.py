@@ -293,3 +293,32 @@ def test_what_if_replays_the_trail_through_a_loosening_cedar_policy(
         ("run_command", "denied_command", "deny", "allow", 1),
         ("write_text", "writes_need_approval", "ask", "allow", 1),
     ]
+
+
+def test_every_resolved_path_is_asked_and_unnamed_tools_skip_cedar(tmp_path: Path) -> None:
+    from tooltrace import ToolDefinition
+    from tooltrace.policy import PolicyRequest, Verdict
+    from tooltrace.policyfile import load_policy
+
+    schema = {"type": "object", "properties": {"src": {"type": "string"},
+                                               "dst": {"type": "string"},
+                                               "n": {"type": "number"}}}
+    copy = ToolDefinition(name="copy", description="copy a file", parameters=schema,
+                          path_params=("src", "dst"))
+    echo = ToolDefinition(name="echo", description="echo", parameters=schema)
+    cedar = ('@id("no-env") forbid (principal, action == Tooltrace::Action::"copy", resource)'
+             ' when { context has path && context.path like "*.env" };\n')
+    f = _policy(tmp_path, cedar, None)
+    rule = next(r for r in load_policy(f, tools={"copy": copy, "echo": echo}).compiled.policy
+                .rules if r.name == "cedar")
+    req = PolicyRequest(copy, {"src": "a.txt", "dst": "b.env", "n": 1.5}, "default", "r", "c",
+                        {"src": "a.txt", "dst": "b.env"})
+    d = rule(req)
+    assert d is not None and (d.verdict, d.rule) == (Verdict.DENY, "no-env")
+    ok = PolicyRequest(copy, {"src": "a.txt", "dst": "b.txt"}, "default", "r", "c",
+                       {"src": "a.txt", "dst": "b.txt"})
+    assert rule(ok) is None
+    # Only string, integer, boolean and string-list arguments reach Cedar.
+    assert [orjson.loads(r["context"])["args"] for r in rule.requests(req)] == [
+        {"src": "a.txt", "dst": "b.env"}] * 2
+    assert rule.applies_to(copy) and not rule.applies_to(echo)

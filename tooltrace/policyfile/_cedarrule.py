@@ -1,7 +1,9 @@
 """The policy rule that decides with Cedar: one cedarpy evaluation per call.
 
-The policy set is parsed once (with every policy as a ``permit``, so the answer names every
-policy that matched, forbids included); a call's entities are parsed once per tool and
+The policy set is parsed once per tool, with only the policies whose scope can name that tool's
+action and resource (most policies name a few tools: the rest cost nothing; a tool no policy
+can name skips Cedar altogether), and every policy as a ``permit``, so the answer names every
+policy that matched, forbids included; a call's entities are parsed once per tool and
 principal and kept. A call with several resolved paths is one request per path, evaluated in
 one batch: a forbid matches when it matches any of them (as a TOML rule's ``paths``), and with
 ``default = "deny"`` every one of them needs a permit. The first matching enforced forbid
@@ -12,15 +14,25 @@ recorded. A failure inside Cedar denies (rule ``cedar``): Cedar never fails open
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 from ..envelope import Principal
 from ..policy import PolicyDecision, PolicyRequest, Verdict
 from ..tool import ToolDefinition
 from ._cedar import CedarPolicy, CedarSet
-from ._cedarschema import NAMESPACE, arg_types, context_args, entities_json, principal_uid
+from ._cedarschema import (
+    ACTION,
+    NAMESPACE,
+    arg_types,
+    context_args,
+    entities_json,
+    principal_uid,
+)
 from ._rules import observed
 
 __all__ = ["CEDAR_RULE", "CedarRule"]
@@ -43,7 +55,8 @@ class CedarRule:
         self.cedar = cedar
         self.default = default
         self._cedarpy = cedarpy
-        self._set = cedarpy.PolicySet.from_json_str(cedar.evaluation_json)
+        self._est: dict[str, Any] = json.loads(cedar.evaluation_json)["staticPolicies"]
+        self._sets: dict[str, Any] = {}
         self._by_id: dict[str, CedarPolicy] = {p.id: p for p in cedar.policies}
         self._order = {p.id: i for i, p in enumerate(cedar.policies)}
         self._permits = frozenset(p.id for p in cedar.policies if p.effect == "permit")
@@ -57,8 +70,21 @@ class CedarRule:
         return (CEDAR_RULE, *(p.id for p in self.cedar.policies))
 
     def applies_to(self, tool: ToolDefinition) -> bool:
-        """Any tool: a Cedar policy may name any action or resource."""
-        return True
+        """Tools some policy's scope can name (any tool with ``default = "deny"``)."""
+        return self.default == "deny" or self._set_for(tool.name) is not None
+
+    def _set_for(self, tool: str) -> Any:
+        """The policies whose scope can name ``tool``, parsed (None: there are none)."""
+        if tool in self._sets:
+            return self._sets[tool]
+        kept = {pid: p for pid, p in self._est.items() if _scope_names(p, tool)}
+        doc = {"staticPolicies": kept, "templates": {}, "templateLinks": []}
+        ps = self._cedarpy.PolicySet.from_json_str(json.dumps(doc)) if kept else None
+        with self._lock:
+            if len(self._sets) >= _MAX_CACHED:
+                self._sets.clear()
+            self._sets[tool] = ps
+        return ps
 
     def _arg_types(self, tool: ToolDefinition) -> dict[str, str]:
         hit = self._types.get(id(tool))
@@ -82,7 +108,8 @@ class CedarRule:
         return hit[1]
 
     def requests(self, request: PolicyRequest) -> list[dict[str, Any]]:
-        """The Cedar requests of one call (one per resolved path, at least one)."""
+        """The Cedar requests of one call (one per resolved path, at least one), each context
+        as JSON text."""
         from ..redaction import default_redactor
 
         tool = request.tool
@@ -100,17 +127,22 @@ class CedarRule:
                 "action": {"type": f"{NAMESPACE}::Action", "id": tool.name},
                 "resource": {"type": f"{NAMESPACE}::Tool", "id": tool.name}}
         paths = request.resolved_paths
+        # As JSON text: cedarpy would encode a dict with the slower stdlib json.
         if not paths:
-            return [{**head, "context": context}]
-        return [{**head, "context": {**context, "path": path, "path_param": param}}
+            return [{**head, "context": orjson.dumps(context).decode()}]
+        return [{**head, "context": orjson.dumps({**context, "path": path,
+                                                  "path_param": param}).decode()}
                 for param, path in paths.items()]
 
     def matched(self, request: PolicyRequest) -> tuple[list[str], bool]:
         """The ids of the policies that match the call (in file order), and whether every
         request of it matched a permit."""
+        policies = self._set_for(request.tool.name)
+        if policies is None:
+            return [], False
         results = self._cedarpy.is_authorized_batch(
-            self.requests(request), self._set, self._entities_for(request.tool,
-                                                                  request.principal))
+            self.requests(request), policies, self._entities_for(request.tool,
+                                                                 request.principal))
         hits: set[str] = set()
         permitted = True
         for r in results:
@@ -147,3 +179,23 @@ class CedarRule:
     def _decide(p: CedarPolicy) -> PolicyDecision:
         verdict = observed(Verdict(p.decision), p.observe)
         return PolicyDecision(verdict, p.id, p.reason or f"matches Cedar policy {p.id}")
+
+
+def _is(uid: Any, kind: str, ident: str) -> bool:
+    return isinstance(uid, Mapping) and uid.get("type") == f"{NAMESPACE}::{kind}" \
+        and uid.get("id") == ident
+
+
+def _scope_names(policy: Mapping[str, Any], tool: str) -> bool:
+    """Whether a policy's scope (in cedarpy's JSON form) can match a call of ``tool``: False
+    only for an action or resource constraint that names other tools."""
+    action = policy.get("action") or {}
+    op = action.get("op")
+    if op == "==" and not _is(action.get("entity"), "Action", tool):
+        return False
+    if op == "in":
+        uids = action.get("entities") or [action.get("entity")]
+        if not any(_is(u, "Action", tool) or _is(u, "Action", ACTION) for u in uids):
+            return False
+    resource = policy.get("resource") or {}
+    return not (resource.get("op") == "==" and not _is(resource.get("entity"), "Tool", tool))
