@@ -14,7 +14,9 @@ none of them, measured by taking their code out of this checkout's call path), `
 writer throughput, queue depth and drops at a paced rate), ``autopsy`` (find one call among
 1M/10M), ``memory`` (RSS growth over many calls), ``profile`` (where a registry call's time
 goes; not in the default set), ``whatif`` (replay 1M recorded calls against a candidate
-policy file, and the policy step with a 50-rule file; not in the default set),
+policy file, and the policy step with a 50-rule file; not in the default set), ``policy`` (the
+policy step per call with a 50-rule TOML file and the same rules in Cedar, against no policy
+and the reference; not in the default set),
 ``frameworks`` (one tool call through each agent framework, bare
 and with tooltrace's adapter; not in the default set). The last table compares each figure with
 its target.
@@ -37,7 +39,7 @@ from bench._common import SCRATCH_ENV, Table, machine
 __all__ = ["main"]
 
 SECTIONS = ("overhead", "tail", "events", "ingest", "autopsy", "memory", "profile",
-            "frameworks", "mcp", "whatif")
+            "frameworks", "mcp", "whatif", "policy")
 DEFAULT_SECTIONS = ("overhead", "tail", "events", "ingest", "autopsy", "memory")
 
 
@@ -199,6 +201,11 @@ def _sections(ns: argparse.Namespace, sections: list[str], results: dict[str, An
 
         results["whatif"] = whatif.run(calls=_pick(None, 1_000_000, 3000, q),
                                        step_calls=_pick(None, 20_000, 500, q))
+    if "policy" in sections:
+        from bench import policy
+
+        results["policy"] = policy.run(rounds=_pick(None, 15, 2, q),
+                                       calls=_pick(None, 2000, 200, q))
     if "profile" in sections:
         from bench import profile_callpath, profile_sinks
 

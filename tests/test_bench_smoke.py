@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.components import extra, require_module
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -317,3 +318,27 @@ def test_profile_section_reports_sinks_and_the_collector(tmp_path: Path) -> None
     assert int(by_gen["all"][1]) == sum(gc_fig[f"gen{g}"]["collections"] for g in range(3))
     total = sum(gc_fig[f"gen{g}"]["us_per_call"] for g in range(3))
     assert abs(_num(by_gen["all"][4]) - total) < 0.02
+
+
+def test_policy_section_measures_toml_and_cedar_beside_the_reference(tmp_path: Path) -> None:
+    """`--sections policy` (not in the default run) times the same call with no policy, the
+    default policy, a 50-rule TOML file and the same rules in Cedar, beside the reference."""
+    require_module("cedarpy", extra("cedar"))
+    out = tmp_path / "figures.json"
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    env.pop("TOOLTRACE_HOME", None)
+    p = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--sections", "policy", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, env=env,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    header, rows = _find(_tables(p.stdout), "Policy step")
+    assert header == ["contender", "call us", "policy step us", "evaluate us",
+                      "call / reference"]
+    assert [r[0] for r in rows] == ["no policy", "default policy", "50-rule TOML file",
+                                    "50-rule Cedar set",
+                                    "reference: SDK span + counter + histogram"]
+    figs = {c["contender"]: c for c in json.loads(out.read_text())["policy"]["contenders"]}
+    assert all(c["call_us"] > 0 for c in figs.values())
+    assert figs["50-rule Cedar set"]["evaluate_us"] > 0
+    assert figs["reference: SDK span + counter + histogram"]["vs_reference"] == 1.0
