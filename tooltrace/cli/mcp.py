@@ -111,6 +111,7 @@ def proxy(config_path: Path | None, home: str | None, name: str | None,
             raise click.UsageError(str(exc)) from None
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _proxy_log_level()
     from ..mcp import run_proxy
 
     try:
@@ -120,6 +121,19 @@ def proxy(config_path: Path | None, home: str | None, name: str | None,
         sys.exit(EXIT_USAGE)
     except (KeyboardInterrupt, asyncio.CancelledError):
         pass
+
+
+def _proxy_log_level() -> None:
+    """The proxy's own log lines follow ``TOOLTRACE_LOG_LEVEL`` (other libraries' stay at
+    warning: the MCP SDK's debug lines would carry messages)."""
+    from .._settings import log_level
+
+    level = log_level()
+    try:
+        logging.getLogger("tooltrace.mcp").setLevel(
+            level.upper() if isinstance(level, str) else level)
+    except (TypeError, ValueError):
+        pass  # the log sink says what is wrong with it
 
 
 async def _started(cfg: Any, *, pin_new: bool) -> Any:

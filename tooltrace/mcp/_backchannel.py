@@ -1,31 +1,41 @@
 """Server-to-client requests through the proxy: sampling, elicitation and roots.
 
 An upstream server may ask its client to sample an LLM (``sampling/createMessage``), to ask
-the user (``elicitation/create``) or for its roots (``roots/list``) while it runs a tool. The
-upstream's ``ClientSession`` gets the callbacks built here; each forwards the request to the
-proxy's client through the downstream ``ServerSession`` of the ``tools/call`` the proxy is
-serving for that upstream (the newest, when several are in flight), tied to that request so
-that over streamable HTTP it rides the call's stream. The client's answer goes back as the
-upstream's answer. With no call in flight for the upstream, or a client that did not declare
-the capability, the upstream gets the error the SDK's client gives when it has no callback.
-Only the method and how it ended are logged, never the messages or the answers.
+the user (``elicitation/create``) or for its roots (``roots/list``): while it serves a request
+of the proxy (a ``tools/call``, a ``resources/read``, a ``prompts/get``), or on its own (roots
+right after ``initialize``, or after the client said its roots changed). The upstream's
+``ClientSession`` gets the callbacks built here; each forwards the request to the proxy's
+client: while the proxy is serving a client request through that upstream connection, the
+client of that request (the newest, when several are in flight), tied to that request so that
+over streamable HTTP it rides the request's stream; otherwise the client the connection belongs
+to (``fallback``: over stdio the one client; over HTTP the client session the upstream session
+was opened for), on its own channel. The client's answer goes back as the upstream's answer.
+With no client to ask, or a client that did not declare the capability, the upstream gets the
+error the SDK's client gives when it has no callback. Only the method, whether it belonged to
+a request, and how it ended are logged, never the messages or the answers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import mcp.types as mt
 
-__all__ = ["Backchannel"]
+__all__ = ["Backchannel", "ClientRequest", "current_request"]
 
 log = logging.getLogger("tooltrace.mcp")
+
+# How long a request made before any client is there (roots right after the upstream's
+# initialize, at the proxy's start) waits for one.
+_WAIT_FOR_CLIENT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,63 +44,127 @@ class _Serving:
     request_id: Any
 
 
+@dataclass(frozen=True, slots=True)
+class ClientRequest:
+    """The client request being served: the client (its MCP session id, ``""`` over stdio),
+    the downstream session it came on, and its JSON-RPC id (None for a notification)."""
+
+    client: str
+    session: Any
+    request_id: Any
+
+
+_CURRENT: contextvars.ContextVar[ClientRequest | None] = contextvars.ContextVar(
+    "tooltrace_mcp_client_request", default=None)
+
+
+def current_request() -> ClientRequest | None:
+    """The client request this task serves (set by the server front end), or None."""
+    return _CURRENT.get()
+
+
 class Backchannel:
     """The client requests in flight per upstream, and the upstreams' callbacks to reach them."""
 
     def __init__(self) -> None:
         self._serving: dict[str, list[_Serving]] = {}
+        #: Set once a client finished its handshake (``Forwarder.seen``).
+        self.client_arrived = asyncio.Event()
+
+    @staticmethod
+    @contextlib.contextmanager
+    def request(req: ClientRequest) -> Iterator[None]:
+        """While the block runs, ``current_request()`` is ``req`` (in tasks started in it too)."""
+        token = _CURRENT.set(req)
+        try:
+            yield
+        finally:
+            _CURRENT.reset(token)
+
+    @staticmethod
+    def serving_client(client: tuple[Any, Any] | None) -> contextlib.AbstractContextManager[None]:
+        """``request(...)`` for a downstream ``(session, request id)`` given by a caller (the
+        client's MCP session id kept from the request being served, if it is the same)."""
+        req = _CURRENT.get()
+        if client is None or (req is not None and req.session is client[0]):
+            return contextlib.nullcontext()
+        return Backchannel.request(ClientRequest(req.client if req else "", *client))
 
     @contextlib.contextmanager
-    def serving(self, label: str, session: Any, request_id: Any) -> Iterator[None]:
-        """While the block runs, requests from upstream ``label`` go to ``session``."""
+    def serving(self, key: str, session: Any, request_id: Any) -> Iterator[None]:
+        """While the block runs, requests from upstream connection ``key`` go to ``session``."""
         entry = _Serving(session, request_id)
-        stack = self._serving.setdefault(label, [])
+        stack = self._serving.setdefault(key, [])
         stack.append(entry)
         try:
             yield
         finally:
             stack.remove(entry)
 
-    def callbacks(self, label: str) -> dict[str, Any]:
-        """``ClientSession`` keyword arguments that forward upstream ``label``'s requests."""
+    def serving_current(self, key: str) -> contextlib.AbstractContextManager[None]:
+        """``serving(key, ...)`` for the client request this task serves (if any)."""
+        req = _CURRENT.get()
+        if req is None or req.request_id is None:
+            return contextlib.nullcontext()
+        return self.serving(key, req.session, req.request_id)
+
+    def callbacks(self, key: str, fallback: Callable[[], Any] | None = None
+                  ) -> dict[str, Any]:
+        """``ClientSession`` keyword arguments that forward the requests of upstream connection
+        ``key``; ``fallback()`` names the client session to ask when no request is in flight."""
 
         async def sampling(context: Any, params: mt.CreateMessageRequestParams) -> Any:
-            return await self._forward(label, "sampling/createMessage", "sampling",
+            return await self._forward(key, fallback, "sampling/createMessage", "sampling",
                                        lambda s: _sample(s.session, params, s.request_id))
 
         async def elicitation(context: Any, params: mt.ElicitRequestParams) -> Any:
-            return await self._forward(label, "elicitation/create", "elicitation",
+            return await self._forward(key, fallback, "elicitation/create", "elicitation",
                                        lambda s: _elicit(s.session, params, s.request_id))
 
         async def list_roots(context: Any) -> Any:
-            return await self._forward(label, "roots/list", "roots",
+            return await self._forward(key, fallback, "roots/list", "roots",
                                        lambda s: _list_roots(s.session))
 
         return {"sampling_callback": sampling, "elicitation_callback": elicitation,
                 "list_roots_callback": list_roots}
 
-    async def _forward(self, label: str, method: str, capability: str, send: Any) -> Any:
+    def _target(self, key: str, fallback: Callable[[], Any] | None) -> _Serving | None:
+        stack = self._serving.get(key)
+        if stack:
+            return stack[-1]
+        # A client still in its handshake is not asked yet (it waits: see _forward).
+        ready = self.client_arrived.is_set()
+        session = fallback() if fallback is not None and ready else None
+        return None if session is None else _Serving(session, None)
+
+    async def _forward(self, key: str, fallback: Callable[[], Any] | None, method: str,
+                       capability: str, send: Any) -> Any:
         import mcp.types as mt
         from mcp.shared.exceptions import MCPError
 
-        stack = self._serving.get(label)
-        target = stack[-1] if stack else None
+        label = key.split("\0", 1)[0]
+        target = self._target(key, fallback)
+        if target is None and fallback is not None and not self.client_arrived.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.client_arrived.wait(), _WAIT_FOR_CLIENT_S)
+            target = self._target(key, fallback)
         if target is None or not _declared(target.session, capability):
-            why = "no client call in flight" if target is None else "client lacks capability"
+            why = "no client to ask" if target is None else "client lacks capability"
             log.warning("mcp upstream %s: %s refused (%s)", label, method, why)
             return mt.ErrorData(code=mt.INVALID_REQUEST, message=_UNSUPPORTED[capability])
+        where = "outside any request" if target.request_id is None else "during a request"
         try:
             result = await send(target)
         except MCPError as exc:
-            log.info("mcp upstream %s: %s answered by the client with error %s", label, method,
-                     exc.error.code)
+            log.info("mcp upstream %s: %s (%s) answered by the client with error %s", label,
+                     method, where, exc.error.code)
             return exc.error
         except Exception as exc:
-            log.warning("mcp upstream %s: %s could not be forwarded (%s)", label, method,
-                        type(exc).__name__)
+            log.warning("mcp upstream %s: %s (%s) could not be forwarded (%s)", label, method,
+                        where, type(exc).__name__)
             return mt.ErrorData(code=mt.INTERNAL_ERROR,
                                 message=f"the proxy could not forward {method} to its client")
-        log.info("mcp upstream %s: %s answered by the client", label, method)
+        log.info("mcp upstream %s: %s (%s) answered by the client", label, method, where)
         return result
 
 
@@ -105,6 +179,13 @@ def _declared(session: Any, capability: str) -> bool:
 
 
 async def _sample(session: Any, p: mt.CreateMessageRequestParams, request_id: Any) -> Any:
+    with warnings.catch_warnings():  # sampling: deprecated by the newest protocol only
+        warnings.simplefilter("ignore", Warning)
+        return await _create_message(session, p, request_id)
+
+
+async def _create_message(session: Any, p: mt.CreateMessageRequestParams, request_id: Any
+                          ) -> Any:
     return await session.create_message(
         p.messages, max_tokens=p.max_tokens, system_prompt=p.system_prompt,
         include_context=p.include_context, temperature=p.temperature,

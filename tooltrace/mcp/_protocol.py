@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlparse
 
 from ..envelope import Status, ToolCall
 from ..tool import Capability, Effect, ToolDefinition
+from ._backchannel import Backchannel
 from ._errors import UpstreamError, UpstreamRPCError
 
 if TYPE_CHECKING:
@@ -84,6 +85,13 @@ class Forwarder:
     def __init__(self, registry: ToolRegistry, upstreams: dict[str, Upstream]) -> None:
         self.registry = registry
         self.upstreams = upstreams
+        #: Upstreams' server-to-client requests: a read or a prompt routes them to its client.
+        self.backchannel = Backchannel()
+        #: The connection to a server for the request being served (``ClientUpstreams.pick``).
+        self.pick: Callable[[Upstream], Awaitable[tuple[Upstream, str]]] = _same
+        #: Whether upstream connections belong to client sessions (HTTP): then the shared
+        #: connections' notifications other than a changed tool list reach no client.
+        self.isolated = False
         # The latest request's session of each client (by MCP session id; one over stdio): it
         # sends on the client's standalone channel. Bounded: the oldest clients are forgotten.
         self._sessions: dict[str, Any] = {}
@@ -133,14 +141,24 @@ class Forwarder:
                  if u.instructions and u.instructions.strip()]
         return "\n\n".join(parts) or None
 
-    def seen(self, client: str, session: Any) -> None:
+    def seen(self, client: str, session: Any, method: str = "") -> None:
         """Remember a client's session (notifications go to the clients seen)."""
         if session is None:
             return
+        if method != "initialize":  # its handshake is over: it may be asked
+            self.backchannel.client_arrived.set()
         self._sessions.pop(client, None)
         self._sessions[client] = session
         if len(self._sessions) > _MAX_CLIENTS:
             self._sessions.pop(next(iter(self._sessions)))
+
+    def session_of(self, client: str) -> Any:
+        """The latest session of ``client`` (None if it was never seen or was forgotten)."""
+        return self._sessions.get(client)
+
+    def only_session(self) -> Any:
+        """The session of the one client seen (over stdio, the client), else None."""
+        return next(iter(self._sessions.values())) if len(self._sessions) == 1 else None
 
     def _with(self, capability: str) -> list[Upstream]:
         return [u for u in self.upstreams.values() if u.supports(capability)]
@@ -153,7 +171,8 @@ class Forwarder:
         taken: set[str] = set()
         for up in self._with(capability):
             try:
-                items = await up.request(lambda s: _all_pages(s, fetch, field))
+                conn, _ = await self.pick(up)
+                items = await conn.request(lambda s: _all_pages(s, fetch, field))
             except UpstreamError as exc:
                 log.warning("mcp upstream %s: listing %s failed: %s", up.label, kind, exc)
                 continue
@@ -243,7 +262,9 @@ class Forwarder:
 
     def _reader(self, label: str) -> Any:
         async def read_resource(ctx: Any, /, uri: str, path: str | None = None) -> Any:
-            res = await self.upstreams[label].request(lambda s: s.read_resource(uri))
+            up, key = await self.pick(self.upstreams[label])
+            with self.backchannel.serving_current(key):
+                res = await up.request(lambda s: s.read_resource(uri))
             return self._keep(ctx.call_id, res.model_dump(by_alias=True, exclude_none=True,
                                                            mode="json"))
         return read_resource
@@ -251,7 +272,9 @@ class Forwarder:
     def _prompter(self, label: str) -> Any:
         async def get_prompt(ctx: Any, /, name: str, arguments: dict[str, Any]) -> Any:
             args = {str(k): str(v) for k, v in arguments.items()}
-            res = await self.upstreams[label].request(lambda s: s.get_prompt(name, args))
+            up, key = await self.pick(self.upstreams[label])
+            with self.backchannel.serving_current(key):
+                res = await up.request(lambda s: s.get_prompt(name, args))
             return self._keep(ctx.call_id, res.model_dump(by_alias=True, exclude_none=True,
                                                            mode="json"))
         return get_prompt
@@ -275,21 +298,35 @@ class Forwarder:
         """``resources/subscribe`` and ``unsubscribe``: the owner of ``uri`` is told."""
         up = await self._route("resources", "resource", uri)
         subs = self._subscribed.setdefault(uri, set())
-        if on:
-            subs.add(client)
-            await self._forward(up, lambda s: s.subscribe_resource(uri))
-        else:
-            subs.discard(client)
-            if not subs:
-                await self._forward(up, lambda s: s.unsubscribe_resource(uri))
+        with warnings.catch_warnings():  # deprecated by the newest protocol only
+            warnings.simplefilter("ignore", Warning)
+            if on:
+                subs.add(client)
+                await self._forward(up, lambda s: s.subscribe_resource(uri))
+            else:
+                subs.discard(client)
+                if not subs or self.isolated:  # a client's own connection, or the last one
+                    await self._forward(up, lambda s: s.unsubscribe_resource(uri))
 
     async def set_level(self, level: Any) -> None:
         """``logging/setLevel``: every upstream that logs gets the level."""
         for up in self._with("logging"):
             await self._forward(up, lambda s: s.set_logging_level(level))
 
+    async def roots_changed(self, ups: list[Upstream]) -> None:
+        """``notifications/roots/list_changed`` from a client, passed on to ``ups`` (the
+        client's upstream connections)."""
+        for up in ups:
+            try:
+                with warnings.catch_warnings():  # roots: deprecated by the newest protocol only
+                    warnings.simplefilter("ignore", Warning)
+                    await up.request(lambda s: s.send_roots_list_changed())
+            except UpstreamError as exc:
+                log.info("mcp upstream %s: roots/list_changed not passed on: %s", up.label, exc)
+
     async def _forward(self, up: Upstream, fn: Callable[[Any], Awaitable[Any]]) -> Any:
         try:
+            up, _ = await self.pick(up)
             return await up.request(fn)
         except UpstreamRPCError as exc:
             raise _mcp_error(exc.code, str(exc)) from None
@@ -298,35 +335,46 @@ class Forwarder:
 
     # -- notifications from upstream -----------------------------------------------------
 
-    async def on_notify(self, up: Upstream, message: Any) -> None:
-        """An upstream's notification, passed on to the clients that can want it."""
+    async def on_notify(self, up: Upstream, message: Any, *, client: str | None = None) -> None:
+        """An upstream's notification, passed on to the clients that can want it (``client``:
+        the one client the connection belongs to)."""
         import mcp.types as mt
 
         root = getattr(message, "root", message)
+        if client is not None:
+            session = self._sessions.get(client)
+            to = {client: session} if session is not None else {}
+        elif self.isolated and not isinstance(root, mt.ToolListChangedNotification):
+            to = {}  # a shared connection: what it says belongs to no client
+        else:
+            to = dict(self._sessions)
         try:
             if isinstance(root, mt.ResourceUpdatedNotification):
                 uri = str(root.params.uri)
-                for c in list(self._subscribed.get(uri, ())):
-                    if c in self._sessions:
-                        await self._sessions[c].send_resource_updated(uri)
+                for c in to.keys() & self._subscribed.get(uri, set()):
+                    await to[c].send_resource_updated(uri)
             elif isinstance(root, mt.LoggingMessageNotification):
                 data, _ = self.registry.redactor.redact(root.params.data)
                 logger = f"{up.label}/{root.params.logger}" if root.params.logger else up.label
-                for s in list(self._sessions.values()):
+                for s in to.values():
                     with warnings.catch_warnings():  # deprecated by the newest protocol only
                         warnings.simplefilter("ignore", UserWarning)
                         await s.send_log_message(root.params.level, data, logger=logger)
             elif isinstance(root, mt.ResourceListChangedNotification):
-                for s in list(self._sessions.values()):
+                for s in to.values():
                     await s.send_resource_list_changed()
             elif isinstance(root, mt.PromptListChangedNotification):
-                for s in list(self._sessions.values()):
+                for s in to.values():
                     await s.send_prompt_list_changed()
             elif isinstance(root, mt.ToolListChangedNotification):
-                for s in list(self._sessions.values()):
+                for s in to.values():
                     await s.send_tool_list_changed()
         except Exception:  # a client that went away must not break the upstream's session
             log.debug("mcp proxy: a notification could not be passed on", exc_info=True)
+
+
+async def _same(up: Upstream) -> tuple[Upstream, str]:
+    return up, up.label
 
 
 async def _all_pages(session: Any, fetch: Callable[[Any], Any], field: str) -> list[Any]:

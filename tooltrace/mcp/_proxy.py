@@ -10,7 +10,6 @@ line and audit record. A rejected call never reaches the upstream server; the cl
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import Mapping
@@ -33,6 +32,7 @@ from ..registry import ToolRegistry
 from ..runtime import CallContext
 from ..tool import NAME_RE, Capability, Effect, ToolDefinition
 from ._backchannel import Backchannel
+from ._clients import ClientUpstreams
 from ._config import ProxyConfig, resolve_approver, resolve_hooks, resolve_rules
 from ._errors import UpstreamCancelled, UpstreamToolError
 from ._filepolicy import proxy_policy
@@ -133,9 +133,11 @@ class McpProxy:
         self.session_id = uuid.uuid4().hex
         self.upstreams: dict[str, Upstream] = {}
         #: Resources, prompts, completion, logging and upstream notifications.
-        self.forwarder = Forwarder(self.registry, self.upstreams)
+        self.forwarder = fw = Forwarder(self.registry, self.upstreams)
         #: Upstreams' sampling, elicitation and roots requests, forwarded to the client.
-        self.backchannel = Backchannel()
+        self.backchannel = fw.backchannel
+        #: Each client session's own upstream connections (over HTTP).
+        self.clients = ClientUpstreams(fw, self._on_tools)
         self._exposed: dict[str, _Exposed] = {}
         self._exposed_by_upstream: dict[tuple[str, str], str] = {}
         self._checks: dict[str, dict[str, PinCheck]] = {}
@@ -195,9 +197,9 @@ class McpProxy:
         ``ConfigurationError``; otherwise it is only reported.
         """
         for sc in self.config.servers:
+            cb = self.backchannel.callbacks(sc.label, self.forwarder.only_session)
             self.upstreams[sc.label] = Upstream(sc, on_tools=self._on_tools,
-                                                on_notify=self.forwarder.on_notify,
-                                                callbacks=self.backchannel.callbacks(sc.label))
+                                                on_notify=self.forwarder.on_notify, callbacks=cb)
         results = await asyncio.gather(
             *(u.start() for u in self.upstreams.values()), return_exceptions=True)
         for up, res in zip(self.upstreams.values(), results, strict=True):
@@ -330,11 +332,10 @@ class McpProxy:
 
     def _handler(self, label: str, upstream_name: str) -> Any:
         grace = self.config.cancel_grace_s
-
         tel = self.telemetry
 
         async def call_upstream(ctx: CallContext, /, **arguments: Any) -> Any:
-            up = self.upstreams[label]
+            up, key = await self.clients.pick(self.upstreams[label])
             meta: dict[str, Any] = {"traceparent": ctx.traceparent} if ctx.traceparent else {}
             # Wait a little past the registry's deadline and grace: if the server is still
             # silent then, the registry has already answered (unknown for side effects, as the
@@ -351,7 +352,8 @@ class McpProxy:
                 except (TypeError, ValueError):
                     pass
 
-            with tel.client_span(label, "tools/call", upstream_name, meta) as span:
+            with self.backchannel.serving_current(key), tel.client_span(
+                    label, "tools/call", upstream_name, meta) as span:
                 try:
                     res = await _until_cancelled(ctx, up.call(
                         upstream_name, arguments, meta=meta or None,
@@ -380,7 +382,7 @@ class McpProxy:
         """Stop the upstream servers, then flush and shut down the registry's sinks."""
         # In parallel: a client that closed stdin gives the proxy only a short grace before it
         # escalates to signals, and the audit and spans must be flushed within it.
-        await asyncio.gather(asyncio.to_thread(self.registry.shutdown, 5.0),
+        await asyncio.gather(asyncio.to_thread(self.registry.shutdown, 5.0), self.clients.aclose(),
                              *(u.aclose() for u in self.upstreams.values()),
                              return_exceptions=True)
         if self._metrics_server is not None:
@@ -443,9 +445,7 @@ class McpProxy:
         call = ToolCall(name=name, arguments=arguments if arguments is not None else {},
                         mode=self.config.mode, attributes=attrs, call_id=call_id,
                         principal=principal, run_id=self._runs.run_of(principal))
-        with contextlib.ExitStack() as stack:
-            if ex is not None and client is not None:
-                stack.enter_context(self.backchannel.serving(ex.server, *client))
+        with Backchannel.serving_client(client):
             env = await self.registry.acall(call)
         held = self._held.pop(env.call_id, None)
         if env.reject_stage is Stage.RESOLVE:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .. import new_call_id
 from .._settings import resolve_home
 from ..exceptions import ConfigurationError
+from ._backchannel import Backchannel, ClientRequest
 from ._config import ProxyConfig
 from ._identity import session_principal
 from ._progress import ProgressRelay, progress_token
@@ -35,6 +36,7 @@ __all__ = ["build_server", "check_loopback", "run_proxy", "serve_http", "serve_s
 log = logging.getLogger("tooltrace.mcp")
 
 _SHUTDOWN_GRACE_S = 10
+_METER_FLUSH_MS = 5000
 # Calls whose client cancelled them, still finishing their records.
 _pending: set[asyncio.Task[Any]] = set()
 _INTERNAL = ("the proxy could not handle this call (internal error); it was not forwarded "
@@ -156,6 +158,11 @@ def _protocol_handlers(proxy: McpProxy) -> dict[str, Any]:
             return await fw.complete(params)
 
         out["on_completion"] = complete
+    async def roots_changed(ctx: Any, params: Any) -> None:
+        # The client's roots changed: the upstream connections serving it hear of it.
+        await fw.roots_changed(proxy.clients.current(proxy.upstreams))
+
+    out["on_roots_list_changed"] = roots_changed
     if any(u.supports("logging") for u in ups):
         async def set_level(ctx: Any, params: Any) -> mt.EmptyResult:
             await fw.set_level(params.level)
@@ -174,7 +181,14 @@ class _Telemetry:
         self.network = network
 
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
-        self.forwarder.seen(_session_id(ctx) or "", getattr(ctx, "session", None))
+        client = _session_id(ctx) or ""
+        self.forwarder.seen(client, getattr(ctx, "session", None), str(ctx.method))
+        # What the request's handler sends upstream, and what the upstream asks back while it
+        # runs, belongs to this client.
+        with Backchannel.request(ClientRequest(client, ctx.session, ctx.request_id)):
+            return await self._serve(ctx, call_next)
+
+    async def _serve(self, ctx: Any, call_next: Any) -> Any:
         if ctx.request_id is None:  # a notification
             return await call_next(ctx)
         method = str(ctx.method)
@@ -283,7 +297,9 @@ async def serve_http(proxy: McpProxy, host: str, port: int, *,
     import uvicorn
 
     server = build_server(proxy, "http")
-    app = server.streamable_http_app(host=host)
+    # Each client session gets upstream connections of its own (see _clients).
+    proxy.clients.enabled = proxy.forwarder.isolated = True
+    app = proxy.clients.watch(server.streamable_http_app(host=host))
     # uvicorn catches SIGTERM while it serves: open streams are ended, then the sessions.
     # A request still running after the grace is cancelled.
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
@@ -314,7 +330,10 @@ async def run_proxy(config: ProxyConfig, *, http: tuple[str, int] | None = None)
     cleanly: over HTTP the server shuts down gracefully, over stdio the serving task is
     cancelled; either way sinks are flushed and upstreams stopped.
     """
-    proxy = McpProxy(config)
+    from ._meter import otlp_meter_provider
+
+    meter = otlp_meter_provider()  # the duration histograms over OTLP, when the env asks
+    proxy = McpProxy(config, meter_provider=meter)
     task = asyncio.current_task()
     stop = asyncio.Event()
 
@@ -342,3 +361,5 @@ async def run_proxy(config: ProxyConfig, *, http: tuple[str, int] | None = None)
             await serve_http(proxy, *http, stop=stop)
     finally:
         await asyncio.shield(proxy.aclose())
+        if meter is not None:  # what is still unexported goes out now
+            await asyncio.shield(asyncio.to_thread(meter.shutdown, _METER_FLUSH_MS))
