@@ -206,3 +206,25 @@ def test_a_bad_approval_ttl_is_a_problem_with_its_line(tmp_path: Path, ttl: str)
     f.write_text(f'version = 1\ntools = ["send"]\n[approval]\ntools = ["send"]\nttl = {ttl}\n')
     (problem,) = check_policy(f)
     assert problem.line == 5 and "ttl" in problem.message
+
+
+def test_approvals_survive_compaction_into_parquet(tmp_path: Path) -> None:
+    from tooltrace.audit import compact
+
+    ap = Approver(ApprovalDecision(True, who="alice", ttl=600), ApprovalDecision(False, who="bob"))
+    reg = _registry(tmp_path, ap)
+    calls = [reg.call(ToolCall("send", {"to": "bob"})) for _ in range(3)]
+    calls.append(reg.call(ToolCall("send", {"to": "eve"})))
+    reg.shutdown()
+    home = tmp_path / "home"
+    with open_store(home) as store:
+        before = list_approvals(store).dicts()
+    assert compact(home).calls == 4
+    assert (home / "audit" / "parquet" / "approvals").is_dir()
+    with open_store(home) as store:
+        assert store.segments == 0  # everything is read from Parquet now
+        after = list_approvals(store).dicts()
+    keep = ("approval_id", "decision", "approver", "args_sha256", "covered_calls", "uses")
+    assert [{k: r[k] for k in keep} for r in after] == [{k: r[k] for k in keep} for r in before]
+    assert sorted(after[1]["covered_calls"]) == sorted(c.call_id for c in calls[:3])
+    assert after[0]["decision"] == "deny" and after[0]["call_id"] == calls[3].call_id

@@ -1,10 +1,11 @@
-"""Secret canaries: fake credentials of 32 kinds, each raw, base64, percent-encoded and
-JSON-escaped, placed in arguments, results (as values and as mapping keys), exception messages,
-hook inputs and outputs, command output (split across two flushes) and file contents, through a
-registry with every sink on.
+"""Secret canaries: fake credentials of 32 kinds, each raw, base64, percent-encoded and JSON-
+escaped, placed in arguments, results (as values and as mapping keys), exception messages, hook
+inputs and outputs, approvers' reasons (and approved arguments), command output (split across
+two flushes) and file contents, through a registry with every sink on.
 Then the raw bytes of every sink are searched: OTLP requests received on 127.0.0.1, the metrics
 exposition, log lines, every audit file (segments, and Parquet after compaction, decoded), the
-artifact files, what hooks were shown, and the CLI's output (calls, stats, query, autopsy).
+artifact files, what hooks and approvers were shown, and the CLI's output (calls, stats, query,
+autopsy, approvals).
 
 "Found" is defined in ``_canaries.py``: 24 or more consecutive characters of a canary's random
 core, as is or in any encoding. Artifacts hold the *redacted* full text (the registry redacts
@@ -28,10 +29,16 @@ from prometheus_client import CollectorRegistry, generate_latest
 from support.otlp import OtlpHttpReceiver
 
 from tooltrace import (
+    ApprovalDecision,
+    ApprovalRequest,
+    DenyCommandPatterns,
+    DenyPrivateNetwork,
     HookAction,
     HookDecision,
     HookView,
+    Policy,
     Redactor,
+    RequireApproval,
     Status,
     ToolCall,
     ToolResult,
@@ -39,6 +46,7 @@ from tooltrace import (
     hook,
     tool,
 )
+from tooltrace.audit import open_store
 from tooltrace.cli import main as cli
 from tooltrace.telemetry.audit import compact
 from tooltrace.telemetry.tracing import TracingSink
@@ -66,6 +74,7 @@ EXTRA = (
     "tool_summary",
     "path",
     "denied_path",
+    "approval",
 )
 # A secret that can stand as a file name (as is or encoded) is placed in one.
 _PATH_SAFE = re.compile(r"[A-Za-z0-9._=+%~-]{8,200}")
@@ -132,12 +141,20 @@ def _build(tmp_path: Path, canaries: list[Canary], plan: _Plan, rx: OtlpHttpRece
             return HookDecision.block(f"withheld because of {value}")
         return None
 
+    def approver(req: ApprovalRequest) -> ApprovalDecision:
+        # An approver sees redacted arguments; its reason holds the secret, the trail must not.
+        plan.seen_by_hooks.append(json.dumps([req.arguments, req.reason]).encode())
+        value = plan.values[int(req.arguments["slot"])]
+        return ApprovalDecision(True, who="gauntlet", reason=f"approved {value}", ttl=600)
+
+    policy = Policy([DenyCommandPatterns(), DenyPrivateNetwork(),
+                     RequireApproval(tools=frozenset({"guarded"}))])
     tracing = TracingSink(endpoint=rx.endpoint, protocol="http/protobuf", capture_content=True,
                           interval_s=0.05)
     reg = create_registry(
         ws, home=home, tracing=False, metrics_registry=metrics, log_stream=log,
         extra_sinks=(tracing,), redactor=redactor, hooks=[pre_probe, post_probe],
-        cancel_grace_s=2.0,
+        cancel_grace_s=2.0, approver=approver, policy=policy,
     )
 
     @tool(capability="read")
@@ -165,13 +182,18 @@ def _build(tmp_path: Path, canaries: list[Canary], plan: _Plan, rx: OtlpHttpRece
         """A tool whose hooks place the canaries."""
         return {"slot": slot, "note": note}
 
-    for t in (echo, explode, big, summarised, hooked):
+    @tool(capability="network", effect="external")
+    def guarded(slot: int, note: str) -> dict[str, Any]:
+        """A tool that needs approval: the approver's reason holds the canary."""
+        return {"slot": slot, "note": note}
+
+    for t in (echo, explode, big, summarised, hooked, guarded):
         reg.register(t)
     return reg, ws, home, metrics, log
 
 
 def _drive(reg: Any, ws: Path, canaries: list[Canary], plan: _Plan) -> dict[str, int]:
-    counts = {"calls": 0, "placements": 0}
+    counts = {"calls": 0, "placements": 0, "approvals": 0}
     statuses: dict[str, int] = {}
 
     def call(name: str, args: dict[str, Any]) -> Any:
@@ -220,6 +242,12 @@ def _drive(reg: Any, ws: Path, canaries: list[Canary], plan: _Plan) -> dict[str,
                 pad = "d" * (i % 61)
                 env = call("read_text", {"path": f"../{pad}/{secret}.txt"})
                 assert env.status is Status.REJECTED
+            elif how == "approval":
+                # Asked once, then reused (decider approval:<id>): both steps name the approval.
+                slot = plan.put(placed)
+                for _ in range(2):
+                    assert call("guarded", {"slot": slot, "note": placed}).status is Status.OK
+                counts["approvals"] += 1
             else:
                 slot = plan.put(placed)
                 call("hooked", {"slot": slot, "how": how, "note": placed})
@@ -258,6 +286,9 @@ def _cli_outputs(home: Path, call_ids: list[str]) -> list[tuple[str, bytes]]:
     run("stats")
     run("query", "SELECT * FROM tool_calls", "--json")
     run("query", "SELECT * FROM tool_call_steps", "--json")
+    run("query", "SELECT * FROM approvals", "--json")
+    run("approvals", "--json", "--limit", "1000000")
+    run("approvals", "--wide", "--limit", "1000000")
     for cid in call_ids:
         run("autopsy", cid, "--json")
     for cid in call_ids[:10]:
@@ -287,6 +318,9 @@ def test_no_canary_reaches_any_sink(tmp_path: Path) -> None:
 
     result = compact(home)
     assert result.calls == counts["calls"]
+    with open_store(home) as store:
+        approvals = store.sql("SELECT count(*), sum(uses) FROM approvals").rows[0]
+    assert approvals == (counts["approvals"], 2 * counts["approvals"]) and approvals[0] > 0
     with_ids = sorted({ln.split('"call_id":"')[1][:36] for ln in log.getvalue().decode()
                        .splitlines() if '"call_id":"' in ln})
     step = max(1, len(with_ids) // AUTOPSIES)
