@@ -228,3 +228,27 @@ def test_approvals_survive_compaction_into_parquet(tmp_path: Path) -> None:
     assert [{k: r[k] for k in keep} for r in after] == [{k: r[k] for k in keep} for r in before]
     assert sorted(after[1]["covered_calls"]) == sorted(c.call_id for c in calls[:3])
     assert after[0]["decision"] == "deny" and after[0]["call_id"] == calls[3].call_id
+
+
+def test_in_strict_mode_the_approval_is_durable_before_the_call_runs(tmp_path: Path) -> None:
+    seen: list[bool] = []
+    home = tmp_path / "home"
+
+    @tool(capability="network", effect="external")
+    def launch(target: str) -> str:
+        """Look for this call's approval in the trail while the call runs."""
+        segs = (home / "audit" / "segments").glob("*.jsonl")
+        seen.append(any(b'{"k":"a"' in p.read_bytes() for p in segs))
+        return target
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    reg = create_registry(ws, home=home, tracing=False, metrics=False, logging=False,
+                          builtins=False, audit_options={"strict": True},
+                          approver=Approver(ApprovalDecision(True, who="alice")),
+                          policy=Policy([RequireApproval(tools=frozenset({"launch"}))]))
+    reg.register(launch)
+    assert reg.call(ToolCall("launch", {"target": "x"})).status is Status.OK
+    reg.shutdown()
+    assert seen == [True]
+    assert verify(home).ok

@@ -124,3 +124,14 @@ def test_filters_by_tool_and_since(trail: tuple[Path, dict[str, Any]]) -> None:
     assert cli("--since", "soon").exit_code == 2
     missing = run(home.parent / "nothing")  # the real command, exit code and message
     assert missing.returncode == 1 and "no audit trail" in missing.stderr
+
+
+def test_autopsy_names_the_approval_a_call_reused_and_its_digest(
+        trail: tuple[Path, dict[str, Any]]) -> None:
+    home, facts = trail
+    res = CliRunner().invoke(main, ["autopsy", facts["deploy"][2], "--home", str(home)],
+                             env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert res.exit_code == 0, res.output
+    line = next(ln for ln in res.output.splitlines() if ln.startswith("approval "))
+    assert f"approve by approval:{facts['approval_id']}" in line
+    assert f"arguments sha256 {facts['sha256'][:12]}" in line

@@ -214,7 +214,8 @@ def explain(detail: CallDetail, family: dict[str, Any] | None = None) -> Autopsy
         elif name == "approval":
             who = s["decider"].split(":", 1)[1] if s["decider"].startswith("user:") else None
             approvals.append({**brief, "approver": who, "rule": det.get("rule"),
-                              "reason": det.get("reason")})
+                              "reason": det.get("reason"), "approval_id": det.get("approval_id"),
+                              "args_sha256": det.get("args_sha256")})
         elif name in ("pre_hook", "post_hook"):
             hook = s["decider"].split(":", 1)[1] if ":" in s["decider"] else s["decider"]
             hooks.append({**brief, "hook": hook, "phase": name[:-5], "reason": det.get("reason"),

@@ -171,7 +171,9 @@ def _render(a: Any, guard: OutputGuard, wide: bool) -> None:
     for p in a.approvals:
         _line("approval", f"{p['decision']} by {p.get('approver') or p['decider']}"
               + (f" (rule {p['rule']})" if p.get("rule") else "")
-              + (f": {p['reason']}" if p.get("reason") else ""), guard)
+              + (f": {p['reason']}" if p.get("reason") else "")
+              + (f" [arguments sha256 {p['args_sha256'][:12]}]" if p.get("args_sha256") else ""),
+              guard)
     for h in a.hooks:
         txt = f"{h['phase']} {h['hook']}: {h['decision']}"
         if h.get("reason"):
