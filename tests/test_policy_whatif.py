@@ -143,6 +143,18 @@ def test_the_bench_trail_replays_to_the_counts_its_rules_imply(tmp_path: Path) -
         got[c["rule"]] = got.get(c["rule"], 0) + c["count"]
     assert got == expect
     assert report["calls"] == report["replayed"] == n
+    # A limit per minute is counted call by call in Python, not in SQL: with one that never
+    # denies, every count and example is the same.
+    roomy = cand.with_name("roomy.toml")
+    roomy.write_text(CANDIDATE + '[[limits]]\nid = "roomy"\nper = "principal"\n'
+                                 "per_minute = 1000000\n")
+    assert replay_trail(tmp_path / "home", roomy)[0] == report
+    # Lowered below the rate, it denies every call the rules let through but the first 3 of
+    # each principal (user-N at acme or globex): the trail spans 30 s, calls 10 ms apart.
+    roomy.write_text(roomy.read_text().replace("1000000", "3"))
+    tight = replay_trail(tmp_path / "home", roomy)[0]
+    assert sum(c["count"] for c in tight["changes"] if c["rule"] == "roomy") == n - sum(
+        expect.values()) - 3 * len({(i % 20, i % 3 == 0) for i in range(n)})
 
 
 def test_the_archive_replays_like_the_home(trail: Path, tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from ._ids import new_call_id
 from ._record import Builder, error_text, redact_args, redact_detail, scrub
 from ._tooltable import Entry
 from .envelope import Stage, StepName, ToolResultEnvelope
-from .paths import PathPolicyError
+from .paths import PathPolicyError, reads_only
 from .policy import ApprovalDecision, ApprovalRequest, PolicyDecision, PolicyRequest, Verdict
 from .sinks import ApprovalRecord
 from .tool import ToolDefinition
@@ -163,6 +163,11 @@ def _scope(
             detail = {"param": p, "reason": exc.reason}
             b.step(StepName.POLICY, t, "policy:path_scope", "deny", detail)
             b.reject(stage, f"path not allowed ({exc.reason}): {exc}", d.name)
+            return None
+        if rp.read_only and not reads_only(d):
+            b.step(StepName.POLICY, t, "policy:path_scope", "deny",
+                   {"param": p, "reason": "read_only"})
+            b.reject(stage, f"path not allowed (read_only): {p} is in a read-only root", d.name)
             return None
         resolved[p] = rp.relative
         if hook is not None:

@@ -52,6 +52,7 @@ REASONS = frozenset(
         "bad_extension",
         "hardlink",
         "too_large",
+        "read_only",
     }
 )
 

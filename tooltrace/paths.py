@@ -25,6 +25,13 @@ for a symlink between the check and the open makes the open fail instead of esca
 
 Hard links cannot be told apart from the original file: a file with ``st_nlink > 1`` is refused
 for writing (reason ``hardlink``) always, and for reading when ``strict_hardlinks=True``.
+
+**Read-only roots** (``read_only_roots=``) are further directories a path may resolve into, for
+reading only: an absolute path, or a symlink whose target leads there, resolves in the root it
+really lies in (the deepest root holding its real path), by the same walk. A symlink that leads
+out of every root is refused. A path in a read-only root comes back with ``read_only=True``;
+opening it for writing (``open_write``, ``open_parent``, ``open_dir``) is refused (reason
+``read_only``), and the policy stage lets only tools that read and change nothing name it.
 """
 
 from __future__ import annotations
@@ -33,12 +40,14 @@ import codecs
 import errno
 import os
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from ._pathsyntax import _SHOWN_CHARS, PathPolicyError, _fail, _syntax, canonical_form
 from ._pathsyntax import REASONS as REASONS
 
-__all__ = ["PathPolicyError", "ResolvedPath", "Workspace", "canonical_form"]
+__all__ = ["PathPolicyError", "ResolvedPath", "Workspace", "canonical_form", "reads_only"]
 
 _MAX_SYMLINKS = 40
 
@@ -48,11 +57,31 @@ class ResolvedPath:
     """Where a user path resolved to."""
 
     relative: str
-    """POSIX, relative to the workspace root (``""`` is the root itself)."""
+    """POSIX, relative to the workspace root (``""`` is the root itself); outside the workspace
+    (in a read-only root), the absolute real path."""
     absolute: str
     """The real host path, for internal use only (never shown to users or sinks)."""
     followed_symlinks: bool
-    """Whether a symlink (inside the workspace) was followed on the way."""
+    """Whether a symlink was followed on the way."""
+    read_only: bool = False
+    """Whether it lies in a read-only root: it may be read, never written."""
+
+
+def reads_only(tool: Any) -> bool:
+    """Whether a tool (a ``ToolDefinition``) may be given a path in a read-only root: only a
+    tool that reads (capability ``read``) and changes nothing (effect ``none``)."""
+    return str(tool.capability) == "read" and str(tool.effect) == "none"
+
+
+def _components(root: str) -> list[str]:
+    return root.strip("/").split("/") if root != "/" else []
+
+
+def _shown(rp: ResolvedPath) -> str:
+    """A resolved path as messages show it: never a host path outside the workspace."""
+    if rp.relative.startswith("/"):
+        return repr("<read-only>/" + rp.relative.rsplit("/", 1)[-1][-_SHOWN_CHARS:])
+    return repr(rp.relative[-_SHOWN_CHARS:])
 
 
 # --------------------------------------------------------------------------------------------
@@ -69,22 +98,44 @@ _DIR_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC
 class Workspace:
     """A directory that tool paths must stay inside.
 
-    ``root`` is made real (``realpath``) once, at construction. ``strict_hardlinks=True`` also
-    refuses to read files with more than one hard link.
+    ``root`` is made real (``realpath``) once, at construction, and so is each of
+    ``read_only_roots``: directories paths may also lead into, to be read only.
+    ``strict_hardlinks=True`` also refuses to read files with more than one hard link.
     """
 
-    __slots__ = ("_prefix", "root", "strict_hardlinks")
+    __slots__ = ("_prefix", "_roots", "read_only_roots", "root", "strict_hardlinks")
 
     root: str
+    read_only_roots: tuple[str, ...]
     strict_hardlinks: bool
 
-    def __init__(self, root: str | os.PathLike[str], *, strict_hardlinks: bool = False) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        strict_hardlinks: bool = False,
+        read_only_roots: Iterable[str | os.PathLike[str]] = (),
+    ) -> None:
         real = os.path.realpath(os.fspath(root))
         if not os.path.isdir(real):
             raise PathPolicyError("not_found", "workspace root is not a directory")
         self.root = real
         self._prefix = real if real.endswith("/") else real + "/"
         self.strict_hardlinks = strict_hardlinks
+        ro: dict[str, None] = {}
+        for r in read_only_roots:
+            r_real = os.path.realpath(os.fspath(r))
+            if not os.path.isdir(r_real):
+                raise PathPolicyError("not_found", "a read-only root is not a directory")
+            ro[r_real] = None
+        self.read_only_roots = tuple(ro)
+        # (prefix, root) of every root a path may resolve in; index 0 is the workspace.
+        self._roots = tuple((r if r.endswith("/") else r + "/", r) for r in (real, *ro))
+
+    def with_read_only(self, roots: Iterable[str | os.PathLike[str]]) -> Workspace:
+        """This workspace with ``roots`` added to its read-only roots."""
+        return Workspace(self.root, strict_hardlinks=self.strict_hardlinks,
+                         read_only_roots=(*self.read_only_roots, *roots))
 
     def __repr__(self) -> str:
         return f"Workspace({self.root!r})"
@@ -100,20 +151,31 @@ class Workspace:
     ) -> ResolvedPath:
         """Decide where ``user_path`` leads; raise :class:`PathPolicyError` if it may not go there.
 
-        Relative paths are taken from the workspace root; absolute paths must lead inside it.
-        ``allowed_suffixes`` (case-insensitive, e.g. ``(".txt", ".md")``) is checked on the
-        final real name, so a symlink cannot smuggle in another kind of file.
+        Relative paths are taken from the workspace root; absolute paths must lead inside it
+        or into a read-only root. ``allowed_suffixes`` (case-insensitive, e.g.
+        ``(".txt", ".md")``) is checked on the final real name, so a symlink cannot smuggle in
+        another kind of file.
         """
         absolute, parts = _syntax(user_path)
+        root = 0
         if absolute:
-            parts = self._strip_root(parts, user_path)
-        resolved, followed = self._walk(parts, user_path, must_exist)
+            root, parts = self._enter(parts, user_path, "outside_workspace")
+        root, resolved, followed = self._walk(root, parts, user_path, must_exist)
         if allowed_suffixes is not None:
             name = resolved[-1].lower() if resolved else ""
             if not name.endswith(tuple(s.lower() for s in allowed_suffixes)):
                 raise _fail("bad_extension", user_path, "this kind of file is not accepted")
+        prefix, top = self._roots[root]
         rel = "/".join(resolved)
-        return ResolvedPath(rel, self._prefix + rel if rel else self.root, followed)
+        real = prefix + rel if rel else top
+        # The deepest root holding the real path decides (roots may nest either way).
+        deepest = max((i for i, (p, r) in enumerate(self._roots)
+                       if real == r or real.startswith(p)), key=lambda i: len(self._roots[i][1]))
+        if real == self.root or real.startswith(self._prefix):
+            rel = real[len(self._prefix):] if real != self.root else ""
+        else:
+            rel = real
+        return ResolvedPath(rel, real, followed, deepest != 0)
 
     def contains(self, user_path: str) -> bool:
         """True when ``user_path`` resolves inside the workspace (it need not exist)."""
@@ -123,23 +185,29 @@ class Workspace:
             return False
         return True
 
-    def _strip_root(self, parts: list[str], user_path: str) -> list[str]:
-        """Turn an absolute path's components into components relative to the root."""
-        root_parts = self.root.strip("/").split("/") if self.root != "/" else []
-        n = len(root_parts)
-        if parts[:n] == root_parts and ".." not in parts[:n]:
-            return parts[n:]
-        # Not lexically under the root: it may still get there through a symlink on the
-        # host (for example /proc/self/cwd). Decide on the real path.
+    def _enter(self, parts: list[str], user_path: str, reason: str) -> tuple[int, list[str]]:
+        """The root an absolute path's components lead into, and the components below it."""
+        for i, (_prefix, top) in enumerate(self._roots):
+            n = len(top_parts := _components(top))
+            if parts[:n] == top_parts and ".." not in parts[:n]:
+                return i, parts[n:]
+        # Not lexically under a root: it may still get there through a symlink on the host
+        # (for example /proc/self/cwd). Decide on the real path.
         real = os.path.realpath("/" + "/".join(parts))
-        if real == self.root:
-            return []
-        if real.startswith(self._prefix):
-            return real[len(self._prefix) :].split("/")
-        raise _fail("outside_workspace", user_path, "the path is outside the workspace")
+        for i, (prefix, top) in enumerate(self._roots):
+            if real == top:
+                return i, []
+            if real.startswith(prefix):
+                return i, real[len(prefix) :].split("/")
+        if reason == "symlink_escape":
+            raise _fail(reason, user_path, "a symlink leads outside the workspace")
+        raise _fail(reason, user_path, "the path is outside the workspace")
 
-    def _walk(self, parts: list[str], user_path: str, must_exist: bool) -> tuple[list[str], bool]:
-        """Resolve components from the root, one lstat each, following symlinks ourselves."""
+    def _walk(
+        self, root: int, parts: list[str], user_path: str, must_exist: bool
+    ) -> tuple[int, list[str], bool]:
+        """Resolve components from a root, one lstat each, following symlinks ourselves; a
+        symlink may lead into another root. Returns (root, components below it, followed)."""
         # Each pending component remembers whether it came from a symlink's target, so an
         # escape is reported as the link's doing or the user's.
         pending = [(c, False) for c in reversed(parts)]
@@ -148,7 +216,7 @@ class Workspace:
         links = 0
         missing = False
         missing_depth = 0
-        prefix = self._prefix
+        prefix = self._roots[root][0]
         while pending:
             comp, from_link = pending.pop()
             if comp == "..":
@@ -195,34 +263,38 @@ class Workspace:
                     raise _fail("symlink_race", user_path, "changed while resolving") from None
                 if "\x00" in target or not target:
                     raise _fail("invalid", user_path, "unreadable symlink")
-                if target.startswith("/"):
-                    target_parts = [c for c in target.split("/") if c and c != "."]
-                    tail = self._absolute_target(target_parts, user_path)
+                entered = self._follow(root, resolved, target, user_path)
+                if entered is None:
+                    parts = [c for c in target.split("/") if c and c != "."]
+                    pending.extend((c, True) for c in reversed(parts))
+                else:
+                    root, tail = entered
+                    prefix = self._roots[root][0]
                     resolved = []
                     pending.extend((c, True) for c in reversed(tail))
-                else:
-                    pending.extend(
-                        (c, True) for c in reversed(target.split("/")) if c and c != "."
-                    )
                 continue
             if pending and not stat.S_ISDIR(mode):
                 # A later component (maybe '..') would have to be looked up in a non-directory.
                 raise _fail("not_a_directory", user_path, "a parent is not a directory")
             resolved.append(comp)
-        return resolved, followed
+        return root, resolved, followed
 
-    def _absolute_target(self, target_parts: list[str], user_path: str) -> list[str]:
-        """Components (relative to the root) of an absolute symlink target, or refuse it."""
-        root_parts = self.root.strip("/").split("/") if self.root != "/" else []
-        n = len(root_parts)
-        if target_parts[:n] == root_parts and ".." not in target_parts[:n]:
-            return target_parts[n:]
-        real = os.path.realpath("/" + "/".join(target_parts))
-        if real == self.root:
-            return []
-        if real.startswith(self._prefix):
-            return real[len(self._prefix) :].split("/")
-        raise _fail("symlink_escape", user_path, "a symlink leads outside the workspace")
+    def _follow(
+        self, root: int, resolved: list[str], target: str, user_path: str
+    ) -> tuple[int, list[str]] | None:
+        """Where a symlink's target leads when it leaves the root it is in: (root entered,
+        components below it); None when it is walked on from the link's directory."""
+        parts = [c for c in target.split("/") if c and c != "."]
+        if not target.startswith("/"):
+            up = next((i for i, c in enumerate(parts) if c != ".."), len(parts))
+            if up <= len(resolved):
+                return None
+            # The leading '..'s apply to real directories: the absolute target is exact.
+            here = _components(self._roots[root][1]) + resolved
+            if up > len(here):
+                raise _fail("symlink_escape", user_path, "a symlink leads outside")
+            parts = here[: len(here) - up] + parts[up:]
+        return self._enter(parts, user_path, "symlink_escape")
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -233,14 +305,34 @@ class Workspace:
         ``*at``-style work relative to it (``os.open(name, ..., dir_fd=fd)``, ``os.rename`` with
         ``src_dir_fd``/``dst_dir_fd``), for example an atomic replace. Any component that is no
         longer a plain directory (swapped for a symlink, removed) fails the walk: nothing is
-        followed.
+        followed. It is for writing: a path in a read-only root is refused (``read_only``).
         """
-        parts = rp.relative.split("/") if rp.relative else []
-        if not parts:
-            raise PathPolicyError("not_regular", "the workspace root is a directory, not a file")
-        return self._open_dirs(parts[:-1], rp), parts[-1]
+        self._refuse_read_only(rp)
+        return self._parent(rp)
 
     _open_parent = open_parent  # older spelling, kept for callers inside the package
+
+    def _parent(self, rp: ResolvedPath) -> tuple[int, str]:
+        top, parts = self._base(rp)
+        if not parts:
+            raise PathPolicyError("not_regular", "the workspace root is a directory, not a file")
+        return self._open_dirs(top, parts[:-1], rp), parts[-1]
+
+    def _base(self, rp: ResolvedPath) -> tuple[str, list[str]]:
+        """The root ``rp`` lies in and its components below it."""
+        rel = rp.relative
+        if not rel.startswith("/"):
+            return self.root, rel.split("/") if rel else []
+        inside = [top for prefix, top in self._roots[1:] if rel == top or rel.startswith(prefix)]
+        if not inside:
+            raise PathPolicyError("outside_workspace", f"{_shown(rp)} is outside the workspace")
+        top = max(inside, key=len)
+        return top, _components(rel)[len(_components(top)):]
+
+    @staticmethod
+    def _refuse_read_only(rp: ResolvedPath) -> None:
+        if rp.read_only:
+            raise PathPolicyError("read_only", f"{_shown(rp)} is in a read-only root")
 
     def open_dir(self, rp: ResolvedPath) -> int:
         """Open the directory ``rp`` itself by the same O_NOFOLLOW walk; the caller closes it.
@@ -249,12 +341,15 @@ class Workspace:
         fails the walk with ``symlink_race``). The descriptor then stays on that directory
         whatever later happens to the names leading to it, so work that must happen *in* the
         directory (a process's working directory) uses the descriptor, never the path again.
+        A process there could write in it: a directory in a read-only root is refused.
         """
-        return self._open_dirs(rp.relative.split("/") if rp.relative else [], rp)
+        self._refuse_read_only(rp)
+        return self._open_dirs(*self._base(rp), rp)
 
-    def _open_dirs(self, parts: list[str], rp: ResolvedPath) -> int:
-        """Walk ``parts`` from the root, one directory at a time, following no symlink."""
-        dfd = os.open(self.root, _DIR_FLAGS)
+    def _open_dirs(self, top: str, parts: list[str], rp: ResolvedPath) -> int:
+        """Walk ``parts`` from the root ``top``, one directory at a time, following no
+        symlink."""
+        dfd = os.open(top, _DIR_FLAGS)
         try:
             for comp in parts:
                 if comp in ("", ".", ".."):
@@ -272,7 +367,7 @@ class Workspace:
 
     @staticmethod
     def _open_error(exc: OSError, rp: ResolvedPath) -> PathPolicyError:
-        shown = repr(rp.relative[-_SHOWN_CHARS:])
+        shown = _shown(rp)
         if isinstance(exc, FileNotFoundError):
             return PathPolicyError("not_found", f"{shown} no longer exists")
         # ELOOP (final symlink with O_NOFOLLOW) or ENOTDIR (a directory became a symlink).
@@ -284,7 +379,7 @@ class Workspace:
 
     def _check_fd(self, fd: int, rp: ResolvedPath, *, writing: bool) -> os.stat_result:
         st = os.fstat(fd)
-        shown = repr(rp.relative[-_SHOWN_CHARS:])
+        shown = _shown(rp)
         if not stat.S_ISREG(st.st_mode):
             raise PathPolicyError("not_regular", f"{shown} is not a regular file")
         if st.st_nlink > 1 and (writing or self.strict_hardlinks):
@@ -296,7 +391,7 @@ class Workspace:
 
         The walk cannot be raced into following a symlink; FIFOs and devices are refused.
         """
-        dfd, name = self.open_parent(rp)
+        dfd, name = self._parent(rp)
         try:
             try:
                 fd = os.open(name, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK, dir_fd=dfd)

@@ -97,7 +97,7 @@ def test_policy(file: Path, home: Path | None, archive: str | None, since: str |
 
     Exit 0 when no decision changes, 1 when any does, 2 for an invalid file or bad usage.
     """
-    from ..policyfile import QUERY, PolicyFileError, load_policy, replay
+    from ..policyfile import PolicyFileError, load_policy, replay
 
     guard = OutputGuard(home)
     tools = _definitions(tool_specs)
@@ -108,13 +108,7 @@ def test_policy(file: Path, home: Path | None, archive: str | None, since: str |
             click.echo(guard(str(p)), err=True)
         sys.exit(EXIT_USAGE)
     with open_store(home, guard, archive) as store:
-        cur = store.con.execute(QUERY, {"since": parse_since(since)})
-
-        def rows() -> Any:
-            while batch := cur.fetchmany(10_000):
-                yield from batch
-
-        result = replay(rows(), pf.compiled, tools)
+        result = replay(store.con, pf.compiled, tools, since=parse_since(since))
     if as_json:
         print_json({"file": str(file), **result.to_dict()}, guard)
     else:

@@ -34,14 +34,13 @@ from ._compile import Compiled
 from ._limits import LimitRelease, LimitRule
 from ._rules import Match, PatternRule
 from ._source import Problem, parse_text
-from ._whatif import QUERY, Change, WhatIf, replay
+from ._whatif import Change, WhatIf, replay
 
 if TYPE_CHECKING:
     from ..registry import ToolRegistry
     from ..tool import ToolDefinition
 
 __all__ = [
-    "QUERY",
     "Change",
     "LimitRelease",
     "LimitRule",
@@ -84,8 +83,11 @@ class PolicyFile:
         return self.compiled.rule_ids
 
     def apply(self, registry: ToolRegistry) -> None:
-        """Make this the registry's policy (and attach what frees its limits' slots)."""
+        """Make this the registry's policy (and attach what frees its limits' slots); its
+        read-only roots outside the workspace join the registry's workspace."""
         registry.policy = self.compiled.policy
+        if self.compiled.read_only_roots:
+            registry.workspace = registry.workspace.with_read_only(self.compiled.read_only_roots)
         if any(x.max_concurrent is not None for x in self.compiled.limits):
             registry.add_sink(LimitRelease(self.compiled.limits))
 

@@ -8,6 +8,7 @@ count against a limit).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -81,6 +82,9 @@ class Compiled:
     content_rules: frozenset[str]
     """Ids of rules that read argument values (what-if cannot replay them on redacted
     arguments exactly)."""
+    read_only_roots: tuple[str, ...] = ()
+    """``[paths] read_only`` entries that are absolute: directories outside the workspace that
+    read tools may read (``PolicyFile.apply`` adds them to the registry's workspace)."""
 
 
 class _Compiler:
@@ -93,6 +97,7 @@ class _Compiler:
         self.modes: frozenset[str] = frozenset()
         self.taken: set[str] = set(RESERVED)
         self.content: set[str] = set()
+        self.roots: tuple[str, ...] = ()
 
     def run(self, doc: Mapping[str, Any]) -> Compiled:
         ck = self.ck
@@ -122,7 +127,7 @@ class _Compiler:
         rules += limits
         policy = Policy(rules, modes=modes)
         names = tuple(n for r in rules for n in getattr(r, "rule_ids", (str(r.name),)))
-        return Compiled(policy, tuple(limits), names, frozenset(self.content))
+        return Compiled(policy, tuple(limits), names, frozenset(self.content), self.roots)
 
     def _modes(self, raw: Any) -> tuple[Mode, ...]:
         ck = self.ck
@@ -195,11 +200,27 @@ class _Compiler:
                                    paths=tuple(glob_regex(g) for g in deny)))
         ro = ck.strings(("paths", "read_only"), t["read_only"]) if "read_only" in t else None
         if ro:
+            self.roots = self._roots(ro)
+            # Outside the workspace, resolved paths are real: the globs name the real root.
+            ro = tuple(os.path.realpath(g) if g in self.roots else g for g in ro)
             globs = tuple(glob_regex(g.rstrip("/") + "/**") for g in ro) + tuple(
                 glob_regex(g) for g in ro)
             out.append(PatternRule("read_only_path", Verdict.DENY, Match(effects=_WRITING),
                                    "path is under a read-only root", observe, paths=globs))
         return out
+
+    def _roots(self, ro: tuple[str, ...]) -> tuple[str, ...]:
+        """The absolute entries: read-only roots outside the workspace, plain directories."""
+        out = []
+        for i, g in enumerate(ro):
+            if not g.startswith("/"):
+                continue
+            if any(c in g for c in "*?[") or ".." in g.split("/"):
+                self.ck.problem(("paths", "read_only", i), "an absolute read-only root must be"
+                                " a directory (no glob, no '..')")
+            else:
+                out.append(g)
+        return tuple(out)
 
     def _match(self, path: Path, t: Mapping[str, Any]) -> Match:
         ck = self.ck

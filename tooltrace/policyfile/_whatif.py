@@ -6,43 +6,75 @@ got: ``allow`` (a policy step allowed it or only observed), ``deny`` or ``ask``.
 before the policy step (malformed, unknown tool) and calls the workspace's path scope refused
 are not policy decisions and are left out. A rule that reads argument values cannot be replayed
 exactly on arguments the trail holds redacted: such a call is ``undecidable``, never a guess.
-Limits are replayed in the order the calls started, with their recorded durations.
+
+The trail is read once into a DuckDB temporary table. A file's rules read only the tool, mode,
+principal, arguments and resolved paths, and recorded calls repeat those facts a lot: they are
+decided once per distinct set (DuckDB groups the calls). Limits count calls one by one, in the
+order they started, with their recorded durations: only the calls a limit can count are read
+back, in that order.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from ..envelope import Principal
-from ..policy import Policy, PolicyRequest, Verdict
 from ..tool import ToolDefinition
 from ._compile import Compiled
-from ._limits import LimitRule, limit_key
-from ._rules import PatternRule
+from ._limits import limit_key
+from ._replay import Decider, Ruling, principal_of, recorded_decision
 
-__all__ = ["QUERY", "Change", "WhatIf", "recorded_decision", "replay"]
+if TYPE_CHECKING:
+    import duckdb
 
-_MARKER = re.compile(r"\[REDACTED:[a-z0-9_]+\]")
-_SCOPE = frozenset({"policy:path_scope", "policy:hook_scope"})
-#: The query: every call's row and its last policy step.
-QUERY = """
+__all__ = ["Change", "WhatIf", "replay"]
+
+_EXAMPLES = 3
+#: The facts a candidate's rules read, and the recorded decision: calls alike in all of these
+#: are decided once.
+_KEY = ("tool", "mode", "principal_user", "principal_agent", "principal_tenant",
+        "principal_roles", "args_redacted", "decider", "decision", "detail")
+_CALLS = """
+CREATE OR REPLACE TEMP TABLE whatif_calls AS
 SELECT c.call_id, c.run_id, c.tool, c.mode, epoch_us(c.started_at) AS t_us, c.elapsed_ms,
        c.args_redacted, c.principal_user, c.principal_agent, c.principal_tenant,
-       c.principal_roles, s.decider, s.decision, s.detail
+       c.principal_roles, s.p.decider AS decider, s.p.decision AS decision,
+       s.p.detail AS detail
 FROM tool_calls c
-LEFT JOIN (SELECT * FROM tool_call_steps WHERE step = 'policy'
-           QUALIFY row_number() OVER (PARTITION BY call_id ORDER BY seq DESC) = 1) s
+LEFT JOIN (SELECT call_id, arg_max(struct_pack(decider, decision, detail), seq) AS p
+           FROM tool_call_steps WHERE step = 'policy' GROUP BY call_id) s
   ON s.call_id = c.call_id
 WHERE $since IS NULL OR c.started_at >= CAST($since AS TIMESTAMP)
-ORDER BY c.started_at, c.call_id
 """
-_EXAMPLES = 3
-_UNSET: Any = object()
+_FIRST = "struct_pack(t := t_us, id := call_id)"
+_GROUPS = f"""
+CREATE OR REPLACE TEMP TABLE whatif_groups AS
+SELECT row_number() OVER () AS g, {", ".join(_KEY)}, count(*) AS n,
+       min_by({_FIRST}, {_FIRST}, {_EXAMPLES}) AS first, list(rowid) AS members
+FROM whatif_calls GROUP BY {", ".join(_KEY)}
+"""
+#: The calls a limit can count, with their group's principal key (from whatif_keys).
+_ROWS = """
+CREATE OR REPLACE TEMP TABLE whatif_rows AS
+SELECT u.g, k.pkey, c.run_id, c.t_us, c.elapsed_ms, c.call_id, NULL::VARCHAR AS denied_by
+FROM (SELECT g, unnest(members) AS r FROM whatif_groups
+      WHERE g IN (SELECT g FROM whatif_keys)) u
+JOIN whatif_keys k ON k.g = u.g
+JOIN whatif_calls c ON c.rowid = u.r
+"""
+#: A limit of calls in all, for every key at once: past the first ``$max`` calls that reach
+#: it (no earlier limit denied them), it denies.
+_MAX_CALLS = """
+UPDATE whatif_rows AS w SET denied_by = $name
+FROM (SELECT rowid AS r, row_number() OVER (PARTITION BY {key} ORDER BY t_us, call_id) AS rn
+      FROM whatif_rows WHERE denied_by IS NULL AND g IN (SELECT unnest($groups))) x
+WHERE w.rowid = x.r AND x.rn > $max
+"""
+_COUNTED = f"""
+SELECT g, denied_by, count(*), min_by({_FIRST}, {_FIRST}, {_EXAMPLES})
+FROM whatif_rows GROUP BY g, denied_by
+"""
 
 
 @dataclass(slots=True)
@@ -60,7 +92,8 @@ class Change:
     count: int = 0
     """How many calls."""
     examples: list[str] = field(default_factory=list)
-    """Up to three of their call ids."""
+    """Up to three of their call ids, the earliest first."""
+    _first: list[tuple[int, str]] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -91,15 +124,18 @@ class WhatIf:
         """Calls a rule cannot decide on redacted arguments."""
         return sum(c.count for c in self.changes.values() if c.after == "undecidable")
 
-    def add(self, call_id: str, tool: str, rule: str, before: str, after: str) -> None:
-        """Count one changed or undecidable call."""
+    def add(self, tool: str, rule: str, before: str, after: str, count: int,
+            first: list[tuple[int, str]]) -> None:
+        """Count ``count`` changed or undecidable calls; ``first``: the earliest of them as
+        (start in microseconds, call id)."""
         key = (tool, rule, before, after)
         c = self.changes.get(key)
         if c is None:
             c = self.changes[key] = Change(tool, rule, before, after)
-        c.count += 1
-        if len(c.examples) < _EXAMPLES:
-            c.examples.append(call_id)
+        c.count += count
+        if len(c._first) < _EXAMPLES or first[0] < c._first[-1]:
+            c._first = sorted(c._first + first)[:_EXAMPLES]
+            c.examples = [i for _t, i in c._first]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, groups sorted by tool, rule and size."""
@@ -110,102 +146,108 @@ class WhatIf:
                 "undecidable_calls": [c.to_dict() for c in groups if c.after == "undecidable"]}
 
 
-def recorded_decision(decider: str | None, decision: str | None) -> str | None:
-    """What the policy step decided (``allow``, ``deny``, ``ask``); None for no policy
-    decision (no step, or the workspace's path scope refused the path)."""
-    if decision is None or decider in _SCOPE:
-        return None
-    if decision in ("deny", "ask"):
-        return decision
-    return "allow"
+@dataclass(slots=True)
+class _Group:
+    tool: str
+    before: str
+    old_rule: str
+    principal: Any
+    ruling: Ruling
 
 
-def _principal(user: Any, agent: Any, tenant: Any, roles_json: Any) -> Principal | None:
-    roles = tuple(orjson.loads(roles_json)) if roles_json else ()
-    if not (user or agent or tenant or roles):
-        return None
-    return Principal(user, agent, tenant, roles)
+def replay(con: duckdb.DuckDBPyConnection, compiled: Compiled,
+           tools: Mapping[str, ToolDefinition], *, since: Any = None) -> WhatIf:
+    """Decide every call recorded in ``con``'s ``tool_calls`` and ``tool_call_steps`` (those
+    started at or after ``since``, when given) again with ``compiled``."""
+    try:
+        con.execute(_CALLS, {"since": since})
+        con.execute(_GROUPS)
+        groups = con.execute(f"SELECT g, {', '.join(_KEY)}, n, first FROM whatif_groups"
+                             ).fetchall()
+        out = WhatIf()
+        decider = Decider(compiled)
+        counted = _decide_groups(groups, decider, tools, out)
+        if counted:
+            _count(con, counted, decider, out)
+        return out
+    finally:
+        for t in ("whatif_rows", "whatif_groups", "whatif_calls"):
+            con.execute(f"DROP TABLE IF EXISTS {t}")
 
 
-class _Replayer:
-    def __init__(self, compiled: Compiled, tools: Mapping[str, ToolDefinition]) -> None:
-        p = compiled.policy
-        # Fresh limit state: the candidate counts from zero over the replayed history.
-        self.limits = tuple(LimitRule(x.name, x.match, x.per, x.max_calls, x.per_minute,
-                                      x.max_concurrent, x.observe) for x in compiled.limits)
-        names = {x.name for x in compiled.limits}
-        self.policy = Policy([r for r in p.rules if r.name not in names], modes=p.modes.values())
-        self.content = [r for r in self.policy.rules
-                        if isinstance(r, PatternRule) and r.reads_content]
-        self.content_names = frozenset(r.name for r in self.content)
-        self.tools = tools
-        # Decided once per distinct value: most trails repeat a few modes and principals.
-        self._modes: dict[tuple[str, str], bool] = {}
-        self._principals: dict[tuple[Any, ...], Principal | None] = {}
-
-    def _mode_ok(self, d: ToolDefinition, mode: str) -> bool:
-        key = (d.name, mode)
-        ok = self._modes.get(key)
-        if ok is None:
-            ok = self._modes[key] = self.policy.mode_allows(d, mode)[0]
-        return ok
-
-    def decide(self, d: ToolDefinition, row: tuple[Any, ...]) -> tuple[str, str]:
-        """(decision, deciding rule or "") of the candidate for one recorded call (a row of
-        ``QUERY``)."""
-        call_id, run_id, _tool, mode, t_us, elapsed_ms, args_json = row[:7]
-        mode = mode or "default"
-        if not self._mode_ok(d, mode):
-            return "deny", "mode"
-        pkey = row[7:11]
-        principal = self._principals.get(pkey, _UNSET)
-        if principal is _UNSET:
-            principal = self._principals[pkey] = _principal(*pkey)
-        detail = orjson.loads(row[13]) if row[13] else None
-        paths = (detail.get("paths") or {}) if isinstance(detail, dict) else {}
-        args = orjson.loads(args_json) if args_json else {}
-        req = PolicyRequest(d, args if isinstance(args, dict) else {}, mode, run_id, call_id,
-                            paths, principal=principal)
-        decision, _rules = self.policy.evaluate(req)
-        verdict, rule = (None, "") if decision is None else (decision.verdict, decision.rule)
-        if verdict is Verdict.DENY and rule not in self.content_names:
-            return "deny", rule
-        if args_json and "[REDACTED:" in args_json and _MARKER.search(args_json):
-            for r in self.content:
-                if r.match.tool(d) and r.match.call(mode, principal):
-                    return "undecidable", r.name
-        if verdict is Verdict.DENY or verdict is Verdict.ASK:
-            return str(verdict), rule
-        t = t_us / 1e6
-        for lim in self.limits:
-            if lim.match.tool(d) and lim.match.call(mode, principal):
-                key = limit_key(lim.per, run_id, principal)
-                hit = lim.take(key, t, call_id, t + (elapsed_ms or 0) / 1e3)
-                if hit is not None and hit.verdict is Verdict.DENY:
-                    return "deny", lim.name
-        return "allow", rule
-
-
-def replay(rows: Iterable[tuple[Any, ...]], compiled: Compiled,
-           tools: Mapping[str, ToolDefinition]) -> WhatIf:
-    """Decide every recorded call (``QUERY``'s rows, as tuples in start order) again with
-    ``compiled``."""
-    out = WhatIf()
-    r = _Replayer(compiled, tools)
-    for row in rows:
-        out.calls += 1
-        decider = row[11]
-        before = recorded_decision(decider, row[12])
+def _decide_groups(groups: list[tuple[Any, ...]], decider: Decider,
+                   tools: Mapping[str, ToolDefinition], out: WhatIf) -> dict[int, _Group]:
+    """Decide each group of alike calls; return those whose calls a limit must count."""
+    counted: dict[int, _Group] = {}
+    for g, tool, mode, user, agent, tenant, roles, args, old, decision, detail, n, first \
+            in groups:
+        out.calls += n
+        before = recorded_decision(old, decision)
         if before is None:
             continue
-        tool = row[2]
         d = tools.get(tool)
         if d is None:
-            out.unknown_tools[tool] = out.unknown_tools.get(tool, 0) + 1
+            out.unknown_tools[tool] = out.unknown_tools.get(tool, 0) + n
             continue
-        out.replayed += 1
-        after, rule = r.decide(d, row)
-        if after != before:
-            old = str(decider or "").removeprefix("policy:")
-            out.add(row[0], tool, rule or old, before, after)
-    return out
+        out.replayed += n
+        principal = principal_of(user, agent, tenant, roles)
+        ruling = decider.rules(d, mode, principal, args, detail, call_id=first[0]["id"])
+        old_rule = str(old or "").removeprefix("policy:")
+        if ruling.limits:
+            counted[g] = _Group(tool, before, old_rule, principal, ruling)
+        elif ruling.after != before:
+            out.add(tool, ruling.rule or old_rule, before, ruling.after, n,
+                    [(f["t"], f["id"]) for f in first])
+    return counted
+
+
+def _count(con: duckdb.DuckDBPyConnection, counted: dict[int, _Group], decider: Decider,
+           out: WhatIf) -> None:
+    """Replay the limits on every call they can count, in start order."""
+    import pyarrow as pa
+
+    keys = pa.table({"g": list(counted),
+                     "pkey": [limit_key("principal", "", grp.principal)
+                              for grp in counted.values()]})
+    con.register("whatif_keys", keys)
+    try:
+        con.execute(_ROWS)
+    finally:
+        con.unregister("whatif_keys")
+    if all(x.per_minute is None and x.max_concurrent is None for x in decider.limits):
+        _count_in_sql(con, counted, decider, out)
+    else:
+        _count_in_order(con, counted, out)
+
+
+def _count_in_sql(con: duckdb.DuckDBPyConnection, counted: dict[int, _Group],
+                  decider: Decider, out: WhatIf) -> None:
+    """Limits of calls in all only: each limit in turn denies, for every key at once, the
+    calls past its first ``max_calls`` among those that reach it."""
+    for lim in decider.limits:
+        gs = [g for g, grp in counted.items() if lim in grp.ruling.limits]
+        if gs and lim.max_calls is not None:
+            con.execute(_MAX_CALLS.format(key="run_id" if lim.per == "run" else "pkey"),
+                        {"name": lim.name, "groups": gs, "max": lim.max_calls})
+    for g, denied_by, n, first in con.execute(_COUNTED).fetchall():
+        grp = counted[g]
+        after = "allow" if denied_by is None else "deny"
+        if after != grp.before:
+            rule = grp.ruling.rule if denied_by is None else denied_by
+            out.add(grp.tool, rule or grp.old_rule, grp.before, after, n,
+                    [(f["t"], f["id"]) for f in first])
+
+
+def _count_in_order(con: duckdb.DuckDBPyConnection, counted: dict[int, _Group],
+                    out: WhatIf) -> None:
+    """Any limits: each call they can count, decided one by one in start order."""
+    limit = Decider.limit
+    cur = con.execute("SELECT g, run_id, t_us, elapsed_ms, call_id FROM whatif_rows"
+                      " ORDER BY t_us, call_id")
+    for batch in cur.to_arrow_reader(65536):
+        gs, runs, ts, elapsed, ids = (c.to_pylist() for c in batch.columns)
+        for g, run_id, t_us, ms, call_id in zip(gs, runs, ts, elapsed, ids, strict=True):
+            grp = counted[g]
+            after, rule = limit(grp.ruling, grp.principal, run_id, call_id, t_us, ms)
+            if after != grp.before:
+                out.add(grp.tool, rule or grp.old_rule, grp.before, after, 1, [(t_us, call_id)])
