@@ -12,10 +12,13 @@ import base64
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, Literal
 
 import mcp_types as mt
 from mcp.server.mcpserver import Context, MCPServer
+
+# Nested TypedDicts as output schemas need typing_extensions' TypedDict before Python 3.12.
+from typing_extensions import TypedDict
 
 server = MCPServer("rich", instructions="Rich test server: one tool per kind of result.")
 
@@ -97,6 +100,44 @@ def secret_text() -> mt.CallToolResult:
         content=[mt.TextContent(type="text", text=f"aws_access_key_id = {key}\nok")],
         structured_content={"note": f"key {key}", "password": "hunter2-hunter2"},
     )
+
+
+class Credentials(TypedDict):
+    """A login."""
+
+    username: str
+    password: str
+
+
+class Account(TypedDict):
+    """What ``account`` returns: secret-naming fields of every type (its output schema)."""
+
+    user: str
+    pin: int
+    credentials: Credentials
+    secrets: list[str]
+    enabled: bool
+
+
+@server.tool(structured_output=True)
+def account() -> Account:
+    """Structured content whose secrets are a number, an object and an array."""
+    return {"user": "ada", "pin": 4821,
+            "credentials": {"username": "ada-admin", "password": "hunter2-hunter2"},
+            "secrets": ["s3cr3t-one", "s3cr3t-two"], "enabled": True}
+
+
+class AuthMode(TypedDict):
+    """What ``auth_mode`` returns: a secret-naming field the schema allows two values for."""
+
+    user: str
+    auth: Literal["basic", "bearer"]
+
+
+@server.tool(structured_output=True)
+def auth_mode() -> AuthMode:
+    """Structured content whose redacted field cannot hold a marker (an enum)."""
+    return {"user": "ada", "auth": "bearer"}
 
 
 @server.tool()

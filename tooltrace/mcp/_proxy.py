@@ -48,13 +48,7 @@ from ._upstream import Upstream
 if TYPE_CHECKING:
     import mcp.types as mt
 
-__all__ = [
-    "Collision",
-    "McpProxy",
-    "ProxyReport",
-    "ServerReport",
-    "ToolReport",
-]
+__all__ = ["Collision", "McpProxy", "ProxyReport", "ServerReport", "ToolReport"]
 
 log = logging.getLogger("tooltrace.mcp")
 
@@ -314,7 +308,7 @@ class McpProxy:
                 priority=sc.priority,
                 tool_type=sc.tool_type,
             )
-            self.registry.register(definition, self._handler(label, name))
+            self.registry.register(definition, self._handler(label, name, wire))
         except RegistrationError as exc:
             reason = default_redactor().bounded(str(exc), 300)
             if "same priority" in reason:
@@ -330,7 +324,7 @@ class McpProxy:
         d = self.registry.definition(exposed)
         return d is not None and d.source == f"mcp:{label}"
 
-    def _handler(self, label: str, upstream_name: str) -> Any:
+    def _handler(self, label: str, upstream_name: str, wire: Mapping[str, Any]) -> Any:
         grace = self.config.cancel_grace_s
         tel = self.telemetry
 
@@ -371,7 +365,7 @@ class McpProxy:
                 tel.record_client(label, "tools/call", error, clock() - t0)
             if res.is_error:
                 raise UpstreamToolError(_error_text(res))
-            held = shape_result(res)
+            held = shape_result(res, wire.get("outputSchema"), self.registry.redactor)
             self._held[ctx.call_id] = held
             return held.shaped
 

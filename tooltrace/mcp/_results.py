@@ -15,6 +15,7 @@ stays where it was, and only long text is shortened to a preview, with the artif
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ import orjson
 
 from ..envelope import Status, ToolResultEnvelope
 from ..redaction import preview
+from ._schemasafe import redact_mirrors, retype_redacted, schema_errors
 
 if TYPE_CHECKING:
     import mcp.types as mt
@@ -36,11 +38,12 @@ _MAX_ERROR_CHARS = 1000
 @dataclass(slots=True)
 class HeldResult:
     """What the proxy keeps of one upstream result while the registry finishes the call: the
-    shaped value (unredacted, for an offloaded result's shape) and the binary payloads held
-    back from the registry, by block index."""
+    shaped value (unredacted, for an offloaded result's shape), the binary payloads held
+    back from the registry, by block index, and the tool's output schema."""
 
     shaped: Any
     binaries: dict[int, tuple[str, str]] = field(default_factory=dict)
+    output_schema: Mapping[str, Any] | None = None
 
 
 def _error_text(res: mt.CallToolResult) -> str:
@@ -54,15 +57,19 @@ def _placeholder(payload: str) -> str:
     return f"[binary: {len(payload)} base64 chars, sha256 {digest}]"
 
 
-def shape_result(res: mt.CallToolResult) -> HeldResult:
-    """An upstream result as the value the registry redacts, measures and audits."""
+def shape_result(res: mt.CallToolResult, output_schema: Any = None,
+                 redactor: Redactor | None = None) -> HeldResult:
+    """An upstream result as the value the registry redacts, measures and audits
+    (``output_schema``: the tool's, which its redacted structured content must still meet;
+    ``redactor``: the registry's, for the JSON text of structured content, see _schemasafe)."""
     blocks = res.content
     if (res.structured_content is None and not res.meta and len(blocks) == 1
             and blocks[0].type == "text" and blocks[0].annotations is None
             and blocks[0].meta is None):
         return HeldResult(blocks[0].text)
     content = [b.model_dump(by_alias=True, exclude_none=True, mode="json") for b in blocks]
-    held = HeldResult({"content": content})
+    schema = output_schema if isinstance(output_schema, Mapping) else None
+    held = HeldResult({"content": content}, output_schema=schema)
     for i, block in enumerate(content):
         holder, key = block, "data"
         if block.get("type") == "resource" and isinstance(block.get("resource"), dict):
@@ -74,6 +81,8 @@ def shape_result(res: mt.CallToolResult) -> HeldResult:
             holder[key] = mark
     if res.structured_content is not None:
         held.shaped["structuredContent"] = res.structured_content
+        if redactor is not None:
+            redact_mirrors(content, res.structured_content, redactor)
     if res.meta:
         held.shaped["_meta"] = dict(res.meta)
     return held
@@ -134,11 +143,35 @@ def proxied_result(env: ToolResultEnvelope, held: HeldResult | None, *, redactor
         shaped = orjson.loads(orjson.dumps(shaped))
         _shorten(shaped["content"], preview_chars, note)
     _restore(shaped["content"], held)
+    if not _typed_structure(shaped, held, redactor):
+        return _withheld(env, meta)
     upstream_meta = shaped.pop("_meta", None)
     if isinstance(upstream_meta, dict):
         meta = {**upstream_meta, **meta}
     return mt.CallToolResult.model_validate(
         {**shaped, "isError": False, "_meta": meta}, by_alias=True)
+
+
+def _typed_structure(shaped: dict[str, Any], held: HeldResult, redactor: Redactor) -> bool:
+    """Redacted structured content with the types of the original (``_schemasafe``); False
+    when it still breaks the tool's output schema."""
+    got = shaped.get("structuredContent")
+    original = held.shaped.get("structuredContent")
+    if got is None or got == original:  # nothing was redacted in it
+        return True
+    shaped["structuredContent"], _ = retype_redacted(got, original, redactor)
+    schema = held.output_schema
+    return schema is None or schema_errors(shaped["structuredContent"], schema) == 0
+
+
+def _withheld(env: ToolResultEnvelope, meta: dict[str, Any]) -> mt.CallToolResult:
+    import mcp.types as mt
+
+    text = (f"tooltrace: the result of {env.tool} was withheld: it held a secret where the "
+            "tool's output schema has no room for a redaction marker (the audit trail has the "
+            f"redacted result, call {env.call_id})")
+    return mt.CallToolResult(content=[mt.TextContent(type="text", text=text)], is_error=True,
+                             _meta={**meta, "tooltrace/error_type": "redacted_invalid"})
 
 
 def _meta(env: ToolResultEnvelope) -> dict[str, Any]:

@@ -37,7 +37,7 @@ METHODS: frozenset[str] = frozenset({
 
 #: ``error.type`` values a label may take (with ``_other``).
 ERROR_TYPES: frozenset[str] = frozenset({
-    "tool_error", "upstream_error", "upstream_unavailable", "upstream_exited",
+    "tool_error", "redacted_invalid", "upstream_error", "upstream_unavailable", "upstream_exited",
     "upstream_protocol_error", "upstream_timeout", "timeout", "cancelled", "unknown",
     "-32700", "-32600", "-32601", "-32602", "-32603", "-32000", "-32001", "-32002",
     *(s.value for s in Stage),
