@@ -252,3 +252,31 @@ def test_in_strict_mode_the_approval_is_durable_before_the_call_runs(tmp_path: P
     reg.shutdown()
     assert seen == [True]
     assert verify(home).ok
+
+
+def test_acall_binds_and_reuses_approvals_like_call(tmp_path: Path) -> None:
+    import asyncio
+
+    ap = Approver(ApprovalDecision(True, who="alice", ttl=600), ApprovalDecision(True, who="al"))
+    reg = _registry(tmp_path, ap)
+
+    async def drive() -> list[Any]:
+        return [await reg.acall(ToolCall("send", {"to": t})) for t in ("bob", "bob", "eve")]
+
+    envs = asyncio.run(drive())
+    reg.shutdown()
+    assert [e.status for e in envs] == [Status.OK] * 3 and len(ap.asked) == 2
+    assert [_steps(e)[0].decider.split(":")[0] for e in envs] == ["user", "approval", "user"]
+
+
+def test_approvals_ship_to_the_archive(tmp_path: Path) -> None:
+    from tooltrace.archive import open_archive, ship
+
+    ap = Approver(ApprovalDecision(True, who="alice", ttl=600))
+    reg = _registry(tmp_path, ap)
+    envs = [reg.call(ToolCall("send", {"to": "bob"})) for _ in range(2)]
+    reg.shutdown()
+    assert ship(tmp_path / "home", str(tmp_path / "archive")).shipped
+    with open_archive(str(tmp_path / "archive")) as store:
+        (row,) = store.sql("SELECT approver, covered_calls FROM approvals").rows
+    assert row[0] == "alice" and sorted(row[1]) == sorted(e.call_id for e in envs)

@@ -26,6 +26,7 @@ _SORT = {
     "steps": "call_id, seq, started_at",
     "intents": "call_id",
     "resolutions": "call_id, resolved_at",
+    "approvals": "call_id, approved_at",
     "lines": "segment, line_no",
 }
 _ROW_GROUP = 16384

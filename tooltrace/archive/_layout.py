@@ -2,10 +2,10 @@
 
 Both targets store the same tables:
 
-- ``calls``, ``steps``, ``intents``, ``resolutions``: the columns of the local Parquet files
-  (``tooltrace.audit.schemas``), call ids as canonical lowercase strings so readers
-  prune row groups by min/max, partitioned by ``day`` (UTC date of ``started_at``, of
-  ``resolved_at`` for resolutions).
+- ``calls``, ``steps``, ``intents``, ``resolutions``, ``approvals``: the columns of the local
+  Parquet files (``tooltrace.audit.schemas``), call ids as canonical lowercase strings so
+  readers prune row groups by min/max, partitioned by ``day`` (UTC date of ``started_at``, of
+  ``resolved_at`` for resolutions, of ``approved_at`` for approvals).
 - ``lines``: every line of every shipped segment as written (``writer``, ``segment``, ``n``,
   ``line_no``, ``seq``, ``k``, ``line``), so ``verify`` checks shipped hash chains and keyed
   checkpoints (in written order: a moved line is still caught).
