@@ -322,3 +322,22 @@ def test_every_resolved_path_is_asked_and_unnamed_tools_skip_cedar(tmp_path: Pat
     assert [orjson.loads(r["context"])["args"] for r in rule.requests(req)] == [
         {"src": "a.txt", "dst": "b.env"}] * 2
     assert rule.applies_to(copy) and not rule.applies_to(echo)
+
+
+def test_cedar_sees_arguments_as_the_registrys_redactor_leaves_them(tmp_path: Path) -> None:
+    cedar = ('@id("no-secret-echo") forbid (principal,'
+             ' action == Tooltrace::Action::"run_command", resource)'
+             ' when { context.args has argv && context.args.argv.contains("hunter2-pass") };\n'
+             '@id("redacted-echo") @mode("observe") forbid (principal,'
+             ' action == Tooltrace::Action::"run_command", resource)'
+             ' when { context.args has argv &&'
+             ' context.args.argv.contains("[REDACTED:registered]") };\n')
+    reg = _reg(tmp_path, _policy(tmp_path, cedar, None), metrics=False)
+    try:
+        reg.redactor.register_value("hunter2-pass")
+        env = reg.call(ToolCall("run_command", {"argv": ["echo", "hunter2-pass"]}))
+        # The policy naming the raw value never matches: Cedar never sees the secret.
+        assert env.ok and _decider(env) == ("policy:redacted-echo", "observe_deny")
+        assert "hunter2" not in orjson.dumps(env.to_dict()).decode()
+    finally:
+        reg.shutdown()

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConfigurationError
+from ._cedarrule import CedarRule
 from ._cedarschema import schema_text as cedar_schema
 from ._check import Checker
 from ._compile import Compiled
@@ -84,10 +85,14 @@ class PolicyFile:
 
     def apply(self, registry: ToolRegistry) -> None:
         """Make this the registry's policy (and attach what frees its limits' slots); its
-        read-only roots outside the workspace join the registry's workspace."""
+        read-only roots outside the workspace join the registry's workspace, and Cedar
+        policies see arguments as the registry's redactor leaves them."""
         registry.policy = self.compiled.policy
         if self.compiled.read_only_roots:
             registry.workspace = registry.workspace.with_read_only(self.compiled.read_only_roots)
+        for rule in self.compiled.policy.rules:
+            if isinstance(rule, CedarRule):
+                rule.redactor = registry.redactor
         if any(x.max_concurrent is not None for x in self.compiled.limits):
             registry.add_sink(LimitRelease(self.compiled.limits))
 

@@ -63,6 +63,10 @@ class CedarRule:
         self._types: dict[int, tuple[ToolDefinition, dict[str, str]]] = {}
         self._entities: dict[tuple[int, Principal | None], tuple[ToolDefinition, Any]] = {}
         self._lock = threading.Lock()
+        #: What ``context.args`` is redacted with: the registry's redactor once the policy
+        #: file is applied to one (so Cedar sees what the audit trail keeps), else the
+        #: default redactor.
+        self.redactor: Any = None
 
     @property
     def rule_ids(self) -> tuple[str, ...]:
@@ -107,19 +111,24 @@ class CedarRule:
                 self._entities[key] = hit
         return hit[1]
 
+    def _redact(self, args: dict[str, Any]) -> Any:
+        redactor = self.redactor
+        if redactor is None:
+            from ..redaction import default_redactor
+
+            redactor = default_redactor()
+        return redactor.redact(args)[0]
+
     def requests(self, request: PolicyRequest) -> list[dict[str, Any]]:
         """The Cedar requests of one call (one per resolved path, at least one), each context
         as JSON text."""
-        from ..redaction import default_redactor
-
         tool = request.tool
         types = self._arg_types(tool)
         args: Mapping[str, Any] = request.arguments
         picked = {k: args[k] for k in types if k in args}
         context: dict[str, Any] = {
             "mode": request.mode, "depth": request.depth,
-            "args": context_args(types, default_redactor().redact(picked)[0]) if picked
-            else {},
+            "args": context_args(types, self._redact(picked)) if picked else {},
         }
         if request.parent_tool is not None:
             context["parent_tool"] = request.parent_tool
