@@ -307,7 +307,9 @@ def test_every_resolved_path_is_asked_and_unnamed_tools_skip_cedar(tmp_path: Pat
                           path_params=("src", "dst"))
     echo = ToolDefinition(name="echo", description="echo", parameters=schema)
     cedar = ('@id("no-env") forbid (principal, action == Tooltrace::Action::"copy", resource)'
-             ' when { context has path && context.path like "*.env" };\n')
+             ' when { context has path && context.path like "*.env" };\n'
+             '@id("no-x") forbid (principal, action == Tooltrace::Action::"copy", resource)'
+             ' when { context.args has src && context.args.src == "x" };\n')
     f = _policy(tmp_path, cedar, None)
     rule = next(r for r in load_policy(f, tools={"copy": copy, "echo": echo}).compiled.policy
                 .rules if r.name == "cedar")

@@ -1,16 +1,19 @@
-"""The policy rule that decides with Cedar: one cedarpy evaluation per call.
+"""The policy rule that decides with Cedar: at most one cedarpy evaluation per call.
 
 The policy set is parsed once per tool, with only the policies whose scope can name that tool's
 action and resource (most policies name a few tools: the rest cost nothing; a tool no policy
 can name skips Cedar altogether), and every policy as a ``permit``, so the answer names every
-policy that matched, forbids included; a call's entities are parsed once per tool and
-principal and kept. A call with several resolved paths is one request per path, evaluated in
-one batch: a forbid matches when it matches any of them (as a TOML rule's ``paths``), and with
+policy that matched, forbids included. A call's entities are parsed once per tool and
+principal and kept. ``context.args`` is built (and redacted) only for a tool whose policies
+read it, and the answer to a request already seen (same tool, principal and context) is
+reused: Cedar's answer depends on nothing else.
+
+A call with several resolved paths is one request per path, evaluated in one batch: a forbid
+matches when it matches any of them (as a TOML rule's ``paths``), and with
 ``default = "deny"`` every one of them needs a permit. The first matching enforced forbid
 denies; else, under ``default = "deny"``, a call no permit matches is denied by ``cedar``;
 else the first ``@decision("ask")`` forbid asks; else the first observe-mode forbid is
-recorded. A failure inside Cedar denies (rule ``cedar``): Cedar never fails open.
-"""
+recorded. A failure inside Cedar denies (rule ``cedar``): Cedar never fails open."""
 
 from __future__ import annotations
 
@@ -56,7 +59,8 @@ class CedarRule:
         self.default = default
         self._cedarpy = cedarpy
         self._est: dict[str, Any] = json.loads(cedar.evaluation_json)["staticPolicies"]
-        self._sets: dict[str, Any] = {}
+        self._sets: dict[str, tuple[Any, bool]] = {}
+        self._answers: dict[tuple[Any, ...], tuple[ToolDefinition, list[str], bool]] = {}
         self._by_id: dict[str, CedarPolicy] = {p.id: p for p in cedar.policies}
         self._order = {p.id: i for i, p in enumerate(cedar.policies)}
         self._permits = frozenset(p.id for p in cedar.policies if p.effect == "permit")
@@ -75,20 +79,22 @@ class CedarRule:
 
     def applies_to(self, tool: ToolDefinition) -> bool:
         """Tools some policy's scope can name (any tool with ``default = "deny"``)."""
-        return self.default == "deny" or self._set_for(tool.name) is not None
+        return self.default == "deny" or self._set_for(tool.name)[0] is not None
 
-    def _set_for(self, tool: str) -> Any:
-        """The policies whose scope can name ``tool``, parsed (None: there are none)."""
-        if tool in self._sets:
-            return self._sets[tool]
+    def _set_for(self, tool: str) -> tuple[Any, bool]:
+        """The policies whose scope can name ``tool``, parsed (None: there are none), and
+        whether any of them may read ``context.args``."""
+        hit = self._sets.get(tool)
+        if hit is not None:
+            return hit
         kept = {pid: p for pid, p in self._est.items() if _scope_names(p, tool)}
-        doc = {"staticPolicies": kept, "templates": {}, "templateLinks": []}
-        ps = self._cedarpy.PolicySet.from_json_str(json.dumps(doc)) if kept else None
+        text = json.dumps({"staticPolicies": kept, "templates": {}, "templateLinks": []})
+        hit = (self._cedarpy.PolicySet.from_json_str(text) if kept else None, '"args"' in text)
         with self._lock:
             if len(self._sets) >= _MAX_CACHED:
                 self._sets.clear()
-            self._sets[tool] = ps
-        return ps
+            self._sets[tool] = hit
+        return hit
 
     def _arg_types(self, tool: ToolDefinition) -> dict[str, str]:
         hit = self._types.get(id(tool))
@@ -123,7 +129,7 @@ class CedarRule:
         """The Cedar requests of one call (one per resolved path, at least one), each context
         as JSON text."""
         tool = request.tool
-        types = self._arg_types(tool)
+        types = self._arg_types(tool) if self._set_for(tool.name)[1] else {}
         args: Mapping[str, Any] = request.arguments
         picked = {k: args[k] for k in types if k in args}
         context: dict[str, Any] = {
@@ -146,19 +152,29 @@ class CedarRule:
     def matched(self, request: PolicyRequest) -> tuple[list[str], bool]:
         """The ids of the policies that match the call (in file order), and whether every
         request of it matched a permit."""
-        policies = self._set_for(request.tool.name)
+        tool = request.tool
+        policies = self._set_for(tool.name)[0]
         if policies is None:
             return [], False
+        requests = self.requests(request)
+        key = (id(tool), request.principal, *(r["context"] for r in requests))
+        seen = self._answers.get(key)
+        if seen is not None and seen[0] is tool:
+            return seen[1], seen[2]
         results = self._cedarpy.is_authorized_batch(
-            self.requests(request), policies, self._entities_for(request.tool,
-                                                                 request.principal))
+            requests, policies, self._entities_for(tool, request.principal))
         hits: set[str] = set()
         permitted = True
         for r in results:
             reasons = r.diagnostics.reasons
             hits.update(reasons)
             permitted = permitted and not self._permits.isdisjoint(reasons)
-        return sorted(hits, key=self._order.__getitem__), permitted
+        ordered = sorted(hits, key=self._order.__getitem__)
+        with self._lock:
+            if len(self._answers) >= _MAX_CACHED:
+                self._answers.clear()
+            self._answers[key] = (tool, ordered, permitted)
+        return ordered, permitted
 
     def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
         try:
