@@ -14,13 +14,17 @@ timed in interleaved rounds in one process:
 - **reference**: one OpenTelemetry SDK span with the attributes and step events tooltrace
   records, a counter and a histogram (``bench/_contenders.py``).
 
-Reported per contender: median microseconds per call, the policy step's share (the call minus
-the no-policy call), ``Policy.evaluate`` alone, and the ratio to the reference.
+Every call has a new argument value (``x = "fine-<n>"``), so no contender answers from a cache
+of earlier answers; one more row calls the Cedar set with the same arguments every time, where
+the Cedar rule reuses its earlier answer. Reported per contender: median microseconds per call,
+the policy step's share (the call minus the no-policy call), ``Policy.evaluate`` alone, and
+the ratio to the reference.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import shutil
 import statistics
@@ -34,6 +38,7 @@ __all__ = ["cedar_fifty", "run", "toml_fifty"]
 
 TOOLS = tuple(f"tool_{i}" for i in range(8))
 _ARGS = {"x": "fine"}
+_REPEATED = "50-rule Cedar set, same arguments each call"
 
 
 def toml_fifty() -> str:
@@ -81,20 +86,29 @@ def _contenders(tmp: Path) -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
     from tooltrace.policy import PolicyRequest
 
     defs = _definitions()
-    req = PolicyRequest(defs["tool_3"], _ARGS, "default", "run", "call")
+    tool = defs["tool_3"]
+    n = itertools.count()
     calls: dict[str, Any] = {}
     evaluate: dict[str, Any] = {}
     regs = []
-    for label, policy in _policies(tmp).items():
+    policies = _policies(tmp)
+    policies[_REPEATED] = policies["50-rule Cedar set"]
+    for label, policy in policies.items():
         reg = ToolRegistry(workspace=tmp, home=tmp / "home", policy=policy)
-        reg.register(defs["tool_3"], lambda x: x)
+        reg.register(tool, lambda x: x)
         regs.append(reg)
-        call = ToolCall("tool_3", _ARGS)
-        env = reg.call(call)
+        env = reg.call(ToolCall("tool_3", _ARGS))
         if not env.ok:
             raise RuntimeError(f"{label}: the bench call was refused: {env.summary}")
-        calls[label] = lambda r=reg, c=call: r.call(c)
-        evaluate[label] = lambda p=policy: p.evaluate(req)
+        if label == _REPEATED:
+            same = ToolCall("tool_3", _ARGS)
+            req = PolicyRequest(tool, _ARGS, "default", "run", "call")
+            calls[label] = lambda r=reg, c=same: r.call(c)
+            evaluate[label] = lambda p=policy, q=req: p.evaluate(q)
+            continue
+        calls[label] = lambda r=reg: r.call(ToolCall("tool_3", {"x": f"fine-{next(n)}"}))
+        evaluate[label] = lambda p=policy: p.evaluate(PolicyRequest(
+            tool, {"x": f"fine-{next(n)}"}, "default", "run", "call"))
     ref = build(REFERENCE)
     calls["reference: SDK span + counter + histogram"] = ref.call
     return calls, evaluate, [*regs, ref]

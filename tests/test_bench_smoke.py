@@ -337,6 +337,7 @@ def test_policy_section_measures_toml_and_cedar_beside_the_reference(tmp_path: P
                       "call / reference"]
     assert [r[0] for r in rows] == ["no policy", "default policy", "50-rule TOML file",
                                     "50-rule Cedar set",
+                                    "50-rule Cedar set, same arguments each call",
                                     "reference: SDK span + counter + histogram"]
     figs = {c["contender"]: c for c in json.loads(out.read_text())["policy"]["contenders"]}
     assert all(c["call_us"] > 0 for c in figs.values())
