@@ -15,7 +15,7 @@ from tooltrace.cli import main
 from tooltrace.demo import run_demo
 from tooltrace.envelope import Principal, Status, ToolCall
 from tooltrace.policyfile import PolicyFileError, check_policy
-from tooltrace.telemetry.metrics import MetricsSink
+from tooltrace.telemetry.metrics import MetricsSink, serve_metrics
 
 cedarpy = require_module("cedarpy", extra("cedar"))
 
@@ -120,6 +120,14 @@ def test_observe_mode_records_the_cedar_policy_in_the_step_and_the_metric(
         reg.shutdown()
     labels = {"tool": "run_command", "rule": "no-curl", "decision": "observe_deny"}
     assert sink.registry.get_sample_value("tooltrace_policy_observed_total", labels) == 3
+    # The Cedar id is in the closed set of rule ids, so it is the label a scrape sees.
+    from support.prom import Prometheus
+
+    with serve_metrics(0, registry=sink) as srv, Prometheus([f"127.0.0.1:{srv.port}"]) as prom:
+        prom.wait_for_up()
+        prom.wait_until('sum(tooltrace_policy_observed_total{tool="run_command",'
+                        'rule="no-curl",decision="observe_deny"})', lambda v: v == 3)
+        assert prom.value("count(tooltrace_policy_observed_total)") == 1
     res = CliRunner().invoke(main, ["autopsy", "--home", str(tmp_path / "h"), cid])
     assert res.exit_code == 0 and "policy:no-curl" in res.output
     assert "observe_deny" in res.output
