@@ -242,8 +242,28 @@ def _timed(
     return wall, cpu, p
 
 
-def run(*, rows: list[int], repeats: int, keep: Path | None = None) -> dict[str, Any]:
-    """Generate each size, look calls up in process and by command; print a table."""
+def _trail(trails: Path | None, n: int) -> tuple[Path, dict[str, Any] | None]:
+    """Where the ``n``-call trail lives, and what generated it when it is already there.
+
+    Without ``trails`` the trail is a fresh scratch directory (removed after). With it, the
+    trail is ``trails/calls-<n>``, generated once and read by later runs: the 10M-call one
+    takes minutes to write."""
+    if trails is None:
+        return Path(scratch(f"tooltrace-bench-autopsy-{n}-")), None
+    home = trails / f"calls-{n}"
+    info = home / "bench-generated.json"
+    if info.exists():
+        kept: dict[str, Any] = json.loads(info.read_text())
+        return home, dict(kept, seconds=0.0, reused=True)
+    shutil.rmtree(home, ignore_errors=True)  # a generation that did not finish
+    home.mkdir(parents=True)
+    return home, None
+
+
+def run(*, rows: list[int], repeats: int, trails: Path | None = None) -> dict[str, Any]:
+    """Generate each size, look calls up in process and by command; print a table.
+
+    ``trails``: a directory that keeps the generated trails between runs (``_trail``)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("TOOLTRACE_HOME", None)
@@ -259,9 +279,12 @@ def run(*, rows: list[int], repeats: int, keep: Path | None = None) -> dict[str,
     )
     floors: list[float] = []
     for n in rows:
-        home = Path(scratch(f"tooltrace-bench-autopsy-{n}-"))
+        home, gen = _trail(trails, n)
         try:
-            gen = generate(home, n)
+            if gen is None:
+                gen = generate(home, n)
+                if trails is not None:
+                    (home / "bench-generated.json").write_text(json.dumps(gen))
             ids = _pick_ids(home, 8)
             p = subprocess.run(
                 [sys.executable, "-m", "bench.autopsy", "lookup", "--home", str(home),
@@ -297,7 +320,7 @@ def run(*, rows: list[int], repeats: int, keep: Path | None = None) -> dict[str,
                   look["warm_cpu_p50_ms"], look["prefix_ms"], cmd, floor, cmd / floor,
                   c_cpu, f_cpu, c_cpu / f_cpu if f_cpu else 0.0, digits=1)
         finally:
-            if keep is None:
+            if trails is None:
                 shutil.rmtree(home, ignore_errors=True)
     out["floor_ms_all"] = floors
     t.print()

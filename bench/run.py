@@ -91,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="calls to generate, comma-separated (default 1000000; e.g. "
                    "1000000,10000000; quick 5000)")
     g.add_argument("--autopsy-repeats", type=int, help="whole-command runs (default 7)")
+    g.add_argument("--autopsy-trails", type=Path,
+                   help="keep the generated trails in this directory and reuse them in later "
+                   "runs (default: generate each run in scratch space, removed after)")
     g = ap.add_argument_group("memory")
     g.add_argument("--calls", type=int, help="calls in the memory run (default 1000000)")
     g.add_argument("--memory-base", type=int,
@@ -190,7 +193,7 @@ def _sections(ns: argparse.Namespace, sections: list[str], results: dict[str, An
 
         results["autopsy"] = autopsy.run(
             rows=_ints(_pick(ns.autopsy_rows, "1000000", "5000", q)),
-            repeats=_pick(ns.autopsy_repeats, 7, 1, q))
+            repeats=_pick(ns.autopsy_repeats, 7, 1, q), trails=ns.autopsy_trails)
     if "memory" in sections:
         from bench import memory
 

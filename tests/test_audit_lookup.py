@@ -188,6 +188,29 @@ def test_a_manifest_without_ranges_reads_every_file_then_compaction_adds_them(
         assert set(s.lookup_files) <= _holding(home, cid)
 
 
+def test_files_compacted_before_a_column_existed_read_it_as_null(
+        trail: dict[str, Any], tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    home = tmp_path / "older"
+    shutil.copytree(trail["home"], home, ignore=shutil.ignore_patterns("*.lock", "*.live.jsonl"))
+    adir = home / "audit"
+    # The second compaction's calls and steps as an older tooltrace wrote them: without a
+    # column that came later.
+    for rel, col in ((f, "principal_roles") for f in trail["second"].files if "/calls/" in f):
+        pq.write_table(pq.read_table(adir / rel).drop_columns([col]), adir / rel)
+    for rel in (f for f in trail["second"].files if "/steps/" in f):
+        pq.write_table(pq.read_table(adir / rel).drop_columns(["detail"]), adir / rel)
+    cid = trail["second_ids"][30]
+    with AuditStore(home) as s:
+        got = s.call(cid)
+        want = s._call_via_views(cid, cid)
+    assert got.record is not None and got.record == want.record
+    assert got.record["principal_roles"] is None and got.record["tool"]
+    assert got.steps == want.steps and got.steps
+    assert all(st["detail"] is None for st in got.steps)
+
+
 def test_malformed_values_in_a_segment_become_null_not_an_error(tmp_path: Path) -> None:
     home = tmp_path / "home"
     seg = home / "audit" / "segments"
@@ -221,7 +244,7 @@ with AuditStore(sys.argv[1]) as s:
     orjson.dumps(a.to_dict(), default=str)
     print(s.segments, s.parquet_files)
 heavy = ("pyarrow", "pandas", "numpy", "opentelemetry", "tooltrace.registry", "tooltrace._registry",
-         "msgspec")
+         "msgspec", "hashlib")
 print(sorted({m.split(".")[0] if not m.startswith("tooltrace") else m
               for m in sys.modules if m.startswith(heavy)}))
 """
@@ -234,7 +257,7 @@ try:
 except SystemExit as e:
     assert not e.code, e.code
 heavy = ("pyarrow", "pandas", "numpy", "opentelemetry", "tooltrace.registry", "tooltrace._registry",
-         "msgspec")
+         "msgspec", "hashlib")
 print(sorted({m.split(".")[0] if not m.startswith("tooltrace") else m
               for m in sys.modules if m.startswith(heavy)}), file=sys.stderr)
 """

@@ -443,3 +443,11 @@ def test_expect_fails_on_another_home_a_removed_home_and_a_malformed_head(
     assert code == 1 and "no audit trail" in out
     code, out = _cli("--home", str(b), "--expect", "12:abc")
     assert code == 2 and "--expect" in out
+
+
+def test_the_digest_genesis_is_the_hash_it_says() -> None:
+    import hashlib
+
+    from tooltrace.audit._manifest import DIGEST_GENESIS
+
+    assert hashlib.sha256(b"tooltrace-digest-v1").hexdigest() == DIGEST_GENESIS

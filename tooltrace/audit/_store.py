@@ -32,6 +32,7 @@ import orjson
 
 from .._settings import resolve_home
 from ._approvalrows import APPROVALS_VIEW
+from ._lookup import find_call
 from ._manifest import read_manifest
 from ._segments import ParsedSegment, audit_dir, list_segments, read_segment
 from ._storerecords import (
@@ -120,13 +121,6 @@ def _cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
         return max(1, os.cpu_count() or 1)
-
-
-def _dicts(con: duckdb.DuckDBPyConnection, query: str) -> list[dict[str, Any]]:
-    """Rows of one query as dicts."""
-    cur = con.execute(query)
-    cols = [d[0] for d in cur.description or []]
-    return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
 
 
 def _cast(col: str, kind: str) -> str:
@@ -357,34 +351,7 @@ class AuditStore:
         cid = p if len(p) == 36 and _PREFIX_OK.match(p) else self.resolve_call_id(call_id)
         if self._files is None:
             return self._call_via_views(call_id, cid)
-        self.lookup_files = []
-        hi = cid + "\x00"
-        lit = _quote(cid)  # a validated call id: hex digits and dashes only
-        queries: dict[str, str] = {}
-        calls = self._lookup_source("calls", cid, hi)
-        if calls is not None:
-            res = self._lookup_source("resolutions", cid, hi)
-            resolved = (f"({_RESOLVED.format(src=f'{res} WHERE call_id = {lit}')})" if res
-                        else "(SELECT NULL::VARCHAR AS call_id, NULL::VARCHAR AS status, "
-                        "NULL::VARCHAR AS summary, NULL::TIMESTAMP AS resolved_at LIMIT 0)")
-            c_src = f"(SELECT * FROM {calls} WHERE call_id = {lit})"
-            queries["record"] = _CALL_ROW.format(calls=c_src, resolved=resolved)
-        intents = self._lookup_source("intents", cid, hi)
-        if intents is not None:
-            queries["intent"] = f"SELECT {_INTENT_COLS} FROM {intents} i WHERE call_id = {lit}"
-        src = self._lookup_source("steps", cid, hi)
-        if src is not None:
-            queries["steps"] = (f"SELECT {_STEP_COLS} FROM {src} WHERE call_id = {lit} "
-                                "ORDER BY started_at, seq")
-        found = {k: _dicts(self._con, q) for k, q in queries.items()}
-        rec, intent, steps = found.get("record"), found.get("intent"), found.get("steps")
-        if not rec and not intent:
-            raise CallNotFound(f"no call with id {call_id[:40]!r}")
-        _one_call(cid, rec)
-        if intent:
-            intent[0]["orphaned"] = not rec
-        return CallDetail(cid, rec[0] if rec else None, steps or [],
-                          intent[0] if intent else None)
+        return find_call(self, call_id, cid)
 
     def _call_via_views(self, call_id: str, cid: str) -> CallDetail:
         """``call`` for a store without per-file ranges (an archive): through the views."""
