@@ -306,15 +306,15 @@ def _targets(r: dict[str, Any]) -> None:
         big = max(au["sizes"], key=lambda s: s["rows"])
         lk = big["lookup"]
         at = f" at {big['rows']:,} calls"
-        ok: bool | None = lk["warm_p50_ms"] <= 20.0
+        ok: bool | None = lk["warm_p50_ms"] <= 5.0
         note = "" if big["rows"] >= 10_000_000 else " (target is at 10M: run --autopsy-rows)"
-        t.add("autopsy lookup in process <= 20 ms at 10M",
+        t.add("autopsy lookup in process <= 5 ms at 10M",
               f"warm p50 {lk['warm_p50_ms']:.1f} ms, first {lk['first_ms']:.1f} ms{at}{note}",
               _verdict(ok))
-        t.add("whole `tooltrace autopsy` command <= 2x floor",
+        t.add("whole `tooltrace autopsy` command <= 1.3x floor",
               f"{big['command_ms']:.0f} ms vs floor {big['floor_ms']:.0f} ms = "
               f"{big['ratio']:.1f}x (CPU {big['command_cpu_ms']:.0f} vs "
-              f"{big['floor_cpu_ms']:.0f} ms){at}", _verdict(big["ratio"] <= 2.0))
+              f"{big['floor_cpu_ms']:.0f} ms){at}", _verdict(big["ratio"] <= 1.3))
     mem = r.get("memory")
     if mem:
         pts = mem["points"]
