@@ -1,8 +1,12 @@
 """Principals: who a call acts for, checked like any field a caller sends, and bound once per run.
 
-A run's principal is set by the first call that names one (or by the registry's ``principal``
-for its own run); a later call of the run that names another is refused, so an agent cannot
-change whom it acts for half-way through a run. Calls that name none inherit the run's.
+A principal has two parts: whom the call acts for (user, tenant, roles) and the agent acting.
+A run is bound to the first of its calls whose principal names a user, tenant or role (or to
+the registry's ``principal`` for its own run); a later call of the run that names another user,
+tenant or roles is refused, so an agent cannot change whom it acts for half-way through a run.
+The agent may change within a run (a hand-off from one agent to another is not refused): each
+call records the agent it names. A call that names no principal acts as the principal that
+bound its run; one that names only an agent acts for the run's user, tenant and roles.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ import re
 import threading
 from collections import OrderedDict
 from typing import Any
+
+import msgspec
 
 from . import _build
 from .envelope import Principal
@@ -61,21 +67,36 @@ class RunPrincipals:
         return table
 
     def bind(self, run_id: str, principal: Principal | None) -> tuple[Principal | None, bool]:
-        """``(the run's principal, True)`` after binding ``principal`` to the run when it has
-        none; ``(the bound one, False)`` when the run is bound to another principal."""
+        """``(the call's principal, True)``, binding the run to ``principal`` when it is the
+        run's first to name a user, tenant or role; ``(the run's principal, False)`` when
+        ``principal`` names other ones than those the run is bound to."""
         with self._lock:
             bound = self._by_run.get(run_id)
-            if bound is None:
-                if principal is None:
-                    return None, True
+            if principal is None:
+                return bound, True
+            if bound is None or (_names_whom(principal) and not _names_whom(bound)):
                 self.used = True
                 self._by_run[run_id] = principal
                 if len(self._by_run) > 4096:
                     self._by_run.popitem(last=False)
                 return principal, True
-            if principal is None or principal == bound:
-                return bound, True
-            return bound, False
+            if not _names_whom(principal):
+                # Only the agent acting: it acts for the run's user, tenant and roles.
+                if principal.agent is None or principal.agent == bound.agent:
+                    return bound, True
+                return msgspec.structs.replace(bound, agent=principal.agent), True
+            if _whom(principal) != _whom(bound):
+                return bound, False
+            return principal, True
+
+
+def _whom(p: Principal) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """Whom a call acts for: the user, tenant and roles (the agent acting is not part of it)."""
+    return p.user, p.tenant, p.roles
+
+
+def _names_whom(p: Principal) -> bool:
+    return p.user is not None or p.tenant is not None or bool(p.roles)
 
 
 _build.keep_docs(__name__, globals())

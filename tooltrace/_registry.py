@@ -103,7 +103,8 @@ class ToolRegistry:
     - ``snapshot_max_bytes``: the largest file kept as a snapshot before a tool that declares
       ``writes`` runs (``TOOLTRACE_SNAPSHOT_MAX_BYTES``, 8 MiB by default).
     - ``principal``: whom the registry's own run acts for (calls of the run that name none
-      carry it; a call that names another is refused).
+      carry it; a call that names another user, tenant or roles is refused, one that names
+      another agent is not).
     """
 
     def __init__(

@@ -61,15 +61,15 @@ def sanitise(
         b.call_id = str(_uuid7())
     b.run_id = call.run_id or reg.run_id
     b.mode = call.mode
+    if call.attributes:
+        b.attributes = clean_attributes(reg, call.attributes)
     if call.principal is not None or reg._principals.used:
         principal, ok = reg._principals.bind(b.run_id, call.principal)
         if not ok:
-            why = "principal differs from the one its run is bound to"
+            why = "principal names another user, tenant or roles than its run is bound to"
             _malformed(reg, b, {"reason": "principal_mismatch"}, why)
             return None
         b.principal = principal
-    if call.attributes:
-        b.attributes = clean_attributes(reg, call.attributes)
     return call
 
 

@@ -10,6 +10,7 @@ when it did not. Nothing else reaches the model: no raw output, no raw exception
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,7 @@ __all__ = [
     "PROVIDER_ID",
     "PROVIDER_NAME",
     "acall",
+    "acting_principal",
     "make_call",
     "model_text",
     "plain",
@@ -51,11 +53,36 @@ PROVIDER_NAME = "provider.tool_name"
 #: Attribute set when the provider's arguments could not be parsed: the parser's reason code.
 ARGUMENTS_ERROR = "provider.arguments_error"
 
+# What a framework's agent name may not hold in a principal (each run of it becomes "-").
+_NOT_IN_NAME = re.compile(r"[^A-Za-z0-9@._:-]+")
+
 _HINTS = {
     "json": " (the arguments were not valid JSON)",
     "too_large": " (the arguments were too large)",
     "too_deep": " (the arguments were nested too deeply)",
 }
+
+
+def acting_principal(principal: Principal | None, agent: object) -> Principal | None:
+    """``principal`` with the framework's name of the agent acting filled in.
+
+    ``agent`` (the agent name a framework gives the tool call) goes into ``Principal.agent``
+    when ``principal`` names no agent (no principal: one naming only the agent), with every run
+    of characters a principal may not hold (``[A-Za-z0-9@._:-]``) replaced by ``-`` and cut
+    to 128 characters. A principal that names its agent is kept as it is; so is ``principal``
+    when ``agent`` is no usable name.
+    """
+    if principal is not None and principal.agent is not None:
+        return principal
+    if not isinstance(agent, str):
+        return principal
+    value = _NOT_IN_NAME.sub("-", agent.strip())[:128]
+    if not value.strip("-"):
+        return principal
+    if principal is None:
+        return Principal(agent=value)
+    return Principal(user=principal.user, agent=value, tenant=principal.tenant,
+                     roles=principal.roles)
 
 
 def make_call(
@@ -70,13 +97,16 @@ def make_call(
     arguments_error: str | None = None,
     requested_name: bool = False,
     principal: Principal | None = None,
+    agent: str | None = None,
 ) -> ToolCall:
     """A ``ToolCall`` with a fresh call id and the provider's id kept as an attribute.
 
     ``arguments`` is passed on as given: anything but a mapping is the registry's to refuse
     (stage ``params``), so even a malformed call is validated, recorded and answered.
     ``requested_name`` records ``name`` too (a reply to an unknown tool must still name it).
-    ``principal``: whom the call acts for (checked and bound to its run by the registry).
+    ``principal``: whom the call acts for (checked and bound to its run by the registry);
+    ``agent``: the framework's name of the agent making the call, filled into the principal
+    when it names no agent (``acting_principal``).
     """
     attributes: dict[str, str | int | bool] = {INTEGRATION: integration}
     if provider_id:
@@ -93,7 +123,7 @@ def make_call(
         mode=mode,
         timeout_s=timeout_s,
         attributes=attributes,
-        principal=principal,
+        principal=principal if agent is None else acting_principal(principal, agent),
     )
 
 

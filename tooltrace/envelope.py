@@ -208,8 +208,9 @@ class ToolCall(msgspec.Struct, frozen=True):
     """Extra span attributes a front end adds (for example the MCP proxy's
     ``mcp.method.name``): redacted, and kept in the record."""
     principal: Principal | None = None
-    """Who the call acts for (``None``: the principal its run was bound to, if any). Set once
-    on a run: a later call of the run naming another principal is refused."""
+    """Who the call acts for (``None``: the principal its run was bound to, if any). Whom a
+    run acts for (user, tenant, roles) is set once: a later call of the run naming others is
+    refused. The agent may change within a run (a hand-off); each call records its own."""
 
     @classmethod
     def parse(cls, raw: str | bytes | bytearray | Mapping[str, Any]) -> ToolCall:

@@ -372,21 +372,18 @@ class AuditStore:
         return CallDetail(cid, rec[0] if rec else None, steps, intent[0] if intent else None)
 
     def calls(
-        self,
-        *,
-        tool: str | None = None,
-        status: str | None = None,
-        run_id: str | None = None,
-        since: str | None = None,
-        limit: int = 50,
-        outcome: str | None = None,
+        self, *, tool: str | None = None, status: str | None = None, run_id: str | None = None,
+        since: str | None = None, limit: int = 50, outcome: str | None = None,
+        user: str | None = None, agent: str | None = None,
     ) -> QueryResult:
         """Recent calls, newest first, filtered: ``status`` is what a call returned, ``outcome``
-        its final outcome (they differ for a call that returned ``unknown`` and was resolved)."""
+        its final outcome (they differ for a call that returned ``unknown`` and was resolved);
+        ``user`` and ``agent`` are the principal's. Each row names its user and agent."""
         where: list[str] = []
         params: dict[str, Any] = {}
         for col, val in (("tool", tool), ("status", status), ("outcome", outcome),
-                         ("run_id", run_id)):
+                         ("run_id", run_id), ("principal_user", user),
+                         ("principal_agent", agent)):
             if val is not None:
                 where.append(f"{col} = ${col}")
                 params[col] = val
@@ -396,8 +393,8 @@ class AuditStore:
         clause = ("WHERE " + " AND ".join(where)) if where else ""
         params["limit"] = int(limit)
         return self.sql(
-            "SELECT call_id, started_at, run_id, tool, status, outcome, reject_stage, elapsed_ms,"
-            " summary "
+            "SELECT call_id, started_at, run_id, tool, status, outcome, principal_user AS user,"
+            " principal_agent AS agent, reject_stage, elapsed_ms, summary "
             f"FROM tool_calls {clause} ORDER BY call_id DESC LIMIT $limit", params)
 
     def lock_down(self) -> bool:

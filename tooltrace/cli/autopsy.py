@@ -123,6 +123,12 @@ def _line(label: str, value: Any, guard: OutputGuard) -> None:
     click.echo(f"{click.style(head, bold=True) if styled() else head} {guard(text)}")
 
 
+def _principal(rec: dict[str, Any]) -> str:
+    """Whom the call acted for and the agent that made it (empty when it named no principal)."""
+    fields = ("user", "agent", "tenant", "roles")  # roles as recorded: a JSON list
+    return ", ".join(f"{k} {rec[f'principal_{k}']}" for k in fields if rec.get(f"principal_{k}"))
+
+
 def _status_lines(a: Any, guard: OutputGuard) -> None:
     """What the call returned, and its final outcome, in the words every reader uses."""
     res = a.result
@@ -145,6 +151,7 @@ def _render(a: Any, guard: OutputGuard, wide: bool) -> None:
     _line("tool", f"{rec.get('tool') or (a.intent or {}).get('tool')}"
           f"  (source {rec.get('source') or '?'}, mode {rec.get('mode') or '?'})", guard)
     _line("run", rec.get("run_id") or (a.intent or {}).get("run_id"), guard)
+    _line("principal", _principal(rec), guard)
     _ancestors(a, guard)
     _line("started", iso(rec.get("started_at")), guard)
     res = a.result

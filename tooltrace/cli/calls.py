@@ -20,7 +20,8 @@ from ._common import table as print_table
 
 _STATUSES = click.Choice(["ok", "rejected", "failed", "cancelled", "unknown"])
 #: What matters most when the terminal is narrow; the rest (run, start time) goes first.
-_PRIORITY = ("call_id", "tool", "status", "outcome", "summary", "reject_stage", "elapsed_ms")
+_PRIORITY = ("call_id", "tool", "status", "outcome", "summary", "agent", "reject_stage",
+             "elapsed_ms")
 
 
 @click.command()
@@ -31,6 +32,8 @@ _PRIORITY = ("call_id", "tool", "status", "outcome", "summary", "reject_stage", 
               help="Only calls with this final outcome: the status, or for a call that returned"
               " unknown, what it was resolved to later (unknown while unresolved).")
 @click.option("--run", "run_id", help="Only calls of this run id.")
+@click.option("--user", help="Only calls acting for this user (the principal's user).")
+@click.option("--agent", help="Only calls this agent made (the principal's agent).")
 @click.option("--since", help="Only calls since: a duration (30m, 2h, 7d) or a UTC timestamp.")
 @click.option("--limit", type=click.IntRange(1, 1_000_000), default=50, show_default=True)
 @home_option
@@ -38,18 +41,19 @@ _PRIORITY = ("call_id", "tool", "status", "outcome", "summary", "reject_stage", 
 @wide_option
 @archive_option
 def calls(tool: str | None, status: str | None, outcome: str | None, run_id: str | None,
-          since: str | None, limit: int, home: Path | None, as_json: bool, wide: bool,
-          archive: str | None) -> None:
+          user: str | None, agent: str | None, since: str | None, limit: int, home: Path | None,
+          as_json: bool, wide: bool, archive: str | None) -> None:
     """List calls, newest first.
 
     Each call has a status (what it returned) and an outcome (its final one). They differ only
     for a call that returned unknown and was resolved later: `--status unknown` lists every
     call that returned unknown, `--status unknown --outcome unknown` those still unresolved.
+    Each call names the user it acted for and the agent that made it, when its principal did.
     """
     guard = OutputGuard(home)
     with open_store(home, guard, archive) as store:
         res = store.calls(tool=tool, status=status, outcome=outcome, run_id=run_id,
-                          since=parse_since(since), limit=limit)
+                          user=user, agent=agent, since=parse_since(since), limit=limit)
     if as_json:
         print_json(res.dicts(), guard)
         return
