@@ -45,6 +45,7 @@ from opentelemetry.trace import StatusCode  # noqa: E402
 
 from tooltrace import (  # noqa: E402
     CallContext,
+    Principal,
     RegistrationError,
     Status,
     ToolDefinition,
@@ -116,8 +117,9 @@ async def run_agent(
     tools: list[Any],
     plugins: list[Any],
     abort: asyncio.Event | None = None,
+    root: LlmAgent | None = None,
 ) -> list[Any]:
-    agent = LlmAgent(name="agent", model=llm, tools=tools)
+    agent = root or LlmAgent(name="agent", model=llm, tools=tools)
     runner = InMemoryRunner(app=App(name="t", root_agent=agent, plugins=plugins))
     session = await runner.session_service.create_session(app_name="t", user_id="u")
     msg = types.Content(role="user", parts=[types.Part.from_text(text="go")])
@@ -448,3 +450,30 @@ def test_definition_handler_tools_are_exposed_too(tmp_path: Path) -> None:
     asyncio.run(run_agent(llm, as_adk_tools(reg), []))
     reg.shutdown(timeout_s=2.0)
     assert responses(llm)["fc-0"] == {"result": 2}
+
+
+def test_a_sub_agent_acts_for_the_same_principal_and_each_call_names_its_agent(
+    registry: ToolRegistry, sink: RecordingSink
+) -> None:
+    ann = Principal(user="ann", tenant="acme")
+    llm = ScriptedLlm(model="scripted", script=[
+        calls(("add", {"a": 1, "b": 2})),
+        calls(("transfer_to_agent", {"agent_name": "billing"})),
+        calls(("aadd", {"a": 3, "b": 4})),
+    ], seen=[])
+    tools = as_adk_tools(registry, run_id="adk-hand-off", principal=ann)
+    billing = LlmAgent(name="billing", model=llm, tools=tools)
+    root = LlmAgent(name="coordinator", model=llm, tools=tools, sub_agents=[billing])
+    plugin = TooltracePlugin(registry, run_id="adk-hand-off", principal=ann,
+                             passthrough=["transfer_to_agent"])
+    asyncio.run(run_agent(llm, [], [plugin], root=root))
+    assert [(r.tool, r.status, r.principal) for r in sink.records] == [
+        ("add", Status.OK, Principal(user="ann", agent="coordinator", tenant="acme")),
+        ("aadd", Status.OK, Principal(user="ann", agent="billing", tenant="acme")),
+    ]
+    # Another user in the same run is refused, whichever agent asks.
+    bob = as_adk_tools(registry, run_id="adk-hand-off", principal=Principal(user="bob"))
+    llm.script = [calls(("add", {"a": 1, "b": 1}))]
+    asyncio.run(run_agent(llm, bob, []))
+    assert sink.records[-1].status is Status.REJECTED and sink.records[-1].principal is None
+    assert "principal" in sink.records[-1].summary

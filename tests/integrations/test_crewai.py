@@ -55,6 +55,7 @@ from pydantic import BaseModel  # noqa: E402
 
 from tooltrace import (  # noqa: E402
     CallContext,
+    Principal,
     RegistrationError,
     Status,
     ToolCancelled,
@@ -425,3 +426,30 @@ def test_bypass_a_crew_never_reaches_the_side_effect_and_sees_the_rejection(
     got = list(tool_messages(llm).values())
     for rec, text in zip(sink.records, got, strict=True):
         assert rec.summary in text and "maintenance window" in text
+
+
+def test_a_crew_of_two_agents_acts_for_one_principal_and_each_call_names_its_agent(
+    registry: ToolRegistry, sink: RecordingSink
+) -> None:
+    ann = Principal(user="ann", tenant="acme")
+    llm = ScriptedLLM(model="scripted", script=[
+        calls(("add", {"a": 1, "b": 2})), "summed", calls(("aadd", {"a": 3, "b": 4})), "done",
+    ], seen=[], tools_seen=[])
+    install_guard(registry, run_id="crew-run", principal=ann)
+    agents = [Agent(role=role, goal="g", backstory="b", llm=llm, verbose=False,
+                    tools=as_crewai_tools(registry, run_id="crew-run", principal=ann))
+              for role in ("Researcher", "Senior Writer")]
+    tasks = [Task(description=f"step {i}", expected_output="x", agent=a)
+             for i, a in enumerate(agents)]
+    assert Crew(agents=agents, tasks=tasks).kickoff().raw == "done"
+    assert [(r.tool, r.status, r.principal) for r in sink.records] == [
+        ("add", Status.OK, Principal(user="ann", agent="Researcher", tenant="acme")),
+        ("aadd", Status.OK, Principal(user="ann", agent="Senior-Writer", tenant="acme")),
+    ]
+    # Another user in the same run is refused.
+    llm.script = [calls(("add", {"a": 1, "b": 1})), "done"]
+    bob = as_crewai_tools(registry, run_id="crew-run", principal=Principal(user="bob"))
+    crew_for(llm, bob).kickoff()
+    refused = sink.records[-1]
+    assert refused.status is Status.REJECTED and "principal" in refused.summary
+    assert refused.principal is None

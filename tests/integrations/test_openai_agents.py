@@ -204,6 +204,46 @@ def test_the_adapters_principal_goes_on_every_call(
     assert outputs(model)["c4"].startswith("Error:") and "AKIA" not in outputs(model)["c4"]
 
 
+def test_a_hand_off_acts_for_the_same_principal_and_each_call_names_its_agent(
+    make_registry: MakeRegistry, sink: RecordingSink, tmp_path: Path
+) -> None:
+    from tooltrace.telemetry.audit import AuditSink, AuditStore
+
+    home = tmp_path / "trail"
+    reg = make_registry(add, aadd, sinks=[sink, AuditSink(home)])
+    ann = Principal(user="ann", tenant="acme")
+    tools = as_function_tools(reg, run_id="hand-off", principal=ann)
+    model = ScriptedModel([
+        [call("add", "c1", a=1, b=2)],
+        [function_call("transfer_to_billing_agent", {}, call_id="h1")],
+        [call("aadd", "c2", a=3, b=4)],
+        [assistant_message("done")],
+    ])
+    billing = Agent(name="billing agent", model=model, tools=tools)
+    triage = Agent(name="triage", model=model, tools=tools, handoffs=[billing])
+    result = Runner.run_sync(triage, "go")
+    assert result.final_output == "done" and result.last_agent is billing
+    recs = by_provider_id(sink)
+    assert (recs["c1"].status, recs["c2"].status) == (Status.OK, Status.OK)
+    assert recs["c1"].principal == Principal(user="ann", agent="triage", tenant="acme")
+    assert recs["c2"].principal == Principal(user="ann", agent="billing-agent", tenant="acme")
+    # A call switching the user within the run is refused, whichever agent makes it.
+    bob = as_function_tools(reg, run_id="hand-off",
+                            principal=Principal(user="bob", tenant="acme"))
+    model = script(call("add", "c3", a=1, b=1))
+    Runner.run_sync(Agent(name="triage", model=model, tools=bob), "go")
+    assert by_provider_id(sink)["c3"].status is Status.REJECTED  # recorded with its id
+    assert "principal" in outputs(model)["c3"]
+    reg.shutdown(5.0)
+    with AuditStore(home) as store:
+        rows = store.calls(run_id="hand-off").dicts()
+        billing_calls = store.calls(agent="billing-agent").dicts()
+    assert [(r["tool"], r["user"], r["agent"], r["status"]) for r in reversed(rows)] == [
+        ("add", "ann", "triage", "ok"), ("aadd", "ann", "billing-agent", "ok"),
+        ("_unregistered", None, None, "rejected")]
+    assert [r["tool"] for r in billing_calls] == ["aadd"]
+
+
 def test_refusals_failures_and_unknown_ends_reach_the_model_and_the_run_goes_on(
     make_registry: MakeRegistry, sink: RecordingSink
 ) -> None:

@@ -212,6 +212,33 @@ def test_the_adapters_principal_goes_on_every_call(
     assert script.seen["s1"].startswith("Error:") and "AKIA" not in script.seen["s1"]
 
 
+def test_a_delegated_agent_acts_for_the_same_principal_and_each_call_names_its_agent(
+    make_registry: MakeRegistry, sink: RecordingSink
+) -> None:
+    reg = make_registry(add, aadd)
+    ann = Principal(user="ann", roles=("dev",))
+    helper = Agent(FunctionModel(Script(call("aadd", "h1", a=3, b=4))), name="helper",
+                   capabilities=[Tooltrace(reg, run_id="delegation", principal=ann)])
+
+    async def delegate(ctx: RunContext[None]) -> str:
+        """Hand the work to the helper agent."""
+        return (await helper.run("go", usage=ctx.usage)).output
+
+    lead = Script(call("add", "l1", a=1, b=2), call("delegate", "l2"))
+    run(lead, Tooltrace(reg, run_id="delegation", principal=ann, strict=False), name="lead",
+        tools=[delegate])
+    assert lead.seen == {"l1": "3", "l2": "done"}
+    recs = by_provider_id(sink)
+    assert (recs["l1"].status, recs["h1"].status) == (Status.OK, Status.OK)
+    assert recs["l1"].principal == Principal(user="ann", agent="lead", roles=("dev",))
+    assert recs["h1"].principal == Principal(user="ann", agent="helper", roles=("dev",))
+    # Other roles within the run are refused.
+    script = Script(call("add", "x1", a=1, b=1))
+    run(script, Tooltrace(reg, run_id="delegation", principal=Principal(user="ann")))
+    assert by_provider_id(sink)["x1"].status is Status.REJECTED
+    assert "principal" in script.seen["x1"]
+
+
 def test_refusals_failures_and_unknown_ends_reach_the_model_and_the_run_goes_on(
     make_registry: MakeRegistry, sink: RecordingSink
 ) -> None:

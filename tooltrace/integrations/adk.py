@@ -21,6 +21,10 @@ correct, a response ``{"error": <summary>, "status": <status>}`` (what ADK retur
 arguments or an unknown tool), which ADK's span also reports as ``error.type``
 ``tooltrace.<status>``.
 
+Principal: ``principal=`` (on ``as_adk_tools``, ``TooltraceTool`` and ``TooltracePlugin``) says
+whom the calls act for; the agent acting is ADK's ``tool_context.agent_name`` (so a sub-agent's
+calls name the sub-agent) unless ``principal`` names one.
+
 Spans: ADK opens ``execute_tool {tool}`` around the callbacks and the tool and keeps it current.
 With the registry's ``TracingSink`` wrapped in ``SharedSpans`` the call takes that span (one
 span per call): the record carries its ids and tooltrace's attributes and one event per
@@ -48,7 +52,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Span
 
 from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text, plain
-from ..envelope import Status, ToolResultEnvelope
+from ..envelope import Principal, Status, ToolResultEnvelope
 from ..exceptions import RegistrationError
 from ..tool import Capability, Effect, ToolDefinition
 from ._spans import SharedSpans, annotate, framework_span
@@ -121,6 +125,7 @@ async def _run(
     tool_context: ToolContext,
     mode: str,
     run_id: str | None,
+    principal: Principal | None,
 ) -> dict[str, Any]:
     call = make_call(
         name,
@@ -130,6 +135,8 @@ async def _run(
         mode=mode,
         run_id=run_id,
         requested_name=registry.definition(name) is None,
+        principal=principal,
+        agent=tool_context.agent_name,
     )
     span = _adk_span(name)
     token = _TOOL_CONTEXT.set(tool_context)
@@ -148,7 +155,8 @@ async def _run(
 
 
 class TooltraceTool(BaseTool):
-    """A registry tool as ADK sees it; ``run_async`` is ``registry.acall``."""
+    """A registry tool as ADK sees it; ``run_async`` is ``registry.acall``. Its calls act for
+    ``principal`` (default: their run's), made by the ADK agent running them."""
 
     def __init__(
         self,
@@ -157,12 +165,14 @@ class TooltraceTool(BaseTool):
         *,
         mode: str = "default",
         run_id: str | None = None,
+        principal: Principal | None = None,
     ) -> None:
         super().__init__(name=definition.name, description=definition.description)
         self.registry = registry
         self.definition = definition
         self.mode = mode
         self.run_id = run_id
+        self.principal = principal
 
     def _get_declaration(self) -> types.FunctionDeclaration:
         return types.FunctionDeclaration(
@@ -173,7 +183,8 @@ class TooltraceTool(BaseTool):
 
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
         """Run the call through the registry; return what the model may see."""
-        return await _run(self.registry, self.name, args, tool_context, self.mode, self.run_id)
+        return await _run(self.registry, self.name, args, tool_context, self.mode, self.run_id,
+                          self.principal)
 
     def _detect_error_in_response(self, response: Any) -> str | None:
         # ADK's hook for tools that answer errors as a response: error.type on its span. ADK
@@ -182,11 +193,16 @@ class TooltraceTool(BaseTool):
 
 
 def as_adk_tools(
-    registry: ToolRegistry, mode: str = "default", *, run_id: str | None = None
+    registry: ToolRegistry,
+    mode: str = "default",
+    *,
+    run_id: str | None = None,
+    principal: Principal | None = None,
 ) -> list[BaseTool]:
-    """The tools ``mode`` exposes, as ADK tools (same names, descriptions and schemas)."""
+    """The tools ``mode`` exposes, as ADK tools (same names, descriptions and schemas), their
+    calls acting for ``principal`` when given."""
     return [
-        TooltraceTool(registry, d, mode=mode, run_id=run_id)
+        TooltraceTool(registry, d, mode=mode, run_id=run_id, principal=principal)
         for d in registry.visible_tools(mode).visible
     ]
 
@@ -198,7 +214,8 @@ class TooltracePlugin(BasePlugin):
     by name, and answered with the envelope: the tool ADK would have run never runs outside
     the registry (an adopted tool runs inside its execute step; a tool the registry does not
     know is refused, stage ``resolve``). ``passthrough`` names tools ADK may run itself (for
-    example ``transfer_to_agent``): those are not policed.
+    example ``transfer_to_agent``): those are not policed. ``principal``: whom the calls it
+    runs act for (default: their run's).
     """
 
     def __init__(
@@ -209,11 +226,13 @@ class TooltracePlugin(BasePlugin):
         run_id: str | None = None,
         passthrough: Collection[str] = (),
         name: str = "tooltrace",
+        principal: Principal | None = None,
     ) -> None:
         super().__init__(name=name)
         self.registry = registry
         self.mode = mode
         self.run_id = run_id
+        self.principal = principal
         self.passthrough = frozenset(passthrough)
 
     async def before_tool_callback(
@@ -223,7 +242,7 @@ class TooltracePlugin(BasePlugin):
         if isinstance(tool, TooltraceTool) or tool.name in self.passthrough:
             return None
         return await _run(self.registry, tool.name, tool_args, tool_context, self.mode,
-                          self.run_id)
+                          self.run_id, self.principal)
 
 
 def _schema_of(tool: BaseTool) -> dict[str, Any]:

@@ -22,6 +22,12 @@ reference to the artifact); any other status as a ``ToolFailure`` (CrewAI's own 
 to report failure: the agent reads its message, the failure lands on the task output and the
 event bus, and the agent's ``tool_failure_policy`` decides what follows).
 
+Principal: ``principal=`` (on ``as_crewai_tools``, ``TooltraceTool`` and ``install_guard``) says
+whom the calls act for. The agent acting is the CrewAI agent's ``role``, which CrewAI hands
+only to its tool-call hooks: with ``install_guard`` installed every call (a ``TooltraceTool``'s
+too) names the agent that made it, unless ``principal`` names one; without it, calls name the
+agent only through ``principal``.
+
 Spans: CrewAI makes none current where a tool runs (its own trace, when turned on, is built
 from events in a provider of its own), so tooltrace's span for the call (one per call) is the
 child of the span current where the crew runs: the application's, carried into CrewAI's tool
@@ -52,7 +58,7 @@ from crewai.utilities.pydantic_schema_utils import create_model_from_schema
 from pydantic import PrivateAttr
 
 from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, make_call, model_text, plain
-from ..envelope import Status, ToolResultEnvelope
+from ..envelope import Principal, Status, ToolResultEnvelope
 from ..exceptions import RegistrationError
 from ..tool import Capability, Effect, ToolDefinition
 
@@ -75,6 +81,11 @@ INTEGRATION = "crewai"
 # The guard's answer for the call its before-hook ran, read by its after-hook (same thread).
 _ANSWER: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "tooltrace_crewai_answer", default=None
+)
+# The role of the agent whose tool call the guard's before-hook saw (the tool runs next, in the
+# same thread or a copy of its context).
+_AGENT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "tooltrace_crewai_agent", default=None
 )
 
 
@@ -106,12 +117,14 @@ def _never(_args: Any = None, _result: Any = None) -> bool:
 
 
 class TooltraceTool(BaseTool):
-    """A registry tool as CrewAI sees it; ``run`` is ``registry.call``."""
+    """A registry tool as CrewAI sees it; ``run`` is ``registry.call``. Its calls act for
+    ``principal`` (default: their run's)."""
 
     mode: str = "default"
     run_id: str | None = None
     _registry: ToolRegistry = PrivateAttr()
     _optional: frozenset[str] = PrivateAttr()
+    _principal: Principal | None = PrivateAttr(default=None)
 
     def __init__(
         self,
@@ -120,6 +133,7 @@ class TooltraceTool(BaseTool):
         *,
         mode: str = "default",
         run_id: str | None = None,
+        principal: Principal | None = None,
     ) -> None:
         super().__init__(
             name=definition.name,
@@ -132,6 +146,7 @@ class TooltraceTool(BaseTool):
         self.mode = mode
         self.run_id = run_id
         self._registry = registry
+        self._principal = principal
         # CrewAI offers tools in strict mode, where every property is required and an optional
         # one nullable: a null for an optional property that does not take null means "not
         # given" (the tool's default applies), as the registry's schema says.
@@ -167,7 +182,7 @@ class TooltraceTool(BaseTool):
         }
         return make_call(
             self.name, arguments, integration=INTEGRATION, provider_id=None, mode=self.mode,
-            run_id=self.run_id,
+            run_id=self.run_id, principal=self._principal, agent=_AGENT.get(),
         )
 
 
@@ -184,11 +199,16 @@ def _takes_null(schema: Any) -> bool:
 
 
 def as_crewai_tools(
-    registry: ToolRegistry, mode: str = "default", *, run_id: str | None = None
+    registry: ToolRegistry,
+    mode: str = "default",
+    *,
+    run_id: str | None = None,
+    principal: Principal | None = None,
 ) -> list[BaseTool]:
-    """The tools ``mode`` exposes, as CrewAI tools (same names, descriptions and schemas)."""
+    """The tools ``mode`` exposes, as CrewAI tools (same names, descriptions and schemas), their
+    calls acting for ``principal`` when given."""
     return [
-        TooltraceTool(registry, d, mode=mode, run_id=run_id)
+        TooltraceTool(registry, d, mode=mode, run_id=run_id, principal=principal)
         for d in registry.visible_tools(mode).visible
     ]
 
@@ -262,24 +282,33 @@ def _is_ours(context: ToolCallHookContext) -> bool:
 
 
 def install_guard(
-    registry: ToolRegistry, *, mode: str = "default", run_id: str | None = None
+    registry: ToolRegistry,
+    *,
+    mode: str = "default",
+    run_id: str | None = None,
+    principal: Principal | None = None,
 ) -> Callable[[], None]:
     """Route every CrewAI tool call that is not a ``TooltraceTool``'s through the registry.
 
     The before-hook runs the call through the registry by name (an adopted tool runs in its
     execute step; a name the registry does not know is refused, stage ``resolve``) and blocks
-    the tool itself; the after-hook answers the call with the envelope's text. CrewAI's hooks
-    are process-global: the returned function removes these two.
+    the tool itself; the after-hook answers the call with the envelope's text. Every call,
+    a ``TooltraceTool``'s too, names the role of the agent making it. The calls the guard
+    routes act for ``principal`` (default: their run's). CrewAI's hooks are process-global:
+    the returned function removes these two.
     """
 
     def before(context: ToolCallHookContext) -> bool | None:
         _ANSWER.set(None)
+        role = getattr(context.agent, "role", None)
+        _AGENT.set(role if isinstance(role, str) else None)
         if _is_ours(context):
             return None
         call = make_call(
             context.tool_name, dict(context.tool_input), integration=INTEGRATION,
             provider_id=None, mode=mode, run_id=run_id,
             requested_name=registry.definition(context.tool_name) is None,
+            principal=principal, agent=_AGENT.get(),
         )
         answer = result_for(registry.call(call))
         _ANSWER.set(answer if isinstance(answer, str) else answer.as_agent_message())
@@ -288,6 +317,7 @@ def install_guard(
     def after(context: ToolCallHookContext) -> str | None:
         answer = _ANSWER.get()
         _ANSWER.set(None)
+        _AGENT.set(None)
         return answer
 
     register_before_tool_call_hook(before)

@@ -21,6 +21,10 @@ asks about (``RequireApproval``) sets ``needs_approval``: the SDK interrupts the
 approves with ``RunState.approve`` and the resumed call is approved in the registry under
 ``user:openai-agents``. Tracing: the SDK's tracing is its own, not OpenTelemetry, so tooltrace's
 ``execute_tool`` span is the one OpenTelemetry span of a call (under whatever span is current).
+
+Principal: ``principal=`` says whom the calls act for; the agent acting is the SDK's current
+agent (``ToolContext.agent.name``, so a hand-off shows in each call's principal) unless
+``principal`` names one.
 """
 
 from __future__ import annotations
@@ -119,6 +123,7 @@ class _Invoker:
         call = make_call(
             self.name, arguments, integration=INTEGRATION, provider_id=ctx.tool_call_id,
             mode=self.mode, run_id=self.run_id, arguments_error=error, principal=self.principal,
+            agent=None if ctx.agent is None else ctx.agent.name,
         )
         approved = ctx.is_tool_approved(ctx.tool_name, ctx.tool_call_id) is True
         token = _TOOL_CONTEXT.set(ctx)

@@ -17,6 +17,10 @@ arguments the registry refused raise ``ModelRetry`` (the model corrects them, wi
 retry budget); any other refusal, failure, cancel or unknown end raises ``ToolFailed`` (the
 model sees it and the run goes on). The model only ever sees the redacted, trimmed result.
 
+Principal: ``principal=`` says whom the calls act for; the agent acting is the running agent's
+``name`` (``RunContext.agent``; an agent delegated to from a tool is its own) unless
+``principal`` names one.
+
 One span per call: with instrumentation on, the call takes Pydantic AI's own ``execute_tool``
 span (see ``tooltrace.integrations._spans``); wrap the registry's ``TracingSink`` in
 ``SharedSpans`` so tooltrace exports no second span.
@@ -94,7 +98,7 @@ async def _run(
             raise ApprovalRequired(metadata={"tooltrace.reason": reason})
     call = make_call(
         name, arguments, integration=INTEGRATION, provider_id=ctx.tool_call_id, mode=mode,
-        run_id=run, principal=principal,
+        run_id=run, principal=principal, agent=None if ctx.agent is None else ctx.agent.name,
     )
     span = tool_span(ctx.tool_call_id)
     token = _RUN_CONTEXT.set(ctx)
