@@ -123,10 +123,14 @@ def _line(label: str, value: Any, guard: OutputGuard) -> None:
     click.echo(f"{click.style(head, bold=True) if styled() else head} {guard(text)}")
 
 
-def _principal(rec: dict[str, Any]) -> str:
-    """Whom the call acted for and the agent that made it (empty when it named no principal)."""
+def _who(a: Any, rec: dict[str, Any], guard: OutputGuard) -> None:
+    """The tool, the run, and whom the call acted for with the agent that made it."""
+    _line("tool", f"{rec.get('tool') or (a.intent or {}).get('tool')}"
+          f"  (source {rec.get('source') or '?'}, mode {rec.get('mode') or '?'})", guard)
+    _line("run", rec.get("run_id") or (a.intent or {}).get("run_id"), guard)
     fields = ("user", "agent", "tenant", "roles")  # roles as recorded: a JSON list
-    return ", ".join(f"{k} {rec[f'principal_{k}']}" for k in fields if rec.get(f"principal_{k}"))
+    _line("principal", ", ".join(f"{k} {rec[f'principal_{k}']}" for k in fields
+                                 if rec.get(f"principal_{k}")), guard)
 
 
 def _status_lines(a: Any, guard: OutputGuard) -> None:
@@ -148,10 +152,7 @@ def _render(a: Any, guard: OutputGuard, wide: bool) -> None:
     rec = a.record or {}
     title = f" call {a.call_id} "
     click.echo("─" * 3 + title + "─" * max(3, min(100, terminal_width()) - 3 - len(title)))
-    _line("tool", f"{rec.get('tool') or (a.intent or {}).get('tool')}"
-          f"  (source {rec.get('source') or '?'}, mode {rec.get('mode') or '?'})", guard)
-    _line("run", rec.get("run_id") or (a.intent or {}).get("run_id"), guard)
-    _line("principal", _principal(rec), guard)
+    _who(a, rec, guard)
     _ancestors(a, guard)
     _line("started", iso(rec.get("started_at")), guard)
     res = a.result
