@@ -5,7 +5,8 @@ the low-level SDK server ``tests/mcp_servers/notifying.py``. Their ``work`` call
 together (the upstream holds each until both arrived), and the upstream asks for sampling in
 each: every client gets its own progress and its own sampling request. The upstream's roots
 request, sent on its own right after each client's upstream connection opened, reaches the
-client it belongs to. A resource update reaches the client that subscribed and not the other.
+client it belongs to. A resource update reaches the client that subscribed and not the other;
+log messages and list changes reach the client whose call caused them.
 When a client ends its session, its upstream connection is closed.
 """
 
@@ -48,6 +49,9 @@ async def _client(tag: str, url: str, meet: Path, both: asyncio.Barrier) -> dict
     async def on_progress(done: float, total: float | None, message: str | None) -> None:
         progress.append(message)
 
+    def logs() -> list[Any]:
+        return [m.params.data for m in got if isinstance(m, mt.LoggingMessageNotification)]
+
     def updates() -> list[str]:
         return [str(m.params.uri) for m in got if isinstance(m, mt.ResourceUpdatedNotification)]
 
@@ -72,10 +76,16 @@ async def _client(tag: str, url: str, meet: Path, both: asyncio.Barrier) -> dict
         out["work"] = json.loads(text_of(res))
         out["touch"] = text_of(await s.call_tool("touch", {"uri": "note://a"}))
         if tag == "A":
+            await s.call_tool("change_lists", {})
             await until(lambda: updates() == ["note://a"], "A's update")
+            await until(lambda: any(isinstance(m, mt.ResourceListChangedNotification)
+                                    for m in got), "A's resources/list_changed")
+        await until(lambda: logs(), f"{tag}'s log message")
         await both.wait()  # both touched: an update meant for A had time to reach B
         await s.call_tool("seen_roots", {})
         out["updates"], out["progress"], out["asked"] = updates(), progress, asked
+        out["logs"] = logs()
+        out["list_changed"] = sum(isinstance(m, mt.ResourceListChangedNotification) for m in got)
     return out
 
 
@@ -138,6 +148,12 @@ def test_roots_asked_on_the_upstreams_own_reach_the_client_it_serves(two: dict[s
 def test_a_resource_update_reaches_the_subscriber_only(two: dict[str, Any]) -> None:
     assert (two["A"]["touch"], two["A"]["updates"]) == ("touched", ["note://a"])
     assert (two["B"]["touch"], two["B"]["updates"]) == ("quiet", [])
+
+
+def test_log_messages_and_list_changes_reach_only_the_client_they_belong_to(
+        two: dict[str, Any]) -> None:
+    assert two["A"]["logs"] == ["log A"] and two["B"]["logs"] == ["log B"]
+    assert (two["A"]["list_changed"], two["B"]["list_changed"]) == (1, 0)
 
 
 def test_each_client_session_has_its_own_upstream_connection_closed_with_it(

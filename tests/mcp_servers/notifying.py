@@ -9,10 +9,10 @@ upstream that notifies and asks its client outside tool calls.
   returns what it was told, and how often.
 - reading ``note://roots`` asks for the roots while it serves the read; ``prompts/get`` of
   ``sampled`` asks the client's LLM while it serves the prompt.
-- ``work(tag, steps, meet)`` reports ``steps`` progress marks naming ``tag``, asks the client's
-  LLM for ``tag``, and returns the model and text it got (two clients' calls can be told
-  apart). With ``meet`` (a directory), it first leaves a file named ``tag`` there and waits
-  until two are there: two calls are then in flight at once, whatever the machine's speed.
+- ``work(tag, steps, meet)`` reports ``steps`` progress marks naming ``tag``, logs ``log <tag>``,
+  asks the client's LLM for ``tag``, and returns the model and text it got (two clients' calls
+  can be told apart). With ``meet`` (a directory), it first leaves a file named ``tag`` there
+  and waits until two are there: two calls are then in flight at once, whatever the speed.
 """
 
 from __future__ import annotations
@@ -106,6 +106,7 @@ async def call_tool(ctx: Any, params: mt.CallToolRequestParams) -> mt.CallToolRe
         for i in range(1, steps + 1):
             await ctx.session.report_progress(i, steps, f"{tag} {i}")
             await asyncio.sleep(0.05)  # room for the other client's call to interleave
+        await ctx.session.send_log_message("info", f"log {tag}", logger="work")
         res = await _sample(ctx.session, tag, ctx.request_id)
         return mt.CallToolResult(content=_text(json.dumps(
             {"model": res.model, "text": getattr(res.content, "text", None)})))
