@@ -150,3 +150,48 @@ def test_the_status_table_says_which_ids_it_may_have_forgotten() -> None:
     other = "ffffffff-ffff-4fff-bfff-ffffffffffff"
     assert table.claim(other, ()) and table.claim(ids[0], ())
     assert table.forgotten == ""
+
+
+class _CountingTrail(AuditSink):
+    """The audit sink, counting its trail look-ups."""
+
+    lookups = 0
+
+    def recorded(self, call_id: str) -> bool:
+        self.lookups += 1
+        return super().recorded(call_id)
+
+
+def test_an_id_the_registry_minted_is_taken_without_a_trail_look_up(tmp_path: Path) -> None:
+    """``new_call_id`` names a call before it runs (the MCP proxy does, to pass a client's
+    cancel on) without paying a search of the trail, which a fresh process otherwise does for
+    every supplied id in its first minutes."""
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    ws.mkdir()
+    sink = _CountingTrail(home=home)
+    reg = register_builtins(ToolRegistry(workspace=ws, sinks=[sink]))
+    try:
+        minted = reg.new_call_id()
+        env = reg.call(ToolCall("write_text", {"path": "a.txt", "text": "x"}, call_id=minted))
+        assert env.status is Status.OK and env.call_id == minted
+        assert sink.lookups == 0
+        # Minted once, vouched for once: used again it is a duplicate like any other id.
+        again = reg.call(ToolCall("write_text", {"path": "b.txt", "text": "y"}, call_id=minted))
+        assert again.status is Status.REJECTED and again.reject_stage is Stage.PARAMS
+        assert again.steps[0].detail == {"reason": "duplicate_call_id", "call_id": minted}
+        # An id made elsewhere just now is still looked up (an earlier process may hold it).
+        other = str(uuid_utils.uuid7())
+        env = reg.call(ToolCall("write_text", {"path": "c.txt", "text": "z"}, call_id=other))
+        assert env.status is Status.OK and sink.lookups == 1
+    finally:
+        reg.shutdown()
+
+
+def test_the_status_table_vouches_for_a_minted_id_once_and_forgets_the_oldest() -> None:
+    table = StatusTable(minted=2)
+    first, second, third = table.mint(), table.mint(), table.mint()
+    assert len({first, second, third}) == 3 and all(i[14] == "7" for i in (first, second))
+    assert not table.vouched(first)  # let go: the oldest of three, with room for two
+    assert table.vouched(second) and table.vouched(third)
+    assert not table.vouched(second)
+    assert not table.vouched(str(uuid_utils.uuid7()))

@@ -352,6 +352,12 @@ class ToolRegistry:
 
         return await acall_from(self, provider_call, mode=mode)
 
+    def new_call_id(self) -> str:
+        """A fresh call id to give a call (``ToolCall(call_id=...)``) so it can be named before
+        it runs (``cancel_call``, its events): one made here is known new, so unlike other
+        supplied ids it is never looked up in the audit trail."""
+        return self._statuses.mint()
+
     def status(self, call_id: str) -> CallStatus | None:
         """What the registry knows of a call: the last 4,096 calls, and the last 10,000 that
         ended ``unknown`` (None if it is not remembered; the audit trail has every call)."""

@@ -85,12 +85,14 @@ def _taken(reg: ToolRegistry, cid: str) -> str | None:
     The registry remembers the ids of its own recent calls and of the caller-supplied ids it
     took; an id it may have forgotten (at or below the status table's watermark), one made
     before the registry started, and any UUID that is not a UUIDv7 (no time to go by) is also
-    looked up in the trail (``TrailSink``). A trail that cannot be read refuses the id: a call
-    without an id of its own still runs."""
+    looked up in the trail (``TrailSink``), unless the registry minted it
+    (``ToolRegistry.new_call_id``). A trail that cannot be read refuses the id: a call without
+    an id of its own still runs."""
     st = reg._statuses
     if not st.claim(cid, reg._active):
         return "duplicate_call_id"
-    if reg._trail_sinks and (cid[14] != "7" or cid <= st.forgotten or cid < reg._trail_from):
+    if not st.vouched(cid) and reg._trail_sinks and (
+            cid[14] != "7" or cid <= st.forgotten or cid < reg._trail_from):
         try:
             if any(sink.recorded(cid) for sink in reg._trail_sinks):
                 return "duplicate_call_id"

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Container
 
 from . import _build
+from ._ids import new_call_id
 from .envelope import CallStatus, Status, ToolResultEnvelope
 from .sinks import FIRST_LATE_SEQ
 
@@ -31,7 +32,8 @@ class StatusTable:
     (their handle is the call id a later status query resolves, so they are kept much longer),
     and the last ``claimed`` caller-supplied call ids."""
 
-    def __init__(self, recent: int = 4096, unknowns: int = 10_000, claimed: int = 100_000) -> None:
+    def __init__(self, recent: int = 4096, unknowns: int = 10_000, claimed: int = 100_000,
+                 minted: int = 10_000) -> None:
         self._lock = threading.Lock()
         self._recent: collections.OrderedDict[str, CallStatus] = collections.OrderedDict()
         self._recent_cap = recent
@@ -42,6 +44,9 @@ class StatusTable:
         self._late_seq: dict[str, int] = {}
         self._claimed: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._claimed_cap = claimed
+        # Ids this registry made for its callers (``mint``), until a call takes one.
+        self._minted: collections.OrderedDict[str, bool] = collections.OrderedDict()
+        self._minted_cap = minted
         self._tickets = itertools.count()
         #: The greatest UUIDv7 id any table has let go ("" before any).
         self.forgotten = ""
@@ -108,6 +113,22 @@ class StatusTable:
             with contextlib.suppress(KeyError, StopIteration):
                 self._forget(claimed.popitem(last=False)[0])
         return True
+
+    def mint(self) -> str:
+        """A fresh UUIDv7 id that ``vouched`` answers True for once (the last ``minted``
+        ones: an id minted long ago and never used is looked up like any other)."""
+        call_id = new_call_id()
+        minted = self._minted
+        minted[call_id] = True
+        if len(minted) > self._minted_cap:
+            with contextlib.suppress(KeyError):
+                minted.popitem(last=False)
+        return call_id
+
+    def vouched(self, call_id: str) -> bool:
+        """Whether ``call_id`` was minted here and not used yet (it is used now): made after
+        the registry started, by this process, it cannot be in an earlier trail."""
+        return self._minted.pop(call_id, False)
 
     def _forget(self, call_id: str) -> None:
         """Raise ``forgotten`` to a UUIDv7 id a table let go (other UUIDs carry no time and are
