@@ -18,3 +18,10 @@ def one_commit(view: HookView) -> HookDecision | None:
         return HookDecision.modify(arguments={**view.arguments, "max_count": 1},
                                    reason="at most one commit per log call")
     return None
+
+
+@hook()
+def chatty(view: HookView) -> HookDecision | None:
+    """Print to stdout (a stray print must not reach the protocol's wire) and let the call go."""
+    print(f"chatty hook saw {view.tool}", flush=True)
+    return None

@@ -17,7 +17,6 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from .. import new_call_id
 from .._settings import resolve_home
 from ..exceptions import ConfigurationError
 from ._backchannel import Backchannel, ClientRequest
@@ -25,6 +24,7 @@ from ._config import ProxyConfig
 from ._identity import session_principal
 from ._progress import ProgressRelay, progress_token
 from ._proxy import McpProxy
+from ._stdio import stdio_streams
 from ._telemetry import clock, mark_error
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
         attrs["mcp.session.id"] = _session_id(ctx) or proxy.session_id
         token = progress_token(ctx.params)
         # Named here so that a client's cancel can be passed on (cancel_call) to this call.
-        call_id = new_call_id()
+        call_id = proxy.registry.new_call_id()
         try:
             if token is not None:  # the client asked for progress: relay this call's
                 relay.watch(call_id, ctx.session, token, ctx.request_id)
@@ -270,10 +270,8 @@ def _session_id(ctx: Any) -> str | None:
 
 async def serve_stdio(proxy: McpProxy) -> None:
     """Serve the proxy over stdin/stdout until the client closes stdin."""
-    from mcp.server.stdio import stdio_server
-
     server = build_server(proxy, "stdio")
-    async with stdio_server() as (read, write):
+    async with stdio_streams() as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
 

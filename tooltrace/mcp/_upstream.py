@@ -29,6 +29,7 @@ from ._errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from ._stdio import LineTooLong, lines
 
 if TYPE_CHECKING:
     import mcp.types as mt
@@ -43,7 +44,6 @@ _BACKOFF_MAX_S = 10.0
 _STABLE_S = 30.0
 _CONNECTION_CLOSED = -32000
 _EXIT_GRACE_S = 1.0
-_MAX_LINE_BYTES = 64 * 1024 * 1024
 _ENDED = {"protocol": "wrote a line that is not JSON-RPC", "exited": "the process exited",
           "hung": "it stopped answering"}
 
@@ -392,31 +392,21 @@ async def _stdio_process(
 
     async def reader() -> None:
         assert process.stdout is not None
-        buf = bytearray()
         async with read_send:
             try:
-                async for chunk in process.stdout:
-                    # Search only the new bytes: a big result arrives in many chunks.
-                    start = len(buf)
-                    buf += chunk
-                    while (nl := buf.find(b"\n", start)) >= 0:
-                        line = bytes(buf[:nl])
-                        del buf[: nl + 1]
-                        start = 0
-                        if not line.strip():
-                            continue
-                        try:
-                            msg = mt.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                        except ValueError:
-                            log.warning("mcp upstream %s wrote a line that is not JSON-RPC",
-                                        cfg.label)
-                            broken("protocol")
-                            return
-                        await read_send.send(SessionMessage(msg))
-                    if len(buf) > _MAX_LINE_BYTES:
-                        log.warning("mcp upstream %s wrote an over-long line", cfg.label)
+                async for line in lines(process.stdout):
+                    try:
+                        msg = mt.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                    except ValueError:
+                        log.warning("mcp upstream %s wrote a line that is not JSON-RPC",
+                                    cfg.label)
                         broken("protocol")
                         return
+                    await read_send.send(SessionMessage(msg))
+            except LineTooLong:
+                log.warning("mcp upstream %s wrote an over-long line", cfg.label)
+                broken("protocol")
+                return
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 pass
         broken("exited")

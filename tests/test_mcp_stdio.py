@@ -1,0 +1,100 @@
+"""The proxy's stdio front end (``tooltrace.mcp._stdio``): stdin and stdout served on the event
+loop, the wire taken away from fds 0 and 1 while it serves, and the line splitting both stdio
+sides share."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from tooltrace.mcp._stdio import LineTooLong, lines
+
+REPO = Path(__file__).resolve().parent.parent
+TOY = str(REPO / "tests" / "mcp_servers" / "toy.py")
+
+
+async def _collect(chunks: list[bytes], max_bytes: int = 1 << 20) -> list[bytes]:
+    async def source() -> AsyncIterator[bytes]:
+        for c in chunks:
+            yield c
+
+    return [line async for line in lines(source(), max_bytes)]
+
+
+def test_lines_join_chunks_and_skip_blank_lines() -> None:
+    got = asyncio.run(_collect([b'{"a":', b'1}\n\n  \n{"b"', b':2}\n{"c":3', b"}\n", b"tail"]))
+    assert got == [b'{"a":1}', b'{"b":2}', b'{"c":3}']  # an unfinished last line is not a line
+
+
+def test_a_line_longer_than_the_limit_is_refused() -> None:
+    with pytest.raises(LineTooLong):
+        asyncio.run(_collect([b"x" * 40, b"y" * 40], max_bytes=64))
+    assert asyncio.run(_collect([b"x" * 60 + b"\n"], max_bytes=64)) == [b"x" * 60]
+
+
+def test_stray_stdout_output_goes_to_stderr_not_to_the_wire(tmp_path: Path) -> None:
+    """A hook that prints to stdout while the proxy serves: the client still gets clean
+    JSON-RPC, and the text lands on the proxy's stderr."""
+    errlog = tmp_path / "stderr.txt"
+    config = tmp_path / "servers.toml"
+    config.write_text(
+        f'[proxy]\nhooks = ["tests.mcp_servers.hooks:chatty"]\n\n'
+        f"[servers.toy]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(TOY)}]\n"
+        'env = { TOY_TOOLS = "echo" }\n')
+
+    async def run() -> list[str]:
+        params = StdioServerParameters(
+            command=sys.executable, cwd=str(tmp_path),
+            args=["-m", "tooltrace.mcp", "proxy", "--config", str(config)],
+            env={"PYTHONPATH": str(REPO), "TOOLTRACE_LOG_LEVEL": "error"})
+        texts = []
+        with errlog.open("w") as err:
+            async with stdio_client(params, errlog=err) as (r, w), ClientSession(r, w) as s:
+                await asyncio.wait_for(s.initialize(), 60)
+                for word in ("one", "two"):
+                    res = await s.call_tool("echo", {"text": word})
+                    assert not res.is_error
+                    texts.append("".join(getattr(b, "text", "") for b in res.content))
+        return texts
+
+    assert asyncio.run(run()) == ["toy:one", "toy:two"]
+    assert errlog.read_text().count("chatty hook saw echo") == 2
+
+
+def test_a_stdout_that_is_a_file_is_served_too(tmp_path: Path) -> None:
+    """A file cannot be watched by the event loop: the SDK's threaded transport serves it."""
+    answers = tmp_path / "out.jsonl"
+    with answers.open("wb") as stdout:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tooltrace.mcp", "proxy", "--home", str(tmp_path / "home"),
+             "--name", "toy", "--", sys.executable, TOY],
+            stdin=subprocess.PIPE, stdout=stdout, stderr=subprocess.DEVNULL, cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(REPO), "TOOLTRACE_LOG_LEVEL": "error"})
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(("\n".join(json.dumps(m) for m in [
+                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "file", "version": "0"}}},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            ]) + "\n").encode())
+            proc.stdin.flush()
+            deadline = time.monotonic() + 120
+            while answers.read_text().count("\n") < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            proc.stdin.close()
+            proc.wait(60)
+    by_id = {m.get("id"): m for m in map(json.loads, answers.read_text().splitlines())}
+    names = {t["name"] for t in by_id[2]["result"]["tools"]}
+    assert "echo" in names and by_id[1]["result"]["serverInfo"]["name"] == "tooltrace-mcp-proxy"
