@@ -1,16 +1,27 @@
 """Section ``mcp``: what the MCP proxy adds to a ``tools/call`` round trip over stdio.
 
 The official SDK client calls ``echo`` on the wire-level test server (``tests/mcp_servers/
-toy.py``, which answers in microseconds) directly and through ``python -m tooltrace.mcp proxy``
-in front of the same server, both over stdio, in turns (a batch direct, a batch through the
-proxy, ...) so both see the same machine load. Printed: p50/p90/p99 of each, the difference of
-the medians (the proxy's added time; the team's aim is at most 0.5 ms at p50) and the ratio.
-The proxy runs with its default sinks (audit, logs at error level, metrics; no tracing).
+toy.py``, which answers in microseconds) directly, and through three proxies in front of the
+same server, all over stdio, in turns (a batch each, round after round) so all see the same
+machine load:
+
+- ``relay``: a process that only copies lines both ways (``bench/_mcp_relays.py``): the floor of
+  any proxy that is a process of its own;
+- ``sdk``: a passthrough built on the MCP Python SDK as shipped (low-level ``Server`` over
+  ``stdio_server``, ``ClientSession`` over ``stdio_client``), no tooltrace in it: the least a
+  proxy built on the SDK does;
+- ``proxy``: ``python -m tooltrace.mcp proxy`` with its default sinks (audit, logs at error level;
+  no tracing, no metrics endpoint).
+
+Printed: p50/p90/p99 of each, what each adds to ``direct`` at p50 (the team's aim for the proxy:
+at most 0.5 ms), and the CPU each front process used per call (from ``/proc``; the upstream's is
+not in it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -19,59 +30,119 @@ from typing import Any
 
 from bench._common import Table, percentile, scratch
 
-__all__ = ["run"]
+__all__ = ["CONTENDERS", "run"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = str(ROOT / "tests" / "mcp_servers" / "toy.py")
+#: The contenders in the order they are measured and printed.
+CONTENDERS = ("direct", "relay", "sdk", "proxy")
 
 
-async def _measure(rounds: int, calls: int, warmup: int) -> dict[str, list[float]]:
+def _commands(home: str) -> dict[str, list[str]]:
+    toy = [sys.executable, TOY]
+    return {
+        "direct": toy,
+        "relay": [sys.executable, "-m", "bench._mcp_relays", "relay", "--", *toy],
+        "sdk": [sys.executable, "-m", "bench._mcp_relays", "sdk", "--", *toy],
+        "proxy": [sys.executable, "-m", "tooltrace.mcp", "proxy", "--home", home, "--name", "toy",
+                  "--", *toy],
+    }
+
+
+def _children() -> dict[int, bytes]:
+    """This process's child processes and their command lines (empty off Linux)."""
+    out: dict[int, bytes] = {}
+    me = str(os.getpid())
+    with contextlib.suppress(OSError):
+        for p in os.listdir("/proc"):
+            if not p.isdigit():
+                continue
+            with contextlib.suppress(OSError, IndexError):
+                with open(f"/proc/{p}/stat") as f:
+                    if f.read().rsplit(") ", 1)[1].split()[1] != me:
+                        continue
+                with open(f"/proc/{p}/cmdline", "rb") as f:
+                    out[int(p)] = f.read()
+    return out
+
+
+def _cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (NaN when unknown)."""
+    if pid is None:
+        return float("nan")
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(") ", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _measure(rounds: int, calls: int, warmup: int) -> tuple[dict[str, list[float]],
+                                                                  dict[str, float]]:
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
     home = scratch("mcp-bench-")
     env = {"PYTHONPATH": str(ROOT), "TOOLTRACE_LOG_LEVEL": "error", "TOY_TOOLS": "echo",
            "PATH": os.environ.get("PATH", "")}
-    direct = StdioServerParameters(command=sys.executable, args=[TOY], env=env)
-    proxied = StdioServerParameters(
-        command=sys.executable, cwd=home, env=env,
-        args=["-m", "tooltrace.mcp", "proxy", "--home", home, "--name", "toy", "--",
-              sys.executable, TOY])
-    out: dict[str, list[float]] = {"direct": [], "proxy": []}
-    async with stdio_client(direct) as (r1, w1), ClientSession(r1, w1) as d, \
-            stdio_client(proxied) as (r2, w2), ClientSession(r2, w2) as p:
-        await d.initialize()
-        await asyncio.wait_for(p.initialize(), 60)
-        for s in (d, p):
+    times: dict[str, list[float]] = {k: [] for k in CONTENDERS}
+    cpu: dict[str, float] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        sessions: dict[str, Any] = {}
+        pids: dict[str, int | None] = {}
+        for key, cmd in _commands(home).items():
+            before = set(_children())
+            params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=env, cwd=home)
+            r, w = await stack.enter_async_context(stdio_client(params))
+            s = await stack.enter_async_context(ClientSession(r, w))
+            await asyncio.wait_for(s.initialize(), 60)
+            sessions[key] = s
+            new = set(_children()) - before
+            pids[key] = new.pop() if len(new) == 1 else None
+        for s in sessions.values():
             for _ in range(warmup):
                 await s.call_tool("echo", {"text": "warm"})
+        used = {k: 0.0 for k in CONTENDERS}
         for _ in range(rounds):
-            for key, s in (("direct", d), ("proxy", p)):
-                times = out[key]
+            for key, s in sessions.items():
+                out = times[key]
+                c0 = _cpu_s(pids[key])
                 for _ in range(calls):
                     t0 = time.perf_counter()
                     await s.call_tool("echo", {"text": "hello"})
-                    times.append(time.perf_counter() - t0)
-    return out
+                    out.append(time.perf_counter() - t0)
+                used[key] += _cpu_s(pids[key]) - c0
+        cpu = {k: used[k] / (rounds * calls) for k in CONTENDERS}
+    return times, cpu
 
 
 def run(rounds: int = 10, calls: int = 200, warmup: int = 200) -> dict[str, Any]:
     """Measure and print; return the figures (milliseconds)."""
-    got = asyncio.run(_measure(rounds, calls, warmup))
+    got, cpu = asyncio.run(_measure(rounds, calls, warmup))
     res: dict[str, Any] = {}
     table = Table(f"MCP tools/call round trip over stdio ({rounds} x {calls} calls each, "
-                  "interleaved), ms", ["path", "p50", "p90", "p99"])
-    for key in ("direct", "proxy"):
+                  "interleaved), ms", ["path", "p50", "p90", "p99", "added at p50",
+                                       "front process CPU per call"])
+    for key in CONTENDERS:
         v = sorted(x * 1000 for x in got[key])
         res[key] = {q: percentile(v, q) for q in (50, 90, 99)}
-        table.add(key, res[key][50], res[key][90], res[key][99], digits=3)
-    added = res["proxy"][50] - res["direct"][50]
-    ratio = res["proxy"][50] / res["direct"][50]
-    table.add("added by the proxy (p50)", added, None, None, digits=3)
+        res[key]["cpu_ms"] = cpu[key] * 1000
+    direct = res["direct"][50]
+    for key in CONTENDERS:
+        r = res[key]
+        table.add(key, r[50], r[90], r[99], None if key == "direct" else r[50] - direct,
+                  r["cpu_ms"], digits=3)
     table.print()
-    print(f"- proxy / direct at p50: {ratio:.2f}x; aim: at most 0.5 ms added "
-          f"({'met' if added <= 0.5 else 'MISSED'})\n")
+    added = res["proxy"][50] - direct
+    over_sdk = res["proxy"][50] - res["sdk"][50]
+    print(f"- proxy / direct at p50: {res['proxy'][50] / direct:.2f}x; aim: at most 0.5 ms added "
+          f"({'met' if added <= 0.5 else 'MISSED'}); of the {added:.3f} ms, "
+          f"{res['relay'][50] - direct:.3f} ms is one more process (relay), "
+          f"{res['sdk'][50] - res['relay'][50]:.3f} ms the SDK's server and client (sdk - relay), "
+          f"{over_sdk:.3f} ms tooltrace's pipeline and proxy (proxy - sdk)\n")
     res["added_p50_ms"] = added
-    res["ratio_p50"] = ratio
+    res["ratio_p50"] = res["proxy"][50] / direct
+    res["over_sdk_p50_ms"] = over_sdk
     return res
 
 
