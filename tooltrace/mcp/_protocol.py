@@ -157,8 +157,11 @@ class Forwarder:
         return self._sessions.get(client)
 
     def only_session(self) -> Any:
-        """The session of the one client seen (over stdio, the client), else None."""
-        return next(iter(self._sessions.values())) if len(self._sessions) == 1 else None
+        """The session of the one client seen (over stdio, the client), else None (and always
+        None when ``isolated``: the shared connections then serve no client)."""
+        if self.isolated or len(self._sessions) != 1:
+            return None
+        return next(iter(self._sessions.values()))
 
     def _with(self, capability: str) -> list[Upstream]:
         return [u for u in self.upstreams.values() if u.supports(capability)]
