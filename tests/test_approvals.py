@@ -94,8 +94,11 @@ def test_an_approval_records_who_why_when_and_the_digest(tmp_path: Path) -> None
     assert row["approver"] == "alice" and row["decision"] == "approve" and row["tool"] == "send"
     assert row["approval_id"] == step.detail["approval_id"]
     assert row["args_sha256"] == req.arguments_sha256
-    # Anyone can recompute the digest from what the trail recorded of the call's arguments.
+    # Anyone can recompute the digest from what the trail recorded of the call's arguments,
+    # and from the approval record's own copy of them.
     assert arguments_sha256(json.loads(call[0])) == row["args_sha256"]
+    assert arguments_sha256(json.loads(row["args_redacted"])) == row["args_sha256"]
+    assert SECRET not in row["args_redacted"]
     assert SECRET not in row["reason"] and "fine" in row["reason"]
     assert row["approved_at"].timestamp() == pytest.approx(before, abs=60)
     assert row["expires_at"] is None and row["covered_calls"] == [env.call_id]
@@ -280,3 +283,22 @@ def test_approvals_ship_to_the_archive(tmp_path: Path) -> None:
     with open_archive(str(tmp_path / "archive")) as store:
         (row,) = store.sql("SELECT approver, covered_calls FROM approvals").rows
     assert row[0] == "alice" and sorted(row[1]) == sorted(e.call_id for e in envs)
+
+
+def test_the_record_keeps_the_arguments_asked_about_whatever_the_approver_does(
+        tmp_path: Path) -> None:
+    class Meddler(Approver):
+        def __call__(self, req: ApprovalRequest) -> ApprovalDecision:
+            answer = super().__call__(req)
+            req.arguments["to"] = "someone else"  # type: ignore[index]
+            return answer
+
+    ap = Meddler(ApprovalDecision(True, who="alice"))
+    reg = _registry(tmp_path, ap)
+    assert reg.call(ToolCall("send", {"to": "bob"})).status is Status.OK  # defaults filled in
+    reg.shutdown()
+    with open_store(tmp_path / "home") as store:
+        (row,) = list_approvals(store).dicts()
+    args = json.loads(row["args_redacted"])
+    assert args == {"to": "bob", "body": "", "token": ""}
+    assert arguments_sha256(args) == row["args_sha256"]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from . import _build, _settings
 from ._approvals import Reusable, arguments_sha256, ttl_seconds
 from ._ids import new_call_id
-from ._record import Builder, error_text, redact_args, redact_detail, scrub
+from ._record import Builder, detached, error_text, redact_args, redact_detail, scrub
 from ._tooltable import Entry
 from .envelope import Stage, StepName, ToolResultEnvelope
 from .paths import PathPolicyError, reads_only
@@ -221,6 +221,7 @@ def approve(
             "expires_at_us": hit.expires_at_us, "reused": True}
         b.step(StepName.APPROVAL, t, f"approval:{hit.approval_id}", "approve", detail)
         return None
+    kept = detached(redacted)  # what the record keeps: shares nothing the approver or tool holds
     areq = ApprovalRequest(
         b.call_id, b.run_id, d.name, redacted, decision.rule, reason, digest, b.principal
     )
@@ -230,7 +231,7 @@ def approve(
         detail = {"error": error, "args_sha256": digest}
         b.step(StepName.APPROVAL, t, "user:unknown", "deny", detail)
         return b.reject(Stage.APPROVAL, "the approver failed to answer", d.name)
-    rec = _record(reg, b, d, decision, res, digest)
+    rec = _record(reg, b, d, decision, res, kept, digest)
     detail = {"reason": rec.reason, "rule": decision.rule, "approval_id": rec.approval_id,
               "args_sha256": digest}
     if rec.expires_at_us is not None:
@@ -247,6 +248,7 @@ def _record(
     d: ToolDefinition,
     decision: PolicyDecision,
     res: ApprovalDecision,
+    redacted: Any,
     digest: str,
 ) -> ApprovalRecord:
     """The approver's answer as a record, handed to every ``ApprovalSink``; an approval with a
@@ -261,7 +263,7 @@ def _record(
     rec = ApprovalRecord(
         new_call_id(), b.call_id, b.run_id, d.name, decision.rule, bool(res.approved),
         _WHO.sub("_", res.who or "unknown")[:64], scrub(reg, res.reason)[:300], digest, at,
-        expires, principal,
+        expires, principal, redacted,
     )
     reg._emit_approval(rec)
     if expires is not None:

@@ -97,6 +97,8 @@ class ApprovalRecord:
     without asking (None: it covers only the call it was asked about)."""
     principal: dict[str, Any] | None = None
     """The principal of the call (``Principal.to_dict``), None when the call had none."""
+    arguments: Any = None
+    """The redacted arguments it covers, as validated (``args_sha256`` is their digest)."""
 
 
 @runtime_checkable

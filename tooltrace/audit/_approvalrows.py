@@ -21,7 +21,8 @@ __all__ = ["APPROVALS_VIEW", "list_approvals"]
 APPROVALS_VIEW = """
 CREATE OR REPLACE VIEW approvals AS
   SELECT a.approval_id, a.approved_at, a.decision, a.approver, a.reason, a.tool, a.rule,
-         a.args_sha256, a.expires_at, a.call_id, a.run_id, a.principal_user,
+         a.args_sha256, a.args_redacted::JSON AS args_redacted, a.expires_at, a.call_id,
+         a.run_id, a.principal_user,
          a.principal_agent, a.principal_tenant, a.principal_roles::JSON AS principal_roles,
          coalesce(u.covered_calls, []::VARCHAR[]) AS covered_calls,
          coalesce(u.uses, 0) AS uses, a.writer, a.segment, a.line
@@ -53,7 +54,8 @@ def list_approvals(
         params["since"] = since
     clause = ("WHERE " + " AND ".join(where)) if where else ""
     return store.sql(
-        "SELECT approval_id, approved_at, decision, approver, tool, args_sha256, reason,"
+        "SELECT approval_id, approved_at, decision, approver, tool, args_sha256, args_redacted,"
+        " reason,"
         " expires_at, rule, call_id, run_id, principal_user, principal_agent,"
         " principal_tenant, covered_calls, uses"
         f" FROM approvals {clause} ORDER BY approved_at DESC, approval_id DESC LIMIT $limit",

@@ -260,4 +260,5 @@ def encode_approval(a: ApprovalRecord) -> dict[str, Any]:
         "at_us": a.at_us,
         "expires_at_us": a.expires_at_us,
         "principal": a.principal,
+        "args": a.arguments,
     }

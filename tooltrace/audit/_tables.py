@@ -63,6 +63,7 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("args_sha256", "str"), ("approved_at", "ts"), ("expires_at", "ts"),
         ("principal_user", "str"), ("principal_agent", "str"), ("principal_tenant", "str"),
         ("principal_roles", "str"), ("writer", "str"), ("segment", "str"), ("line", "i64"),
+        ("args_redacted", "str"),
     ),
 }
 
@@ -207,6 +208,7 @@ def _approval(ap: dict[str, list[Any]], o: dict[str, Any], writer: str, seg: str
     ap["approver"].append(o.get("who"))
     ap["approved_at"].append(o.get("at_us"))
     ap["expires_at"].append(o.get("expires_at_us"))
+    ap["args_redacted"].append(_json(o.get("args")))
     _principal(ap, o)
     ap["writer"].append(writer)
     ap["segment"].append(seg)
