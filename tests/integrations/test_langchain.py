@@ -196,6 +196,36 @@ def test_the_adapters_principal_goes_on_every_call(
     assert sink.records[-1].status is Status.REJECTED and sink.records[-1].principal is None
 
 
+def test_a_graph_of_two_agents_acts_for_one_principal_and_each_call_names_its_agent(
+    make_registry: Callable[..., ToolRegistry], sink: RecordingSink,
+) -> None:
+    reg = make_registry(add, aadd)
+    ann = Principal(user="ann", tenant="acme")
+
+    def agent(name: str, model: ScriptedModel, p: Principal) -> Any:
+        return create_agent(model, name=name,
+                            middleware=[TooltraceMiddleware(reg, run_id="team", principal=p)])
+
+    def team(bob: Principal) -> Any:
+        g = StateGraph(MessagesState)
+        g.add_node("triage", agent("triage", script(("add", {"a": 1, "b": 2}, "c1")), ann))
+        g.add_node("billing", agent("billing desk", script(("aadd", {"a": 3, "b": 4}, "c2")),
+                                    bob))
+        g.add_edge(START, "triage")
+        g.add_edge("triage", "billing")
+        return g.compile()
+
+    team(ann).invoke({"messages": [("user", "go")]})
+    assert [(r.tool, r.status, r.principal) for r in sink.records] == [
+        ("add", Status.OK, Principal(user="ann", agent="triage", tenant="acme")),
+        ("aadd", Status.OK, Principal(user="ann", agent="billing-desk", tenant="acme")),
+    ]
+    # The second agent switching the user within the run is refused.
+    team(Principal(user="bob", tenant="acme")).invoke({"messages": [("user", "go")]})
+    assert [r.status for r in sink.records[2:]] == [Status.OK, Status.REJECTED]
+    assert "principal" in sink.records[-1].summary
+
+
 # -- every status but ok, through the framework's error path -----------------------------------
 
 

@@ -18,6 +18,11 @@ function (validation, policy and approval, hooks, deadline and concurrency, reda
 offload, telemetry), and the envelope comes back as a ``ToolMessage``: the redacted, trimmed
 result, or ``status="error"`` with the envelope's summary for every other status. A tool call
 the registry does not know is rejected there (stage ``resolve``), and recorded.
+
+Principal: ``principal=`` says whom the calls act for. Through the middleware (and
+``tool_node``'s wrappers) the agent acting is the ``name`` ``create_agent(name=...)`` gave the
+agent making the call (its ``lc_agent_name``), unless ``principal`` names one; the tools of
+``as_langchain_tools`` called on their own name no agent but the principal's.
 """
 
 from __future__ import annotations
@@ -135,18 +140,18 @@ class TooltraceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             else ()
         )
 
-    def _call(self, tool_call: LCToolCall) -> ToolCall:
+    def _call(self, tool_call: LCToolCall, request: ToolCallRequest | None = None) -> ToolCall:
         return _common.make_call(
             tool_call["name"], tool_call.get("args"), integration=_INTEGRATION,
             provider_id=tool_call.get("id"), mode=self.mode, run_id=self.run_id,
-            principal=self.principal,
+            principal=self.principal, agent=_agent_name(request),
         )
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: _Handler) -> ToolMessage:
         """Run the call through ``registry.call``; the framework's executor is not used."""
         tc = request.tool_call
         try:
-            env = self.registry.call(self._call(tc))
+            env = self.registry.call(self._call(tc, request))
         except Exception as exc:
             return _failure(tc, exc)
         return tool_message(env, tc.get("id") or "", tc["name"])
@@ -157,10 +162,19 @@ class TooltraceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Run the call through ``registry.acall``; a cancel of this task cancels the call."""
         tc = request.tool_call
         try:
-            env = await _common.acall(self.registry, self._call(tc))
+            env = await _common.acall(self.registry, self._call(tc, request))
         except Exception as exc:
             return _failure(tc, exc)
         return tool_message(env, tc.get("id") or "", tc["name"])
+
+
+def _agent_name(request: ToolCallRequest | None) -> str | None:
+    """The name ``create_agent(name=...)`` gave the agent making the call (its run's
+    ``lc_agent_name`` metadata), if any."""
+    config = getattr(getattr(request, "runtime", None), "config", None)
+    metadata = config.get("metadata") if isinstance(config, dict) else None
+    name = metadata.get("lc_agent_name") if isinstance(metadata, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def tool_node(
