@@ -12,7 +12,9 @@ minus recompiled without it), with the interquartile range of those differences 
 The run's own noise is the same figure for two contenders running identical code (as shipped
 against recompiled, nothing removed: A/A). A difference is "not measurable" when its band
 includes 0 or it is no larger than that noise. Next to it: tooltrace's own overhead (as shipped
-minus a bare function call, same run). Two more rows show what a subscriber costs when there is
+minus a bare function call, same run), and the same difference in process CPU time per call
+(the timed loop's, background threads included), which the time the machine gives to other
+processes does not inflate. Two more rows show what a subscriber costs when there is
 one (telemetry off, inline): one that only wants progress (no tool reports any) and one that
 gets every event.
 
@@ -53,7 +55,8 @@ _PAIRS = (
 )
 COLUMNS = ["configuration", "compared", "with p50 us", "without p50 us",
            "difference ns (median of rounds)", "IQR of round differences ns", "A/A noise ns",
-           "tooltrace overhead us", "difference / overhead", "verdict"]
+           "tooltrace overhead us", "difference / overhead", "verdict",
+           "CPU/call difference ns (median; IQR)"]
 
 
 @dataclass
@@ -63,6 +66,7 @@ class _Row:
     note: str = ""
     samples: list[int] = field(default_factory=list)
     rounds: list[float] = field(default_factory=list)  # per-round p50, ns
+    cpu: list[float] = field(default_factory=list)  # per-round process CPU per timed call, ns
 
     def p50_us(self) -> float:
         return percentile(sorted(self.samples), 50) / 1000.0 if self.samples else float("nan")
@@ -108,20 +112,24 @@ def run(*, rounds: int, calls: int, warmup: int, configs: list[str] | None = Non
             rng.shuffle(order)
             for n in order:
                 workers[n].send({"n": calls})
-                samples = workers[n].read()["samples"]
+                rep = workers[n].read()
+                samples = rep["samples"]
                 rows[n].samples.extend(samples)
                 rows[n].rounds.append(percentile(sorted(samples), 50))
+                rows[n].cpu.append(rep["cpu_loop_ns"] / max(1, len(samples)))
     finally:
         for w in workers.values():
             w.close()
     return _report(rows, chosen, rounds, calls)
 
 
-def _band(with_: _Row, without: _Row) -> tuple[float, float, float] | None:
-    """(median, 25th, 75th percentile) of the per-round p50 differences, ns."""
+def _band(with_: _Row, without: _Row, cpu: bool = False) -> tuple[float, float, float] | None:
+    """(median, 25th, 75th percentile) of the per-round p50 differences, ns (``cpu``: of the
+    per-round CPU per call, which time the machine gave to other processes does not touch)."""
     if not (with_.available and without.available and with_.rounds):
         return None
-    d = sorted(a - b for a, b in zip(with_.rounds, without.rounds, strict=True))
+    a, b = (with_.cpu, without.cpu) if cpu else (with_.rounds, without.rounds)
+    d = sorted(x - y for x, y in zip(a, b, strict=True))
     return percentile(d, 50), percentile(d, 25), percentile(d, 75)
 
 
@@ -160,20 +168,23 @@ def _report(rows: dict[str, _Row], configs: list[str], rounds: int, calls: int
             if band is None:
                 why = with_.note if not with_.available else without.note
                 t.add(cfg, label, None, None, None, None, None, None, None,
-                      f"not measured: {why}")
+                      f"not measured: {why}", None)
                 figures["rows"][label] = {"available": False, "reason": why}
                 continue
             med, lo, hi = band
             is_aa = with_ is shipped and without is r[_CONTROL]
             v = f"the run's noise: {noise:.0f} ns" if is_aa else verdict(band, noise)
             share = med / (overhead_us * 1000.0) if overhead_us > 0 else None
+            c_med, c_lo, c_hi = _band(with_, without, cpu=True) or (0.0, 0.0, 0.0)
             t.add(cfg, label, with_.p50_us(), without.p50_us(), f"{med:.0f}",
                   f"{lo:.0f} .. {hi:.0f}", f"{noise:.0f}", overhead_us,
-                  None if share is None else f"{share:.3f}", v, digits=2)
+                  None if share is None else f"{share:.3f}", v,
+                  f"{c_med:.0f} ({c_lo:.0f} .. {c_hi:.0f})", digits=2)
             figures["rows"][label] = {
                 "available": True, "with_p50_us": with_.p50_us(),
                 "without_p50_us": without.p50_us(), "diff_ns_median": med, "diff_ns_q25": lo,
                 "diff_ns_q75": hi, "share_of_overhead": share, "verdict": v,
+                "cpu_diff_ns_median": c_med, "cpu_diff_ns_q25": c_lo, "cpu_diff_ns_q75": c_hi,
                 "measurable": v.startswith("measurable")}
         out["configs"][cfg] = figures
     t.print()

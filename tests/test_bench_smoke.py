@@ -42,6 +42,7 @@ TABLES = {
         "configuration", "compared", "with p50 us", "without p50 us",
         "difference ns (median of rounds)", "IQR of round differences ns", "A/A noise ns",
         "tooltrace overhead us", "difference / overhead", "verdict",
+        "CPU/call difference ns (median; IQR)",
     ],
     "Audit ingest: sustained writer throughput": [
         "writer processes", "pinned to one core", "records/s", "step records/s", "steps/record",
