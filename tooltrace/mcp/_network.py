@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from ..policy import DenyPrivateNetwork, PolicyDecision, PolicyRequest
+from ..policy import DenyPrivateNetwork, PolicyDecision, PolicyRequest, Rule
 from ._config import ServerConfig
 
 __all__ = ["Allow", "PrivateNetworkRule", "allow_lists"]
@@ -32,7 +32,9 @@ class PrivateNetworkRule:
 
     readers: set[str]
     allowed: Mapping[str, Allow]
-    inner: DenyPrivateNetwork = field(default_factory=DenyPrivateNetwork)
+    inner: Rule = field(default_factory=DenyPrivateNetwork)
+    """The rule applied after the allowed URLs are dropped: the built-in one, or a policy
+    file's ``[builtin.private_network]`` (tuned, or in observe mode)."""
     name: str = "private_network"
 
     def __call__(self, request: PolicyRequest) -> PolicyDecision | None:

@@ -166,15 +166,14 @@ class McpProxy:
 
         cfg = self.config
         metrics = cfg.metrics_port is not None
-        policy, release = proxy_policy(self.policy_rules(), cfg.policy_file)
+        policy, attach = proxy_policy(self.policy_rules(), cfg.policy_file)
         reg = create_registry(
             cfg.workspace, home=self.home, metrics=metrics, builtins=False,
             policy=policy, hooks=resolve_hooks(cfg.hooks),
             approver=resolve_approver(cfg.approval), cancel_grace_s=cfg.cancel_grace_s,
             max_inline_chars=cfg.max_inline_chars, preview_chars=cfg.preview_chars,
         )
-        if release is not None:
-            reg.add_sink(release)
+        attach(reg)
         if metrics:
             from ..telemetry.metrics import MetricsSink, serve_metrics
 
