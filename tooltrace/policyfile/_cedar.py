@@ -11,6 +11,8 @@ were one), and decides as its annotations say:
 - ``@mode("observe")`` on a forbid records what it would do (``observe_deny`` /
   ``observe_ask``) and lets the call go on;
 - ``@reason("...")`` is the reason recorded in the step;
+- ``@ttl("15m")`` beside ``@decision("ask")``: how long an approval also covers later calls
+  of the same tool, principal and arguments (seconds or ``90s``, ``15m``, ``8h``, ``1d``);
 - ``permit`` policies matter only with ``default = "deny"`` (a call no permit matches is
   denied, by the rule ``cedar``).
 """
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._compile import duration_seconds
 from ._source import Problem
 
 __all__ = ["CedarPolicy", "CedarSet", "load_cedar", "statements"]
@@ -47,6 +50,8 @@ class CedarPolicy:
     """``@mode("observe")``: record, do not enforce."""
     reason: str = ""
     """``@reason``, or empty."""
+    ttl: float | None = None
+    """``@ttl`` in seconds (an ``ask`` policy's approval time to live), or None."""
     file: str = ""
     """The file it was read from."""
     line: int = 1
@@ -122,6 +127,14 @@ def _annotations(name: str, line: int, col: int, pid: str, raw: Mapping[str, Any
         elif key in ann and effect != "forbid":
             problems.append(Problem(name, line, col, f"policy {pid}: @{key} is for forbid"
                                     " policies (a permit only matters with default = deny)"))
+    if "ttl" in ann:
+        if duration_seconds(ann["ttl"]) is None:
+            problems.append(Problem(name, line, col, f"policy {pid}: @ttl must be a number of"
+                                    " seconds or a duration such as 90s, 15m, 8h, 1d, not"
+                                    f" {ann['ttl']!r}"))
+        elif ann.get("decision") != "ask":
+            problems.append(Problem(name, line, col, f"policy {pid}: @ttl is only for"
+                                    ' policies with @decision("ask")'))
     return ann
 
 
@@ -187,7 +200,7 @@ def load_cedar(files: Iterable[tuple[str, Path]], schema_text: str | None,
             ids[local] = pid
             out.append(CedarPolicy(pid, raw["effect"], ann.get("decision", "deny"),
                                    ann.get("mode") == "observe", ann.get("reason", ""),
-                                   name, line))
+                                   duration_seconds(ann.get("ttl")), name, line))
             evaluation[pid] = {**raw, "effect": "permit"}
         if schema is not None:
             _validate(cedarpy, name, text, schema, places, ids, problems)

@@ -203,7 +203,7 @@ class CedarRule:
     @staticmethod
     def _decide(p: CedarPolicy) -> PolicyDecision:
         verdict = observed(Verdict(p.decision), p.observe)
-        return PolicyDecision(verdict, p.id, p.reason or f"matches Cedar policy {p.id}")
+        return PolicyDecision(verdict, p.id, p.reason or f"matches Cedar policy {p.id}", p.ttl)
 
 
 def _is(uid: Any, kind: str, ident: str) -> bool:

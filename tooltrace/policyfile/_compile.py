@@ -32,11 +32,11 @@ from ._limits import LimitRule
 from ._rules import Match, PatternRule, glob_regex, observed
 from ._source import Path
 
-__all__ = ["Compiled", "Observing", "compile_document"]
+__all__ = ["Compiled", "Observing", "compile_document", "duration_seconds"]
 
 _TOP = ("version", "tools", "modes", "paths", "builtin", "approval", "rules", "limits", "cedar")
 _MATCH = ("tools", "capabilities", "effects", "modes", "principal")
-_RULE = ("id", "decision", "mode", "reason", *_MATCH, "args", "paths", "url_hosts")
+_RULE = ("id", "decision", "mode", "reason", "ttl", *_MATCH, "args", "paths", "url_hosts")
 _LIMIT = ("id", "mode", "per", *_MATCH, "max_calls", "per_minute", "max_concurrent")
 _PRINCIPAL = ("users", "agents", "tenants", "roles")
 #: Rule ids the registry itself decides with: a file may not take them.
@@ -264,13 +264,16 @@ class _Compiler:
             if "allow" in hosts else None
         deny = ck.strings((*path, "url_hosts", "deny"), hosts["deny"]) or () \
             if "deny" in hosts else ()
+        ttl = _ttl(ck, (*path, "ttl"), t["ttl"]) if "ttl" in t else None
+        if "ttl" in t and decision == "deny":
+            ck.problem((*path, "ttl"), "ttl is only for rules with decision = \"ask\"")
         if rid is None or decision is None or reason is None:
             return None
         rule = PatternRule(
             rid, Verdict(decision), match, reason, self._observe(path, t), tuple(args),
             tuple(glob_regex(g) for g in globs),
             None if allow is None else tuple(h.lower() for h in allow),
-            tuple(h.lower() for h in deny),
+            tuple(h.lower() for h in deny), approval_ttl_s=ttl,
         )
         if rule.reads_content:
             self.content.add(rid)
@@ -309,7 +312,7 @@ class _Compiler:
                             " modes or principal")
             return []
         why = self.ck.string(("approval", "reason"), t.get("reason", "needs approval")) or ""
-        ttl = _ttl(self.ck, t["ttl"]) if "ttl" in t else None
+        ttl = _ttl(self.ck, ("approval", "ttl"), t["ttl"]) if "ttl" in t else None
         return [PatternRule("approval", Verdict.ASK, self._match(("approval",), t), why,
                             self._observe(("approval",), t), approval_ttl_s=ttl)]
 
@@ -336,21 +339,28 @@ class _Compiler:
         return out
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
-_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def _ttl(ck: Checker, value: Any) -> float | None:
-    """``[approval] ttl``: seconds (a positive number) or a duration (``90s``, ``15m``, ``8h``,
-    ``1d``)."""
+def duration_seconds(value: Any) -> float | None:
+    """An approval's time to live in seconds: a positive number of seconds or a duration
+    (``90s``, ``15m``, ``8h``, ``1d``); None when malformed."""
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
         return float(value)
     m = _DURATION.match(value) if isinstance(value, str) else None
     if m is None or float(m[1]) <= 0:
-        ck.problem(("approval", "ttl"), "ttl must be a number of seconds or a duration such as"
-                   " 90s, 15m, 8h, 1d", value)
         return None
     return float(m[1]) * _SECONDS[m[2]]
+
+
+def _ttl(ck: Checker, path: Path, value: Any) -> float | None:
+    """``ttl`` of ``[approval]`` or an ``ask`` rule, checked (a problem at ``path``)."""
+    seconds = duration_seconds(value)
+    if seconds is None:
+        ck.problem(path, "ttl must be a number of seconds or a duration such as"
+                   " 90s, 15m, 8h, 1d", value)
+    return seconds
 
 
 def compile_document(
