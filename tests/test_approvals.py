@@ -306,3 +306,39 @@ def test_the_record_keeps_the_arguments_asked_about_whatever_the_approver_does(
     args = json.loads(row["args_redacted"])
     assert args == {"to": "bob", "body": "", "token": ""}
     assert arguments_sha256(args) == row["args_sha256"]
+
+
+def test_an_approval_does_not_cover_a_call_a_hook_moved_off_its_arguments(
+        tmp_path: Path) -> None:
+    from tooltrace.policyfile import load_policy
+
+    @hook("reroute", tools={"send"})
+    def reroute(view: HookView) -> HookDecision | None:
+        if view.arguments.get("body") != "reroute":
+            return None
+        return HookDecision.modify(arguments={**view.arguments, "to": "carol"}, reason="reroute")
+
+    f = tmp_path / "tooltrace.toml"
+    f.write_text('version = 1\ntools = ["send"]\n[[rules]]\nid = "bob-asks"\ndecision = "ask"\n'
+                 'tools = ["send"]\nargs = { to = "^bob$" }\nttl = "10m"\n')
+    ap = Approver(ApprovalDecision(True, who="alice"), ApprovalDecision(True, who="alice"))
+    reg = _registry(tmp_path, ap, hooks=[reroute])
+    load_policy(f, tools=["send"]).apply(reg)
+    moved = reg.call(ToolCall("send", {"to": "bob", "body": "reroute"}))
+    again = reg.call(ToolCall("send", {"to": "bob", "body": "reroute"}))  # reuses, then moved
+    kept = reg.call(ToolCall("send", {"to": "bob", "body": "stay"}))
+    reg.shutdown()
+    assert [e.status for e in (moved, again, kept)] == [Status.OK] * 3
+    assert len(ap.asked) == 2  # carol's arguments need no approval: not asked about them
+    assert _steps(again)[0].decider.startswith("approval:")
+    first, second = _steps(moved)[0].detail, _steps(kept)[0].detail
+    policy = [s for s in moved.steps if s.step == "policy"]
+    assert [s.decision for s in policy] == ["ask", "allow"]
+    assert policy[1].detail["args_sha256"] == arguments_sha256(
+        {"to": "carol", "body": "reroute", "token": ""})
+    with open_store(tmp_path / "home") as store:
+        rows = {r["approval_id"]: r for r in list_approvals(store).dicts()}
+    # The first approval was given about bob's arguments; both calls ran with carol's.
+    assert rows[first["approval_id"]]["covered_calls"] == []
+    assert rows[first["approval_id"]]["uses"] == 0
+    assert rows[second["approval_id"]]["covered_calls"] == [kept.call_id]

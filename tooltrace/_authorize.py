@@ -113,8 +113,12 @@ def authorize(
         d, args, mode, b.run_id, b.call_id, resolved, b.depth, b.parent_tool, b.principal
     )
     decision, rules = reg.policy.evaluate(req)
+    rebound = _rebound(reg, b, args) if hook is not None else None
     if decision is None:
-        if resolved:
+        if rebound is not None:
+            detail = {"rules": list(rules), "paths": resolved, "args_sha256": rebound}
+            b.step(StepName.POLICY, t, "policy", "allow", detail)
+        elif resolved:
             detail = {"rules": list(rules), "paths": resolved}
             b.step(StepName.POLICY, t, "policy", "allow", detail)
         else:
@@ -129,6 +133,8 @@ def authorize(
     if verdict is Verdict.OBSERVE_DENY or verdict is Verdict.OBSERVE_ASK:
         # A rule being rolled out: the call goes on; the step says what it would have done.
         detail = {"reason": reason, "paths": resolved, "rules": list(rules)}
+        if rebound is not None:
+            detail["args_sha256"] = rebound
         b.step(StepName.POLICY, t, decider, str(verdict), detail)
         return None
     if verdict is Verdict.DENY:
@@ -136,6 +142,15 @@ def authorize(
         return b.reject(stage, f"denied by policy rule {decision.rule}: {reason}", d.name)
     t = b.step(StepName.POLICY, t, decider, "ask", {"reason": reason, "paths": resolved})
     return Ask(decision, reason, decider, t)
+
+
+def _rebound(reg: ToolRegistry, b: Builder, args: Mapping[str, Any]) -> str | None:
+    """After a hook changed the arguments of a call already approved: the new arguments'
+    digest, recorded in the policy step so the earlier approval (bound to the old digest) is
+    not counted as covering the call (the ``approvals`` view); else None."""
+    if not any(s.step == "approval" and s.decision == "approve" for s in b.steps):
+        return None
+    return arguments_sha256(redact_args(reg, args))
 
 
 def _scope(

@@ -4,7 +4,10 @@ An approval record (line kind ``a``) says who decided, why, when, about which to
 and argument digest, and until when it may be reused. The calls it covered are the calls whose
 ``approval`` step approved on it: the call it was asked about (decider ``user:<who>``) and every
 later call that reused it within its time to live (decider ``approval:<id>``); both steps name
-the approval in their detail (``approval_id``).
+the approval in their detail (``approval_id``). A call counts only if it ran with the approved
+digest: when a pre-hook later changed its arguments, the policy (or approval) step that judged
+the new arguments records their ``args_sha256``, and a different one there means the approval
+did not cover the call.
 """
 
 from __future__ import annotations
@@ -27,10 +30,20 @@ CREATE OR REPLACE VIEW approvals AS
          coalesce(u.covered_calls, []::VARCHAR[]) AS covered_calls,
          coalesce(u.uses, 0) AS uses, a.writer, a.segment, a.line
   FROM _all_approvals a LEFT JOIN (
-    SELECT json_extract_string(detail, '$.approval_id') AS approval_id,
-           list(DISTINCT call_id ORDER BY call_id) AS covered_calls, count(*) AS uses
-    FROM _all_steps
-    WHERE step = 'approval' AND decision = 'approve' AND detail LIKE '%"approval_id"%'
+    SELECT s.approval_id, list(DISTINCT s.call_id ORDER BY s.call_id) AS covered_calls,
+           count(*) AS uses
+    FROM (
+      SELECT call_id, seq, json_extract_string(detail, '$.approval_id') AS approval_id,
+             json_extract_string(detail, '$.args_sha256') AS digest
+      FROM _all_steps
+      WHERE step = 'approval' AND decision = 'approve' AND detail LIKE '%"approval_id"%'
+    ) s JOIN _all_approvals g ON g.approval_id = s.approval_id
+    WHERE coalesce(s.digest, g.args_sha256) = g.args_sha256
+      AND NOT EXISTS (
+        SELECT 1 FROM _all_steps l
+        WHERE l.call_id = s.call_id AND l.seq > s.seq AND l.step IN ('policy', 'approval')
+          AND l.detail LIKE '%"args_sha256"%'
+          AND json_extract_string(l.detail, '$.args_sha256') <> g.args_sha256)
     GROUP BY 1
   ) u ON u.approval_id = a.approval_id;
 """
