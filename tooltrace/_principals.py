@@ -66,6 +66,19 @@ class RunPrincipals:
             table.bind(run_id, principal)
         return table
 
+    def peek(self, run_id: str, principal: Principal | None) -> Principal | None:
+        """Whom a call of ``run_id`` naming ``principal`` would act as, binding nothing (a
+        principal the run would refuse is given as the run's)."""
+        with self._lock:
+            bound = self._by_run.get(run_id)
+        if principal is None or bound is None:
+            return principal or bound
+        if not _names_whom(principal):
+            return bound if principal.agent is None else \
+                msgspec.structs.replace(bound, agent=principal.agent)
+        return principal if _whom(principal) == _whom(bound) or not _names_whom(bound) \
+            else bound
+
     def bind(self, run_id: str, principal: Principal | None) -> tuple[Principal | None, bool]:
         """``(the call's principal, True)``, binding the run to ``principal`` when it is the
         run's first to name a user, tenant or role; ``(the run's principal, False)`` when

@@ -243,6 +243,13 @@ class ToolRegistry:
         See ``tooltrace._listing``."""
         return tool_listing(self, mode, expand)
 
+    def acting_principal(
+        self, run_id: str | None = None, principal: Principal | None = None
+    ) -> Principal | None:
+        """Whom a call of ``run_id`` (default: this registry's run) naming ``principal`` would
+        act as, the run's binding applied; binds nothing (for judging a call before it runs)."""
+        return self._principals.peek(run_id or self.run_id, principal)
+
     def tool_names(self) -> frozenset[str]:
         """Names of the registered tools: the closed set of metric label values."""
         return frozenset(self._table.active)

@@ -485,3 +485,37 @@ def test_bypass_an_agent_run_never_reaches_the_side_effect(
     assert seen["c1"].startswith(f"Error: {expected}")
     assert seen["c2"].startswith("Error: " + expected.replace("touch", "write_marker", 1))
     assert [r.reject_stage for r in sink.records] == [Stage.HOOK] * 3
+
+
+@dataclass(frozen=True)
+class AnnAsks:
+    """Asks about ann's calls only (a rule on the principal). The SDK gives ``needs_approval``
+    no agent, so the pre-check cannot judge a rule on the agent's name (the registry, when the
+    call runs, then refuses what it asks about: it never runs unapproved)."""
+
+    name: str = "ann_asks"
+
+    def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
+        p = request.principal
+        if p is not None and p.user == "ann":
+            return PolicyDecision(Verdict.ASK, self.name, "ann's deploys need a second look")
+        return None
+
+
+@pytest.mark.parametrize(("user", "asked"), [("ann", True), ("bob", False)])
+def test_the_approval_precheck_judges_the_calls_principal_and_agent(
+    make_registry: MakeRegistry, sink: RecordingSink, user: str, asked: bool
+) -> None:
+    approvals = FrameworkApprover()
+    reg = make_registry(deploy, approver=approvals, policy=Policy([AnnAsks()]))
+    model = script(call("deploy", "c1", env="prod"))
+    tools = as_function_tools(reg, approvals=approvals, principal=Principal(user=user))
+    result = run(model, tools)
+    if asked:  # the SDK interrupts: nothing reached the registry to be refused there
+        assert [i.raw_item.call_id for i in result.interruptions] == ["c1"]
+        assert sink.records == []
+    else:
+        assert result.final_output == "done" and not result.interruptions
+        (rec,) = sink.records
+        assert rec.status is Status.OK and rec.principal == Principal(user="bob", agent="t")
+        assert not any(str(st.step) == "approval" for st in rec.steps)

@@ -506,3 +506,38 @@ def test_bypass_an_agent_run_never_reaches_the_side_effect(
     assert s3.seen["m3"].startswith(f"Error: {expected}")
     assert s2.seen["m2"].startswith("Error: " + expected.replace("touch", "write_marker", 1))
     assert [r.reject_stage for r in sink.records] == [Stage.HOOK] * 4
+
+
+@dataclass(frozen=True)
+class AnnAsks:
+    """Asks about ann's calls made by the agent ``ops`` only (a rule on the principal)."""
+
+    name: str = "ann_asks"
+
+    def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
+        p = request.principal
+        if p is not None and p.user == "ann" and p.agent == "ops":
+            return PolicyDecision(Verdict.ASK, self.name, "ann's deploys need a second look")
+        return None
+
+
+@pytest.mark.parametrize(("user", "asked"), [("ann", True), ("bob", False)])
+def test_the_approval_precheck_judges_the_calls_principal_and_agent(
+    make_registry: MakeRegistry, sink: RecordingSink, user: str, asked: bool
+) -> None:
+    approvals = FrameworkApprover()
+    reg = make_registry(deploy, approver=approvals, policy=Policy([AnnAsks()]))
+    script = Script(call("deploy", "m1", env="prod"))
+    agent = Agent(FunctionModel(script), name="ops", output_type=[str, DeferredToolRequests],
+                  capabilities=[Tooltrace(reg, approvals=approvals,
+                                          principal=Principal(user=user))])
+    out = agent.run_sync("go").output
+    if asked:  # the run stops for a person: nothing reached the registry to be refused there
+        assert isinstance(out, DeferredToolRequests)
+        assert [c.tool_call_id for c in out.approvals] == ["m1"]
+        assert sink.records == []
+    else:
+        assert out == "done"
+        (rec,) = sink.records
+        assert rec.status is Status.OK and rec.principal == Principal(user="bob", agent="ops")
+        assert not any(str(st.step) == "approval" for st in rec.steps)

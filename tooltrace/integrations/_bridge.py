@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from ..adapters import acting_principal
+from ..envelope import Principal
 from ..policy import ApprovalDecision, ApprovalRequest, PolicyRequest, Verdict
 
 if TYPE_CHECKING:
@@ -29,16 +31,22 @@ def approval_reason(
     mode: str,
     run_id: str | None,
     call_id: str,
+    principal: Principal | None = None,
+    agent: object = None,
 ) -> str | None:
     """Why policy would ask a person about this call, or None when it would not.
 
     Used to tell a framework a call needs its approval flow; the registry still decides when
-    the call runs (a rule that errors here is left to it).
+    the call runs (a rule that errors here is left to it). ``principal`` and ``agent`` are the
+    adapter's, as for ``make_call``: the policy is asked about the principal the call would
+    act as (``acting_principal``, then the run's binding), as the registry's policy step is.
     """
     definition = registry.definition(name)
     if definition is None or not isinstance(arguments, Mapping):
         return None
-    request = PolicyRequest(definition, arguments, mode, run_id or registry.run_id, call_id)
+    run = run_id or registry.run_id
+    who = registry.acting_principal(run, acting_principal(principal, agent))
+    request = PolicyRequest(definition, arguments, mode, run, call_id, principal=who)
     try:
         decision, _ = registry.policy.evaluate(request)
     except Exception:

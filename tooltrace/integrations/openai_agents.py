@@ -24,7 +24,10 @@ approves with ``RunState.approve`` and the resumed call is approved in the regis
 
 Principal: ``principal=`` says whom the calls act for; the agent acting is the SDK's current
 agent (``ToolContext.agent.name``, so a hand-off shows in each call's principal) unless
-``principal`` names one.
+``principal`` names one. ``needs_approval`` asks the policy about that principal too, but the
+SDK does not tell it which agent acts: a rule on the agent's name is judged there only when
+``principal`` names the agent (otherwise the registry, asking when the call runs, refuses it at
+stage ``approval``: it never runs unapproved).
 """
 
 from __future__ import annotations
@@ -150,17 +153,23 @@ class _Invoker:
 
 
 def _asks(
-    registry: ToolRegistry, name: str, mode: str, run_id: str | None, also: NeedsApproval
+    registry: ToolRegistry, name: str, mode: str, run_id: str | None, also: NeedsApproval,
+    principal: Principal | None = None,
 ) -> NeedsApproval:
-    """``needs_approval``: the tool's own setting, or policy asking about this call."""
+    """``needs_approval``: the tool's own setting, or policy asking about this call (for the
+    principal it would act as: ``principal`` with the SDK's acting agent)."""
 
     async def needs_approval(ctx: RunContextWrapper[Any], params: dict[str, Any], cid: str) -> bool:
         if also is True:
             return True
         if callable(also) and await also(ctx, params, cid):
             return True
+        # The SDK hands needs_approval a RunContextWrapper without the agent acting (a
+        # ToolContext would name it): a rule on the agent's name is judged without it here.
+        agent = getattr(ctx, "agent", None)
         reason = approval_reason(
-            registry, name, params, mode=mode, run_id=run_id, call_id=new_call_id()
+            registry, name, params, mode=mode, run_id=run_id, call_id=new_call_id(),
+            principal=principal, agent=getattr(agent, "name", None),
         )
         return reason is not None
 
@@ -212,7 +221,8 @@ def as_function_tools(
                 ),
                 strict_json_schema=_is_strict(schema),
                 needs_approval=(
-                    _asks(registry, d.name, mode, run_id, False) if approvals is not None else False
+                    _asks(registry, d.name, mode, run_id, False, principal)
+                    if approvals is not None else False
                 ),
             )
         )
@@ -290,6 +300,7 @@ def adopt(
             principal=principal,
         )
         if approvals is not None:
-            wrapped.needs_approval = _asks(registry, t.name, mode, run_id, t.needs_approval)
+            wrapped.needs_approval = _asks(
+                registry, t.name, mode, run_id, t.needs_approval, principal)
         out.append(wrapped)
     return out

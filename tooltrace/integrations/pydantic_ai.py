@@ -91,7 +91,8 @@ async def _run(
     approved = ctx.tool_call_approved
     if approvals is not None and not approved:
         reason = approval_reason(
-            registry, name, arguments, mode=mode, run_id=run, call_id=new_call_id()
+            registry, name, arguments, mode=mode, run_id=run, call_id=new_call_id(),
+            principal=principal, agent=None if ctx.agent is None else ctx.agent.name,
         )
         if reason is not None:
             # Pydantic AI's convention: the run stops with the call in DeferredToolRequests.
