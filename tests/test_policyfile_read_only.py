@@ -4,6 +4,8 @@ built-in tools, and through what-if over the trail those calls wrote."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -13,8 +15,9 @@ from click.testing import CliRunner
 from tooltrace import create_registry
 from tooltrace.cli import main
 from tooltrace.envelope import ToolCall, ToolResultEnvelope
-from tooltrace.paths import PathPolicyError
-from tooltrace.policyfile import check_policy
+from tooltrace.policyfile import PolicyFileError, check_policy
+
+TOOLTRACE = Path(sys.executable).parent / "tooltrace"
 
 DENY = '["**/.env", "**/*.pem", "**/id_*"]'
 
@@ -103,10 +106,17 @@ def test_a_root_must_be_a_plain_directory(tree: Path) -> None:
     problems = check_policy(f)
     assert [(p.line, p.message) for p in problems] == [
         (2, "an absolute read-only root must be a directory (no glob, no '..')")] * 2
-    f.write_text(f'[paths]\nread_only = ["{tree}/nowhere"]\n')
-    with pytest.raises(PathPolicyError, match="read-only root is not a directory"):
-        create_registry(tree / "ws", home=tree / "h3", metrics=False, logging=False,
-                        audit=False, policy_file=f)
+    for missing in (tree / "nowhere", tree / "ro/guide.txt"):  # absent; a file
+        f.write_text(f'[paths]\ndeny = ["**/.env"]\nread_only = ["vendor", "{missing}"]\n')
+        res = subprocess.run([str(TOOLTRACE), "policy", "check", str(f)], capture_output=True,
+                             text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
+        assert res.returncode == 2, res.stdout + res.stderr
+        out = res.stdout + res.stderr
+        assert f"{f}:3:1: a read-only root must be an existing directory" in out, out
+        with pytest.raises(PolicyFileError) as info:
+            create_registry(tree / "ws", home=tree / "h3", metrics=False, logging=False,
+                            audit=False, policy_file=f)
+        assert [(p.line, p.column) for p in info.value.problems] == [(3, 1)]
 
 
 def _whatif(tree: Path, candidate: Path) -> dict:  # type: ignore[type-arg]

@@ -218,6 +218,9 @@ class _Compiler:
             if any(c in g for c in "*?[") or ".." in g.split("/"):
                 self.ck.problem(("paths", "read_only", i), "an absolute read-only root must be"
                                 " a directory (no glob, no '..')")
+            elif not os.path.isdir(g):
+                self.ck.problem(("paths", "read_only", i), "a read-only root must be an existing"
+                                " directory (it is not one here)")
             else:
                 out.append(g)
         return tuple(out)
