@@ -112,11 +112,11 @@ def test_a_root_must_be_a_plain_directory(tree: Path) -> None:
                              text=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
         assert res.returncode == 2, res.stdout + res.stderr
         out = res.stdout + res.stderr
-        assert f"{f}:3:1: a read-only root must be an existing directory" in out, out
+        assert f"{f}:3:24: a read-only root must be an existing directory" in out, out
         with pytest.raises(PolicyFileError) as info:
             create_registry(tree / "ws", home=tree / "h3", metrics=False, logging=False,
                             audit=False, policy_file=f)
-        assert [(p.line, p.column) for p in info.value.problems] == [(3, 1)]
+        assert [(p.line, p.column) for p in info.value.problems] == [(3, 24)]
 
 
 def _whatif(tree: Path, candidate: Path) -> dict:  # type: ignore[type-arg]

@@ -217,10 +217,10 @@ class _Compiler:
                 continue
             if any(c in g for c in "*?[") or ".." in g.split("/"):
                 self.ck.problem(("paths", "read_only", i), "an absolute read-only root must be"
-                                " a directory (no glob, no '..')")
+                                " a directory (no glob, no '..')", g)
             elif not os.path.isdir(g):
                 self.ck.problem(("paths", "read_only", i), "a read-only root must be an existing"
-                                " directory (it is not one here)")
+                                " directory (it is not one here)", g)
             else:
                 out.append(g)
         return tuple(out)
@@ -269,7 +269,7 @@ class _Compiler:
             if "deny" in hosts else ()
         ttl = _ttl(ck, (*path, "ttl"), t["ttl"]) if "ttl" in t else None
         if "ttl" in t and decision == "deny":
-            ck.problem((*path, "ttl"), "ttl is only for rules with decision = \"ask\"")
+            ck.problem((*path, "ttl"), "ttl is only for rules with decision = \"ask\"", t["ttl"])
         if rid is None or decision is None or reason is None:
             return None
         rule = PatternRule(
