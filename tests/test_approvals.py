@@ -314,22 +314,27 @@ def test_an_approval_does_not_cover_a_call_a_hook_moved_off_its_arguments(
 
     @hook("reroute", tools={"send"})
     def reroute(view: HookView) -> HookDecision | None:
-        if view.arguments.get("body") != "reroute":
+        to = {"reroute": "carol", "evil": "mallory"}.get(view.arguments.get("body", ""))
+        if to is None:
             return None
-        return HookDecision.modify(arguments={**view.arguments, "to": "carol"}, reason="reroute")
+        return HookDecision.modify(arguments={**view.arguments, "to": to}, reason="reroute")
 
     f = tmp_path / "tooltrace.toml"
     f.write_text('version = 1\ntools = ["send"]\n[[rules]]\nid = "bob-asks"\ndecision = "ask"\n'
-                 'tools = ["send"]\nargs = { to = "^bob$" }\nttl = "10m"\n')
-    ap = Approver(ApprovalDecision(True, who="alice"), ApprovalDecision(True, who="alice"))
+                 'tools = ["send"]\nargs = { to = "^bob$" }\nttl = "10m"\n'
+                 '[[rules]]\nid = "no-mallory"\ntools = ["send"]\nargs = { to = "^mallory$" }\n')
+    ap = Approver(ApprovalDecision(True, who="alice"), ApprovalDecision(True, who="alice"),
+                  ApprovalDecision(True, who="alice"))
     reg = _registry(tmp_path, ap, hooks=[reroute])
     load_policy(f, tools=["send"]).apply(reg)
     moved = reg.call(ToolCall("send", {"to": "bob", "body": "reroute"}))
     again = reg.call(ToolCall("send", {"to": "bob", "body": "reroute"}))  # reuses, then moved
     kept = reg.call(ToolCall("send", {"to": "bob", "body": "stay"}))
+    denied = reg.call(ToolCall("send", {"to": "bob", "body": "evil"}))  # moved, then denied
     reg.shutdown()
     assert [e.status for e in (moved, again, kept)] == [Status.OK] * 3
-    assert len(ap.asked) == 2  # carol's arguments need no approval: not asked about them
+    # carol's arguments need no approval (not asked about them); mallory's are denied.
+    assert denied.status is Status.REJECTED and len(ap.asked) == 3
     assert _steps(again)[0].decider.startswith("approval:")
     first, second = _steps(moved)[0].detail, _steps(kept)[0].detail
     policy = [s for s in moved.steps if s.step == "policy"]
@@ -342,3 +347,4 @@ def test_an_approval_does_not_cover_a_call_a_hook_moved_off_its_arguments(
     assert rows[first["approval_id"]]["covered_calls"] == []
     assert rows[first["approval_id"]]["uses"] == 0
     assert rows[second["approval_id"]]["covered_calls"] == [kept.call_id]
+    assert rows[_steps(denied)[0].detail["approval_id"]]["covered_calls"] == []

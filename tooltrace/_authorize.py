@@ -138,7 +138,10 @@ def authorize(
         b.step(StepName.POLICY, t, decider, str(verdict), detail)
         return None
     if verdict is Verdict.DENY:
-        b.step(StepName.POLICY, t, decider, "deny", {"reason": reason, "paths": resolved})
+        detail = {"reason": reason, "paths": resolved}
+        if rebound is not None:
+            detail["args_sha256"] = rebound
+        b.step(StepName.POLICY, t, decider, "deny", detail)
         return b.reject(stage, f"denied by policy rule {decision.rule}: {reason}", d.name)
     t = b.step(StepName.POLICY, t, decider, "ask", {"reason": reason, "paths": resolved})
     return Ask(decision, reason, decider, t)
