@@ -62,7 +62,7 @@ EDITS: tuple[Edit, ...] = (
     # -- call events and progress: the hub's "does anyone listen" checks, the progress
     # report held back by the rate limit, and the context's progress fields.
     Edit("events", f"{_S}:pipeline",
-         "    if ctx.marks is not None or ctx._pending is not None:\n"
+         "    if ctx._pseq:  # the tool reported progress\n"
          "        keep_progress(b, ctx)\n"),
     Edit("events", f"{_S}:start", "        reg._hub,\n"),
     Edit("events", f"{_S}:start",
@@ -73,9 +73,11 @@ EDITS: tuple[Edit, ...] = (
     Edit("events", f"{_C}:CallContext.__init__",
          "        #: The progress reports kept for the record (bounded; None until the first).\n"
          "        self.marks: list[ProgressMark] | None = None\n"
-         "        self._pseq = 0\n"
-         "        self._pnext = 0.0\n"
-         "        self._pending: tuple[int, int, float, float | None, str | None] | None = None\n"),
+         "        # How many reports the tool made; the rate limit's fields (``_pnext``, "
+         "``_pending``)\n"
+         "        # are set by the first report, so a call that reports none pays for them not "
+         "at all.\n"
+         "        self._pseq = 0\n"),
     Edit("events", f"{_R}:Builder.__init__",
          "        #: The progress marks the tool reported (set when it returns).\n"
          "        self.progress: tuple[ProgressMark, ...] = ()\n"
@@ -101,12 +103,12 @@ EDITS: tuple[Edit, ...] = (
          "            return b.refused()\n", ")\n"),
     Edit("snapshots", f"{_S}:start", "    args: Mapping[str, Any] | None = None,\n"),
     Edit("snapshots", f"{_S}:start",
-         "    taken = snapshot_before(reg, b, d, args) if d.writes and args is not None else ()\n"
-         "    if taken is None:\n"
-         "        return None\n"),
-    Edit("snapshots", f"{_S}:start",
-         "    if taken:\n"
-         "        ctx.snapshots = {s.param: s for s in taken}\n"),
+         "    if d.writes and args is not None:\n"
+         "        taken = snapshot_before(reg, b, d, args)\n"
+         "        if taken is None:\n"
+         "            return None\n"
+         "        if taken:\n"
+         "            ctx.snapshots = {s.param: s for s in taken}\n"),
     Edit("snapshots", f"{_F}:finish",
          "    if ctx.snapshots:\n"
          "        snapshot_after(reg, b, d.name, tuple(ctx.snapshots.values()), "
@@ -135,15 +137,9 @@ EDITS: tuple[Edit, ...] = (
     Edit("nested", f"{_S}:start", "    parent: CallContext | None = None,\n"),
     Edit("nested", f"{_S}:start",
          "    if parent is not None:\n"
-         "        timeout = min(timeout, max(parent.remaining(), 0.001))\n"),
-    Edit("nested", f"{_S}:start",
-         "        b.mode,\n"
-         "        b.depth,\n"
-         "        b.parent_call_id,\n"),
+         "        nest(ctx, parent, b)\n"),
+    Edit("nested", f"{_S}:start", "        b.mode,\n"),
     Edit("nested", f"{_S}:start", "    ctx._span = span\n"),
-    Edit("nested", f"{_S}:start",
-         "    if parent is not None:\n"
-         "        parent.on_cancel(ctx.stop_with_parent)\n"),
     Edit("nested", f"{_A}:authorize",
          "    if b.depth > reg.max_depth:\n"
          "        why = f\"nested {b.depth} calls deep; the maximum is {reg.max_depth}\"\n"

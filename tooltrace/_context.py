@@ -76,6 +76,10 @@ class CallContext:
         "workspace",
     )
 
+    # Set by the first progress report (read only once ``_pseq`` is not 0).
+    _pnext: float
+    _pending: tuple[int, int, float, float | None, str | None] | None
+
     def __init__(
         self,
         call_id: str,
@@ -128,9 +132,9 @@ class CallContext:
         self.parent_call_id = parent_call_id
         #: The progress reports kept for the record (bounded; None until the first).
         self.marks: list[ProgressMark] | None = None
+        # How many reports the tool made; the rate limit's fields (``_pnext``, ``_pending``)
+        # are set by the first report, so a call that reports none pays for them not at all.
         self._pseq = 0
-        self._pnext = 0.0
-        self._pending: tuple[int, int, float, float | None, str | None] | None = None
         #: The call's span, made current around a nested call's start (set by the registry).
         self._span: OpenSpan | None = None
         #: The files the registry snapshotted before the call, by argument (set by the
@@ -234,7 +238,7 @@ class CallContext:
         self._pseq = seq + 1
         at_us = time.time_ns() // 1000
         now = time.monotonic()
-        if now < self._pnext and (total is None or done < total):
+        if seq and now < self._pnext and (total is None or done < total):
             self._pending = (seq, at_us, done, total, message)
             return
         self._pending = None
@@ -245,6 +249,8 @@ class CallContext:
     def flush_progress(self) -> None:
         """Publish the report the rate limit held back, if any (the registry calls this when
         the call returns)."""
+        if not self._pseq:  # no report yet: nothing held back
+            return
         pending, self._pending = self._pending, None
         if pending is not None:
             self._publish(*pending)

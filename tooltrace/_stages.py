@@ -154,7 +154,7 @@ def pipeline(
     finally:
         if not released:
             reg._admission.release(d.name)
-    if ctx.marks is not None or ctx._pending is not None:
+    if ctx._pseq:  # the tool reported progress
         keep_progress(b, ctx)
     env: ToolResultEnvelope | None = None
     try:
@@ -301,11 +301,6 @@ def start(
     """The running call's context, registered as running (``cancel()`` finds it there). A
     nested call's deadline is at most its parent's, and it is signalled with its parent. The
     files a tool declares it writes are snapshotted first: None if one cannot be (refused)."""
-    taken = snapshot_before(reg, b, d, args) if d.writes and args is not None else ()
-    if taken is None:
-        return None
-    if parent is not None:
-        timeout = min(timeout, max(parent.remaining(), 0.001))
     span = b.span
     ctx = CallContext(  # positional: this runs on every call
         b.call_id,
@@ -319,22 +314,36 @@ def start(
         reg._emit_late_fn,
         reg._hub,
         b.mode,
-        b.depth,
-        b.parent_call_id,
     )
     ctx._span = span
-    if taken:
-        ctx.snapshots = {s.param: s for s in taken}
+    if d.writes and args is not None:
+        taken = snapshot_before(reg, b, d, args)
+        if taken is None:
+            return None
+        if taken:
+            ctx.snapshots = {s.param: s for s in taken}
+    if parent is not None:
+        nest(ctx, parent, b)
     # Plain dict operations are atomic under the GIL; cancel() copies before iterating.
     reg._active[b.call_id] = ctx
     if b.call_id in reg._cancel_early:  # cancelled while it was being admitted
         ctx.signal("cancel")
     b.execution_started = True
-    if parent is not None:
-        parent.on_cancel(ctx.stop_with_parent)
     if reg._hub.started:
         reg._hub.call_started(ctx)
     return ctx
+
+
+def nest(ctx: CallContext, parent: CallContext, b: Builder) -> None:
+    """Make ``ctx`` its parent's child: one level deeper, its deadline at most the parent's,
+    signalled with the parent."""
+    ctx.depth = b.depth
+    ctx.parent_call_id = b.parent_call_id
+    left = max(parent.remaining(), 0.001)
+    if left < ctx.timeout_s:
+        ctx.timeout_s = left
+        ctx.deadline = time.monotonic() + left
+    parent.on_cancel(ctx.stop_with_parent)
 
 
 def keep_progress(b: Builder, ctx: CallContext) -> None:
