@@ -80,18 +80,12 @@ EDITS: tuple[Edit, ...] = (
          "        self._pseq = 0\n"),
     Edit("events", f"{_R}:Builder.__init__",
          "        #: The progress marks the tool reported (set when it returns).\n"
-         "        self.progress: tuple[ProgressMark, ...] = ()\n"
-         "        #: Subscribers of step events (an empty tuple, read once per call, when none).\n"
-         "        self.step_subs = reg._hub.step\n"),
+         "        self.progress: tuple[ProgressMark, ...] = ()\n"),
     Edit("events", f"{_R}:Builder.envelope", "            self.progress,\n",
          "            (),\n"),
-    Edit("events", f"{_R}:Builder.step",
-         "        if self.step_subs:\n"
-         "            e = self.entry\n"
-         "            self.reg._hub.call_step(\n"
-         "                self.call_id, self.run_id, e.definition.name if e else UNREGISTERED, "
-         "steps[-1]\n"
-         "            )\n"),
+    Edit("events", f"{_S}:pipeline",
+         "WatchedBuilder(reg, t_wall, t0) if reg._hub.step else Builder(reg, t_wall, t0)",
+         "Builder(reg, t_wall, t0)"),
     Edit("events", f"{_R}:Builder.emit",
          "        if reg._hub.finished:\n"
          "            reg._hub.call_finished(rec)\n"),

@@ -38,6 +38,7 @@ __all__ = [
     "UNREGISTERED",
     "VETTED",
     "Builder",
+    "WatchedBuilder",
     "detached",
     "error_text",
     "recorded_steps",
@@ -116,7 +117,6 @@ class Builder:
         "reg",
         "run_id",
         "span",
-        "step_subs",
         "steps",
         "t0",
         "t_wall",
@@ -147,8 +147,6 @@ class Builder:
         self.parent_tool: str | None = None
         #: The progress marks the tool reported (set when it returns).
         self.progress: tuple[ProgressMark, ...] = ()
-        #: Subscribers of step events (an empty tuple, read once per call, when none).
-        self.step_subs = reg._hub.step
 
     def us(self, perf_ns: int) -> int:
         """Wall-clock microseconds of a ``perf_counter_ns`` reading."""
@@ -177,11 +175,6 @@ class Builder:
                 detail,
             )
         )
-        if self.step_subs:
-            e = self.entry
-            self.reg._hub.call_step(
-                self.call_id, self.run_id, e.definition.name if e else UNREGISTERED, steps[-1]
-            )
         return now
 
     def reject(
@@ -296,6 +289,25 @@ class Builder:
         if reg._hub.finished:
             reg._hub.call_finished(rec)
         return env
+
+
+class WatchedBuilder(Builder):
+    """A ``Builder`` that also publishes each step to the registry's step subscribers (the
+    pipeline makes one only when someone subscribed to steps, so a call nobody watches does
+    not check for them at every step)."""
+
+    __slots__ = ()
+
+    def step(
+        self, name: str, t: int, decider: str, decision: str, detail: Mapping[str, Any] | None
+    ) -> int:
+        """``Builder.step``, then the step handed to the subscribers."""
+        now = Builder.step(self, name, t, decider, decision, detail)
+        e = self.entry
+        self.reg._hub.call_step(
+            self.call_id, self.run_id, e.definition.name if e else UNREGISTERED, self.steps[-1]
+        )
+        return now
 
 
 def recorded_steps(reg: ToolRegistry, steps: list[Step]) -> tuple[Step, ...]:

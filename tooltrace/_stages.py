@@ -30,7 +30,15 @@ from ._context import CallContext
 from ._execute import Execute, execute_blocking, execute_inline
 from ._hookstages import RunHook, post_hooks, pre_hooks
 from ._outcome import Outcome
-from ._record import UNREGISTERED, VETTED, Builder, error_text, redact_args, safe_name
+from ._record import (
+    UNREGISTERED,
+    VETTED,
+    Builder,
+    WatchedBuilder,
+    error_text,
+    redact_args,
+    safe_name,
+)
 from ._result import finish
 from ._sanitise import sanitise
 from ._snapshotstage import snapshot_before
@@ -92,12 +100,12 @@ def pipeline(
     reg: ToolRegistry, raw: RawCall, blocking: bool = False, parent: CallContext | None = None
 ) -> Pipeline:
     """One call's pipeline (``blocking``: driven by ``call()``; ``parent``: see ``nested``)."""
-    b = Builder(reg, time.time_ns() // 1000, _perf_ns())
+    t_wall, t0 = time.time_ns() // 1000, _perf_ns()
+    b = WatchedBuilder(reg, t_wall, t0) if reg._hub.step else Builder(reg, t_wall, t0)
     call = sanitise(reg, b, raw)
     if call is None:
         return b.refused()
-    # Read as Any: a ToolCall built in code may hold anything in these (they are checked by
-    # the stages), and compiled code would raise a TypeError reading them as declared.
+    # As Any: a ToolCall may hold anything here (the stages check), compiled code would raise.
     untyped: Any = call
     raw_args = arguments(reg, b, untyped.arguments)
     entry = resolve(reg, b, untyped.name) if not parent else nested(reg, b, parent, untyped.name)
