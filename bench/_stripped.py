@@ -102,7 +102,9 @@ EDITS: tuple[Edit, ...] = (
          "        if taken is None:\n"
          "            return None\n"
          "        if taken:\n"
-         "            ctx.snapshots = {s.param: s for s in taken}\n"),
+         "            ctx.snapshots = {s.param: s for s in taken}\n"
+         "        ctx.start_clock()  # the deadline counts from after the snapshot, as for any "
+         "tool\n"),
     Edit("snapshots", f"{_F}:finish",
          "    if ctx.snapshots:\n"
          "        snapshot_after(reg, b, d.name, tuple(ctx.snapshots.values()), "

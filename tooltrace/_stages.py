@@ -330,6 +330,7 @@ def start(
             return None
         if taken:
             ctx.snapshots = {s.param: s for s in taken}
+        ctx.start_clock()  # the deadline counts from after the snapshot, as for any tool
     if parent is not None:
         nest(ctx, parent, b)
     # Plain dict operations are atomic under the GIL; cancel() copies before iterating.
