@@ -280,10 +280,11 @@ def test_a_real_mcp_servers_tools_are_a_group_named_for_it(tmp_path: Path) -> No
     # The server's tools, and the registry entries through which its resources and prompts are
     # read (policed and audited like calls; the proxy's own tools/list leaves those out).
     server_tools = ["convert_time", "get_current_time"]
-    protocol = ["mcp.clock.get_prompt", "mcp.clock.read_resource"]
+    protocol = ["mcp.clock.elicitation", "mcp.clock.get_prompt", "mcp.clock.read_resource",
+                "mcp.clock.roots", "mcp.clock.sampling"]
     clock = next(g for g in result.groups if g.name == "clock")
     names = sorted([*server_tools, *protocol])
-    assert clock.tools == 4 and clock.description == "Tools: " + ", ".join(names)
+    assert clock.tools == len(names) and clock.description == "Tools: " + ", ".join(names)
     assert "get_current_time" not in [d.name for d in result.tools]
     assert loaded.ok
     assert [t["name"] for t in loaded.data["tools"]] == names

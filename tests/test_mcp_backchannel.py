@@ -55,6 +55,7 @@ args = [{json.dumps(ASKING)}]
 
     res = asyncio.run(scenario())
     res["rows"] = list(audit_rows(tmp / "home").values())
+    res["home"] = tmp / "home"
     return res
 
 
@@ -105,9 +106,34 @@ def test_answers_are_not_logged_and_calls_are_audited(answered: dict[str, Any]) 
     assert SECRET not in answered["stderr"]
     assert "hi from the client" not in answered["stderr"]
     assert "refused" not in answered["stderr"]
-    tools = sorted(r["tool"] for r in answered["rows"])
+    tools = sorted(r["tool"] for r in answered["rows"] if not r["tool"].startswith("mcp."))
     assert tools == ["ask", "roots", "sample"]
     assert SECRET not in json.dumps([r["result_preview"] for r in answered["rows"]])
+
+
+def test_each_server_request_is_audited_as_a_child_of_its_call(answered: dict[str, Any]
+                                                                ) -> None:
+    by_tool = {r["tool"]: r for r in answered["rows"]}
+    for tool, kind, method in (("sample", "sampling", "sampling/createMessage"),
+                               ("ask", "elicitation", "elicitation/create"),
+                               ("roots", "roots", "roots/list")):
+        row = by_tool[f"mcp.asking.{kind}"]
+        assert row["parent_call_id"] == by_tool[tool]["call_id"], kind
+        assert (row["status"], row["error_type"]) == ("ok", None), kind
+        args = json.loads(row["args_redacted"])
+        assert args["method"] == method and args["in_call"] is True, kind
+        assert "answered" in row["result_preview"], kind
+        assert row["elapsed_ms"] is not None and row["elapsed_ms"] >= 0
+    assert "test-model" in by_tool["mcp.asking.sampling"]["result_preview"]
+    assert "accept" in by_tool["mcp.asking.elicitation"]["result_preview"]
+    # Sizes, never the content: the message's secret and its system prompt (which only the
+    # sampling request carries) are in no file of the trail (segments, DuckDB, Parquet).
+    files = [p for p in answered["home"].rglob("*") if p.is_file()]
+    assert files
+    for p in files:
+        data = p.read_bytes()
+        assert SECRET.encode() not in data, p
+        assert b"be brief" not in data, p
 
 
 def test_a_client_without_the_capabilities_gets_tool_errors(
@@ -119,6 +145,10 @@ def test_a_client_without_the_capabilities_gets_tool_errors(
         assert res[tool].is_error, tool
         assert message in text_of(res[tool]), (tool, text_of(res[tool]))
     assert "client lacks capability" in res["stderr"]
+    declined = {r["tool"]: (r["status"], r["error_type"]) for r in res["rows"]
+                if r["tool"].startswith("mcp.")}
+    assert declined == {f"mcp.asking.{k}": ("failed", "declined")
+                        for k in ("sampling", "elicitation", "roots")}
 
 
 def test_sampling_over_streamable_http(tmp_path: Path) -> None:
@@ -151,6 +181,15 @@ def test_sampling_over_streamable_http(tmp_path: Path) -> None:
         else:
             pytest.fail("the proxy exited before listening")
         res = asyncio.run(scenario())
+        # A client without a session id is refused before anything is forwarded: no request
+        # of it can reach an upstream, so no server-to-client request can be routed to it.
+        import httpx
+
+        sessionless = [httpx.post(f"http://127.0.0.1:{port}/mcp", json={
+            "jsonrpc": "2.0", "id": n, "method": "tools/call",
+            "params": {"name": "sample", "arguments": {"prompt": "hi"}}}, headers={
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2025-06-18"}, timeout=30) for n in (1, 2)]
     finally:
         proc.terminate()
         try:
@@ -160,3 +199,7 @@ def test_sampling_over_streamable_http(tmp_path: Path) -> None:
             proc.wait(timeout=30)
     assert not res.is_error, text_of(res)
     assert json.loads(text_of(res)) == {"model": "http-model", "text": "over http"}
+    for r in sessionless:
+        assert r.status_code == 400 and "Missing session ID" in r.text, r.text
+    rows = audit_rows(tmp_path / "home").values()
+    assert sorted(r["tool"] for r in rows) == ["mcp.asking.sampling", "sample"]

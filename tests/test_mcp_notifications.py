@@ -133,5 +133,25 @@ def test_requests_while_serving_a_read_or_a_prompt_reach_the_client(out: dict[st
     [message] = out["prompt"].messages
     assert message.content.text == "stdio-model: sampled"
     assert "sampled" not in out["stderr"]
-    kinds = sorted(r["tool"] for r in out["rows"] if r["tool"].startswith("mcp."))
-    assert kinds == ["mcp.notifying.get_prompt", "mcp.notifying.read_resource"]
+    kinds = sorted({r["tool"] for r in out["rows"] if r["tool"].startswith("mcp.")})
+    assert kinds == ["mcp.notifying.get_prompt", "mcp.notifying.read_resource",
+                     "mcp.notifying.roots", "mcp.notifying.sampling"]
+
+
+def test_server_requests_are_audited_in_and_outside_calls(out: dict[str, Any]) -> None:
+    by_id = {r["call_id"]: r for r in out["rows"]}
+    asked = [r for r in out["rows"] if r["tool"] in ("mcp.notifying.roots",
+                                                      "mcp.notifying.sampling")]
+    assert all((r["status"], r["error_type"]) == ("ok", None) for r in asked)
+    parents = {(r["tool"], by_id[r["parent_call_id"]]["tool"]) for r in asked
+               if r["parent_call_id"]}
+    # A roots/list the upstream sends on its own while a seen_roots call is in flight over
+    # stdio is recorded on that call (the one request it can be tied to).
+    assert parents - {("mcp.notifying.roots", "seen_roots")} == {
+        ("mcp.notifying.roots", "mcp.notifying.read_resource"),
+        ("mcp.notifying.sampling", "mcp.notifying.get_prompt")}
+    # On its own with no call in flight (right after the upstream's initialize): its own call.
+    alone = [r for r in asked if not r["parent_call_id"]]
+    assert alone and {r["tool"] for r in alone} == {"mcp.notifying.roots"}
+    assert all(json.loads(r["args_redacted"])["in_call"] is False for r in alone)
+    assert "file:///second" not in json.dumps(asked, default=str)

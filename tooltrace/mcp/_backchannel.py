@@ -12,7 +12,13 @@ to (``fallback``: over stdio the one client; over HTTP the client session the up
 was opened for), on its own channel. The client's answer goes back as the upstream's answer.
 With no client to ask, or a client that did not declare the capability, the upstream gets the
 error the SDK's client gives when it has no callback. Only the method, whether it belonged to
-a request, and how it ended are logged, never the messages or the answers.
+a request, and how it ended are logged, never the messages or the answers. Each request is also
+audited, through the registry, as a call of its own kind (``_serverrequests``): a child of the
+call it was asked during, when there is one.
+
+A client with no MCP session id (streamable HTTP in stateless mode) has no connection of its
+own: its requests run on the shared connections, where a server-to-client request cannot be
+told apart between such clients. Such requests are declined (never routed to another client).
 """
 
 from __future__ import annotations
@@ -22,12 +28,25 @@ import contextlib
 import contextvars
 import logging
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..envelope import ToolCall
+from ..runtime import current_context
+from ._serverrequests import (
+    CAPABILITIES,
+    ClientAnswerError,
+    ClientDeclined,
+    describe_answer,
+    describe_request,
+    server_request_name,
+)
+
 if TYPE_CHECKING:
     import mcp.types as mt
+
+    from ..registry import ToolRegistry
 
 __all__ = ["Backchannel", "ClientRequest", "current_request"]
 
@@ -42,6 +61,7 @@ _WAIT_FOR_CLIENT_S = 10.0
 class _Serving:
     session: Any
     request_id: Any
+    call: Any = None  # the CallContext of the registry call being served, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +88,10 @@ class Backchannel:
 
     def __init__(self) -> None:
         self._serving: dict[str, list[_Serving]] = {}
+        #: The registry that audits the requests (set by the ``Forwarder``), and the names of
+        #: the request kinds registered in it (``Forwarder.register``).
+        self.registry: ToolRegistry | None = None
+        self.audited: set[str] = set()
         #: Set once a client finished its handshake (``Forwarder.seen``).
         self.client_arrived = asyncio.Event()
 
@@ -93,7 +117,7 @@ class Backchannel:
     @contextlib.contextmanager
     def serving(self, key: str, session: Any, request_id: Any) -> Iterator[None]:
         """While the block runs, requests from upstream connection ``key`` go to ``session``."""
-        entry = _Serving(session, request_id)
+        entry = _Serving(session, request_id, current_context())
         stack = self._serving.setdefault(key, [])
         stack.append(entry)
         try:
@@ -114,15 +138,15 @@ class Backchannel:
         ``key``; ``fallback()`` names the client session to ask when no request is in flight."""
 
         async def sampling(context: Any, params: mt.CreateMessageRequestParams) -> Any:
-            return await self._forward(key, fallback, "sampling/createMessage", "sampling",
+            return await self._forward(key, fallback, "sampling/createMessage", params,
                                        lambda s: _sample(s.session, params, s.request_id))
 
         async def elicitation(context: Any, params: mt.ElicitRequestParams) -> Any:
-            return await self._forward(key, fallback, "elicitation/create", "elicitation",
+            return await self._forward(key, fallback, "elicitation/create", params,
                                        lambda s: _elicit(s.session, params, s.request_id))
 
         async def list_roots(context: Any) -> Any:
-            return await self._forward(key, fallback, "roots/list", "roots",
+            return await self._forward(key, fallback, "roots/list", None,
                                        lambda s: _list_roots(s.session))
 
         return {"sampling_callback": sampling, "elicitation_callback": elicitation,
@@ -138,35 +162,98 @@ class Backchannel:
         return None if session is None else _Serving(session, None)
 
     async def _forward(self, key: str, fallback: Callable[[], Any] | None, method: str,
-                       capability: str, send: Any) -> Any:
-        import mcp.types as mt
-        from mcp.shared.exceptions import MCPError
-
+                       params: Any, send: Any) -> Any:
         label = key.split("\0", 1)[0]
         target = self._target(key, fallback)
         if target is None and fallback is not None and not self.client_arrived.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.client_arrived.wait(), _WAIT_FOR_CLIENT_S)
             target = self._target(key, fallback)
+        name = server_request_name(label, CAPABILITIES[method])
+        if self.registry is None or name not in self.audited:
+            return (await self._ask(key, method, target, send))[1]
+        answer: list[Any] = []
+
+        async def ask() -> Any:
+            outcome, got = await self._ask(key, method, target, send)
+            answer.append(got)
+            if outcome == "declined":
+                raise ClientDeclined(f"{method} was not forwarded: {got.message}")
+            if outcome == "error":
+                raise ClientAnswerError(f"the client answered {method} with error {got.code}")
+            return describe_answer(got)
+
+        args = describe_request(method, params, target is not None and target.call is not None)
+        token = _ASK.set(ask)
+        try:
+            if target is not None and target.call is not None:
+                env = await target.call.acall(name, args)
+            else:
+                env = await self.registry.acall(ToolCall(name=name, arguments=args, attributes={
+                    "mcp.method.name": method, "tooltrace.mcp.server": label}))
+        finally:
+            _ASK.reset(token)
+        if answer:
+            return answer[0]
+        import mcp.types as mt
+
+        # Refused by the policy, or no answer in time: the upstream hears why, not the details.
+        why = "refused by the proxy's policy" if env.reject_stage is not None else (
+            f"not answered ({env.error_type or env.status})")
+        log.info("mcp upstream %s: %s %s", label, method, why)
+        return mt.ErrorData(code=mt.INVALID_REQUEST, message=f"{method} {why}")
+
+    def handler(self) -> Any:
+        """The registry handler of the request kinds: it runs the request being audited."""
+
+        async def forward_to_client(ctx: Any, /, **arguments: Any) -> Any:
+            ask = _ASK.get()
+            if ask is None:  # called by anything but a forwarded request: nothing to forward
+                raise ClientDeclined("only the proxy forwards server-to-client requests")
+            return await ask()
+
+        return forward_to_client
+
+    async def _ask(self, key: str, method: str, target: _Serving | None, send: Any
+                   ) -> tuple[str, Any]:
+        """Ask ``target``'s client: ``(outcome, answer)``, outcome ``answered``, ``declined``
+        or ``error``, answer the result or the ``ErrorData`` for the upstream."""
+        import mcp.types as mt
+        from mcp.shared.exceptions import MCPError
+
+        label = key.split("\0", 1)[0]
+        capability = CAPABILITIES[method]
         if target is None or not _declared(target.session, capability):
+            if target is None and self._serving.get(key + "\0"):
+                log.warning("mcp upstream %s: %s refused (the calls in flight come from clients "
+                            "without a session id)", label, method)
+                return "declined", mt.ErrorData(code=mt.INVALID_REQUEST, message=_SESSIONLESS)
             why = "no client to ask" if target is None else "client lacks capability"
             log.warning("mcp upstream %s: %s refused (%s)", label, method, why)
-            return mt.ErrorData(code=mt.INVALID_REQUEST, message=_UNSUPPORTED[capability])
+            return "declined", mt.ErrorData(code=mt.INVALID_REQUEST,
+                                            message=_UNSUPPORTED[capability])
         where = "outside any request" if target.request_id is None else "during a request"
         try:
             result = await send(target)
         except MCPError as exc:
             log.info("mcp upstream %s: %s (%s) answered by the client with error %s", label,
                      method, where, exc.error.code)
-            return exc.error
+            return "error", exc.error
         except Exception as exc:
             log.warning("mcp upstream %s: %s (%s) could not be forwarded (%s)", label, method,
                         where, type(exc).__name__)
-            return mt.ErrorData(code=mt.INTERNAL_ERROR,
-                                message=f"the proxy could not forward {method} to its client")
+            return "error", mt.ErrorData(code=mt.INTERNAL_ERROR,
+                                         message=f"the proxy could not forward {method}")
         log.info("mcp upstream %s: %s (%s) answered by the client", label, method, where)
-        return result
+        return "answered", result
 
+
+# The request being audited, for the registry handler (set around the registry call).
+_ASK: contextvars.ContextVar[Callable[[], Awaitable[Any]] | None] = contextvars.ContextVar(
+    "tooltrace_mcp_server_request", default=None)
+
+_SESSIONLESS = ("the proxy cannot route this request to a client: the request it belongs to "
+                "came from a client without an MCP session id")
 
 # The SDK client's answers when it has no callback for the request.
 _UNSUPPORTED = {"sampling": "Sampling not supported", "elicitation": "Elicitation not supported",

@@ -9,7 +9,8 @@ its session (``DELETE``), when its session is gone (the SDK answers 404 after it
 when more than ``MAX_CLIENTS`` clients have connections (the least recently active loses
 them), or when the proxy stops. Everything the upstream sends on that connection goes to that
 client only. The connections opened at start serve the one client over stdio, and over HTTP
-only list the tools and check the pins.
+list the tools, check the pins and serve the requests of clients that send no session id
+(stateless mode); a server-to-client request on them is declined.
 """
 
 from __future__ import annotations
@@ -55,8 +56,12 @@ class ClientUpstreams:
         """The connection to ``primary``'s server for the client request being served, and
         its key for ``Backchannel.serving``; ``primary`` itself unless enabled."""
         req = current_request()
-        if not self.enabled or req is None or not req.client:
+        if not self.enabled or req is None:
             return primary, primary.label
+        if not req.client:
+            # No session id: the shared connection, under a key its callbacks never route to
+            # (its server-to-client requests are declined, never sent to another client).
+            return primary, f"{primary.label}\0"
         key = f"{primary.label}\0{req.client}"
         conns = self._clients.get(req.client)
         if conns is None:

@@ -23,6 +23,7 @@ from ..envelope import Status, ToolCall
 from ..tool import Capability, Effect, ToolDefinition
 from ._backchannel import Backchannel
 from ._errors import UpstreamError, UpstreamRPCError
+from ._serverrequests import server_request_definitions
 
 if TYPE_CHECKING:
     import mcp.types as mt
@@ -87,6 +88,7 @@ class Forwarder:
         self.upstreams = upstreams
         #: Upstreams' server-to-client requests: a read or a prompt routes them to its client.
         self.backchannel = Backchannel()
+        self.backchannel.registry = registry
         #: The connection to a server for the request being served (``ClientUpstreams.pick``).
         self.pick: Callable[[Upstream], Awaitable[tuple[Upstream, str]]] = _same
         #: Whether upstream connections belong to client sessions (HTTP): then the shared
@@ -115,6 +117,11 @@ class Forwarder:
                 log.warning("mcp proxy: %s is taken by a tool; server %s's resources and "
                             "prompts are not forwarded", name, label)
                 return
+        for d in server_request_definitions(label, up.config.timeout_s):
+            if d.name not in self.internal and self.registry.definition(d.name) is None:
+                self.internal.add(d.name)
+                self.backchannel.audited.add(d.name)
+                self.registry.register(d, self.backchannel.handler())
         if up.supports("resources") and read_name not in self.internal:
             self.internal.add(read_name)
             self.registry.register(ToolDefinition(
