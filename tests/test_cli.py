@@ -196,6 +196,10 @@ def test_calls_filters(trail: tuple[Path, dict[str, str]]) -> None:
     assert bad.exit_code == 2
     table = cli("calls", "--home", str(home), "--tool", "dump")
     assert table.exit_code == 0 and ids["offload"] in table.output
+    # No call of this trail names a principal: no empty user and agent columns.
+    wide = cli("calls", "--home", str(home), "--wide")
+    header = next(ln for ln in wide.output.splitlines() if "call_id" in ln)
+    assert "tool" in header and "user" not in header and "agent" not in header
 
 
 def test_stats(trail: tuple[Path, dict[str, str]]) -> None:

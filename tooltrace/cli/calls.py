@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -60,4 +61,17 @@ def calls(tool: str | None, status: str | None, outcome: str | None, run_id: str
     if not res.rows:
         click.echo("no calls match")
         return
-    print_table(None, res.columns, res.rows, guard, limit=60, wide=wide, priority=_PRIORITY)
+    columns, rows = _without_unset(list(res.columns), [list(r) for r in res.rows])
+    print_table(None, columns, rows, guard, limit=60, wide=wide, priority=_PRIORITY)
+
+
+#: Columns left out of the table when no call listed has a value in them.
+_OPTIONAL = ("user", "agent")
+
+
+def _without_unset(columns: list[str], rows: list[list[Any]]) -> tuple[list[str], list[list[Any]]]:
+    """The table without the principal columns no listed call fills (no empty fields)."""
+    drop = [i for i, c in enumerate(columns)
+            if c in _OPTIONAL and all(r[i] in (None, "") for r in rows)]
+    keep = [i for i in range(len(columns)) if i not in drop]
+    return [columns[i] for i in keep], [[r[i] for i in keep] for r in rows]
