@@ -465,8 +465,10 @@ class McpProxy:
             c = self._checks.get(t.server, {}).get(t.upstream_name)
             tools.append(ToolReport(t.name, t.server, t.upstream_name, t.state,
                                     c.state if c is not None else t.pin, t.reason))
+        internal = self.forwarder.internal  # reads, prompts, server requests: not tools
         return ProxyReport(tuple(servers), tuple(tools), tuple(self._collisions),
-                           tuple(self.registry.resolution()), tuple(self._conflicts))
+                           tuple(r for r in self.registry.resolution() if r.name not in internal),
+                           tuple(self._conflicts))
 
     def accept(self, server: str | None = None, tools: list[str] | None = None) -> list[str]:
         """Re-pin tools to what their servers say now; return ``server:tool`` names re-pinned."""
