@@ -1,4 +1,5 @@
-"""What every command shares: the --home and --json options, output for people and machines,
+"""What every command shares: the options several commands take (--home, --json, --wide,
+--archive, and the listing filters --tool, --since, --limit), output for people and machines,
 and the guard that keeps host paths out of what is printed."""
 
 from __future__ import annotations
@@ -29,11 +30,15 @@ __all__ = [
     "fail",
     "home_option",
     "json_option",
+    "limit_option",
     "open_store",
     "parse_since",
     "policy_option",
     "print_json",
     "self_command",
+    "since_option",
+    "tool_option",
+    "trail_options",
     "wide_option",
 ]
 
@@ -86,6 +91,32 @@ def wide_option(f: F) -> F:
     return click.option("--wide", is_flag=True,
                         help="Show every column (tables otherwise fit the terminal width,"
                         " leaving out what does not fit, with a note).")(f)
+
+
+def trail_options(f: F) -> F:
+    """What every command reading the audit trail takes, in this order: ``--home``,
+    ``--json``, ``--wide`` and ``--archive``."""
+    return home_option(json_option(wide_option(archive_option(f))))
+
+
+def tool_option(what: str | None) -> Callable[[F], F]:
+    """``--tool``: only the ``what`` (``calls``, ``approvals``) of this tool; with None, only
+    this tool."""
+    text = f"Only {what} of this tool." if what else "Only this tool."
+    return click.option("--tool", help=text)
+
+
+def since_option(what: str) -> Callable[[F], F]:
+    """``--since``: only the ``what`` since a time, for ``parse_since``."""
+    return click.option(
+        "--since", help=f"Only {what} since: a duration (30m, 2h, 7d) or a UTC timestamp."
+    )
+
+
+def limit_option(f: F) -> F:
+    """``--limit``: how many rows a listing shows at most (default 50)."""
+    return click.option("--limit", type=click.IntRange(1, 1_000_000), default=50,
+                        show_default=True)(f)
 
 
 class OutputGuard:

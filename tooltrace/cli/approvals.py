@@ -11,13 +11,13 @@ import click
 
 from ._common import (
     OutputGuard,
-    archive_option,
-    home_option,
-    json_option,
+    limit_option,
     open_store,
     parse_since,
     print_json,
-    wide_option,
+    since_option,
+    tool_option,
+    trail_options,
 )
 from ._common import table as print_table
 
@@ -46,13 +46,10 @@ def _row(r: dict[str, Any], redact: Any) -> tuple[str, ...]:
 
 
 @click.command()
-@click.option("--tool", help="Only approvals of this tool.")
-@click.option("--since", help="Only approvals since: a duration (30m, 2h, 7d) or a UTC timestamp.")
-@click.option("--limit", type=click.IntRange(1, 1_000_000), default=50, show_default=True)
-@home_option
-@json_option
-@wide_option
-@archive_option
+@tool_option("approvals")
+@since_option("approvals")
+@limit_option
+@trail_options
 def approvals(tool: str | None, since: str | None, limit: int, home: Path | None,
               as_json: bool, wide: bool, archive: str | None) -> None:
     """List approvers' answers, newest first.

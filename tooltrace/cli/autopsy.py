@@ -16,26 +16,20 @@ from ._common import (
     EXIT_FAIL,
     EXIT_USAGE,
     OutputGuard,
-    archive_option,
     cell,
     fail,
-    home_option,
     iso,
-    json_option,
     open_store,
     print_json,
     table,
-    wide_option,
+    trail_options,
 )
 from ._table import note, styled, terminal_width
 
 
 @click.command()
 @click.argument("call_id")
-@home_option
-@json_option
-@wide_option
-@archive_option
+@trail_options
 @click.option("--diff", "show_diff", is_flag=True,
               help="Also show the change the call made to each file it wrote (unified diff "
                    "from its snapshots, redacted).")

@@ -9,13 +9,13 @@ import click
 
 from ._common import (
     OutputGuard,
-    archive_option,
-    home_option,
-    json_option,
+    limit_option,
     open_store,
     parse_since,
     print_json,
-    wide_option,
+    since_option,
+    tool_option,
+    trail_options,
 )
 from ._common import table as print_table
 
@@ -26,7 +26,7 @@ _PRIORITY = ("call_id", "tool", "status", "outcome", "summary", "agent", "reject
 
 
 @click.command()
-@click.option("--tool", help="Only calls of this tool.")
+@tool_option("calls")
 @click.option("--status", type=_STATUSES,
               help="Only calls that returned this status (what the caller got back).")
 @click.option("--outcome", type=_STATUSES,
@@ -35,12 +35,9 @@ _PRIORITY = ("call_id", "tool", "status", "outcome", "summary", "agent", "reject
 @click.option("--run", "run_id", help="Only calls of this run id.")
 @click.option("--user", help="Only calls acting for this user (the principal's user).")
 @click.option("--agent", help="Only calls this agent made (the principal's agent).")
-@click.option("--since", help="Only calls since: a duration (30m, 2h, 7d) or a UTC timestamp.")
-@click.option("--limit", type=click.IntRange(1, 1_000_000), default=50, show_default=True)
-@home_option
-@json_option
-@wide_option
-@archive_option
+@since_option("calls")
+@limit_option
+@trail_options
 def calls(tool: str | None, status: str | None, outcome: str | None, run_id: str | None,
           user: str | None, agent: str | None, since: str | None, limit: int, home: Path | None,
           as_json: bool, wide: bool, archive: str | None) -> None:

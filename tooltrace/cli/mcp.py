@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from ..exceptions import ConfigurationError
-from ._common import EXIT_FAIL, EXIT_USAGE, OutputGuard, print_json, wide_option
+from ._common import EXIT_FAIL, EXIT_USAGE, OutputGuard, json_option, print_json, wide_option
 from ._common import table as print_table
 
 __all__ = ["mcp"]
@@ -149,7 +149,7 @@ async def _started(cfg: Any, *, pin_new: bool) -> Any:
 
 @mcp.command(context_settings={"ignore_unknown_options": True})
 @_server_options
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+@json_option
 @wide_option
 def report(config_path: Path | None, home: str | None, name: str | None,
            command: tuple[str, ...], as_json: bool, wide: bool) -> None:

@@ -28,7 +28,11 @@ if TYPE_CHECKING:
 
 __all__ = ["policy"]
 
-_TOOLS_HELP = "Tools the file may name besides the built-in ones (a @tool, or a list of them)."
+# --tools of every policy command: tools a policy file may name besides the built-in ones.
+_tools_option = click.option(
+    "--tools", "tool_specs", multiple=True, metavar="MODULE:ATTR",
+    help="Tools the file may name besides the built-in ones (a @tool, or a list of them).",
+)
 
 
 def _definitions(specs: tuple[str, ...]) -> dict[str, ToolDefinition]:
@@ -63,7 +67,7 @@ def policy() -> None:
 
 @policy.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--tools", "tool_specs", multiple=True, metavar="MODULE:ATTR", help=_TOOLS_HELP)
+@_tools_option
 @json_option
 def check(file: Path, tool_specs: tuple[str, ...], as_json: bool) -> None:
     """Check FILE: every problem as file:line:column. Exit 0 valid, 2 invalid."""
@@ -89,7 +93,7 @@ def check(file: Path, tool_specs: tuple[str, ...], as_json: bool) -> None:
 @archive_option
 @click.option("--since", default=None, metavar="WHEN",
               help="Only calls since then: 7d, 12h, 30m or an ISO timestamp (UTC).")
-@click.option("--tools", "tool_specs", multiple=True, metavar="MODULE:ATTR", help=_TOOLS_HELP)
+@_tools_option
 @json_option
 def test_policy(file: Path, home: Path | None, archive: str | None, since: str | None,
                 tool_specs: tuple[str, ...], as_json: bool) -> None:
@@ -123,7 +127,7 @@ def test_policy(file: Path, home: Path | None, archive: str | None, since: str |
               type=click.Path(dir_okay=False, path_type=Path),
               help="The policy file whose modes --mode names (default: TOOLTRACE_POLICY or"
                    " ./tooltrace.toml).")
-@click.option("--tools", "tool_specs", multiple=True, metavar="MODULE:ATTR", help=_TOOLS_HELP)
+@_tools_option
 def cedar_schema(mode: str | None, policy_file: Path | None,
                  tool_specs: tuple[str, ...]) -> None:
     """Print the Cedar schema of the tools' calls (the built-in tools and --tools).

@@ -10,13 +10,10 @@ from ._common import (
     EXIT_FAIL,
     EXIT_USAGE,
     OutputGuard,
-    archive_option,
     fail,
-    home_option,
-    json_option,
     open_store,
     print_json,
-    wide_option,
+    trail_options,
 )
 from ._common import table as print_table
 
@@ -36,10 +33,7 @@ def _params(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--param", "-p", "params", multiple=True, metavar="NAME=VALUE",
               help="Value of a $NAME parameter (repeatable).")
 @click.option("--list", "list_", is_flag=True, help="List shipped queries and their parameters.")
-@home_option
-@json_option
-@wide_option
-@archive_option
+@trail_options
 def query(source: str | None, params: tuple[str, ...], list_: bool, home: Path | None,
           as_json: bool, wide: bool, archive: str | None) -> None:
     """Run SQL over tool_calls, tool_call_steps and tool_call_intents.

@@ -8,13 +8,12 @@ import click
 
 from ._common import (
     OutputGuard,
-    archive_option,
-    home_option,
-    json_option,
     open_store,
     parse_since,
     print_json,
-    wide_option,
+    since_option,
+    tool_option,
+    trail_options,
 )
 from ._common import table as print_table
 
@@ -24,12 +23,9 @@ _PRIORITY = ("tool", "calls", "ok", "unknown", "outcome_ok", "p50_ms", "p95_ms",
 
 
 @click.command()
-@click.option("--since", help="Only calls since: a duration (30m, 2h, 7d) or a UTC timestamp.")
-@click.option("--tool", help="Only this tool.")
-@home_option
-@json_option
-@wide_option
-@archive_option
+@since_option("calls")
+@tool_option(None)
+@trail_options
 def stats(since: str | None, tool: str | None, home: Path | None, as_json: bool, wide: bool,
           archive: str | None) -> None:
     """Per tool: calls, ok and unknown (returned and final), reject and offload ratios, p50/p95.

@@ -9,12 +9,9 @@ import click
 from ._common import (
     EXIT_FAIL,
     OutputGuard,
-    archive_option,
     fail,
-    home_option,
-    json_option,
     print_json,
-    wide_option,
+    trail_options,
 )
 from ._common import table as print_table
 
@@ -37,10 +34,7 @@ def _head(ctx: click.Context, param: click.Parameter, value: str | None) -> str 
 @click.option("--expect", metavar="HEAD", callback=_head,
               help="A head printed by an earlier verify: fail unless the trail still holds it"
                    " (unchanged, perhaps grown since). Keep heads outside the home.")
-@home_option
-@json_option
-@wide_option
-@archive_option
+@trail_options
 def verify(recover: bool, expect: str | None, home: Path | None, as_json: bool, wide: bool,
            archive: str | None) -> None:
     """Detect edited, deleted, reordered or inserted records, truncated segments, and deleted
