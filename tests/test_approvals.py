@@ -348,3 +348,40 @@ def test_an_approval_does_not_cover_a_call_a_hook_moved_off_its_arguments(
     assert rows[first["approval_id"]]["uses"] == 0
     assert rows[second["approval_id"]]["covered_calls"] == [kept.call_id]
     assert rows[_steps(denied)[0].detail["approval_id"]]["covered_calls"] == []
+
+
+def test_every_policy_verdict_after_a_hook_moved_approved_arguments_names_their_digest(
+        tmp_path: Path) -> None:
+    """Allowed, denied or observed: the policy step of arguments a hook changed after their
+    approval records the new arguments' digest after the verdict's own fields."""
+    from tooltrace.policyfile import load_policy
+
+    @hook("reroute", tools={"send"})
+    def reroute(view: HookView) -> HookDecision | None:
+        to = {"reroute": "carol", "evil": "mallory", "watch": "eve"}[view.arguments["body"]]
+        return HookDecision.modify(arguments={**view.arguments, "to": to}, reason="reroute")
+
+    f = tmp_path / "tooltrace.toml"
+    f.write_text('version = 1\ntools = ["send"]\n[[rules]]\nid = "bob-asks"\ndecision = "ask"\n'
+                 'tools = ["send"]\nargs = { to = "^bob$" }\n'
+                 '[[rules]]\nid = "no-mallory"\ntools = ["send"]\nargs = { to = "^mallory$" }\n'
+                 '[[rules]]\nid = "watch-eve"\ntools = ["send"]\nargs = { to = "^eve$" }\n'
+                 'mode = "observe"\n')
+    ap = Approver(*[ApprovalDecision(True, who="alice")] * 3)
+    reg = _registry(tmp_path, ap, hooks=[reroute])
+    load_policy(f, tools=["send"]).apply(reg)
+    envs = {body: reg.call(ToolCall("send", {"to": "bob", "body": body}))
+            for body in ("reroute", "evil", "watch")}
+    reg.shutdown()
+    assert [e.status for e in envs.values()] == [Status.OK, Status.REJECTED, Status.OK]
+    fields = {"reroute": ("allow", ["rules", "paths"]), "evil": ("deny", ["reason", "paths"]),
+              "watch": ("observe_deny", ["reason", "paths", "rules"])}
+    to = {"reroute": "carol", "evil": "mallory", "watch": "eve"}
+    for body, env in envs.items():
+        asked, moved = _steps(env, "policy")
+        decision, keys = fields[body]
+        assert (asked.decision, moved.decision) == ("ask", decision), body
+        assert "args_sha256" not in asked.detail
+        assert list(moved.detail) == [*keys, "args_sha256"], body
+        assert moved.detail["args_sha256"] == arguments_sha256(
+            {"to": to[body], "body": body, "token": ""})

@@ -115,11 +115,8 @@ def authorize(
     decision, rules = reg.policy.evaluate(req)
     rebound = _rebound(reg, b, args) if hook is not None else None
     if decision is None:
-        if rebound is not None:
-            detail = {"rules": list(rules), "paths": resolved, "args_sha256": rebound}
-            b.step(StepName.POLICY, t, "policy", "allow", detail)
-        elif resolved:
-            detail = {"rules": list(rules), "paths": resolved}
+        if rebound is not None or resolved:
+            detail = _detail(rebound, rules=list(rules), paths=resolved)
             b.step(StepName.POLICY, t, "policy", "allow", detail)
         else:
             allow = reg._allow
@@ -132,19 +129,22 @@ def authorize(
     verdict = decision.verdict
     if verdict is Verdict.OBSERVE_DENY or verdict is Verdict.OBSERVE_ASK:
         # A rule being rolled out: the call goes on; the step says what it would have done.
-        detail = {"reason": reason, "paths": resolved, "rules": list(rules)}
-        if rebound is not None:
-            detail["args_sha256"] = rebound
+        detail = _detail(rebound, reason=reason, paths=resolved, rules=list(rules))
         b.step(StepName.POLICY, t, decider, str(verdict), detail)
         return None
     if verdict is Verdict.DENY:
-        detail = {"reason": reason, "paths": resolved}
-        if rebound is not None:
-            detail["args_sha256"] = rebound
-        b.step(StepName.POLICY, t, decider, "deny", detail)
+        b.step(StepName.POLICY, t, decider, "deny", _detail(rebound, reason=reason, paths=resolved))
         return b.reject(stage, f"denied by policy rule {decision.rule}: {reason}", d.name)
     t = b.step(StepName.POLICY, t, decider, "ask", {"reason": reason, "paths": resolved})
     return Ask(decision, reason, decider, t)
+
+
+def _detail(rebound: str | None, **fields: Any) -> dict[str, Any]:
+    """A policy step's detail: ``fields``, then the digest of arguments a hook changed after
+    they were approved (``_rebound``), when there is one."""
+    if rebound is not None:
+        fields["args_sha256"] = rebound
+    return fields
 
 
 def _rebound(reg: ToolRegistry, b: Builder, args: Mapping[str, Any]) -> str | None:
