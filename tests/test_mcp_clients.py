@@ -160,4 +160,5 @@ def test_each_client_session_has_its_own_upstream_connection_closed_with_it(
         two: dict[str, Any]) -> None:
     err = two["stderr"]
     assert err.count("notifying: connected for a client session") == 2
-    assert err.count("a client session ended; closing its 1 upstream connection(s)") == 2
+    assert err.count("a client session was ended by its client (DELETE); closing its 1 "
+                     "upstream connection(s)") == 2

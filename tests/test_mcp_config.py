@@ -82,6 +82,10 @@ def test_example_config_loads_with_paths_relative_to_the_file(tmp_path: Path) ->
     ({"servers": {"a": {"command": "x", "capability": "root"}}}, "capability must be one of"),
     ({"servers": {"a": {"command": "x", "tool_type": "magic"}}}, "tool_type must be one of"),
     ({"policy": {"deny": "git_commit"}}, "policy.deny must be a list of strings"),
+    ({"proxy": {"idle_timeout_s": 0}}, "idle_timeout_s must be a positive number of seconds"),
+    ({"proxy": {"idle_timeout_s": "10m"}}, "idle_timeout_s must be a positive number"),
+    ({"servers": {"a": {"command": "x", "client_timeout_s": -1}}},
+     "client_timeout_s must be a positive"),
 ])
 def test_bad_configuration_is_a_clear_error(data: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigurationError) as exc:
@@ -156,8 +160,18 @@ def test_envelopes_become_mcp_results(tmp_path: Path) -> None:
     assert "rejected (params)" in bad.content[0].text  # type: ignore[union-attr]
 
 
+def test_idle_and_client_timeouts_have_defaults_and_are_read_from_the_file() -> None:
+    cfg = config_from_dict({"servers": {"a": {"command": "x"}}})
+    assert cfg.idle_timeout_s == 600 and cfg.servers[0].client_timeout_s is None
+    cfg = config_from_dict({"proxy": {"idle_timeout_s": 90},
+                            "servers": {"a": {"command": "x", "client_timeout_s": 5}}})
+    assert cfg.idle_timeout_s == 90 and cfg.servers[0].client_timeout_s == 5
+
+
 def test_cli_usage_errors() -> None:
     runner = CliRunner()
+    out = runner.invoke(mcp_cli, ["proxy", "--idle-timeout", "0", "--name", "t", "--", "x"])
+    assert out.exit_code == 2 and "idle_timeout_s must be a positive" in out.output
     out = runner.invoke(mcp_cli, ["proxy"])
     assert out.exit_code == 2 and "no upstream servers" in out.output
     out = runner.invoke(mcp_cli, ["proxy", "--name", "git"])

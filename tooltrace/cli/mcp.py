@@ -82,11 +82,14 @@ def mcp() -> None:
 @click.option("--policy", "policy_file", type=click.Path(dir_okay=False), default=None,
               help="Policy file whose rules follow the proxy's own (default:"
                    " $TOOLTRACE_POLICY, else ./tooltrace.toml when it exists).")
+@click.option("--idle-timeout", "idle_timeout_s", type=float, default=None, metavar="SECONDS",
+              help="With --http: end a client session idle this long and close its upstream "
+                   "connections (default 600, or idle_timeout_s in the config file).")
 def proxy(config_path: Path | None, home: str | None, name: str | None,
           command: tuple[str, ...], workspace: str | None, hooks: tuple[str, ...],
           deny: tuple[str, ...], ask: tuple[str, ...], approval: str | None,
           rug_pull: str | None, collisions: str | None, timeout_s: float | None,
-          http: str | None, policy_file: str | None) -> None:
+          http: str | None, policy_file: str | None, idle_timeout_s: float | None) -> None:
     """Serve upstream MCP servers' tools through the pipeline (an MCP server on stdio).
 
     \b
@@ -96,7 +99,7 @@ def proxy(config_path: Path | None, home: str | None, name: str | None,
     cfg = _config(config_path, name, command, {
         "home": home, "workspace": workspace, "hooks": hooks, "deny": deny, "ask": ask,
         "approval": approval, "rug_pull": rug_pull, "collisions": collisions,
-        "timeout_s": timeout_s, "policy_file": policy_file})
+        "timeout_s": timeout_s, "policy_file": policy_file, "idle_timeout_s": idle_timeout_s})
     endpoint = None
     if http:
         host, _, port = http.rpartition(":")

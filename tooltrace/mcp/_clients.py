@@ -5,9 +5,11 @@ logging level, log messages, and the server-to-client requests (sampling, elicit
 that a stdio connection cannot tie to the request that caused them. Over streamable HTTP the
 proxy therefore gives each client session (``Mcp-Session-Id``) its own connection to each
 upstream, opened on the first request that needs that upstream and closed when the client ends
-its session (``DELETE``), when its session is gone (the SDK answers 404 after its idle timeout),
-when more than ``MAX_CLIENTS`` clients have connections (the least recently active loses
-them), or when the proxy stops. Everything the upstream sends on that connection goes to that
+its session (``DELETE``), when the session has been idle for ``idle_timeout_s`` (no request in
+flight and no open stream: the SDK ends the session then too, and its id gets 404), when its
+session is gone (the SDK answered 404), when more than ``MAX_CLIENTS`` clients have connections
+(the least recently active loses them), or when the proxy stops. Each closing is logged with
+its reason. Everything the upstream sends on that connection goes to that
 client only. The connections opened at start serve the one client over stdio, and over HTTP
 list the tools, check the pins and serve the requests of clients that send no session id
 (stateless mode); a server-to-client request on them is declined.
@@ -41,7 +43,8 @@ class ClientUpstreams:
     """The upstream connections of each client session (used only when ``enabled``)."""
 
     def __init__(self, forwarder: Forwarder,
-                 on_tools: Callable[[Upstream, list[dict[str, Any]]], None]) -> None:
+                 on_tools: Callable[[Upstream, list[dict[str, Any]]], None],
+                 idle_timeout_s: float = 600.0) -> None:
         self.forwarder = forwarder
         self.backchannel = forwarder.backchannel
         self.on_tools = on_tools
@@ -51,6 +54,12 @@ class ClientUpstreams:
         # client -> {backchannel key -> the task opening (then holding) that connection}
         self._clients: OrderedDict[str, dict[str, asyncio.Task[Upstream]]] = OrderedDict()
         self._closing: set[asyncio.Task[None]] = set()
+        #: How long a client session may be idle before its connections are closed.
+        self.idle_timeout_s = idle_timeout_s
+        # client -> HTTP requests of it in flight (open streams included), and the timer that
+        # closes its connections once it has had none for idle_timeout_s.
+        self._inflight: dict[str, int] = {}
+        self._idle: dict[str, asyncio.TimerHandle] = {}
 
     async def pick(self, primary: Upstream) -> tuple[Upstream, str]:
         """The connection to ``primary``'s server for the client request being served, and
@@ -111,6 +120,9 @@ class ClientUpstreams:
 
     def close_client(self, client: str, why: str = "ended") -> None:
         """Close ``client``'s upstream connections (in the background)."""
+        timer = self._idle.pop(client, None)
+        if timer is not None:
+            timer.cancel()
         conns = self._clients.pop(client, None)
         if not conns:
             return
@@ -129,7 +141,7 @@ class ClientUpstreams:
 
     def watch(self, app: Any) -> Any:
         """``app`` (the streamable HTTP ASGI app), closing a client's connections once its
-        session ends (``DELETE``) or is gone (404)."""
+        session ends (``DELETE``), has been idle for ``idle_timeout_s``, or is gone (404)."""
 
         async def watched(scope: Any, receive: Any, send: Any) -> None:
             if scope.get("type") != "http":
@@ -143,13 +155,36 @@ class ClientUpstreams:
                     status.append(int(message.get("status", 0)))
                 await send(message)
 
+            if client:
+                self._busy(client)
             try:
                 await app(scope, receive, send_watched)
             finally:
-                if client and (scope.get("method") == "DELETE" or status[:1] == [404]):
-                    self.close_client(client)
+                if client:
+                    self._done(client)
+                    if scope.get("method") == "DELETE":
+                        self.close_client(client, "was ended by its client (DELETE)")
+                    elif status[:1] == [404]:
+                        self.close_client(client, "is unknown to the server (404)")
 
         return watched
+
+    def _busy(self, client: str) -> None:
+        self._inflight[client] = self._inflight.get(client, 0) + 1
+        timer = self._idle.pop(client, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _done(self, client: str) -> None:
+        left = self._inflight.get(client, 1) - 1
+        if left > 0:
+            self._inflight[client] = left
+            return
+        self._inflight.pop(client, None)
+        if client in self._clients:  # only a client holding connections is timed
+            why = f"was idle for {self.idle_timeout_s:g} s"
+            self._idle[client] = asyncio.get_running_loop().call_later(
+                self.idle_timeout_s, self.close_client, client, why)
 
 
 def _session_header(scope: Any) -> str | None:

@@ -55,7 +55,9 @@ class ServerConfig:
     name clash under the ``priority`` rule; ``timeout_s`` is each call's default deadline;
     ``capability`` is what tools not annotated read-only are policed as; with
     ``trust_annotations`` a tool annotated ``readOnlyHint`` counts as read-only with no side
-    effects, otherwise every tool has external effects.
+    effects, otherwise every tool has external effects. ``client_timeout_s`` is how long a
+    sampling, elicitation or roots request of the server waits for the client's answer (default:
+    ``timeout_s``; one asked during a call also ends with that call).
     """
 
     label: str
@@ -74,6 +76,7 @@ class ServerConfig:
     #: Hosts (names or addresses) and networks (CIDR) this server's tools may be pointed at
     #: although they are private or local (the private-network rule lets them through).
     allow_private: tuple[str, ...] = ()
+    client_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.label, str) or not _LABEL_RE.match(self.label):
@@ -104,9 +107,11 @@ class ServerConfig:
             raise ConfigurationError(f"server {self.label!r}: env values must be strings")
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
             raise ConfigurationError(f"server {self.label!r}: priority must be an integer")
-        for name in ("timeout_s", "startup_timeout_s"):
+        for name in ("timeout_s", "startup_timeout_s", "client_timeout_s"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            if value is None and name == "client_timeout_s":
+                continue
+            if not _positive(value):
                 raise ConfigurationError(f"server {self.label!r}: {name} must be a positive number")
         if self.tool_type not in _TOOL_TYPES:
             raise ConfigurationError(
@@ -130,7 +135,9 @@ class ProxyConfig:
     schema changed since it was pinned gets: ``ask`` (approval), ``deny``, or ``allow`` (only
     flagged). ``approval``: ``deny`` (default), ``allow``, or a ``module:function`` approver.
     ``principal_header``: the HTTP request header naming the user a call acts for (the agent is
-    the client's ``clientInfo`` name).
+    the client's ``clientInfo`` name). ``idle_timeout_s``: over HTTP, how long a client session
+    may go with no request in flight (and no open stream) before it ends: its upstream
+    connections are closed and its session id then gets 404.
     """
 
     servers: tuple[ServerConfig, ...] = ()
@@ -152,6 +159,7 @@ class ProxyConfig:
     metrics_port: int | None = None
     policy_file: str | None = None
     principal_header: str | None = None
+    idle_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         labels = [s.label for s in self.servers]
@@ -168,6 +176,8 @@ class ProxyConfig:
             raise ConfigurationError("approval must be 'deny', 'allow' or 'module:function'")
         if not self.cancel_grace_s > 0:
             raise ConfigurationError("cancel_grace_s must be positive")
+        if not _positive(self.idle_timeout_s):
+            raise ConfigurationError("idle_timeout_s must be a positive number of seconds")
         h = self.principal_header
         if h is not None and (not isinstance(h, str) or not _HEADER_RE.match(h)):
             raise ConfigurationError("principal_header must be an HTTP header name")
@@ -178,13 +188,21 @@ class ProxyConfig:
 _PROXY_KEYS = {
     "home", "workspace", "collisions", "separator", "prefix_all", "rug_pull", "hooks", "mode",
     "cancel_grace_s", "max_inline_chars", "preview_chars", "metrics_port", "principal_header",
+    "idle_timeout_s",
 }
 _HEADER_RE = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 _POLICY_KEYS = {"deny", "ask", "approval", "rules", "file"}
 _SERVER_KEYS = {
     "command", "args", "env", "cwd", "priority", "timeout_s", "tool_type", "capability",
     "trust_annotations", "startup_timeout_s", "url", "headers", "allow_private",
+    "client_timeout_s",
 }
+
+
+def _positive(value: Any) -> bool:
+    """A finite number of seconds above zero (not a bool)."""
+    return (not isinstance(value, bool) and isinstance(value, int | float)
+            and 0 < value < float("inf"))
 
 
 def _unknown(section: str, got: Mapping[str, Any], allowed: set[str]) -> None:

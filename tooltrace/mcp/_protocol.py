@@ -117,7 +117,8 @@ class Forwarder:
                 log.warning("mcp proxy: %s is taken by a tool; server %s's resources and "
                             "prompts are not forwarded", name, label)
                 return
-        for d in server_request_definitions(label, up.config.timeout_s):
+        for d in server_request_definitions(
+                label, up.config.client_timeout_s or up.config.timeout_s):
             if d.name not in self.internal and self.registry.definition(d.name) is None:
                 self.internal.add(d.name)
                 self.backchannel.audited.add(d.name)

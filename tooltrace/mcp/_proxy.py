@@ -131,7 +131,7 @@ class McpProxy:
         #: Upstreams' sampling, elicitation and roots requests, forwarded to the client.
         self.backchannel = fw.backchannel
         #: Each client session's own upstream connections (over HTTP).
-        self.clients = ClientUpstreams(fw, self._on_tools)
+        self.clients = ClientUpstreams(fw, self._on_tools, config.idle_timeout_s)
         self._exposed: dict[str, _Exposed] = {}
         self._exposed_by_upstream: dict[tuple[str, str], str] = {}
         self._checks: dict[str, dict[str, PinCheck]] = {}

@@ -297,7 +297,9 @@ async def serve_http(proxy: McpProxy, host: str, port: int, *,
     server = build_server(proxy, "http")
     # Each client session gets upstream connections of its own (see _clients).
     proxy.clients.enabled = proxy.forwarder.isolated = True
-    app = proxy.clients.watch(server.streamable_http_app(host=host))
+    # A session idle this long ends (its id then gets 404); its upstream connections close.
+    app = proxy.clients.watch(server.streamable_http_app(
+        host=host, session_idle_timeout=proxy.config.idle_timeout_s))
     # uvicorn catches SIGTERM while it serves: open streams are ended, then the sessions.
     # A request still running after the grace is cancelled.
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
