@@ -27,7 +27,9 @@ ASKING = str(REPO / "tests" / "mcp_servers" / "asking.py")
 SECRET = "ghp_" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0FeDcBa"
 
 
-def _run(tmp: Path, **callbacks: Any) -> dict[str, Any]:
+def _run(tmp: Path, extra: str = "", calls: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("sample", {"prompt": "say hi " + SECRET}), ("ask", {"question": "your name?"}),
+        ("roots", {})), **callbacks: Any) -> dict[str, Any]:
     config = write_config(tmp, f"""
 [proxy]
 home = "home"
@@ -35,7 +37,7 @@ workspace = "."
 [servers.asking]
 command = {json.dumps(sys.executable)}
 args = [{json.dumps(ASKING)}]
-""")
+{extra}""")
     async def scenario() -> dict[str, Any]:
         res: dict[str, Any] = {}
         params = StdioServerParameters(
@@ -46,9 +48,9 @@ args = [{json.dumps(ASKING)}]
             async with stdio_client(params, errlog=err) as (read, write), \
                     ClientSession(read, write, **callbacks) as s:
                 await asyncio.wait_for(s.initialize(), 60)
-                for tool, args in (("sample", {"prompt": "say hi " + SECRET}),
-                                   ("ask", {"question": "your name?"}), ("roots", {})):
-                    res[tool] = await asyncio.wait_for(s.call_tool(tool, args), 60)
+                for tool, args in calls:
+                    res[args.get("kind", tool)] = await asyncio.wait_for(
+                        s.call_tool(tool, args), 60)
             err.seek(0)
             res["stderr"] = err.read()
         return res
@@ -149,6 +151,54 @@ def test_a_client_without_the_capabilities_gets_tool_errors(
                 if r["tool"].startswith("mcp.")}
     assert declined == {f"mcp.asking.{k}": ("failed", "declined")
                         for k in ("sampling", "elicitation", "roots")}
+
+
+def test_refused_unanswered_and_failed_requests_are_audited_with_their_outcome(
+        tmp_path: Path) -> None:
+    # The policy denies sampling; the client answers elicitation with an error and never
+    # answers roots (which may wait 1 s for it).
+    asked: list[str] = []
+    never = asyncio.Event()
+
+    async def sampling(ctx: Any, params: Any) -> Any:
+        asked.append("sampling")
+        return mt.CreateMessageResult(role="assistant", model="m",
+                                      content=mt.TextContent(type="text", text="no"))
+
+    async def elicitation(ctx: Any, params: Any) -> mt.ErrorData:
+        asked.append("elicitation")
+        return mt.ErrorData(code=-32042, message="the user closed the form")
+
+    async def list_roots(ctx: Any) -> Any:
+        asked.append("roots")
+        await never.wait()
+
+    res = _run(tmp_path, 'client_timeout_s = 1\n[policy]\ndeny = ["mcp.asking.sampling"]\n',
+               tuple(("probe", {"kind": k}) for k in ("sampling", "elicitation", "roots")),
+               sampling_callback=sampling, elicitation_callback=elicitation,
+               list_roots_callback=list_roots)
+    # What the upstream got: a JSON-RPC error each, saying why.
+    got = {k: json.loads(text_of(res[k])) for k in ("sampling", "elicitation", "roots")}
+    assert got["sampling"] == {"code": mt.INVALID_REQUEST,
+                               "message": "sampling/createMessage refused by the proxy's policy"}
+    assert got["elicitation"] == {"code": -32042, "message": "the user closed the form"}
+    assert got["roots"] == {"code": mt.INVALID_REQUEST,
+                            "message": "roots/list not answered (timeout)"}
+    assert asked == ["elicitation", "roots"]  # a refused request never reaches the client
+    rows = {r["tool"]: r for r in res["rows"]}
+    probe = next(r for r in res["rows"] if r["tool"] == "probe")
+    outcome = {k: (rows[f"mcp.asking.{k}"]["status"], rows[f"mcp.asking.{k}"]["reject_stage"],
+                   rows[f"mcp.asking.{k}"]["error_type"]) for k in got}
+    assert outcome == {"sampling": ("rejected", "policy", "policy"),
+                       "elicitation": ("failed", None, "client_error"),
+                       "roots": ("failed", None, "timeout")}, outcome
+    for k in got:
+        assert rows[f"mcp.asking.{k}"]["parent_call_id"] is not None
+    assert {r["parent_call_id"] for r in res["rows"] if r["tool"].startswith("mcp.")} <= {
+        r["call_id"] for r in res["rows"] if r["tool"] == "probe"}
+    assert probe["status"] == "ok"
+    assert "the user closed the form" not in json.dumps(
+        [r["result_preview"] for r in res["rows"] if r["tool"].startswith("mcp.")])
 
 
 def test_sampling_over_streamable_http(tmp_path: Path) -> None:

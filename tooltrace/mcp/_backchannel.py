@@ -199,7 +199,7 @@ class Backchannel:
 
         # Refused by the policy, or no answer in time: the upstream hears why, not the details.
         why = "refused by the proxy's policy" if env.reject_stage is not None else (
-            f"not answered ({env.error_type or env.status})")
+            f"not answered ({env.record.error_type or env.status})")
         log.info("mcp upstream %s: %s %s", label, method, why)
         return mt.ErrorData(code=mt.INVALID_REQUEST, message=f"{method} {why}")
 
