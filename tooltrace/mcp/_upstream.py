@@ -15,7 +15,6 @@ import contextlib
 import logging
 import os
 import re
-import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -29,7 +28,8 @@ from ._errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from ._stdio import LineTooLong, lines
+from ._fastcall import FastCalls
+from ._process import stdio_process
 
 if TYPE_CHECKING:
     import mcp.types as mt
@@ -43,7 +43,6 @@ _BACKOFF_MIN_S = 0.2
 _BACKOFF_MAX_S = 10.0
 _STABLE_S = 30.0
 _CONNECTION_CLOSED = -32000
-_EXIT_GRACE_S = 1.0
 _ENDED = {"protocol": "wrote a line that is not JSON-RPC", "exited": "the process exited",
           "hung": "it stopped answering"}
 
@@ -69,6 +68,8 @@ class Upstream:
         self._on_tools, self._on_notify = on_tools, on_notify
         self._callbacks = dict(callbacks or {})
         self._session: ClientSession | None = None
+        # The connection's fast tools/call path (stdio at a handshake-era version), else None.
+        self._fast: FastCalls | None = None
         self._broken: asyncio.Event = asyncio.Event()
         self._broken_reason = ""
         self._ready: asyncio.Event = asyncio.Event()
@@ -144,7 +145,7 @@ class Upstream:
                 if self._first is not None and not self._first.done():
                     self._first.set_exception(UpstreamUnavailable(
                         f"server {self.label} failed to start: {self.last_error}"))
-            self._session = None
+            self._session, self._fast = None, None
             self._ready.clear()
             if self._closing:
                 break
@@ -165,10 +166,10 @@ class Upstream:
         self._broken = asyncio.Event()
         self._broken_reason = ""
         self._served = False
-        transport = (_http_transport(cfg) if cfg.url is not None else _stdio_process(
+        transport = (_http_transport(cfg) if cfg.url is not None else stdio_process(
             cfg, self._break, lambda: self._broken_reason in ("", "exited")))
         async with (
-            transport as (read, write),
+            transport as (read, write, fast),
             ClientSession(read, write, message_handler=self._on_message,
                           **self._callbacks) as session,
         ):
@@ -183,12 +184,14 @@ class Upstream:
             if self._on_tools is not None:
                 self._on_tools(self, [_wire(t) for t in tools])
             self._session = session
+            self._fast = fast if fast is not None and FastCalls.serves(
+                self.protocol_version) else None
             self._ready.set()
             self.last_error = None
             if self._first is not None and not self._first.done():
                 self._first.set_result(tools)
             await self._broken.wait()
-            self._session = None
+            self._session, self._fast = None, None
             self._ready.clear()
         self.last_error = _ENDED.get(self._broken_reason, self._broken_reason or "closed")
 
@@ -223,6 +226,12 @@ class Upstream:
             import mcp.types as mt
 
             await self._on_notify(self, mt.ToolListChangedNotification())
+
+    @property
+    def fast_calls(self) -> int:
+        """``tools/call`` requests the current connection sent on the fast path (``_fastcall``;
+        0 on the SDK's path: an HTTP upstream, or one at a 2026-era protocol version)."""
+        return self._fast.calls if self._fast is not None else 0
 
     def supports(self, capability: str) -> bool:
         """Whether the server announced ``capability`` (``resources``, ``prompts``, ...)."""
@@ -271,12 +280,13 @@ class Upstream:
                 raise UpstreamUnavailable(
                     f"server {self.label} is not running (restart {self.restarts} pending)"
                 ) from None
-        session, broken = self._session, self._broken
+        session, broken, fast = self._session, self._broken, self._fast
         if session is None:
             raise UpstreamUnavailable(f"server {self.label} is not running")
         call = asyncio.ensure_future(session.call_tool(
             name, dict(arguments), meta=dict(meta) if meta else None,  # type: ignore[arg-type]
-            progress_callback=progress))
+            progress_callback=progress) if fast is None else fast.call(
+            session, str(self.protocol_version), name, arguments, meta=meta, progress=progress))
         stop = asyncio.ensure_future(broken.wait())
         suspect = False
         try:
@@ -338,7 +348,7 @@ class Upstream:
 
 
 @contextlib.asynccontextmanager
-async def _http_transport(cfg: ServerConfig) -> AsyncIterator[tuple[Any, Any]]:
+async def _http_transport(cfg: ServerConfig) -> AsyncIterator[tuple[Any, Any, None]]:
     """Streamable HTTP to ``cfg.url`` with the configured headers (``${NAME}`` expanded from
     the environment here, so the values are only ever in the HTTP client)."""
     import httpx2
@@ -350,7 +360,7 @@ async def _http_transport(cfg: ServerConfig) -> AsyncIterator[tuple[Any, Any]]:
         httpx2.AsyncClient(headers=headers, timeout=timeout) as client,
         streamable_http_client(str(cfg.url), http_client=client) as (read, write, *_),
     ):
-        yield read, write
+        yield read, write, None
 
 
 def _expand(value: str) -> str:
@@ -361,97 +371,6 @@ def _expand(value: str) -> str:
         return got
 
     return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", var, value)
-
-
-@contextlib.asynccontextmanager
-async def _stdio_process(
-    cfg: ServerConfig, on_broken: Callable[[str], None], graceful: Callable[[], bool]
-) -> AsyncIterator[tuple[Any, Any]]:
-    """Spawn the server and connect its stdio to a pair of message streams.
-
-    Unlike the SDK's ``stdio_client``, this reports a non-JSON-RPC line or the end of stdout
-    to ``on_broken`` at once (without logging the line: it is untrusted output), and stops a
-    server that was declared broken (hung, garbage) by killing its process group instead of
-    waiting for it to notice its closed stdin.
-    """
-    import anyio
-    import mcp.types as mt
-    from mcp.client.stdio import get_default_environment
-    from mcp.shared.message import SessionMessage
-
-    env = {**get_default_environment(), **cfg.env}
-    process = await anyio.open_process(
-        [cfg.command, *cfg.args], env=env, cwd=cfg.cwd, stderr=None, start_new_session=True)
-    read_send, read_recv = anyio.create_memory_object_stream[Any](16)
-    write_send, write_recv = anyio.create_memory_object_stream[Any](16)
-    reason: list[str] = []
-
-    def broken(why: str) -> None:
-        reason.append(why)
-        on_broken(why)
-
-    async def reader() -> None:
-        assert process.stdout is not None
-        async with read_send:
-            try:
-                async for line in lines(process.stdout):
-                    try:
-                        msg = mt.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                    except ValueError:
-                        log.warning("mcp upstream %s wrote a line that is not JSON-RPC",
-                                    cfg.label)
-                        broken("protocol")
-                        return
-                    await read_send.send(SessionMessage(msg))
-            except LineTooLong:
-                log.warning("mcp upstream %s wrote an over-long line", cfg.label)
-                broken("protocol")
-                return
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                pass
-        broken("exited")
-
-    async def writer() -> None:
-        assert process.stdin is not None
-        try:
-            async with write_recv:
-                async for sm in write_recv:
-                    data = sm.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send((data + "\n").encode())
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            broken("exited")
-
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(reader)
-            tg.start_soon(writer)
-            try:
-                yield read_recv, write_send
-            finally:
-                tg.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await _stop_process(process, graceful=graceful() and reason[:1] != ["protocol"])
-
-
-async def _stop_process(process: Any, *, graceful: bool) -> None:
-    """Close stdin and give the server a moment to exit; then signal its process group."""
-    import anyio
-
-    with contextlib.suppress(Exception):
-        await process.stdin.aclose()
-    if graceful:
-        with anyio.move_on_after(_EXIT_GRACE_S):
-            await process.wait()
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if process.returncode is not None:
-            break
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, sig)
-        with anyio.move_on_after(_EXIT_GRACE_S):
-            await process.wait()
-    with contextlib.suppress(Exception):
-        await process.aclose()
 
 
 async def _list_all(session: ClientSession) -> list[mt.Tool]:
