@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 import uuid_utils
+from support.trail import CountingTrail, assert_ids_were_minted
 
 from tooltrace import Stage, Status, ToolCall, ToolRegistry, tool
 from tooltrace._statuses import StatusTable
+from tooltrace.adapters import make_call
 from tooltrace.audit import compact, recorded
 from tooltrace.builtins import register_builtins
 from tooltrace.telemetry import AuditSink
@@ -152,23 +154,13 @@ def test_the_status_table_says_which_ids_it_may_have_forgotten() -> None:
     assert table.forgotten == ""
 
 
-class _CountingTrail(AuditSink):
-    """The audit sink, counting its trail look-ups."""
-
-    lookups = 0
-
-    def recorded(self, call_id: str) -> bool:
-        self.lookups += 1
-        return super().recorded(call_id)
-
-
 def test_an_id_the_registry_minted_is_taken_without_a_trail_look_up(tmp_path: Path) -> None:
     """``new_call_id`` names a call before it runs (the MCP proxy does, to pass a client's
     cancel on) without paying a search of the trail, which a fresh process otherwise does for
     every supplied id in its first minutes."""
     home, ws = tmp_path / "home", tmp_path / "ws"
     ws.mkdir()
-    sink = _CountingTrail(home=home)
+    sink = CountingTrail(home=home)
     reg = register_builtins(ToolRegistry(workspace=ws, sinks=[sink]))
     try:
         minted = reg.new_call_id()
@@ -195,3 +187,24 @@ def test_the_status_table_vouches_for_a_minted_id_once_and_forgets_the_oldest() 
     assert table.vouched(second) and table.vouched(third)
     assert not table.vouched(second)
     assert not table.vouched(str(uuid_utils.uuid7()))
+
+
+def test_adapters_name_their_calls_with_ids_the_registry_made(tmp_path: Path) -> None:
+    """``make_call`` (every framework adapter's) and a provider's tool call (``call_from``)
+    take ``registry.new_call_id()``: a fresh process never searches its trail for them."""
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    ws.mkdir()
+    trail = CountingTrail(home=home)
+    reg = register_builtins(ToolRegistry(workspace=ws, sinks=[trail]))
+    try:
+        call = make_call(reg, "write_text", {"path": "a.txt", "text": "x"}, integration="t",
+                         provider_id="p-1", mode="default")
+        env = reg.call(call)
+        assert env.status is Status.OK and env.call_id == call.call_id
+        raw = {"id": "call_1", "type": "function",
+               "function": {"name": "write_text", "arguments": '{"path": "b.txt", "text": "y"}'}}
+        env = reg.call_from(raw)
+        assert env.status is Status.OK and env.call_id != "call_1"
+        assert_ids_were_minted(reg, trail, "write_text", {"path": "c.txt", "text": "z"})
+    finally:
+        reg.shutdown()

@@ -90,8 +90,12 @@ def test_a_frameworks_agent_name_fills_in_a_principal_naming_none() -> None:
     assert acting_principal(named, "theirs") is named  # the caller's own agent wins
     assert acting_principal(ann, None) is ann and acting_principal(ann, "  ") is ann
     assert acting_principal(None, "x" * 300) == Principal(agent="x" * 128)
-    call = make_call("echo", {"text": "a"}, integration="t", provider_id=None, mode="default",
-                     principal=ann, agent="triage")
+    reg = ToolRegistry()
+    try:
+        call = make_call(reg, "echo", {"text": "a"}, integration="t", provider_id=None,
+                         mode="default", principal=ann, agent="triage")
+    finally:
+        reg.shutdown()
     assert call.principal == Principal(user="ann", agent="triage", tenant="acme")
 
 

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ._ids import new_call_id
 from .envelope import Principal, Status, ToolCall, ToolResultEnvelope
 from .tool import Capability, Effect
 
@@ -86,6 +85,7 @@ def acting_principal(principal: Principal | None, agent: object) -> Principal | 
 
 
 def make_call(
+    registry: ToolRegistry,
     name: str,
     arguments: Any,
     *,
@@ -99,7 +99,8 @@ def make_call(
     principal: Principal | None = None,
     agent: str | None = None,
 ) -> ToolCall:
-    """A ``ToolCall`` with a fresh call id and the provider's id kept as an attribute.
+    """A ``ToolCall`` for ``registry``, with a call id it made (``registry.new_call_id()``:
+    taken without a look-up in the audit trail) and the provider's id kept as an attribute.
 
     ``arguments`` is passed on as given: anything but a mapping is the registry's to refuse
     (stage ``params``), so even a malformed call is validated, recorded and answered.
@@ -118,7 +119,7 @@ def make_call(
     return ToolCall(
         name=name,
         arguments=arguments,
-        call_id=new_call_id(),
+        call_id=registry.new_call_id(),
         run_id=run_id,
         mode=mode,
         timeout_s=timeout_s,

@@ -271,12 +271,12 @@ def _read(format: Format, call_id: Any, name: Any, arguments: Any) -> ProviderCa
 
 
 def _tool_call(
-    raw: object, mode: str, run_id: str | None, timeout_s: float | None,
-    principal: Principal | None,
+    registry: ToolRegistry, raw: object, mode: str, run_id: str | None,
+    timeout_s: float | None, principal: Principal | None,
 ) -> ToolCall:
     pc = raw if isinstance(raw, ProviderCall) else read_call(raw)
     return _common.make_call(
-        pc.name, pc.arguments, integration=pc.format, provider_id=pc.id, mode=mode,
+        registry, pc.name, pc.arguments, integration=pc.format, provider_id=pc.id, mode=mode,
         run_id=run_id, timeout_s=timeout_s, arguments_error=pc.arguments_error,
         requested_name=True, principal=principal,
     )
@@ -297,7 +297,7 @@ def call_from(
     no tool call at all raises ``ProviderCallError``. ``principal``: whom the call acts for
     (default: its run's principal, if any).
     """
-    return registry.call(_tool_call(raw, mode, run_id, timeout_s, principal))
+    return registry.call(_tool_call(registry, raw, mode, run_id, timeout_s, principal))
 
 
 async def acall_from(
@@ -311,7 +311,8 @@ async def acall_from(
 ) -> ToolResultEnvelope:
     """``call_from`` on the running event loop; cancelling the awaiting task cancels the call
     (``registry.cancel_call``), which is recorded before the ``CancelledError`` goes on."""
-    return await _common.acall(registry, _tool_call(raw, mode, run_id, timeout_s, principal))
+    call = _tool_call(registry, raw, mode, run_id, timeout_s, principal)
+    return await _common.acall(registry, call)
 
 
 # -- results for the model -------------------------------------------------------------------

@@ -14,8 +14,9 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from support.trail import CountingTrail, SeenCallIds
 
-from tooltrace import FunctionTool, ToolRegistry
+from tooltrace import FunctionTool, Policy, ToolRegistry
 from tooltrace.telemetry import TracingSink
 from tooltrace.testing import RecordingSink
 
@@ -78,3 +79,24 @@ def make_registry(
     yield make
     for reg in made:
         reg.shutdown(2.0)
+
+
+@dataclass
+class Watch:
+    """What a registry's calls were named: every call id policy was asked about (``seen``),
+    and how often the trail was searched for one (``trail``)."""
+
+    seen: SeenCallIds
+    trail: CountingTrail
+    sink: RecordingSink
+
+    def registry_kwargs(self) -> dict[str, Any]:
+        """``make_registry`` keyword arguments: the rule as the policy, the trail beside
+        ``sink``."""
+        return {"policy": Policy([self.seen]), "sinks": [self.sink, self.trail]}
+
+
+@pytest.fixture
+def watch(tmp_path: Path, sink: RecordingSink) -> Watch:
+    """A ``Watch`` over a fresh trail under ``<tmp>/trail``."""
+    return Watch(SeenCallIds(), CountingTrail(home=tmp_path / "trail"), sink)

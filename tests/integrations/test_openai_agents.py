@@ -21,6 +21,7 @@ import pytest
 from support.bypass import deny_all, touch
 from support.components import extra, require_module
 from support.integrations import SECRET, aadd, add, explode, leak, unsure, wait_for
+from support.trail import assert_ids_were_minted
 
 require_module("agents", extra("openai-agents"))
 
@@ -34,7 +35,7 @@ from agents import (  # noqa: E402
     set_trace_processors,
 )
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
-from conftest import Otel  # noqa: E402
+from conftest import Otel, Watch  # noqa: E402
 
 from tooltrace import (  # noqa: E402
     CallContext,
@@ -519,3 +520,20 @@ def test_the_approval_precheck_judges_the_calls_principal_and_agent(
         (rec,) = sink.records
         assert rec.status is Status.OK and rec.principal == Principal(user="bob", agent="t")
         assert not any(str(st.step) == "approval" for st in rec.steps)
+
+
+def test_the_approval_precheck_and_the_call_take_ids_the_registry_made(
+    make_registry: MakeRegistry, sink: RecordingSink, watch: Watch
+) -> None:
+    approvals = FrameworkApprover()
+    reg = make_registry(deploy, approver=approvals, **watch.registry_kwargs())
+    tools = as_function_tools(reg, approvals=approvals)
+    assert run(script(call("deploy", "c1", env="prod")), tools).final_output == "done"
+    (rec,) = sink.records
+    # The SDK asks needs_approval before the call exists: the pre-check has an id of its own,
+    # minted like the call's (so the registry would take it without a search too).
+    precheck, policy_step = watch.seen.ids
+    assert policy_step == rec.call_id and UUID7.match(precheck) and precheck != rec.call_id
+    env = reg.call(ToolCall("deploy", {"env": "prod"}, call_id=precheck))
+    assert env.status is Status.OK and env.call_id == precheck
+    assert_ids_were_minted(reg, watch.trail, "deploy", {"env": "staging"})

@@ -27,10 +27,11 @@ from support.integrations import (
     unsure,
     wait_for,
 )
+from support.trail import assert_ids_were_minted
 
 require_module("pydantic_ai", extra("pydantic-ai"))
 
-from conftest import Otel  # noqa: E402
+from conftest import Otel, Watch  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 from pydantic_ai import (  # noqa: E402
     Agent,
@@ -541,3 +542,19 @@ def test_the_approval_precheck_judges_the_calls_principal_and_agent(
         (rec,) = sink.records
         assert rec.status is Status.OK and rec.principal == Principal(user="bob", agent="ops")
         assert not any(str(st.step) == "approval" for st in rec.steps)
+
+
+def test_the_approval_precheck_and_the_call_share_an_id_the_registry_made(
+    make_registry: MakeRegistry, sink: RecordingSink, watch: Watch
+) -> None:
+    approvals = FrameworkApprover()
+    reg = make_registry(deploy, approver=approvals, **watch.registry_kwargs())
+    agent = Agent(FunctionModel(Script(call("deploy", "m1", env="prod"))),
+                  output_type=[str, DeferredToolRequests],
+                  capabilities=[Tooltrace(reg, approvals=approvals)])
+    assert agent.run_sync("go").output == "done"
+    (rec,) = sink.records
+    assert rec.status is Status.OK
+    # Asked by the pre-check, then by the registry's policy step: about the same call.
+    assert watch.seen.ids == [rec.call_id, rec.call_id]
+    assert_ids_were_minted(reg, watch.trail, "deploy", {"env": "staging"})

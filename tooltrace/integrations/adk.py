@@ -128,6 +128,7 @@ async def _run(
     principal: Principal | None,
 ) -> dict[str, Any]:
     call = make_call(
+        registry,
         name,
         args,
         integration=INTEGRATION,

@@ -310,7 +310,7 @@ class ClaudeAgentAdapter:
         p = self._by_use.get(tool_use_id) if tool_use_id else None
         if p is None:
             loop = asyncio.get_running_loop()
-            call = make_call(name, tool_input, integration=_INTEGRATION,
+            call = make_call(self.registry, name, tool_input, integration=_INTEGRATION,
                              provider_id=tool_use_id or None, mode=self.mode,
                              principal=self.principal)
             assert call.call_id is not None
@@ -386,8 +386,9 @@ class ClaudeAgentAdapter:
                     content=[mt.TextContent(type="text", text=f"unknown tool {params.name[:64]}")],
                     is_error=True,
                 )
-            call = make_call(params.name, params.arguments or {}, integration=_INTEGRATION,
-                             provider_id=None, mode=self.mode, principal=self.principal)
+            call = make_call(self.registry, params.name, params.arguments or {},
+                             integration=_INTEGRATION, provider_id=None, mode=self.mode,
+                             principal=self.principal)
             return envelope_to_result(await acall(self.registry, call))
 
         server = Server(self.server_name, on_list_tools=on_list_tools, on_call_tool=on_call_tool)

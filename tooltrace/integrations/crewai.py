@@ -181,8 +181,8 @@ class TooltraceTool(BaseTool):
             k: v for k, v in arguments.items() if v is not None or k not in self._optional
         }
         return make_call(
-            self.name, arguments, integration=INTEGRATION, provider_id=None, mode=self.mode,
-            run_id=self.run_id, principal=self._principal, agent=_AGENT.get(),
+            self._registry, self.name, arguments, integration=INTEGRATION, provider_id=None,
+            mode=self.mode, run_id=self.run_id, principal=self._principal, agent=_AGENT.get(),
         )
 
 
@@ -305,7 +305,7 @@ def install_guard(
         if _is_ours(context):
             return None
         call = make_call(
-            context.tool_name, dict(context.tool_input), integration=INTEGRATION,
+            registry, context.tool_name, dict(context.tool_input), integration=INTEGRATION,
             provider_id=None, mode=mode, run_id=run_id,
             requested_name=registry.definition(context.tool_name) is None,
             principal=principal, agent=_AGENT.get(),

@@ -142,7 +142,7 @@ class TooltraceMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     def _call(self, tool_call: LCToolCall, request: ToolCallRequest | None = None) -> ToolCall:
         return _common.make_call(
-            tool_call["name"], tool_call.get("args"), integration=_INTEGRATION,
+            self.registry, tool_call["name"], tool_call.get("args"), integration=_INTEGRATION,
             provider_id=tool_call.get("id"), mode=self.mode, run_id=self.run_id,
             principal=self.principal, agent=_agent_name(request),
         )
@@ -209,7 +209,7 @@ class _Runner:
     principal: Principal | None
 
     def _call(self, arguments: dict[str, Any]) -> ToolCall:
-        return _common.make_call(self.name, arguments, integration=_INTEGRATION,
+        return _common.make_call(self.registry, self.name, arguments, integration=_INTEGRATION,
                                  provider_id=None, mode=self.mode, run_id=self.run_id,
                                  principal=self.principal)
 

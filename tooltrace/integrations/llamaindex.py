@@ -119,6 +119,7 @@ class TooltraceTool(AsyncBaseTool):
             else:
                 arguments = [*args, kwargs]
         return make_call(
+            self.registry,
             self._metadata.get_name(),
             arguments,
             integration=_INTEGRATION,

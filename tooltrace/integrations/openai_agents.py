@@ -44,7 +44,6 @@ from agents.strict_schema import ensure_strict_json_schema
 from agents.tool import ToolErrorFunction, set_function_tool_failure_error_function
 from agents.tool_context import ToolContext
 
-from .._ids import new_call_id
 from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
 from ..envelope import Principal, ToolResultEnvelope
 from ..exceptions import MalformedCallError, RegistrationError
@@ -124,8 +123,9 @@ class _Invoker:
         except MalformedCallError as exc:
             error = exc.reason  # passed on as sent: the registry refuses it (stage params)
         call = make_call(
-            self.name, arguments, integration=INTEGRATION, provider_id=ctx.tool_call_id,
-            mode=self.mode, run_id=self.run_id, arguments_error=error, principal=self.principal,
+            self.registry, self.name, arguments, integration=INTEGRATION,
+            provider_id=ctx.tool_call_id, mode=self.mode, run_id=self.run_id,
+            arguments_error=error, principal=self.principal,
             agent=None if ctx.agent is None else ctx.agent.name,
         )
         approved = ctx.is_tool_approved(ctx.tool_name, ctx.tool_call_id) is True
@@ -168,7 +168,7 @@ def _asks(
         # ToolContext would name it): a rule on the agent's name is judged without it here.
         agent = getattr(ctx, "agent", None)
         reason = approval_reason(
-            registry, name, params, mode=mode, run_id=run_id, call_id=new_call_id(),
+            registry, name, params, mode=mode, run_id=run_id, call_id=registry.new_call_id(),
             principal=principal, agent=getattr(agent, "name", None),
         )
         return reason is not None

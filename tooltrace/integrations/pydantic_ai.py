@@ -45,7 +45,6 @@ from pydantic_ai.tools import ToolDefinition as PaiToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
-from .._ids import new_call_id
 from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
 from ..envelope import Principal, Stage, Status, ToolResultEnvelope
 from ..exceptions import RegistrationError
@@ -89,18 +88,18 @@ async def _run(
     """Run one of the agent's tool calls through the registry; map the envelope for the model."""
     run = run_id or ctx.run_id
     approved = ctx.tool_call_approved
-    if approvals is not None and not approved:
-        reason = approval_reason(
-            registry, name, arguments, mode=mode, run_id=run, call_id=new_call_id(),
-            principal=principal, agent=None if ctx.agent is None else ctx.agent.name,
-        )
+    agent = None if ctx.agent is None else ctx.agent.name
+    call = make_call(
+        registry, name, arguments, integration=INTEGRATION, provider_id=ctx.tool_call_id,
+        mode=mode, run_id=run, principal=principal, agent=agent,
+    )
+    if approvals is not None and not approved and call.call_id is not None:
+        # Policy is asked about the call under the id it then runs with.
+        reason = approval_reason(registry, name, arguments, mode=mode, run_id=run,
+                                 call_id=call.call_id, principal=principal, agent=agent)
         if reason is not None:
             # Pydantic AI's convention: the run stops with the call in DeferredToolRequests.
             raise ApprovalRequired(metadata={"tooltrace.reason": reason})
-    call = make_call(
-        name, arguments, integration=INTEGRATION, provider_id=ctx.tool_call_id, mode=mode,
-        run_id=run, principal=principal, agent=None if ctx.agent is None else ctx.agent.name,
-    )
     span = tool_span(ctx.tool_call_id)
     token = _RUN_CONTEXT.set(ctx)
     try:
