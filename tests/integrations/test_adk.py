@@ -24,6 +24,7 @@ from support.integrations import (
     unsure,
     wait_for,
 )
+from support.trail import CountingTrail
 
 require_module("google.adk", extra("adk"))
 
@@ -59,7 +60,7 @@ from tooltrace.integrations.adk import (  # noqa: E402
     as_adk_tools,
 )
 from tooltrace.telemetry import TracingSink  # noqa: E402
-from tooltrace.telemetry.audit import AuditSink, AuditStore  # noqa: E402
+from tooltrace.telemetry.audit import AuditStore  # noqa: E402
 from tooltrace.testing import RecordingSink  # noqa: E402
 
 # One SDK provider for the process (OpenTelemetry allows one global provider): ADK's spans go
@@ -163,13 +164,17 @@ def sink() -> RecordingSink:
 
 
 @pytest.fixture
-def registry(tmp_path: Path, sink: RecordingSink) -> Iterator[ToolRegistry]:
+def trail(tmp_path: Path) -> CountingTrail:
+    return CountingTrail(tmp_path / "home")
+
+
+@pytest.fixture
+def registry(tmp_path: Path, sink: RecordingSink, trail: CountingTrail) -> Iterator[ToolRegistry]:
     EXPORTER.clear()
     reg = ToolRegistry(
         workspace=tmp_path,
         home=tmp_path / "home",
-        sinks=[sink, SharedSpans(TracingSink(PROVIDER, interval_s=0.05)),
-               AuditSink(tmp_path / "home")],
+        sinks=[sink, SharedSpans(TracingSink(PROVIDER, interval_s=0.05)), trail],
         cancel_grace_s=0.3,
     )
     for t in (add, aadd, leak, explode, unsure, slow):
@@ -195,7 +200,7 @@ def test_the_model_sees_the_registry_tools_names_and_schemas(registry: ToolRegis
 
 
 def test_sync_and_async_tools_in_parallel_keep_their_call_ids_and_audit_rows(
-    registry: ToolRegistry, sink: RecordingSink, tmp_path: Path
+    registry: ToolRegistry, sink: RecordingSink, tmp_path: Path, trail: CountingTrail
 ) -> None:
     llm = ScriptedLlm(
         model="scripted",
@@ -211,6 +216,7 @@ def test_sync_and_async_tools_in_parallel_keep_their_call_ids_and_audit_rows(
     assert sorted(by_provider) == ["fc-0", "fc-1"]
     assert {r.status for r in sink.records} == {Status.OK}
     assert len({r.call_id for r in sink.records}) == 2
+    assert trail.lookups == 0  # ids the registry made: never searched for in its trail
     registry.shutdown(timeout_s=5.0)
     with AuditStore(tmp_path / "home") as store:
         rows = store.sql("select call_id, tool, status from tool_calls order by tool").dicts()

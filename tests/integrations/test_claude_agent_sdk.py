@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
+from conftest import Watch
 from support.bypass import deny_all, touch
 from support.components import extra, require_module
 from support.integrations import SECRET, add, explode, unsure
+from support.trail import assert_ids_were_minted
 
 sdk = require_module("claude_agent_sdk", extra("claude-agent-sdk"))
 
@@ -394,8 +396,9 @@ def test_withdrawn_question_cancels_the_call(make: Any, sink: RecordingSink) -> 
 # -- whole runs through query() and a fake CLI ------------------------------------------------
 
 
-def test_agent_run_mixes_builtins_and_in_process_tools(make: Any, sink: RecordingSink) -> None:
-    reg, adapter = make()
+def test_agent_run_mixes_builtins_and_in_process_tools(make: Any, sink: RecordingSink,
+                                                      watch: Watch) -> None:
+    reg, adapter = make(sinks=[sink, watch.trail])
     for t in (add, explode, unsure):
         reg.register(t)
     adapter.register_builtins(["Bash"])
@@ -425,6 +428,7 @@ def test_agent_run_mixes_builtins_and_in_process_tools(make: Any, sink: Recordin
                          (maybe, Status.UNKNOWN)):
         assert seen["isError"] is True and seen["content"][0]["text"] == texts[status]
     assert SECRET not in texts[Status.FAILED]
+    assert_ids_were_minted(reg, watch.trail, "add", {"a": 1, "b": 1})  # named by the registry
 
 
 def test_the_cli_lists_the_registry_schemas(make: Any) -> None:

@@ -39,6 +39,7 @@ from support.integrations import (
     unsure,
     wait_for,
 )
+from support.trail import CountingTrail
 
 require_module("crewai", extra("crewai"))
 
@@ -69,7 +70,7 @@ from tooltrace.integrations.crewai import (  # noqa: E402
     install_guard,
 )
 from tooltrace.telemetry import TracingSink  # noqa: E402
-from tooltrace.telemetry.audit import AuditSink, AuditStore  # noqa: E402
+from tooltrace.telemetry.audit import AuditStore  # noqa: E402
 from tooltrace.testing import RecordingSink  # noqa: E402
 
 
@@ -149,11 +150,16 @@ def _clean() -> Iterator[None]:
 
 
 @pytest.fixture
-def registry(tmp_path: Path, sink: RecordingSink) -> Iterator[ToolRegistry]:
+def trail(tmp_path: Path) -> CountingTrail:
+    return CountingTrail(tmp_path / "home")
+
+
+@pytest.fixture
+def registry(tmp_path: Path, sink: RecordingSink, trail: CountingTrail) -> Iterator[ToolRegistry]:
     reg = ToolRegistry(
         workspace=tmp_path,
         home=tmp_path / "home",
-        sinks=[sink, TracingSink(PROVIDER, interval_s=0.05), AuditSink(tmp_path / "home")],
+        sinks=[sink, TracingSink(PROVIDER, interval_s=0.05), trail],
         cancel_grace_s=0.3,
     )
     for t in (add, aadd, leak, explode, unsure, hold):
@@ -184,7 +190,7 @@ def test_the_model_sees_the_registry_tools_names_and_schemas(registry: ToolRegis
 
 
 def test_sync_and_async_tools_in_parallel_keep_their_call_ids_and_audit_rows(
-    registry: ToolRegistry, sink: RecordingSink, tmp_path: Path
+    registry: ToolRegistry, sink: RecordingSink, tmp_path: Path, trail: CountingTrail
 ) -> None:
     llm = ScriptedLLM(
         model="scripted",
@@ -197,6 +203,7 @@ def test_sync_and_async_tools_in_parallel_keep_their_call_ids_and_audit_rows(
     assert sorted(got.values()) == ["3", "7"]
     assert {r.status for r in sink.records} == {Status.OK}
     assert len({r.call_id for r in sink.records}) == 2
+    assert trail.lookups == 0  # ids the registry made: never searched for in its trail
     registry.shutdown(timeout_s=5.0)
     with AuditStore(tmp_path / "home") as store:
         rows = store.sql("select call_id, tool, status from tool_calls order by tool").dicts()

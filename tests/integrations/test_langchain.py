@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import orjson
 import pytest
+from conftest import Watch
 from support.bypass import deny_all, touch
 from support.components import extra, require_module
 from support.integrations import (
@@ -32,6 +33,7 @@ from support.integrations import (
     wait,
     wait_for,
 )
+from support.trail import assert_ids_were_minted
 
 require_module("langchain", extra("langchain"))
 require_module("langgraph", extra("langchain"))
@@ -179,9 +181,9 @@ def test_a_tool_call_runs_through_the_registry_sync_and_async(
 
 
 def test_the_adapters_principal_goes_on_every_call(
-    make_registry: Callable[..., ToolRegistry], sink: RecordingSink,
+    make_registry: Callable[..., ToolRegistry], sink: RecordingSink, watch: Watch,
 ) -> None:
-    reg = make_registry(add)
+    reg = make_registry(add, sinks=[sink, watch.trail])
     p = Principal(user="ann", agent="researcher", roles=("dev",))
     run(middleware_agent(reg, script(("add", {"a": 2, "b": 3}, "c1")), principal=p), "invoke")
     node = tool_node(reg, principal=p)
@@ -194,6 +196,8 @@ def test_the_adapters_principal_goes_on_every_call(
     (msg,) = tool_messages(out)
     assert msg.status == "error" and "AKIA" not in str(msg.content)
     assert sink.records[-1].status is Status.REJECTED and sink.records[-1].principal is None
+    # The middleware's and the tool node's calls were named by the registry.
+    assert_ids_were_minted(reg, watch.trail, "add", {"a": 1, "b": 1})
 
 
 def test_a_graph_of_two_agents_acts_for_one_principal_and_each_call_names_its_agent(

@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import Watch
 from support.bypass import deny_all, touch
 from support.components import extra, require_module
 from support.integrations import SECRET, add, explode, leak, unsure
+from support.trail import assert_ids_were_minted
 
 require_module("llama_index.core", extra("llamaindex"))
 
@@ -84,8 +86,8 @@ async def shout(text: str) -> str:
 
 
 def test_agent_calls_run_through_the_registry(
-        make_registry: Callable[..., ToolRegistry], sink: RecordingSink) -> None:
-    reg = make_registry(add)
+        make_registry: Callable[..., ToolRegistry], sink: RecordingSink, watch: Watch) -> None:
+    reg = make_registry(add, sinks=[sink, watch.trail])
     tools = as_llamaindex_tools(reg) + adopt(
         reg, [FunctionTool.from_defaults(fn=multiply), FunctionTool.from_defaults(fn=shout)])
     script = Script(("add", {"a": 1, "b": 2}), ("multiply", {"a": 3, "b": 4}),
@@ -97,6 +99,7 @@ def test_agent_calls_run_through_the_registry(
     assert len({r.call_id for r in sink.records}) == 4
     assert all(r.status is Status.OK and r.attributes["tooltrace.integration"] == "llamaindex"
                for r in sink.records)
+    assert_ids_were_minted(reg, watch.trail, "add", {"a": 1, "b": 1})  # named by the registry
 
 
 def test_the_adapters_principal_goes_on_every_call(
