@@ -268,6 +268,14 @@ def test_a_real_mcp_servers_tools_are_a_group_named_for_it(tmp_path: Path) -> No
         proxy = McpProxy(load_config(config), registry=reg)
         await proxy.start()
         try:
+            requests = [reg.definition(f"mcp.clock.{k}")
+                        for k in ("sampling", "elicitation", "roots")]
+            assert all(d is not None and not d.listed for d in requests)
+            for mode in ("default", "plan"):
+                vis = reg.visible_tools(mode)
+                shown = [d.name for d in vis.visible] + [n for n, _ in vis.hidden]
+                assert not any(n.endswith((".sampling", ".elicitation", ".roots"))
+                               for n in shown), shown
             return (reg.tool_listing("default"),
                     await reg.acall(ToolCall("load_tools", {"group": "clock"})),
                     reg.definition("get_current_time"))
@@ -278,10 +286,11 @@ def test_a_real_mcp_servers_tools_are_a_group_named_for_it(tmp_path: Path) -> No
     result, loaded, upstream = asyncio.run(listing())
     assert upstream is not None and upstream.source == "mcp:clock"
     # The server's tools, and the registry entries through which its resources and prompts are
-    # read (policed and audited like calls; the proxy's own tools/list leaves those out).
+    # read (policed and audited like calls; the proxy's own tools/list leaves those out). Its
+    # sampling, elicitation and roots requests are registered too, but are not tools: no
+    # listing shows them, not even as hidden.
     server_tools = ["convert_time", "get_current_time"]
-    protocol = ["mcp.clock.elicitation", "mcp.clock.get_prompt", "mcp.clock.read_resource",
-                "mcp.clock.roots", "mcp.clock.sampling"]
+    protocol = ["mcp.clock.get_prompt", "mcp.clock.read_resource"]
     clock = next(g for g in result.groups if g.name == "clock")
     names = sorted([*server_tools, *protocol])
     assert clock.tools == len(names) and clock.description == "Tools: " + ", ".join(names)

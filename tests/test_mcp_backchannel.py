@@ -201,6 +201,58 @@ def test_refused_unanswered_and_failed_requests_are_audited_with_their_outcome(
         [r["result_preview"] for r in res["rows"] if r["tool"].startswith("mcp.")])
 
 
+def test_broad_policy_rules_leave_server_requests_to_the_rules_that_name_them(
+        tmp_path: Path) -> None:
+    # Rules over every call of an effect or a capability are about tools; the server's
+    # requests to its client are decided only by a rule that names them.
+    (tmp_path / "policy.toml").write_text("""version = 1
+[[rules]]
+id = "no-side-effect-free-calls"
+effects = ["none"]
+reason = "broad"
+
+[approval]
+capabilities = ["read"]
+
+[[rules]]
+id = "no-elicitation"
+tools = ["mcp.asking.elicitation"]
+reason = "this server may not ask the user"
+""")
+
+    async def sampling(ctx: Any, params: Any) -> Any:
+        return mt.CreateMessageResult(role="assistant", model="m",
+                                      content=mt.TextContent(type="text", text="yes"))
+
+    async def elicitation(ctx: Any, params: Any) -> Any:
+        raise AssertionError("a refused request reached the client")
+
+    async def list_roots(ctx: Any) -> mt.ListRootsResult:
+        return mt.ListRootsResult(roots=[])
+
+    res = _run(tmp_path, '[policy]\nfile = "policy.toml"\n',
+               tuple(("probe", {"kind": k}) for k in ("sampling", "elicitation", "roots")),
+               sampling_callback=sampling, elicitation_callback=elicitation,
+               list_roots_callback=list_roots)
+    got = {k: json.loads(text_of(res[k])) for k in ("sampling", "elicitation", "roots")}
+    assert got == {"sampling": {"answered": True}, "roots": {"answered": True},
+                   "elicitation": {"code": mt.INVALID_REQUEST, "message":
+                                   "elicitation/create refused by the proxy's policy"}}
+    rows = {r["tool"]: r for r in res["rows"]}
+    assert [rows[f"mcp.asking.{k}"]["status"] for k in got] == ["ok", "rejected", "ok"]
+    steps = audit_steps_detail(res["home"], rows["mcp.asking.elicitation"]["call_id"])
+    assert ("policy", "policy:no-elicitation", "deny") in steps, steps
+
+
+def audit_steps_detail(home: Path, call_id: str) -> list[tuple[str, str, str]]:
+    from tooltrace.audit import AuditStore
+
+    with AuditStore(home) as store:
+        rows = store.sql("SELECT step, decider, decision FROM tool_call_steps "
+                         "WHERE call_id = $c ORDER BY seq", {"c": call_id}).rows
+    return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
 def test_sampling_over_streamable_http(tmp_path: Path) -> None:
     # Over HTTP the request must ride the stream of the call it belongs to.
     from mcp.client.streamable_http import streamable_http_client

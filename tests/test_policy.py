@@ -13,6 +13,7 @@ from tooltrace import (
     Effect,
     Mode,
     Policy,
+    PolicyDecision,
     PolicyRequest,
     RequireApproval,
     ToolDefinition,
@@ -154,3 +155,39 @@ def test_rules_that_do_not_apply_to_a_tool_are_skipped_but_still_listed() -> Non
     policy.rules = (Everywhere(),)
     decision, names = policy.evaluate(_req({"argv": ["rm", "-rf", "/"]}, Capability.EXECUTE))
     assert decision is None and names == ("everywhere",)
+
+
+def test_an_entry_that_is_not_a_tool_is_decided_only_by_rules_that_name_it() -> None:
+    from tooltrace.policy import DenyNested
+
+    name = "mcp.fs.sampling"
+    entry = ToolDefinition(name=name, description="", parameters=SCHEMA,
+                           capability=Capability.EXECUTE, listed=False)
+    tool = ToolDefinition(name="t", description="", parameters=SCHEMA,
+                          capability=Capability.EXECUTE)
+
+    class Everywhere:
+        name = "everywhere"
+
+        def __call__(self, request: PolicyRequest) -> PolicyDecision:
+            return PolicyDecision(Verdict.DENY, self.name, "every call")
+
+    broad = [Everywhere(), DenyCommandPatterns(), DenyNested(),
+             RequireApproval(capabilities=frozenset(Capability), effects=frozenset(Effect))]
+    policy = Policy(broad)
+    args = {"argv": ["rm", "-rf", "/"]}
+    assert policy.evaluate(PolicyRequest(entry, args, "default", "run", "c", depth=2))[0] is None
+    decision, _ = policy.evaluate(PolicyRequest(tool, args, "default", "run", "c", depth=2))
+    assert decision is not None and decision.verdict is Verdict.DENY
+    # A rule that names it decides it.
+    for named, verdict in ((RequireApproval(tools=frozenset({name})), Verdict.ASK),
+                           (DenyNested(tools=frozenset({name})), Verdict.DENY)):
+        decision, _ = Policy([*broad, named]).evaluate(
+            PolicyRequest(entry, args, "default", "run", "c", depth=2))
+        assert decision is not None and decision.verdict is verdict, named
+    # No mode hides it (a mode is about which tools a model sees).
+    review = Policy(modes=[Mode("review", capabilities=frozenset({Capability.READ}),
+                                tools=frozenset({"t"}))])
+    assert review.mode_allows(entry, "review") == (True, "")
+    assert review.mode_allows(entry, "nope") == (False, "unknown mode")
+    assert not review.mode_allows(tool, "review")[0]

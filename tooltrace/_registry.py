@@ -220,12 +220,15 @@ class ToolRegistry:
         return e.definition if e is not None else None
 
     def visible_tools(self, mode: str = "default") -> Visibility:
-        """Tools the mode exposes, sorted by name, and the hidden ones with reasons."""
+        """Tools the mode exposes, sorted by name, and the hidden ones with reasons (entries
+        that are not tools, ``ToolDefinition.listed`` False, are in neither)."""
         visible: list[ToolDefinition] = []
         hidden: list[tuple[str, str]] = []
         active = self._table.active
         for name in sorted(active):
             d = active[name].definition
+            if not d.listed:
+                continue
             ok, why = self.policy.mode_allows(d, mode)
             if ok:
                 visible.append(d)

@@ -85,6 +85,9 @@ class PolicyDecision:
 # A rule may also define ``applies_to(tool: ToolDefinition) -> bool``: False promises no opinion
 # on any call of that tool, and the policy then skips calling it for that tool (decided once per
 # definition). The built-in rules do; a rule without it is asked on every call.
+# A rule may define ``names_tool(name: str) -> bool``: True when it names that tool itself (in
+# a tool list, not through a capability, effect or any-tool scope). Entries that are not tools
+# (``ToolDefinition.listed`` False) are decided only by the rules that name them.
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -331,6 +334,10 @@ class RequireApproval:
             or tool.effect in self.effects
         )
 
+    def names_tool(self, name: str) -> bool:
+        """Whether ``tools`` names ``name``."""
+        return name in self.tools
+
     def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
         t = request.tool
         hit = t.name in self.tools or t.capability in self.capabilities or t.effect in self.effects
@@ -362,6 +369,10 @@ class DenyNested:
     def applies_to(self, tool: ToolDefinition) -> bool:
         """The listed tools (any tool when none is listed)."""
         return not self.tools or tool.name in self.tools
+
+    def names_tool(self, name: str) -> bool:
+        """Whether ``tools`` names ``name``."""
+        return name in self.tools
 
     def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
         depth = request.depth
@@ -403,6 +414,15 @@ class Policy:
     def _rules_for(tool: ToolDefinition, rules: tuple[Rule, ...]) -> tuple[tuple[int, Rule], ...]:
         out = []
         for i, rule in enumerate(rules):
+            if not tool.listed:  # not a tool: only the rules that name it decide
+                names = getattr(rule, "names_tool", None)
+                try:
+                    if names is None or not names(tool.name):
+                        continue
+                except Exception:
+                    continue
+                out.append((i, rule))
+                continue
             applies = getattr(rule, "applies_to", None)
             try:
                 if applies is not None and not applies(tool):
@@ -413,10 +433,13 @@ class Policy:
         return tuple(out)
 
     def mode_allows(self, tool: ToolDefinition, mode: str) -> tuple[bool, str]:
-        """``(visible, reason)`` for a tool in a mode; an unknown mode hides everything."""
+        """``(visible, reason)`` for a tool in a mode; an unknown mode hides everything, a
+        known one never hides an entry that is not a tool (``ToolDefinition.listed``)."""
         m = self.modes.get(mode)
         if m is None:
             return False, "unknown mode"
+        if not tool.listed:
+            return True, ""
         return m.allows(tool)
 
     def evaluate(self, request: PolicyRequest) -> tuple[PolicyDecision | None, tuple[str, ...]]:

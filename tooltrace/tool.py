@@ -138,6 +138,12 @@ class ToolDefinition:
     """The path arguments whose files a call writes (each one of ``path_params``): before
     the tool runs, the registry keeps each file's previous content as a snapshot that
     ``tooltrace restore`` can put back."""
+    listed: bool = True
+    """Whether it is a tool: listings show it (``visible_tools``, ``tool_listing``, provider
+    specs) and modes and broad policy rules decide its calls. ``False`` for a registry entry
+    that is not a tool a model calls but is run through the registry to be policed and audited
+    (an MCP server's sampling, elicitation and roots requests): no listing shows it, no mode
+    hides it, and only policy rules that name it decide its calls."""
 
     @property
     def group_name(self) -> str | None:

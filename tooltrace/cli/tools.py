@@ -65,7 +65,9 @@ def tools(mode: str, fmt: str, listing: bool, expand: tuple[str, ...], native: b
                 fail(guard(str(exc)), EXIT_FAIL)
             sys.stdout.buffer.write(body + b"\n")
             return
-        entries = reg.resolution()
+        # Entries that are not tools (an MCP server's requests to its client) are not listed.
+        entries = [e for e in reg.resolution()
+                   if (d := reg.definition(e.name)) is None or d.listed]
         vis = reg.visible_tools(mode)
         sizes = {m: schema_sizes(reg, m, cast("Format", fmt)) for m in sorted(reg.policy.modes)}
         groups = {e.name: d.group_name if (d := reg.definition(e.name)) else None

@@ -71,6 +71,10 @@ class _DenyTools:
     tools: frozenset[str]
     name: str = "mcp_deny"
 
+    def names_tool(self, name: str) -> bool:
+        """Whether ``name`` is one of the denied tools."""
+        return name in self.tools
+
     def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
         if request.tool.name in self.tools:
             return PolicyDecision(Verdict.DENY, self.name,

@@ -59,7 +59,8 @@ def server_request_definitions(label: str, timeout_s: float) -> list[ToolDefinit
     return [ToolDefinition(
         name=server_request_name(label, cap), description=f"{method} from MCP server {label}",
         parameters=params, capability=Capability.READ, effect=Effect.NONE, cancellable=True,
-        timeout_s=timeout_s, source=f"mcp:{label}") for method, cap in CAPABILITIES.items()]
+        timeout_s=timeout_s, source=f"mcp:{label}", listed=False)
+        for method, cap in CAPABILITIES.items()]
 
 
 def _size(model: Any) -> int:

@@ -81,6 +81,11 @@ class CedarRule:
         """Tools some policy's scope can name (any tool with ``default = "deny"``)."""
         return self.default == "deny" or self._set_for(tool.name)[0] is not None
 
+    def names_tool(self, name: str) -> bool:
+        """Whether some policy's scope names ``name`` itself (``resource == Tool::"name"``, or
+        an ``action`` of that name)."""
+        return any(_scope_is(p, name) for p in self._est.values())
+
     def _set_for(self, tool: str) -> tuple[Any, bool]:
         """The policies whose scope can name ``tool``, parsed (None: there are none), and
         whether any of them may read ``context.args``."""
@@ -209,6 +214,15 @@ class CedarRule:
 def _is(uid: Any, kind: str, ident: str) -> bool:
     return isinstance(uid, Mapping) and uid.get("type") == f"{NAMESPACE}::{kind}" \
         and uid.get("id") == ident
+
+
+def _scope_is(policy: Mapping[str, Any], tool: str) -> bool:
+    """Whether a policy's scope names ``tool`` itself (not only an open scope that may)."""
+    action = policy.get("action") or {}
+    resource = policy.get("resource") or {}
+    uids = action.get("entities") or [action.get("entity")]
+    return (resource.get("op") == "==" and _is(resource.get("entity"), "Tool", tool)) or (
+        action.get("op") in ("==", "in") and any(_is(u, "Action", tool) for u in uids))
 
 
 def _scope_names(policy: Mapping[str, Any], tool: str) -> bool:

@@ -61,6 +61,10 @@ class LimitRule:
         """Whether calls of ``tool`` count."""
         return self.match.tool(tool)
 
+    def names_tool(self, name: str) -> bool:
+        """Whether the limit's ``tools`` list names ``name``."""
+        return self.match.names(name)
+
     def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
         if not (self.match.tool(request.tool)
                 and self.match.call(request.mode, request.principal)):

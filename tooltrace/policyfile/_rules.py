@@ -120,6 +120,10 @@ class Match:
     roles: frozenset[str] | None = None
     """Principal roles (any one of them)."""
 
+    def names(self, tool: str) -> bool:
+        """Whether ``tools`` names ``tool`` (a match by capability or effect alone does not)."""
+        return self.tools is not None and tool in self.tools
+
     def tool(self, t: ToolDefinition) -> bool:
         """Whether calls of ``t`` can match."""
         return (
@@ -174,6 +178,10 @@ class PatternRule:
     def applies_to(self, tool: ToolDefinition) -> bool:
         """Whether calls of ``tool`` can match at all."""
         return self.match.tool(tool)
+
+    def names_tool(self, name: str) -> bool:
+        """Whether the rule's ``tools`` list names ``name``."""
+        return self.match.names(name)
 
     def matches(self, request: PolicyRequest) -> bool:
         """Whether the call meets every condition of the rule."""
