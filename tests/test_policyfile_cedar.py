@@ -351,3 +351,41 @@ def test_cedar_sees_arguments_as_the_registrys_redactor_leaves_them(tmp_path: Pa
         assert "hunter2" not in orjson.dumps(env.to_dict()).decode()
     finally:
         reg.shutdown()
+
+
+def test_only_cedar_policies_and_limits_naming_an_entry_that_is_not_a_tool_decide_it(
+        tmp_path: Path) -> None:
+    # The MCP proxy's sampling, elicitation and roots entries (listed=False): an open-scope
+    # forbid is about tools; a policy whose scope names the entry decides it.
+    from tooltrace import ToolDefinition
+    from tooltrace.policy import PolicyRequest, Verdict
+    from tooltrace.policyfile import load_policy
+
+    def entry(name: str) -> ToolDefinition:
+        return ToolDefinition(name=name, description="", parameters={"type": "object"},
+                              listed=False)
+
+    cedar = ('@id("nothing") forbid (principal, action, resource);\n'
+             '@id("no-roots") forbid (principal, action, resource == Tooltrace::Tool::'
+             '"mcp.fs.roots");\n')
+    f = _policy(tmp_path, cedar, """
+[cedar]
+policies = ["agents.cedar"]
+
+[[limits]]
+id = "one-elicitation"
+tools = ["mcp.fs.elicitation"]
+max_calls = 1
+""")
+    policy = load_policy(f, tools=None).compiled.policy
+    tool = ToolDefinition(name="t", description="", parameters={"type": "object"})
+
+    def verdict(d: ToolDefinition, call: str = "c") -> Verdict | None:
+        got, _ = policy.evaluate(PolicyRequest(d, {}, "default", "r", call))
+        return None if got is None else got.verdict
+
+    assert verdict(tool) is Verdict.DENY  # the open forbid still holds for tools
+    assert verdict(entry("mcp.fs.sampling")) is None
+    assert verdict(entry("mcp.fs.roots")) is Verdict.DENY
+    assert verdict(entry("mcp.fs.elicitation"), "c1") is None
+    assert verdict(entry("mcp.fs.elicitation"), "c2") is Verdict.DENY  # over its limit
