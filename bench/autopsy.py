@@ -96,15 +96,19 @@ def _line_bytes() -> int:
 
 
 def generate(
-    home: Path, calls: int, *, per_file: int | None = None, with_ranges: bool = True
+    home: Path, calls: int, *, per_file: int | None = None, with_ranges: bool = True,
+    with_lookups: bool = True,
 ) -> dict[str, Any]:
-    """Write ``calls`` calls as compacted Parquet under ``home``; return what was written.
+    """Write ``calls`` calls as compacted Parquet (with lookup files unless ``with_lookups``
+    is false) under ``home``; return what was written.
 
     ``with_ranges=False`` writes a manifest without per-file call-id ranges (as compaction did
     before it recorded them): lookups then read every file's footer."""
     import duckdb
     import pyarrow.parquet as pq
 
+    from tooltrace.audit._format import load_key
+    from tooltrace.audit._lookups import write_lookup_for
     from tooltrace.audit._manifest import write_manifest
     from tooltrace.audit._segments import audit_dir
     from tooltrace.audit._tables import schemas
@@ -129,6 +133,9 @@ def generate(
     steps_values = ", ".join(f"({s}, '{n}', '{d}', '{v}')" for s, n, d, v in _STEPS)
     files: dict[str, list[str]] = {"calls": [], "steps": []}
     ranges: dict[str, list[str]] = {}
+    key = load_key(home, create=True)
+    assert key is not None
+    manifest: dict[str, Any] = {"version": 1, "segments": [], "files": files}
     file_no = 0
     for start in range(0, calls, per_file):
         n = min(per_file, calls - start)
@@ -155,15 +162,17 @@ def generate(
             files[t].append(rel)
             # Sorted by call id: the file's range, as compaction records it.
             ranges[rel] = [tab["call_id"][0].as_py(), tab["call_id"][-1].as_py()]
+            if with_lookups:  # and its lookup file, as compaction writes it
+                write_lookup_for(adir, manifest, rel, t, key, tab)
         file_no += 1
-    manifest: dict[str, Any] = {"version": 1, "segments": [], "files": files}
     if with_ranges:
         manifest["ranges"] = ranges
     write_manifest(adir, manifest)
     con.close()
     size = sum(p.stat().st_size for p in (adir / "parquet").rglob("*.parquet"))
+    lookups = sum(p.stat().st_size for p in (adir / "parquet").rglob("*.lookup"))
     return {"calls": calls, "steps": calls * len(_STEPS), "files_per_table": file_no,
-            "calls_per_file": per_file, "bytes": size,
+            "calls_per_file": per_file, "bytes": size, "lookup_bytes": lookups,
             "seconds": time.perf_counter() - t0}
 
 

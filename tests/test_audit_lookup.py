@@ -23,6 +23,7 @@ import pytest
 from support.audit import run_real_workload, workload
 
 from tooltrace.audit import AmbiguousCallId, AuditStore, CallNotFound, compact, explain
+from tooltrace.audit._lookupfile import lookup_rel
 from tooltrace.audit._manifest import read_manifest, write_manifest
 from tooltrace.telemetry import AuditSink
 
@@ -141,6 +142,9 @@ def test_files_outside_the_range_are_never_opened(trail: dict[str, Any], tmp_pat
         # opened one of them would fail.
         for rel in trail["first"].files:
             os.rename(home / "audit" / rel, home / "audit" / (rel + ".away"))
+            lookup = home / "audit" / lookup_rel(rel)
+            if lookup.exists():
+                os.rename(lookup, lookup.with_name(lookup.name + ".away"))
         cid = trail["second_ids"][10]
         assert s.call(cid).record is not None
         assert s.call(cid[:32]).call_id == cid  # a prefix is pruned the same way
@@ -201,6 +205,9 @@ def test_files_compacted_before_a_column_existed_read_it_as_null(
         pq.write_table(pq.read_table(adir / rel).drop_columns([col]), adir / rel)
     for rel in (f for f in trail["second"].files if "/steps/" in f):
         pq.write_table(pq.read_table(adir / rel).drop_columns(["detail"]), adir / rel)
+    m = read_manifest(adir)
+    del m["lookups"]  # that tooltrace wrote no lookup files either
+    write_manifest(adir, m)
     cid = trail["second_ids"][30]
     with AuditStore(home) as s:
         got = s.call(cid)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .._ids import new_call_id
 from .._settings import resolve_home
 from ._format import load_key
+from ._lookups import backfill_lookups, drop_unlisted_lookups, write_lookup_for
 from ._manifest import (
     COMPACTED,
     PRUNED,
@@ -98,8 +99,9 @@ def compact(
         files: list[str] = []
         n_calls = n_steps = n_segs = 0
         batches = _batches(todo, max_batch_bytes)
-        write = _writer(adir, manifest, row_group_size)
-        if _backfill_ranges(adir, manifest) | _backfill_outcomes(adir, manifest, write):
+        write = _writer(adir, manifest, row_group_size, key)
+        if (_backfill_ranges(adir, manifest) | _backfill_outcomes(adir, manifest, write)
+                | backfill_lookups(adir, manifest, key)):
             write_manifest(adir, manifest)
         for batch in batches:
             if not batch:
@@ -158,10 +160,11 @@ def _batches(todo: list[SegmentInfo], max_batch_bytes: int) -> list[list[ParsedS
     return batches
 
 
-def _writer(adir: Path, manifest: dict[str, Any],
-            row_group_size: int) -> Callable[[pa.Table, str], str]:
+def _writer(adir: Path, manifest: dict[str, Any], row_group_size: int,
+            key: bytes) -> Callable[[pa.Table, str], str]:
     """A function that writes a table of kind ``t`` to a new Parquet file (fsynced, then renamed
-    into place), notes its call-id range in ``manifest`` and returns the file's relative path."""
+    into place) with its lookup file (``_lookups``), notes its call-id range in ``manifest``
+    and returns the file's relative path."""
 
     def write(tbl: pa.Table, t: str) -> str:
         import pyarrow.parquet as pq
@@ -175,6 +178,7 @@ def _writer(adir: Path, manifest: dict[str, Any],
                        write_statistics=True)
         _fsync_file(tmp)
         os.replace(tmp, out)
+        write_lookup_for(adir, manifest, rel, t, key, tbl)
         # An empty file gets a range no id falls in, so lookups never open it.
         manifest.setdefault("ranges", {})[rel] = _id_range(tbl) or ["", ""]
         return rel
@@ -301,7 +305,8 @@ def _fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def _remove_orphans(adir: Path, manifest: dict[str, object]) -> None:
+def _remove_orphans(adir: Path, manifest: dict[str, Any]) -> None:
+    drop_unlisted_lookups(adir, manifest)
     listed: set[str] = set()
     files = manifest.get("files") or {}
     assert isinstance(files, dict)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
+from ._tables import COLUMNS
+
 if TYPE_CHECKING:
     from ._store import AuditStore
     from ._storerecords import CallDetail
@@ -66,6 +68,9 @@ def _descendants(store: AuditStore, detail: CallDetail) -> list[dict[str, Any]]:
     end_ms = int(started.replace(tzinfo=dt.UTC).timestamp() * 1000 + elapsed) + 1000
     hi = f"{end_ms:012x}"
     hi = f"{hi[:8]}-{hi[8:]}"  # a UUIDv7's first 48 bits are its Unix time in ms
+    direct = _direct_descendants(store, detail.call_id, hi)
+    if direct is not None:
+        return _tree_order(direct, detail.call_id)
     res = store.sql(
         f"""WITH RECURSIVE window_calls AS (
               SELECT {_COLS} FROM tool_calls WHERE call_id > $lo AND call_id < $hi),
@@ -80,6 +85,29 @@ def _descendants(store: AuditStore, detail: CallDetail) -> list[dict[str, Any]]:
         {"lo": detail.call_id, "hi": hi},
     )
     return _tree_order(res.dicts(), detail.call_id)
+
+
+def _direct_descendants(store: AuditStore, root: str, hi: str) -> list[dict[str, Any]] | None:
+    """The recursive query's rows, from the lookup files (``AuditStore.window``) and the rows
+    not compacted yet, walked level by level as the query walks them; None: ask DuckDB."""
+    rows = store.window("calls", root, hi)
+    if rows is None:
+        return None
+    names = [c for c, _k in COLUMNS["calls"]]
+    kids: dict[Any, list[dict[str, Any]]] = {}
+    for r in rows:
+        row = dict(zip(names, r, strict=True))
+        if root < row["call_id"] < hi:
+            kids.setdefault(row["parent_call_id"], []).append(
+                {k: row[k] for k in _KEYS})
+    out: list[dict[str, Any]] = []
+    level, frontier = 1, [root]
+    while frontier and level <= MAX_LEVELS:
+        found = [dict(c, level=level) for p in frontier for c in kids.get(p, ())]
+        out.extend(found)
+        frontier = [c["call_id"] for c in found]
+        level += 1
+    return out
 
 
 def _tree_order(rows: list[dict[str, Any]], root: str) -> list[dict[str, Any]]:

@@ -44,6 +44,8 @@ class VerifyReport:
     #: ``<seq>:<hash>`` of the segment digest's last entry: keep it outside the home and pass
     #: it back as ``expect`` to catch a rollback or replacement of the whole home.
     head: str = ""
+    #: Lookup files re-derived from their Parquet files and compared (``_lookupfile``).
+    lookups: int = 0
 
     @property
     def ok(self) -> bool:
@@ -60,5 +62,6 @@ class VerifyReport:
             "checkpoints": self.checkpoints,
             "keyed": self.keyed,
             "head": self.head,
+            "lookups": self.lookups,
             "findings": [f.to_dict() for f in self.findings],
         }

@@ -1,8 +1,10 @@
 """One call by id, straight from what can hold it (``AuditStore.call``).
 
-Each table is read with one plain statement over the compacted files whose recorded call-id
-range holds the id (``read_parquet`` of those files, the stored columns by name, filtered on the
-id) plus the rows not compacted yet. The row of ``tool_calls`` (its final ``outcome``, when and
+Each table is read from the compacted files whose recorded call-id range holds the id plus the
+rows not compacted yet: from those files' lookup files and the parsed rows when they can answer
+(``_direct``, no DuckDB), else with one plain statement (``read_parquet`` of those files, the
+stored columns by name, filtered on the id). Steps are ordered and the latest resolution picked
+here, in Python, the same way for both. The row of ``tool_calls`` (its final ``outcome``, when and
 how a late step resolved it) is put together here from the stored row and the call's latest
 resolution, not by a join in SQL: DuckDB plans and runs a plain scan of one file faster than the
 same scan under ``UNION ALL BY NAME``, a join and JSON casts, and the rows are the views' rows.
@@ -34,19 +36,30 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _rows(store: AuditStore, t: str, cols: list[str], cid: str, tail: str = ""
+def _rows(store: AuditStore, t: str, cols: list[str], cid: str
           ) -> list[tuple[Any, ...]] | None:
     """Rows of table ``t`` for call ``cid`` (columns ``cols``), or None when nothing can hold
-    it (no file whose range holds the id and no row not compacted yet)."""
-    import duckdb
-
+    it (no file whose range holds the id and no row not compacted yet). Read from the lookup
+    files and the parsed rows when they can answer (``_direct``), else with DuckDB."""
     assert store._files is not None
     hi = cid + "\x00"
-    paths = [f.path for f in store._files[t] if f.overlaps(cid, hi)]
+    files = [f for f in store._files[t] if f.overlaps(cid, hi)]
+    paths = [f.path for f in files]
     store.lookup_files.extend(paths)
     live = bool(store._live_rows.get(t))
     if not paths and not live:
         return None
+    direct = store.lookups.rows(t, files, cid)
+    if direct is not None:
+        pick = [_STORED[t].index(c) for c in cols]
+        return [tuple(r[i] for i in pick) for r in direct]
+    return _duckdb_rows(store, t, cols, cid, paths, live)
+
+
+def _duckdb_rows(store: AuditStore, t: str, cols: list[str], cid: str, paths: list[str],
+                 live: bool) -> list[tuple[Any, ...]]:
+    import duckdb
+
     select = ", ".join(f'"{c}"' for c in cols)
     where = f"WHERE call_id = {_quote(cid)}"
     files = ", ".join(map(_quote, paths))
@@ -57,14 +70,18 @@ def _rows(store: AuditStore, t: str, cols: list[str], cid: str, tail: str = ""
     if live:
         parts.append(f"SELECT {select} FROM _live_{t} {where}")
     try:
-        return store._con.execute(" UNION ALL ".join(parts) + tail).fetchall()
+        return store._con.execute(" UNION ALL ".join(parts)).fetchall()
     except duckdb.BinderException:  # a file without one of the columns: read them by name
         src = f"read_parquet([{files}], union_by_name = true)"
         by_name = read_by_name(t, src)
         if live:
             by_name += f" UNION ALL SELECT {_SELECT[t]} FROM _live_{t}"
-        return store._con.execute(
-            f"SELECT {select} FROM ({by_name}) {where}{tail}").fetchall()
+        return store._con.execute(f"SELECT {select} FROM ({by_name}) {where}").fetchall()
+
+
+def _nulls_last(*vals: Any) -> tuple[Any, ...]:
+    """A sort key ordering like SQL's ``ORDER BY a, b`` (ascending, NULLs last)."""
+    return tuple(x for v in vals for x in (v is None, v if v is not None else 0))
 
 
 def _call_row(stored: tuple[Any, ...], res: tuple[Any, Any, Any] | None) -> dict[str, Any]:
@@ -92,15 +109,16 @@ def find_call(store: AuditStore, call_id: str, cid: str) -> CallDetail:
         res = None
         if calls:
             # The latest resolution (the view's arg_max by resolved_at).
-            late = _rows(store, "resolutions", ["status", "summary", "resolved_at"], cid,
-                         " ORDER BY resolved_at DESC NULLS LAST LIMIT 1")
-            if late and late[0][2] is not None:
-                res = late[0]
+            late = [r for r in _rows(store, "resolutions", ["status", "summary", "resolved_at"],
+                                     cid) or () if r[2] is not None]
+            if late:
+                res = max(late, key=lambda r: r[2])
         rec = [_call_row(r, res) for r in calls]
     found = _rows(store, "intents", _INTENT_KEYS, cid)
     intent = [dict(zip(_INTENT_KEYS, r, strict=True)) for r in found or ()]
-    found = _rows(store, "steps", _STEP_KEYS, cid, " ORDER BY started_at, seq")
-    steps = [dict(zip(_STEP_KEYS, r, strict=True)) for r in found or ()]
+    found = sorted(_rows(store, "steps", _STEP_KEYS, cid) or (),
+                   key=lambda r: _nulls_last(r[2], r[0]))  # ORDER BY started_at, seq
+    steps = [dict(zip(_STEP_KEYS, r, strict=True)) for r in found]
     if not rec and not intent:
         raise CallNotFound(f"no call with id {call_id[:40]!r}")
     _one_call(cid, rec)

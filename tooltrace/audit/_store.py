@@ -20,7 +20,6 @@ yet compacted.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from dataclasses import dataclass
@@ -28,10 +27,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import orjson
-
 from .._settings import resolve_home
 from ._approvalrows import APPROVALS_VIEW
+from ._direct import LookupFiles
+from ._livetables import load_live
 from ._lookup import find_call
 from ._manifest import read_manifest
 from ._segments import ParsedSegment, audit_dir, list_segments, read_segment
@@ -44,7 +43,7 @@ from ._storerecords import (
     ReadIssue,
     _one_call,
 )
-from ._tables import COLUMNS, DUCKDB_TYPES, TABLES, build_columns, read_by_name
+from ._tables import COLUMNS, TABLES, build_columns, read_by_name
 
 if TYPE_CHECKING:
     import duckdb
@@ -89,13 +88,6 @@ CREATE OR REPLACE VIEW tool_call_intents AS
   FROM _all_intents i;
 {APPROVALS_VIEW}"""
 
-#: Options of ``read_json`` for the rows not yet compacted: every column read as text and cast
-#: in SQL, so one malformed value becomes NULL instead of failing the whole trail.
-_JSON_OPTS = "format = 'newline_delimited', maximum_object_size = 2147483647"
-#: Rows per line of the file the rows not yet compacted pass through.
-_CHUNK = 10_000
-
-
 @dataclass(frozen=True, slots=True)
 class _ParquetFile:
     """One compacted file and, when the manifest records it, its call-id range."""
@@ -103,6 +95,9 @@ class _ParquetFile:
     path: str
     lo: str | None
     hi: str | None
+    rel: str = ""
+    #: The manifest lists a lookup file for it (``_lookupfile``).
+    has_lookup: bool = False
 
     def overlaps(self, lo: str, hi_excl: str) -> bool:
         """Can the file hold a call id in ``[lo, hi_excl)``? (True when its range is unknown.)"""
@@ -123,16 +118,6 @@ def _cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _cast(col: str, kind: str) -> str:
-    """SQL turning the text of column ``col`` into its kind (NULL where it does not fit)."""
-    q = f'"{col}"'
-    if kind == "str":
-        return q
-    if kind == "ts":
-        return f"make_timestamp(TRY_CAST({q} AS BIGINT)) AS {q}"
-    return f"TRY_CAST({q} AS {DUCKDB_TYPES[kind]}) AS {q}"
-
-
 class AuditStore:
     """A read-only DuckDB view of one tooltrace home's audit trail.
 
@@ -149,11 +134,12 @@ class AuditStore:
     VIEWS: ClassVar[str] = _VIEWS
 
     def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
-        import duckdb
-
         self.home = resolve_home(home)
         self.adir = audit_dir(self.home)
         self.issues: list[ReadIssue] = []
+        #: What a lookup could not trust (a damaged lookup file it read the Parquet for
+        #: instead); the CLI prints these.
+        self.warnings: list[str] = []
         self.segments = 0
         self.parquet_files = 0
         self.lookup_files: list[str] = []
@@ -162,28 +148,44 @@ class AuditStore:
         # the views.
         self._files: dict[str, list[_ParquetFile]] | None = None
         self._live_rows: dict[str, int] = {}
+        # The rows not compacted yet, column by column, until DuckDB is first needed.
+        self._live_cols: dict[str, dict[str, list[Any]]] | None = None
         self._has_intents: bool | None = None
         # SQL that creates the views, run when ``con`` is first used: a lookup by call id
         # needs none of them, and binding them reads Parquet footers.
         self._pending: list[str] = []
-        # One DuckDB thread until ``con`` is first used: a lookup reads one row group per table,
-        # which a second thread cannot share, and handing work to the pool and back costs more
-        # CPU than it saves (most on a busy machine). Analytical queries get every core.
-        self._con = duckdb.connect(":memory:", config={"threads": 1})
+        self._db: duckdb.DuckDBPyConnection | None = None
         self._single = True
-        # Parquet footers are parsed once per store, not once per query.
-        self._con.execute("SET parquet_metadata_cache = true")
+        self.lookups = LookupFiles(self)
         self._load()
+
+    @property
+    def _con(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB connection, opened (and the rows not compacted yet loaded into it) on
+        first use: a lookup answered from the lookup files never imports DuckDB."""
+        if self._db is None:
+            import duckdb
+
+            # One DuckDB thread until ``con`` is first used: a lookup reads one row group per
+            # table, which a second thread cannot share, and handing work to the pool and back
+            # costs more CPU than it saves (most on a busy machine). Analytical queries get
+            # every core.
+            self._db = duckdb.connect(":memory:", config={"threads": 1})
+            # Parquet footers are parsed once per store, not once per query.
+            self._db.execute("SET parquet_metadata_cache = true")
+            load_live(self._db, self._live_cols, _cores())
+        return self._db
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
         """The DuckDB connection, with every view in place and every core in use."""
+        con = self._con
         if self._single:
             self._single = False
-            self._con.execute(f"SET threads = {_cores()}")
+            con.execute(f"SET threads = {_cores()}")
         while self._pending:
-            self._con.execute(self._pending.pop(0))
-        return self._con
+            con.execute(self._pending.pop(0))
+        return con
 
     def _load(self) -> None:
         manifest = read_manifest(self.adir)
@@ -204,9 +206,13 @@ class AuditStore:
             for no, _raw in seg.bad:
                 self.issues.append(ReadIssue(info.name, no, "line is not a valid record"))
         self.segments = len(parsed)
-        self._load_live(parsed)
+        self._live_cols = build_columns(parsed) if parsed else None
+        for t in TABLES:
+            cols = self._live_cols[t] if self._live_cols is not None else None
+            self._live_rows[t] = len(cols[COLUMNS[t][0][0]]) if cols is not None else 0
         files = manifest.get("files") or {}
         ranges = manifest.get("ranges") or {}
+        lookups = set(manifest.get("lookups") or ())
         self._files = {}
         for t in TABLES:
             listed: list[_ParquetFile] = []
@@ -217,65 +223,14 @@ class AuditStore:
                 r = ranges.get(rel) if isinstance(ranges, dict) else None
                 if (isinstance(r, list) and len(r) == 2
                         and isinstance(r[0], str) and isinstance(r[1], str)):
-                    listed.append(_ParquetFile(str(path), r[0], r[1]))
+                    listed.append(_ParquetFile(str(path), r[0], r[1], rel, rel in lookups))
                 else:  # a manifest from before ranges: this file is read for every lookup
-                    listed.append(_ParquetFile(str(path), None, None))
+                    listed.append(_ParquetFile(str(path), None, None, rel, rel in lookups))
             self._files[t] = listed
             self.parquet_files += len(listed)
             src = self._source(t, [f.path for f in listed], live=True) or f"_live_{t}"
             self._pending.append(f"CREATE OR REPLACE VIEW _all_{t} AS SELECT * FROM {src}")
         self._pending.append(_VIEWS)
-
-    def _load_live(self, parsed: list[ParsedSegment]) -> None:
-        """Copy the rows not yet compacted into DuckDB tables ``_live_<table>``.
-
-        Copied rather than scanned in place: joins push filters (bloom filters) into their
-        inputs. The rows go through a private temporary NDJSON file (column lists, a chunk of
-        rows per line) that DuckDB's ``read_json`` loads in bulk: no pyarrow, whose list
-        conversions import pandas where it is installed.
-        """
-        cols = build_columns(parsed) if parsed else None
-        rows_in = sum(len(cols[t][COLUMNS[t][0][0]]) for t in TABLES) if cols else 0
-        tmpdir: str | None = None
-        if rows_in:
-            self._con.execute(f"SET threads = {_cores()}")  # read_json parses in parallel
-        try:
-            for t in TABLES:
-                spec = COLUMNS[t]
-                n = len(cols[t][spec[0][0]]) if cols is not None else 0
-                self._live_rows[t] = n
-                if n == 0:
-                    ddl = ", ".join(f'"{c}" {DUCKDB_TYPES[k]}' for c, k in spec)
-                    self._pending.append(f"CREATE TABLE _live_{t} ({ddl})")
-                    continue
-                assert cols is not None
-                if tmpdir is None:
-                    import tempfile
-
-                    tmpdir = tempfile.mkdtemp(prefix="tooltrace-live-")
-                path = os.path.join(tmpdir, f"{t}.jsonl")
-                names = [c for c, _k in spec]
-                col = cols[t]
-                # Column-major, one line per chunk of rows: one orjson call per chunk instead
-                # of one per row, and DuckDB parses the lines in parallel.
-                with open(path, "wb") as f:
-                    f.write(b"\n".join(
-                        orjson.dumps({c: col[c][i:i + _CHUNK] for c in names})
-                        for i in range(0, n, _CHUNK)))
-                types = ", ".join(f"{_quote(c)}: 'VARCHAR[]'" for c in names)
-                rows = ", ".join(f'unnest("{c}") AS "{c}"' for c in names)
-                self._con.execute(
-                    f"CREATE TABLE _live_{t} AS SELECT {', '.join(_cast(c, k) for c, k in spec)}"
-                    f" FROM (SELECT {rows} FROM read_json({_quote(path)}, {_JSON_OPTS},"
-                    f" columns = {{{types}}}))")
-        finally:
-            if rows_in:
-                self._con.execute("SET threads = 1")
-            if tmpdir is not None:
-                for name in os.listdir(tmpdir):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(os.path.join(tmpdir, name))
-                os.rmdir(tmpdir)
 
     def _source(self, t: str, paths: list[str], *, live: bool) -> str | None:
         """A FROM item over ``paths`` and (``live``) table ``t``'s uncompacted rows, or None."""
@@ -323,6 +278,9 @@ class AuditStore:
             raise CallNotFound(f"not a call id: {prefix[:40]!r}")
         upper = p + "\x00" if len(p) == 36 else p[:-1] + chr(ord(p[-1]) + 1)
         self.lookup_files = []
+        found = self._direct_ids(p, upper)
+        if found is not None:
+            return self._one_id(prefix, found)
         if self._files is None:
             calls: str | None = "_all_calls"
             intents: str | None = "_all_intents"
@@ -338,11 +296,36 @@ class AuditStore:
         rows = con.execute(
             f"SELECT DISTINCT call_id FROM ({' UNION '.join(parts)}) ORDER BY call_id LIMIT 5"
         ).fetchall()
-        if not rows:
+        return self._one_id(prefix, [str(r[0]) for r in rows])
+
+    @staticmethod
+    def _one_id(prefix: str, ids: list[str]) -> str:
+        if not ids:
             raise CallNotFound(f"no call with id {prefix[:40]!r}")
-        if len(rows) > 1:
-            raise AmbiguousCallId(prefix, [r[0] for r in rows])
-        return str(rows[0][0])
+        if len(ids) > 1:
+            raise AmbiguousCallId(prefix, ids[:5])
+        return ids[0]
+
+    def _direct_ids(self, lo: str, hi_excl: str) -> list[str] | None:
+        """The distinct call ids in ``[lo, hi_excl)`` among calls and intents (sorted, at most
+        five), from the lookup files and the rows not compacted yet; None: ask DuckDB."""
+        rows = self.window("calls", lo, hi_excl, ids=5)
+        more = self.window("intents", lo, hi_excl, ids=5) if rows is not None else None
+        if rows is None or more is None:
+            self.lookup_files = []
+            return None
+        return sorted({r[0] for r in rows + more})[:5]
+
+    def window(self, t: str, lo: str, hi_excl: str, ids: int | None = None
+               ) -> list[tuple[Any, ...]] | None:
+        """Table ``t``'s stored rows with a call id in ``[lo, hi_excl)`` from the lookup files
+        and the rows not compacted yet, or None when only DuckDB can answer (``ids``: see
+        ``LookupFiles.between``)."""
+        if self._files is None:
+            return None
+        files = [f for f in self._files[t] if f.overlaps(lo, hi_excl)]
+        self.lookup_files.extend(f.path for f in files)
+        return self.lookups.between(t, files, lo, hi_excl, ids)
 
     def call(self, call_id: str) -> CallDetail:
         """Everything recorded about one call (``call_id`` may be a unique prefix)."""
@@ -445,7 +428,9 @@ class AuditStore:
     def close(self) -> None:
         """Close the DuckDB connection."""
         self._pending.clear()
-        self._con.close()
+        self.lookups.close()
+        if self._db is not None:
+            self._db.close()
 
     def __enter__(self) -> AuditStore:
         return self

@@ -307,6 +307,12 @@ def verify_audit(adir: Path, key: bytes | None, *, expect: str | None = None,
                        recorded=recorded or writer in fates.writers, in_archive=in_archive)
     if expect is not None:
         _check_expect(digest, expect, report)
+    if key is not None and not in_archive:
+        from ._lookups import check_lookups
+        from ._manifest import read_manifest
+
+        report.lookups, found = check_lookups(adir, read_manifest(adir), key)
+        report.findings.extend(found)
     return report
 
 

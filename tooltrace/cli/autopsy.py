@@ -59,6 +59,8 @@ def autopsy(call_id: str, home: Path | None, as_json: bool, wide: bool,
             fail(f"call id {exc.call_id} was recorded for {len(exc.records)} different calls "
                  f"({where}); they are not merged into one", EXIT_FAIL)
         a = explain(detail, call_family(store, detail))
+        for w in dict.fromkeys(store.warnings):
+            click.echo(f"warning: {guard(w)}", err=True)
     diffs = _diffs(a.call_id, home) if show_diff else None
     if as_json:
         out = a.to_dict()

@@ -81,6 +81,7 @@ def verify(recover: bool, expect: str | None, home: Path | None, as_json: bool, 
         verdict = "OK" if report.ok else "FAILED"
         click.echo(f"{verdict}: {report.writers} writers, {report.segments} segments, "
                    f"{report.records} records, {report.checkpoints} checkpoints"
+                   + (f", {report.lookups} lookup files" if report.lookups else "")
                    + ("" if report.keyed else " (no key: checkpoints not checked)"))
         if report.findings:
             print_table(None, ["severity", "kind", "segment", "line", "seq", "message"],
