@@ -49,7 +49,7 @@ args = [{json.dumps(ASKING)}]
                     ClientSession(read, write, **callbacks) as s:
                 await asyncio.wait_for(s.initialize(), 60)
                 for tool, args in calls:
-                    res[args.get("kind", tool)] = await asyncio.wait_for(
+                    res[args.pop("n", tool)] = await asyncio.wait_for(
                         s.call_tool(tool, args), 60)
             err.seek(0)
             res["stderr"] = err.read()
@@ -155,8 +155,19 @@ def test_a_client_without_the_capabilities_gets_tool_errors(
 
 def test_refused_unanswered_and_failed_requests_are_audited_with_their_outcome(
         tmp_path: Path) -> None:
-    # The policy denies sampling; the client answers elicitation with an error and never
-    # answers roots (which may wait 1 s for it).
+    # The proxy denies sampling by name; a policy file denies every call without side effects
+    # and asks for every read (rules about tools, which leave the client requests alone); the
+    # client answers elicitation with an error, and the first roots request never (it may wait
+    # 1 s), the second at once.
+    (tmp_path / "policy.toml").write_text("""version = 1
+[[rules]]
+id = "no-side-effect-free-calls"
+effects = ["none"]
+reason = "broad"
+
+[approval]
+capabilities = ["read"]
+""")
     asked: list[str] = []
     never = asyncio.Event()
 
@@ -169,79 +180,39 @@ def test_refused_unanswered_and_failed_requests_are_audited_with_their_outcome(
         asked.append("elicitation")
         return mt.ErrorData(code=-32042, message="the user closed the form")
 
-    async def list_roots(ctx: Any) -> Any:
-        asked.append("roots")
-        await never.wait()
-
-    res = _run(tmp_path, 'client_timeout_s = 1\n[policy]\ndeny = ["mcp.asking.sampling"]\n',
-               tuple(("probe", {"kind": k}) for k in ("sampling", "elicitation", "roots")),
-               sampling_callback=sampling, elicitation_callback=elicitation,
-               list_roots_callback=list_roots)
-    # What the upstream got: a JSON-RPC error each, saying why.
-    got = {k: json.loads(text_of(res[k])) for k in ("sampling", "elicitation", "roots")}
-    assert got["sampling"] == {"code": mt.INVALID_REQUEST,
-                               "message": "sampling/createMessage refused by the proxy's policy"}
-    assert got["elicitation"] == {"code": -32042, "message": "the user closed the form"}
-    assert got["roots"] == {"code": mt.INVALID_REQUEST,
-                            "message": "roots/list not answered (timeout)"}
-    assert asked == ["elicitation", "roots"]  # a refused request never reaches the client
-    rows = {r["tool"]: r for r in res["rows"]}
-    probe = next(r for r in res["rows"] if r["tool"] == "probe")
-    outcome = {k: (rows[f"mcp.asking.{k}"]["status"], rows[f"mcp.asking.{k}"]["reject_stage"],
-                   rows[f"mcp.asking.{k}"]["error_type"]) for k in got}
-    assert outcome == {"sampling": ("rejected", "policy", "policy"),
-                       "elicitation": ("failed", None, "client_error"),
-                       "roots": ("failed", None, "timeout")}, outcome
-    for k in got:
-        assert rows[f"mcp.asking.{k}"]["parent_call_id"] is not None
-    assert {r["parent_call_id"] for r in res["rows"] if r["tool"].startswith("mcp.")} <= {
-        r["call_id"] for r in res["rows"] if r["tool"] == "probe"}
-    assert probe["status"] == "ok"
-    assert "the user closed the form" not in json.dumps(
-        [r["result_preview"] for r in res["rows"] if r["tool"].startswith("mcp.")])
-
-
-def test_broad_policy_rules_leave_server_requests_to_the_rules_that_name_them(
-        tmp_path: Path) -> None:
-    # Rules over every call of an effect or a capability are about tools; the server's
-    # requests to its client are decided only by a rule that names them.
-    (tmp_path / "policy.toml").write_text("""version = 1
-[[rules]]
-id = "no-side-effect-free-calls"
-effects = ["none"]
-reason = "broad"
-
-[approval]
-capabilities = ["read"]
-
-[[rules]]
-id = "no-elicitation"
-tools = ["mcp.asking.elicitation"]
-reason = "this server may not ask the user"
-""")
-
-    async def sampling(ctx: Any, params: Any) -> Any:
-        return mt.CreateMessageResult(role="assistant", model="m",
-                                      content=mt.TextContent(type="text", text="yes"))
-
-    async def elicitation(ctx: Any, params: Any) -> Any:
-        raise AssertionError("a refused request reached the client")
-
     async def list_roots(ctx: Any) -> mt.ListRootsResult:
+        asked.append("roots")
+        if asked.count("roots") == 1:
+            await never.wait()
         return mt.ListRootsResult(roots=[])
 
-    res = _run(tmp_path, '[policy]\nfile = "policy.toml"\n',
-               tuple(("probe", {"kind": k}) for k in ("sampling", "elicitation", "roots")),
+    kinds = ("sampling", "elicitation", "roots", "roots")
+    res = _run(tmp_path, 'client_timeout_s = 1\n[policy]\ndeny = ["mcp.asking.sampling"]\n'
+               'file = "policy.toml"\n',
+               tuple(("probe", {"kind": k, "n": i}) for i, k in enumerate(kinds)),
                sampling_callback=sampling, elicitation_callback=elicitation,
                list_roots_callback=list_roots)
-    got = {k: json.loads(text_of(res[k])) for k in ("sampling", "elicitation", "roots")}
-    assert got == {"sampling": {"answered": True}, "roots": {"answered": True},
-                   "elicitation": {"code": mt.INVALID_REQUEST, "message":
-                                   "elicitation/create refused by the proxy's policy"}}
-    rows = {r["tool"]: r for r in res["rows"]}
-    assert [rows[f"mcp.asking.{k}"]["status"] for k in got] == ["ok", "rejected", "ok"]
-    steps = audit_steps_detail(res["home"], rows["mcp.asking.elicitation"]["call_id"])
-    assert ("policy", "policy:no-elicitation", "deny") in steps, steps
+    # What the upstream got: a JSON-RPC error each, saying why (or the answer).
+    got = [json.loads(text_of(res[i])) for i in range(len(kinds))]
+    assert got == [
+        {"code": mt.INVALID_REQUEST, "message": "sampling/createMessage refused by the "
+         "proxy's policy"},
+        {"code": -32042, "message": "the user closed the form"},
+        {"code": mt.INVALID_REQUEST, "message": "roots/list not answered (timeout)"},
+        {"answered": True}]
+    assert asked == ["elicitation", "roots", "roots"]  # a refused request never reaches it
+    rows = [r for r in res["rows"] if r["tool"].startswith("mcp.")]
+    outcome = [(r["tool"], r["status"], r["reject_stage"], r["error_type"]) for r in rows]
+    assert outcome == [("mcp.asking.sampling", "rejected", "policy", "policy"),
+                       ("mcp.asking.elicitation", "failed", None, "client_error"),
+                       ("mcp.asking.roots", "failed", None, "timeout"),
+                       ("mcp.asking.roots", "ok", None, None)], outcome
+    probes = [r for r in res["rows"] if r["tool"] == "probe"]
+    assert [r["parent_call_id"] for r in rows] == [r["call_id"] for r in probes]
+    assert all(r["status"] == "ok" for r in probes)
+    assert ("policy", "policy:mcp_deny", "deny") in audit_steps_detail(
+        res["home"], rows[0]["call_id"])
+    assert "the user closed the form" not in json.dumps([r["result_preview"] for r in rows])
 
 
 def audit_steps_detail(home: Path, call_id: str) -> list[tuple[str, str, str]]:

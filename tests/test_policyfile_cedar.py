@@ -353,7 +353,7 @@ def test_cedar_sees_arguments_as_the_registrys_redactor_leaves_them(tmp_path: Pa
         reg.shutdown()
 
 
-def test_only_cedar_policies_and_limits_naming_an_entry_that_is_not_a_tool_decide_it(
+def test_only_cedar_policies_rules_and_limits_naming_an_entry_that_is_not_a_tool_decide_it(
         tmp_path: Path) -> None:
     # The MCP proxy's sampling, elicitation and roots entries (listed=False): an open-scope
     # forbid is about tools; a policy whose scope names the entry decides it.
@@ -372,6 +372,10 @@ def test_only_cedar_policies_and_limits_naming_an_entry_that_is_not_a_tool_decid
 [cedar]
 policies = ["agents.cedar"]
 
+[[rules]]
+id = "no-git-sampling"
+tools = ["mcp.git.sampling"]
+
 [[limits]]
 id = "one-elicitation"
 tools = ["mcp.fs.elicitation"]
@@ -386,6 +390,7 @@ max_calls = 1
 
     assert verdict(tool) is Verdict.DENY  # the open forbid still holds for tools
     assert verdict(entry("mcp.fs.sampling")) is None
+    assert verdict(entry("mcp.git.sampling")) is Verdict.DENY  # a [[rules]] entry names it
     assert verdict(entry("mcp.fs.roots")) is Verdict.DENY
     assert verdict(entry("mcp.fs.elicitation"), "c1") is None
     assert verdict(entry("mcp.fs.elicitation"), "c2") is Verdict.DENY  # over its limit
