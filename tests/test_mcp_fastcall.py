@@ -126,15 +126,21 @@ def test_error_answer_and_crash_mid_call_keep_their_envelopes(tmp_path: Path) ->
 
     async def scenario() -> list[Any]:
         async with proxy_session(config) as s:
-            return [await s.call_tool("refuse", {}), await s.call_tool("crash", {}),
+            return [await s.call_tool("refuse", {}), await s.call_tool("garble", {}),
+                    await s.call_tool("crash", {}),
                     await s.call_tool("echo", {"text": "restarted"})]
 
-    refused, crashed, after = asyncio.run(scenario())
+    refused, garbled, crashed, after = asyncio.run(scenario())
     rows = audit_rows(tmp_path / "home")
     assert refused.is_error and crashed.is_error
     assert "answered error -32603: the server refused" in text_of(refused)
     assert rows[call_id(refused)]["error_type"] == "-32603"
     assert refused.meta["tooltrace/error_type"] == rows[call_id(refused)]["error_type"]
+    # A malformed answer is judged by the connection's reader, as any line: not JSON-RPC, so the
+    # server is restarted and the call's outcome is unknown.
+    assert garbled.is_error and "not JSON-RPC" in text_of(garbled)
+    assert (rows[call_id(garbled)]["status"], rows[call_id(garbled)]["error_type"]) == (
+        "unknown", "upstream_protocol_error")
     # The server died after the request was sent: the outcome is unknown, and it is restarted.
     assert "exited" in text_of(crashed) or "closed the connection" in text_of(crashed)
     assert (rows[call_id(crashed)]["status"], rows[call_id(crashed)]["error_type"]) == (
@@ -169,4 +175,4 @@ def test_other_requests_are_answered_during_a_slow_fast_path_call(tmp_path: Path
     order, res, tools = asyncio.run(scenario())
     assert order == ["list", "ping", "meanwhile", "slow"]
     assert text_of(res) == "slow done"
-    assert {"echo", "slow", "refuse", "crash"} <= set(tools)
+    assert {"echo", "slow", "refuse", "garble", "crash"} <= set(tools)

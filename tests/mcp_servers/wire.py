@@ -5,7 +5,8 @@ named by ``WIRE_LOG``), so a test can see what the proxy sent upstream: request 
 Tools: ``echo`` (answers at once), ``slow(seconds, steps)`` (reports ``steps`` progress marks
 under the request's ``progressToken``, then answers after ``seconds``; a
 ``notifications/cancelled`` for it ends it without an answer), ``refuse`` (a JSON-RPC error
-answer, code -32603), ``crash`` (the process exits mid-call).
+answer, code -32603), ``garble`` (an answer whose error is not an object: not JSON-RPC),
+``crash`` (the process exits mid-call).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ TOOLS = [
     {"name": "slow", "description": "Report progress, then answer.",
      "inputSchema": _schema({"seconds": {"type": "number"}, "steps": {"type": "integer"}})},
     {"name": "refuse", "description": "Answer with a JSON-RPC error.",
+     "inputSchema": _schema({})},
+    {"name": "garble", "description": "Answer with a malformed error.",
      "inputSchema": _schema({})},
     {"name": "crash", "description": "Exit the server process.", "inputSchema": _schema({})},
 ]
@@ -92,6 +95,8 @@ async def main() -> None:
             elif name == "refuse":
                 send({"jsonrpc": "2.0", "id": mid,
                       "error": {"code": -32603, "message": "the server refused"}})
+            elif name == "garble":
+                send({"jsonrpc": "2.0", "id": mid, "error": "nope"})
             elif name == "crash":
                 os._exit(3)
         else:

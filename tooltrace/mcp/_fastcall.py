@@ -94,8 +94,8 @@ class FastCalls:
         if "method" in msg:
             return self._progress(msg)
         pending = self._pending.get(msg.get("id"))  # type: ignore[arg-type]
-        if pending is None or ("result" in msg) == ("error" in msg):
-            return False
+        if pending is None or not _answer(msg):
+            return False  # the SDK's reader judges it (a malformed answer breaks the connection)
         if not pending.answer.done():
             pending.answer.set_result(msg)
         return True
@@ -134,6 +134,7 @@ class FastCalls:
                    progress: Progress | None) -> mt.CallToolResult:
         """Send one ``tools/call`` and return its checked result (``MCPError`` for an error
         answer or a closed connection; a cancel is passed on to the server)."""
+        import anyio
         from mcp.shared.exceptions import MCPError
 
         if self._closed:
@@ -152,7 +153,11 @@ class FastCalls:
         try:
             line = _dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params})
             written = True  # a cancelled write may still have gone out: it counts as sent
-            await self._send(line)
+            try:
+                await self._send(line)
+            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                # The server is gone: the SDK's answer for a request it could not write.
+                raise MCPError(code=_CONNECTION_CLOSED, message="Connection closed") from None
             self.calls += 1
             msg = await answer
         except asyncio.CancelledError:
@@ -173,6 +178,21 @@ class FastCalls:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(_swallow)
+
+
+def _answer(msg: dict[str, Any]) -> bool:
+    """Whether ``msg`` is a well-formed JSON-RPC answer: a result object or an error."""
+    if ("result" in msg) == ("error" in msg):
+        return False
+    if "result" in msg:
+        return isinstance(msg["result"], dict)
+    err = msg["error"]
+    return isinstance(err, dict) and _integer(err.get("code")) and isinstance(
+        err.get("message"), str)
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _swallow(task: asyncio.Task[Any]) -> None:
