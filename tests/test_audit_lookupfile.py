@@ -26,7 +26,7 @@ from support.audit import run_real_workload, workload
 
 from tooltrace import CallContext, ToolCall, create_registry, tool
 from tooltrace.audit import AuditStore, compact, verify
-from tooltrace.audit._lookupfile import lookup_rel
+from tooltrace.audit._lookupfile import encode_lookup, lookup_rel
 from tooltrace.audit._manifest import read_manifest, write_manifest
 from tooltrace.cli import main
 from tooltrace.telemetry import AuditSink
@@ -228,6 +228,31 @@ def test_a_damaged_lookup_file_fails_verify_and_autopsy_reads_the_parquet(
     compact(home)
     assert verify(home).ok
     assert _autopsy(home, cid) == _autopsy(good, cid)
+
+
+def test_rederive_catches_a_lookup_file_rewritten_with_the_key(trail: dict[str, Any],
+                                                               tmp_path: Path) -> None:
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    home = _copy(trail, tmp_path / "home")
+    cid = trail["synthetic"][42]
+    path = _lookup_of(home, "calls", cid)
+    rel = str(path.relative_to(home / "audit"))[: -len(".lookup")] + ".parquet"
+    tbl = pq.read_table(home / "audit" / rel)
+    forged = tbl.set_column(tbl.schema.get_field_index("tool"), "tool",
+                            pc.if_else(pc.equal(tbl["call_id"], cid), "forged", tbl["tool"]))
+    key = (home / "audit.key").read_bytes().strip()
+    data = encode_lookup(forged, "calls", rel, key)
+    assert data is not None
+    path.write_bytes(data)
+    # Written with the key, it passes the MAC check; re-derived from the Parquet, it fails.
+    assert verify(home).ok
+    report = verify(home, rederive=True)
+    assert [f.segment for f in report.findings] == [str(path.relative_to(home / "audit"))]
+    res = CliRunner().invoke(main, ["verify", "--rederive", "--home", str(home)])
+    assert res.exit_code == 1 and "does not match its Parquet file" in res.stdout
+    assert verify(trail["home"], rederive=True).ok
 
 
 def test_without_the_key_the_parquet_is_read(trail: dict[str, Any], tmp_path: Path,

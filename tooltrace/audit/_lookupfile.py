@@ -271,22 +271,41 @@ class LookupFile:
                 hi = mid
         return lo
 
-    def _block(self, no: int) -> tuple[list[list[Any]], str, str]:
-        """Block ``no``'s columns and the range of ids it answers for, checked against its
-        MAC."""
-        first, off, length, mac = _ENTRY.unpack_from(self._map, self._index + no * _ENTRY.size)
-        start = "" if no == 0 else first.rstrip(b"\x00").decode("utf-8", "replace")
-        end = self._first(no + 1) if no + 1 < self._n else ""
+    def _verified(self, no: int, start: str, end: str) -> bytes:
+        """Block ``no``'s bytes, checked against its MAC (``start``/``end``: the range of
+        ids the index says it answers for)."""
+        _first, off, length, mac = _ENTRY.unpack_from(self._map,
+                                                      self._index + no * _ENTRY.size)
         if off + length > self._index or off < _HEAD.size:
             raise LookupDamaged(f"{self._rel}: block {no} lies outside the file")
         blob = self._map[off:off + length]
         if _mac(self._key, self._rel, self._t, no, self._n, start, end, blob) != mac:
             raise LookupDamaged(f"{self._rel}: block {no} does not match its MAC (edited, or"
                                 " not written with this trail's key)")
-        cols = orjson.loads(zlib.decompress(blob))
+        return blob
+
+    def _block(self, no: int) -> tuple[list[list[Any]], str, str]:
+        """Block ``no``'s columns and the range of ids it answers for, checked against its
+        MAC."""
+        start = "" if no == 0 else self._first(no)
+        end = self._first(no + 1) if no + 1 < self._n else ""
+        try:
+            cols = orjson.loads(zlib.decompress(self._verified(no, start, end)))
+        except (zlib.error, ValueError):
+            raise LookupDamaged(f"{self._rel}: block {no} cannot be read") from None
         if not isinstance(cols, list) or len(cols) != len(COLUMNS[self._t]):
             raise LookupDamaged(f"{self._rel}: block {no} holds no rows")
         return cols, start, end
+
+    def check(self) -> None:
+        """Check every block's MAC and the index's order without decompressing anything
+        (``verify``); raises ``LookupDamaged``."""
+        firsts = [self._first(no) for no in range(self._n)]
+        if firsts != sorted(firsts) or len(set(firsts)) != len(firsts):
+            raise LookupDamaged(f"{self._rel}: the index is out of order (edited)")
+        for no in range(self._n):
+            self._verified(no, "" if no == 0 else firsts[no],
+                           firsts[no + 1] if no + 1 < self._n else "")
 
     def rows(self, cid: str) -> list[tuple[Any, ...]]:
         """Every row of the call ``cid`` (stored columns, timestamps as datetimes)."""

@@ -262,7 +262,7 @@ def _check_successor(adir: Path, writer: str, top: int, known: bool,
 
 
 def verify_audit(adir: Path, key: bytes | None, *, expect: str | None = None,
-                 in_archive: bool = False) -> VerifyReport:
+                 in_archive: bool = False, rederive: bool = False) -> VerifyReport:
     """Verify every segment under ``adir`` (``<home>/audit``): its hash chain and keyed
     checkpoints, and against the segment digest (``_manifest``), that every segment and writer
     the digest names is there, or was compacted or shipped and pruned on purpose.
@@ -311,7 +311,8 @@ def verify_audit(adir: Path, key: bytes | None, *, expect: str | None = None,
         from ._lookups import check_lookups
         from ._manifest import read_manifest
 
-        report.lookups, found = check_lookups(adir, read_manifest(adir), key)
+        report.lookups, found = check_lookups(adir, read_manifest(adir), key,
+                                              rederive=rederive)
         report.findings.extend(found)
     return report
 
@@ -324,9 +325,11 @@ def add_missing(report: VerifyReport, writer: str, n: int, after: SegmentInfo | 
         f"segment {n} of writer {writer} is missing{found}: deleted"))
 
 
-def verify(home: str | os.PathLike[str] | None = None, *,
-           expect: str | None = None) -> VerifyReport:
+def verify(home: str | os.PathLike[str] | None = None, *, expect: str | None = None,
+           rederive: bool = False) -> VerifyReport:
     """Verify the audit trail of a tooltrace home (key from TOOLTRACE_AUDIT_KEY or the home);
-    ``expect``: a head an earlier run printed, which the digest must still hold."""
+    ``expect``: a head an earlier run printed, which the digest must still hold; ``rederive``:
+    re-derive every lookup file from its Parquet file (see ``verify_audit``)."""
     h = resolve_home(home)
-    return verify_audit(audit_dir(h), load_key(h, create=False), expect=expect)
+    return verify_audit(audit_dir(h), load_key(h, create=False), expect=expect,
+                        rederive=rederive)

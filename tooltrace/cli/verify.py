@@ -34,9 +34,13 @@ def _head(ctx: click.Context, param: click.Parameter, value: str | None) -> str 
 @click.option("--expect", metavar="HEAD", callback=_head,
               help="A head printed by an earlier verify: fail unless the trail still holds it"
                    " (unchanged, perhaps grown since). Keep heads outside the home.")
+@click.option("--rederive", is_flag=True,
+              help="Also re-derive every lookup file from its Parquet file and compare them"
+                   " (as slow as compaction; by default each lookup file's keyed MACs are"
+                   " checked).")
 @trail_options
-def verify(recover: bool, expect: str | None, home: Path | None, as_json: bool, wide: bool,
-           archive: str | None) -> None:
+def verify(recover: bool, expect: str | None, rederive: bool, home: Path | None, as_json: bool,
+           wide: bool, archive: str | None) -> None:
     """Detect edited, deleted, reordered or inserted records, truncated segments, and deleted
     segments and writers.
 
@@ -51,6 +55,9 @@ def verify(recover: bool, expect: str | None, home: Path | None, as_json: bool, 
     (a rollback), the whole home removed or replaced by an older copy, and changes made by
     someone holding the audit key. Save the head elsewhere and pass it back with --expect to
     catch the first two; keep the key outside the home (TOOLTRACE_AUDIT_KEY) for the third.
+
+    The lookup files beside the compacted Parquet (what autopsy reads) must be whole and match
+    their keyed MACs; --rederive also rebuilds each from its Parquet file and compares.
     """
     from .._settings import resolve_home
     from ..audit import audit_dir, load_key, recover_dead_segments, verify_audit
@@ -67,7 +74,7 @@ def verify(recover: bool, expect: str | None, home: Path | None, as_json: bool, 
 
         report = verify_archive_report(archive, h, guard, expect)
     else:
-        report = verify_audit(adir, key, expect=expect)
+        report = verify_audit(adir, key, expect=expect, rederive=rederive)
     if as_json:
         data = report.to_dict()
         data["recovered"] = [
