@@ -79,8 +79,17 @@ def _unsliced(reg: Any) -> None:
             worker._slice_s = 0.0
 
 
-def _registry(execution: str, full: bool, sliced: bool = True, group: str | None = None
-              ) -> Contender:
+def _unyielding(reg: Any) -> None:
+    """Make the sinks' workers work while tool calls are in flight: what they did before they
+    waited for calls in flight (``tooltrace._inflight``)."""
+    for sink in reg.sinks:
+        worker = getattr(sink, "_worker", None)
+        if worker is not None:
+            worker._yield_max_s = 0.0
+
+
+def _registry(execution: str, full: bool, sliced: bool = True, group: str | None = None,
+              yields: bool = True) -> Contender:
     from tooltrace import ToolCall, tool
 
     home = scratch("tooltrace-bench-")
@@ -105,6 +114,9 @@ def _registry(execution: str, full: bool, sliced: bool = True, group: str | None
         if not sliced:
             _unsliced(reg)
             note += "; sink workers not sliced"
+        if not yields:
+            _unyielding(reg)
+            note += "; sink workers do not wait for calls in flight"
 
         def close() -> None:
             reg.shutdown(10.0)
@@ -377,6 +389,9 @@ CONTENDERS: dict[str, Callable[[], Contender]] = {
     # The same with the sink workers' slices off: what the slices buy, in the same run.
     "tooltrace, everything on (inline, unsliced)": lambda: _registry("inline", True, False),
     "tooltrace, everything on (thread, unsliced)": lambda: _registry("thread", True, False),
+    # The same with the workers working while calls are in flight: what waiting for them buys.
+    "tooltrace, everything on (thread, not yielding)": lambda: _registry(
+        "thread", True, yields=False),
     "reference: SDK span + counter + histogram": _reference,
     "OpenLLMetry @tool": _openllmetry,
     "Logfire logfire.span": _logfire,
@@ -392,7 +407,8 @@ REFERENCE = "reference: SDK span + counter + histogram"
 EVENT_CONTENDERS = frozenset(n for n in CONTENDERS
                              if "subscriber" in n or n.startswith("events: "))
 #: Contenders only the tail section runs by default.
-TAIL_ONLY = frozenset(n for n in CONTENDERS if n.endswith(", unsliced)"))
+TAIL_ONLY = frozenset(n for n in CONTENDERS
+                      if n.endswith(", unsliced)") or n.endswith(", not yielding)"))
 #: Contenders whose worker always runs tooltrace's call path from the checkout's source.
 SOURCE_BUILD = frozenset(n for n in CONTENDERS if n.endswith(", from source)"))
 PEERS = ("OpenLLMetry @tool", "Logfire logfire.span", "OpenInference tool span")

@@ -280,6 +280,14 @@ def _targets(r: dict[str, Any]) -> None:
                       f"{full['worst_background_share_pct']:.0f}%, GC "
                       f"{full['worst_gc_share_pct']:.0f}% of their time)",
                       _verdict(ratio <= 1.0))
+        full = tl["contenders"].get("tooltrace, everything on (thread)", {})
+        if full.get("available") and full.get("p99_over_reference") is not None:
+            t.add("everything on (thread): p99 <= reference p99",
+                  f"{full['p99_over_reference']:.2f}x ({full['p99_us']:.0f} us)",
+                  _verdict(full["p99_over_reference"] <= 1.0))
+            t.add("everything on (thread): p50 <= 0.3x reference p50",
+                  f"{full['p50_over_reference']:.2f}x ({full['p50_us']:.0f} us)",
+                  _verdict(full["p50_over_reference"] <= 0.3))
     ev = r.get("events")
     for cfg, f in (ev or {}).get("configs", {}).items():
         row = f["rows"].get("all three together", {})

@@ -33,6 +33,7 @@ DEFAULT_CONTENDERS = (
     "tooltrace, everything on (thread)",
     "tooltrace, everything on (inline, unsliced)",
     "tooltrace, everything on (thread, unsliced)",
+    "tooltrace, everything on (thread, not yielding)",
 )
 #: A call slower than this counts as a long wait.
 LONG_NS = 1_000_000
@@ -173,9 +174,11 @@ def _report(tails: dict[str, _Tail], names: list[str], rounds: int, calls: int
             ) -> dict[str, Any]:
     out: dict[str, Any] = {"rounds": rounds, "calls_per_round": calls, "contenders": {}}
     ref = tails.get(REFERENCE)
-    ref_p999 = None
+    ref_p50 = ref_p99 = ref_p999 = None
     if ref is not None and ref.available and ref.calls:
-        ref_p999 = percentile(sorted(c.ns for c in ref.calls), 99.9)
+        ref_ns = sorted(c.ns for c in ref.calls)
+        ref_p50, ref_p99 = percentile(ref_ns, 50), percentile(ref_ns, 99)
+        ref_p999 = percentile(ref_ns, 99.9)
     t = Table(
         f"Tail latency and what ran during the slowest calls ({rounds} interleaved rounds x "
         f"{calls} calls each)",
@@ -186,6 +189,9 @@ def _report(tails: dict[str, _Tail], names: list[str], rounds: int, calls: int
          "calls held > 1 ms by background CPU", "calls held > 4 ms", "longest hold us",
          "longest bg slice wall ms", "longest bg slice CPU ms", "dropped"],
     )
+    t0 = Table("Tail against the reference (pooled over the rounds)",
+               ["contender", "p50 us", "p50 / reference p50", "p99 us", "p99 / reference p99",
+                "p99.9 us", "p99.9 / reference p99.9"])
     t2 = Table("Calls over 1 ms: what ran meanwhile",
                ["contender", "calls > 1 ms", "what overlapped them (calls)",
                 "background threads seen (calls)"])
@@ -205,8 +211,11 @@ def _report(tails: dict[str, _Tail], names: list[str], rounds: int, calls: int
         p999 = percentile(ns, 99.9)
         longest = max(tl.threads.values(), key=lambda th: th[2], default=[0, 0, 0, 0, 0])
         long_n = sum(tl.long_calls.values())
+        p50, p99 = percentile(ns, 50), percentile(ns, 99)
         fig = {
-            "available": True, "calls": len(ns), "p99_us": percentile(ns, 99) / 1000,
+            "available": True, "calls": len(ns), "p50_us": p50 / 1000, "p99_us": p99 / 1000,
+            "p50_over_reference": p50 / ref_p50 if ref_p50 else None,
+            "p99_over_reference": p99 / ref_p99 if ref_p99 else None,
             "p999_us": p999 / 1000, "max_us": ns[-1] / 1000,
             "p999_over_reference": p999 / ref_p999 if ref_p999 else None,
             "worst_gc_share_pct": _share(sum(c.gc_ns for c in worst), whole),
@@ -235,6 +244,8 @@ def _report(tails: dict[str, _Tail], names: list[str], rounds: int, calls: int
               fig["calls_held_over_4ms"], fig["longest_hold_us"],
               fig["longest_slice_wall_ms"],
               fig["longest_slice_cpu_ms"], tl.dropped, digits=2)
+        t0.add(n, fig["p50_us"], fig["p50_over_reference"], fig["p99_us"],
+               fig["p99_over_reference"], fig["p999_us"], fig["p999_over_reference"], digits=2)
         what = ", ".join(f"{k} {v}" for k, v in tl.long_calls.most_common()) or "-"
         who = ", ".join(f"{k} {v}" for k, v in tl.long_threads.most_common()) or "-"
         t2.add(n, long_n, what, who)
@@ -252,6 +263,7 @@ def _report(tails: dict[str, _Tail], names: list[str], rounds: int, calls: int
             fig["slice_p99_wall_ms"] = percentile(walls, 99) / 1e6
             fig["slice_p99_cpu_ms"] = percentile(cpus, 99) / 1e6
     t.print()
+    t0.print()
     t2.print()
     t3.print()
     return out

@@ -28,6 +28,8 @@ SHARED = {
     "tooltrace._ids": "ids",
     # Which build runs (compiled or source): `tooltrace --version`, the compiled modules' docs.
     "tooltrace._build": "build",
+    # Tool calls in flight on the tool threads, which the sinks' workers stay out of.
+    "tooltrace._inflight": "calls in flight",
 }
 
 

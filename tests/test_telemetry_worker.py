@@ -125,3 +125,95 @@ def test_negative_slice_is_refused() -> None:
 
     with pytest.raises(ValueError, match="slice_s"):
         BatchWorker("test", lambda b: None, slice_s=-1.0)
+
+
+def _calls_back_to_back(seconds: float, spans: list[tuple[float, float]]) -> None:
+    """Tool calls on a ``ToolThreads`` pool, one after another, each sleeping 1 ms; their
+    (start, end) on ``time.perf_counter`` go to ``spans``."""
+    from tooltrace.runtime import ToolThreads
+
+    pool = ToolThreads(1, "test-calls")
+    try:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            pool.submit(time.sleep, 0.001).result(10)
+            spans.append((t0, time.perf_counter()))
+    finally:
+        pool.shutdown()
+
+
+def test_a_worker_waits_while_tool_calls_are_in_flight_and_catches_up_after() -> None:
+    done: list[tuple[int, float]] = []
+    started = threading.Event()
+
+    def export(batch: list[int]) -> None:
+        started.wait(10)
+        for i in worker.paced(batch):
+            done.append((i, time.perf_counter()))
+
+    worker = BatchWorker("test", export, max_batch=8, interval_s=0.01, yield_max_s=10.0)
+    spans: list[tuple[float, float]] = []
+    caller = threading.Thread(target=_calls_back_to_back, args=(0.3, spans))
+    for i in range(8):  # a full batch: the worker takes it and waits in export
+        worker.submit(i)
+    caller.start()
+    while not spans:
+        time.sleep(0.001)
+    started.set()  # the worker walks its batch while the calls run
+    caller.join(30)
+    assert worker.flush(30.0)
+    worker.shutdown(5.0)
+    assert [i for i, _ in done] == list(range(8))  # nothing lost, in order
+    first, last = spans[1][0], spans[-1][0]
+    # Calls ran back to back: the worker handled no record between them, all after the last.
+    assert not [i for i, t in done if first < t < last]
+
+
+def test_a_flush_does_not_wait_for_tool_calls_in_flight() -> None:
+    def export(batch: list[int]) -> None:
+        for _ in worker.paced(batch):
+            pass
+
+    worker = BatchWorker("test", export, max_batch=4, interval_s=0.01, yield_max_s=60.0)
+    spans: list[tuple[float, float]] = []
+    caller = threading.Thread(target=_calls_back_to_back, args=(2.0, spans))
+    caller.start()
+    try:
+        while not spans:
+            time.sleep(0.001)
+        for i in range(40):
+            worker.submit(i)
+        assert worker.flush(30.0)
+        flushed_at = time.perf_counter()
+    finally:
+        caller.join(30)
+        worker.shutdown(5.0)
+    assert worker.exported == 40
+    # The flush ended while the calls still ran (they went on for two seconds).
+    assert flushed_at < spans[-1][0]
+
+
+def test_a_worker_that_waited_its_longest_for_calls_runs_a_slice() -> None:
+    done: list[float] = []
+
+    def export(batch: list[int]) -> None:
+        for _ in worker.paced(batch):
+            done.append(time.perf_counter())
+
+    worker = BatchWorker("test", export, max_batch=2, interval_s=0.005, yield_max_s=0.01)
+    spans: list[tuple[float, float]] = []
+    caller = threading.Thread(target=_calls_back_to_back, args=(0.5, spans))
+    caller.start()
+    try:
+        while not spans:
+            time.sleep(0.001)
+        for i in range(6):
+            worker.submit(i)
+        caller.join(30)
+    finally:
+        caller.join(30)
+        assert worker.flush(30.0)
+        worker.shutdown(5.0)
+    # Some records were handled while the calls still ran back to back.
+    assert [t for t in done if t < spans[-1][0]]

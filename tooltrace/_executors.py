@@ -8,11 +8,13 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
+import time
 from _thread import LockType
 from collections.abc import Callable
 from typing import Any
 
 from . import _build
+from ._inflight import MARKS
 
 __all__ = [
     "Job",
@@ -90,6 +92,8 @@ class RenewablePool:
         """Refuse new work and drop what is queued (running work is not waited for)."""
         self.pool.shutdown(wait=False, cancel_futures=True)
 
+
+_clock = time.perf_counter
 
 _JOB_LOCK = threading.Lock()  # guards every job's callback list (held for a few bytecodes)
 
@@ -173,8 +177,14 @@ class Job:
             pass
 
     def done(self) -> bool:
-        """True once the function returned or raised (or the job was cancelled)."""
-        return self._done
+        """True once the function returned or raised (or the job was cancelled).
+
+        A caller that sees its job done is awake again: the call is no longer in flight for
+        the background workers (``tooltrace._inflight``)."""
+        if self._done:
+            MARKS.start = 0.0
+            return True
+        return False
 
     def cancelled(self) -> bool:
         """True if the pool shut down before the job started."""
@@ -193,6 +203,7 @@ class Job:
                 self._gate.release()  # let other waiters through too
         if not self._done:
             raise concurrent.futures.TimeoutError()
+        MARKS.start = 0.0  # its caller is awake (see done)
         if self._cancelled:
             raise concurrent.futures.CancelledError()
         if self._error is not None:
@@ -238,6 +249,8 @@ class ToolThreads:
                 start = True
         finally:
             lock.release()
+        # Background workers stay out of the interpreter while a job is in flight (_inflight).
+        MARKS.start = _clock()
         self._queue.put(job)
         if start:
             name = f"{self._prefix}_{self._threads - 1}"

@@ -14,6 +14,13 @@ waits for it. When the backlog grows past eight batches (or a quarter of the que
 stops pausing, so a busy process loses no records to make the tail short. Only one worker of
 the process walks a batch at a time (``TURN_WAIT_S``), so when a slice ends the interpreter
 goes back to the caller rather than to the next worker's slice.
+
+While a tool call is in flight on a tool thread (``tooltrace._inflight``), the caller sleeps and
+the interpreter looks free, but the tool thread and then the caller want it back within
+microseconds: a worker does not start or continue a slice then. It waits, outside the
+interpreter, until no call is in flight (between calls, or when the process is idle), for at
+most ``YIELD_MAX_S`` at a time, and not at all once its backlog passes four batches (or an
+eighth of the queue), during a flush or at shutdown.
 """
 
 from __future__ import annotations
@@ -26,7 +33,9 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final, Generic, TypeVar
 
-__all__ = ["PAUSE_S", "SLICE_S", "TURN_WAIT_S", "BatchWorker"]
+from .._inflight import calls_in_flight
+
+__all__ = ["PAUSE_S", "SLICE_S", "TURN_WAIT_S", "YIELD_MAX_S", "BatchWorker"]
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -41,6 +50,13 @@ PAUSE_S: Final = 0.00025
 #: A worker whose backlog is past its bound does not wait for the turn at all.
 TURN_WAIT_S: Final = 1.0
 _TURN_STEP_S: Final = 0.01
+#: The longest a worker waits for tool calls in flight before it runs one slice anyway
+#: (seconds; 0: it never waits for them). Calls back to back keep one in flight nearly all the
+#: time: the worker then works one slice per this long, until its backlog passes its bound.
+YIELD_MAX_S: Final = 0.02
+# How often a waiting worker looks again: each look takes the interpreter for a moment, and a
+# look that lands in a hand-off delays it.
+_YIELD_STEP_S: Final = 0.001
 
 # One worker of the process walks a batch at a time. The others wait for their turn on this
 # lock, outside the interpreter, instead of queueing for the interpreter beside a caller: when
@@ -66,11 +82,12 @@ class BatchWorker(Generic[T]):
         interval_s: float = 0.2,
         on_error: Callable[[BaseException], None] | None = None,
         slice_s: float = SLICE_S,
+        yield_max_s: float = YIELD_MAX_S,
     ) -> None:
         if max_queue < 1 or max_batch < 1 or interval_s <= 0:
             raise ValueError("max_queue, max_batch and interval_s must be positive")
-        if slice_s < 0:
-            raise ValueError("slice_s must not be negative")
+        if slice_s < 0 or yield_max_s < 0:
+            raise ValueError("slice_s and yield_max_s must not be negative")
         self.name = name
         self._export = export
         self._max_queue = max_queue
@@ -81,6 +98,9 @@ class BatchWorker(Generic[T]):
         # Past this backlog the worker works without pauses: catching up beats a short tail
         # (paused, a worker drains more slowly, most of all on a machine short of CPU).
         self._catch_up = max(1, min(max_queue // 4, 8 * max_batch))
+        # Below this backlog the worker also waits for tool calls in flight (see _yield_to_calls).
+        self._yield_bound = max(1, self._catch_up // 2)
+        self._yield_max_s = yield_max_s
         self._slice_end = 0.0
         self.dropped = 0
         self.exported = 0
@@ -92,6 +112,7 @@ class BatchWorker(Generic[T]):
         self._queue: collections.deque[T] = collections.deque()
         self._cond = threading.Condition(threading.Lock())
         self._busy = False
+        self._flushing = 0  # flushes waiting: the worker does not wait for calls meanwhile
         self._shutdown = False
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
@@ -162,10 +183,14 @@ class BatchWorker(Generic[T]):
             yield from items
             return
         clock = time.perf_counter
+        bound = self._yield_bound if self._yield_max_s else 0
         self._take_turn()
         try:
             for item in items:
-                if clock() >= self._slice_end and len(q) < catch_up:
+                now = clock()
+                n = len(q)
+                if (now >= self._slice_end or (n < bound and calls_in_flight(now))) \
+                        and n < catch_up:
                     self.pause()
                 yield item
         finally:
@@ -180,7 +205,23 @@ class BatchWorker(Generic[T]):
         three workers then ran back to back for up to 11 ms.)
         """
         time.sleep(PAUSE_S)
+        self._yield_to_calls()
         self._slice_end = time.perf_counter() + self._slice_s
+
+    def _yield_to_calls(self) -> None:
+        # Outside the interpreter while a tool call is in flight: between calls, or at idle,
+        # the worker takes nobody's turn. Bounded by time, backlog and flushes, so records are
+        # only ever delayed, never dropped, and a flush or shutdown still drains the queue.
+        limit = self._yield_max_s
+        if not limit:
+            return
+        clock, q, bound = time.perf_counter, self._queue, self._yield_bound
+        now = clock()
+        deadline = now + limit
+        while (calls_in_flight(now) and now < deadline and len(q) < bound
+               and not self._flushing and not self._shutdown):
+            time.sleep(_YIELD_STEP_S)
+            now = clock()
 
     def _take_turn(self) -> None:
         # Waits in short steps: a worker whose backlog grows past its bound meanwhile goes
@@ -191,6 +232,7 @@ class BatchWorker(Generic[T]):
         while not got and len(self._queue) < self._catch_up and clock() < deadline:
             got = turn.acquire(timeout=_TURN_STEP_S)
         self._turn = turn if got else None
+        self._yield_to_calls()
         self._slice_end = clock() + self._slice_s
 
     def _give_turn(self) -> None:
@@ -222,13 +264,17 @@ class BatchWorker(Generic[T]):
                 return True
             self._start()
         with self._cond:
-            self._cond.notify()
-            while self._queue or self._busy:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
+            self._flushing += 1
+            try:
                 self._cond.notify()
-                self._cond.wait(min(left, 0.05))
+                while self._queue or self._busy:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cond.notify()
+                    self._cond.wait(min(left, 0.05))
+            finally:
+                self._flushing -= 1
         return True
 
     def shutdown(self, timeout_s: float = 5.0) -> bool:
