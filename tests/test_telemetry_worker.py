@@ -175,23 +175,25 @@ def test_a_flush_does_not_wait_for_tool_calls_in_flight() -> None:
         for _ in worker.paced(batch):
             pass
 
-    worker = BatchWorker("test", export, max_batch=4, interval_s=0.01, yield_max_s=60.0)
+    worker = _Counting("test", export, max_batch=512, interval_s=0.01, yield_max_s=60.0)
     spans: list[tuple[float, float]] = []
     caller = threading.Thread(target=_calls_back_to_back, args=(2.0, spans))
     caller.start()
     try:
         while not spans:
             time.sleep(0.001)
-        for i in range(40):
+        for i in range(2000):
             worker.submit(i)
         assert worker.flush(30.0)
         flushed_at = time.perf_counter()
     finally:
         caller.join(30)
         worker.shutdown(5.0)
-    assert worker.exported == 40
-    # The flush ended while the calls still ran (they went on for two seconds).
+    assert worker.exported == 2000
+    # The flush ended while the calls still ran (they went on for two seconds), and the
+    # worker did not pause before each record for them.
     assert flushed_at < spans[-1][0]
+    assert worker.pauses < 100
 
 
 def test_a_worker_that_waited_its_longest_for_calls_runs_a_slice() -> None:
@@ -201,19 +203,20 @@ def test_a_worker_that_waited_its_longest_for_calls_runs_a_slice() -> None:
         for _ in worker.paced(batch):
             done.append(time.perf_counter())
 
-    worker = BatchWorker("test", export, max_batch=2, interval_s=0.005, yield_max_s=0.01)
+    worker = BatchWorker("test", export, max_batch=256, interval_s=0.005, yield_max_s=0.01)
     spans: list[tuple[float, float]] = []
-    caller = threading.Thread(target=_calls_back_to_back, args=(0.5, spans))
+    caller = threading.Thread(target=_calls_back_to_back, args=(1.0, spans))
     caller.start()
     try:
         while not spans:
             time.sleep(0.001)
-        for i in range(6):
+        for i in range(200):
             worker.submit(i)
         caller.join(30)
     finally:
         caller.join(30)
         assert worker.flush(30.0)
         worker.shutdown(5.0)
-    # Some records were handled while the calls still ran back to back.
-    assert [t for t in done if t < spans[-1][0]]
+    # The whole batch was handled while the calls still ran back to back: once its wait ran
+    # out, the worker ran a slice (not one record per wait).
+    assert len([t for t in done if t < spans[-1][0]]) == 200

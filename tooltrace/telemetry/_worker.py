@@ -101,6 +101,7 @@ class BatchWorker(Generic[T]):
         # Below this backlog the worker also waits for tool calls in flight (see _yield_to_calls).
         self._yield_bound = max(1, self._catch_up // 2)
         self._yield_max_s = yield_max_s
+        self._forced = False  # this slice runs whatever is in flight (the wait ran out)
         self._slice_end = 0.0
         self.dropped = 0
         self.exported = 0
@@ -176,7 +177,8 @@ class BatchWorker(Generic[T]):
 
         The worker walks them holding the process's background turn, and between slices it
         ``pause``s, unless pausing is off or the backlog is past eight batches or a quarter of
-        the queue (catching up then beats a short tail).
+        the queue (catching up then beats a short tail). While a tool call is in flight it
+        pauses before the next item, and waits for the call (see ``_yield_to_calls``).
         """
         q, catch_up = self._queue, self._catch_up
         if not self._slice_s or len(q) >= catch_up:
@@ -189,8 +191,9 @@ class BatchWorker(Generic[T]):
             for item in items:
                 now = clock()
                 n = len(q)
-                if (now >= self._slice_end or (n < bound and calls_in_flight(now))) \
-                        and n < catch_up:
+                if n < catch_up and (now >= self._slice_end or (
+                        n < bound and not self._forced and not self._flushing
+                        and calls_in_flight(now))):
                     self.pause()
                 yield item
         finally:
@@ -212,14 +215,19 @@ class BatchWorker(Generic[T]):
         # Outside the interpreter while a tool call is in flight: between calls, or at idle,
         # the worker takes nobody's turn. Bounded by time, backlog and flushes, so records are
         # only ever delayed, never dropped, and a flush or shutdown still drains the queue.
+        # A worker that waited its longest runs the next slice whatever is in flight (_forced).
+        self._forced = False
         limit = self._yield_max_s
         if not limit:
             return
         clock, q, bound = time.perf_counter, self._queue, self._yield_bound
         now = clock()
         deadline = now + limit
-        while (calls_in_flight(now) and now < deadline and len(q) < bound
+        while (calls_in_flight(now) and len(q) < bound
                and not self._flushing and not self._shutdown):
+            if now >= deadline:
+                self._forced = True
+                return
             time.sleep(_YIELD_STEP_S)
             now = clock()
 
