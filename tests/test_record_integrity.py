@@ -19,6 +19,7 @@ from tooltrace import Stage, Status, ToolCall, ToolRegistry, tool
 from tooltrace.audit import DuplicateCallId, open_store
 from tooltrace.builtins import register_builtins
 from tooltrace.cli import main as cli
+from tooltrace.redaction import Redactor
 from tooltrace.telemetry import AuditSink
 from tooltrace.testing import RecordingSink
 
@@ -301,3 +302,61 @@ def test_an_azure_secret_in_a_file_name_is_found() -> None:
     for placed in (f"notes/{secret}.txt", f"r-{secret}.txt", f"x_{secret}"):
         red = tooltrace.Redactor().redact_text(placed)
         assert secret not in red and "[REDACTED:azure_client_secret]" in red, red
+
+
+# -- 3. the success summary the registry makes is remembered, never stale -----------------------
+
+
+def test_a_value_registered_after_calls_is_redacted_from_the_next_summary(tmp_path: Path) -> None:
+    """The registry remembers the scrubbed form of the summaries it makes itself; registering
+    a secret that such a summary holds must show in the very next call's summary."""
+    reg = ToolRegistry(workspace=tmp_path, home=tmp_path / "home")
+    reg.register(tool("tokenizer", execution="inline")(lambda x: x))
+    sink = RecordingSink()
+    reg.add_sink(sink)
+    for _ in range(3):
+        assert reg.call(ToolCall("tokenizer", {"x": "abc"})).summary == (
+            "tokenizer succeeded (3 chars)"
+        )
+    reg.redactor.register_value("tokenizer")
+    env = reg.call(ToolCall("tokenizer", {"x": "abc"}))
+    assert "tokenizer" not in env.summary and "[REDACTED:registered]" in env.summary
+    assert "tokenizer" not in sink.records[-1].summary
+    reg.shutdown(1.0)
+
+
+def test_a_redactor_subclass_sees_every_summary(tmp_path: Path) -> None:
+    """A redactor subclass may decide by more than the text: its summaries are not
+    remembered, it is asked on every call."""
+    seen: list[str] = []
+
+    class Counting(Redactor):
+        def redact_text(self, text: str) -> str:
+            seen.append(text)
+            return super().redact_text(text)
+
+    reg = ToolRegistry(workspace=tmp_path, home=tmp_path / "home", redactor=Counting())
+    reg.register(tool("noop", execution="inline")(lambda x: x))
+    for _ in range(3):
+        reg.call(ToolCall("noop", {"x": "abc"}))
+    assert seen.count("noop succeeded (3 chars)") == 3
+    reg.shutdown(1.0)
+
+
+def test_a_tool_summary_with_a_secret_is_redacted_every_time(tmp_path: Path) -> None:
+    """Only the registry's own summaries are remembered: a tool's summary (here with a
+    token) is redacted on each call, whatever came before."""
+    rng = random.Random(11)
+    reg = ToolRegistry(workspace=tmp_path, home=tmp_path / "home")
+
+    @tool("say", execution="inline")
+    def say(text: str) -> tooltrace.ToolResult:
+        return tooltrace.ToolResult(data="ok", summary=text)
+
+    reg.register(say)
+    for _ in range(3):
+        token = _token(rng)
+        env = reg.call(ToolCall("say", {"text": f"done with {token}"}))
+        assert env.status is Status.OK
+        assert not _leaks(_record_text(env), token)
+    reg.shutdown(1.0)

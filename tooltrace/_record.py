@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import _build
+from ._redactor import Redactor
 from .envelope import (
     Artifact,
     CallRecord,
@@ -46,6 +47,7 @@ __all__ = [
     "redact_detail",
     "safe_name",
     "scrub",
+    "scrub_made",
 ]
 
 #: The ``tool`` of a call that names no registered tool (a closed metric label value).
@@ -88,6 +90,8 @@ _RECORD_FIELDS = (
 if CallRecord.__struct_fields__ != _RECORD_FIELDS:  # Builder.envelope builds it positionally
     raise ImportError("CallRecord's fields changed: update Builder.envelope and _RECORD_FIELDS")
 _SUMMARY_CHARS = 500
+# How many scrubbed texts of the registry's own making a registry remembers (scrub_made).
+_MADE_TEXTS = 1024
 _perf_ns = time.perf_counter_ns
 _OK = Status.OK
 _NO_ATTRIBUTES: Mapping[str, str | int | bool] = {}  # shared, never mutated
@@ -219,8 +223,10 @@ class Builder:
         *,
         retry: Retry,
         tool_override: str | None = None,
+        made: bool = False,
     ) -> ToolResultEnvelope:
-        """The call's envelope and record as they stand now (not emitted)."""
+        """The call's envelope and record as they stand now (not emitted); ``made``: the
+        registry made the summary from its own parts (``scrub_made``)."""
         e = self.entry
         d = e.definition if e is not None else None
         tool = tool_override or (d.name if d else UNREGISTERED)
@@ -230,7 +236,7 @@ class Builder:
         # Nothing a stage wrote (a step's detail, a summary) reaches a record, and so any sink,
         # before the redactor has seen all of it. Redact, then cut: a secret cut first is no
         # longer recognised.
-        summary = scrub(reg, summary)[:_SUMMARY_CHARS]
+        summary = (scrub_made(reg, summary) if made else scrub(reg, summary))[:_SUMMARY_CHARS]
         # Positional: this runs on every call. The order is checked against CallRecord's
         # fields at import (_RECORD_FIELDS).
         record = CallRecord(
@@ -356,6 +362,27 @@ def scrub(reg: ToolRegistry, text: str | None) -> str:
     if home in text:
         text = text.replace(home, "<home>")
     return _ABS_PATH.sub("<path>", text)
+
+
+def scrub_made(reg: ToolRegistry, text: str) -> str:
+    """``scrub`` of a text the registry made from its own parts (a registered tool's name and
+    numbers, never a tool's or a caller's text), remembered per text while the redactor's
+    rules stand: the same text always scrubs to the same result, and tools return results of
+    the same size again and again."""
+    red = reg.redactor
+    if type(red) is not Redactor:  # a subclass's redaction may depend on more than the text
+        return scrub(reg, text)
+    memo = reg._made_texts
+    hit = memo.get(text)
+    gen = red.generation
+    if hit is not None and hit[0] is red and hit[1] == gen:
+        return hit[2]
+    # The generation read before scrubbing: a value registered meanwhile makes the entry stale.
+    out = scrub(reg, text)
+    if len(memo) >= _MADE_TEXTS:
+        memo.clear()
+    memo[text] = (red, gen, out)
+    return out
 
 
 def error_text(reg: ToolRegistry, exc: BaseException | None) -> str:

@@ -65,6 +65,7 @@ class Redactor:
     __slots__ = (
         "_detectors",
         "_dirty",
+        "_generation",
         "_key_re",
         "_keys",
         "_lock",
@@ -89,6 +90,7 @@ class Redactor:
         self._values: set[str] = set()
         self._registered: re.Pattern[str] | None = None
         self._dirty = False
+        self._generation = 0
         for value in extra_values:
             self.register_value(value)
 
@@ -106,6 +108,13 @@ class Redactor:
             # Compiled on the next use, so registering many values costs one compile.
             self._dirty = True
             self._keys = {}
+            self._generation += 1
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever a value is registered: text redacted before may redact differently
+        now (a caller remembering redacted text checks it)."""
+        return self._generation
 
     def _registered_re(self) -> re.Pattern[str] | None:
         if self._dirty:

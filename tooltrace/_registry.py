@@ -184,6 +184,7 @@ class ToolRegistry:
         # What records show instead of host paths (see tooltrace._record.scrub).
         self._root_text = str(self.workspace.root)
         self._home_text = str(self.home.resolve())
+        self._made_texts: dict[str, tuple[Redactor, int, str]] = {}  # see _record.scrub_made
         for sink in sinks:
             self.add_sink(sink)
 

@@ -158,11 +158,16 @@ def _deliver(
             b.step(StepName.OFFLOAD, t, "runtime", "offloaded", stored)
         data = preview(text, reg.preview_chars)
         result_preview = data
+    # Made here from the tool's name and numbers alone (no tool text, no artifact's digest):
+    # the same text recurs, and its scrubbed form is remembered.
+    made = not summary and artifact is None
     if not summary or summary.startswith(" ("):
         size = len(text) if text is not None else 0
         where = f"; full output in artifact sha256:{artifact.sha256[:12]}" if artifact else ""
         summary = f"{d.name} succeeded ({size} chars{where})" + summary
-    return b.envelope(_OK, summary, data, artifact, None, result_preview, retry=retry)
+    return b.envelope(
+        _OK, summary, data, artifact, None, result_preview, retry=retry, made=made
+    )
 
 
 def _to_text(value: Any) -> str | None:
