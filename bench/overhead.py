@@ -30,9 +30,11 @@ from bench._contenders import (
     TAIL_ONLY,
 )
 
-__all__ = ["Result", "Worker", "bench_only_path", "run"]
+__all__ = ["BASELINE_MARK", "Result", "Worker", "bench_only_path", "run"]
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Appended to a contender's name for its run from the ``--baseline`` checkout.
+BASELINE_MARK = " [baseline]"
 
 
 @dataclass
@@ -150,9 +152,11 @@ class Worker:
 
 def run(
     *, rounds: int, calls: int, warmup: int, python: str | None = None,
-    only: list[str] | None = None, seed: int = 1,
+    only: list[str] | None = None, seed: int = 1, baseline: Path | None = None,
 ) -> dict[str, Any]:
-    """Measure every contender; print the table; return the figures."""
+    """Measure every contender; print the table; return the figures. ``baseline``: another
+    checkout whose tooltrace contenders run beside this one's (from its source), so a change is
+    measured against what it changes in the same rounds."""
     # Names hold commas, so a selection is a list of case-insensitive substrings of them.
     wanted = [w.strip().lower() for w in only or () if w.strip()]
     names = [
@@ -164,10 +168,20 @@ def run(
     py = python or sys.executable
     workers: dict[str, Worker] = {}
     results: dict[str, Result] = {}
+    # Worker name -> the contender it runs (a baseline's runs the same one from another tree).
+    runs = {n: n for n in names}
+    if baseline is not None:
+        tree = str(Path(baseline).resolve())
+        for n in [n for n in names if n.startswith("tooltrace")]:
+            runs[n + BASELINE_MARK] = n
+            names.insert(names.index(n) + 1, n + BASELINE_MARK)
     try:
         # Start all at once (imports overlap), then read each one's ready line.
         for n in names:
-            workers[n] = Worker(n, py)
+            if runs[n] != n:
+                workers[n] = Worker(runs[n], py, path=tree, cwd=tree)
+            else:
+                workers[n] = Worker(n, py)
         for n in names:
             try:
                 hello = workers[n].read()

@@ -65,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--contenders",
                    help="comma-separated substrings of contender names, e.g. 'bare,(inline)' "
                    "(the reference always runs)")
+    g.add_argument("--baseline", type=Path,
+                   help="another checkout (e.g. `git archive main | tar -x -C DIR`): each "
+                   "tooltrace contender also runs from its source, in the same rounds, as "
+                   "'<name> [baseline]'")
     g = ap.add_argument_group("tail")
     g.add_argument("--tail-rounds", type=int, help="interleaved rounds (default 12; quick 1)")
     g.add_argument("--tail-calls", type=int,
@@ -165,7 +169,7 @@ def _sections(ns: argparse.Namespace, sections: list[str], results: dict[str, An
         only = ns.contenders.split(",") if ns.contenders else None
         results["overhead"] = overhead.run(
             rounds=_pick(ns.rounds, 20, 2, q), calls=_pick(ns.round_calls, 2500, 200, q),
-            warmup=_pick(ns.warmup, 2000, 100, q), only=only)
+            warmup=_pick(ns.warmup, 2000, 100, q), only=only, baseline=ns.baseline)
     if "tail" in sections:
         from bench import tail
 
