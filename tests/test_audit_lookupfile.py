@@ -103,14 +103,20 @@ def test_every_report_is_the_same_with_and_without_lookup_files(
     old = _without_lookups(home, tmp_path / "old")
     every = _ids(home)
     assert set(trail["synthetic"]) | set(trail["sealed"]) <= set(every)
-    # Every kind of the real workload (with its strict intents), the nested calls, and a
-    # spread of the synthetic ones and of the calls not compacted yet.
+    # Every kind of the real workload (with its strict intents), the nested calls, every kind
+    # of synthetic call (the first eleven: cancelled, unknown, artifacts ...), a spread of the
+    # others and of the calls not compacted yet.
     real = set(trail["real"].values())
     nested = {c for c in every if c not in real and c not in trail["synthetic"]
               and c not in trail["sealed"]}
-    ids = sorted(real | nested | set(trail["synthetic"][::25]) | {trail["synthetic"][-1]}
+    syn = trail["synthetic"]
+    ids = sorted(real | nested | set(syn[:11]) | set(syn[::25]) | {syn[-1]}
                  | set(trail["sealed"][::10]))
     assert real <= set(every) and trail["nested"] in nested
+    with AuditStore(home) as s:
+        shown = s.sql("SELECT DISTINCT status FROM tool_calls WHERE list_contains($ids, call_id)",
+                      {"ids": ids}).rows
+    assert {"ok", "cancelled", "unknown", "failed", "rejected"} <= {r[0] for r in shown}
     for cid in ids:
         for extra in ((), ("--json",)):
             new = _autopsy(home, cid, *extra)
