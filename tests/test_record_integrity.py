@@ -304,7 +304,7 @@ def test_an_azure_secret_in_a_file_name_is_found() -> None:
         assert secret not in red and "[REDACTED:azure_client_secret]" in red, red
 
 
-# -- 3. the success summary the registry makes is remembered, never stale -----------------------
+# -- the success summary the registry makes is remembered, never stale ----------------------
 
 
 def test_a_value_registered_after_calls_is_redacted_from_the_next_summary(tmp_path: Path) -> None:
