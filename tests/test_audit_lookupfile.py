@@ -329,3 +329,28 @@ def test_kill_9_while_writing_a_lookup_file_loses_nothing(trail: dict[str, Any],
                                  for rel in m["files"].get(t, [])}
     assert verify(home).ok
 
+
+
+def test_a_range_read_runs_on_across_blocks(trail: dict[str, Any]) -> None:
+    """A prefix or parent/children read whose range starts in one block and goes on into the
+    next ones reads every row of the range and reports no damage."""
+    import pyarrow.parquet as pq
+
+    from tooltrace.audit._lookupfile import LookupFile, read_key
+
+    home = trail["home"]
+    synthetic = sorted(trail["synthetic"])
+    path = _lookup_of(home, "calls", synthetic[0])
+    rel = str(path.relative_to(home / "audit"))[: -len(".lookup")] + ".parquet"
+    stored = sorted(pq.read_table(home / "audit" / rel, columns=["call_id"])["call_id"]
+                    .to_pylist())
+    assert len(stored) > 130  # at least three blocks of 64 calls
+    key = read_key(home)
+    assert key is not None
+    lf = LookupFile(str(path), rel, "calls", key)
+    try:
+        lo, hi = stored[10], stored[-3]
+        got = [r[lf.ci] for r in lf.between(lo, hi)]
+    finally:
+        lf.close()
+    assert got == [c for c in stored if lo <= c < hi]

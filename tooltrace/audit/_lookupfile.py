@@ -323,10 +323,10 @@ class LookupFile:
         """The rows whose call id is in ``[lo, hi_excl)``, in call-id order."""
         if self._n == 0:
             return
-        no = self._block_of(lo)
+        no = first = self._block_of(lo)
         while no < self._n:
             cols, start, end = self._block(no)
-            if lo < start:
+            if no == first and lo < start:  # the search sent ``lo`` to a block after it
                 raise LookupDamaged(f"{self._rel}: the index is out of order (edited)")
             for i, cid in enumerate(cols[self.ci]):
                 if isinstance(cid, str) and lo <= cid < hi_excl:
