@@ -21,6 +21,7 @@ from .._settings import resolve_home
 from ..exceptions import ConfigurationError
 from ._backchannel import Backchannel, ClientRequest
 from ._config import ProxyConfig
+from ._frontcall import FrontCalls
 from ._identity import session_principal
 from ._progress import ProgressRelay, progress_token
 from ._proxy import McpProxy
@@ -268,10 +269,15 @@ def _session_id(ctx: Any) -> str | None:
     return str(value)[:128] if value else None
 
 
-async def serve_stdio(proxy: McpProxy) -> None:
-    """Serve the proxy over stdin/stdout until the client closes stdin."""
+async def serve_stdio(proxy: McpProxy, *, wire: tuple[int, int] | None = None,
+                      front: FrontCalls | None = None) -> None:
+    """Serve the proxy over stdin/stdout (or the pipe descriptors ``wire``, read and write)
+    until the client closes its side; ``tools/call`` takes the front fast path ``front``
+    (``_frontcall``; a new one when not given)."""
     server = build_server(proxy, "stdio")
-    async with stdio_streams() as (read, write):
+    front = front if front is not None else FrontCalls()
+    front.attach(server)
+    async with stdio_streams(front, wire=wire) as (read, write):
         await server.run(read, write, server.create_initialization_options())
 
 

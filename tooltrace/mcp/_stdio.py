@@ -18,8 +18,11 @@ import fcntl
 import logging
 import os
 import stat
-from collections.abc import AsyncIterable, AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._frontcall import FrontCalls
 
 __all__ = ["LineTooLong", "lines", "stdio_streams"]
 
@@ -64,9 +67,15 @@ def _is_stream(fd: int) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
+async def stdio_streams(front: FrontCalls | None = None, *,
+                        wire: tuple[int, int] | None = None) -> AsyncIterator[tuple[Any, Any]]:
     """``(read_stream, write_stream)`` of ``SessionMessage`` over this process's stdin and
-    stdout, for ``Server.run``."""
+    stdout, for ``Server.run``; the ``tools/call`` lines ``front`` takes are served by it
+    (``_frontcall``). ``wire`` serves a pair of pipe descriptors (read, write) instead."""
+    if wire is not None:
+        async with _serve(*wire, front) as streams:
+            yield streams
+        return
     if not (_is_stream(0) and _is_stream(1)):
         from mcp.server.stdio import stdio_server
 
@@ -81,17 +90,17 @@ async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
     os.close(null)
     os.dup2(2, 1)
     try:
-        async with _serve(wire_in, wire_out) as streams:
+        async with _serve(wire_in, wire_out, front) as streams:
             yield streams
     finally:
-        for fd, wire, was in ((0, wire_in, blocking[0]), (1, wire_out, blocking[1])):
+        for fd, dup, was in ((0, wire_in, blocking[0]), (1, wire_out, blocking[1])):
             with contextlib.suppress(OSError):
                 # O_NONBLOCK belongs to the pipe end the client handed over: give it back as it
                 # came, then point the standard descriptor at the wire again.
-                os.set_blocking(wire, was)
-                os.dup2(wire, fd)
+                os.set_blocking(dup, was)
+                os.dup2(dup, fd)
             with contextlib.suppress(OSError):
-                os.close(wire)
+                os.close(dup)
 
 
 class _Out(asyncio.Protocol):
@@ -115,8 +124,24 @@ class _Out(asyncio.Protocol):
         self.closed.set()
 
 
+def _line_writer(transport: asyncio.WriteTransport, out: _Out
+                 ) -> Callable[[bytes], Coroutine[Any, Any, None]]:
+    async def write_line(data: bytes) -> None:
+        # One whole line in one transport write, as _serve's writer writes the SDK's: the two
+        # never interleave within a line, and this one still goes out after the SDK's server
+        # has closed its stream (an answer to a call still running when stdin ended).
+        if out.lost:
+            raise BrokenPipeError("the client closed its end")
+        transport.write(data)
+        if not out.ready.is_set():
+            await out.ready.wait()
+
+    return write_line
+
+
 @contextlib.asynccontextmanager
-async def _serve(wire_in: int, wire_out: int) -> AsyncIterator[tuple[Any, Any]]:
+async def _serve(wire_in: int, wire_out: int, front: FrontCalls | None
+                 ) -> AsyncIterator[tuple[Any, Any]]:
     import anyio
     import mcp.types as mt
     from mcp.shared.message import SessionMessage
@@ -140,6 +165,8 @@ async def _serve(wire_in: int, wire_out: int) -> AsyncIterator[tuple[Any, Any]]:
         async with read_send:
             try:
                 async for line in lines(chunks()):
+                    if front is not None and front.take(line):
+                        continue
                     try:
                         msg: Any = mt.jsonrpc_message_adapter.validate_json(line, by_name=False)
                     except ValueError as exc:  # the SDK's server answers it with an error
@@ -170,9 +197,14 @@ async def _serve(wire_in: int, wire_out: int) -> AsyncIterator[tuple[Any, Any]]:
         async with anyio.create_task_group() as tg:
             tg.start_soon(read_stdin)
             tg.start_soon(write_stdout)
+            if front is not None:
+                front.bind(_line_writer(wtransport, out))
             try:
                 yield read_recv, write_send
             finally:
+                if front is not None:  # its calls still running end before the writer does
+                    with anyio.move_on_after(_DRAIN_S, shield=True):
+                        await front.aclose()
                 # What the server has sent still goes out (the writer ends once it is written);
                 # only then is reading stopped.
                 write_send.close()

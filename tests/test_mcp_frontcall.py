@@ -1,0 +1,270 @@
+"""A stdio client's ``tools/call`` is served by the proxy itself (``_frontcall``) once the session
+is initialized, and answered byte for byte as the SDK's server answers it. The proxy serves real
+pipes in-process (``serve_stdio(wire=...)``); the client is raw JSON-RPC lines."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from test_mcp_proxy import REPO, audit_rows, toy_server, write_config
+
+from tooltrace.mcp import McpProxy, load_config
+from tooltrace.mcp._frontcall import FrontCalls
+from tooltrace.mcp._server import serve_stdio
+
+ASKING = str(REPO / "tests" / "mcp_servers" / "asking.py")
+WIRE = str(REPO / "tests" / "mcp_servers" / "wire.py")
+INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {"sampling": {}},
+    "clientInfo": {"name": "raw", "version": "1"}}}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+class _NoFront(FrontCalls):
+    """Takes nothing: every line goes to the SDK's server (the reference path)."""
+
+    def take(self, line: bytes) -> bool:
+        return False
+
+
+class Client:
+    """Raw JSON-RPC lines over a pair of pipes to a proxy served in this process."""
+
+    def __init__(self, reader: asyncio.StreamReader, wfd: int) -> None:
+        self.reader, self.wfd = reader, wfd
+        self.seen: list[dict[str, Any]] = []  # every message the proxy sent
+
+    def send(self, msg: Any) -> None:
+        data = msg if isinstance(msg, bytes) else json.dumps(msg).encode()
+        os.write(self.wfd, data + b"\n")
+
+    async def line(self) -> bytes:
+        line = (await asyncio.wait_for(self.reader.readline(), 30)).rstrip(b"\n")
+        self.seen.append(json.loads(line))
+        return line
+
+    async def answer(self, rid: Any) -> bytes:
+        """The next line that answers ``rid`` (other messages in between are kept in seen)."""
+        while True:
+            line = await self.line()
+            if self.seen[-1].get("id") == rid and "method" not in self.seen[-1]:
+                return line
+
+
+async def _session(config: Path, front: FrontCalls, script: Any) -> Any:
+    proxy = McpProxy(load_config(config))
+    await proxy.start()
+    to_proxy, from_client = os.pipe()
+    to_client, from_proxy = os.pipe()
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 24)
+    rfile = os.fdopen(to_client, "rb", buffering=0)
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), rfile)
+    serving = asyncio.ensure_future(serve_stdio(proxy, wire=(to_proxy, from_proxy), front=front))
+    client = Client(reader, from_client)
+    try:
+        client.send(INIT)
+        await client.answer(0)
+        client.send(INITIALIZED)
+        await asyncio.sleep(0.2)  # the SDK dispatches the notification in a task of its own
+        return await script(client)
+    finally:
+        os.close(from_client)
+        await asyncio.wait_for(serving, 30)
+        transport.close()
+        for fd in (to_proxy, from_proxy):
+            os.close(fd)
+        await proxy.aclose()
+
+
+def _call(rid: Any, name: str, arguments: Any, **extra: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments, **extra}}
+
+
+# Requests answered by both paths: ok, a tool error, an unknown tool, bad params, a bad name.
+REQUESTS: list[Any] = [
+    _call(1, "echo", {"text": "héllo \u2028 \"quoted\""}),
+    _call("s-2", "fail", {"reason": "no"}),
+    _call(3, "no_such_tool", {}),
+    {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"arguments": {}}},
+    _call(5, 42, {}),
+    {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "echo",
+                                                                   "arguments": "x"}},
+    _call(7, "echo", {"text": "meta"}, _meta={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16
+                                              + "-01"}),
+]
+_CALL_ID = re.compile(rb'"tooltrace/call_id":"[^"]*"')
+
+
+def _answers(config: Path, front: FrontCalls) -> list[bytes]:
+    async def script(c: Client) -> list[bytes]:
+        out = []
+        for req in REQUESTS:
+            c.send(req)
+            out.append(_CALL_ID.sub(b'"tooltrace/call_id":"-"', await c.answer(req["id"])))
+        return out
+
+    return asyncio.run(_session(config, front, script))
+
+
+def test_fast_path_answers_byte_for_byte_as_the_sdk(tmp_path: Path) -> None:
+    config = write_config(tmp_path, '[proxy]\nhome = "home"\n' + toy_server("toy"))
+    front = FrontCalls()
+    fast = _answers(config, front)
+    sdk = _answers(config, _NoFront())
+    assert fast == sdk
+    assert front.calls == 4  # the valid requests (3: an unknown tool) took the fast path
+    assert json.loads(fast[2])["error"]["code"] == -32602  # the unknown tool
+    assert json.loads(fast[0])["result"]["content"][0]["text"] == 'toy:héllo \u2028 "quoted"'
+    rows = audit_rows(tmp_path / "home")
+    assert sorted(r["tool"] for r in rows.values()).count("echo") == 4  # both paths audited
+
+
+def test_a_call_before_initialize_is_the_sdks_to_answer(tmp_path: Path) -> None:
+    config = write_config(tmp_path, '[proxy]\nhome = "home"\n' + toy_server("toy"))
+
+    async def run(front: FrontCalls) -> bytes:
+        proxy = McpProxy(load_config(config))
+        await proxy.start()
+        to_proxy, from_client = os.pipe()
+        to_client, from_proxy = os.pipe()
+        reader = asyncio.StreamReader()
+        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(to_client, "rb", 0))
+        serving = asyncio.ensure_future(serve_stdio(proxy, wire=(to_proxy, from_proxy),
+                                                    front=front))
+        client = Client(reader, from_client)
+        try:
+            client.send(_call(9, "echo", {"text": "early"}))
+            return await client.answer(9)
+        finally:
+            os.close(from_client)
+            await asyncio.wait_for(serving, 30)
+            transport.close()
+            for fd in (to_proxy, from_proxy):
+                os.close(fd)
+            await proxy.aclose()
+
+    front = FrontCalls()
+    fast = asyncio.run(run(front))
+    assert fast == asyncio.run(run(_NoFront()))
+    assert front.calls == 0 and "error" in json.loads(fast)
+
+
+def test_cancel_progress_and_sampling_during_fast_path_calls(tmp_path: Path) -> None:
+    log = tmp_path / "wire.log"
+    config = write_config(tmp_path, f"""[proxy]
+home = "home"
+[servers.wire]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(WIRE)}]
+env = {{ WIRE_LOG = {json.dumps(str(log))} }}
+[servers.asking]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(ASKING)}]
+""")
+    front = FrontCalls()
+
+    async def script(c: Client) -> dict[str, Any]:
+        got: dict[str, Any] = {}
+        c.send(_call("h", "slow", {"seconds": 30}))
+        for _ in range(200):  # until the proxy has sent it upstream
+            await asyncio.sleep(0.05)
+            if log.exists() and '"slow"' in log.read_text():
+                break
+        c.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": "h", "reason": "user"}})
+        # A call with a progressToken stays on the SDK's path, which relays its progress.
+        c.send(_call(20, "slow", {"seconds": 0.2, "steps": 3}, _meta={"progressToken": "tok"}))
+        got["progress"] = json.loads(await c.answer(20))
+        # The upstream asks the client for a sampling during a fast-path call.
+        c.send(_call(21, "sample", {"prompt": "hi"}))
+        while True:
+            msg = json.loads(await c.line())
+            if msg.get("method") == "sampling/createMessage":
+                c.send({"jsonrpc": "2.0", "id": msg["id"], "result": {
+                    "role": "assistant", "model": "m",
+                    "content": {"type": "text", "text": "sampled!"}}})
+            elif msg.get("id") == 21:
+                got["sample"] = msg
+                break
+        c.send(_call(22, "echo", {"text": "after"}))
+        got["after"] = json.loads(await c.answer(22))
+        return got
+
+    client_seen: list[dict[str, Any]] = []
+
+    async def recorded(c: Client) -> dict[str, Any]:
+        c.seen = client_seen
+        return await script(c)
+
+    got = asyncio.run(_session(config, front, recorded))
+    assert not [m for m in client_seen if m.get("id") == "h"]  # a cancelled call: no answer
+    marks = [m["params"] for m in client_seen if m.get("method") == "notifications/progress"]
+    assert marks and all(p["progressToken"] == "tok" for p in marks)
+    assert got["progress"]["result"]["content"][0]["text"] == "slow done"
+    assert "sampled!" in json.dumps(got["sample"]["result"])
+    assert got["after"]["result"]["content"][0]["text"] == "after"
+    assert front.calls == 3  # slow (cancelled), sample, echo; the progress call stayed
+    sent = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+    assert [m["params"]["reason"] for m in sent
+            if m.get("method") == "notifications/cancelled"] == ["caller cancelled"]
+    rows = audit_rows(tmp_path / "home")
+    slow = next(r for r in rows.values() if r["tool"] == "slow" and r["status"] != "ok")
+    assert (slow["status"], slow["error_type"]) == ("unknown", "cancelled")
+
+
+def test_a_call_running_when_stdin_ends_is_answered_as_the_sdk_does(tmp_path: Path) -> None:
+    log = tmp_path / "wire.log"
+    config = write_config(tmp_path, f"""[proxy]
+home = "home"
+[servers.wire]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(WIRE)}]
+env = {{ WIRE_LOG = {json.dumps(str(log))} }}
+""")
+
+    async def run(front: FrontCalls) -> bytes:
+        proxy = McpProxy(load_config(config))
+        await proxy.start()
+        to_proxy, from_client = os.pipe()
+        to_client, from_proxy = os.pipe()
+        reader = asyncio.StreamReader()
+        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(to_client, "rb", 0))
+        serving = asyncio.ensure_future(serve_stdio(proxy, wire=(to_proxy, from_proxy),
+                                                    front=front))
+        client = Client(reader, from_client)
+        try:
+            client.send(INIT)
+            await client.answer(0)
+            client.send(INITIALIZED)
+            await asyncio.sleep(0.2)
+            log.unlink(missing_ok=True)
+            client.send(_call(5, "slow", {"seconds": 30}))
+            for _ in range(200):  # until the proxy has sent it upstream
+                await asyncio.sleep(0.05)
+                if log.exists() and '"slow"' in log.read_text():
+                    break
+            os.close(from_client)  # the client closes stdin while the call runs
+            return await client.answer(5)
+        finally:
+            await asyncio.wait_for(serving, 30)
+            transport.close()
+            for fd in (to_proxy, from_proxy):
+                os.close(fd)
+            await proxy.aclose()
+
+    front = FrontCalls()
+    fast = asyncio.run(run(front))
+    assert front.calls == 1
+    assert fast == asyncio.run(run(_NoFront()))
+    assert json.loads(fast)["error"]["code"] == -32000

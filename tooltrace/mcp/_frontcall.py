@@ -1,0 +1,222 @@
+"""``tools/call`` from a stdio client without the SDK's server dispatch on the way.
+
+For every request the SDK's server parses the line into a pydantic message, hops it through a
+memory stream to its dispatcher, starts a task, builds a context and session, validates the
+params twice, validates and dumps the result and hops the answer back to the writer. A
+``FrontCalls`` takes a ``tools/call`` line from the stdio reader (``_stdio``) instead, once the
+SDK has seen the client's ``initialize`` and ``notifications/initialized``: it checks the params
+with the SDK's own validators (a request they refuse goes to the SDK, which answers it as it
+always did), runs the server's own middleware (the SERVER span) and ``tools/call`` handler in a
+task, shapes the result with the SDK's per-version serialiser and writes the SDK's JSON-RPC
+envelope as one line on the transport the SDK's messages go out on. ``notifications/cancelled``
+naming one of its requests cancels that task (tooltrace's cancel contract runs in the handler)
+and no answer is sent. A request that carries a ``progressToken`` stays on the SDK's path, which
+ties progress to the request. Server-to-client requests made during a call (sampling,
+elicitation, roots) go out on the session the SDK built for the client's
+``notifications/initialized``: over stdio every message shares one pipe, so no request id is
+needed to route them. Everything else is the SDK's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+if TYPE_CHECKING:
+    from mcp.server.lowlevel import Server
+
+__all__ = ["FrontCalls"]
+
+log = logging.getLogger("tooltrace.mcp")
+
+Write = Callable[[bytes], Coroutine[Any, Any, None]]
+
+_CALL = b'"tools/call"'
+_CANCEL = b'"notifications/cancelled"'
+
+
+class FrontCalls:
+    """The ``tools/call`` requests a stdio client sent that the proxy serves itself.
+
+    ``attach`` puts it on the server it serves calls for (its middleware remembers the
+    initialized session); the stdio reader offers every line to ``take`` and calls ``aclose``
+    when reading ends.
+    """
+
+    def __init__(self) -> None:
+        self._server: Server[Any] | None = None
+        self._ctx: Any = None  # the context of the client's notifications/initialized
+        self._write: Write | None = None
+        self._tasks: dict[Any, asyncio.Task[None]] = {}
+        self._cancelled: set[Any] = set()
+        #: ``tools/call`` requests served here rather than by the SDK's server.
+        self.calls = 0
+
+    def attach(self, server: Server[Any]) -> None:
+        """Serve ``tools/call`` with ``server``'s middleware and handler."""
+        self._server = server
+        server.middleware.append(self._capture)
+
+    async def _capture(self, ctx: Any, call_next: Any) -> Any:
+        # Server middleware: remember the session once the client is initialized.
+        result = await call_next(ctx)
+        if ctx.method == "notifications/initialized" and ctx.request_id is None:
+            from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+            if str(ctx.protocol_version) in HANDSHAKE_PROTOCOL_VERSIONS:
+                self._ctx = ctx
+        return result
+
+    def bind(self, write: Write) -> None:
+        """Answers go out through ``write`` (one whole line at a time, on the transport the
+        SDK's messages go out on)."""
+        self._write = write
+
+    # -- the reader's side -----------------------------------------------------------------
+
+    def take(self, line: bytes) -> bool:
+        """Serve ``line`` here if it is a ``tools/call`` this path can answer as the SDK would,
+        or a cancel of one of its requests; False leaves it to the SDK."""
+        if self._ctx is None or self._write is None or (
+                _CALL not in line and _CANCEL not in line):
+            return False
+        try:
+            msg = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return False
+        if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
+            return False
+        method = msg.get("method")
+        if method == "notifications/cancelled" and "id" not in msg:
+            return self._cancel(msg.get("params"))
+        if method != "tools/call" or not _request_id(msg.get("id")) or msg["id"] in self._tasks:
+            return False
+        return self._start(msg["id"], msg.get("params"))
+
+    def _cancel(self, params: Any) -> bool:
+        rid = params.get("requestId") if isinstance(params, dict) else None
+        task = self._tasks.get(rid) if _request_id(rid) else None
+        if task is None:
+            return False
+        self._cancelled.add(rid)
+        task.cancel()
+        return True
+
+    def _start(self, rid: Any, params: Any) -> bool:
+        import mcp.types as mt
+        from mcp_types import methods
+
+        if not isinstance(params, dict) or _has_progress(params):
+            return False  # the SDK answers a malformed request, and relays progress
+        version = str(self._ctx.protocol_version)
+        server = self._server
+        assert server is not None
+        entry = server.get_request_handler("tools/call")
+        if entry is None or "tools/call" in server.cache_hints:
+            return False
+        try:  # the SDK's checks, in its order; a refusal is the SDK's to word
+            methods.validate_client_request("tools/call", version, params)
+            typed = entry.params_type.model_validate(params, by_name=False)
+            meta = (mt.RequestParams.model_validate(params, by_name=False).meta
+                    if "_meta" in params else None)
+        except Exception:
+            return False
+        ctx = dataclasses.replace(self._ctx, method="tools/call", params=params, request_id=rid,
+                                  meta=meta)
+        task = asyncio.get_running_loop().create_task(
+            self._serve(ctx, server.middleware, entry.handler, typed))
+        self._tasks[rid] = task
+        task.add_done_callback(lambda _t: self._tasks.pop(rid, None))
+        self.calls += 1
+        return True
+
+    # -- one call --------------------------------------------------------------------------
+
+    async def _serve(self, ctx: Any, middlewares: list[Any], handler: Any, typed: Any) -> None:
+        import mcp.types as mt
+        from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
+        from mcp_types import methods
+        from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR
+        from pydantic import ValidationError
+
+        version = str(ctx.protocol_version)
+
+        async def inner(c: Any) -> Any:
+            result = await handler(c, typed)
+            if isinstance(result, mt.ErrorData):
+                from mcp.shared.exceptions import MCPError
+
+                raise MCPError.from_error_data(result)
+            dumped = (result.model_dump(by_alias=True, mode="json", exclude_none=True)
+                      if result is not None else {})
+            try:
+                return methods.serialize_server_result("tools/call", version, dumped)
+            except ValidationError:
+                log.error("mcp proxy: a tools/call result did not fit the protocol's shape")
+                from mcp.shared.exceptions import MCPError
+
+                raise MCPError(code=INTERNAL_ERROR,
+                               message="Handler returned an invalid result") from None
+
+        call = inner
+        for middleware in reversed(middlewares):
+            call = _bind(middleware, call)
+        rid = ctx.request_id
+        message: Any
+        try:
+            result = await call(ctx)
+            message = mt.JSONRPCResponse(jsonrpc="2.0", id=rid, result=result)
+        except asyncio.CancelledError:
+            if rid in self._cancelled:  # the client cancelled it: no answer (as the SDK)
+                self._cancelled.discard(rid)
+                return
+            await self._send(mt.JSONRPCError(jsonrpc="2.0", id=rid, error=mt.ErrorData(
+                code=CONNECTION_CLOSED, message="Connection closed")))
+            raise
+        except Exception as exc:
+            error = handler_exception_to_error_data(exc)
+            if error is None:  # the handler maps its own failures; this is the proxy's bug
+                log.error("mcp proxy: internal error answering a call", exc_info=True)
+                error = mt.ErrorData(code=INTERNAL_ERROR, message="Internal error")
+            message = mt.JSONRPCError(jsonrpc="2.0", id=rid, error=error)
+        if rid in self._cancelled:
+            self._cancelled.discard(rid)
+            return
+        await self._send(message)
+
+    async def _send(self, message: Any) -> None:
+        assert self._write is not None
+        data = message.model_dump_json(by_alias=True, exclude_unset=True)
+        try:
+            await self._write(data.encode() + b"\n")
+        except Exception:
+            log.debug("mcp proxy: an answer could not be written (the client is gone)")
+
+    async def aclose(self) -> None:
+        """Reading ended: calls still running end as the SDK's do (``CONNECTION_CLOSED``)."""
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _bind(middleware: Any, call_next: Any) -> Any:
+    async def call(ctx: Any) -> Any:
+        return await middleware(ctx, call_next)
+
+    return call
+
+
+def _request_id(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _has_progress(params: dict[str, Any]) -> bool:
+    meta = params.get("_meta")
+    return isinstance(meta, dict) and "progressToken" in meta
