@@ -23,8 +23,10 @@ finds a block whose MAC does not match, an id outside the range it lands in, or 
 short raises ``LookupDamaged`` and the store reads the Parquet instead. ``tooltrace verify``
 re-derives every lookup file from its Parquet file and compares them byte for byte.
 
-BLAKE2b comes from ``_blake2`` directly when it can: ``hashlib`` loads OpenSSL first, which
-costs more than a lookup.
+BLAKE2b comes from ``_blake2`` directly when it can, and MACs are compared in constant time by
+``_operator._compare_digest`` (what ``hmac.compare_digest`` is): ``hashlib`` and ``hmac`` load
+OpenSSL first, which costs more than a lookup. Interpreters without those builtin modules use
+``hashlib`` and ``hmac``.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ try:
     from _blake2 import blake2b
 except ImportError:  # pragma: no cover - an interpreter without the builtin module
     from hashlib import blake2b
+try:
+    from _operator import _compare_digest as _same_mac
+except ImportError:  # pragma: no cover - an interpreter without the builtin module
+    from hmac import compare_digest as _same_mac  # type: ignore[no-redef]
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -279,7 +285,7 @@ class LookupFile:
         if off + length > self._index or off < _HEAD.size:
             raise LookupDamaged(f"{self._rel}: block {no} lies outside the file")
         blob = self._map[off:off + length]
-        if _mac(self._key, self._rel, self._t, no, self._n, start, end, blob) != mac:
+        if not _same_mac(_mac(self._key, self._rel, self._t, no, self._n, start, end, blob), mac):
             raise LookupDamaged(f"{self._rel}: block {no} does not match its MAC (edited, or"
                                 " not written with this trail's key)")
         return blob
