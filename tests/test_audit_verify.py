@@ -104,6 +104,29 @@ def test_rewritten_chain_is_caught_by_the_keyed_checkpoint(home: Path) -> None:
     assert [e[0] for e in errs if e[1] != seg.name] == ["edited"]
 
 
+@pytest.mark.parametrize("forged", ["\u00e9" * 64, 12345, None, "0" * 64])
+def test_a_checkpoint_whose_mac_is_forged_or_not_text_is_reported_not_fatal(
+        home: Path, forged: object) -> None:
+    """A checkpoint's MAC is compared in constant time; whatever its field holds (text that is
+    not ASCII, a number, null, a wrong digest), verify reports the checkpoint rewritten."""
+    seg = _segments(home)[0]
+    lines = _lines(seg)
+    i = next(j for j, ln in enumerate(lines) if b'"mac":"' in ln)
+    prev = split_hash(lines[i - 1].rstrip(b"\n"))[1]  # type: ignore[index]
+    for j in range(i, len(lines)):  # re-chained, as someone without the key would
+        body, _ = split_hash(lines[j].rstrip(b"\n"))  # type: ignore[misc]
+        if j == i:
+            obj = orjson.loads(body)
+            obj["mac"] = forged
+            body = orjson.dumps(obj)
+        h = chain_hash(prev, body)
+        lines[j] = seal_line(body, h)
+        prev = h
+    seg.write_bytes(b"".join(lines))
+    errs = [e for e in _errors(home) if e[1] == seg.name]
+    assert errs and errs[0] == ("rewritten", seg.name, i + 1)
+
+
 def test_deleted_record(home: Path) -> None:
     seg = _segments(home)[0]
     lines = _lines(seg)

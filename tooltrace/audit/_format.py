@@ -52,6 +52,7 @@ __all__ = [
     "encode_late",
     "genesis_hash",
     "load_key",
+    "mac_matches",
     "seal_line",
     "split_hash",
 ]
@@ -131,6 +132,12 @@ def checkpoint_mac(
         own = {k: v for k, v in fields.items() if k not in _MAC_SKIP}
         msg += b"|" + orjson.dumps(own, default=_default, option=_OPTS | orjson.OPT_SORT_KEYS)
     return hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
+def mac_matches(expected: str, found: object) -> bool:
+    """Whether ``found`` (a line's ``mac`` field, whatever it holds) is the ``expected`` MAC,
+    compared in constant time."""
+    return isinstance(found, str) and found.isascii() and hmac.compare_digest(expected, found)
 
 
 def load_key(home: Path, *, create: bool) -> bytes | None:

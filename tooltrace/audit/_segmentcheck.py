@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._findings import Finding, VerifyReport
-from ._format import chain_hash, checkpoint_mac, split_hash
+from ._format import chain_hash, checkpoint_mac, mac_matches, split_hash
 from ._segments import ParsedSegment, SegmentInfo, read_segment
 
 __all__ = ["verify_segment"]
@@ -150,7 +150,7 @@ def _check_chain(
             if key is not None and ln.seq is not None:
                 mac = checkpoint_mac(key, info.writer, info.n, ln.seq, str(ln.obj.get("head")),
                                      ln.obj)
-                if mac != ln.obj.get("mac") or ln.obj.get("head") != before:
+                if not mac_matches(mac, ln.obj.get("mac")) or ln.obj.get("head") != before:
                     since = "the segment start" if last_good_ckpt is None else (
                         f"line {last_good_ckpt}")
                     add(Finding("error", "rewritten", name, ln.no, ln.seq,

@@ -23,7 +23,7 @@ from typing import Any
 
 from .._settings import resolve_home
 from ._findings import Finding, VerifyReport
-from ._format import chain_hash, checkpoint_mac, genesis_hash, load_key
+from ._format import chain_hash, checkpoint_mac, genesis_hash, load_key, mac_matches
 from ._manifest import (
     DIGEST_GENESIS,
     Digest,
@@ -100,8 +100,8 @@ def _digest_problems(digest: Digest, key: bytes | None) -> list[Finding]:
         elif chain_hash(prev, ln.body) != ln.h:
             add(Finding("error", "edited", DIGEST_NAME, ln.no, ln.seq,
                         "digest entry does not match the digest's hash chain: edited"))
-        elif key is not None and checkpoint_mac(key, ln.writer, ln.n, ln.seq, prev, ln.obj
-                                                ) != ln.obj.get("mac"):
+        elif key is not None and not mac_matches(
+                checkpoint_mac(key, ln.writer, ln.n, ln.seq, prev, ln.obj), ln.obj.get("mac")):
             add(Finding("error", "rewritten", DIGEST_NAME, ln.no, ln.seq,
                         "digest entry's keyed MAC does not match: written or re-chained"
                         " without the key"))
