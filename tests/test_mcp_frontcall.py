@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_mcp_proxy import REPO, audit_rows, toy_server, write_config
 
 from tooltrace.mcp import McpProxy, load_config
@@ -219,6 +220,49 @@ args = [{json.dumps(ASKING)}]
             if m.get("method") == "notifications/cancelled"] == ["caller cancelled"]
     rows = audit_rows(tmp_path / "home")
     slow = next(r for r in rows.values() if r["tool"] == "slow" and r["status"] != "ok")
+    assert (slow["status"], slow["error_type"]) == ("unknown", "cancelled")
+
+
+@pytest.mark.parametrize("path", ["fast", "sdk"])
+def test_a_cancel_that_names_an_integer_id_as_text_cancels_the_call(
+        tmp_path: Path, path: str) -> None:
+    """``"7"`` and ``7`` are one request id for a cancel, on the fast path as on the SDK's."""
+    log = tmp_path / "wire.log"
+    config = write_config(tmp_path, f"""[proxy]
+home = "home"
+[servers.wire]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(WIRE)}]
+env = {{ WIRE_LOG = {json.dumps(str(log))} }}
+""")
+    front = FrontCalls() if path == "fast" else _NoFront()
+
+    async def script(c: Client) -> dict[str, Any]:
+        c.send(_call(7, "slow", {"seconds": 30}))
+        for _ in range(200):  # until the proxy has sent it upstream
+            await asyncio.sleep(0.05)
+            if log.exists() and '"slow"' in log.read_text():
+                break
+        c.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": "7", "reason": "user"}})
+        c.send(_call(8, "echo", {"text": "after"}))
+        got = json.loads(await c.answer(8))
+        for _ in range(200):  # the cancel reaches the upstream now, not when the session ends
+            if "notifications/cancelled" in log.read_text():
+                got["cancelled_in_session"] = True
+                break
+            await asyncio.sleep(0.05)
+        return got
+
+    after = asyncio.run(_session(config, front, script))
+    assert after["result"]["content"][0]["text"] == "after"
+    assert after.get("cancelled_in_session")
+    assert front.calls == (2 if path == "fast" else 0)
+    sent = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
+    assert [m["params"]["reason"] for m in sent
+            if m.get("method") == "notifications/cancelled"] == ["caller cancelled"]
+    rows = audit_rows(tmp_path / "home")
+    slow = next(r for r in rows.values() if r["tool"] == "slow")
     assert (slow["status"], slow["error_type"]) == ("unknown", "cancelled")
 
 

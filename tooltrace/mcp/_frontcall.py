@@ -94,16 +94,18 @@ class FrontCalls:
         method = msg.get("method")
         if method == "notifications/cancelled" and "id" not in msg:
             return self._cancel(msg.get("params"))
-        if method != "tools/call" or not _request_id(msg.get("id")) or msg["id"] in self._tasks:
+        if method != "tools/call" or not _request_id(msg.get("id")) or _key(
+                msg["id"]) in self._tasks:
             return False
         return self._start(msg["id"], msg.get("params"))
 
     def _cancel(self, params: Any) -> bool:
         rid = params.get("requestId") if isinstance(params, dict) else None
-        task = self._tasks.get(rid) if _request_id(rid) else None
+        key = _key(rid) if _request_id(rid) else None
+        task = self._tasks.get(key)
         if task is None:
             return False
-        self._cancelled.add(rid)
+        self._cancelled.add(key)
         task.cancel()
         return True
 
@@ -130,8 +132,9 @@ class FrontCalls:
                                   meta=meta)
         task = asyncio.get_running_loop().create_task(
             self._serve(ctx, server.middleware, entry.handler, typed))
-        self._tasks[rid] = task
-        task.add_done_callback(lambda _t: self._tasks.pop(rid, None))
+        key = _key(rid)
+        self._tasks[key] = task
+        task.add_done_callback(lambda _t: self._tasks.pop(key, None))
         self.calls += 1
         return True
 
@@ -166,14 +169,15 @@ class FrontCalls:
         call = inner
         for middleware in reversed(middlewares):
             call = _bind(middleware, call)
-        rid = ctx.request_id
+        rid = ctx.request_id  # answered as sent; cancels find it by _key, as the SDK's do
+        key = _key(rid)
         message: Any
         try:
             result = await call(ctx)
             message = mt.JSONRPCResponse(jsonrpc="2.0", id=rid, result=result)
         except asyncio.CancelledError:
-            if rid in self._cancelled:  # the client cancelled it: no answer (as the SDK)
-                self._cancelled.discard(rid)
+            if key in self._cancelled:  # the client cancelled it: no answer (as the SDK)
+                self._cancelled.discard(key)
                 return
             await self._send(mt.JSONRPCError(jsonrpc="2.0", id=rid, error=mt.ErrorData(
                 code=CONNECTION_CLOSED, message="Connection closed")))
@@ -184,8 +188,8 @@ class FrontCalls:
                 log.error("mcp proxy: internal error answering a call", exc_info=True)
                 error = mt.ErrorData(code=INTERNAL_ERROR, message="Internal error")
             message = mt.JSONRPCError(jsonrpc="2.0", id=rid, error=error)
-        if rid in self._cancelled:
-            self._cancelled.discard(rid)
+        if key in self._cancelled:
+            self._cancelled.discard(key)
             return
         await self._send(message)
 
@@ -211,6 +215,14 @@ def _bind(middleware: Any, call_next: Any) -> Any:
         return await middleware(ctx, call_next)
 
     return call
+
+
+def _key(rid: Any) -> Any:
+    """The id a request is known by in flight: ``"7"`` and ``7`` are one request, as for the
+    SDK's server (a client may echo an integer id as text in its cancel)."""
+    from mcp.shared.dispatcher import coerce_request_id
+
+    return coerce_request_id(rid)
 
 
 def _request_id(value: Any) -> bool:
