@@ -215,6 +215,27 @@ capabilities = ["read"]
     assert "the user closed the form" not in json.dumps([r["result_preview"] for r in rows])
 
 
+def test_a_wildcard_denies_every_servers_sampling(tmp_path: Path) -> None:
+    """``deny = ["mcp.*.sampling"]`` refuses the sampling of a server it does not name."""
+    asked: list[str] = []
+
+    async def sampling(ctx: Any, params: Any) -> Any:
+        asked.append("sampling")
+        return mt.CreateMessageResult(role="assistant", model="m",
+                                      content=mt.TextContent(type="text", text="no"))
+
+    res = _run(tmp_path, '[policy]\ndeny = ["mcp.*.sampling"]\n',
+               (("probe", {"kind": "sampling", "n": 0}),), sampling_callback=sampling)
+    assert json.loads(text_of(res[0])) == {
+        "code": mt.INVALID_REQUEST, "message": "sampling/createMessage refused by the proxy's "
+        "policy"}
+    assert asked == []
+    row = next(r for r in res["rows"] if r["tool"] == "mcp.asking.sampling")
+    assert (row["status"], row["reject_stage"]) == ("rejected", "policy")
+    assert ("policy", "policy:mcp_deny", "deny") in audit_steps_detail(res["home"],
+                                                                      row["call_id"])
+
+
 def audit_steps_detail(home: Path, call_id: str) -> list[tuple[str, str, str]]:
     from tooltrace.audit import AuditStore
 

@@ -86,11 +86,32 @@ def test_example_config_loads_with_paths_relative_to_the_file(tmp_path: Path) ->
     ({"proxy": {"idle_timeout_s": "10m"}}, "idle_timeout_s must be a positive number"),
     ({"servers": {"a": {"command": "x", "client_timeout_s": -1}}},
      "client_timeout_s must be a positive"),
+    ({"policy": {"deny": ["mcp.*.sampling", "git_*"]}},
+     "policy.deny: 'git_*': the only wildcard is mcp.*.<kind>"),
+    ({"policy": {"ask": ["mcp.*.tools"]}}, "policy.ask: 'mcp.*.tools': the only wildcard"),
 ])
 def test_bad_configuration_is_a_clear_error(data: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigurationError) as exc:
         config_from_dict(data)
     assert message in str(exc.value)
+
+
+def test_a_server_wildcard_names_that_kind_of_every_server(tmp_path: Path) -> None:
+    """``mcp.*.<kind>`` in ``[policy] deny`` / ``ask`` stands for that kind of every configured
+    server; other names are kept as written."""
+    cfg = config_from_dict({
+        "servers": {"fetch": {"command": "x"}, "fs": {"command": "y"}},
+        "policy": {"deny": ["mcp.*.sampling", "git_commit"], "ask": ["mcp.*.read_resource"]}})
+    assert cfg.policy_names(cfg.deny) == frozenset(
+        {"mcp.fetch.sampling", "mcp.fs.sampling", "git_commit"})
+    assert cfg.policy_names(cfg.ask) == frozenset(
+        {"mcp.fetch.read_resource", "mcp.fs.read_resource"})
+    proxy = McpProxy(cfg, registry=ToolRegistry(home=tmp_path))
+    rules = {getattr(r, "name", ""): r for r in proxy.policy_rules()}
+    deny, ask = rules["mcp_deny"], rules["mcp_ask"]
+    assert deny.names_tool("mcp.fs.sampling") and deny.names_tool("mcp.fetch.sampling")
+    assert not deny.names_tool("mcp.fs.elicitation") and not deny.names_tool("mcp.*.sampling")
+    assert ask.names_tool("mcp.fs.read_resource") and not ask.names_tool("mcp.fs.get_prompt")
 
 
 def test_bad_hook_reference_is_a_clear_error() -> None:

@@ -25,6 +25,7 @@ from ..policy import ApprovalDecision, ApprovalRequest, Rule
 from ..tool import Capability
 
 __all__ = [
+    "SERVER_KINDS",
     "CollisionRule",
     "ProxyConfig",
     "RugPullAction",
@@ -137,7 +138,9 @@ class ProxyConfig:
     ``principal_header``: the HTTP request header naming the user a call acts for (the agent is
     the client's ``clientInfo`` name). ``idle_timeout_s``: over HTTP, how long a client session
     may go with no request in flight (and no open stream) before it ends: its upstream
-    connections are closed and its session id then gets 404.
+    connections are closed and its session id then gets 404. ``deny`` / ``ask``: names whose
+    calls are refused / need approval; ``mcp.*.<kind>`` names that kind (``SERVER_KINDS``) of
+    every server (``policy_names``).
     """
 
     servers: tuple[ServerConfig, ...] = ()
@@ -183,6 +186,35 @@ class ProxyConfig:
             raise ConfigurationError("principal_header must be an HTTP header name")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigurationError("metrics_port must be a TCP port number")
+        for key, names in (("deny", self.deny), ("ask", self.ask)):
+            for name in names:
+                if "*" in name and _wildcard_kind(name) is None:
+                    raise ConfigurationError(
+                        f"policy.{key}: {name!r}: the only wildcard is mcp.*.<kind>, every "
+                        f"server's requests of that kind (kind: {', '.join(SERVER_KINDS)})")
+
+    def policy_names(self, names: frozenset[str]) -> frozenset[str]:
+        """``names`` (``deny`` or ``ask``) with each ``mcp.*.<kind>`` replaced by that kind of
+        every configured server (``mcp.<server>.<kind>``)."""
+        out: set[str] = set()
+        for name in names:
+            kind = _wildcard_kind(name)
+            if kind is None:
+                out.add(name)
+            else:
+                out.update(f"mcp.{s.label}.{kind}" for s in self.servers)
+        return frozenset(out)
+
+
+#: What a server does besides its tools, each audited as a call of ``mcp.<server>.<kind>``: its
+#: resources read, its prompts got, and its requests to the client.
+SERVER_KINDS = ("read_resource", "get_prompt", "sampling", "elicitation", "roots")
+
+
+def _wildcard_kind(name: str) -> str | None:
+    """The kind ``mcp.*.<kind>`` names, or None if ``name`` is not such a wildcard."""
+    prefix, _, kind = name.rpartition(".")
+    return kind if prefix == "mcp.*" and kind in SERVER_KINDS else None
 
 
 _PROXY_KEYS = {

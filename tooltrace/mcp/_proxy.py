@@ -157,9 +157,9 @@ class McpProxy:
         cfg = self.config
         rules: list[Rule] = [self.changed_rule]
         if cfg.deny:
-            rules.append(_DenyTools(cfg.deny))
+            rules.append(_DenyTools(cfg.policy_names(cfg.deny)))
         if cfg.ask:
-            rules.append(RequireApproval(tools=cfg.ask, name="mcp_ask"))
+            rules.append(RequireApproval(tools=cfg.policy_names(cfg.ask), name="mcp_ask"))
         rules += [DenyCommandPatterns(),
                   PrivateNetworkRule(self._readers, allow_lists(cfg.servers))]
         rules += resolve_rules(cfg.rules)
