@@ -160,15 +160,29 @@ def test_a_call_before_initialize_is_the_sdks_to_answer(tmp_path: Path) -> None:
     assert front.calls == 0 and "error" in json.loads(fast)
 
 
-def test_cancel_progress_and_sampling_during_fast_path_calls(tmp_path: Path) -> None:
-    log = tmp_path / "wire.log"
-    config = write_config(tmp_path, f"""[proxy]
+def _wire_config(tmp_path: Path, log: Path, more: str = "") -> Path:
+    """A proxy in front of the wire-level server, which logs what it receives to ``log``."""
+    return write_config(tmp_path, f"""[proxy]
 home = "home"
 [servers.wire]
 command = {json.dumps(sys.executable)}
 args = [{json.dumps(WIRE)}]
 env = {{ WIRE_LOG = {json.dumps(str(log))} }}
-[servers.asking]
+{more}""")
+
+
+async def _until_logged(log: Path, text: str) -> bool:
+    """Wait (up to 10 s) until the wire server has logged ``text``."""
+    for _ in range(200):
+        if log.exists() and text in log.read_text():
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+def test_cancel_progress_and_sampling_during_fast_path_calls(tmp_path: Path) -> None:
+    log = tmp_path / "wire.log"
+    config = _wire_config(tmp_path, log, f"""[servers.asking]
 command = {json.dumps(sys.executable)}
 args = [{json.dumps(ASKING)}]
 """)
@@ -177,10 +191,7 @@ args = [{json.dumps(ASKING)}]
     async def script(c: Client) -> dict[str, Any]:
         got: dict[str, Any] = {}
         c.send(_call("h", "slow", {"seconds": 30}))
-        for _ in range(200):  # until the proxy has sent it upstream
-            await asyncio.sleep(0.05)
-            if log.exists() and '"slow"' in log.read_text():
-                break
+        await _until_logged(log, '"slow"')  # until the proxy has sent it upstream
         c.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
                 "params": {"requestId": "h", "reason": "user"}})
         # A call with a progressToken stays on the SDK's path, which relays its progress.
@@ -228,30 +239,18 @@ def test_a_cancel_that_names_an_integer_id_as_text_cancels_the_call(
         tmp_path: Path, path: str) -> None:
     """``"7"`` and ``7`` are one request id for a cancel, on the fast path as on the SDK's."""
     log = tmp_path / "wire.log"
-    config = write_config(tmp_path, f"""[proxy]
-home = "home"
-[servers.wire]
-command = {json.dumps(sys.executable)}
-args = [{json.dumps(WIRE)}]
-env = {{ WIRE_LOG = {json.dumps(str(log))} }}
-""")
+    config = _wire_config(tmp_path, log)
     front = FrontCalls() if path == "fast" else _NoFront()
 
     async def script(c: Client) -> dict[str, Any]:
         c.send(_call(7, "slow", {"seconds": 30}))
-        for _ in range(200):  # until the proxy has sent it upstream
-            await asyncio.sleep(0.05)
-            if log.exists() and '"slow"' in log.read_text():
-                break
+        await _until_logged(log, '"slow"')  # until the proxy has sent it upstream
         c.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
                 "params": {"requestId": "7", "reason": "user"}})
         c.send(_call(8, "echo", {"text": "after"}))
         got = json.loads(await c.answer(8))
-        for _ in range(200):  # the cancel reaches the upstream now, not when the session ends
-            if "notifications/cancelled" in log.read_text():
-                got["cancelled_in_session"] = True
-                break
-            await asyncio.sleep(0.05)
+        # The cancel reaches the upstream now, not when the session ends.
+        got["cancelled_in_session"] = await _until_logged(log, "notifications/cancelled")
         return got
 
     after = asyncio.run(_session(config, front, script))
@@ -268,13 +267,7 @@ env = {{ WIRE_LOG = {json.dumps(str(log))} }}
 
 def test_a_call_running_when_stdin_ends_is_answered_as_the_sdk_does(tmp_path: Path) -> None:
     log = tmp_path / "wire.log"
-    config = write_config(tmp_path, f"""[proxy]
-home = "home"
-[servers.wire]
-command = {json.dumps(sys.executable)}
-args = [{json.dumps(WIRE)}]
-env = {{ WIRE_LOG = {json.dumps(str(log))} }}
-""")
+    config = _wire_config(tmp_path, log)
 
     async def run(front: FrontCalls) -> bytes:
         proxy = McpProxy(load_config(config))
@@ -294,10 +287,7 @@ env = {{ WIRE_LOG = {json.dumps(str(log))} }}
             await asyncio.sleep(0.2)
             log.unlink(missing_ok=True)
             client.send(_call(5, "slow", {"seconds": 30}))
-            for _ in range(200):  # until the proxy has sent it upstream
-                await asyncio.sleep(0.05)
-                if log.exists() and '"slow"' in log.read_text():
-                    break
+            await _until_logged(log, '"slow"')  # until the proxy has sent it upstream
             os.close(from_client)  # the client closes stdin while the call runs
             return await client.answer(5)
         finally:
