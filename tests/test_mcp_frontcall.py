@@ -194,7 +194,7 @@ args = [{json.dumps(ASKING)}]
         await _until_logged(log, '"slow"')  # until the proxy has sent it upstream
         c.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
                 "params": {"requestId": "h", "reason": "user"}})
-        # A call with a progressToken stays on the SDK's path, which relays its progress.
+        # A call with a progressToken: its progress is relayed (on the fast path too).
         c.send(_call(20, "slow", {"seconds": 0.2, "steps": 3}, _meta={"progressToken": "tok"}))
         got["progress"] = json.loads(await c.answer(20))
         # The upstream asks the client for a sampling during a fast-path call.
@@ -225,7 +225,7 @@ args = [{json.dumps(ASKING)}]
     assert got["progress"]["result"]["content"][0]["text"] == "slow done"
     assert "sampled!" in json.dumps(got["sample"]["result"])
     assert got["after"]["result"]["content"][0]["text"] == "after"
-    assert front.calls == 3  # slow (cancelled), sample, echo; the progress call stayed
+    assert front.calls == 4  # slow (cancelled), slow with progress, sample, echo
     sent = [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
     assert [m["params"]["reason"] for m in sent
             if m.get("method") == "notifications/cancelled"] == ["caller cancelled"]
@@ -263,6 +263,37 @@ def test_a_cancel_that_names_an_integer_id_as_text_cancels_the_call(
     rows = audit_rows(tmp_path / "home")
     slow = next(r for r in rows.values() if r["tool"] == "slow")
     assert (slow["status"], slow["error_type"]) == ("unknown", "cancelled")
+
+
+def test_progress_on_the_fast_path_is_the_sdks_byte_for_byte_and_never_after_the_answer(
+        tmp_path: Path) -> None:
+    """A call with a ``progressToken`` gets the same lines on both paths: its progress
+    notifications, then its answer, and nothing of it after the answer."""
+    log = tmp_path / "wire.log"
+    config = _wire_config(tmp_path, log)
+
+    async def script(c: Client) -> list[bytes]:
+        out: list[bytes] = []
+        # The second call's marks and answer leave the server in one burst.
+        for rid, token, gap in ((20, "tok", 0.3), (21, 7, 0)):
+            c.send(_call(rid, "slow", {"seconds": 0, "steps": 3, "gap": gap},
+                         _meta={"progressToken": token}))
+            while True:
+                out.append(_CALL_ID.sub(b'"tooltrace/call_id":"-"', await c.line()))
+                if c.seen[-1].get("id") == rid and "method" not in c.seen[-1]:
+                    break
+        c.send(_call(22, "echo", {"text": "after"}))
+        out.append(_CALL_ID.sub(b'"tooltrace/call_id":"-"', await c.line()))
+        return out
+
+    front = FrontCalls()
+    fast = asyncio.run(_session(config, front, script))
+    sdk = asyncio.run(_session(config, _NoFront(), script))
+    assert front.calls == 3
+    assert fast == sdk
+    marks = [json.loads(x) for x in fast if b"notifications/progress" in x]
+    assert len(marks) >= 4 and {m["params"]["progressToken"] for m in marks} == {"tok", 7}
+    assert json.loads(fast[-1])["id"] == 22  # nothing of the progress calls after their answers
 
 
 def test_a_call_running_when_stdin_ends_is_answered_as_the_sdk_does(tmp_path: Path) -> None:

@@ -2,8 +2,9 @@
 named by ``WIRE_LOG``), so a test can see what the proxy sent upstream: request ids, ``_meta``,
 ``notifications/cancelled``.
 
-Tools: ``echo`` (answers at once), ``slow(seconds, steps)`` (reports ``steps`` progress marks
-under the request's ``progressToken``, then answers after ``seconds``; a
+Tools: ``echo`` (answers at once), ``slow(seconds, steps, gap)`` (reports ``steps`` progress
+marks ``gap`` seconds apart, default 0.02, under the request's ``progressToken``, then answers
+after ``seconds``; a
 ``notifications/cancelled`` for it ends it without an answer), ``refuse`` (a JSON-RPC error
 answer, code -32603), ``garble`` (an answer whose error is not an object: not JSON-RPC),
 ``crash`` (the process exits mid-call).
@@ -28,7 +29,8 @@ TOOLS = [
     {"name": "echo", "description": "Echo the text back.",
      "inputSchema": _schema({"text": {"type": "string"}})},
     {"name": "slow", "description": "Report progress, then answer.",
-     "inputSchema": _schema({"seconds": {"type": "number"}, "steps": {"type": "integer"}})},
+     "inputSchema": _schema({"seconds": {"type": "number"}, "steps": {"type": "integer"},
+                             "gap": {"type": "number"}})},
     {"name": "refuse", "description": "Answer with a JSON-RPC error.",
      "inputSchema": _schema({})},
     {"name": "garble", "description": "Answer with a malformed error.",
@@ -54,7 +56,7 @@ async def slow(mid: Any, args: dict[str, Any], meta: dict[str, Any]) -> None:
             send({"jsonrpc": "2.0", "method": "notifications/progress",
                   "params": {"progressToken": token, "progress": i, "total": steps,
                              "message": f"step {i}"}})
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(float(args.get("gap", 0.02)))
     await asyncio.sleep(float(args.get("seconds", 0)))
     send({"jsonrpc": "2.0", "id": mid, "result": text("slow done")})
 

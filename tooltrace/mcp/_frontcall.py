@@ -10,8 +10,9 @@ always did), runs the server's own middleware (the SERVER span) and ``tools/call
 task, shapes the result with the SDK's per-version serialiser and writes the SDK's JSON-RPC
 envelope as one line on the transport the SDK's messages go out on. ``notifications/cancelled``
 naming one of its requests cancels that task (tooltrace's cancel contract runs in the handler)
-and no answer is sent. A request that carries a ``progressToken`` stays on the SDK's path, which
-ties progress to the request. Server-to-client requests made during a call (sampling,
+and no answer is sent. The progress of a call that asked for it (a ``progressToken``) is written
+the same way (``FRONT_PROGRESS``), so it cannot follow the answer. Server-to-client requests
+made during a call (sampling,
 elicitation, roots) go out on the session the SDK built for the client's
 ``notifications/initialized``: over stdio every message shares one pipe, so no request id is
 needed to route them. Everything else is the SDK's.
@@ -23,6 +24,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable, Coroutine
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -30,11 +32,15 @@ import orjson
 if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
 
-__all__ = ["FrontCalls"]
+__all__ = ["FRONT_PROGRESS", "FrontCalls"]
 
 log = logging.getLogger("tooltrace.mcp")
 
 Write = Callable[[bytes], Coroutine[Any, Any, None]]
+
+#: Where the progress of the ``tools/call`` this task serves goes, when the fast path serves it:
+#: an object with the SDK session's ``send_progress_notification`` (None elsewhere).
+FRONT_PROGRESS: ContextVar[Any] = ContextVar("tooltrace_front_progress", default=None)
 
 _CALL = b'"tools/call"'
 _CANCEL = b'"notifications/cancelled"'
@@ -113,8 +119,8 @@ class FrontCalls:
         import mcp.types as mt
         from mcp_types import methods
 
-        if not isinstance(params, dict) or _has_progress(params):
-            return False  # the SDK answers a malformed request, and relays progress
+        if not isinstance(params, dict):
+            return False  # the SDK answers a malformed request
         version = str(self._ctx.protocol_version)
         server = self._server
         assert server is not None
@@ -148,6 +154,7 @@ class FrontCalls:
         from pydantic import ValidationError
 
         version = str(ctx.protocol_version)
+        FRONT_PROGRESS.set(self)  # this task's: the call's progress goes out as its answer does
 
         async def inner(c: Any) -> Any:
             result = await handler(c, typed)
@@ -193,6 +200,19 @@ class FrontCalls:
             return
         await self._send(message)
 
+    async def send_progress_notification(
+            self, progress_token: str | int, progress: float, total: float | None = None,
+            message: str | None = None, related_request_id: str | None = None) -> None:
+        """A call's ``notifications/progress``, built and written as the SDK's session would,
+        on the transport its answer goes out on (so it cannot follow the answer)."""
+        import mcp.types as mt
+
+        note = mt.ProgressNotification(params=mt.ProgressNotificationParams(
+            progress_token=progress_token, progress=progress, total=total, message=message))
+        data = note.model_dump(by_alias=True, mode="json", exclude_none=True)
+        await self._send(mt.JSONRPCNotification(jsonrpc="2.0", method=data["method"],
+                                                params=data["params"]))
+
     async def _send(self, message: Any) -> None:
         assert self._write is not None
         data = message.model_dump_json(by_alias=True, exclude_unset=True)
@@ -228,7 +248,3 @@ def _key(rid: Any) -> Any:
 def _request_id(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
-
-def _has_progress(params: dict[str, Any]) -> bool:
-    meta = params.get("_meta")
-    return isinstance(meta, dict) and "progressToken" in meta

@@ -21,7 +21,7 @@ from .._settings import resolve_home
 from ..exceptions import ConfigurationError
 from ._backchannel import Backchannel, ClientRequest
 from ._config import ProxyConfig
-from ._frontcall import FrontCalls
+from ._frontcall import FRONT_PROGRESS, FrontCalls
 from ._identity import session_principal
 from ._progress import ProgressRelay, progress_token
 from ._proxy import McpProxy
@@ -71,7 +71,7 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
         call_id = proxy.registry.new_call_id()
         try:
             if token is not None:  # the client asked for progress: relay this call's
-                relay.watch(call_id, ctx.session, token, ctx.request_id)
+                relay.watch(call_id, FRONT_PROGRESS.get() or ctx.session, token, ctx.request_id)
             task = asyncio.ensure_future(proxy.call_tool(
                 params.name, params.arguments, attributes=attrs, call_id=call_id,
                 client=(ctx.session, ctx.request_id),
