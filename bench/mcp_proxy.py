@@ -1,7 +1,7 @@
 """Section ``mcp``: what the MCP proxy adds to a ``tools/call`` round trip over stdio.
 
 The official SDK client calls ``echo`` on the wire-level test server (``tests/mcp_servers/
-toy.py``, which answers in microseconds) directly, and through three proxies in front of the
+toy.py``, which answers in microseconds) directly, and through four proxies in front of the
 same server, all over stdio, in turns (a batch each, round after round) so all see the same
 machine load:
 
@@ -11,7 +11,8 @@ machine load:
   ``stdio_server``, ``ClientSession`` over ``stdio_client``), no tooltrace in it: the least a
   proxy built on the SDK does;
 - ``proxy``: ``python -m tooltrace.mcp proxy`` with its default sinks (audit, logs at error level;
-  no tracing, no metrics endpoint).
+  no tracing, no metrics endpoint), on its default event loop (uvloop when installed);
+- ``proxy asyncio``: the same with ``--loop asyncio``, the standard library's event loop.
 
 Printed: p50/p90/p99 of each, what each adds to ``direct`` at p50 (the team's aim for the proxy:
 at most 0.5 ms), and the CPU each front process used per call (from ``/proc``; the upstream's is
@@ -35,7 +36,7 @@ __all__ = ["CONTENDERS", "run"]
 ROOT = Path(__file__).resolve().parent.parent
 TOY = str(ROOT / "tests" / "mcp_servers" / "toy.py")
 #: The contenders in the order they are measured and printed.
-CONTENDERS = ("direct", "relay", "sdk", "proxy")
+CONTENDERS = ("direct", "relay", "sdk", "proxy", "proxy asyncio")
 
 
 def _commands(home: str) -> dict[str, list[str]]:
@@ -46,6 +47,8 @@ def _commands(home: str) -> dict[str, list[str]]:
         "sdk": [sys.executable, "-m", "bench._mcp_relays", "sdk", "--", *toy],
         "proxy": [sys.executable, "-m", "tooltrace.mcp", "proxy", "--home", home, "--name", "toy",
                   "--", *toy],
+        "proxy asyncio": [sys.executable, "-m", "tooltrace.mcp", "proxy", "--home", home,
+                          "--loop", "asyncio", "--name", "toy", "--", *toy],
     }
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from support.components import extra, require_module
 
 from tooltrace.mcp._stdio import LineTooLong, lines
 
@@ -98,3 +99,40 @@ def test_a_stdout_that_is_a_file_is_served_too(tmp_path: Path) -> None:
     by_id = {m.get("id"): m for m in map(json.loads, answers.read_text().splitlines())}
     names = {t["name"] for t in by_id[2]["result"]["tools"]}
     assert "echo" in names and by_id[1]["result"]["serverInfo"]["name"] == "tooltrace-mcp-proxy"
+
+
+@pytest.mark.parametrize(("choice", "loop"), [("auto", "uvloop"), ("asyncio", "asyncio")])
+def test_the_proxy_runs_on_the_event_loop_chosen(tmp_path: Path, choice: str, loop: str) -> None:
+    """``--loop auto`` takes uvloop (installed with the ``mcp`` extra), ``--loop asyncio`` the
+    standard library's; calls go through either."""
+    require_module("uvloop", extra("mcp"))
+    errlog = tmp_path / "stderr.txt"
+
+    async def run() -> str:
+        params = StdioServerParameters(
+            command=sys.executable, cwd=str(tmp_path),
+            args=["-m", "tooltrace.mcp", "proxy", "--home", str(tmp_path / "home"),
+                  "--loop", choice, "--name", "toy", "--", sys.executable, TOY],
+            env={"PYTHONPATH": str(REPO), "TOOLTRACE_LOG_LEVEL": "debug", "TOY_TOOLS": "echo"})
+        with errlog.open("w") as err:
+            async with stdio_client(params, errlog=err) as (r, w), ClientSession(r, w) as s:
+                await asyncio.wait_for(s.initialize(), 60)
+                res = await s.call_tool("echo", {"text": "loop"})
+        return "".join(getattr(b, "text", "") for b in res.content)
+
+    assert asyncio.run(run()) == "toy:loop"
+    assert f"mcp proxy: event loop {loop}" in errlog.read_text()
+
+
+def test_loop_uvloop_without_uvloop_is_a_usage_error(tmp_path: Path) -> None:
+    """``--loop uvloop`` where uvloop cannot be imported says so and exits 2."""
+    shadow = tmp_path / "shadow" / "uvloop"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text('raise ImportError("no uvloop here")\n')
+    out = subprocess.run(
+        [sys.executable, "-m", "tooltrace.mcp", "proxy", "--home", str(tmp_path / "home"),
+         "--loop", "uvloop", "--name", "toy", "--", sys.executable, TOY],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "shadow"), str(REPO)])},
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "--loop uvloop: uvloop is not installed" in out.stderr

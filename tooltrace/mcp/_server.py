@@ -338,6 +338,7 @@ async def run_proxy(config: ProxyConfig, *, http: tuple[str, int] | None = None)
     """
     from ._meter import otlp_meter_provider
 
+    log.debug("mcp proxy: event loop %s", type(asyncio.get_running_loop()).__module__)
     meter = otlp_meter_provider()  # the duration histograms over OTLP, when the env asks
     proxy = McpProxy(config, meter_provider=meter)
     task = asyncio.current_task()
