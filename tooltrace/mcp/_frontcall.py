@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
@@ -240,9 +241,14 @@ def _bind(middleware: Any, call_next: Any) -> Any:
 def _key(rid: Any) -> Any:
     """The id a request is known by in flight: ``"7"`` and ``7`` are one request, as for the
     SDK's server (a client may echo an integer id as text in its cancel)."""
+    return _coerce()(rid)
+
+
+@functools.cache
+def _coerce() -> Callable[[Any], Any]:
     from mcp.shared.dispatcher import coerce_request_id
 
-    return coerce_request_id(rid)
+    return coerce_request_id
 
 
 def _request_id(value: Any) -> bool:
