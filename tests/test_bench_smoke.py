@@ -350,7 +350,8 @@ def test_mcp_section_measures_the_proxy_beside_a_relay_and_an_sdk_passthrough(
     tmp_path: Path,
 ) -> None:
     """`--sections mcp` (not in the default run) times a tools/call directly and through the
-    line relay, the SDK-only passthrough and tooltrace's proxy, each a real stdio process."""
+    line relay, the SDK-only passthrough and tooltrace's proxy (on its default loop and on the
+    standard library's), each a real stdio process."""
     out = tmp_path / "figures.json"
     env = dict(os.environ, TMPDIR=str(tmp_path))
     env.pop("TOOLTRACE_HOME", None)
@@ -361,8 +362,9 @@ def test_mcp_section_measures_the_proxy_beside_a_relay_and_an_sdk_passthrough(
     assert p.returncode == 0, p.stderr[-2000:]
     header, rows = _find(_tables(p.stdout), "MCP tools/call round trip over stdio")
     assert header == ["path", "p50", "p90", "p99", "added at p50", "front process CPU per call"]
-    assert [r[0] for r in rows] == ["direct", "relay", "sdk", "proxy"]
+    assert [r[0] for r in rows] == ["direct", "relay", "sdk", "proxy", "proxy asyncio"]
     for r in rows:
         assert 0 < _num(r[1]) <= _num(r[2]) <= _num(r[3])
     fig = json.loads(out.read_text())["mcp"]
     assert fig["added_p50_ms"] == pytest.approx(fig["proxy"]["50"] - fig["direct"]["50"])
+    assert fig["proxy asyncio"]["50"] > 0 and fig["proxy asyncio"]["cpu_ms"] > 0
