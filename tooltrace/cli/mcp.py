@@ -62,8 +62,8 @@ def _server_options(f: Any) -> Any:
 
 def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """The proxy's event loop: uvloop's (``auto`` when it is installed, ``uvloop``), else the
-    standard library's (None). uvloop runs the loop's own work in C: about 12% less CPU per
-    proxied call (docs/performance/figures.md)."""
+    standard library's (None). uvloop runs the loop's own work in C: 3-7% less CPU per
+    proxied call in the bench (docs/performance/figures.md)."""
     if name == "asyncio":
         return None
     try:
