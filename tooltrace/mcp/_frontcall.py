@@ -101,10 +101,11 @@ class FrontCalls:
         method = msg.get("method")
         if method == "notifications/cancelled" and "id" not in msg:
             return self._cancel(msg.get("params"))
-        if method != "tools/call" or not _request_id(msg.get("id")) or _key(
-                msg["id"]) in self._tasks:
+        rid = msg.get("id")
+        if method != "tools/call" or not _request_id(rid):
             return False
-        return self._start(msg["id"], msg.get("params"))
+        key = _key(rid)
+        return key not in self._tasks and self._start(rid, key, msg.get("params"))
 
     def _cancel(self, params: Any) -> bool:
         rid = params.get("requestId") if isinstance(params, dict) else None
@@ -116,7 +117,7 @@ class FrontCalls:
         task.cancel()
         return True
 
-    def _start(self, rid: Any, params: Any) -> bool:
+    def _start(self, rid: Any, key: Any, params: Any) -> bool:
         import mcp.types as mt
         from mcp_types import methods
 
@@ -138,8 +139,7 @@ class FrontCalls:
         ctx = dataclasses.replace(self._ctx, method="tools/call", params=params, request_id=rid,
                                   meta=meta)
         task = asyncio.get_running_loop().create_task(
-            self._serve(ctx, server.middleware, entry.handler, typed))
-        key = _key(rid)
+            self._serve(ctx, key, server.middleware, entry.handler, typed))
         self._tasks[key] = task
         task.add_done_callback(lambda _t: self._tasks.pop(key, None))
         self.calls += 1
@@ -147,7 +147,8 @@ class FrontCalls:
 
     # -- one call --------------------------------------------------------------------------
 
-    async def _serve(self, ctx: Any, middlewares: list[Any], handler: Any, typed: Any) -> None:
+    async def _serve(self, ctx: Any, key: Any, middlewares: list[Any], handler: Any,
+                     typed: Any) -> None:
         import mcp.types as mt
         from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
         from mcp_types import methods
@@ -177,8 +178,7 @@ class FrontCalls:
         call = inner
         for middleware in reversed(middlewares):
             call = _bind(middleware, call)
-        rid = ctx.request_id  # answered as sent; cancels find it by _key, as the SDK's do
-        key = _key(rid)
+        rid = ctx.request_id  # answered as sent; cancels find it by key (_key), as the SDK's do
         message: Any
         try:
             result = await call(ctx)
