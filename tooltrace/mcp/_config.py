@@ -23,9 +23,9 @@ from ..exceptions import ConfigurationError
 from ..hooks import FunctionHook, Hook
 from ..policy import ApprovalDecision, ApprovalRequest, Rule
 from ..tool import Capability
+from ._serverrequests import SERVER_KINDS, server_request_name
 
 __all__ = [
-    "SERVER_KINDS",
     "CollisionRule",
     "ProxyConfig",
     "RugPullAction",
@@ -202,13 +202,9 @@ class ProxyConfig:
             if kind is None:
                 out.add(name)
             else:
-                out.update(f"mcp.{s.label}.{kind}" for s in self.servers)
+                out.update(server_request_name(s.label, kind) for s in self.servers)
         return frozenset(out)
 
-
-#: What a server does besides its tools, each audited as a call of ``mcp.<server>.<kind>``: its
-#: resources read, its prompts got, and its requests to the client.
-SERVER_KINDS = ("read_resource", "get_prompt", "sampling", "elicitation", "roots")
 
 
 def _wildcard_kind(name: str) -> str | None:

@@ -23,7 +23,7 @@ from ..envelope import Status, ToolCall
 from ..tool import Capability, Effect, ToolDefinition
 from ._backchannel import Backchannel
 from ._errors import UpstreamError, UpstreamRPCError
-from ._serverrequests import server_request_definitions
+from ._serverrequests import server_request_definitions, server_request_name
 
 if TYPE_CHECKING:
     import mcp.types as mt
@@ -41,7 +41,7 @@ _MAX_CLIENTS = 1024
 
 def internal_tool_names(label: str) -> tuple[str, str]:
     """The registry names of a server's ``resources/read`` and ``prompts/get`` calls."""
-    return f"mcp.{label}.read_resource", f"mcp.{label}.get_prompt"
+    return server_request_name(label, "read_resource"), server_request_name(label, "get_prompt")
 
 
 def _mcp_error(code: int, message: str) -> Exception:

@@ -24,12 +24,15 @@ from typing import Any
 
 from ..tool import Capability, Effect, ToolDefinition
 
-__all__ = ["ClientAnswerError", "ClientDeclined", "describe_answer", "describe_request",
-           "server_request_definitions", "server_request_name"]
+__all__ = ["SERVER_KINDS", "ClientAnswerError", "ClientDeclined", "describe_answer",
+           "describe_request", "server_request_definitions", "server_request_name"]
 
 #: The capability (and tool name suffix) of each server-to-client method.
 CAPABILITIES = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation",
                 "roots/list": "roots"}
+#: What a server does besides its tools, each a call of ``mcp.<server>.<kind>``
+#: (``server_request_name``): its resources read, its prompts got, its requests to the client.
+SERVER_KINDS = ("read_resource", "get_prompt", *CAPABILITIES.values())
 
 
 class ClientDeclined(Exception):
@@ -45,9 +48,9 @@ class ClientAnswerError(Exception):
     error_type = "client_error"
 
 
-def server_request_name(label: str, capability: str) -> str:
-    """The registry name of server ``label``'s requests of ``capability``."""
-    return f"mcp.{label}.{capability}"
+def server_request_name(label: str, kind: str) -> str:
+    """The registry name of server ``label``'s calls of ``kind`` (one of ``SERVER_KINDS``)."""
+    return f"mcp.{label}.{kind}"
 
 
 def server_request_definitions(label: str, timeout_s: float) -> list[ToolDefinition]:
