@@ -253,18 +253,30 @@ def _wire_fields(model: Any) -> set[str]:
     return out
 
 
+@cache
+def _surface(version: str) -> Any:
+    """The protocol revision's ``tools/call`` result as a pydantic ``TypeAdapter`` (None when
+    the revision declares none), as ``methods.validate_server_result`` checks it."""
+    from mcp_types import methods
+    from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
+    from pydantic import TypeAdapter
+
+    if version not in KNOWN_PROTOCOL_VERSIONS:
+        raise ValueError(f"version must be a known protocol version, got {version!r}")
+    model = methods.SERVER_RESULTS.get(("tools/call", version))
+    return None if model is None else TypeAdapter(model)  # type: ignore[arg-type]
+
+
 async def _result(session: ClientSession, version: str, name: str, raw: Any
                   ) -> mt.CallToolResult:
     """The SDK client's checks of a ``tools/call`` result, in its order."""
     import mcp.types as mt
-    from mcp_types import methods
 
     if not isinstance(raw, dict):
         raise ValueError("a tools/call result that is not an object")
-    try:
-        methods.validate_server_result("tools/call", version, raw)
-    except KeyError:
-        pass
+    surface = _surface(version)
+    if surface is not None:  # validate_server_result's check, without the dump it throws away
+        surface.validate_python(raw, by_name=False)
     if not (foreign := _later_fields(version)).isdisjoint(raw):
         raw = {k: v for k, v in raw.items() if k not in foreign}
     result = mt.CallToolResult.model_validate(raw, by_name=False)

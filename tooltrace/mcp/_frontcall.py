@@ -182,7 +182,7 @@ class FrontCalls:
         message: Any
         try:
             result = await call(ctx)
-            message = mt.JSONRPCResponse(jsonrpc="2.0", id=rid, result=result)
+            message = _response(rid, result)
         except asyncio.CancelledError:
             if key in self._cancelled:  # the client cancelled it: no answer (as the SDK)
                 self._cancelled.discard(key)
@@ -216,9 +216,10 @@ class FrontCalls:
 
     async def _send(self, message: Any) -> None:
         assert self._write is not None
-        data = message.model_dump_json(by_alias=True, exclude_unset=True)
+        data = (message if isinstance(message, bytes) else
+                message.model_dump_json(by_alias=True, exclude_unset=True).encode())
         try:
-            await self._write(data.encode() + b"\n")
+            await self._write(data + b"\n")
         except Exception:
             log.debug("mcp proxy: an answer could not be written (the client is gone)")
 
@@ -229,6 +230,18 @@ class FrontCalls:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _response(rid: Any, result: dict[str, Any]) -> Any:
+    """The JSON-RPC answer carrying ``result`` (already in its JSON shape), as the bytes the
+    SDK's writer makes of a ``JSONRPCResponse``; the model itself for what orjson cannot
+    encode (an integer beyond 64 bits)."""
+    try:
+        return orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": result})
+    except TypeError:
+        import mcp.types as mt
+
+        return mt.JSONRPCResponse(jsonrpc="2.0", id=rid, result=result)
 
 
 def _bind(middleware: Any, call_next: Any) -> Any:

@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._frontcall import FrontCalls
 
-__all__ = ["LineTooLong", "lines", "stdio_streams"]
+__all__ = ["CHUNK_BYTES", "LineTooLong", "lines", "stdio_streams"]
 
 log = logging.getLogger("tooltrace.mcp")
 
 #: The longest line either side accepts (a result of many megabytes is still one line).
 MAX_LINE_BYTES = 64 * 1024 * 1024
-_CHUNK = 256 * 1024
+#: How many bytes a pipe read asks for at most.
+CHUNK_BYTES = 256 * 1024
 # How long the last answers get to go out when serving ends.
 _DRAIN_S = 5.0
 
@@ -147,7 +148,7 @@ async def _serve(wire_in: int, wire_out: int, front: FrontCalls | None
     from mcp.shared.message import SessionMessage
 
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=_CHUNK, loop=loop)
+    reader = asyncio.StreamReader(limit=CHUNK_BYTES, loop=loop)
     # closefd=False: the descriptors are the wire's duplicates, closed by stdio_streams.
     rpipe = os.fdopen(wire_in, "rb", buffering=0, closefd=False)
     wpipe = os.fdopen(wire_out, "wb", buffering=0, closefd=False)
@@ -158,7 +159,7 @@ async def _serve(wire_in: int, wire_out: int, front: FrontCalls | None
     write_send, write_recv = anyio.create_memory_object_stream[Any](16)
 
     async def chunks() -> AsyncIterator[bytes]:
-        while chunk := await reader.read(_CHUNK):
+        while chunk := await reader.read(CHUNK_BYTES):
             yield chunk
 
     async def read_stdin() -> None:
