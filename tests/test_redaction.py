@@ -817,3 +817,36 @@ def test_no_rule_finds_anything_in_text_shorter_than_a_registered_value() -> Non
             assert _B64_RUN.search(text) is None, text
             m = _PCT_TOKEN.search(text)  # decodes to at most one character
             assert m is None or len(m.group()) <= 3, text
+
+
+def test_is_clean_agrees_with_redact_text_and_forgets_on_register() -> None:
+    r = Redactor()
+    run = "run-2026-12-04.build:7"
+    aws = "AKIA" + "Q3EGRIT5NLKW7XPA"
+    assert r.is_clean(run) and r.is_clean(run)  # the second answer is the remembered one
+    assert not r.is_clean(aws) and not r.is_clean(aws)
+    assert r.is_clean("x" * 300)  # longer than what is remembered: decided each time
+    r.register_value("build:7")
+    assert not r.is_clean(run)  # registered after the verdict: the verdict is not kept
+    assert r.redact_text(run) != run
+
+
+def test_a_run_id_or_principal_that_became_a_secret_is_refused(tmp_path: Path) -> None:
+    from tooltrace import Principal, Status, ToolCall, ToolRegistry, tool
+
+    @tool()
+    def ping() -> str:
+        """Answer pong."""
+        return "pong"
+
+    reg = ToolRegistry(workspace=tmp_path, home=tmp_path / "home", sinks=[])
+    reg.register(ping)
+    who = Principal(user="ops-deployer")
+    assert reg.call(ToolCall("ping", {}, run_id="deploy-42")).status is Status.OK
+    assert reg.call(ToolCall("ping", {}, run_id="r1", principal=who)).status is Status.OK
+    reg.redactor.register_value("deploy-42")
+    reg.redactor.register_value("ops-deployer")
+    env = reg.call(ToolCall("ping", {}, run_id="deploy-42"))
+    assert env.status is Status.REJECTED and "run_id" in env.summary
+    env = reg.call(ToolCall("ping", {}, run_id="r2", principal=who))
+    assert env.status is Status.REJECTED and "principal" in env.summary

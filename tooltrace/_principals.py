@@ -27,9 +27,9 @@ _VALUE_RE = re.compile(r"^[A-Za-z0-9@._:-]{1,128}$")
 _MAX_ROLES = 32
 
 
-def principal_problem(p: Any, redact_text: Any) -> str | None:
+def principal_problem(p: Any, is_clean: Any) -> str | None:
     """Why ``p`` is no usable principal (a value is malformed or looks like a secret), or
-    None. ``redact_text`` is the registry's redactor's ``redact_text``."""
+    None. ``is_clean`` is the registry's redactor's ``is_clean``."""
     if not isinstance(p, Principal):
         return "principal must be a Principal"
     values: list[Any] = [v for v in (p.user, p.agent, p.tenant) if v is not None]
@@ -38,7 +38,7 @@ def principal_problem(p: Any, redact_text: Any) -> str | None:
         return f"principal roles must be a tuple of at most {_MAX_ROLES} names"
     values.extend(roles)
     for v in values:
-        if type(v) is not str or not _VALUE_RE.match(v) or redact_text(v) != v:
+        if type(v) is not str or not _VALUE_RE.match(v) or not is_clean(v):
             return "principal values must be 1-128 characters of [A-Za-z0-9@._:-], not secrets"
     return None
 
@@ -60,7 +60,7 @@ class RunPrincipals:
         is unusable)."""
         table = cls()
         if principal is not None:
-            why = principal_problem(principal, redactor.redact_text)
+            why = principal_problem(principal, redactor.is_clean)
             if why is not None:
                 raise ValueError(why)
             table.bind(run_id, principal)

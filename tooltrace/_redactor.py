@@ -69,6 +69,7 @@ class Redactor:
         "_key_re",
         "_keys",
         "_lock",
+        "_plain",
         "_registered",
         "_values",
     )
@@ -85,6 +86,9 @@ class Redactor:
         # (secret-naming?, may a number under it be a secret?, the key text redacted, count) is
         # decided once. Cleared when a value is registered (the key text may now hold one).
         self._keys: dict[str, tuple[bool, bool, str, int]] = {}
+        # Identifiers checked on every call (run ids, modes, principals' names) repeat too:
+        # whether each holds a secret is decided once (``is_clean``), until a value is registered.
+        self._plain: dict[str, bool] = {}
         self._detectors = detectors
         self._lock = threading.Lock()
         self._values: set[str] = set()
@@ -108,6 +112,7 @@ class Redactor:
             # Compiled on the next use, so registering many values costs one compile.
             self._dirty = True
             self._keys = {}
+            self._plain = {}
             self._generation += 1
 
     @property
@@ -130,6 +135,17 @@ class Redactor:
     def redact_text(self, text: str) -> str:
         """Return ``text`` with secrets replaced; the same object when nothing was found."""
         return self._redact_text(text)[0]
+
+    def is_clean(self, text: str) -> bool:
+        """Whether ``text`` holds nothing to redact (``redact_text(text) == text``); the
+        verdict for a text of up to 128 characters is remembered until a value is registered."""
+        plain = self._plain  # taken first: a verdict reached under older rules dies with it
+        verdict = plain.get(text)
+        if verdict is None:
+            verdict = self._redact_text(text)[0] == text
+            if len(text) <= 128 and len(plain) < 4096:
+                plain[text] = verdict
+        return verdict
 
     def _redact_text(self, text: str, depth: int = 0) -> tuple[str, int]:
         if len(text) < MIN_REGISTERED_CHARS:

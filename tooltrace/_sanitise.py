@@ -118,11 +118,11 @@ def check_call(reg: ToolRegistry, call: ToolCall) -> str | None:
     if cid is not None and (type(cid) is not str or not _UUID_RE.match(cid)):
         return "call_id must be a UUID string"
     if rid is not None and (
-        type(rid) is not str or not _TOKEN_RE.match(rid) or reg.redactor.redact_text(rid) != rid
+        type(rid) is not str or not _TOKEN_RE.match(rid) or not reg.redactor.is_clean(rid)
     ):
         return "run_id must be 1-128 characters of [A-Za-z0-9._:-] and not a secret"
     if mode not in reg.policy.modes and (
-        type(mode) is not str or not _TOKEN_RE.match(mode) or reg.redactor.redact_text(mode) != mode
+        type(mode) is not str or not _TOKEN_RE.match(mode) or not reg.redactor.is_clean(mode)
     ):
         return "mode must be 1-128 characters of [A-Za-z0-9._:-] and not a secret"
     t = c.timeout_s
@@ -134,7 +134,7 @@ def check_call(reg: ToolRegistry, call: ToolCall) -> str | None:
     if type(attrs) is not dict and not isinstance(attrs, Mapping):
         return "attributes must be a mapping"
     if c.principal is not None:
-        return principal_problem(c.principal, reg.redactor.redact_text)
+        return principal_problem(c.principal, reg.redactor.is_clean)
     return None
 
 

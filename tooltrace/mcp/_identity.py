@@ -13,6 +13,7 @@ two clients of one HTTP proxy are never taken for one principal changing half-wa
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections import OrderedDict
@@ -30,10 +31,18 @@ def _agent_name(ctx: Any) -> str | None:
     params = getattr(getattr(ctx, "session", None), "client_params", None)
     info = getattr(params, "client_info", None)
     name = getattr(info, "name", None)
-    if not isinstance(name, str) or not name.strip():
+    if not isinstance(name, str):
         return None
     version = getattr(info, "version", None)
-    text = f"{name}@{version}" if isinstance(version, str) and version else name
+    return _agent(name, version if isinstance(version, str) else None)
+
+
+@functools.lru_cache(maxsize=256)
+def _agent(name: str, version: str | None) -> str | None:
+    # Asked on every call with the session's same two strings: worked out once per client.
+    if not name.strip():
+        return None
+    text = f"{name}@{version}" if version else name
     return _NOT_ALLOWED.sub("-", text.strip())[:128] or None
 
 
