@@ -12,7 +12,9 @@ machine load:
   proxy built on the SDK does;
 - ``proxy``: ``python -m tooltrace.mcp proxy`` with its default sinks (audit, logs at error level;
   no tracing, no metrics endpoint), on its default event loop (uvloop when installed);
-- ``proxy asyncio``: the same with ``--loop asyncio``, the standard library's event loop.
+- ``proxy asyncio``: the same with ``--loop asyncio``, the standard library's event loop;
+- ``proxy [baseline]`` (with ``--baseline DIR``): ``proxy`` run from another checkout's source,
+  in the same rounds, so a change to the proxy is measured against what it replaces.
 
 Printed: p50/p90/p99 of each, what each adds to ``direct`` at p50 (the team's aim for the proxy:
 at most 0.5 ms), and the CPU each front process used per call (from ``/proc``; the upstream's is
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import Table, percentile, scratch
+from bench.overhead import BASELINE_MARK
 
 __all__ = ["CONTENDERS", "run"]
 
@@ -39,9 +42,9 @@ TOY = str(ROOT / "tests" / "mcp_servers" / "toy.py")
 CONTENDERS = ("direct", "relay", "sdk", "proxy", "proxy asyncio")
 
 
-def _commands(home: str) -> dict[str, list[str]]:
+def _commands(home: str, baseline: Path | None) -> dict[str, list[str]]:
     toy = [sys.executable, TOY]
-    return {
+    out = {
         "direct": toy,
         "relay": [sys.executable, "-m", "bench._mcp_relays", "relay", "--", *toy],
         "sdk": [sys.executable, "-m", "bench._mcp_relays", "sdk", "--", *toy],
@@ -50,6 +53,9 @@ def _commands(home: str) -> dict[str, list[str]]:
         "proxy asyncio": [sys.executable, "-m", "tooltrace.mcp", "proxy", "--home", home,
                           "--loop", "asyncio", "--name", "toy", "--", *toy],
     }
+    if baseline is not None:
+        out["proxy" + BASELINE_MARK] = out["proxy"]
+    return out
 
 
 def _children() -> dict[int, bytes]:
@@ -81,21 +87,25 @@ def _cpu_s(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _measure(rounds: int, calls: int, warmup: int) -> tuple[dict[str, list[float]],
-                                                                  dict[str, float]]:
+async def _measure(rounds: int, calls: int, warmup: int, baseline: Path | None
+                   ) -> tuple[dict[str, list[float]], dict[str, float]]:
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
     home = scratch("mcp-bench-")
     env = {"PYTHONPATH": str(ROOT), "TOOLTRACE_LOG_LEVEL": "error", "TOY_TOOLS": "echo",
            "PATH": os.environ.get("PATH", "")}
-    times: dict[str, list[float]] = {k: [] for k in CONTENDERS}
+    commands = _commands(home, baseline)
+    times: dict[str, list[float]] = {k: [] for k in commands}
     cpu: dict[str, float] = {}
     async with contextlib.AsyncExitStack() as stack:
         sessions: dict[str, Any] = {}
         pids: dict[str, int | None] = {}
-        for key, cmd in _commands(home).items():
+        for key, cmd in commands.items():
             before = set(_children())
-            params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=env, cwd=home)
+            tree = str(Path(baseline).resolve()) if key.endswith(BASELINE_MARK) else None
+            params = StdioServerParameters(
+                command=cmd[0], args=cmd[1:], env=env if tree is None else {
+                    **env, "PYTHONPATH": tree}, cwd=home)
             r, w = await stack.enter_async_context(stdio_client(params))
             s = await stack.enter_async_context(ClientSession(r, w))
             await asyncio.wait_for(s.initialize(), 60)
@@ -105,7 +115,7 @@ async def _measure(rounds: int, calls: int, warmup: int) -> tuple[dict[str, list
         for s in sessions.values():
             for _ in range(warmup):
                 await s.call_tool("echo", {"text": "warm"})
-        used = {k: 0.0 for k in CONTENDERS}
+        used = {k: 0.0 for k in commands}
         for _ in range(rounds):
             for key, s in sessions.items():
                 out = times[key]
@@ -115,23 +125,27 @@ async def _measure(rounds: int, calls: int, warmup: int) -> tuple[dict[str, list
                     await s.call_tool("echo", {"text": "hello"})
                     out.append(time.perf_counter() - t0)
                 used[key] += _cpu_s(pids[key]) - c0
-        cpu = {k: used[k] / (rounds * calls) for k in CONTENDERS}
+        cpu = {k: used[k] / (rounds * calls) for k in commands}
     return times, cpu
 
 
-def run(rounds: int = 10, calls: int = 200, warmup: int = 200) -> dict[str, Any]:
-    """Measure and print; return the figures (milliseconds)."""
-    got, cpu = asyncio.run(_measure(rounds, calls, warmup))
+def run(rounds: int = 10, calls: int = 200, warmup: int = 200,
+        baseline: Path | None = None) -> dict[str, Any]:
+    """Measure and print; return the figures (milliseconds). ``baseline``: another checkout,
+    whose proxy runs in the same rounds as ``proxy [baseline]``."""
+    if baseline is not None and not (Path(baseline) / "tooltrace" / "mcp").is_dir():
+        raise SystemExit(f"--baseline {baseline}: no tooltrace/mcp in it (a checkout's root?)")
+    got, cpu = asyncio.run(_measure(rounds, calls, warmup, baseline))
     res: dict[str, Any] = {}
     table = Table(f"MCP tools/call round trip over stdio ({rounds} x {calls} calls each, "
                   "interleaved), ms", ["path", "p50", "p90", "p99", "added at p50",
                                        "front process CPU per call"])
-    for key in CONTENDERS:
+    for key in got:
         v = sorted(x * 1000 for x in got[key])
         res[key] = {q: percentile(v, q) for q in (50, 90, 99)}
         res[key]["cpu_ms"] = cpu[key] * 1000
     direct = res["direct"][50]
-    for key in CONTENDERS:
+    for key in got:
         r = res[key]
         table.add(key, r[50], r[90], r[99], None if key == "direct" else r[50] - direct,
                   r["cpu_ms"], digits=3)
@@ -143,6 +157,11 @@ def run(rounds: int = 10, calls: int = 200, warmup: int = 200) -> dict[str, Any]
           f"{res['relay'][50] - direct:.3f} ms is one more process (relay), "
           f"{res['sdk'][50] - res['relay'][50]:.3f} ms the SDK's server and client (sdk - relay), "
           f"{over_sdk:.3f} ms tooltrace's pipeline and proxy (proxy - sdk)\n")
+    base = res.get("proxy" + BASELINE_MARK)
+    if base is not None:
+        print(f"- proxy against proxy{BASELINE_MARK} in the same rounds: p50 "
+              f"{res['proxy'][50] - base[50]:+.3f} ms, CPU per call "
+              f"{res['proxy']['cpu_ms'] - base['cpu_ms']:+.3f} ms\n")
     res["added_p50_ms"] = added
     res["ratio_p50"] = res["proxy"][50] / direct
     res["over_sdk_p50_ms"] = over_sdk

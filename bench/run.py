@@ -67,7 +67,8 @@ def _parser() -> argparse.ArgumentParser:
                    "(the reference always runs)")
     g.add_argument("--baseline", type=Path,
                    help="another checkout (e.g. `git archive main | tar -x -C DIR`): each "
-                   "tooltrace contender also runs from its source, in the same rounds, as "
+                   "tooltrace contender of the overhead section, and the proxy of the mcp "
+                   "section, also runs from its source, in the same rounds, as "
                    "'<name> [baseline]'")
     g = ap.add_argument_group("tail")
     g.add_argument("--tail-rounds", type=int, help="interleaved rounds (default 12; quick 1)")
@@ -226,7 +227,7 @@ def _sections(ns: argparse.Namespace, sections: list[str], results: dict[str, An
         from bench import mcp_proxy
 
         results["mcp"] = mcp_proxy.run(rounds=_pick(None, 10, 2, q), calls=_pick(None, 200, 50, q),
-                                       warmup=_pick(None, 200, 20, q))
+                                       warmup=_pick(None, 200, 20, q), baseline=ns.baseline)
     if "frameworks" in sections:
         from bench import frameworks
 

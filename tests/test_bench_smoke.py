@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -351,20 +352,36 @@ def test_mcp_section_measures_the_proxy_beside_a_relay_and_an_sdk_passthrough(
 ) -> None:
     """`--sections mcp` (not in the default run) times a tools/call directly and through the
     line relay, the SDK-only passthrough and tooltrace's proxy (on its default loop and on the
-    standard library's), each a real stdio process."""
+    standard library's, and from a ``--baseline`` checkout: a copy of this one), each a real
+    stdio process."""
     out = tmp_path / "figures.json"
     env = dict(os.environ, TMPDIR=str(tmp_path))
     env.pop("TOOLTRACE_HOME", None)
+    base = tmp_path / "base"
+    shutil.copytree(ROOT / "tooltrace", base / "tooltrace",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     p = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--sections", "mcp", "--json", str(out)],
+        [sys.executable, "-m", "bench", "--quick", "--sections", "mcp", "--json", str(out),
+         "--baseline", str(base)],
         cwd=ROOT, capture_output=True, text=True, timeout=240, env=env,
     )
     assert p.returncode == 0, p.stderr[-2000:]
     header, rows = _find(_tables(p.stdout), "MCP tools/call round trip over stdio")
     assert header == ["path", "p50", "p90", "p99", "added at p50", "front process CPU per call"]
-    assert [r[0] for r in rows] == ["direct", "relay", "sdk", "proxy", "proxy asyncio"]
+    assert [r[0] for r in rows] == ["direct", "relay", "sdk", "proxy", "proxy asyncio",
+                                    "proxy [baseline]"]
+    assert "proxy against proxy [baseline] in the same rounds: p50 " in p.stdout
     for r in rows:
         assert 0 < _num(r[1]) <= _num(r[2]) <= _num(r[3])
     fig = json.loads(out.read_text())["mcp"]
     assert fig["added_p50_ms"] == pytest.approx(fig["proxy"]["50"] - fig["direct"]["50"])
     assert fig["proxy asyncio"]["50"] > 0 and fig["proxy asyncio"]["cpu_ms"] > 0
+    assert fig["proxy [baseline]"]["50"] > 0 and fig["proxy [baseline]"]["cpu_ms"] > 0
+
+
+def test_mcp_section_refuses_a_baseline_that_is_no_checkout(tmp_path: Path) -> None:
+    p = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--sections", "mcp", "--baseline",
+         str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert f"--baseline {tmp_path}: no tooltrace/mcp in it" in p.stderr
