@@ -333,3 +333,34 @@ def test_a_call_running_when_stdin_ends_is_answered_as_the_sdk_does(tmp_path: Pa
     assert front.calls == 1
     assert fast == asyncio.run(run(_NoFront()))
     assert json.loads(fast)["error"]["code"] == -32000
+
+
+@pytest.mark.parametrize("rid", [7, 0, -1, "abc", "tt-\u00e9"])
+def test_an_answer_is_the_bytes_the_sdks_writer_makes(rid: Any) -> None:
+    """The fast path writes the JSON-RPC answer with orjson: the same bytes as the SDK's
+    ``JSONRPCResponse.model_dump_json``, for text of every kind, floats and ids."""
+    import random
+
+    import mcp.types as mt
+
+    from tooltrace.mcp._frontcall import _response
+
+    rnd = random.Random(5)
+    results: list[dict[str, Any]] = [
+        {"content": [{"type": "text", "text": "\u00e9\u2028\x1f\"\\/</script>\U0001F600"}],
+         "isError": False, "structuredContent": {
+             "a": 1.0, "b": 1e16, "c": 1e-7, "d": 0.1, "e": -0.0, "f": 123456789.123456789,
+             "g": 2**63 - 1, "h": [None, True], "i": 5e-324, "j": 1.7976931348623157e308}},
+    ]
+    for _ in range(300):
+        results.append({"content": [], "structuredContent": {
+            "f": rnd.uniform(-1e30, 1e30) * 10.0 ** rnd.randint(-300, 0),
+            "s": "".join(chr(rnd.randint(0, 0xD7FF)) for _ in range(20))}})
+    for result in results:
+        sdk = mt.JSONRPCResponse(jsonrpc="2.0", id=rid, result=result).model_dump_json(
+            by_alias=True, exclude_unset=True).encode()
+        assert _response(rid, result) == sdk
+    # What orjson cannot encode (an integer beyond 64 bits) is left to the SDK's model.
+    big = _response(rid, {"content": [], "structuredContent": {"n": 2**70}})
+    assert isinstance(big, mt.JSONRPCResponse)
+    assert json.loads(big.model_dump_json())["result"]["structuredContent"]["n"] == 2**70
