@@ -114,6 +114,52 @@ def test_a_server_wildcard_names_that_kind_of_every_server(tmp_path: Path) -> No
     assert ask.names_tool("mcp.fs.read_resource") and not ask.names_tool("mcp.fs.get_prompt")
 
 
+def test_a_policy_file_wildcard_names_that_kind_of_every_server(tmp_path: Path) -> None:
+    """In the proxy's policy file, ``mcp.*.<kind>`` in a ``tools`` list ([[rules]],
+    [approval], [[limits]]) stands for that kind of every configured server; any other ``*``,
+    and a wildcard outside the proxy, is a problem with its place."""
+    from tooltrace.mcp._filepolicy import proxy_policy
+    from tooltrace.policyfile import PolicyFileError, check_policy
+
+    cfg = config_from_dict({"servers": {"fetch": {"command": "x"}, "fs": {"command": "y"}}})
+    path = tmp_path / "policy.toml"
+    path.write_text("""version = 1
+[[rules]]
+id = "no-sampling"
+tools = ["mcp.*.sampling", "git_commit"]
+
+[approval]
+tools = ["mcp.*.elicitation"]
+
+[[limits]]
+id = "reads"
+tools = ["mcp.*.read_resource"]
+max_calls = 5
+""")
+    policy, _attach = proxy_policy((), str(path), cfg.expand_wildcard)
+    rules = {r.name: r for r in policy.rules}
+    assert rules["no-sampling"].names_tool("mcp.fetch.sampling")
+    assert rules["no-sampling"].names_tool("mcp.fs.sampling")
+    assert rules["no-sampling"].names_tool("git_commit")
+    assert not rules["no-sampling"].names_tool("mcp.fs.elicitation")
+    assert rules["approval"].names_tool("mcp.fs.elicitation")
+    assert rules["approval"].names_tool("mcp.fetch.elicitation")
+    assert rules["reads"].names_tool("mcp.fetch.read_resource")
+    assert not rules["reads"].names_tool("mcp.fetch.get_prompt")
+
+    path.write_text('version = 1\n[[rules]]\nid = "x"\ntools = ["mcp.*.tools", "git_*"]\n')
+    with pytest.raises(PolicyFileError) as exc:
+        proxy_policy((), str(path), cfg.expand_wildcard)
+    text = str(exc.value)
+    assert "4:10: 'mcp.*.tools': the only wildcard is mcp.*.<kind>" in text
+    assert "'git_*': the only wildcard is mcp.*.<kind>" in text
+    # Outside the proxy no one expands it: a problem, not a rule that silently names nothing.
+    path.write_text('version = 1\n[[rules]]\nid = "x"\ntools = ["mcp.*.sampling"]\n')
+    problems = [str(p) for p in check_policy(path, tools=None)]
+    assert len(problems) == 1 and "'mcp.*.sampling': a tool name holds no wildcard here" in \
+        problems[0], problems
+
+
 def test_bad_hook_reference_is_a_clear_error() -> None:
     with pytest.raises(ConfigurationError, match="cannot load 'no_such_module:hook'"):
         resolve_hooks(("no_such_module:hook",))

@@ -193,6 +193,15 @@ class ProxyConfig:
                         f"policy.{key}: {name!r}: the only wildcard is mcp.*.<kind>, every "
                         f"server's requests of that kind (kind: {', '.join(SERVER_KINDS)})")
 
+    def expand_wildcard(self, name: str) -> frozenset[str]:
+        """The names ``mcp.*.<kind>`` stands for: that kind of every configured server (a
+        policy file's ``tools`` lists); ``ValueError`` for any other name with a ``*``."""
+        kind = _wildcard_kind(name)
+        if kind is None:
+            raise ValueError(f"the only wildcard is mcp.*.<kind>, every server's requests of "
+                             f"that kind (kind: {', '.join(SERVER_KINDS)})")
+        return frozenset(server_request_name(s.label, kind) for s in self.servers)
+
     def policy_names(self, names: frozenset[str]) -> frozenset[str]:
         """``names`` (``deny`` or ``ask``) with each ``mcp.*.<kind>`` replaced by that kind of
         every configured server (``mcp.<server>.<kind>``)."""

@@ -8,7 +8,7 @@ The file's built-in rules take the place of the proxy's defaults of the same nam
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from .. import _settings
@@ -24,19 +24,21 @@ __all__ = ["proxy_policy"]
 Attach = Callable[["ToolRegistry"], None]
 
 
-def proxy_policy(own: Sequence[Rule], policy_file: str | None) -> tuple[Policy, Attach]:
+def proxy_policy(own: Sequence[Rule], policy_file: str | None,
+                 expand: Callable[[str], Iterable[str]] | None = None) -> tuple[Policy, Attach]:
     """The proxy's rules, then a policy file's (``policy.file``, ``--policy``,
     ``TOOLTRACE_POLICY`` or ``./tooltrace.toml``) with its modes; and what to do to the
     registry once it is built: the file's read-only roots join its workspace, Cedar policies
     see arguments as its redactor leaves them, and a sink frees the file's calls-at-once
-    limits. The upstream tools are not known yet, so the file may name any tool. An invalid
-    file raises ``PolicyFileError``."""
+    limits. The upstream tools are not known yet, so the file may name any tool; ``expand``
+    turns a wildcard in a ``tools`` list (``mcp.*.<kind>``) into the names it stands for. An
+    invalid file raises ``PolicyFileError``."""
     path = _settings.policy_path(policy_file)
     if path is None:
         return Policy(own), lambda reg: None
     from ..policyfile import load_policy
 
-    pf = load_policy(path, tools=None)
+    pf = load_policy(path, tools=None, expand=expand)
     rules = pf.compiled.policy.rules
     policy = Policy(_merged(own, rules), modes=pf.compiled.policy.modes.values())
 

@@ -170,7 +170,8 @@ class McpProxy:
 
         cfg = self.config
         metrics = cfg.metrics_port is not None
-        policy, attach = proxy_policy(self.policy_rules(), cfg.policy_file)
+        policy, attach = proxy_policy(self.policy_rules(), cfg.policy_file,
+                                      cfg.expand_wildcard)
         reg = create_registry(
             cfg.workspace, home=self.home, metrics=metrics, builtins=False,
             policy=policy, hooks=resolve_hooks(cfg.hooks),

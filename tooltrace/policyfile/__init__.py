@@ -31,7 +31,7 @@ from ..exceptions import ConfigurationError
 from ._cedarrule import CedarRule
 from ._cedarschema import schema_text as cedar_schema
 from ._check import Checker
-from ._compile import Compiled
+from ._compile import Compiled, Expand
 from ._limits import LimitRelease, LimitRule
 from ._rules import Match, PatternRule
 from ._source import Problem, parse_text
@@ -111,7 +111,8 @@ def _read(path: str | os.PathLike[str]) -> tuple[str, str]:
 _Tools = Iterable[str] | Mapping[str, "ToolDefinition"] | None
 
 
-def _compile(name: str, text: str, tools: _Tools) -> tuple[Compiled | None, list[Problem]]:
+def _compile(name: str, text: str, tools: _Tools, expand: Expand | None = None
+             ) -> tuple[Compiled | None, list[Problem]]:
     from ._compile import compile_document
     from ._source import Positions
 
@@ -125,29 +126,33 @@ def _compile(name: str, text: str, tools: _Tools) -> tuple[Compiled | None, list
     ck = Checker(name, pos)
     defs = dict(tools) if isinstance(tools, Mapping) else None
     compiled = compile_document(doc, ck, None if tools is None else frozenset(tools), defs,
-                                Path(name).parent)
+                                Path(name).parent, expand)
     problems = sorted(ck.problems, key=lambda p: (p.file != name, p.file, p.line, p.column))
     return (compiled if not problems else None), problems
 
 
-def check_policy(path: str | os.PathLike[str], *, tools: _Tools = ()) -> list[Problem]:
+def check_policy(path: str | os.PathLike[str], *, tools: _Tools = (),
+                 expand: Expand | None = None) -> list[Problem]:
     """Every problem in the file (empty when it is valid); ``tools`` are the tool names it may
     name besides those its own ``tools`` list declares (``None``: any name, for tools that
     are registered later, such as an MCP proxy's). Given as definitions (name to
     ``ToolDefinition``), they also make the schema Cedar policies are validated against;
-    otherwise Cedar files are checked for syntax only."""
+    otherwise Cedar files are checked for syntax only. ``expand`` turns a tool name with a
+    wildcard into the names it stands for, or raises ``ValueError`` saying why it cannot (the
+    MCP proxy's expands ``mcp.*.<kind>``); without it a wildcard is a problem."""
     try:
         name, text = _read(path)
     except PolicyFileError as exc:
         return exc.problems
-    return _compile(name, text, tools)[1]
+    return _compile(name, text, tools, expand)[1]
 
 
-def load_policy(path: str | os.PathLike[str], *, tools: _Tools = ()) -> PolicyFile:
+def load_policy(path: str | os.PathLike[str], *, tools: _Tools = (),
+                expand: Expand | None = None) -> PolicyFile:
     """The compiled file; raises ``PolicyFileError`` with every problem when it is invalid
-    (``tools`` as for ``check_policy``)."""
+    (``tools`` and ``expand`` as for ``check_policy``)."""
     name, text = _read(path)
-    compiled, problems = _compile(name, text, tools)
+    compiled, problems = _compile(name, text, tools, expand)
     if compiled is None:
         raise PolicyFileError(problems)
     return PolicyFile(name, compiled)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path as FilePath
 from typing import Any
@@ -32,7 +32,11 @@ from ._limits import LimitRule
 from ._rules import Match, PatternRule, glob_regex, observed
 from ._source import Path
 
-__all__ = ["Compiled", "Observing", "compile_document", "duration_seconds"]
+#: Turns a tool name with a wildcard into the names it stands for (``ValueError``, with the
+#: reason, for a wildcard it does not take).
+Expand = Callable[[str], Iterable[str]]
+
+__all__ = ["Compiled", "Expand", "Observing", "compile_document", "duration_seconds"]
 
 _TOP = ("version", "tools", "modes", "paths", "builtin", "approval", "rules", "limits", "cedar")
 _MATCH = ("tools", "capabilities", "effects", "modes", "principal")
@@ -89,9 +93,11 @@ class Compiled:
 
 class _Compiler:
     def __init__(self, ck: Checker, tools: frozenset[str] | None,
-                 definitions: Mapping[str, ToolDefinition] | None, base: FilePath) -> None:
+                 definitions: Mapping[str, ToolDefinition] | None, base: FilePath,
+                 expand: Expand | None = None) -> None:
         self.ck = ck
         self.tools = tools
+        self.expand = expand
         self.definitions = definitions
         self.base = base
         self.modes: frozenset[str] = frozenset()
@@ -148,9 +154,33 @@ class _Compiler:
         return tuple(out.values())
 
     def _tools(self, path: Path, value: Any) -> frozenset[str]:
+        items = self.ck.strings(path, value)
+        if items is None:
+            return frozenset()
+        if any("*" in v for v in items):
+            items = self._expanded(path, items)
         if self.tools is None:
-            return frozenset(self.ck.strings(path, value) or ())
-        return self.ck.names(path, value, self.tools, "tool")
+            return frozenset(items)
+        return self.ck.names(path, list(items), self.tools, "tool")
+
+    def _expanded(self, path: Path, items: tuple[str, ...]) -> tuple[str, ...]:
+        # A wildcard is the MCP proxy's to expand (mcp.*.<kind>: that kind of every server it
+        # serves); anywhere else it would name no tool, so it is refused.
+        out: list[str] = []
+        for i, v in enumerate(items):
+            if "*" not in v:
+                out.append(v)
+                continue
+            if self.expand is None:
+                self.ck.problem((*path, i), f"{v!r}: a tool name holds no wildcard here (the MCP "
+                                "proxy expands mcp.*.<kind> to that kind of each of its servers)",
+                                v)
+                continue
+            try:
+                out.extend(sorted(self.expand(v)))
+            except ValueError as exc:
+                self.ck.problem((*path, i), f"{v!r}: {exc}", v)
+        return tuple(out)
 
     def _observe(self, path: Path, t: Mapping[str, Any]) -> bool:
         return "mode" in t and self.ck.choice((*path, "mode"), t["mode"],
@@ -369,9 +399,11 @@ def _ttl(ck: Checker, path: Path, value: Any) -> float | None:
 def compile_document(
     doc: Mapping[str, Any], ck: Checker, tools: frozenset[str] | None,
     definitions: Mapping[str, ToolDefinition] | None = None, base: FilePath = FilePath("."),
+    expand: Expand | None = None,
 ) -> Compiled:
     """Check and compile a parsed document; problems are left in ``ck.problems``.
     ``definitions`` (the tools a registry holds) make the schema Cedar policies are validated
     against (without them Cedar files are checked for syntax only); ``base`` is the folder
-    the file's Cedar paths are relative to."""
-    return _Compiler(ck, tools, definitions, base).run(doc)
+    the file's Cedar paths are relative to; ``expand`` turns a tool name with a wildcard into
+    the names it stands for (without it a wildcard is a problem)."""
+    return _Compiler(ck, tools, definitions, base, expand).run(doc)
