@@ -456,3 +456,44 @@ def test_a_late_resolution_is_counted_by_its_final_outcome(ws: Path) -> None:
                       outcome="ok") == 1
     finally:
         reg.shutdown(2.0)
+
+
+def test_a_scrape_counts_every_call_finished_before_it() -> None:
+    """Calls are counted on a worker thread; a scrape first counts what is still queued."""
+    sink = MetricsSink(tool_names={"read_text"})
+    assert sink.deferred
+    for _ in range(500):
+        sink.emit(make_record("read_text"))
+    reg = sink.registry  # read at once: the worker's timer has not fired yet
+    assert _value(reg, "tooltrace_tool_calls_total", tool="read_text", status="ok") == 500
+    assert _value(reg, "tooltrace_tool_call_duration_seconds_count", tool="read_text",
+                  status="ok") == 500
+    assert sink.depth == 0 and sink.dropped == 0
+    sink.shutdown()
+
+
+def test_the_worker_counts_without_a_scrape_and_a_full_queue_drops_and_counts() -> None:
+    sink = MetricsSink(tool_names={"read_text"}, max_queue=5)
+    for _ in range(50):  # faster than the worker's timer: the queue fills
+        sink.emit(make_record("read_text"))
+    deadline = time.monotonic() + 30
+    while sink.depth and time.monotonic() < deadline:  # the worker's timer, no scrape
+        time.sleep(0.01)
+    assert sink.depth == 0
+    dropped = sink.dropped
+    assert 0 < dropped <= 45
+    reg = sink.registry
+    assert _value(reg, "tooltrace_tool_calls_total", tool="read_text", status="ok") == \
+        50 - dropped
+    assert _value(reg, "tooltrace_telemetry_dropped_total", sink="metrics") == dropped
+    sink.shutdown()
+    sink.emit(make_record("read_text"))  # after shutdown: dropped, never raised
+    assert sink.dropped == dropped + 1
+
+
+def test_metrics_can_be_counted_inline() -> None:
+    sink = MetricsSink(tool_names={"read_text"}, deferred=False)
+    sink.emit(make_record("read_text"))
+    assert not sink.deferred and sink.depth == 0
+    assert _value(sink.registry, "tooltrace_tool_calls_total", tool="read_text",
+                  status="ok") == 1

@@ -43,6 +43,7 @@ def flaky(key: str) -> str:
 
 
 sink = MetricsSink()
+assert not sink.deferred  # multiprocess mode: counted inline, nothing left in a queue at exit
 reg = ToolRegistry(workspace=ws, home=ws / "home", sinks=[sink])
 reg.register(lookup)
 reg.register(flaky)

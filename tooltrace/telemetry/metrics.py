@@ -1,10 +1,15 @@
 """Prometheus metrics for tool calls, with label values from closed sets only.
 
-``MetricsSink`` updates counters and histograms inline in ``emit`` through cached label
-children (a dictionary lookup and an increment: well under a microsecond or two), so it needs no
-queue. Gauges that describe the registry's state right now (in-flight calls, admission queue
-depths, concurrency caps) and every sink's drop counter and queue depth are read at scrape time
-by a custom collector, so they cost nothing on the call path.
+``MetricsSink`` queues each finished call on a ``BatchWorker`` and updates its counters and
+histograms there, through cached label children: prometheus-client takes a lock per value and
+checks it on every update, a few microseconds a call that the caller no longer waits for. A
+scrape first counts every call still queued (``drain``), so what it reads includes every call
+that finished before it, as when the updates were made inline. In prometheus-client's
+multiprocess mode, whose values are files another process reads, the updates stay inline: a
+process that ends must leave nothing uncounted. Gauges that describe the registry's state right
+now (in-flight calls, admission queue depths, concurrency caps) and every sink's drop counter
+and queue depth are read at scrape time by a custom collector, so they cost nothing on the call
+path.
 
 The ``tool`` label is a registered tool's name, or ``_unregistered`` for anything else; a call
 id, run id, path, argument or error text never becomes a label. Metric contract::
@@ -38,13 +43,14 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, values
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ..envelope import CallRecord, Stage, Status, StepName
 from ..sinks import LateStep
 from ._metricsserver import MetricsServer, multiprocess_registry, serve_metrics
+from ._worker import BatchWorker
 
 __all__ = [
     "ADMISSION_BUCKETS",
@@ -94,6 +100,10 @@ class MetricsSink:
         buckets: call duration histogram buckets (seconds).
         admission_buckets: admission wait histogram buckets (seconds).
         exemplars: attach ``trace_id`` exemplars to duration observations of sampled calls.
+        deferred: update the metrics on a worker thread (the default, except in
+            prometheus-client's multiprocess mode) rather than inline in ``emit``.
+        max_queue: calls queued for counting at most (beyond it they are dropped and counted
+            in ``dropped``).
     """
 
     name = "metrics"
@@ -107,6 +117,8 @@ class MetricsSink:
         admission_buckets: Iterable[float] = ADMISSION_BUCKETS,
         exemplars: bool = True,
         exemplar_interval_s: float = 1.0,
+        deferred: bool | None = None,
+        max_queue: int = 65536,
     ) -> None:
         #: The prometheus-client registry holding this sink's metrics (serve or scrape it).
         self.registry = CollectorRegistry(auto_describe=True) if registry is None else registry
@@ -114,16 +126,21 @@ class MetricsSink:
         # A bucket keeps only its latest exemplar, so each (tool, status, bucket) takes a new
         # one at most this often: validating exemplar labels costs more than the observation.
         self._exemplar_every_ns = max(0, int(exemplar_interval_s * 1e9))
-        #: Records whose metrics could not be updated (counted, never raised).
-        self.dropped = 0
-        #: Always 0: metrics are updated inline, nothing is queued.
-        self.depth = 0
+        self._failed = 0  # records whose metrics could not be updated (never raised)
         self._known: frozenset[str] = frozenset(tool_names or ())
         self._names_fn: Callable[[], Iterable[str]] | None = None
         self._bound: Any = None
         self._watched: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()
+        if deferred is None:
+            deferred = not getattr(values.ValueClass, "_multiprocess", False)
+        #: Whether the metrics are updated on a worker thread (else inline in ``emit``).
+        self.deferred = deferred
+        self._worker: BatchWorker[CallRecord] | None = BatchWorker(
+            "metrics", self._count_batch, max_queue=max_queue) if deferred else None
         reg = self.registry
+        if deferred:
+            reg.register(_Drain(self))  # first: a scrape counts what is queued, then reads
         self._calls = Counter(
             "tooltrace_tool_calls", "Tool calls by the status they returned.", ["tool", "status"],
             registry=reg,
@@ -221,8 +238,36 @@ class MetricsSink:
 
     # -- sink -----------------------------------------------------------------------------------
 
+    @property
+    def dropped(self) -> int:
+        """Records not counted: lost to a full queue or after shutdown, or whose update
+        failed (counted, never raised)."""
+        return self._failed + (self._worker.dropped if self._worker is not None else 0)
+
+    @property
+    def depth(self) -> int:
+        """Finished calls queued for counting."""
+        return self._worker.depth if self._worker is not None else 0
+
     def emit(self, record: CallRecord) -> None:
-        """Count one finished call (inline, cheap, never raises)."""
+        """Count one finished call: queue it for the worker, or count it here when not
+        deferred (never blocks, never raises)."""
+        if self._worker is not None:
+            self._worker.submit(record)
+        else:
+            self._count(record)
+
+    def _count_batch(self, batch: list[CallRecord]) -> None:
+        assert self._worker is not None
+        for record in self._worker.paced(batch):  # slices that hand the interpreter back
+            self._count(record)
+
+    def drain(self, timeout_s: float = 5.0) -> bool:
+        """Count every call queued so far before returning (a scrape does this first);
+        False if that took longer than ``timeout_s``."""
+        return self._worker.flush(timeout_s) if self._worker is not None else True
+
+    def _count(self, record: CallRecord) -> None:
         try:
             ch = self._for_tool(self.tool_label(record.tool))
             calls, duration = ch.by_status[record.status]
@@ -255,7 +300,7 @@ class MetricsSink:
                     ch.admission.observe(st.elapsed_us / 1e6)
                     break
         except Exception:
-            self.dropped += 1
+            self._failed += 1
 
     def emit_late(self, late: LateStep) -> None:
         """Count the late resolution of a call that returned ``unknown`` (by its final
@@ -265,7 +310,7 @@ class MetricsSink:
             if st.step == _RESOLVED and st.decision in _STATUSES:
                 self._resolved.labels(self.tool_label(late.tool), st.decision).inc()
         except Exception:
-            self.dropped += 1
+            self._failed += 1
 
     def rule_label(self, rule: str) -> str:
         """The ``rule`` label value: a rule id of the bound registry's policy, else
@@ -283,11 +328,14 @@ class MetricsSink:
         self._observed.labels(tool, rule, decision).inc()
 
     def flush(self, timeout_s: float = 5.0) -> bool:
-        """Nothing is queued: always True."""
-        return True
+        """Count every queued call; False if that took longer than ``timeout_s``."""
+        return self.drain(timeout_s)
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
-        """Nothing to release; metrics stay readable."""
+        """Count what is queued and stop the worker; metrics stay readable (calls emitted
+        later are dropped)."""
+        if self._worker is not None:
+            self._worker.shutdown(timeout_s)
 
     # -- scrape time ----------------------------------------------------------------------------
 
@@ -349,6 +397,22 @@ def _call(reg: Any, method: str) -> Any:
         return fn()
     except Exception:
         return None
+
+
+class _Drain(Collector):
+    """Registered before the sink's metrics: a scrape first counts the calls still queued."""
+
+    def __init__(self, sink: MetricsSink) -> None:
+        self._sink = weakref.ref(sink)
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        sink = self._sink()
+        if sink is not None:
+            sink.drain()
+        return []
 
 
 class _StateCollector(Collector):
