@@ -215,8 +215,23 @@ capabilities = ["read"]
     assert "the user closed the form" not in json.dumps([r["result_preview"] for r in rows])
 
 
-def test_a_wildcard_denies_every_servers_sampling(tmp_path: Path) -> None:
-    """``deny = ["mcp.*.sampling"]`` refuses the sampling of a server it does not name."""
+_POLICY_FILE = """version = 1
+[[rules]]
+id = "no-sampling"
+tools = ["mcp.*.sampling"]
+reason = "no server may ask the model"
+"""
+
+
+@pytest.mark.parametrize(("config", "decider"), [
+    ('[policy]\ndeny = ["mcp.*.sampling"]\n', "policy:mcp_deny"),
+    ('[policy]\nfile = "policy.toml"\n', "policy:no-sampling"),
+], ids=["proxy-config", "policy-file"])
+def test_a_wildcard_denies_every_servers_sampling(tmp_path: Path, config: str,
+                                                  decider: str) -> None:
+    """``mcp.*.sampling``, in ``[policy] deny`` or in a rule of the proxy's policy file,
+    refuses the sampling of a server it does not name."""
+    (tmp_path / "policy.toml").write_text(_POLICY_FILE)
     asked: list[str] = []
 
     async def sampling(ctx: Any, params: Any) -> Any:
@@ -224,42 +239,15 @@ def test_a_wildcard_denies_every_servers_sampling(tmp_path: Path) -> None:
         return mt.CreateMessageResult(role="assistant", model="m",
                                       content=mt.TextContent(type="text", text="no"))
 
-    res = _run(tmp_path, '[policy]\ndeny = ["mcp.*.sampling"]\n',
-               (("probe", {"kind": "sampling", "n": 0}),), sampling_callback=sampling)
+    res = _run(tmp_path, config, (("probe", {"kind": "sampling", "n": 0}),),
+               sampling_callback=sampling)
     assert json.loads(text_of(res[0])) == {
         "code": mt.INVALID_REQUEST, "message": "sampling/createMessage refused by the proxy's "
         "policy"}
     assert asked == []
     row = next(r for r in res["rows"] if r["tool"] == "mcp.asking.sampling")
     assert (row["status"], row["reject_stage"]) == ("rejected", "policy")
-    assert ("policy", "policy:mcp_deny", "deny") in audit_steps_detail(res["home"],
-                                                                      row["call_id"])
-
-
-def test_a_policy_file_wildcard_denies_every_servers_sampling(tmp_path: Path) -> None:
-    """``tools = ["mcp.*.sampling"]`` in a policy file's rule names the sampling of every
-    server the proxy serves, as in ``[policy] deny``."""
-    (tmp_path / "policy.toml").write_text("""version = 1
-[[rules]]
-id = "no-sampling"
-tools = ["mcp.*.sampling"]
-reason = "no server may ask the model"
-""")
-    asked: list[str] = []
-
-    async def sampling(ctx: Any, params: Any) -> Any:
-        asked.append("sampling")
-        return mt.CreateMessageResult(role="assistant", model="m",
-                                      content=mt.TextContent(type="text", text="no"))
-
-    res = _run(tmp_path, '[policy]\nfile = "policy.toml"\n',
-               (("probe", {"kind": "sampling", "n": 0}),), sampling_callback=sampling)
-    assert json.loads(text_of(res[0]))["code"] == mt.INVALID_REQUEST
-    assert asked == []
-    row = next(r for r in res["rows"] if r["tool"] == "mcp.asking.sampling")
-    assert (row["status"], row["reject_stage"]) == ("rejected", "policy")
-    assert ("policy", "policy:no-sampling", "deny") in audit_steps_detail(res["home"],
-                                                                         row["call_id"])
+    assert ("policy", decider, "deny") in audit_steps_detail(res["home"], row["call_id"])
 
 
 def audit_steps_detail(home: Path, call_id: str) -> list[tuple[str, str, str]]:
