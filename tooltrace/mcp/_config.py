@@ -188,14 +188,16 @@ class ProxyConfig:
             raise ConfigurationError("metrics_port must be a TCP port number")
         for key, names in (("deny", self.deny), ("ask", self.ask)):
             for name in names:
-                if "*" in name and _wildcard_kind(name) is None:
-                    raise ConfigurationError(
-                        f"policy.{key}: {name!r}: the only wildcard is mcp.*.<kind>, every "
-                        f"server's requests of that kind (kind: {', '.join(SERVER_KINDS)})")
+                if "*" in name:
+                    try:
+                        self.expand_wildcard(name)
+                    except ValueError as exc:
+                        raise ConfigurationError(f"policy.{key}: {name!r}: {exc}") from None
 
     def expand_wildcard(self, name: str) -> frozenset[str]:
         """The names ``mcp.*.<kind>`` stands for: that kind of every configured server (a
-        policy file's ``tools`` lists); ``ValueError`` for any other name with a ``*``."""
+        proxy's ``[policy]`` lists and its policy file's ``tools`` lists); ``ValueError`` for
+        any other name with a ``*``."""
         kind = _wildcard_kind(name)
         if kind is None:
             raise ValueError(f"the only wildcard is mcp.*.<kind>, every server's requests of "
@@ -207,11 +209,10 @@ class ProxyConfig:
         every configured server (``mcp.<server>.<kind>``)."""
         out: set[str] = set()
         for name in names:
-            kind = _wildcard_kind(name)
-            if kind is None:
-                out.add(name)
+            if "*" in name:
+                out.update(self.expand_wildcard(name))
             else:
-                out.update(server_request_name(s.label, kind) for s in self.servers)
+                out.add(name)
         return frozenset(out)
 
 

@@ -3,7 +3,7 @@
 ``MetricsSink`` queues each finished call on a ``BatchWorker`` and updates its counters and
 histograms there, through cached label children: prometheus-client takes a lock per value and
 checks it on every update, a few microseconds a call that the caller no longer waits for. A
-scrape first counts every call still queued (``drain``), so what it reads includes every call
+scrape first counts every call still queued (``flush``), so what it reads includes every call
 that finished before it, as when the updates were made inline. In prometheus-client's
 multiprocess mode, whose values are files another process reads, the updates stay inline: a
 process that ends must leave nothing uncounted. Gauges that describe the registry's state right
@@ -262,11 +262,6 @@ class MetricsSink:
         for record in self._worker.paced(batch):  # slices that hand the interpreter back
             self._count(record)
 
-    def drain(self, timeout_s: float = 5.0) -> bool:
-        """Count every call queued so far before returning (a scrape does this first);
-        False if that took longer than ``timeout_s``."""
-        return self._worker.flush(timeout_s) if self._worker is not None else True
-
     def _count(self, record: CallRecord) -> None:
         try:
             ch = self._for_tool(self.tool_label(record.tool))
@@ -328,8 +323,9 @@ class MetricsSink:
         self._observed.labels(tool, rule, decision).inc()
 
     def flush(self, timeout_s: float = 5.0) -> bool:
-        """Count every queued call; False if that took longer than ``timeout_s``."""
-        return self.drain(timeout_s)
+        """Count every call queued so far before returning (each scrape does this first);
+        False if that took longer than ``timeout_s``."""
+        return self._worker.flush(timeout_s) if self._worker is not None else True
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Count what is queued and stop the worker; metrics stay readable (calls emitted
@@ -411,7 +407,7 @@ class _Drain(Collector):
     def collect(self) -> Iterable[Metric]:
         sink = self._sink()
         if sink is not None:
-            sink.drain()
+            sink.flush()
         return []
 
 
