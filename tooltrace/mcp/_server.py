@@ -10,6 +10,7 @@ MCP semantic conventions: ``mcp.method.name``, ``jsonrpc.request.id``, ``mcp.ses
 from __future__ import annotations
 
 import asyncio
+import gc
 import ipaddress
 import logging
 import signal
@@ -281,6 +282,16 @@ async def serve_stdio(proxy: McpProxy, *, wire: tuple[int, int] | None = None,
         await server.run(read, write, server.create_initialization_options())
 
 
+def _freeze_started() -> None:
+    """Move what starting made (the SDK's models, the upstreams' listings, compiled schemas:
+    about 100,000 objects) out of the garbage collector's reach: a full collection then scans
+    only what calls left behind instead of pausing every call for tens of milliseconds."""
+    gc.collect()
+    gc.freeze()
+    log.debug("mcp proxy: %d objects from start-up frozen out of the garbage collector",
+              gc.get_freeze_count())
+
+
 def check_loopback(host: str) -> None:
     """Raise ``ConfigurationError`` unless ``host`` is a loopback address or ``localhost``."""
     try:
@@ -362,6 +373,7 @@ async def run_proxy(config: ProxyConfig, *, http: tuple[str, int] | None = None)
                   f"{resolve_home(config.home).name}/mcp-pins.json; calls need "
                   f"{'approval' if config.rug_pull == 'ask' else config.rug_pull}",
                   file=sys.stderr, flush=True)
+        _freeze_started()
         if http is None:
             await serve_stdio(proxy)
         elif not stop.is_set():
