@@ -11,10 +11,15 @@ machine load:
   ``stdio_server``, ``ClientSession`` over ``stdio_client``), no tooltrace in it: the least a
   proxy built on the SDK does;
 - ``proxy``: ``python -m tooltrace.mcp proxy`` with its default sinks (audit, logs at error level;
-  no tracing, no metrics endpoint), on its default event loop (uvloop when installed);
+  no tracing, no metrics endpoint), on its default event loop (uvloop when installed), in the
+  compiled wheel's venv when ``.venv-compiled`` exists (``bash .ci/compiled-wheel`` builds it:
+  what a wheel install runs), else from the checkout's source;
 - ``proxy asyncio``: the same with ``--loop asyncio``, the standard library's event loop;
-- ``proxy [baseline]`` (with ``--baseline DIR``): ``proxy`` run from another checkout's source,
-  in the same rounds, so a change to the proxy is measured against what it replaces.
+- ``proxy (from source)`` (only beside a compiled ``proxy``): the same proxy from the checkout's
+  source, as an editable install runs it;
+- ``proxy [baseline]`` (with ``--baseline DIR``): the proxy run from another checkout's source,
+  in the same rounds, so a change to the proxy is measured against what it replaces (against
+  ``proxy (from source)`` when there is one: source against source).
 
 Printed: p50/p90/p99 of each, what each adds to ``direct`` at p50 (the team's aim for the proxy:
 at most 0.5 ms), and the CPU each front process used per call (from ``/proc``; the upstream's is
@@ -32,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import Table, percentile, scratch
-from bench.overhead import BASELINE_MARK
+from bench.overhead import BASELINE_MARK, COMPILED_PYTHON
 
 __all__ = ["CONTENDERS", "run"]
 
@@ -40,22 +45,37 @@ ROOT = Path(__file__).resolve().parent.parent
 TOY = str(ROOT / "tests" / "mcp_servers" / "toy.py")
 #: The contenders in the order they are measured and printed.
 CONTENDERS = ("direct", "relay", "sdk", "proxy", "proxy asyncio")
+#: The proxy from the checkout's source, measured beside a compiled ``proxy``.
+SOURCE = "proxy (from source)"
 
 
-def _commands(home: str, baseline: Path | None) -> dict[str, list[str]]:
+def _commands(home: str, baseline: Path | None, compiled: bool) -> dict[str, list[str]]:
     toy = [sys.executable, TOY]
+    proxy = [str(COMPILED_PYTHON) if compiled else sys.executable, "-m", "tooltrace.mcp",
+             "proxy", "--home", home]
+    from_source = [sys.executable, *proxy[1:]]
     out = {
         "direct": toy,
         "relay": [sys.executable, "-m", "bench._mcp_relays", "relay", "--", *toy],
         "sdk": [sys.executable, "-m", "bench._mcp_relays", "sdk", "--", *toy],
-        "proxy": [sys.executable, "-m", "tooltrace.mcp", "proxy", "--home", home, "--name", "toy",
-                  "--", *toy],
-        "proxy asyncio": [sys.executable, "-m", "tooltrace.mcp", "proxy", "--home", home,
-                          "--loop", "asyncio", "--name", "toy", "--", *toy],
+        "proxy": [*proxy, "--name", "toy", "--", *toy],
+        "proxy asyncio": [*proxy, "--loop", "asyncio", "--name", "toy", "--", *toy],
     }
+    if compiled:
+        out[SOURCE] = [*from_source, "--name", "toy", "--", *toy]
     if baseline is not None:
-        out["proxy" + BASELINE_MARK] = out["proxy"]
+        out["proxy" + BASELINE_MARK] = [*from_source, "--name", "toy", "--", *toy]
     return out
+
+
+def _path(key: str, compiled: bool, baseline: Path | None) -> str:
+    """``PYTHONPATH`` of a contender: the baseline's tree, none for the compiled wheel (its
+    venv has tooltrace installed; the checkout's source would shadow it), else this checkout."""
+    if key.endswith(BASELINE_MARK):
+        return str(Path(baseline or ".").resolve())
+    if compiled and key in ("proxy", "proxy asyncio"):
+        return ""
+    return str(ROOT)
 
 
 def _children() -> dict[int, bytes]:
@@ -91,10 +111,10 @@ async def _measure(rounds: int, calls: int, warmup: int, baseline: Path | None
                    ) -> tuple[dict[str, list[float]], dict[str, float]]:
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
-    home = scratch("mcp-bench-")
-    env = {"PYTHONPATH": str(ROOT), "TOOLTRACE_LOG_LEVEL": "error", "TOY_TOOLS": "echo",
-           "PATH": os.environ.get("PATH", "")}
-    commands = _commands(home, baseline)
+    home = scratch("mcp-bench-")  # also every process's working directory: not the checkout
+    env = {"TOOLTRACE_LOG_LEVEL": "error", "TOY_TOOLS": "echo", "PATH": os.environ.get("PATH", "")}
+    compiled = COMPILED_PYTHON.exists()
+    commands = _commands(home, baseline, compiled)
     times: dict[str, list[float]] = {k: [] for k in commands}
     cpu: dict[str, float] = {}
     async with contextlib.AsyncExitStack() as stack:
@@ -102,10 +122,9 @@ async def _measure(rounds: int, calls: int, warmup: int, baseline: Path | None
         pids: dict[str, int | None] = {}
         for key, cmd in commands.items():
             before = set(_children())
-            tree = str(Path(baseline).resolve()) if key.endswith(BASELINE_MARK) else None
             params = StdioServerParameters(
-                command=cmd[0], args=cmd[1:], env=env if tree is None else {
-                    **env, "PYTHONPATH": tree}, cwd=home)
+                command=cmd[0], args=cmd[1:],
+                env={**env, "PYTHONPATH": _path(key, compiled, baseline)}, cwd=home)
             r, w = await stack.enter_async_context(stdio_client(params))
             s = await stack.enter_async_context(ClientSession(r, w))
             await asyncio.wait_for(s.initialize(), 60)
@@ -152,16 +171,23 @@ def run(rounds: int = 10, calls: int = 200, warmup: int = 200,
     table.print()
     added = res["proxy"][50] - direct
     over_sdk = res["proxy"][50] - res["sdk"][50]
-    print(f"- proxy / direct at p50: {res['proxy'][50] / direct:.2f}x; aim: at most 0.5 ms added "
+    build = "compiled wheel" if SOURCE in res else "from source"
+    print(f"- proxy ({build}) / direct at p50: {res['proxy'][50] / direct:.2f}x; aim: at most 0.5 ms added "
           f"({'met' if added <= 0.5 else 'MISSED'}); of the {added:.3f} ms, "
           f"{res['relay'][50] - direct:.3f} ms is one more process (relay), "
           f"{res['sdk'][50] - res['relay'][50]:.3f} ms the SDK's server and client (sdk - relay), "
           f"{over_sdk:.3f} ms tooltrace's pipeline and proxy (proxy - sdk)\n")
+    source = res.get(SOURCE)
+    if source is not None:
+        print(f"- proxy (compiled wheel) against {SOURCE}: p50 {res['proxy'][50] - source[50]:+.3f}"
+              f" ms, CPU per call {res['proxy']['cpu_ms'] - source['cpu_ms']:+.3f} ms\n")
     base = res.get("proxy" + BASELINE_MARK)
     if base is not None:
-        print(f"- proxy against proxy{BASELINE_MARK} in the same rounds: p50 "
-              f"{res['proxy'][50] - base[50]:+.3f} ms, CPU per call "
-              f"{res['proxy']['cpu_ms'] - base['cpu_ms']:+.3f} ms\n")
+        mine = SOURCE if source is not None else "proxy"
+        print(f"- {mine} against proxy{BASELINE_MARK} in the same rounds: p50 "
+              f"{res[mine][50] - base[50]:+.3f} ms, CPU per call "
+              f"{res[mine]['cpu_ms'] - base['cpu_ms']:+.3f} ms\n")
+    res["proxy_build"] = build
     res["added_p50_ms"] = added
     res["ratio_p50"] = res["proxy"][50] / direct
     res["over_sdk_p50_ms"] = over_sdk

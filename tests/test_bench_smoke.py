@@ -347,15 +347,18 @@ def test_policy_section_measures_toml_and_cedar_beside_the_reference(tmp_path: P
     assert figs["reference: SDK span + counter + histogram"]["vs_reference"] == 1.0
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["from source", "compiled venv"])
 def test_mcp_section_measures_the_proxy_beside_a_relay_and_an_sdk_passthrough(
-    tmp_path: Path,
+    tmp_path: Path, compiled: bool,
 ) -> None:
     """`--sections mcp` (not in the default run) times a tools/call directly and through the
     line relay, the SDK-only passthrough and tooltrace's proxy (on its default loop and on the
     standard library's, and from a ``--baseline`` checkout: a copy of this one), each a real
-    stdio process."""
+    stdio process. With a compiled wheel's venv (here this interpreter stands in for one) the
+    proxy runs there, without the checkout on its path, and again from source beside it."""
     out = tmp_path / "figures.json"
-    env = dict(os.environ, TMPDIR=str(tmp_path))
+    env = dict(os.environ, TMPDIR=str(tmp_path), TOOLTRACE_BENCH_COMPILED_PYTHON=(
+        sys.executable if compiled else str(tmp_path / "no-venv" / "python")))
     env.pop("TOOLTRACE_HOME", None)
     base = tmp_path / "base"
     shutil.copytree(ROOT / "tooltrace", base / "tooltrace",
@@ -368,15 +371,21 @@ def test_mcp_section_measures_the_proxy_beside_a_relay_and_an_sdk_passthrough(
     assert p.returncode == 0, p.stderr[-2000:]
     header, rows = _find(_tables(p.stdout), "MCP tools/call round trip over stdio")
     assert header == ["path", "p50", "p90", "p99", "added at p50", "front process CPU per call"]
+    source = ["proxy (from source)"] if compiled else []
     assert [r[0] for r in rows] == ["direct", "relay", "sdk", "proxy", "proxy asyncio",
-                                    "proxy [baseline]"]
-    assert "proxy against proxy [baseline] in the same rounds: p50 " in p.stdout
+                                    *source, "proxy [baseline]"]
+    build = "compiled wheel" if compiled else "from source"
+    assert f"- proxy ({build}) / direct at p50: " in p.stdout
+    mine = "proxy (from source)" if compiled else "proxy"
+    assert f"{mine} against proxy [baseline] in the same rounds: p50 " in p.stdout
+    assert ("proxy (compiled wheel) against proxy (from source): p50 " in p.stdout) == compiled
     for r in rows:
         assert 0 < _num(r[1]) <= _num(r[2]) <= _num(r[3])
     fig = json.loads(out.read_text())["mcp"]
+    assert fig["proxy_build"] == build
     assert fig["added_p50_ms"] == pytest.approx(fig["proxy"]["50"] - fig["direct"]["50"])
-    assert fig["proxy asyncio"]["50"] > 0 and fig["proxy asyncio"]["cpu_ms"] > 0
-    assert fig["proxy [baseline]"]["50"] > 0 and fig["proxy [baseline]"]["cpu_ms"] > 0
+    for key in ("proxy asyncio", "proxy [baseline]", *source):
+        assert fig[key]["50"] > 0 and fig[key]["cpu_ms"] > 0
 
 
 def test_mcp_section_refuses_a_baseline_that_is_no_checkout(tmp_path: Path) -> None:
