@@ -172,8 +172,8 @@ def run(rounds: int = 10, calls: int = 200, warmup: int = 200,
     added = res["proxy"][50] - direct
     over_sdk = res["proxy"][50] - res["sdk"][50]
     build = "compiled wheel" if SOURCE in res else "from source"
-    print(f"- proxy ({build}) / direct at p50: {res['proxy'][50] / direct:.2f}x; aim: at most 0.5 ms added "
-          f"({'met' if added <= 0.5 else 'MISSED'}); of the {added:.3f} ms, "
+    print(f"- proxy ({build}) / direct at p50: {res['proxy'][50] / direct:.2f}x; aim: at most "
+          f"0.5 ms added ({'met' if added <= 0.5 else 'MISSED'}); of the {added:.3f} ms, "
           f"{res['relay'][50] - direct:.3f} ms is one more process (relay), "
           f"{res['sdk'][50] - res['relay'][50]:.3f} ms the SDK's server and client (sdk - relay), "
           f"{over_sdk:.3f} ms tooltrace's pipeline and proxy (proxy - sdk)\n")

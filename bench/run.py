@@ -107,6 +107,11 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--profile-calls", type=int, help="profiled calls (default 20000)")
     g.add_argument("--profile-full", action="store_true",
                    help="profile the everything-on registry instead of telemetry off")
+    g = ap.add_argument_group("mcp")
+    g.add_argument("--mcp-instructions", nargs="?", const="all", metavar="CONTENDERS",
+                   help="also count the CPU instructions per call of each contender that is a "
+                   "process of its own (relay, sdk, proxy, ...; or a comma-separated list of "
+                   "them) under valgrind's callgrind: minutes, and steady where times drift")
     ap.add_argument("--json", type=Path, help="also write every figure to this JSON file")
     return ap
 
@@ -135,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = [s for s in sections if s not in SECTIONS]
     if bad:
         _parser().error(f"unknown section(s): {', '.join(bad)}")
+    if ns.mcp_instructions and "mcp" not in sections:
+        _parser().error("--mcp-instructions is part of the mcp section: add --sections mcp")
     q = ns.quick
     load = os.getloadavg()
     print(f"# tooltrace bench ({'quick' if q else 'full'} run)\n")
@@ -224,10 +231,19 @@ def _sections(ns: argparse.Namespace, sections: list[str], results: dict[str, An
         # After the sink profiles have returned, so their records are garbage already.
         results["profile_gc"] = profile_sinks.gc_cost(_pick(ns.profile_calls, 20_000, 500, q))
     if "mcp" in sections:
-        from bench import mcp_proxy
+        from bench import mcp_instructions, mcp_proxy
+
+        instructions_of = None if ns.mcp_instructions in (None, "all") else {
+            c.strip() for c in ns.mcp_instructions.split(",") if c.strip()}
+        if ns.mcp_instructions:
+            mcp_instructions.check(instructions_of, ns.baseline)
 
         results["mcp"] = mcp_proxy.run(rounds=_pick(None, 10, 2, q), calls=_pick(None, 200, 50, q),
                                        warmup=_pick(None, 200, 20, q), baseline=ns.baseline)
+        if ns.mcp_instructions:
+            results["mcp_instructions"] = mcp_instructions.run(
+                few=_pick(None, 50, 5, q), many=_pick(None, 550, 25, q), baseline=ns.baseline,
+                only=instructions_of)
     if "frameworks" in sections:
         from bench import frameworks
 

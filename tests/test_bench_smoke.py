@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.components import extra, require_module
+from support.components import extra, require_binary, require_module
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -386,6 +386,45 @@ def test_mcp_section_measures_the_proxy_beside_a_relay_and_an_sdk_passthrough(
     assert fig["added_p50_ms"] == pytest.approx(fig["proxy"]["50"] - fig["direct"]["50"])
     for key in ("proxy asyncio", "proxy [baseline]", *source):
         assert fig[key]["50"] > 0 and fig[key]["cpu_ms"] > 0
+
+
+def test_mcp_instructions_count_what_one_call_costs_the_relay_and_the_proxy(
+    tmp_path: Path,
+) -> None:
+    """``--mcp-instructions relay,proxy`` runs both under callgrind twice (few and many calls)
+    and prints the instructions one call costs each: the proxy, which runs the whole pipeline,
+    more than the relay, which copies lines."""
+    require_binary("valgrind", "apt install valgrind")
+    out = tmp_path / "figures.json"
+    env = dict(os.environ, TMPDIR=str(tmp_path),
+               TOOLTRACE_BENCH_COMPILED_PYTHON=str(tmp_path / "no-venv" / "python"))
+    env.pop("TOOLTRACE_HOME", None)
+    p = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--sections", "mcp", "--json", str(out),
+         "--mcp-instructions", "relay,proxy"],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, env=env,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    header, rows = _find(_tables(p.stdout), "MCP tools/call, CPU instructions per call")
+    assert header == ["path", "instructions per call", "over relay"]
+    assert [r[0] for r in rows] == ["relay", "proxy"]
+    fig = json.loads(out.read_text())["mcp_instructions"]["per_call"]
+    assert 10_000 < fig["relay"] < fig["proxy"]
+    assert _num(rows[1][2]) == pytest.approx(fig["proxy"] - fig["relay"], abs=1)
+
+
+def test_mcp_instructions_name_only_contenders_there_are() -> None:
+    p = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--sections", "mcp", "--mcp-instructions",
+         "relay,nosuch"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, TOOLTRACE_BENCH_COMPILED_PYTHON="/nonexistent"))
+    assert p.returncode != 0
+    assert "--mcp-instructions: no contender nosuch here (there are: relay, sdk, proxy)" in p.stderr
+    assert "### MCP tools/call round trip" not in p.stdout  # refused before anything ran
+    p = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--sections", "overhead", "--mcp-instructions"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "--mcp-instructions is part of the mcp section" in p.stderr
 
 
 def test_mcp_section_refuses_a_baseline_that_is_no_checkout(tmp_path: Path) -> None:

@@ -1,0 +1,149 @@
+"""What one ``tools/call`` costs each MCP contender in CPU instructions (``--mcp-instructions``).
+
+On a shared VM the time a call takes drifts between runs by more than most changes to the proxy
+are worth; the instructions a process executes per call do not. Each contender of the ``mcp``
+section that is a process of its own (the line relay, the SDK passthrough, the proxy, and the
+proxy from source or from a ``--baseline`` checkout where the timing table has them) is started
+under ``valgrind --tool=callgrind`` twice and driven over stdio by a raw JSON-RPC client with
+``few`` and then ``many`` calls of the toy server's ``echo``: ``(total(many) - total(few)) /
+(many - few)`` is what one call costs, start-up excluded. Every thread of the contender counts
+(the proxy's sink workers too); the toy server, a child process, does not. Every answer is
+checked: a contender whose upstream did not start (callgrind runs code about 50 times slower) is
+an error, not a fast contender. The proxy gets a configuration file that gives its upstream ten
+minutes to start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench._common import Table, scratch
+from bench.mcp_proxy import SOURCE, TOY, _path
+from bench.overhead import BASELINE_MARK, COMPILED_PYTHON
+
+__all__ = ["run"]
+
+_SUMMARY = re.compile(rb"^summary: (\d+)$", re.MULTILINE)
+#: How long one contender run may take under callgrind (start-up included).
+_RUN_TIMEOUT_S = 900.0
+
+
+class InstructionsError(RuntimeError):
+    """A contender could not be measured (no valgrind, a failed start, an error answer)."""
+
+
+def _config(home: str) -> str:
+    path = Path(home) / "servers.toml"
+    path.write_text(f"[servers.toy]\ncommand = {json.dumps(sys.executable)}\n"
+                    f"args = [{json.dumps(TOY)}]\nstartup_timeout_s = 600\n")
+    return str(path)
+
+
+def _commands(home: str, baseline: Path | None, compiled: bool, *, config: str
+              ) -> dict[str, list[str]]:
+    toy = [sys.executable, TOY]
+    proxy = ["-m", "tooltrace.mcp", "proxy", "--home", home, "--config", config]
+    out = {
+        "relay": [sys.executable, "-m", "bench._mcp_relays", "relay", "--", *toy],
+        "sdk": [sys.executable, "-m", "bench._mcp_relays", "sdk", "--", *toy],
+        "proxy": [str(COMPILED_PYTHON) if compiled else sys.executable, *proxy],
+    }
+    if compiled:
+        out[SOURCE] = [sys.executable, *proxy]
+    if baseline is not None:
+        out["proxy" + BASELINE_MARK] = [sys.executable, *proxy]
+    return out
+
+
+def _request(proc: subprocess.Popen[bytes], rid: int, method: str,
+             params: dict[str, Any] | None = None) -> dict[str, Any]:
+    assert proc.stdin is not None and proc.stdout is not None
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+    if params is not None:
+        msg["params"] = params
+    proc.stdin.write(json.dumps(msg).encode() + b"\n")
+    proc.stdin.flush()
+    line = proc.stdout.readline()
+    if not line:
+        raise InstructionsError(f"the contender exited before answering {method}")
+    answer: dict[str, Any] = json.loads(line)
+    result = answer.get("result")
+    if not isinstance(result, dict) or result.get("isError"):
+        raise InstructionsError(f"{method} was answered with {line[:200]!r}")
+    return result
+
+
+def _count(name: str, cmd: list[str], env: dict[str, str], cwd: str, calls: int) -> int:
+    """Instructions the contender executed, start to exit, serving ``calls`` calls."""
+    out = Path(scratch("callgrind-")) / "callgrind.out"
+    valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+    proc = subprocess.Popen([*valgrind, *cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=env, cwd=cwd)
+    try:
+        _request(proc, 0, "initialize", {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "1"}})
+        assert proc.stdin is not None
+        proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+        tools = {t.get("name") for t in _request(proc, 1, "tools/list").get("tools", [])}
+        if "echo" not in tools:
+            raise InstructionsError(f"{name}: no echo tool (listed: {sorted(tools)})")
+        for i in range(calls):
+            _request(proc, i + 2, "tools/call", {"name": "echo", "arguments": {"text": "hello"}})
+        proc.stdin.close()
+        proc.wait(_RUN_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    found = _SUMMARY.search(out.read_bytes()) if out.exists() else None
+    if found is None:
+        raise InstructionsError(f"{name}: callgrind wrote no summary")
+    return int(found.group(1))
+
+
+def check(only: set[str] | None, baseline: Path | None) -> None:
+    """Refuse, before anything is measured, what ``run`` could not do: no valgrind, or a
+    contender in ``only`` that this run does not have."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--mcp-instructions needs valgrind (Debian package valgrind)")
+    names = list(_commands("", baseline, COMPILED_PYTHON.exists(), config="-"))
+    unknown = sorted((only or set()) - set(names))
+    if unknown:
+        raise SystemExit(f"--mcp-instructions: no contender {', '.join(unknown)} here "
+                         f"(there are: {', '.join(names)})")
+
+
+def run(few: int = 50, many: int = 550, baseline: Path | None = None,
+        only: set[str] | None = None) -> dict[str, Any]:
+    """Measure and print instructions per call (of the contenders named in ``only``, the
+    relay always among them: every other count is also given over it); return them by
+    contender."""
+    check(only, baseline)
+    if not 0 < few < many:
+        raise SystemExit("--mcp-instructions needs 0 < few < many calls")
+    home = scratch("mcp-instructions-")
+    compiled = COMPILED_PYTHON.exists()
+    commands = _commands(home, baseline, compiled, config=_config(home))
+    base = {"TOOLTRACE_LOG_LEVEL": "error", "TOY_TOOLS": "echo", "PATH": os.environ.get("PATH", "")}
+    per_call: dict[str, float] = {}
+    for name, cmd in commands.items():
+        if only is not None and name not in only and name != "relay":
+            continue
+        env = {**base, "PYTHONPATH": _path(name, compiled, baseline)}
+        lo, hi = (_count(name, cmd, env, home, n) for n in (few, many))
+        per_call[name] = (hi - lo) / (many - few)
+    table = Table(f"MCP tools/call, CPU instructions per call (callgrind, {many} - {few} calls)",
+                  ["path", "instructions per call", "over relay"])
+    relay = per_call["relay"]
+    for name, n in per_call.items():
+        table.add(name, round(n), None if name == "relay" else round(n - relay))
+    table.print()
+    return {"few": few, "many": many, "per_call": per_call}
