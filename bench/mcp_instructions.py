@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import Table, scratch
-from bench.mcp_proxy import SOURCE, TOY, _path
+from bench.mcp_proxy import SOURCE, TOY, pythonpath
 from bench.overhead import BASELINE_MARK, COMPILED_PYTHON
 
 __all__ = ["run"]
@@ -36,7 +37,7 @@ _RUN_TIMEOUT_S = 900.0
 
 
 class InstructionsError(RuntimeError):
-    """A contender could not be measured (no valgrind, a failed start, an error answer)."""
+    """A contender could not be measured (it exited, hung, or answered with an error)."""
 
 
 def _config(home: str) -> str:
@@ -70,6 +71,9 @@ def _request(proc: subprocess.Popen[bytes], rid: int, method: str,
         msg["params"] = params
     proc.stdin.write(json.dumps(msg).encode() + b"\n")
     proc.stdin.flush()
+    # stdout is unbuffered, so a line select() does not see cannot sit in a buffer.
+    if not select.select([proc.stdout], [], [], _RUN_TIMEOUT_S)[0]:
+        raise InstructionsError(f"no answer to {method} within {_RUN_TIMEOUT_S:g} s")
     line = proc.stdout.readline()
     if not line:
         raise InstructionsError(f"the contender exited before answering {method}")
@@ -80,12 +84,12 @@ def _request(proc: subprocess.Popen[bytes], rid: int, method: str,
     return result
 
 
-def _count(name: str, cmd: list[str], env: dict[str, str], cwd: str, calls: int) -> int:
+def _count(cmd: list[str], env: dict[str, str], cwd: str, calls: int) -> int:
     """Instructions the contender executed, start to exit, serving ``calls`` calls."""
     out = Path(scratch("callgrind-")) / "callgrind.out"
     valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
     proc = subprocess.Popen([*valgrind, *cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, env=env, cwd=cwd)
+                            stderr=subprocess.DEVNULL, env=env, cwd=cwd, bufsize=0)
     try:
         _request(proc, 0, "initialize", {
             "protocolVersion": "2025-11-25", "capabilities": {},
@@ -94,7 +98,7 @@ def _count(name: str, cmd: list[str], env: dict[str, str], cwd: str, calls: int)
         proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         tools = {t.get("name") for t in _request(proc, 1, "tools/list").get("tools", [])}
         if "echo" not in tools:
-            raise InstructionsError(f"{name}: no echo tool (listed: {sorted(tools)})")
+            raise InstructionsError(f"no echo tool (listed: {sorted(tools)})")
         for i in range(calls):
             _request(proc, i + 2, "tools/call", {"name": "echo", "arguments": {"text": "hello"}})
         proc.stdin.close()
@@ -105,7 +109,7 @@ def _count(name: str, cmd: list[str], env: dict[str, str], cwd: str, calls: int)
             proc.wait()
     found = _SUMMARY.search(out.read_bytes()) if out.exists() else None
     if found is None:
-        raise InstructionsError(f"{name}: callgrind wrote no summary")
+        raise InstructionsError("callgrind wrote no summary")
     return int(found.group(1))
 
 
@@ -137,8 +141,11 @@ def run(few: int = 50, many: int = 550, baseline: Path | None = None,
     for name, cmd in commands.items():
         if only is not None and name not in only and name != "relay":
             continue
-        env = {**base, "PYTHONPATH": _path(name, compiled, baseline)}
-        lo, hi = (_count(name, cmd, env, home, n) for n in (few, many))
+        env = {**base, "PYTHONPATH": pythonpath(name, compiled, baseline)}
+        try:
+            lo, hi = (_count(cmd, env, home, n) for n in (few, many))
+        except InstructionsError as exc:
+            raise SystemExit(f"--mcp-instructions: {name}: {exc}") from None
         per_call[name] = (hi - lo) / (many - few)
     table = Table(f"MCP tools/call, CPU instructions per call (callgrind, {many} - {few} calls)",
                   ["path", "instructions per call", "over relay"])

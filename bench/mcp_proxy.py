@@ -39,7 +39,7 @@ from typing import Any
 from bench._common import Table, percentile, scratch
 from bench.overhead import BASELINE_MARK, COMPILED_PYTHON
 
-__all__ = ["CONTENDERS", "run"]
+__all__ = ["CONTENDERS", "SOURCE", "TOY", "pythonpath", "run"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = str(ROOT / "tests" / "mcp_servers" / "toy.py")
@@ -68,7 +68,7 @@ def _commands(home: str, baseline: Path | None, compiled: bool) -> dict[str, lis
     return out
 
 
-def _path(key: str, compiled: bool, baseline: Path | None) -> str:
+def pythonpath(key: str, compiled: bool, baseline: Path | None) -> str:
     """``PYTHONPATH`` of a contender: the baseline's tree, none for the compiled wheel (its
     venv has tooltrace installed; the checkout's source would shadow it), else this checkout."""
     if key.endswith(BASELINE_MARK):
@@ -124,7 +124,7 @@ async def _measure(rounds: int, calls: int, warmup: int, baseline: Path | None
             before = set(_children())
             params = StdioServerParameters(
                 command=cmd[0], args=cmd[1:],
-                env={**env, "PYTHONPATH": _path(key, compiled, baseline)}, cwd=home)
+                env={**env, "PYTHONPATH": pythonpath(key, compiled, baseline)}, cwd=home)
             r, w = await stack.enter_async_context(stdio_client(params))
             s = await stack.enter_async_context(ClientSession(r, w))
             await asyncio.wait_for(s.initialize(), 60)
