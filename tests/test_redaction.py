@@ -850,3 +850,44 @@ def test_a_run_id_or_principal_that_became_a_secret_is_refused(tmp_path: Path) -
     assert env.status is Status.REJECTED and "run_id" in env.summary
     env = reg.call(ToolCall("ping", {}, run_id="r2", principal=who))
     assert env.status is Status.REJECTED and "principal" in env.summary
+
+
+def test_attributes_are_redacted_as_a_mapping_whether_or_not_their_verdicts_are_remembered(
+) -> None:
+    """Span attributes come with call after call: what the redactor remembers of their keys and
+    values (``is_plain_key``, ``is_clean``) gives what redacting them whole gives, and a value
+    registered later is redacted in attributes that were clean before."""
+    from tooltrace import ToolRegistry
+    from tooltrace._sanitise import clean_attributes
+
+    reg = ToolRegistry()
+    build = "0f3a9c2e4b5d6e7f8a9b0c1d2e3f4a5b"  # hex: a base64 run, decoded and scanned
+    plain = {"build.digest": build, "network.transport": "pipe", "jsonrpc.request.id": "12",
+             "retry": 3, "cached": True}
+    for _ in range(2):  # the second time from the remembered verdicts
+        assert clean_attributes(reg, plain) == plain
+    aws = "AKIA" + "Q3EGRIT5NLKW7XPA"
+    tainted = {**plain, "note": f"key {aws}", "aws_secret_access_key": "looks-harmless",
+               "mcp.session.id": "s-1", "pin_code": 1234, f"x_{aws}": "y"}
+    for _ in range(2):
+        got = clean_attributes(reg, tainted)
+        whole = reg.redactor.redact(tainted)[0]
+        assert got == {k: v for k, v in whole.items() if k in tainted}  # less the secret key
+        assert aws not in got["note"] and got["aws_secret_access_key"] != "looks-harmless"
+        assert got["mcp.session.id"] != "s-1" and len(got) == len(tainted) - 1
+        assert {k: got[k] for k in plain} == plain
+    reg.redactor.register_value(build)
+    assert clean_attributes(reg, plain)["build.digest"] != build
+    r = reg.redactor
+    assert r.is_plain_key("build.digest") and not r.is_plain_key("aws_secret_access_key")
+    assert not r.is_plain_key(f"x_{aws}")  # the key holds a secret itself
+
+
+def test_a_full_memory_of_clean_texts_starts_over() -> None:
+    """``is_clean`` remembers at most 4,096 verdicts; texts that never repeat (request ids)
+    cannot keep a later text's verdict from being remembered."""
+    r = Redactor()
+    for i in range(5000):
+        assert r.is_clean(f"request-{i}")
+    assert 0 < len(r._plain) <= 4096
+    assert r.is_clean("late-session-id") and "late-session-id" in r._plain

@@ -138,14 +138,24 @@ class Redactor:
 
     def is_clean(self, text: str) -> bool:
         """Whether ``text`` holds nothing to redact (``redact_text(text) == text``); the
-        verdict for a text of up to 128 characters is remembered until a value is registered."""
+        verdict for a text of up to 128 characters is remembered until a value is registered
+        (the last 4,096 or fewer: a full memory starts over, so texts that never repeat, such
+        as request ids, cannot keep later ones out)."""
         plain = self._plain  # taken first: a verdict reached under older rules dies with it
         verdict = plain.get(text)
         if verdict is None:
             verdict = self._redact_text(text)[0] == text
-            if len(text) <= 128 and len(plain) < 4096:
+            if len(text) <= 128:
+                if len(plain) >= 4096:
+                    plain.clear()
                 plain[text] = verdict
         return verdict
+
+    def is_plain_key(self, key: str) -> bool:
+        """Whether a mapping key leaves its value to the text rules alone: it names no secret
+        (no key rule matches it) and holds none; decided once per key, as ``redact`` does."""
+        secret, _numeric, _shown, found = self._key_info(key)
+        return not secret and not found
 
     def _redact_text(self, text: str, depth: int = 0) -> tuple[str, int]:
         if len(text) < MIN_REGISTERED_CHARS:

@@ -141,20 +141,26 @@ def check_call(reg: ToolRegistry, call: ToolCall) -> str | None:
 def clean_attributes(reg: ToolRegistry, attrs: Mapping[str, Any]) -> dict[str, str | int | bool]:
     """Extra span attributes, bounded and redacted (they reach every sink).
 
-    The mapping goes through the redactor whole, so key rules apply (a value under
+    Each attribute is redacted as a mapping's item is, so key rules apply (a value under
     ``aws_secret_access_key`` is hidden whatever it looks like) and a key that is itself a
-    secret is dropped. Values are redacted, then cut to 256 characters."""
-    picked: dict[str, Any] = {}
+    secret is dropped. The same attributes come with call after call (a transport, a server's
+    name): what was found of a key and of a short value is remembered (``is_plain_key``,
+    ``is_clean``), not scanned again. Values are redacted, then cut to 256 characters."""
+    redactor = reg.redactor
+    out: dict[str, str | int | bool] = {}
     for k, v in list(attrs.items())[:32]:
         if type(k) is not str or not _TOKEN_RE.match(k):
             continue
         # Only the first 256 characters are kept: what lies beyond 4096 cannot reach them.
-        picked[k] = v if isinstance(v, bool | int) else str(v)[:_SCANNED_CHARS]
-    red, _n = reg.redactor.redact(picked)
-    out: dict[str, str | int | bool] = {}
-    for k, v in red.items():
-        if k not in picked:  # the key held a secret: its redacted text is no attribute name
-            continue
+        v = v if isinstance(v, bool | int) else str(v)[:_SCANNED_CHARS]
+        if redactor.is_plain_key(k):
+            if type(v) is str and not redactor.is_clean(v):
+                v = redactor.redact_text(v)
+        else:
+            item, _n = redactor.redact({k: v})
+            if k not in item:  # the key held a secret: its redacted text is no attribute name
+                continue
+            v = item[k]
         if isinstance(v, str) and len(v) > _ATTRIBUTE_CHARS:
             v = v[: _ATTRIBUTE_CHARS - 3] + "..."
         out[k] = v
