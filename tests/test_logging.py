@@ -105,6 +105,30 @@ def test_console_format_and_level_from_the_environment(monkeypatch: pytest.Monke
         json.loads(line)
 
 
+def test_records_without_a_line_at_the_level_are_not_queued() -> None:
+    """Under ``error`` an ok call has no line to write, so the sink does not queue it (no work
+    on its worker either); a failed call is written, and under ``warning`` a call whose steps
+    include a warn decision is queued for its step line though its status line is info."""
+    buf = io.BytesIO()
+    sink = LoggingSink(buf, fmt="json", level="error")
+    sink.emit(make_record("read_text"))
+    sink.emit(make_record("write_text", Status.REJECTED))
+    sink.emit_late(make_record("read_text"))  # late steps are info lines
+    assert sink.depth == 0
+    failed = make_record("fetch", Status.FAILED, error_type="TimeoutError")
+    sink.emit(failed)
+    assert sink.depth == 1
+    sink.shutdown(5.0)
+    assert [(x["call_id"], x["level"]) for x in _lines(buf)] == [(failed.call_id, "error")]
+    buf = io.BytesIO()
+    sink = LoggingSink(buf, fmt="json", level="warning")
+    sink.emit(make_record("read_text"))
+    sink.emit(make_record("read_text", warn=True))
+    assert sink.depth == 1
+    sink.shutdown(5.0)
+    assert [(x["event"], x["level"]) for x in _lines(buf)] == [("tool_step", "warning")]
+
+
 def test_arguments_beat_the_environment_and_bad_values_are_typed_errors(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -151,6 +151,11 @@ class LoggingSink:
             self._stream, "encoding"
         )
         self._step_decisions = frozenset(step_decisions)
+        # Which records have a line at this level: their status line, or a step line (warning).
+        self._status_written = frozenset(
+            st for st, name in _STATUS_LEVEL.items() if _LEVELS[name] >= self.level)
+        self._steps_written = _LEVELS["warning"] >= self.level
+        self._late_written = _LEVELS["info"] >= self.level  # tool_late_step lines
         self._max_summary = max_summary_chars
         self._buffer = _LineBuffer()
         renderer: Any
@@ -187,9 +192,13 @@ class LoggingSink:
         return self._worker.depth
 
     def emit(self, record: CallRecord) -> None:
-        """Queue a finished record for writing (never blocks, never raises)."""
+        """Queue a finished record for writing (never blocks, never raises). A record none of
+        whose lines reaches the sink's level (an ``ok`` call under ``error``) is not queued."""
         try:
-            self._worker.submit(record)
+            if record.status in self._status_written or (
+                    self._steps_written
+                    and any(st.decision in self._step_decisions for st in record.steps)):
+                self._worker.submit(record)
         except Exception:
             self._worker.dropped += 1
 
@@ -200,7 +209,8 @@ class LoggingSink:
         the confirmed end state of a call first reported as ``unknown``, or a job's end.
         """
         try:
-            self._worker.submit(late)
+            if self._late_written:
+                self._worker.submit(late)
         except Exception:
             self._worker.dropped += 1
 
