@@ -285,7 +285,8 @@ async def serve_stdio(proxy: McpProxy, *, wire: tuple[int, int] | None = None,
 def _freeze_started() -> None:
     """Move what starting made (the SDK's models, the upstreams' listings, compiled schemas:
     about 100,000 objects) out of the garbage collector's reach: a full collection then scans
-    only what calls left behind instead of pausing every call for tens of milliseconds."""
+    only what calls left behind, instead of stopping the call in flight for tens of
+    milliseconds every few thousand calls."""
     gc.collect()
     gc.freeze()
     log.debug("mcp proxy: %d objects from start-up frozen out of the garbage collector",
