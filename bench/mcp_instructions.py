@@ -7,7 +7,8 @@ proxy from source or from a ``--baseline`` checkout where the timing table has t
 under ``valgrind --tool=callgrind`` twice and driven over stdio by a raw JSON-RPC client with
 ``few`` and then ``many`` calls of the toy server's ``echo``: ``(total(many) - total(few)) /
 (many - few)`` is what one call costs, start-up excluded. Every thread of the contender counts
-(the proxy's sink workers too); the toy server, a child process, does not. Every answer is
+(the proxy's sink workers too), and the main thread, where the calls are served and which sets
+their latency, is also given alone; the toy server, a child process, does not count. Every answer is
 checked: a contender whose upstream did not start (callgrind runs code about 50 times slower) is
 an error, not a fast contender. The proxy gets a configuration file that gives its upstream ten
 minutes to start.
@@ -84,10 +85,12 @@ def _request(proc: subprocess.Popen[bytes], rid: int, method: str,
     return result
 
 
-def _count(cmd: list[str], env: dict[str, str], cwd: str, calls: int) -> int:
-    """Instructions the contender executed, start to exit, serving ``calls`` calls."""
+def _count(cmd: list[str], env: dict[str, str], cwd: str, calls: int) -> tuple[int, int]:
+    """Instructions the contender executed, start to exit, serving ``calls`` calls: in all its
+    threads, and in its main thread alone (where an event loop serves the calls)."""
     out = Path(scratch("callgrind-")) / "callgrind.out"
-    valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+    valgrind = ["valgrind", "--tool=callgrind", "--separate-threads=yes",
+                f"--callgrind-out-file={out}"]
     proc = subprocess.Popen([*valgrind, *cmd], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, env=env, cwd=cwd, bufsize=0)
     try:
@@ -107,10 +110,15 @@ def _count(cmd: list[str], env: dict[str, str], cwd: str, calls: int) -> int:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    found = _SUMMARY.search(out.read_bytes()) if out.exists() else None
-    if found is None:
-        raise InstructionsError("callgrind wrote no summary")
-    return int(found.group(1))
+    # One file per thread: <out>-01 is the main thread, <out>-02 and on the others.
+    threads: dict[str, int] = {}
+    for f in out.parent.glob(out.name + "-*"):
+        found = _SUMMARY.search(f.read_bytes())
+        if found is not None:
+            threads[f.name.rsplit("-", 1)[1]] = int(found.group(1))
+    if "01" not in threads:
+        raise InstructionsError("callgrind wrote no summary of the main thread")
+    return sum(threads.values()), threads["01"]
 
 
 def check(only: set[str] | None, baseline: Path | None) -> None:
@@ -138,19 +146,22 @@ def run(few: int = 50, many: int = 550, baseline: Path | None = None,
     commands = _commands(home, baseline, compiled, config=_config(home))
     base = {"TOOLTRACE_LOG_LEVEL": "error", "TOY_TOOLS": "echo", "PATH": os.environ.get("PATH", "")}
     per_call: dict[str, float] = {}
+    main_thread: dict[str, float] = {}
     for name, cmd in commands.items():
         if only is not None and name not in only and name != "relay":
             continue
         env = {**base, "PYTHONPATH": pythonpath(name, compiled, baseline)}
         try:
-            lo, hi = (_count(cmd, env, home, n) for n in (few, many))
+            (lo, lo_main), (hi, hi_main) = (_count(cmd, env, home, n) for n in (few, many))
         except InstructionsError as exc:
             raise SystemExit(f"--mcp-instructions: {name}: {exc}") from None
         per_call[name] = (hi - lo) / (many - few)
+        main_thread[name] = (hi_main - lo_main) / (many - few)
     table = Table(f"MCP tools/call, CPU instructions per call (callgrind, {many} - {few} calls)",
-                  ["path", "instructions per call", "over relay"])
+                  ["path", "instructions per call", "in the main thread", "over relay"])
     relay = per_call["relay"]
     for name, n in per_call.items():
-        table.add(name, round(n), None if name == "relay" else round(n - relay))
+        table.add(name, round(n), round(main_thread[name]),
+                  None if name == "relay" else round(n - relay))
     table.print()
-    return {"few": few, "many": many, "per_call": per_call}
+    return {"few": few, "many": many, "per_call": per_call, "main_thread": main_thread}
