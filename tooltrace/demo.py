@@ -100,7 +100,7 @@ _SCANS_STARTED: set[str] = set()
     source="project",
     cancellable=False,
 )
-def _deploy_service(service: str, seconds: float = 0.8) -> str:
+def _deploy_service(service: str, seconds: float = 2.5) -> str:
     """Deploy a service (cannot be interrupted once started)."""
     time.sleep(seconds)
     return f"deployed {service}"
@@ -231,7 +231,10 @@ def run_demo(
         **chosen,
         hooks=[_no_env_dumps, _normalise_paths],
         approver=_approver,
-        cancel_grace_s=0.2,
+        # Long enough for a killed command to confirm it stopped on a busy machine (the deadline
+        # call ends failed, not unknown); shorter than deploy_service runs past its deadline
+        # (0.3 + 1.0 s against 2.5 s), so that call still ends unknown and resolves later.
+        cancel_grace_s=1.0,
         **(registry_options or {}),
     )
     result = DemoResult(home_path, ws)
