@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import Table, scratch
-from bench.mcp_proxy import SOURCE, TOY, pythonpath
-from bench.overhead import BASELINE_MARK, COMPILED_PYTHON
+from bench.mcp_proxy import TOY, commands, pythonpath
+from bench.overhead import COMPILED_PYTHON
 
 __all__ = ["run"]
 
@@ -48,19 +48,12 @@ def _config(home: str) -> str:
     return str(path)
 
 
-def _commands(home: str, baseline: Path | None, compiled: bool, *, config: str
+def _commands(home: str, baseline: Path | None, compiled: bool, config: str
               ) -> dict[str, list[str]]:
-    toy = [sys.executable, TOY]
-    proxy = ["-m", "tooltrace.mcp", "proxy", "--home", home, "--config", config]
-    out = {
-        "relay": [sys.executable, "-m", "bench._mcp_relays", "relay", "--", *toy],
-        "sdk": [sys.executable, "-m", "bench._mcp_relays", "sdk", "--", *toy],
-        "proxy": [str(COMPILED_PYTHON) if compiled else sys.executable, *proxy],
-    }
-    if compiled:
-        out[SOURCE] = [sys.executable, *proxy]
-    if baseline is not None:
-        out["proxy" + BASELINE_MARK] = [sys.executable, *proxy]
+    """The timing table's contenders that are a process of their own, the proxies given the
+    toy server by ``config``."""
+    out = commands(home, baseline, compiled, upstream=["--config", config])
+    del out["direct"]  # the toy server alone, the child the other counts leave out
     return out
 
 
@@ -126,7 +119,7 @@ def check(only: set[str] | None, baseline: Path | None) -> None:
     contender in ``only`` that this run does not have."""
     if shutil.which("valgrind") is None:
         raise SystemExit("--mcp-instructions needs valgrind (Debian package valgrind)")
-    names = list(_commands("", baseline, COMPILED_PYTHON.exists(), config="-"))
+    names = list(_commands("", baseline, COMPILED_PYTHON.exists(), "-"))
     unknown = sorted((only or set()) - set(names))
     if unknown:
         raise SystemExit(f"--mcp-instructions: no contender {', '.join(unknown)} here "
@@ -143,11 +136,11 @@ def run(few: int = 50, many: int = 550, baseline: Path | None = None,
         raise SystemExit("--mcp-instructions needs 0 < few < many calls")
     home = scratch("mcp-instructions-")
     compiled = COMPILED_PYTHON.exists()
-    commands = _commands(home, baseline, compiled, config=_config(home))
+    contenders = _commands(home, baseline, compiled, _config(home))
     base = {"TOOLTRACE_LOG_LEVEL": "error", "TOY_TOOLS": "echo", "PATH": os.environ.get("PATH", "")}
     per_call: dict[str, float] = {}
     main_thread: dict[str, float] = {}
-    for name, cmd in commands.items():
+    for name, cmd in contenders.items():
         if only is not None and name not in only and name != "relay":
             continue
         env = {**base, "PYTHONPATH": pythonpath(name, compiled, baseline)}

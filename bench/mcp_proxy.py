@@ -39,7 +39,7 @@ from typing import Any
 from bench._common import Table, percentile, scratch
 from bench.overhead import BASELINE_MARK, COMPILED_PYTHON
 
-__all__ = ["CONTENDERS", "SOURCE", "TOY", "pythonpath", "run"]
+__all__ = ["CONTENDERS", "SOURCE", "TOY", "commands", "pythonpath", "run"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = str(ROOT / "tests" / "mcp_servers" / "toy.py")
@@ -49,22 +49,27 @@ CONTENDERS = ("direct", "relay", "sdk", "proxy", "proxy asyncio")
 SOURCE = "proxy (from source)"
 
 
-def _commands(home: str, baseline: Path | None, compiled: bool) -> dict[str, list[str]]:
+def commands(home: str, baseline: Path | None, compiled: bool, *,
+             upstream: list[str] | None = None) -> dict[str, list[str]]:
+    """Each contender's command line, in the order measured. ``upstream``: how the proxies are
+    given the toy server (default ``--name toy -- <toy>``; a ``--config FILE`` instead leaves
+    out the proxy on the standard library's loop, which only the timing table compares)."""
     toy = [sys.executable, TOY]
-    proxy = [str(COMPILED_PYTHON) if compiled else sys.executable, "-m", "tooltrace.mcp",
-             "proxy", "--home", home]
-    from_source = [sys.executable, *proxy[1:]]
+    args = upstream or ["--name", "toy", "--", *toy]
+    proxy = ["-m", "tooltrace.mcp", "proxy", "--home", home]
+    main = [str(COMPILED_PYTHON) if compiled else sys.executable, *proxy]
     out = {
         "direct": toy,
         "relay": [sys.executable, "-m", "bench._mcp_relays", "relay", "--", *toy],
         "sdk": [sys.executable, "-m", "bench._mcp_relays", "sdk", "--", *toy],
-        "proxy": [*proxy, "--name", "toy", "--", *toy],
-        "proxy asyncio": [*proxy, "--loop", "asyncio", "--name", "toy", "--", *toy],
+        "proxy": [*main, *args],
     }
+    if upstream is None:
+        out["proxy asyncio"] = [*main, "--loop", "asyncio", *args]
     if compiled:
-        out[SOURCE] = [*from_source, "--name", "toy", "--", *toy]
+        out[SOURCE] = [sys.executable, *proxy, *args]
     if baseline is not None:
-        out["proxy" + BASELINE_MARK] = [*from_source, "--name", "toy", "--", *toy]
+        out["proxy" + BASELINE_MARK] = [sys.executable, *proxy, *args]
     return out
 
 
@@ -114,13 +119,13 @@ async def _measure(rounds: int, calls: int, warmup: int, baseline: Path | None
     home = scratch("mcp-bench-")  # also every process's working directory: not the checkout
     env = {"TOOLTRACE_LOG_LEVEL": "error", "TOY_TOOLS": "echo", "PATH": os.environ.get("PATH", "")}
     compiled = COMPILED_PYTHON.exists()
-    commands = _commands(home, baseline, compiled)
-    times: dict[str, list[float]] = {k: [] for k in commands}
+    contenders = commands(home, baseline, compiled)
+    times: dict[str, list[float]] = {k: [] for k in contenders}
     cpu: dict[str, float] = {}
     async with contextlib.AsyncExitStack() as stack:
         sessions: dict[str, Any] = {}
         pids: dict[str, int | None] = {}
-        for key, cmd in commands.items():
+        for key, cmd in contenders.items():
             before = set(_children())
             params = StdioServerParameters(
                 command=cmd[0], args=cmd[1:],
@@ -134,7 +139,7 @@ async def _measure(rounds: int, calls: int, warmup: int, baseline: Path | None
         for s in sessions.values():
             for _ in range(warmup):
                 await s.call_tool("echo", {"text": "warm"})
-        used = {k: 0.0 for k in commands}
+        used = {k: 0.0 for k in contenders}
         for _ in range(rounds):
             for key, s in sessions.items():
                 out = times[key]
@@ -144,7 +149,7 @@ async def _measure(rounds: int, calls: int, warmup: int, baseline: Path | None
                     await s.call_tool("echo", {"text": "hello"})
                     out.append(time.perf_counter() - t0)
                 used[key] += _cpu_s(pids[key]) - c0
-        cpu = {k: used[k] / (rounds * calls) for k in commands}
+        cpu = {k: used[k] / (rounds * calls) for k in contenders}
     return times, cpu
 
 
