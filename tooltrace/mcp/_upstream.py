@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..redaction import default_redactor
 from ._config import ServerConfig
 from ._errors import (
+    UpstreamError,
     UpstreamExited,
     UpstreamProtocolError,
     UpstreamRPCError,
@@ -283,10 +284,12 @@ class Upstream:
         session, broken, fast = self._session, self._broken, self._fast
         if session is None:
             raise UpstreamUnavailable(f"server {self.label} is not running")
+        if fast is not None:
+            return await self._call_fast(fast, session, broken, name, arguments, meta, progress,
+                                         start, wait_s, suspect_after_s)
         call = asyncio.ensure_future(session.call_tool(
             name, dict(arguments), meta=dict(meta) if meta else None,  # type: ignore[arg-type]
-            progress_callback=progress) if fast is None else fast.call(
-            session, str(self.protocol_version), name, arguments, meta=meta, progress=progress))
+            progress_callback=progress))
         stop = asyncio.ensure_future(broken.wait())
         suspect = False
         try:
@@ -317,13 +320,59 @@ class Upstream:
             raise self._map_error(exc) from None
         call.cancel()
         if stop in done:
-            if self._broken_reason == "protocol":
-                raise UpstreamProtocolError(
-                    f"server {self.label} wrote a line that is not JSON-RPC; it is restarted")
-            raise UpstreamExited(f"server {self.label} exited during the call; it is restarted")
+            raise self._ended()
         self._break("hung")
         raise UpstreamTimeout(
             f"server {self.label} did not answer within {wait_s:g} s; it is restarted")
+
+    async def _call_fast(self, fast: FastCalls, session: ClientSession, broken: asyncio.Event,
+                         name: str, arguments: Mapping[str, Any],
+                         meta: Mapping[str, Any] | None, progress: Any, start: float,
+                         wait_s: float, suspect_after_s: float | None) -> mt.CallToolResult:
+        """``call`` on the fast path, awaited in the caller's own task: the connection's end
+        fails the request (``FastCalls.close``), so only the two deadlines need timers."""
+        suspect = False
+
+        def mark_suspect() -> None:
+            nonlocal suspect
+            suspect = True
+            self._ready.clear()
+
+        now = time.monotonic()
+        marker = (asyncio.get_running_loop().call_later(
+            max(0.0, start + suspect_after_s - now), mark_suspect)
+            if suspect_after_s is not None and suspect_after_s < wait_s else None)
+        answered = False
+        try:
+            async with asyncio.timeout(max(0.0, start + wait_s - now)):
+                result = await fast.call(session, str(self.protocol_version), name, arguments,
+                                         meta=meta, progress=progress)
+            answered = True
+        except TimeoutError:
+            self._break("hung")
+            raise UpstreamTimeout(
+                f"server {self.label} did not answer within {wait_s:g} s; it is restarted"
+            ) from None
+        except Exception as exc:
+            answered = True
+            code = getattr(getattr(exc, "error", None), "code", None)
+            if code == _CONNECTION_CLOSED and broken.is_set():
+                raise self._ended() from None  # the connection ended under the call
+            raise self._map_error(exc) from None
+        finally:
+            if marker is not None:
+                marker.cancel()
+            if suspect and answered and not broken.is_set():
+                self._ready.set()  # it answered late after all: not hung
+        self._served = True
+        return result
+
+    def _ended(self) -> UpstreamError:
+        """The error of a call the connection's end cut short."""
+        if self._broken_reason == "protocol":
+            return UpstreamProtocolError(
+                f"server {self.label} wrote a line that is not JSON-RPC; it is restarted")
+        return UpstreamExited(f"server {self.label} exited during the call; it is restarted")
 
     def _map_error(self, exc: BaseException) -> Exception:
         code = getattr(getattr(exc, "error", None), "code", None)
