@@ -83,24 +83,34 @@ class _DenyTools:
 
 
 async def _until_cancelled(ctx: CallContext, work: Any) -> Any:
-    """Await ``work``; a cancel of the call (not its deadline: the upstream gets its grace)
-    cancels the upstream request, which the SDK passes on as ``notifications/cancelled``."""
-    task = asyncio.ensure_future(work)
+    """Await ``work`` in this task; a cancel of the call (not its deadline: the upstream gets
+    its grace) cancels it there, and the upstream request is cancelled as the SDK's is
+    (``notifications/cancelled``)."""
+    task = asyncio.current_task()
+    assert task is not None
     loop = asyncio.get_running_loop()
+    waiting = True
+
+    def cancel() -> None:
+        if waiting:  # not once the work is over: the rest of this task is not the request
+            task.cancel()
 
     def on_signal(reason: str) -> None:
         if reason == "cancel":
-            loop.call_soon_threadsafe(task.cancel)
+            loop.call_soon_threadsafe(cancel)
 
     ctx.on_cancel(on_signal)
     try:
-        return await task
+        return await work
     except asyncio.CancelledError:
-        if not task.cancelled() or ctx.reason != "cancel":
+        if ctx.reason != "cancel":
             raise
+        task.uncancel()
         raise UpstreamCancelled(
             "the call was cancelled; the server was told, but cannot confirm it stopped"
         ) from None
+    finally:
+        waiting = False
 
 
 class McpProxy:
