@@ -878,6 +878,16 @@ def test_attributes_are_redacted_as_a_mapping_whether_or_not_their_verdicts_are_
         assert {k: got[k] for k in plain} == plain
     reg.redactor.register_value(build)
     assert clean_attributes(reg, plain)["build.digest"] != build
+    reg.redactor = Redactor()  # another redactor, other rules: nothing remembered carries over
+    assert clean_attributes(reg, plain) == plain
+    reg.redactor = r = Redactor(extra_values=["pipe-secret"])
+    assert clean_attributes(reg, {"network.transport": "pipe-secret"}) == {
+        "network.transport": r.redact_text("pipe-secret")}
+    for i in range(5000):  # request ids never repeat: a full memory starts over
+        assert clean_attributes(reg, {"jsonrpc.request.id": f"r-{i}"}) == {
+            "jsonrpc.request.id": f"r-{i}"}
+    assert 0 < len(reg._attributes.for_redactor(r)) <= 4096
+    reg.redactor.register_value(build)
     r = reg.redactor
     assert r.is_plain_key("build.digest") and not r.is_plain_key("aws_secret_access_key")
     assert not r.is_plain_key(f"x_{aws}")  # the key holds a secret itself

@@ -35,6 +35,7 @@ from ._ids import CLOCK_SKEW_S, id_prefix, new_run_id
 from ._listing import ToolListing, tool_listing
 from ._principals import RunPrincipals
 from ._record import redact_detail
+from ._sanitise import AttributeMemo
 from ._stages import RawCall
 from ._statuses import StatusTable
 from ._tooltable import Resolution, ToolTable, Visibility, make_entry
@@ -177,6 +178,7 @@ class ToolRegistry:
         self._cancelled_runs: set[str] = set()
         self._cancel_early: dict[str, None] = {}
         self._statuses = StatusTable()
+        self._attributes = AttributeMemo()
         self._allow = AllowDetails()
         self._emit_late_fn = self._emit_late  # bound once, shared by every call's context
         self._shutdown_callbacks: list[Callable[[float], None]] = []

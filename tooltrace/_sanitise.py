@@ -22,9 +22,10 @@ from .envelope import Stage, StepName, ToolCall
 from .exceptions import MalformedCallError
 
 if TYPE_CHECKING:
+    from ._redactor import Redactor
     from ._registry import ToolRegistry
 
-__all__ = ["check_call", "clean_attributes", "sanitise"]
+__all__ = ["AttributeMemo", "check_call", "clean_attributes", "sanitise"]
 
 _uuid7 = uuid_utils.uuid7
 _UUID_RE = re.compile(
@@ -143,30 +144,75 @@ def clean_attributes(reg: ToolRegistry, attrs: Mapping[str, Any]) -> dict[str, s
 
     Each attribute is redacted as a mapping's item is, so key rules apply (a value under
     ``aws_secret_access_key`` is hidden whatever it looks like) and a key that is itself a
-    secret is dropped. The same attributes come with call after call (a transport, a server's
-    name): what was found of a key and of a short value is remembered (``is_plain_key``,
-    ``is_clean``), not scanned again. Values are redacted, then cut to 256 characters."""
+    secret is dropped. Values are redacted, then cut to 256 characters. The same attributes
+    come with call after call (a transport, a server's name): what became of a key with a
+    short text value is remembered (``AttributeMemo``), not worked out again."""
     redactor = reg.redactor
+    memo = reg._attributes.for_redactor(redactor)
     out: dict[str, str | int | bool] = {}
     for k, v in list(attrs.items())[:32]:
-        if type(k) is not str or not _TOKEN_RE.match(k):
-            continue
-        # Only the first 256 characters are kept: what lies beyond 4096 cannot reach them.
-        v = v if isinstance(v, bool | int) else str(v)[:_SCANNED_CHARS]
-        if redactor.is_plain_key(k):
-            if type(v) is str and not redactor.is_clean(v):
-                v = redactor.redact_text(v)
-        else:
-            item, _n = redactor.redact({k: v})
-            if k not in item:  # the key held a secret: its redacted text is no attribute name
+        short = type(v) is str and len(v) <= _REMEMBERED_CHARS
+        if short:
+            got = memo.get((k, v), _UNSEEN)
+            if got is not _UNSEEN:
+                if got is not _DROPPED:
+                    out[k] = got
                 continue
-            v = item[k]
-        if isinstance(v, str) and len(v) > _ATTRIBUTE_CHARS:
-            v = v[: _ATTRIBUTE_CHARS - 3] + "..."
-        out[k] = v
+        cleaned = _clean_attribute(redactor, k, v)
+        if short:
+            if len(memo) >= _REMEMBERED:
+                memo.clear()
+            memo[(k, v)] = cleaned
+        if cleaned is not _DROPPED:
+            out[k] = cleaned
     return out
 
 
+def _clean_attribute(redactor: Redactor, k: Any, v: Any) -> Any:
+    """One attribute's value as recorded, or ``_DROPPED`` (a key that is no attribute name
+    or holds a secret)."""
+    if type(k) is not str or not _TOKEN_RE.match(k):
+        return _DROPPED
+    # Only the first 256 characters are kept: what lies beyond 4096 cannot reach them.
+    v = v if isinstance(v, bool | int) else str(v)[:_SCANNED_CHARS]
+    if redactor.is_plain_key(k):
+        if type(v) is str and not redactor.is_clean(v):
+            v = redactor.redact_text(v)
+    else:
+        item, _n = redactor.redact({k: v})
+        if k not in item:  # the key held a secret: its redacted text is no attribute name
+            return _DROPPED
+        v = item[k]
+    if isinstance(v, str) and len(v) > _ATTRIBUTE_CHARS:
+        v = v[: _ATTRIBUTE_CHARS - 3] + "..."
+    return v
+
+
+class AttributeMemo:
+    """What ``clean_attributes`` made of each ``(key, short text value)`` it saw, under one
+    redactor's rules: forgotten when the registry's redactor is replaced or a secret is
+    registered with it (``Redactor.generation``), and when full (4,096 entries: values that
+    never repeat, such as request ids, cannot keep the others out for long)."""
+
+    __slots__ = ("_generation", "_redactor", "_seen")
+
+    def __init__(self) -> None:
+        self._redactor: Redactor | None = None
+        self._generation = -1
+        self._seen: dict[tuple[Any, str], Any] = {}
+
+    def for_redactor(self, redactor: Redactor) -> dict[tuple[Any, str], Any]:
+        """The remembered values, valid for ``redactor`` as it is now."""
+        if redactor is not self._redactor or redactor.generation != self._generation:
+            self._seen = {}
+            self._redactor, self._generation = redactor, redactor.generation
+        return self._seen
+
+
+_UNSEEN = object()
+_DROPPED = object()
+_REMEMBERED = 4096
+_REMEMBERED_CHARS = 128
 _ATTRIBUTE_CHARS = 256
 _SCANNED_CHARS = 4096
 
