@@ -23,7 +23,7 @@ from typing import Any
 
 from mypy_extensions import mypyc_attr
 
-from . import _build, _settings
+from . import _build, _sanitise, _settings
 from ._admission import Admission
 from ._approvals import ApprovalCache
 from ._authorize import AllowDetails
@@ -35,7 +35,6 @@ from ._ids import CLOCK_SKEW_S, id_prefix, new_run_id
 from ._listing import ToolListing, tool_listing
 from ._principals import RunPrincipals
 from ._record import redact_detail
-from ._sanitise import AttributeMemo
 from ._stages import RawCall
 from ._statuses import StatusTable
 from ._tooltable import Resolution, ToolTable, Visibility, make_entry
@@ -178,13 +177,12 @@ class ToolRegistry:
         self._cancelled_runs: set[str] = set()
         self._cancel_early: dict[str, None] = {}
         self._statuses = StatusTable()
-        self._attributes = AttributeMemo()
+        self._attributes = _sanitise.AttributeMemo()
         self._allow = AllowDetails()
         self._emit_late_fn = self._emit_late  # bound once, shared by every call's context
         self._shutdown_callbacks: list[Callable[[float], None]] = []
         self._closed = False
-        # What records show instead of host paths (see tooltrace._record.scrub).
-        self._root_text = str(self.workspace.root)
+        self._root_text = str(self.workspace.root)  # records show these for host paths (scrub)
         self._home_text = str(self.home.resolve())
         self._made_texts: dict[str, tuple[Redactor, int, str]] = {}  # see _record.scrub_made
         for sink in sinks:

@@ -34,7 +34,7 @@ from ..tool import NAME_RE, Capability, Effect, ToolDefinition
 from ._backchannel import Backchannel
 from ._clients import ClientUpstreams
 from ._config import ProxyConfig, resolve_approver, resolve_hooks, resolve_rules
-from ._errors import UpstreamCancelled, UpstreamToolError
+from ._errors import UpstreamToolError
 from ._filepolicy import proxy_policy
 from ._identity import PrincipalRuns
 from ._network import PrivateNetworkRule, allow_lists
@@ -43,7 +43,7 @@ from ._protocol import Forwarder
 from ._reports import Collision, ProxyReport, ServerReport, ToolReport
 from ._results import HeldResult, _error_text, proxied_result, shape_result
 from ._telemetry import ProxyTelemetry, clock, mark_error
-from ._upstream import Upstream
+from ._upstream import Upstream, until_cancelled
 
 if TYPE_CHECKING:
     import mcp.types as mt
@@ -80,37 +80,6 @@ class _DenyTools:
             return PolicyDecision(Verdict.DENY, self.name,
                                   f"{request.tool.name} is denied by the proxy configuration")
         return None
-
-
-async def _until_cancelled(ctx: CallContext, work: Any) -> Any:
-    """Await ``work`` in this task; a cancel of the call (not its deadline: the upstream gets
-    its grace) cancels it there, and the upstream request is cancelled as the SDK's is
-    (``notifications/cancelled``)."""
-    task = asyncio.current_task()
-    assert task is not None
-    loop = asyncio.get_running_loop()
-    waiting = True
-
-    def cancel() -> None:
-        if waiting:  # not once the work is over: the rest of this task is not the request
-            task.cancel()
-
-    def on_signal(reason: str) -> None:
-        if reason == "cancel":
-            loop.call_soon_threadsafe(cancel)
-
-    ctx.on_cancel(on_signal)
-    try:
-        return await work
-    except asyncio.CancelledError:
-        if ctx.reason != "cancel":
-            raise
-        task.uncancel()
-        raise UpstreamCancelled(
-            "the call was cancelled; the server was told, but cannot confirm it stopped"
-        ) from None
-    finally:
-        waiting = False
 
 
 class McpProxy:
@@ -363,7 +332,7 @@ class McpProxy:
             with self.backchannel.serving_current(key), tel.client_span(
                     label, "tools/call", upstream_name, meta) as span:
                 try:
-                    res = await _until_cancelled(ctx, up.call(
+                    res = await until_cancelled(ctx, up.call(
                         upstream_name, arguments, meta=meta or None,
                         wait_s=left + grace + 0.25, suspect_after_s=left, progress=progress))
                 except BaseException as exc:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..redaction import default_redactor
 from ._config import ServerConfig
 from ._errors import (
+    UpstreamCancelled,
     UpstreamError,
     UpstreamExited,
     UpstreamProtocolError,
@@ -36,7 +37,9 @@ if TYPE_CHECKING:
     import mcp.types as mt
     from mcp import ClientSession
 
-__all__ = ["Upstream"]
+    from ..runtime import CallContext
+
+__all__ = ["Upstream", "until_cancelled"]
 
 log = logging.getLogger("tooltrace.mcp")
 
@@ -456,3 +459,33 @@ def _describe(exc: BaseException) -> str:
     code = getattr(getattr(exc, "error", None), "code", None)
     return type(exc).__name__ + (f" {code}" if code is not None else "")
 
+
+async def until_cancelled(ctx: CallContext, work: Any) -> Any:
+    """Await ``work`` in this task; a cancel of the call (not its deadline: the upstream gets
+    its grace) cancels it there, and the upstream request is cancelled as the SDK's is
+    (``notifications/cancelled``)."""
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    waiting = True
+
+    def cancel() -> None:
+        if waiting:  # not once the work is over: the rest of this task is not the request
+            task.cancel()
+
+    def on_signal(reason: str) -> None:
+        if reason == "cancel":
+            loop.call_soon_threadsafe(cancel)
+
+    ctx.on_cancel(on_signal)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if ctx.reason != "cancel":
+            raise
+        task.uncancel()
+        raise UpstreamCancelled(
+            "the call was cancelled; the server was told, but cannot confirm it stopped"
+        ) from None
+    finally:
+        waiting = False
