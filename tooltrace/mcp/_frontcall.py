@@ -33,7 +33,7 @@ import orjson
 if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
 
-__all__ = ["FRONT_PROGRESS", "FrontCalls"]
+__all__ = ["FRONT_CANCEL", "FRONT_PROGRESS", "FrontCalls"]
 
 log = logging.getLogger("tooltrace.mcp")
 
@@ -42,6 +42,12 @@ Write = Callable[[bytes], Coroutine[Any, Any, None]]
 #: Where the progress of the ``tools/call`` this task serves goes, when the fast path serves it:
 #: an object with the SDK session's ``send_progress_notification`` (None elsewhere).
 FRONT_PROGRESS: ContextVar[Any] = ContextVar("tooltrace_front_progress", default=None)
+#: Where the handler of the ``tools/call`` this task serves, on the fast path, puts how to cancel
+#: its call (None elsewhere). With one there, a client's cancel or the end of stdin runs it
+#: instead of cancelling the task: the call ends by tooltrace's cancel contract and its record
+#: is complete, with no task of its own needed to shield it from the cancel.
+FRONT_CANCEL: ContextVar[list[Callable[[], object]] | None] = ContextVar(
+    "tooltrace_front_cancel", default=None)
 
 _CALL = b'"tools/call"'
 _CANCEL = b'"notifications/cancelled"'
@@ -59,7 +65,7 @@ class FrontCalls:
         self._server: Server[Any] | None = None
         self._ctx: Any = None  # the context of the client's notifications/initialized
         self._write: Write | None = None
-        self._tasks: dict[Any, asyncio.Task[None]] = {}
+        self._calls: dict[Any, _Call] = {}
         self._cancelled: set[Any] = set()
         #: ``tools/call`` requests served here rather than by the SDK's server.
         self.calls = 0
@@ -105,16 +111,19 @@ class FrontCalls:
         if method != "tools/call" or not _request_id(rid):
             return False
         key = _key(rid)
-        return key not in self._tasks and self._start(rid, key, msg.get("params"))
+        return key not in self._calls and self._start(rid, key, msg.get("params"))
 
     def _cancel(self, params: Any) -> bool:
         rid = params.get("requestId") if isinstance(params, dict) else None
         key = _key(rid) if _request_id(rid) else None
-        task = self._tasks.get(key)
-        if task is None:
+        call = self._calls.get(key)
+        if call is None:
             return False
         self._cancelled.add(key)
-        task.cancel()
+        if call.cancel:
+            call.cancel[0]()
+        else:
+            call.task.cancel()
         return True
 
     def _start(self, rid: Any, key: Any, params: Any) -> bool:
@@ -138,17 +147,22 @@ class FrontCalls:
             return False
         ctx = dataclasses.replace(self._ctx, method="tools/call", params=params, request_id=rid,
                                   meta=meta)
+        cancel: list[Callable[[], object]] = []
         task = asyncio.get_running_loop().create_task(
-            self._serve(ctx, key, server.middleware, entry.handler, typed))
-        self._tasks[key] = task
-        task.add_done_callback(lambda _t: self._tasks.pop(key, None))
+            self._serve(ctx, key, server.middleware, entry.handler, typed, cancel))
+        self._calls[key] = _Call(task, rid, cancel)
+        task.add_done_callback(lambda _t: self._forget(key))
         self.calls += 1
         return True
+
+    def _forget(self, key: Any) -> None:
+        self._calls.pop(key, None)
+        self._cancelled.discard(key)
 
     # -- one call --------------------------------------------------------------------------
 
     async def _serve(self, ctx: Any, key: Any, middlewares: list[Any], handler: Any,
-                     typed: Any) -> None:
+                     typed: Any, cancel: list[Callable[[], object]]) -> None:
         import mcp.types as mt
         from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
         from mcp_types import methods
@@ -157,6 +171,7 @@ class FrontCalls:
 
         version = str(ctx.protocol_version)
         FRONT_PROGRESS.set(self)  # this task's: the call's progress goes out as its answer does
+        FRONT_CANCEL.set(cancel)
 
         async def inner(c: Any) -> Any:
             result = await handler(c, typed)
@@ -185,7 +200,6 @@ class FrontCalls:
             message = _response(rid, result)
         except asyncio.CancelledError:
             if key in self._cancelled:  # the client cancelled it: no answer (as the SDK)
-                self._cancelled.discard(key)
                 return
             await self._send(mt.JSONRPCError(jsonrpc="2.0", id=rid, error=mt.ErrorData(
                 code=CONNECTION_CLOSED, message="Connection closed")))
@@ -196,8 +210,7 @@ class FrontCalls:
                 log.error("mcp proxy: internal error answering a call", exc_info=True)
                 error = mt.ErrorData(code=INTERNAL_ERROR, message="Internal error")
             message = mt.JSONRPCError(jsonrpc="2.0", id=rid, error=error)
-        if key in self._cancelled:
-            self._cancelled.discard(key)
+        if key in self._cancelled:  # cancelled (or answered when stdin ended): no answer
             return
         await self._send(message)
 
@@ -224,12 +237,35 @@ class FrontCalls:
             log.debug("mcp proxy: an answer could not be written (the client is gone)")
 
     async def aclose(self) -> None:
-        """Reading ended: calls still running end as the SDK's do (``CONNECTION_CLOSED``)."""
-        tasks = list(self._tasks.values())
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        """Reading ended: calls still running end as the SDK's do (``CONNECTION_CLOSED``).
+
+        A call whose handler said how to cancel it is answered at once and cancelled by
+        tooltrace's contract; it finishes its record on its own (``FRONT_CANCEL``)."""
+        import mcp.types as mt
+        from mcp_types.jsonrpc import CONNECTION_CLOSED
+
+        waited = []
+        for key, call in list(self._calls.items()):
+            if not call.cancel:
+                call.task.cancel()
+                waited.append(call.task)
+            elif key not in self._cancelled:
+                self._cancelled.add(key)
+                call.cancel[0]()
+                await self._send(mt.JSONRPCError(jsonrpc="2.0", id=call.rid, error=mt.ErrorData(
+                    code=CONNECTION_CLOSED, message="Connection closed")))
+        if waited:
+            await asyncio.gather(*waited, return_exceptions=True)
+
+
+@dataclasses.dataclass(slots=True)
+class _Call:
+    """One ``tools/call`` served here: its task, its request id as sent, and how to cancel it
+    (filled by its handler through ``FRONT_CANCEL``; empty: cancel the task)."""
+
+    task: asyncio.Task[None]
+    rid: Any
+    cancel: list[Callable[[], object]]
 
 
 def _response(rid: Any, result: dict[str, Any]) -> Any:

@@ -22,7 +22,7 @@ from .._settings import resolve_home
 from ..exceptions import ConfigurationError
 from ._backchannel import Backchannel, ClientRequest
 from ._config import ProxyConfig
-from ._frontcall import FRONT_PROGRESS, FrontCalls
+from ._frontcall import FRONT_CANCEL, FRONT_PROGRESS, FrontCalls
 from ._identity import session_principal
 from ._progress import ProgressRelay, progress_token
 from ._proxy import McpProxy
@@ -73,10 +73,15 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
         try:
             if token is not None:  # the client asked for progress: relay this call's
                 relay.watch(call_id, FRONT_PROGRESS.get() or ctx.session, token, ctx.request_id)
-            task = asyncio.ensure_future(proxy.call_tool(
+            call = proxy.call_tool(
                 params.name, params.arguments, attributes=attrs, call_id=call_id,
                 client=(ctx.session, ctx.request_id),
-                principal=session_principal(ctx, proxy.config.principal_header)))
+                principal=session_principal(ctx, proxy.config.principal_header))
+            front_cancel = FRONT_CANCEL.get()
+            if front_cancel is not None:  # the fast path cancels by calling this, not the task
+                front_cancel.append(lambda: proxy.registry.cancel_call(call_id, wait=False))
+                return await call
+            task = asyncio.ensure_future(call)
             try:
                 return await asyncio.shield(task)
             except asyncio.CancelledError:
