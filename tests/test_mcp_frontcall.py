@@ -90,7 +90,9 @@ def _call(rid: Any, name: str, arguments: Any, **extra: Any) -> dict[str, Any]:
             "params": {"name": name, "arguments": arguments, **extra}}
 
 
-# Requests answered by both paths: ok, a tool error, an unknown tool, bad params, a bad name.
+# Requests answered by both paths: ok, a tool error, an unknown tool, bad params, a bad name,
+# no arguments, a field no revision declares (checked by the SDK then, as any shape beyond a
+# name and arguments is) and a bad one a revision does declare.
 REQUESTS: list[Any] = [
     _call(1, "echo", {"text": "héllo \u2028 \"quoted\""}),
     _call("s-2", "fail", {"reason": "no"}),
@@ -101,6 +103,9 @@ REQUESTS: list[Any] = [
                                                                    "arguments": "x"}},
     _call(7, "echo", {"text": "meta"}, _meta={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16
                                               + "-01"}),
+    _call(8, "echo", None),
+    _call(9, "echo", {"text": "extra"}, color="blue"),
+    _call(10, "echo", {"text": "task"}, task="soon"),
 ]
 _CALL_ID = re.compile(rb'"tooltrace/call_id":"[^"]*"')
 
@@ -122,11 +127,14 @@ def test_fast_path_answers_byte_for_byte_as_the_sdk(tmp_path: Path) -> None:
     fast = _answers(config, front)
     sdk = _answers(config, _NoFront())
     assert fast == sdk
-    assert front.calls == 4  # the valid requests (3: an unknown tool) took the fast path
+    assert front.calls == 6  # the valid requests (3: an unknown tool) took the fast path
+    assert json.loads(fast[7])["result"]["isError"]  # no arguments: echo's schema refuses
+    assert json.loads(fast[8])["result"]["content"][0]["text"] == "toy:extra"
+    assert json.loads(fast[9])["error"]["code"] == -32602  # task: not an object
     assert json.loads(fast[2])["error"]["code"] == -32602  # the unknown tool
     assert json.loads(fast[0])["result"]["content"][0]["text"] == 'toy:héllo \u2028 "quoted"'
     rows = audit_rows(tmp_path / "home")
-    assert sorted(r["tool"] for r in rows.values()).count("echo") == 4  # both paths audited
+    assert sorted(r["tool"] for r in rows.values()).count("echo") == 8  # both paths audited
 
 
 def test_a_call_before_initialize_is_the_sdks_to_answer(tmp_path: Path) -> None:

@@ -127,7 +127,6 @@ class FrontCalls:
         return True
 
     def _start(self, rid: Any, key: Any, params: Any) -> bool:
-        import mcp.types as mt
         from mcp_types import methods
 
         if not isinstance(params, dict):
@@ -139,12 +138,13 @@ class FrontCalls:
         if entry is None or "tools/call" in server.cache_hints:
             return False
         try:  # the SDK's checks, in its order; a refusal is the SDK's to word
-            methods.validate_client_request("tools/call", version, params)
+            if not _plain(params):  # (a name and arguments alone pass the first at any version)
+                methods.validate_client_request("tools/call", version, params)
             typed = entry.params_type.model_validate(params, by_name=False)
-            meta = (mt.RequestParams.model_validate(params, by_name=False).meta
-                    if "_meta" in params else None)
         except Exception:
             return False
+        # The SDK reads _meta as RequestParams does: the same field as the typed params'.
+        meta = typed.meta if "_meta" in params else None
         ctx = dataclasses.replace(self._ctx, method="tools/call", params=params, request_id=rid,
                                   meta=meta)
         cancel: list[Callable[[], object]] = []
@@ -298,6 +298,17 @@ def _coerce() -> Callable[[Any], Any]:
     from mcp.shared.dispatcher import coerce_request_id
 
     return coerce_request_id
+
+
+_PLAIN_KEYS = frozenset(("name", "arguments"))
+
+
+def _plain(params: dict[str, Any]) -> bool:
+    """Whether ``params`` are a tool's name and a JSON object of arguments (or none) and
+    nothing else: what every handshake-era revision's ``CallToolRequestParams`` accepts."""
+    args = params.get("arguments")
+    return (params.keys() <= _PLAIN_KEYS and type(params.get("name")) is str
+            and (args is None or type(args) is dict))
 
 
 def _request_id(value: Any) -> bool:
