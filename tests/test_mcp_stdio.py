@@ -18,29 +18,9 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from support.components import extra, require_module
 
-from tooltrace.mcp._stdio import LineTooLong, lines
 
 REPO = Path(__file__).resolve().parent.parent
 TOY = str(REPO / "tests" / "mcp_servers" / "toy.py")
-
-
-async def _collect(chunks: list[bytes], max_bytes: int = 1 << 20) -> list[bytes]:
-    async def source() -> AsyncIterator[bytes]:
-        for c in chunks:
-            yield c
-
-    return [line async for line in lines(source(), max_bytes)]
-
-
-def test_lines_join_chunks_and_skip_blank_lines() -> None:
-    got = asyncio.run(_collect([b'{"a":', b'1}\n\n  \n{"b"', b':2}\n{"c":3', b"}\n", b"tail"]))
-    assert got == [b'{"a":1}', b'{"b":2}', b'{"c":3}']  # an unfinished last line is not a line
-
-
-def test_a_line_longer_than_the_limit_is_refused() -> None:
-    with pytest.raises(LineTooLong):
-        asyncio.run(_collect([b"x" * 40, b"y" * 40], max_bytes=64))
-    assert asyncio.run(_collect([b"x" * 60 + b"\n"], max_bytes=64)) == [b"x" * 60]
 
 
 def test_stray_stdout_output_goes_to_stderr_not_to_the_wire(tmp_path: Path) -> None:

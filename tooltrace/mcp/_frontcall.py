@@ -21,6 +21,7 @@ needed to route them. Everything else is the SDK's.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import functools
 import logging
@@ -65,6 +66,7 @@ class FrontCalls:
         self._server: Server[Any] | None = None
         self._ctx: Any = None  # the context of the client's notifications/initialized
         self._write: Write | None = None
+        self._context: contextvars.Context | None = None
         self._calls: dict[Any, _Call] = {}
         self._cancelled: set[Any] = set()
         #: ``tools/call`` requests served here rather than by the SDK's server.
@@ -87,8 +89,10 @@ class FrontCalls:
 
     def bind(self, write: Write) -> None:
         """Answers go out through ``write`` (one whole line at a time, on the transport the
-        SDK's messages go out on)."""
+        SDK's messages go out on). The calls' tasks start in a copy of the context this is
+        called in (the stdio reader offers lines from the event loop's callbacks)."""
         self._write = write
+        self._context = contextvars.copy_context()
 
     # -- the reader's side -----------------------------------------------------------------
 
@@ -144,12 +148,13 @@ class FrontCalls:
         except Exception:
             return False
         # The SDK reads _meta as RequestParams does: the same field as the typed params'.
-        meta = typed.meta if "_meta" in params else None
+        meta = getattr(typed, "meta", None) if "_meta" in params else None
         ctx = dataclasses.replace(self._ctx, method="tools/call", params=params, request_id=rid,
                                   meta=meta)
         cancel: list[Callable[[], object]] = []
         task = asyncio.get_running_loop().create_task(
-            self._serve(ctx, key, server.middleware, entry.handler, typed, cancel))
+            self._serve(ctx, key, server.middleware, entry.handler, typed, cancel),
+            context=self._context.copy() if self._context is not None else None)
         self._calls[key] = _Call(task, rid, cancel)
         task.add_done_callback(lambda _t: self._forget(key))
         self.calls += 1

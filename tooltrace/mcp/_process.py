@@ -4,9 +4,10 @@ the connection's fast ``tools/call`` path (``_fastcall``).
 Unlike the SDK's ``stdio_client``, the transport reports a non-JSON-RPC line or the end of
 stdout at once (without logging the line: it is untrusted output), and stops a server that was
 declared broken (hung, garbage) by killing its process group instead of waiting for it to notice
-its closed stdin. The pipes are asyncio's own streams: a line is written in one transport write
-and waits only while the pipe is full (anyio's stream wrapper would add two cancellation
-checkpoints, one a full turn of the event loop, to every request).
+its closed stdin. A line is written in one transport write and waits only while the pipe is
+full (anyio's stream wrapper would add two cancellation checkpoints, one a full turn of the event
+loop, to every request); stdout is a pipe of the proxy's own, split into lines as it arrives
+(``_lines``), so an answer to a fast-path call wakes its caller with no reader task between.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from ._fastcall import FastCalls
-from ._stdio import CHUNK_BYTES, LineTooLong, lines
+from ._lines import LineReader, LineTooLong
 
 if TYPE_CHECKING:
     from ._config import ServerConfig
@@ -45,16 +46,30 @@ async def stdio_process(
     from mcp.shared.message import SessionMessage
 
     env = {**get_default_environment(), **cfg.env}
-    process = await asyncio.create_subprocess_exec(
-        cfg.command, *cfg.args, env=env, cwd=cfg.cwd, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=None, start_new_session=True, limit=CHUNK_BYTES)
+    out_r, out_w = os.pipe()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            cfg.command, *cfg.args, env=env, cwd=cfg.cwd, stdin=asyncio.subprocess.PIPE,
+            stdout=out_w, stderr=None, start_new_session=True)
+    except BaseException:
+        os.close(out_r)
+        raise
+    finally:
+        os.close(out_w)  # the server's now: its exit ends the pipe
     read_send, read_recv = anyio.create_memory_object_stream[Any](16)
     write_send, write_recv = anyio.create_memory_object_stream[Any](16)
     reason: list[str] = []
-    assert process.stdin is not None and process.stdout is not None
-    stdin, stdout = process.stdin, process.stdout
+    assert process.stdin is not None
+    stdin = process.stdin
     send = _line_sender(stdin)
     fast = FastCalls(send)
+    try:
+        stdout, liner = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: LineReader(fast.route), os.fdopen(out_r, "rb", buffering=0))
+    except BaseException:
+        os.close(out_r)
+        await _stop_process(process, graceful=False)
+        raise
 
     def broken(why: str) -> None:
         reason.append(why)
@@ -66,16 +81,11 @@ async def stdio_process(
         finally:  # after on_broken: a call in flight fails as the connection's end says
             fast.close()
 
-    async def chunks() -> AsyncIterator[bytes]:
-        while chunk := await stdout.read(CHUNK_BYTES):
-            yield chunk
-
     async def read() -> None:
         async with read_send:
             try:
-                async for line in lines(chunks()):
-                    if fast.route(line):  # an answer to a fast-path call: not the SDK's
-                        continue
+                # Answers to fast-path calls were taken as they came (fast.route).
+                async for line in liner.lines():
                     try:
                         msg = mt.jsonrpc_message_adapter.validate_json(line, by_name=False)
                     except ValueError:
@@ -113,6 +123,7 @@ async def stdio_process(
         with anyio.CancelScope(shield=True):
             fast.close()
             await _stop_process(process, graceful=graceful() and reason[:1] != ["protocol"])
+            stdout.close()
 
 
 def _line_sender(stdin: asyncio.StreamWriter) -> Callable[[bytes], Coroutine[Any, Any, None]]:

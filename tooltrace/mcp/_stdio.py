@@ -18,45 +18,20 @@ import fcntl
 import logging
 import os
 import stat
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
+
+from ._lines import LineReader, LineTooLong
 
 if TYPE_CHECKING:
     from ._frontcall import FrontCalls
 
-__all__ = ["CHUNK_BYTES", "LineTooLong", "lines", "stdio_streams"]
+__all__ = ["stdio_streams"]
 
 log = logging.getLogger("tooltrace.mcp")
 
-#: The longest line either side accepts (a result of many megabytes is still one line).
-MAX_LINE_BYTES = 64 * 1024 * 1024
-#: How many bytes a pipe read asks for at most.
-CHUNK_BYTES = 256 * 1024
 # How long the last answers get to go out when serving ends.
 _DRAIN_S = 5.0
-
-
-class LineTooLong(ValueError):
-    """A line grew past the limit without its newline."""
-
-
-async def lines(chunks: AsyncIterable[bytes], max_bytes: int = MAX_LINE_BYTES
-                ) -> AsyncIterator[bytes]:
-    """The non-blank lines of a byte stream, without their newlines; ``LineTooLong`` when a
-    line outgrows ``max_bytes``."""
-    buf = bytearray()
-    async for chunk in chunks:
-        # Search only the new bytes: a big message arrives in many chunks.
-        start = len(buf)
-        buf += chunk
-        while (nl := buf.find(b"\n", start)) >= 0:
-            line = bytes(buf[:nl])
-            del buf[: nl + 1]
-            start = 0
-            if line.strip():
-                yield line
-        if len(buf) > max_bytes:
-            raise LineTooLong(f"a line is longer than {max_bytes} bytes")
 
 
 def _is_stream(fd: int) -> bool:
@@ -125,6 +100,10 @@ class _Out(asyncio.Protocol):
         self.closed.set()
 
 
+def _leave(_line: bytes) -> bool:
+    return False  # no front: every line is the SDK's
+
+
 def _line_writer(transport: asyncio.WriteTransport, out: _Out
                  ) -> Callable[[bytes], Coroutine[Any, Any, None]]:
     async def write_line(data: bytes) -> None:
@@ -148,26 +127,20 @@ async def _serve(wire_in: int, wire_out: int, front: FrontCalls | None
     from mcp.shared.message import SessionMessage
 
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=CHUNK_BYTES, loop=loop)
     # closefd=False: the descriptors are the wire's duplicates, closed by stdio_streams.
     rpipe = os.fdopen(wire_in, "rb", buffering=0, closefd=False)
     wpipe = os.fdopen(wire_out, "wb", buffering=0, closefd=False)
-    rtransport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), rpipe)
+    # The front's tools/call lines are taken as they arrive; the rest go to the SDK.
+    take = front.take if front is not None else _leave
+    rtransport, reader = await loop.connect_read_pipe(lambda: LineReader(take), rpipe)
     wtransport, out = await loop.connect_write_pipe(_Out, wpipe)
     read_send, read_recv = anyio.create_memory_object_stream[Any](16)
     write_send, write_recv = anyio.create_memory_object_stream[Any](16)
 
-    async def chunks() -> AsyncIterator[bytes]:
-        while chunk := await reader.read(CHUNK_BYTES):
-            yield chunk
-
     async def read_stdin() -> None:
         async with read_send:
             try:
-                async for line in lines(chunks()):
-                    if front is not None and front.take(line):
-                        continue
+                async for line in reader.lines():
                     try:
                         msg: Any = mt.jsonrpc_message_adapter.validate_json(line, by_name=False)
                     except ValueError as exc:  # the SDK's server answers it with an error
