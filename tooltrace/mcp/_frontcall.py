@@ -131,8 +131,7 @@ class FrontCalls:
         return True
 
     def _start(self, rid: Any, key: Any, params: Any) -> bool:
-        from mcp_types import methods
-
+        methods = _sdk().methods
         if not isinstance(params, dict):
             return False  # the SDK answers a malformed request
         version = str(self._ctx.protocol_version)
@@ -168,11 +167,8 @@ class FrontCalls:
 
     async def _serve(self, ctx: Any, key: Any, middlewares: list[Any], handler: Any,
                      typed: Any, cancel: list[Callable[[], object]]) -> None:
-        import mcp.types as mt
-        from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
-        from mcp_types import methods
-        from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR
-        from pydantic import ValidationError
+        sdk = _sdk()
+        mt, methods = sdk.types, sdk.methods
 
         version = str(ctx.protocol_version)
         FRONT_PROGRESS.set(self)  # this task's: the call's progress goes out as its answer does
@@ -188,11 +184,11 @@ class FrontCalls:
                       if result is not None else {})
             try:
                 return methods.serialize_server_result("tools/call", version, dumped)
-            except ValidationError:
+            except sdk.ValidationError:
                 log.error("mcp proxy: a tools/call result did not fit the protocol's shape")
                 from mcp.shared.exceptions import MCPError
 
-                raise MCPError(code=INTERNAL_ERROR,
+                raise MCPError(code=sdk.INTERNAL_ERROR,
                                message="Handler returned an invalid result") from None
 
         call = inner
@@ -207,13 +203,13 @@ class FrontCalls:
             if key in self._cancelled:  # the client cancelled it: no answer (as the SDK)
                 return
             await self._send(mt.JSONRPCError(jsonrpc="2.0", id=rid, error=mt.ErrorData(
-                code=CONNECTION_CLOSED, message="Connection closed")))
+                code=sdk.CONNECTION_CLOSED, message="Connection closed")))
             raise
         except Exception as exc:
-            error = handler_exception_to_error_data(exc)
+            error = sdk.handler_exception_to_error_data(exc)
             if error is None:  # the handler maps its own failures; this is the proxy's bug
                 log.error("mcp proxy: internal error answering a call", exc_info=True)
-                error = mt.ErrorData(code=INTERNAL_ERROR, message="Internal error")
+                error = mt.ErrorData(code=sdk.INTERNAL_ERROR, message="Internal error")
             message = mt.JSONRPCError(jsonrpc="2.0", id=rid, error=error)
         if key in self._cancelled:  # cancelled (or answered when stdin ended): no answer
             return
@@ -296,6 +292,24 @@ def _key(rid: Any) -> Any:
     """The id a request is known by in flight: ``"7"`` and ``7`` are one request, as for the
     SDK's server (a client may echo an integer id as text in its cancel)."""
     return _coerce()(rid)
+
+
+@functools.cache
+def _sdk() -> Any:
+    """The SDK's names a call on this path uses, imported once (``tooltrace.mcp`` itself
+    imports none of the SDK; an import statement in the call's path costs on every call)."""
+    import types
+
+    import mcp.types as mt
+    from mcp.shared.jsonrpc_dispatcher import handler_exception_to_error_data
+    from mcp_types import methods
+    from mcp_types.jsonrpc import CONNECTION_CLOSED, INTERNAL_ERROR
+    from pydantic import ValidationError
+
+    return types.SimpleNamespace(
+        types=mt, methods=methods, ValidationError=ValidationError,
+        handler_exception_to_error_data=handler_exception_to_error_data,
+        CONNECTION_CLOSED=CONNECTION_CLOSED, INTERNAL_ERROR=INTERNAL_ERROR)
 
 
 @functools.cache

@@ -87,29 +87,40 @@ class ProxyTelemetry:
                 description="Duration of MCP requests the proxy sent upstream.",
                 explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS))
 
-    @contextlib.contextmanager
     def server_span(self, method: str, target: str | None, attributes: Mapping[str, Any],
-                    meta: Mapping[str, Any] | None) -> Iterator[Span | None]:
+                    meta: Mapping[str, Any] | None
+                    ) -> contextlib.AbstractContextManager[Span | None]:
         """A current SERVER span for one client request (None when tracing is off)."""
         if self.tracer is None:
-            yield None
-            return
+            return contextlib.nullcontext()
+        return self._server_span(self.tracer, method, target, attributes, meta)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _server_span(tracer: Tracer, method: str, target: str | None,
+                     attributes: Mapping[str, Any], meta: Mapping[str, Any] | None
+                     ) -> Iterator[Span]:
         from opentelemetry.trace import SpanKind
 
         name = f"{method} {target}" if target else method
-        with self.tracer.start_as_current_span(
+        with tracer.start_as_current_span(
                 name, kind=SpanKind.SERVER, attributes=dict(attributes),
                 context=_parent(meta), record_exception=False,
                 set_status_on_exception=False) as span:
             yield span
 
-    @contextlib.contextmanager
     def client_span(self, server: str, method: str, target: str | None,
-                    meta: dict[str, Any]) -> Iterator[Span | None]:
-        """A current CLIENT span for one upstream request; its context goes into ``meta``."""
+                    meta: dict[str, Any]) -> contextlib.AbstractContextManager[Span | None]:
+        """A current CLIENT span for one upstream request; its context goes into ``meta``
+        (None when tracing is off)."""
         if self.tracer is None:
-            yield None
-            return
+            return contextlib.nullcontext()
+        return self._client_span(self.tracer, server, method, target, meta)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _client_span(tracer: Tracer, server: str, method: str, target: str | None,
+                     meta: dict[str, Any]) -> Iterator[Span]:
         from opentelemetry.propagate import inject
         from opentelemetry.trace import SpanKind
 
@@ -118,7 +129,7 @@ class ProxyTelemetry:
                  "network.transport": "pipe"}
         if target and method == "tools/call":
             attrs["gen_ai.tool.name"] = target
-        with self.tracer.start_as_current_span(
+        with tracer.start_as_current_span(
                 name, kind=SpanKind.CLIENT, attributes=attrs, record_exception=False,
                 set_status_on_exception=False) as span:
             inject(meta)
