@@ -28,7 +28,7 @@ import contextlib
 import contextvars
 import logging
 import warnings
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +83,36 @@ def current_request() -> ClientRequest | None:
     return _CURRENT.get()
 
 
+class _Current:
+    """``Backchannel.request``'s block (a class: one is entered on every call)."""
+
+    __slots__ = ("_req", "_token")
+
+    def __init__(self, req: ClientRequest) -> None:
+        self._req = req
+
+    def __enter__(self) -> None:
+        self._token = _CURRENT.set(self._req)
+
+    def __exit__(self, *_exc: object) -> None:
+        _CURRENT.reset(self._token)
+
+
+class _Pushed:
+    """``Backchannel.serving``'s block: ``entry`` on ``stack`` while it runs."""
+
+    __slots__ = ("_entry", "_stack")
+
+    def __init__(self, stack: list[_Serving], entry: _Serving) -> None:
+        self._stack, self._entry = stack, entry
+
+    def __enter__(self) -> None:
+        self._stack.append(self._entry)
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stack.remove(self._entry)
+
+
 class Backchannel:
     """The client requests in flight per upstream, and the upstreams' callbacks to reach them."""
 
@@ -96,14 +126,9 @@ class Backchannel:
         self.client_arrived = asyncio.Event()
 
     @staticmethod
-    @contextlib.contextmanager
-    def request(req: ClientRequest) -> Iterator[None]:
+    def request(req: ClientRequest) -> contextlib.AbstractContextManager[None]:
         """While the block runs, ``current_request()`` is ``req`` (in tasks started in it too)."""
-        token = _CURRENT.set(req)
-        try:
-            yield
-        finally:
-            _CURRENT.reset(token)
+        return _Current(req)
 
     @staticmethod
     def serving_client(client: tuple[Any, Any] | None) -> contextlib.AbstractContextManager[None]:
@@ -114,16 +139,11 @@ class Backchannel:
             return contextlib.nullcontext()
         return Backchannel.request(ClientRequest(req.client if req else "", *client))
 
-    @contextlib.contextmanager
-    def serving(self, key: str, session: Any, request_id: Any) -> Iterator[None]:
+    def serving(self, key: str, session: Any, request_id: Any
+                ) -> contextlib.AbstractContextManager[None]:
         """While the block runs, requests from upstream connection ``key`` go to ``session``."""
-        entry = _Serving(session, request_id, current_context())
-        stack = self._serving.setdefault(key, [])
-        stack.append(entry)
-        try:
-            yield
-        finally:
-            stack.remove(entry)
+        return _Pushed(self._serving.setdefault(key, []),
+                       _Serving(session, request_id, current_context()))
 
     def serving_current(self, key: str) -> contextlib.AbstractContextManager[None]:
         """``serving(key, ...)`` for the client request this task serves (if any)."""
