@@ -10,6 +10,7 @@ MCP semantic conventions: ``mcp.method.name``, ``jsonrpc.request.id``, ``mcp.ses
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import ipaddress
 import logging
@@ -203,13 +204,9 @@ class _Telemetry:
         target = params.get("name") if method in ("tools/call", "prompts/get") else (
             params.get("uri") if method.startswith("resources/") else None)
         target = target[:128] if isinstance(target, str) else None
-        attrs = _request_attributes(ctx, method, self.network)
-        if method == "tools/call" and target:
-            attrs["gen_ai.tool.name"] = target
-            attrs["gen_ai.operation.name"] = "execute_tool"
         error: str | None = None
         t0 = clock()
-        with self.tel.server_span(method, target, attrs, _meta_dict(ctx.meta)) as span:
+        with self._span(ctx, method, target) as span:
             try:
                 result = await call_next(ctx)
             except BaseException as exc:
@@ -231,6 +228,17 @@ class _Telemetry:
                 mark_error(span, error)
             self.tel.record_server(method, error, clock() - t0)
             return result
+
+
+    def _span(self, ctx: Any, method: str, target: str | None
+              ) -> contextlib.AbstractContextManager[Any]:
+        if self.tel.tracer is None:  # no span: nothing to build its attributes for
+            return contextlib.nullcontext()
+        attrs = _request_attributes(ctx, method, self.network)
+        if method == "tools/call" and target:
+            attrs["gen_ai.tool.name"] = target
+            attrs["gen_ai.operation.name"] = "execute_tool"
+        return self.tel.server_span(method, target, attrs, _meta_dict(ctx.meta))
 
 
 def _request_attributes(ctx: Any, method: str, network: str) -> dict[str, Any]:
