@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import os
 import signal
@@ -42,34 +43,22 @@ async def stdio_process(
     stdout is reported to ``on_broken`` at once."""
     import anyio
     import mcp.types as mt
-    from mcp.client.stdio import get_default_environment
     from mcp.shared.message import SessionMessage
 
-    env = {**get_default_environment(), **cfg.env}
-    out_r, out_w = os.pipe()
-    try:
-        process = await asyncio.create_subprocess_exec(
-            cfg.command, *cfg.args, env=env, cwd=cfg.cwd, stdin=asyncio.subprocess.PIPE,
-            stdout=out_w, stderr=None, start_new_session=True)
-    except BaseException:
-        os.close(out_r)
-        raise
-    finally:
-        os.close(out_w)  # the server's now: its exit ends the pipe
-    read_send, read_recv = anyio.create_memory_object_stream[Any](16)
-    write_send, write_recv = anyio.create_memory_object_stream[Any](16)
-    reason: list[str] = []
+    process, out = await _spawn(cfg)
     assert process.stdin is not None
-    stdin = process.stdin
-    send = _line_sender(stdin)
+    send = _line_sender(process.stdin)
     fast = FastCalls(send)
     try:
         stdout, liner = await asyncio.get_running_loop().connect_read_pipe(
-            lambda: LineReader(fast.route), os.fdopen(out_r, "rb", buffering=0))
+            lambda: LineReader(fast.route), out)
     except BaseException:
-        os.close(out_r)
+        out.close()
         await _stop_process(process, graceful=False)
         raise
+    read_send, read_recv = anyio.create_memory_object_stream[Any](16)
+    write_send, write_recv = anyio.create_memory_object_stream[Any](16)
+    reason: list[str] = []
 
     def broken(why: str) -> None:
         reason.append(why)
@@ -124,6 +113,25 @@ async def stdio_process(
             fast.close()
             await _stop_process(process, graceful=graceful() and reason[:1] != ["protocol"])
             stdout.close()
+
+
+async def _spawn(cfg: ServerConfig) -> tuple[asyncio.subprocess.Process, io.FileIO]:
+    """Start the server, its stdin asyncio's pipe, its stdout a pipe of the proxy's own (the
+    read end returned, for a ``LineReader``)."""
+    from mcp.client.stdio import get_default_environment
+
+    env = {**get_default_environment(), **cfg.env}
+    out_r, out_w = os.pipe()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            cfg.command, *cfg.args, env=env, cwd=cfg.cwd, stdin=asyncio.subprocess.PIPE,
+            stdout=out_w, stderr=None, start_new_session=True)
+    except BaseException:
+        os.close(out_r)
+        raise
+    finally:
+        os.close(out_w)  # the server's now: its exit ends the pipe
+    return process, io.FileIO(out_r, "rb")
 
 
 def _line_sender(stdin: asyncio.StreamWriter) -> Callable[[bytes], Coroutine[Any, Any, None]]:
