@@ -3,16 +3,17 @@
 For every request the SDK's server parses the line into a pydantic message, hops it through a
 memory stream to its dispatcher, starts a task, builds a context and session, validates the
 params twice, validates and dumps the result and hops the answer back to the writer. A
-``FrontCalls`` takes a ``tools/call`` line from the stdio reader (``_stdio``) instead, once the
-SDK has seen the client's ``initialize`` and ``notifications/initialized``: it checks the params
-with the SDK's own validators (a request they refuse goes to the SDK, which answers it as it
-always did), runs the server's own middleware (the SERVER span) and ``tools/call`` handler in a
-task, shapes the result with the SDK's per-version serialiser and writes the SDK's JSON-RPC
-envelope as one line on the transport the SDK's messages go out on. ``notifications/cancelled``
-naming one of its requests cancels that task (tooltrace's cancel contract runs in the handler)
-and no answer is sent. The progress of a call that asked for it (a ``progressToken``) is written
-the same way (``FRONT_PROGRESS``), so it cannot follow the answer. Server-to-client requests
-made during a call (sampling,
+``FrontCalls`` takes a ``tools/call`` line as the stdio reader splits it (``_stdio``,
+``_lines``) instead, once the SDK has seen the client's ``initialize`` and
+``notifications/initialized``: it checks the params with the SDK's own validators (a request
+they refuse goes to the SDK, which answers it as it always did), runs the server's own
+middleware (the SERVER span) and ``tools/call`` handler in a task of its own, shapes the result
+with the SDK's per-version serialiser and writes the SDK's JSON-RPC envelope as one line on the
+transport the SDK's messages go out on. ``notifications/cancelled`` naming one of its requests
+cancels the call by tooltrace's cancel contract (the handler says how, ``FRONT_CANCEL``; the
+task itself is cancelled only before the handler has said) and no answer is sent. The progress
+of a call that asked for it (a ``progressToken``) is written the same way (``FRONT_PROGRESS``),
+so it cannot follow the answer. Server-to-client requests made during a call (sampling,
 elicitation, roots) go out on the session the SDK built for the client's
 ``notifications/initialized``: over stdio every message shares one pipe, so no request id is
 needed to route them. Everything else is the SDK's.
