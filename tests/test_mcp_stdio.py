@@ -1,6 +1,6 @@
 """The proxy's stdio front end (``tooltrace.mcp._stdio``): stdin and stdout served on the event
-loop, the wire taken away from fds 0 and 1 while it serves, and the line splitting both stdio
-sides share."""
+loop, and the wire taken away from fds 0 and 1 while it serves (the line splitting both stdio
+sides share: ``test_mcp_lines``)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,11 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from support.components import extra, require_module
-
 
 REPO = Path(__file__).resolve().parent.parent
 TOY = str(REPO / "tests" / "mcp_servers" / "toy.py")
