@@ -229,7 +229,6 @@ class _Telemetry:
             self.tel.record_server(method, error, clock() - t0)
             return result
 
-
     def _span(self, ctx: Any, method: str, target: str | None
               ) -> contextlib.AbstractContextManager[Any]:
         if self.tel.tracer is None:  # no span: nothing to build its attributes for

@@ -1,4 +1,4 @@
-"""The proxy's stdio front end on the event loop, and the line splitting both stdio sides share.
+"""The proxy's stdio front end on the event loop (its lines split as they arrive: ``_lines``).
 
 The SDK's ``stdio_server`` reads stdin and writes stdout through worker threads: every line
 read, every write and every flush is a hop to a thread and back, three per ``tools/call``, which
