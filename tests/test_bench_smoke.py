@@ -215,7 +215,10 @@ def test_tail_rows_are_measured(run: Run) -> None:
         p99, p999, top = (_num(row[c]) for c in ("p99 us", "p99.9 us", "max us"))
         assert 0 < p99 <= p999 <= top, (name, row)
         for col in header[5:10]:
-            assert 0 <= _num(row[col]) <= 100, (name, col)
+            # Background CPU is summed over the process's threads, which may run on every core
+            # at once (and is read just outside each call's own clock readings).
+            top_share = 100 * (os.cpu_count() or 1) + 5 if "CPU share" in col else 100
+            assert 0 <= _num(row[col]) <= top_share, (name, col)
         assert tail[name]["calls"] == 300
     assert _num(by_name["reference: SDK span + counter + histogram"]["p99.9 / reference p99.9"]) \
         == 1.0
