@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -311,3 +312,33 @@ def test_sampling_over_streamable_http(tmp_path: Path) -> None:
         assert r.status_code == 400 and "Missing session ID" in r.text, r.text
     rows = audit_rows(tmp_path / "home").values()
     assert sorted(r["tool"] for r in rows) == ["mcp.asking.sampling", "sample"]
+
+
+def test_a_request_asked_before_the_client_stays_outside_the_first_call(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # roots/list asked while no client is there waits for one; if the client's first request
+    # is already in flight when its handshake is seen, the waiting request still belongs to
+    # no request (it was asked before that request existed).
+    from tooltrace.mcp._backchannel import Backchannel
+
+    class Downstream:  # the one client, as the proxy's front end holds it
+        client_capabilities = mt.ClientCapabilities(roots=mt.RootsCapability())
+
+        async def list_roots(self) -> mt.ListRootsResult:
+            return mt.ListRootsResult(roots=[mt.Root(uri="file:///first")])
+
+    async def scenario() -> list[Any]:
+        channel, client = Backchannel(), Downstream()
+        roots = channel.callbacks("up", fallback=lambda: client)["list_roots_callback"]
+        asked = asyncio.create_task(roots(None))
+        await asyncio.sleep(0)  # the upstream's request is waiting for a client
+        with channel.serving("up", client, 7):  # the client's first call is in flight
+            channel.client_arrived.set()
+            return [await asked, await roots(None)]  # the second belongs to that call
+
+    caplog.set_level(logging.INFO, logger="tooltrace.mcp")
+    answers = asyncio.run(scenario())
+    assert [[str(r.uri) for r in a.roots] for a in answers] == [["file:///first"]] * 2
+    assert caplog.messages == [
+        "mcp upstream up: roots/list (outside any request) answered by the client",
+        "mcp upstream up: roots/list (during a request) answered by the client"]

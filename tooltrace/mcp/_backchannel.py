@@ -176,7 +176,11 @@ class Backchannel:
         stack = self._serving.get(key)
         if stack:
             return stack[-1]
-        # A client still in its handshake is not asked yet (it waits: see _forward).
+        return self._outside(fallback)
+
+    def _outside(self, fallback: Callable[[], Any] | None) -> _Serving | None:
+        """The client to ask a request that belongs to no request in flight (None while the
+        client is still in its handshake: it is not asked yet, see ``_forward``)."""
         ready = self.client_arrived.is_set()
         session = fallback() if fallback is not None and ready else None
         return None if session is None else _Serving(session, None)
@@ -188,7 +192,9 @@ class Backchannel:
         if target is None and fallback is not None and not self.client_arrived.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.client_arrived.wait(), _WAIT_FOR_CLIENT_S)
-            target = self._target(key, fallback)
+            # Asked while no request was in flight: it stays outside any, even if the client's
+            # first request has started by the time the client is there.
+            target = self._outside(fallback)
         name = server_request_name(label, CAPABILITIES[method])
         if self.registry is None or name not in self.audited:
             return (await self._ask(key, method, target, send))[1]
