@@ -5,6 +5,11 @@ reach the upstream.
 
 A client that did not declare a capability gets a clean tool error (the upstream hears the
 SDK's "not supported" error), not a hang; nothing the client answered is logged.
+
+One test drives the backchannel in process, where the order of events can be pinned: a request
+the upstream asked before the client's handshake stays outside any request even when the
+client's first call has started by the time the handshake is seen (over real pipes that order
+happens only sometimes).
 """
 
 from __future__ import annotations
