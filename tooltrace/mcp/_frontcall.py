@@ -203,8 +203,7 @@ class FrontCalls:
         except asyncio.CancelledError:
             if key in self._cancelled:  # the client cancelled it: no answer (as the SDK)
                 return
-            await self._send(mt.JSONRPCError(jsonrpc="2.0", id=rid, error=mt.ErrorData(
-                code=sdk.CONNECTION_CLOSED, message="Connection closed")))
+            await self._send(_connection_closed(rid))
             raise
         except Exception as exc:
             error = sdk.handler_exception_to_error_data(exc)
@@ -243,9 +242,6 @@ class FrontCalls:
 
         A call whose handler said how to cancel it is answered at once and cancelled by
         tooltrace's contract; it finishes its record on its own (``FRONT_CANCEL``)."""
-        import mcp.types as mt
-        from mcp_types.jsonrpc import CONNECTION_CLOSED
-
         waited = []
         for key, call in list(self._calls.items()):
             if not call.cancel:
@@ -254,8 +250,7 @@ class FrontCalls:
             elif key not in self._cancelled:
                 self._cancelled.add(key)
                 call.cancel[0]()
-                await self._send(mt.JSONRPCError(jsonrpc="2.0", id=call.rid, error=mt.ErrorData(
-                    code=CONNECTION_CLOSED, message="Connection closed")))
+                await self._send(_connection_closed(call.rid))
         if waited:
             await asyncio.gather(*waited, return_exceptions=True)
 
@@ -268,6 +263,13 @@ class _Call:
     task: asyncio.Task[None]
     rid: Any
     cancel: list[Callable[[], object]]
+
+
+def _connection_closed(rid: Any) -> Any:
+    """The SDK's answer to a request still running when the connection ended."""
+    sdk = _sdk()
+    return sdk.types.JSONRPCError(jsonrpc="2.0", id=rid, error=sdk.types.ErrorData(
+        code=sdk.CONNECTION_CLOSED, message="Connection closed"))
 
 
 def _response(rid: Any, result: dict[str, Any]) -> Any:

@@ -324,9 +324,7 @@ class Upstream:
         call.cancel()
         if stop in done:
             raise self._ended()
-        self._break("hung")
-        raise UpstreamTimeout(
-            f"server {self.label} did not answer within {wait_s:g} s; it is restarted")
+        raise self._hung(wait_s)
 
     async def _call_fast(self, fast: FastCalls, session: ClientSession, broken: asyncio.Event,
                          name: str, arguments: Mapping[str, Any],
@@ -352,10 +350,7 @@ class Upstream:
                                          meta=meta, progress=progress)
             answered = True
         except TimeoutError:
-            self._break("hung")
-            raise UpstreamTimeout(
-                f"server {self.label} did not answer within {wait_s:g} s; it is restarted"
-            ) from None
+            raise self._hung(wait_s) from None
         except Exception as exc:
             answered = True
             code = getattr(getattr(exc, "error", None), "code", None)
@@ -369,6 +364,12 @@ class Upstream:
                 self._ready.set()  # it answered late after all: not hung
         self._served = True
         return result
+
+    def _hung(self, wait_s: float) -> UpstreamError:
+        """Declare the server hung (it is restarted) and return the error of the call."""
+        self._break("hung")
+        return UpstreamTimeout(
+            f"server {self.label} did not answer within {wait_s:g} s; it is restarted")
 
     def _ended(self) -> UpstreamError:
         """The error of a call the connection's end cut short."""
