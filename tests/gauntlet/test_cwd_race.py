@@ -8,7 +8,8 @@ directory the policy checked, so it prints the inside file or is refused.
 
 Escape = the secret anywhere in a call's envelope. Target: 0, with at least 5,000 flips in
 all. The sizes are counts, not durations: each flipper gets at least ``CALLS`` calls, and more
-(up to ``MAX_CALLS``) only while it has not yet flipped its share.
+while it has not yet flipped its share, for as long as it keeps flipping (a flipper that makes no
+flip during ``STALL_CALLS`` calls in a row has stopped, and the test fails on its count).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from tooltrace.builtins import register_builtins
 from ._figures import LONG, record, size
 
 CALLS = size(500, 20_000)  # per flipper, at least
-MAX_CALLS = 40 * CALLS  # per flipper, at most (while it has not flipped enough)
+STALL_CALLS = 20_000  # calls in a row without a flip: the flipper has stopped
 # 5,000 flips in all: a thread flips slower (it shares the GIL with the calls).
 THREAD_FLIPS = size(1_500, 30_000)
 PROCESS_FLIPS = size(3_500, 70_000)
@@ -45,12 +46,18 @@ class Tally:
 
 def _hammer(root: Path, cwd: str, min_flips: int, flips: Callable[[], int]) -> Tally:
     """``cat victim.txt`` in ``cwd`` through a registry until ``flips()`` reaches ``min_flips``
-    (and at least ``CALLS`` times, at most ``MAX_CALLS``)."""
+    (and at least ``CALLS`` times; fewer flips only if the flipper stalls for ``STALL_CALLS``).
+
+    How fast the flipper goes against the calls depends on the host (on two busy cores the calls
+    can outrun it several times), so the bound is on its progress, not on the calls' count."""
     reg = register_builtins(ToolRegistry(workspace=root, home=root.parent / f"home-{cwd}"))
     tally = Tally()
     secret = SECRET.decode()
+    seen, still = flips(), 0
     try:
-        while tally.calls < CALLS or (flips() < min_flips and tally.calls < MAX_CALLS):
+        while tally.calls < CALLS or (flips() < min_flips and still < STALL_CALLS):
+            now = flips()
+            seen, still = now, (still + 1 if now == seen else 0)
             env = reg.call(ToolCall("run_command", {"argv": ["cat", "victim.txt"], "cwd": cwd}))
             tally.calls += 1
             if secret in repr(env.to_dict()):
