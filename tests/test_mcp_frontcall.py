@@ -9,6 +9,7 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,7 @@ async def _session(config: Path, front: FrontCalls, script: Any) -> Any:
         client.send(INIT)
         await client.answer(0)
         client.send(INITIALIZED)
-        await asyncio.sleep(0.2)  # the SDK dispatches the notification in a task of its own
+        await _until_initialized(front)
         return await script(client)
     finally:
         os.close(from_client)
@@ -177,6 +178,15 @@ command = {json.dumps(sys.executable)}
 args = [{json.dumps(WIRE)}]
 env = {{ WIRE_LOG = {json.dumps(str(log))} }}
 {more}""")
+
+
+async def _until_initialized(front: FrontCalls) -> None:
+    """Until the proxy's front has seen the client's ``notifications/initialized`` (the SDK
+    dispatches it in a task of its own, so it can come after the next line is read)."""
+    deadline = time.monotonic() + 30
+    while front._ctx is None:
+        assert time.monotonic() < deadline, "the front never saw the client initialized"
+        await asyncio.sleep(0.01)
 
 
 async def _until_logged(log: Path, text: str) -> bool:
@@ -323,7 +333,7 @@ def test_a_call_running_when_stdin_ends_is_answered_as_the_sdk_does(tmp_path: Pa
             client.send(INIT)
             await client.answer(0)
             client.send(INITIALIZED)
-            await asyncio.sleep(0.2)
+            await _until_initialized(front)
             log.unlink(missing_ok=True)
             client.send(_call(5, "slow", {"seconds": 30}))
             await _until_logged(log, '"slow"')  # until the proxy has sent it upstream

@@ -109,7 +109,8 @@ def _in_background(fn: Any) -> tuple[threading.Thread, list[Any]]:
 
 
 def test_deadline_default_override_and_operator_cap(tmp_path: Path, sink: RecordingSink) -> None:
-    reg = make_registry(tmp_path, sink, max_timeout_s=0.3)
+    # A grace a busy host cannot outrun: the tool confirms it stopped, however late it wakes.
+    reg = make_registry(tmp_path, sink, max_timeout_s=0.3, cancel_grace_s=1.0)
     try:
         env = reg.call(ToolCall("coop_sleep", {"seconds": 0.01}))
         assert env.status is Status.OK
@@ -163,26 +164,30 @@ def test_deadline_on_a_side_effecting_tool_that_cannot_confirm_is_unknown(
 # -- cancellation ------------------------------------------------------------------------------
 
 
-def test_cancel_of_a_read_only_call_is_cancelled(reg: ToolRegistry, sink: RecordingSink) -> None:
-    t, out = _in_background(lambda: reg.call(ToolCall("coop_sleep", {"seconds": 10},
-                                                      run_id="run-c")))
-    wait_for(lambda: reg.inflight().get("coop_sleep"), 5.0, "the call to start")
-    result = reg.cancel("run-c")
-    t.join(5)
-    (env,) = out
-    assert result == {env.call_id: Status.CANCELLED}
-    assert env.status is Status.CANCELLED
-    assert env.record.error_type == "cancelled"
-    names = [s.step for s in env.steps]
-    # "cancel requested" and "cancelled" are two different steps, in that order.
-    assert names.index("cancel_requested") < names.index("cancelled")
-    assert _step(env, "cancelled").decision == "confirmed"
-    assert _step(env, "execute").decision == "raised"
-    # The run admits nothing more.
-    env2 = reg.call(ToolCall("coop_sleep", {"seconds": 0}, run_id="run-c"))
-    assert env2.status is Status.REJECTED and env2.reject_stage is Stage.CANCEL
-    assert not env2.record.execution_started
-    assert len(sink.by_id(env.call_id)) == 1
+def test_cancel_of_a_read_only_call_is_cancelled(tmp_path: Path, sink: RecordingSink) -> None:
+    reg = make_registry(tmp_path, sink, cancel_grace_s=1.0)  # confirmed however busy the host
+    try:
+        t, out = _in_background(lambda: reg.call(ToolCall("coop_sleep", {"seconds": 10},
+                                                          run_id="run-c")))
+        wait_for(lambda: reg.inflight().get("coop_sleep"), 5.0, "the call to start")
+        result = reg.cancel("run-c")
+        t.join(5)
+        (env,) = out
+        assert result == {env.call_id: Status.CANCELLED}
+        assert env.status is Status.CANCELLED
+        assert env.record.error_type == "cancelled"
+        names = [s.step for s in env.steps]
+        # "cancel requested" and "cancelled" are two different steps, in that order.
+        assert names.index("cancel_requested") < names.index("cancelled")
+        assert _step(env, "cancelled").decision == "confirmed"
+        assert _step(env, "execute").decision == "raised"
+        # The run admits nothing more.
+        env2 = reg.call(ToolCall("coop_sleep", {"seconds": 0}, run_id="run-c"))
+        assert env2.status is Status.REJECTED and env2.reject_stage is Stage.CANCEL
+        assert not env2.record.execution_started
+        assert len(sink.by_id(env.call_id)) == 1
+    finally:
+        reg.shutdown(2.0)
 
 
 @tool("slow_to_stop", effect=Effect.LOCAL, timeout_s=5.0)
@@ -200,8 +205,9 @@ def test_cancel_requested_and_cancelled_carry_their_own_times(tmp_path: Path,
     reg.register(slow_to_stop)
     try:
         cid = new_call_id()
+        # A deadline far off: the cancel, not the deadline, ends this call on any host.
         t, out = _in_background(lambda: reg.call(ToolCall("slow_to_stop", {}, call_id=cid,
-                                                          timeout_s=0.2)))
+                                                          timeout_s=30)))
         wait_for(lambda: reg.inflight().get("slow_to_stop"), 5.0, "the call to start")
         asked_us = time.time_ns() // 1000
         assert reg.cancel_call(cid) is Status.CANCELLED
@@ -392,8 +398,10 @@ def test_admission_cap_queue_and_fifo(tmp_path: Path, sink: RecordingSink) -> No
 
 
 def test_admission_timeout_expires(tmp_path: Path, sink: RecordingSink) -> None:
+    # Long enough for both waiters to queue and the third call to find the queue full before
+    # the first waiter gives up, on a busy host too.
     reg, started, gate = _gate_registry(tmp_path, sink, max_concurrency=1, max_queue=2,
-                                        admission_timeout_s=0.25)
+                                        admission_timeout_s=2.0)
     try:
         holder, hold_out = _in_background(lambda: reg.call(ToolCall("gate", {"i": 0})))
         wait_for(lambda: started == [0], 5.0, "the holder to run")
@@ -409,7 +417,7 @@ def test_admission_timeout_expires(tmp_path: Path, sink: RecordingSink) -> None:
             assert env.status is Status.REJECTED and env.reject_stage is Stage.ADMISSION
             adm = _step(env, "admission")
             assert adm.detail["reason"] == "timeout"
-            assert adm.detail["waited_ms"] >= 240  # its 0.25 s admission timeout, not less
+            assert adm.detail["waited_ms"] >= 1990  # its 2 s admission timeout, not less
             assert not env.record.execution_started
         # They gave up on their timeout, not because a slot freed: the holder still runs.
         assert started == [0] and holder.is_alive() and not hold_out
@@ -458,8 +466,16 @@ def test_sync_and_async_callers_with_sync_and_async_tools(reg: ToolRegistry, sin
 
 
 @pytest.mark.parametrize("tool_name", ["coop_sleep", "async_sleep"])
-def test_deadline_and_cancel_from_sync_and_async_callers(reg: ToolRegistry,
+def test_deadline_and_cancel_from_sync_and_async_callers(tmp_path: Path, sink: RecordingSink,
                                                          tool_name: str) -> None:
+    reg = make_registry(tmp_path, sink, cancel_grace_s=1.0)  # confirmed however busy the host
+    try:
+        _deadline_and_cancel(reg, tool_name)
+    finally:
+        reg.shutdown(2.0)
+
+
+def _deadline_and_cancel(reg: ToolRegistry, tool_name: str) -> None:
     env = reg.call(ToolCall(tool_name, {"seconds": 5}, timeout_s=0.1))
     assert env.status is Status.FAILED and env.record.error_type == "timeout"
 

