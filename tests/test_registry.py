@@ -462,17 +462,23 @@ def test_cancel_before_execution_refuses_the_call(tmp_path: Path) -> None:
     from tooltrace import HookView, hook
 
     ran: list[int] = []
-    entered = threading.Event()
+    entered, asked = threading.Event(), threading.Event()
 
     @hook()
     def slow_check(view: HookView) -> None:
         entered.set()
-        time.sleep(0.3)
+        asked.wait(30)  # the cancel lands while the call is still in its hooks
 
     reg = ToolRegistry(workspace=tmp_path, home=tmp_path / "h", hooks=[slow_check])
     reg.register(_defn("t"), lambda x=0: ran.append(x))
     call = ToolCall("t", {"x": 1}, call_id="01a23600-0000-7000-8000-000000000001")
-    t = threading.Thread(target=lambda: (entered.wait(2), reg.cancel_call(call.call_id or "")))
+
+    def cancel() -> None:
+        entered.wait(30)
+        reg.cancel_call(call.call_id or "", wait=False)
+        asked.set()
+
+    t = threading.Thread(target=cancel)
     t.start()
     env = reg.call(call)
     t.join()
