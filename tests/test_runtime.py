@@ -94,6 +94,15 @@ def reg(tmp_path: Path, sink: RecordingSink) -> Any:
     r.shutdown(2.0)
 
 
+@pytest.fixture
+def patient_reg(tmp_path: Path, sink: RecordingSink) -> Any:
+    """A registry whose 1 s grace a busy host cannot outrun: a cooperative tool told to stop
+    confirms it, however late its thread wakes (``reg``'s 0.1 s is for the abandonment tests)."""
+    r = make_registry(tmp_path, sink, cancel_grace_s=1.0)
+    yield r
+    r.shutdown(2.0)
+
+
 def _step(env: ToolResultEnvelope, name: str) -> Any:
     return next(s for s in env.steps if s.step == name)
 
@@ -164,30 +173,29 @@ def test_deadline_on_a_side_effecting_tool_that_cannot_confirm_is_unknown(
 # -- cancellation ------------------------------------------------------------------------------
 
 
-def test_cancel_of_a_read_only_call_is_cancelled(tmp_path: Path, sink: RecordingSink) -> None:
-    reg = make_registry(tmp_path, sink, cancel_grace_s=1.0)  # confirmed however busy the host
-    try:
-        t, out = _in_background(lambda: reg.call(ToolCall("coop_sleep", {"seconds": 10},
-                                                          run_id="run-c")))
-        wait_for(lambda: reg.inflight().get("coop_sleep"), 5.0, "the call to start")
-        result = reg.cancel("run-c")
-        t.join(5)
-        (env,) = out
-        assert result == {env.call_id: Status.CANCELLED}
-        assert env.status is Status.CANCELLED
-        assert env.record.error_type == "cancelled"
-        names = [s.step for s in env.steps]
-        # "cancel requested" and "cancelled" are two different steps, in that order.
-        assert names.index("cancel_requested") < names.index("cancelled")
-        assert _step(env, "cancelled").decision == "confirmed"
-        assert _step(env, "execute").decision == "raised"
-        # The run admits nothing more.
-        env2 = reg.call(ToolCall("coop_sleep", {"seconds": 0}, run_id="run-c"))
-        assert env2.status is Status.REJECTED and env2.reject_stage is Stage.CANCEL
-        assert not env2.record.execution_started
-        assert len(sink.by_id(env.call_id)) == 1
-    finally:
-        reg.shutdown(2.0)
+def test_cancel_of_a_read_only_call_is_cancelled(
+    patient_reg: ToolRegistry, sink: RecordingSink
+) -> None:
+    reg = patient_reg
+    t, out = _in_background(lambda: reg.call(ToolCall("coop_sleep", {"seconds": 10},
+                                                      run_id="run-c")))
+    wait_for(lambda: reg.inflight().get("coop_sleep"), 5.0, "the call to start")
+    result = reg.cancel("run-c")
+    t.join(5)
+    (env,) = out
+    assert result == {env.call_id: Status.CANCELLED}
+    assert env.status is Status.CANCELLED
+    assert env.record.error_type == "cancelled"
+    names = [s.step for s in env.steps]
+    # "cancel requested" and "cancelled" are two different steps, in that order.
+    assert names.index("cancel_requested") < names.index("cancelled")
+    assert _step(env, "cancelled").decision == "confirmed"
+    assert _step(env, "execute").decision == "raised"
+    # The run admits nothing more.
+    env2 = reg.call(ToolCall("coop_sleep", {"seconds": 0}, run_id="run-c"))
+    assert env2.status is Status.REJECTED and env2.reject_stage is Stage.CANCEL
+    assert not env2.record.execution_started
+    assert len(sink.by_id(env.call_id)) == 1
 
 
 @tool("slow_to_stop", effect=Effect.LOCAL, timeout_s=5.0)
@@ -466,16 +474,9 @@ def test_sync_and_async_callers_with_sync_and_async_tools(reg: ToolRegistry, sin
 
 
 @pytest.mark.parametrize("tool_name", ["coop_sleep", "async_sleep"])
-def test_deadline_and_cancel_from_sync_and_async_callers(tmp_path: Path, sink: RecordingSink,
+def test_deadline_and_cancel_from_sync_and_async_callers(patient_reg: ToolRegistry,
                                                          tool_name: str) -> None:
-    reg = make_registry(tmp_path, sink, cancel_grace_s=1.0)  # confirmed however busy the host
-    try:
-        _deadline_and_cancel(reg, tool_name)
-    finally:
-        reg.shutdown(2.0)
-
-
-def _deadline_and_cancel(reg: ToolRegistry, tool_name: str) -> None:
+    reg = patient_reg
     env = reg.call(ToolCall(tool_name, {"seconds": 5}, timeout_s=0.1))
     assert env.status is Status.FAILED and env.record.error_type == "timeout"
 
