@@ -304,3 +304,53 @@ def test_a_malformed_record_does_not_make_the_trail_unreadable(tmp_path: Path) -
     with AuditStore(tmp_path) as store:
         rows = dict(store.sql("SELECT call_id, run_id FROM tool_calls").rows)
     assert rows == {good.call_id: good.run_id, "5": '["x"]'}
+
+
+def _wait_for_live_segment(home: Path) -> Path:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        live = sorted((home / "audit" / "segments").glob("*.live.jsonl"))
+        if live:
+            return live[0]
+        time.sleep(0.01)
+    raise AssertionError("no live segment within 30 s")
+
+
+def test_open_segment_opens_before_any_record_and_the_records_follow_its_header(
+        tmp_path: Path) -> None:
+    sink = AuditSink(tmp_path)
+    sink.open_segment()
+    seg = _wait_for_live_segment(tmp_path)
+    assert [orjson.loads(x)["k"] for x in seg.read_bytes().splitlines()] == ["open"]
+    recs = list(workload(20))
+    for r in recs:
+        sink.emit(r)
+    sink.shutdown()
+    # One segment: the records went into the one opened early, after its header.
+    segs = sorted((tmp_path / "audit" / "segments").glob("*.jsonl"))
+    assert [p.name for p in segs] == [seg.name.replace(".live.", ".")]
+    kinds = [x["k"] for x in _segment_lines(tmp_path)]
+    assert kinds[0] == "open" and kinds.count("c") == 20 and kinds[-1] == "seal"
+    rep = verify(tmp_path)
+    assert rep.ok and rep.records == 20, rep.findings
+    with AuditStore(tmp_path) as store:
+        assert store.counts()["calls"] == 20
+
+
+def test_open_segment_then_shutdown_at_once_leaves_nothing_unsealed(tmp_path: Path) -> None:
+    # Shutdown may come while the segment is still opening, or before it began: either way no
+    # live segment is left behind and the trail verifies.
+    for i in range(20):
+        home = tmp_path / str(i)
+        sink = AuditSink(home)
+        sink.open_segment()
+        if i % 2:
+            time.sleep(0.001 * i)
+        sink.shutdown()
+        sink.open_segment()  # after shutdown: nothing more happens
+        adir = home / "audit" / "segments"
+        names = [p.name for p in adir.iterdir()] if adir.exists() else []
+        assert not [n for n in names if ".live." in n or n.endswith(".tmp")], names
+        rep = verify(home)
+        assert rep.ok and rep.records == 0, rep.findings
+        assert sink.last_error is None

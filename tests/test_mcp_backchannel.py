@@ -26,7 +26,8 @@ from typing import Any
 
 import mcp.types as mt
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession, StdioServerParameters
+from support.mcp_client import patient_stdio_client
 from test_mcp_proxy import REPO, audit_rows, text_of, write_config
 
 ASKING = str(REPO / "tests" / "mcp_servers" / "asking.py")
@@ -51,7 +52,7 @@ args = [{json.dumps(ASKING)}]
             args=["-m", "tooltrace.mcp", "proxy", "--config", str(config)],
             env={"PYTHONPATH": str(REPO), "TOOLTRACE_LOG_LEVEL": "debug"})
         with tempfile.TemporaryFile("w+") as err:
-            async with stdio_client(params, errlog=err) as (read, write), \
+            async with patient_stdio_client(params, errlog=err) as (read, write), \
                     ClientSession(read, write, **callbacks) as s:
                 await asyncio.wait_for(s.initialize(), 60)
                 for tool, args in calls:

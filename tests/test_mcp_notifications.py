@@ -21,7 +21,8 @@ from typing import Any
 
 import mcp.types as mt
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession, StdioServerParameters
+from support.mcp_client import patient_stdio_client
 from test_mcp_proxy import REPO, audit_rows, text_of, write_config
 
 NOTIFYING = str(REPO / "tests" / "mcp_servers" / "notifying.py")
@@ -70,7 +71,7 @@ args = [{json.dumps(NOTIFYING)}]
             args=["-m", "tooltrace.mcp", "proxy", "--config", str(config)],
             env={"PYTHONPATH": str(REPO), "TOOLTRACE_LOG_LEVEL": "info"})
         with tempfile.TemporaryFile("w+") as err:
-            async with stdio_client(params, errlog=err) as (read, write), \
+            async with patient_stdio_client(params, errlog=err) as (read, write), \
                     ClientSession(read, write, message_handler=on_message,
                                   list_roots_callback=list_roots,
                                   sampling_callback=sampling) as s:

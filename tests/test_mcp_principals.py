@@ -15,7 +15,8 @@ from typing import Any
 
 import mcp.types as mt
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession, StdioServerParameters
+from support.mcp_client import patient_stdio_client
 from support.otlp import free_port
 from test_mcp_proxy import REPO, TOY, audit_rows, call_id, text_of, write_config
 
@@ -43,7 +44,7 @@ args = [{json.dumps(TOY)}]
 
     async def scenario() -> list[Any]:
         info = mt.Implementation(name="Nightly Triage", version="2.1")
-        async with stdio_client(params) as (read, write), \
+        async with patient_stdio_client(params) as (read, write), \
                 ClientSession(read, write, client_info=info) as s:
             await asyncio.wait_for(s.initialize(), 60)
             return [await s.call_tool("echo", {"text": str(i)}) for i in range(2)]

@@ -23,8 +23,9 @@ from typing import Any
 import mcp.types as mt
 import pytest
 from click.testing import CliRunner
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession, StdioServerParameters
 from mcp.shared.exceptions import MCPError
+from support.mcp_client import patient_stdio_client
 from support.otlp import free_port
 from test_mcp_proxy import REPO, audit_rows, proxy_session, write_config
 
@@ -63,7 +64,7 @@ env = {{ RICH_FILE = {json.dumps(str(inside))} }}
             command=sys.executable, cwd=str(tmp),
             args=["-m", "tooltrace.mcp", "proxy", "--config", str(config)],
             env={"PYTHONPATH": str(REPO), "TOOLTRACE_LOG_LEVEL": "error"})
-        async with stdio_client(params) as (read, write), \
+        async with patient_stdio_client(params) as (read, write), \
                 ClientSession(read, write, logging_callback=on_log) as s:
             res["init"] = await asyncio.wait_for(s.initialize(), 60)
             res["resources"] = (await s.list_resources()).resources

@@ -24,8 +24,9 @@ from typing import Any
 import mcp.types as mt
 import pytest
 from click.testing import CliRunner
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession, StdioServerParameters
 from mcp_servers.hooks import block_all
+from support.mcp_client import patient_stdio_client
 from support.otlp import OtlpHttpReceiver
 
 from tooltrace import ToolDefinition, ToolRegistry
@@ -68,7 +69,7 @@ async def proxy_session(config: Path, *, env: dict[str, str] | None = None,
         cwd=str(config.parent),
         env={"PYTHONPATH": str(REPO), "TOOLTRACE_LOG_LEVEL": "error", **(env or {})},
     )
-    async with stdio_client(params) as (read, write), \
+    async with patient_stdio_client(params) as (read, write), \
             ClientSession(read, write, message_handler=message_handler) as session:
         with_timeout = asyncio.wait_for(session.initialize(), 60)
         await with_timeout

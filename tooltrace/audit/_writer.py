@@ -452,6 +452,11 @@ class SegmentWriter:
             except Exception:
                 pass
 
+    def open(self) -> None:
+        """Open a segment now if none is open (``append`` opens one when it needs it)."""
+        if self._fd is None and os.getpid() == self._owner_pid:
+            self._open()
+
     def tick(self) -> None:
         """Idle duties: checkpoint records not yet covered, sync, and rotate by age."""
         if self._fd is None:

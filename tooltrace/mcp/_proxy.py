@@ -173,6 +173,13 @@ class McpProxy:
         ``strict``, a name clash the rule cannot resolve (equal priorities) raises
         ``ConfigurationError``; otherwise it is only reported.
         """
+        from ..telemetry import AuditSink
+
+        # The audit segment opens meanwhile: the client that stops the proxy gives it only a
+        # short grace, and the records must not still be queued behind the opening's fsyncs.
+        for sink in self.registry.sinks:
+            if isinstance(sink, AuditSink):
+                sink.open_segment()
         for sc in self.config.servers:
             cb = self.backchannel.callbacks(sc.label, self.forwarder.only_session)
             self.upstreams[sc.label] = Upstream(sc, on_tools=self._on_tools,

@@ -120,6 +120,7 @@ class AuditSink:
         )
         self._ticker: threading.Thread | None = None
         self._stop = threading.Event()
+        self._open_early = False
         #: The progress of this process's calls in flight, for other processes (``tail``).
         self.live: LiveProgress | None = None
         self._live_sub: Any = None
@@ -180,6 +181,25 @@ class AuditSink:
                 self._writer = SegmentWriter(self.audit_dir, key, **self._writer_args)
                 self._start_ticker()
             return self._writer
+
+    def open_segment(self) -> None:
+        """Open this process's segment now, in the background, not at its first record.
+
+        Opening a segment syncs it, the digest and the directory (and creates the key in a new
+        home): several ``fsync`` calls, which the first records otherwise wait for in the queue.
+        A process that something outside may stop soon after its calls, such as the MCP proxy
+        (its client signals it 2 s after closing stdin), calls this at start, so that its
+        records are written by then rather than still queued behind the opening. Does nothing
+        once a writer exists; never raises (a failure is ``last_error``; the first record tries
+        again).
+        """
+        if self._writer is not None:
+            return
+        self._open_early = True
+        try:
+            self._get_writer()  # starts the ticker, which opens the segment first
+        except Exception as exc:
+            self.last_error = type(exc).__name__
 
     def bind(self, registry: RegistryState) -> None:
         """Keep the progress of the registry's calls in flight in the live progress file
@@ -288,7 +308,9 @@ class AuditSink:
         t.start()
 
     def _tick_loop(self) -> None:
-        # First duty: seal segments that crashed writers left behind (off the call path).
+        if self._open_early:
+            self._open_now()
+        # Then: seal segments that crashed writers left behind (off the call path).
         key = self._key
         if key is not None:
             try:
@@ -297,6 +319,17 @@ class AuditSink:
                 self.last_error = type(exc).__name__
         while not self._stop.wait(self._ckpt_interval):
             self._tick()
+
+    def _open_now(self) -> None:
+        w = self._writer
+        if w is None:
+            return
+        try:
+            with w.lock:
+                if not self._stop.is_set():  # shutdown sets it before it seals, under the lock
+                    w.open()
+        except Exception as exc:
+            self.last_error = type(exc).__name__
 
     def _tick(self) -> None:
         if self.live is not None:
@@ -337,6 +370,7 @@ class AuditSink:
         self._init_lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker = None
+        self._open_early = False  # the child opens its own segment at its first record
         w = self._writer
         if w is not None:
             w.after_fork()
