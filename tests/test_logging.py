@@ -212,12 +212,12 @@ def test_registry_calls_are_logged_with_trace_ids_and_late_steps(tmp_path: Path)
         """Say hello."""
         return f"hello {name}"
 
-    done = threading.Event()
+    done, release = threading.Event(), threading.Event()
 
     @tool(effect="local", cancellable=False, timeout_s=0.2)
     def stuck() -> str:
-        """Finishes long after its deadline."""
-        time.sleep(0.6)
+        """Finishes after its call has returned, however late the registry wakes."""
+        release.wait(30)
         done.set()
         return "late"
 
@@ -225,6 +225,7 @@ def test_registry_calls_are_logged_with_trace_ids_and_late_steps(tmp_path: Path)
     reg.register(stuck)
     env = reg.call(ToolCall("greet", {"name": "ada"}, run_id="r-42"))
     lost = reg.call(ToolCall("stuck", {}))
+    release.set()
     assert lost.status is Status.UNKNOWN
     assert done.wait(5)
     # The runtime reports the late resolution once the abandoned tool really ends.

@@ -434,17 +434,20 @@ def test_a_late_resolution_is_counted_by_its_final_outcome(ws: Path) -> None:
     all, the resolution is counted under its final outcome (and the call stays counted under
     the status it returned)."""
 
+    release = threading.Event()
+
     @tool("slow_write", effect="local", timeout_s=5.0)
-    def slow_write(seconds: float) -> str:
-        """Write something, ignoring every signal until done."""
-        time.sleep(seconds)
+    def slow_write() -> str:
+        """Write something, ignoring every signal until released (after its call returned)."""
+        release.wait(30)
         return "written"
 
     sink = MetricsSink()
     reg = ToolRegistry(workspace=ws, sinks=[sink], cancel_grace_s=0.1)
     reg.register(slow_write)
     try:
-        env = reg.call(ToolCall("slow_write", {"seconds": 0.5}, timeout_s=0.1))
+        env = reg.call(ToolCall("slow_write", {}, timeout_s=0.1))
+        release.set()
         assert env.status is Status.UNKNOWN
         deadline = time.monotonic() + 10.0
         while reg.status(env.call_id).resolved is None and time.monotonic() < deadline:

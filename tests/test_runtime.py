@@ -146,7 +146,7 @@ def test_deadline_default_override_and_operator_cap(tmp_path: Path, sink: Record
 
 
 def test_deadline_on_a_read_only_tool_that_ignores_it_fails(reg: ToolRegistry) -> None:
-    env = reg.call(ToolCall("ignore_sleep", {"seconds": 0.6}, timeout_s=0.1))
+    env = reg.call(ToolCall("ignore_sleep", {"seconds": 2.0}, timeout_s=0.1))
     assert env.status is Status.FAILED
     assert env.record.error_type == "timeout"
     assert "abandoned" in env.summary
@@ -156,14 +156,14 @@ def test_deadline_on_a_read_only_tool_that_ignores_it_fails(reg: ToolRegistry) -
 def test_deadline_on_a_side_effecting_tool_that_cannot_confirm_is_unknown(
     reg: ToolRegistry, sink: RecordingSink
 ) -> None:
-    env = reg.call(ToolCall("stubborn_write", {"seconds": 0.5}, timeout_s=0.1))
+    env = reg.call(ToolCall("stubborn_write", {"seconds": 2.0}, timeout_s=0.1))
     assert env.status is Status.UNKNOWN
     assert env.record.error_type == "unconfirmed_deadline"
     assert env.retry.requires_inspection and not env.retry.allowed
     assert env.call_id in env.summary  # the handle to resolve it later
     st = reg.status(env.call_id)
     assert st is not None and st.status is Status.UNKNOWN
-    wait_for(lambda: reg.status(env.call_id).resolved is not None, 5.0, "late resolution")
+    wait_for(lambda: reg.status(env.call_id).resolved is not None, 10.0, "late resolution")
     assert reg.status(env.call_id).resolved is Status.OK
     (late,) = sink.late
     assert (late.call_id, late.step.step, late.step.decision) == (env.call_id, "resolved", "ok")
@@ -238,7 +238,7 @@ def test_cancel_requested_and_cancelled_carry_their_own_times(tmp_path: Path,
 
 def test_cancel_of_a_read_only_call_that_ignores_it_is_abandoned(reg: ToolRegistry) -> None:
     cid = new_call_id()
-    t, out = _in_background(lambda: reg.call(ToolCall("ignore_sleep", {"seconds": 0.8},
+    t, out = _in_background(lambda: reg.call(ToolCall("ignore_sleep", {"seconds": 2.5},
                                                       call_id=cid)))
     wait_for(lambda: reg.inflight().get("ignore_sleep"), 5.0, "the call to start")
     assert reg.cancel_call(cid) is Status.CANCELLED
@@ -248,14 +248,14 @@ def test_cancel_of_a_read_only_call_that_ignores_it_is_abandoned(reg: ToolRegist
     assert "abandoned" in env.summary
     # Its slot stays taken until the thread really ends.
     assert reg.inflight().get("ignore_sleep") == 1
-    wait_for(lambda: not reg.inflight().get("ignore_sleep"), 5.0, "the slot to be released")
+    wait_for(lambda: not reg.inflight().get("ignore_sleep"), 10.0, "the slot to be released")
 
 
 def test_unconfirmed_cancel_of_a_side_effecting_call_is_unknown_then_resolved(
     reg: ToolRegistry, sink: RecordingSink
 ) -> None:
     cid = new_call_id()
-    t, out = _in_background(lambda: reg.call(ToolCall("stubborn_write", {"seconds": 0.7},
+    t, out = _in_background(lambda: reg.call(ToolCall("stubborn_write", {"seconds": 2.5},
                                                       call_id=cid)))
     wait_for(lambda: reg.inflight().get("stubborn_write"), 5.0, "the call to start")
     assert reg.cancel_call(cid) is Status.UNKNOWN
@@ -268,7 +268,7 @@ def test_unconfirmed_cancel_of_a_side_effecting_call_is_unknown_then_resolved(
     st = reg.status(cid)
     assert st is not None and st.status is Status.UNKNOWN and st.resolved is None
     assert not [x for x in sink.late if x.call_id == cid]  # not resolved yet
-    wait_for(lambda: reg.status(cid).resolved is not None, 5.0, "late resolution")
+    wait_for(lambda: reg.status(cid).resolved is not None, 10.0, "late resolution")
     assert reg.status(cid).resolved is Status.OK  # it finished its write after all
     (late,) = [x for x in sink.late if x.call_id == cid]
     assert late.step.step == "resolved" and late.step.decision == "ok"

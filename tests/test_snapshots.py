@@ -14,7 +14,6 @@ import io
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -286,13 +285,13 @@ def test_a_write_abandoned_at_its_deadline_leaves_an_unknown_after_state(tmp_pat
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "slow.txt").write_text("before\n")
-    wrote = threading.Event()
+    wrote, release = threading.Event(), threading.Event()
 
     @tool(capability=Capability.WRITE, effect=Effect.LOCAL, path_params=("path",),
           writes=("path",), cancellable=False, timeout_s=0.2)
     def slow_write(path: str) -> str:
-        """Write after the deadline has passed."""
-        time.sleep(0.6)
+        """Write after the call has returned (abandoned at its deadline)."""
+        release.wait(30)
         (ws / path).write_text("after\n")
         wrote.set()
         return "late"
@@ -300,6 +299,7 @@ def test_a_write_abandoned_at_its_deadline_leaves_an_unknown_after_state(tmp_pat
     with default_registry(ws, home=tmp_path / "home", cancel_grace_s=0.05) as reg:
         reg.register(slow_write)
         env = reg.call(ToolCall("slow_write", {"path": "slow.txt"}))
+        release.set()
         assert env.status.value == "unknown"
         assert wrote.wait(10)
         rec = reg.snapshots.load(env.call_id)

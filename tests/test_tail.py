@@ -18,14 +18,38 @@ EXE = str(Path(sys.executable).with_name("tooltrace"))
 DEMO_CALLS = 17  # the scripted story (tests/test_demo.py's EXPECTED)
 
 
+def _warm_up(home: Path) -> None:
+    """One finished call in the trail before the demo: the tail prints it once it follows."""
+
+    @tool(capability="read")
+    def warm_up() -> str:
+        """Answer at once."""
+        return "ready"
+
+    reg = create_registry(home.parent, home=home, metrics=False, logging=False, builtins=False)
+    reg.register(warm_up)
+    try:
+        assert reg.call(ToolCall("warm_up", {})).ok
+    finally:
+        reg.shutdown()
+
+
 def _follow_a_demo(home: Path, *tail_args: str) -> str:
+    """What the tail printed of a demo run it followed from the start (the warm-up call's line
+    left out)."""
     env = {**os.environ, "NO_COLOR": "1"}
     env.pop("TOOLTRACE_HOME", None)
+    _warm_up(home)
     tail = subprocess.Popen(
         [EXE, "tail", "--home", str(home), "--from-start", "--interval", "0.05",
-         "--max-calls", str(DEMO_CALLS), "--duration", "120", *tail_args],
+         "--max-calls", str(DEMO_CALLS + 1), "--duration", "120", *tail_args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
+        # The demo starts once the tail follows (it printed the warm-up call), so the progress
+        # of the demo's scan cannot be over before the tail's first look, however slow its start.
+        assert tail.stdout is not None
+        first = tail.stdout.readline()
+        assert "warm_up" in first, first + tail.stderr.read() if tail.stderr else first
         demo = subprocess.run([EXE, "demo", "--home", str(home), "--json"], capture_output=True,
                               text=True, env=env, timeout=120)
         assert demo.returncode == 0, demo.stderr

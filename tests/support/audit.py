@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -258,10 +259,12 @@ def run_real_workload(home: Any, workspace: Any, *, strict: bool = False) -> dic
         """Always fails."""
         raise FileNotFoundError("no such thing")
 
+    release = threading.Event()
+
     @tool(capability="write", effect="local", timeout_s=0.15, cancellable=False)
     def slow_write(path: str) -> str:
-        """Takes longer than its deadline and cannot be stopped."""
-        time.sleep(0.4)
+        """Ends only once its call has returned (abandoned at its deadline); cannot be stopped."""
+        release.wait(30)
         return "written"
 
     for t in (search, deploy, dump, explode, slow_write):
@@ -283,7 +286,10 @@ def run_real_workload(home: Any, workspace: Any, *, strict: bool = False) -> dic
     call("failed", "explode", {})
     call("secret", "deploy", {"env": "staging", "token": SECRET})
     call("unknown", "slow_write", {"path": "notes/b.txt"})
-    time.sleep(0.6)  # the abandoned call finishes and its late ``resolved`` step is emitted
+    release.set()  # the abandoned call finishes now and its late ``resolved`` step is emitted
+    deadline = time.monotonic() + 10
+    while reg.status(out["unknown"]).resolved is None and time.monotonic() < deadline:
+        time.sleep(0.01)
     reg.shutdown(timeout_s=5.0)
     return out
 
