@@ -183,15 +183,15 @@ class AuditSink:
             return self._writer
 
     def open_segment(self) -> None:
-        """Open this process's segment now, in the background, not at its first record.
+        """Open this process's segment now, not at its first record: the key is loaded here
+        (created in a new home), the segment opened in the background.
 
-        Opening a segment syncs it, the digest and the directory (and creates the key in a new
-        home): several ``fsync`` calls, which the first records otherwise wait for in the queue.
-        A process that something outside may stop soon after its calls, such as the MCP proxy
-        (its client signals it 2 s after closing stdin), calls this at start, so that its
-        records are written by then rather than still queued behind the opening. Does nothing
-        once a writer exists; never raises (a failure is ``last_error``; the first record tries
-        again).
+        Opening a segment syncs it, the digest and the directory: several ``fsync`` calls,
+        which the first records otherwise wait for in the queue. A process that something
+        outside may stop soon after its calls, such as the MCP proxy (its client signals it 2 s
+        after closing stdin), calls this at start, so that its records are written by then
+        rather than still queued behind the opening. Does nothing once a writer exists; never
+        raises (a failure is ``last_error``; the first record tries again).
         """
         if self._writer is not None:
             return
