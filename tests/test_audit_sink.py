@@ -134,7 +134,7 @@ def test_checkpoint_every_n_records_and_when_idle(tmp_path: Path) -> None:
     sink = AuditSink(tmp_path, checkpoint_every=100, checkpoint_interval_s=0.1)
     for r in workload(250):
         sink.emit(r)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # the opening and each batch wait for fsync
     # No flush: the idle timer must cover the last 50 records by itself.
     while time.monotonic() < deadline:
         lines = _segment_lines(tmp_path)
