@@ -27,7 +27,7 @@ def _until_acked(ack_file: Path, least: int, timeout_s: float = 60.0) -> None:
     """Wait until the writer printed ``least`` acknowledged call ids."""
     deadline = time.monotonic() + timeout_s
     while least and len(acked_ids(ack_file.read_bytes() if ack_file.exists() else b"")) < least:
-        assert time.monotonic() < deadline, f"fewer than {least} records acknowledged in 60 s"
+        assert time.monotonic() < deadline, f"fewer than {least} acknowledged in {timeout_s} s"
         time.sleep(0.001)
 
 
