@@ -12,11 +12,14 @@ from pathlib import Path
 
 import orjson
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from test_mcp_fastcall import _config
-from test_mcp_proxy import REPO, audit_rows, call_id, text_of
+from test_mcp_proxy import REPO, audit_rows, call_id, text_of, toy_server, write_config
 
 from tooltrace.audit import verify
 from tooltrace.mcp import McpProxy, load_config
+
+
+def _config(tmp: Path) -> Path:
+    return write_config(tmp, '[proxy]\nhome = "home"\n' + toy_server("toy"))
 
 
 def _live_segments(home: Path) -> list[Path]:
@@ -24,7 +27,7 @@ def _live_segments(home: Path) -> list[Path]:
 
 
 def test_the_segment_opens_at_start_before_any_call(tmp_path: Path) -> None:
-    config = _config(tmp_path, tmp_path / "wire.log")
+    config = _config(tmp_path)
     home = tmp_path / "home"
 
     async def scenario() -> list[str]:
@@ -50,7 +53,7 @@ def test_calls_are_in_the_trail_after_the_official_clients_own_shutdown(tmp_path
     # The SDK's stdio client as it comes (the other proxy tests give the proxy longer to exit).
     # Its grace is a bound in seconds; the proxy's stop takes milliseconds, unless the disk
     # takes most of a second per fsync: with fsync off, the disk's speed is not what is tested.
-    config = _config(tmp_path, tmp_path / "wire.log")
+    config = _config(tmp_path)
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "tooltrace.mcp", "proxy", "--config", str(config)],
         cwd=str(tmp_path), env={"PYTHONPATH": str(REPO), "TOOLTRACE_LOG_LEVEL": "error",
@@ -62,7 +65,7 @@ def test_calls_are_in_the_trail_after_the_official_clients_own_shutdown(tmp_path
             return [await s.call_tool("echo", {"text": w}) for w in ("one", "two")]
 
     results = asyncio.run(scenario())
-    assert [text_of(r) for r in results] == ["one", "two"]
+    assert [text_of(r) for r in results] == ["toy:one", "toy:two"]
     rows = audit_rows(tmp_path / "home")
     assert [rows[call_id(r)]["status"] for r in results] == ["ok", "ok"]
     rep = verify(tmp_path / "home")
