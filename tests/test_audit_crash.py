@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from support.audit import acked_ids, collect, fork_writer, start_writer
+from support.runtime import wait_for
 
 from tooltrace.audit import AuditStore, recover_dead_segments, verify
 from tooltrace.audit._format import load_key
@@ -21,14 +22,6 @@ from tooltrace.audit._segments import list_segments
 
 KILLS = 60
 PARALLEL = 3
-
-
-def _until_acked(ack_file: Path, least: int, timeout_s: float = 60.0) -> None:
-    """Wait until the writer printed ``least`` acknowledged call ids."""
-    deadline = time.monotonic() + timeout_s
-    while least and len(acked_ids(ack_file.read_bytes() if ack_file.exists() else b"")) < least:
-        assert time.monotonic() < deadline, f"fewer than {least} acknowledged in {timeout_s} s"
-        time.sleep(0.001)
 
 
 def test_sigkill_loses_nothing_acknowledged(tmp_path: Path) -> None:
@@ -45,7 +38,9 @@ def test_sigkill_loses_nothing_acknowledged(tmp_path: Path) -> None:
             # a time: a disk slow to sync delays the acknowledgements, not the test's outcome);
             # one in six at once, while it may still be opening its segment.
             least = 0 if rng.random() < 1 / 6 else rng.randint(25, 60)
-            _until_acked(f, least)
+            if least:  # (the writer created its file before fork_writer returned)
+                wait_for(lambda f=f, n=least: len(acked_ids(f.read_bytes())) >= n, 60.0,
+                         f"{least} acknowledged records")
             waited += least > 0
             time.sleep(rng.uniform(0, 0.005))  # then a random moment of its writing
             os.kill(pid, signal.SIGKILL)

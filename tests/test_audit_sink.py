@@ -13,6 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 from support.audit import make_record, workload
+from support.runtime import wait_for
 
 from tooltrace.audit import Ack, AuditStore, FsyncPolicy, verify
 from tooltrace.envelope import Status, Step
@@ -307,13 +308,9 @@ def test_a_malformed_record_does_not_make_the_trail_unreadable(tmp_path: Path) -
 
 
 def _wait_for_live_segment(home: Path) -> Path:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        live = sorted((home / "audit" / "segments").glob("*.live.jsonl"))
-        if live:
-            return live[0]
-        time.sleep(0.01)
-    raise AssertionError("no live segment within 30 s")
+    live = wait_for(lambda: sorted((home / "audit" / "segments").glob("*.live.jsonl")), 30.0,
+                    "a live segment")
+    return Path(live[0])
 
 
 def test_open_segment_opens_before_any_record_and_the_records_follow_its_header(

@@ -197,6 +197,7 @@ def run_real_workload(home: Any, workspace: Any, *, strict: bool = False) -> dic
     """
     from pathlib import Path
 
+    from support.runtime import wait_for
     from tooltrace import (
         ApprovalDecision,
         ApprovalRequest,
@@ -287,9 +288,7 @@ def run_real_workload(home: Any, workspace: Any, *, strict: bool = False) -> dic
     call("secret", "deploy", {"env": "staging", "token": SECRET})
     call("unknown", "slow_write", {"path": "notes/b.txt"})
     release.set()  # the abandoned call finishes now and its late ``resolved`` step is emitted
-    deadline = time.monotonic() + 10
-    while reg.status(out["unknown"]).resolved is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: reg.status(out["unknown"]).resolved, 10.0, "the late resolution")
     reg.shutdown(timeout_s=5.0)
     return out
 

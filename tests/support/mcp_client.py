@@ -23,7 +23,8 @@ __all__ = ["SHUTDOWN_GRACE_S", "patient_stdio_client"]
 #: How long the tests' client waits for the proxy to exit on its own once stdin is closed.
 SHUTDOWN_GRACE_S = 60.0
 
-_open: list[float] = []  # the SDK's grace, then one entry per client open now
+_clients = 0  # these clients open now
+_sdk_grace = 0.0  # the SDK's own grace, put back when the last of them is done
 
 
 @asynccontextmanager
@@ -31,17 +32,18 @@ async def patient_stdio_client(params: StdioServerParameters,
                                **kwargs: Any) -> AsyncIterator[Any]:
     """``stdio_client(params, **kwargs)`` that waits up to ``SHUTDOWN_GRACE_S`` for the server
     to exit after its stdin closes, before the SDK's signals."""
+    global _clients, _sdk_grace
     if not hasattr(sdk_stdio, "PROCESS_TERMINATION_TIMEOUT"):
         raise RuntimeError("mcp.client.stdio no longer has PROCESS_TERMINATION_TIMEOUT: "
                            "tests/support/mcp_client.py needs the SDK's new way to set the grace")
-    if not _open:  # the SDK's own grace, put back when the last of these clients is done
-        _open.append(sdk_stdio.PROCESS_TERMINATION_TIMEOUT)
-    _open.append(SHUTDOWN_GRACE_S)
+    if not _clients:
+        _sdk_grace = sdk_stdio.PROCESS_TERMINATION_TIMEOUT
+    _clients += 1
     sdk_stdio.PROCESS_TERMINATION_TIMEOUT = SHUTDOWN_GRACE_S
     try:
         async with sdk_stdio.stdio_client(params, **kwargs) as streams:
             yield streams
     finally:
-        _open.pop()
-        if len(_open) == 1:
-            sdk_stdio.PROCESS_TERMINATION_TIMEOUT = _open.pop()
+        _clients -= 1
+        if not _clients:
+            sdk_stdio.PROCESS_TERMINATION_TIMEOUT = _sdk_grace
