@@ -3,6 +3,8 @@ fixtures of ``support.paths`` (``tree``, ``racing``, ``flipper``) and the archiv
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +18,12 @@ from tooltrace.testing import RecordingSink
 
 if TYPE_CHECKING:
     from support.archive import MotoS3, Postgres
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Default homes (``tooltrace._settings.default_home``) go to a scratch state directory for
+    the whole run, subprocesses included, never to the user's own ``~/.local/state``."""
+    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="tooltrace-test-state-")
 
 
 @pytest.fixture

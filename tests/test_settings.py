@@ -106,7 +106,9 @@ def test_an_explicit_argument_wins_over_the_variable_which_wins_over_the_default
 ) -> None:
     for s in SETTINGS:
         monkeypatch.delenv(s.name, raising=False)
-    assert _settings.resolve_home() == Path.cwd() / ".tooltrace"
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert _settings.resolve_home() == _settings.default_home(Path.cwd())
+    assert _settings.resolve_home().is_relative_to(tmp_path / "state" / "tooltrace")
     assert _settings.max_timeout_s() == 600.0
     assert _settings.audit_fsync() == "grouped"
     assert _settings.run_id() is None and _settings.audit_key() is None
@@ -127,3 +129,25 @@ def test_an_explicit_argument_wins_over_the_variable_which_wins_over_the_default
         _settings.max_timeout_s()
     with pytest.raises(ConfigurationError, match="positive"):
         _settings.max_timeout_s(0)
+
+
+def test_the_default_home_is_per_workspace_and_outside_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    monkeypatch.delenv("TOOLTRACE_HOME", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    a, b = tmp_path / "ws-a", tmp_path / "ws-b"
+    a.mkdir()
+    b.mkdir()
+    (tmp_path / "link-to-a").symlink_to(a)
+    home_a = _settings.resolve_home(workspace=a)
+    assert home_a != _settings.resolve_home(workspace=b)
+    # Keyed by the real path: the same workspace reached through a symlink shares its home.
+    assert home_a == _settings.resolve_home(workspace=tmp_path / "link-to-a")
+    assert not home_a.is_relative_to(a) and home_a.name.startswith("ws-a-")
+    monkeypatch.chdir(a)
+    assert _settings.resolve_home() == home_a
+    # A relative XDG_STATE_HOME is invalid by the specification and ignored.
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/state")
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    assert _settings.state_dir() == tmp_path / "user" / ".local" / "state" / "tooltrace"

@@ -27,7 +27,7 @@ from .envelope import Stage, StepName, ToolResultEnvelope
 from .paths import PathPolicyError, reads_only
 from .policy import ApprovalDecision, ApprovalRequest, PolicyDecision, PolicyRequest, Verdict
 from .sinks import ApprovalRecord
-from .tool import ToolDefinition
+from .tool import Capability, ToolDefinition
 
 if TYPE_CHECKING:
     from ._registry import ToolRegistry
@@ -109,6 +109,13 @@ def authorize(
     resolved = _scope(reg, b, d, args, t, stage, hook) if d.path_params else _NO_PATHS
     if resolved is None:
         return b.refused()
+    if d.capability == Capability.EXECUTE and reg.workspace.protected_roots:
+        param = _names_protected(reg, args, resolved.get("cwd", ""))
+        if param is not None:
+            detail = {"param": param, "reason": "protected"}
+            b.step(StepName.POLICY, t, "policy:protected", "deny", detail)
+            return b.reject(stage, f"argument {param} names tooltrace's own files (protected)",
+                            d.name)
     req = PolicyRequest(
         d, args, mode, b.run_id, b.call_id, resolved, b.depth, b.parent_tool, b.principal
     )
@@ -200,6 +207,20 @@ def _scope(
                 b.reject(Stage.HOOK, f"hook {hook[0]} tried to widen a path's scope", d.name)
                 return None
     return resolved
+
+
+def _names_protected(reg: ToolRegistry, args: Mapping[str, Any], cwd: str) -> str | None:
+    """The first argument of a command whose words name a path in a protected root (the home),
+    taken from the command's ``cwd``; None when no word does. A command's program can open any
+    path it is handed, so the words are checked here, beside the path arguments: a word inside
+    a shell script counts as well (``Workspace.touches_protected``)."""
+    ws = reg.workspace
+    for name, value in args.items():
+        words = value if isinstance(value, list) else [value]
+        for word in words:
+            if isinstance(word, str) and ws.touches_protected(word, cwd):
+                return str(name)
+    return None
 
 
 def narrows(reg: ToolRegistry, before: str, after_relative: str) -> bool:

@@ -53,6 +53,7 @@ REASONS = frozenset(
         "hardlink",
         "too_large",
         "read_only",
+        "protected",
     }
 )
 

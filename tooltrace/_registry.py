@@ -69,12 +69,13 @@ class ToolRegistry:
     """Registered tools and the one way to run them.
 
     Everything is optional: with no arguments the workspace is the current directory, the home
-    is ``TOOLTRACE_HOME`` or ``./.tooltrace``, the default policy applies and no sinks are
-    attached (telemetry off). The keywords:
+    is ``TOOLTRACE_HOME`` or the workspace's own in the user's state directory, the default
+    policy applies and no sinks are attached (telemetry off). The keywords:
 
     - ``workspace``: the directory tools work in; path arguments must resolve inside it (a
       path, or a ``Workspace``).
-    - ``home``: where tooltrace keeps its files (artifacts of offloaded results).
+    - ``home``: where tooltrace keeps its files (artifacts of offloaded results); no tool's
+      path may lead into it (``Workspace.protected_roots``).
     - ``sinks``: telemetry sinks; each gets every finished, redacted record (see ``add_sink``).
     - ``tracer``: mints each call's span ids before it runs; by default the first sink that is
       a ``SpanOpener`` (a tracing sink).
@@ -133,9 +134,12 @@ class ToolRegistry:
         snapshot_max_bytes: int | None = None,
         principal: Principal | None = None,
     ) -> None:
-        self.workspace = workspace if isinstance(workspace, Workspace) else Workspace(
+        ws = workspace if isinstance(workspace, Workspace) else Workspace(
             workspace if workspace is not None else os.getcwd())
-        self.home = _settings.resolve_home(home)
+        self.home = _settings.resolve_home(home, workspace=ws.root)
+        # The home holds the evidence of what tools did: no tool's path may lead into it, even
+        # where the operator placed it inside the workspace.
+        self.workspace = ws.with_protected((self.home,))
         self.artifacts = ArtifactStore(self.home / "artifacts")
         self.snapshots = SnapshotStore(self.home, snapshot_max_bytes)
         self.group_descriptions: dict[str, str] = {}  # see describe_group

@@ -11,7 +11,9 @@ the SDK's own (``tooltrace.telemetry.tracing``).
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -43,6 +45,7 @@ __all__ = [
     "audit_fsync",
     "audit_key",
     "audit_strict",
+    "default_home",
     "log_format",
     "log_level",
     "max_depth",
@@ -52,6 +55,7 @@ __all__ = [
     "resolve_home",
     "run_id",
     "snapshot_max_bytes",
+    "state_dir",
     "trace_url",
 ]
 
@@ -102,8 +106,10 @@ class Setting:
 
 #: Every variable tooltrace reads, in the order of the configuration page.
 SETTINGS: Final = (
-    Setting(TOOLTRACE_HOME, "`./.tooltrace`",
-            "home of the audit trail, artifacts, keys, logs of the demo and CLI"),
+    Setting(TOOLTRACE_HOME, "a per-user state directory for the workspace (`tooltrace where`)",
+            "home of the audit trail, artifacts, keys, anchors, logs of the demo and CLI;"
+            " never inside a workspace unless placed there",
+            ("Threat model", "threat-model.md#the-home")),
     Setting(TOOLTRACE_RUN_ID, "a fresh UUIDv7 per registry",
             "run id stamped on calls that carry none"),
     Setting(TOOLTRACE_MAX_TIMEOUT_S, "`600`", "upper bound, in seconds, on per-call deadline"
@@ -154,12 +160,38 @@ def _env(name: str) -> str | None:
     return os.environ.get(name) or None
 
 
-def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """The tooltrace home: explicit argument > ``TOOLTRACE_HOME`` > ``./.tooltrace``."""
+def resolve_home(
+    explicit: str | os.PathLike[str] | None = None,
+    *,
+    workspace: str | os.PathLike[str] | None = None,
+) -> Path:
+    """The tooltrace home: explicit argument > ``TOOLTRACE_HOME`` > :func:`default_home` of
+    ``workspace`` (the current directory when None)."""
     if explicit is not None:
         return Path(explicit)
     env = _env(TOOLTRACE_HOME)
-    return Path(env) if env else Path.cwd() / ".tooltrace"
+    return Path(env) if env else default_home(workspace)
+
+
+def state_dir() -> Path:
+    """Where tooltrace keeps per-user state: ``$XDG_STATE_HOME/tooltrace``, else
+    ``~/.local/state/tooltrace`` (the XDG Base Directory default)."""
+    base = _env("XDG_STATE_HOME")
+    if base is None or not os.path.isabs(base):
+        # The specification says a relative value is invalid and is to be ignored.
+        base = os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "tooltrace"
+
+
+def default_home(workspace: str | os.PathLike[str] | None = None) -> Path:
+    """The home a workspace gets when none is named: ``<state dir>/homes/<name>-<digest>``,
+    keyed by the workspace's real path, so two workspaces never share one and the home never
+    lies inside the workspace an agent's tools work in."""
+    real = os.path.realpath(os.fspath(workspace) if workspace is not None else os.getcwd())
+    digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:16]
+    # The readable part only helps a person listing the directory; the digest is the key.
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(real) or "root")[:40].lstrip(".")
+    return state_dir() / "homes" / f"{name or 'root'}-{digest}"
 
 
 def run_id() -> str | None:

@@ -32,7 +32,8 @@ def create_registry(
 ) -> ToolRegistry:
     """A ``ToolRegistry`` with tracing (when ``OTEL_*`` configures it, or ``tracing=True``),
     Prometheus metrics, structured logs and the DuckDB-queryable audit trail under ``home``
-    (``TOOLTRACE_HOME`` or ``./.tooltrace``), plus the built-in tools.
+    (``TOOLTRACE_HOME``, else the workspace's own home in the user's state directory:
+    ``tooltrace where``), plus the built-in tools.
 
     The policy comes from ``policy=`` when given, else from the policy file: ``policy_file``
     > ``TOOLTRACE_POLICY`` > ``./tooltrace.toml`` when it exists (``tooltrace.policyfile``); an
@@ -42,7 +43,7 @@ def create_registry(
     """
     from .telemetry import default_sinks
 
-    home_path = _settings.resolve_home(home)
+    home_path = _settings.resolve_home(home, workspace=workspace)
     policy_path = None if "policy" in registry_options else _settings.policy_path(policy_file)
     if policy_path is not None and not policy_path.is_file():
         from .policyfile import PolicyFileError, Problem

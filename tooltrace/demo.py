@@ -135,10 +135,11 @@ def _normalise_paths(view: HookView) -> HookDecision | None:
     return None
 
 
-def _prepare_workspace(home: Path) -> tuple[Path, Path]:
-    ws = home / "demo" / "workspace"
-    outside = home / "demo" / "outside"
-    shutil.rmtree(home / "demo", ignore_errors=True)
+def _prepare_workspace(scratch: Path) -> tuple[Path, Path]:
+    """A fresh demo workspace and a directory beside it with a secret, under ``scratch``."""
+    ws = scratch / "workspace"
+    outside = scratch / "outside"
+    shutil.rmtree(scratch, ignore_errors=True)
     (ws / "notes").mkdir(parents=True)
     (ws / "reports").mkdir()
     (ws / "logs").mkdir()
@@ -217,7 +218,8 @@ def run_demo(
     (it must list the demo's ``scan_index`` and ``deploy_service`` in ``tools`` to name them)."""
     home_path = _settings.resolve_home(home).absolute()
     home_path.mkdir(parents=True, exist_ok=True)
-    ws, _outside = _prepare_workspace(home_path)
+    # The scratch workspace lies beside the home, never in it: no tool may reach the home.
+    ws, _outside = _prepare_workspace(home_path.with_name(home_path.name + "-demo"))
     log_path = home_path / "logs" / "demo.jsonl"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_stream = log_path.open("a", encoding="utf-8")

@@ -32,6 +32,12 @@ really lies in (the deepest root holding its real path), by the same walk. A sym
 out of every root is refused. A path in a read-only root comes back with ``read_only=True``;
 opening it for writing (``open_write``, ``open_parent``, ``open_dir``) is refused (reason
 ``read_only``), and the policy stage lets only tools that read and change nothing name it.
+
+**Protected roots** (``protected_roots=``) are directories no path may resolve into, whatever
+the tool: the registry protects its home (trail, keys, anchors, snapshots, artifacts) this way,
+so a home placed inside a workspace is still out of every built-in tool's reach (reason
+``protected``). :meth:`Workspace.touches_protected` applies the same test to the words of a
+command line.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from __future__ import annotations
 import codecs
 import errno
 import os
+import re
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -50,6 +57,12 @@ from ._pathsyntax import REASONS as REASONS
 __all__ = ["PathPolicyError", "ResolvedPath", "Workspace", "canonical_form", "reads_only"]
 
 _MAX_SYMLINKS = 40
+# Longer command-line words are not looked at as paths (no path is this long; a script is
+# split into words first).
+_MAX_WORD_CHARS = 65536
+# What separates the words of a shell script, including its quotes and redirections, so
+# `cat<.tooltrace/k`, `"$(cat .tooltrace/k)"` and `--key=.tooltrace/k` each yield the path.
+_SHELL_SPLIT = re.compile(r"""[\s;&|<>()`'"=$]+""")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +84,13 @@ def reads_only(tool: Any) -> bool:
     """Whether a tool (a ``ToolDefinition``) may be given a path in a read-only root: only a
     tool that reads (capability ``read``) and changes nothing (effect ``none``)."""
     return str(tool.capability) == "read" and str(tool.effect) == "none"
+
+
+def _path_candidates(word: str) -> list[str]:
+    """The strings in one command-line word that a program could take as a path."""
+    out = [word]
+    out.extend(w for w in _SHELL_SPLIT.split(word) if w and w != word)
+    return [w for w in out if len(w) <= 4096]
 
 
 def _components(root: str) -> list[str]:
@@ -103,10 +123,12 @@ class Workspace:
     ``strict_hardlinks=True`` also refuses to read files with more than one hard link.
     """
 
-    __slots__ = ("_prefix", "_roots", "read_only_roots", "root", "strict_hardlinks")
+    __slots__ = ("_prefix", "_roots", "protected_roots", "read_only_roots", "root",
+                 "strict_hardlinks")
 
     root: str
     read_only_roots: tuple[str, ...]
+    protected_roots: tuple[str, ...]
     strict_hardlinks: bool
 
     def __init__(
@@ -115,6 +137,7 @@ class Workspace:
         *,
         strict_hardlinks: bool = False,
         read_only_roots: Iterable[str | os.PathLike[str]] = (),
+        protected_roots: Iterable[str | os.PathLike[str]] = (),
     ) -> None:
         real = os.path.realpath(os.fspath(root))
         if not os.path.isdir(real):
@@ -129,13 +152,41 @@ class Workspace:
                 raise PathPolicyError("not_found", "a read-only root is not a directory")
             ro[r_real] = None
         self.read_only_roots = tuple(ro)
+        # Real paths (they need not exist yet: a home is made on first use).
+        self.protected_roots = tuple(
+            dict.fromkeys(os.path.realpath(os.fspath(p)) for p in protected_roots))
         # (prefix, root) of every root a path may resolve in; index 0 is the workspace.
         self._roots = tuple((r if r.endswith("/") else r + "/", r) for r in (real, *ro))
 
     def with_read_only(self, roots: Iterable[str | os.PathLike[str]]) -> Workspace:
         """This workspace with ``roots`` added to its read-only roots."""
         return Workspace(self.root, strict_hardlinks=self.strict_hardlinks,
-                         read_only_roots=(*self.read_only_roots, *roots))
+                         read_only_roots=(*self.read_only_roots, *roots),
+                         protected_roots=self.protected_roots)
+
+    def with_protected(self, roots: Iterable[str | os.PathLike[str]]) -> Workspace:
+        """This workspace with ``roots`` added to its protected roots (see the module doc)."""
+        return Workspace(self.root, strict_hardlinks=self.strict_hardlinks,
+                         read_only_roots=self.read_only_roots,
+                         protected_roots=(*self.protected_roots, *roots))
+
+    def is_protected(self, real: str) -> bool:
+        """Whether the real host path ``real`` is a protected root or lies under one."""
+        return any(real == p or real.startswith(p.rstrip("/") + "/")
+                   for p in self.protected_roots)
+
+    def touches_protected(self, word: str, cwd: str = "") -> bool:
+        """Whether a command-line word names a path in a protected root, taken from ``cwd``
+        (relative to the root) as the command would take it: the word itself, the value of an
+        ``--option=value`` word, and each word of a shell script, with symlinks resolved."""
+        if not self.protected_roots or len(word) > _MAX_WORD_CHARS or "\x00" in word:
+            return False
+        base = os.path.join(self.root, cwd)
+        for candidate in _path_candidates(word):
+            real = os.path.realpath(os.path.join(base, candidate))
+            if self.is_protected(real):
+                return True
+        return False
 
     def __repr__(self) -> str:
         return f"Workspace({self.root!r})"
@@ -171,6 +222,8 @@ class Workspace:
         # The deepest root holding the real path decides (roots may nest either way).
         deepest = max((i for i, (p, r) in enumerate(self._roots)
                        if real == r or real.startswith(p)), key=lambda i: len(self._roots[i][1]))
+        if self.protected_roots and self.is_protected(real):
+            raise _fail("protected", user_path, "the path leads into tooltrace's own files")
         if real == self.root or real.startswith(self._prefix):
             rel = real[len(self._prefix):] if real != self.root else ""
         else:

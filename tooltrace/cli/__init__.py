@@ -62,6 +62,7 @@ class _LazyGroup(click.Group):
 def main() -> None:
     """Every tool call an AI agent makes, observable and auditable.
 
-    Audit commands read the trail under --home (default: TOOLTRACE_HOME, else ./.tooltrace).
+    Audit commands read the trail under --home (default: TOOLTRACE_HOME, else the current
+    directory's home in the user's state directory; `tooltrace where` prints it).
     Exit codes: 0 ok, 1 not found or a check failed, 2 usage error.
     """

@@ -48,13 +48,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def home_option(f: F) -> F:
-    """``--home``: the tooltrace home (default: TOOLTRACE_HOME, else ./.tooltrace)."""
+    """``--home``: the tooltrace home (default: TOOLTRACE_HOME, else the current directory's
+    home in the user's state directory)."""
     return click.option(
         "--home",
         type=click.Path(file_okay=False, path_type=Path),
         envvar=TOOLTRACE_HOME,
         default=None,
-        help="tooltrace home (default: $TOOLTRACE_HOME, else ./.tooltrace).",
+        help="tooltrace home (default: $TOOLTRACE_HOME, else this directory's home under"
+        " $XDG_STATE_HOME/tooltrace/homes; `tooltrace where` prints it).",
     )(f)
 
 

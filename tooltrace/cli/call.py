@@ -72,7 +72,10 @@ def call(name: str, arguments: str, home: Path | None, workspace: Path, mode: st
             extra.extend(items)
     except TooltraceError as exc:
         raise click.UsageError(guard(str(exc))) from None
-    log_dir = (home or Path(".tooltrace")) / "logs"
+    from .._settings import resolve_home
+
+    home = resolve_home(home, workspace=workspace)
+    log_dir = home / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     with (log_dir / "cli.jsonl").open("a", encoding="utf-8") as log_stream:
         try:

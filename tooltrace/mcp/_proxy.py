@@ -94,7 +94,7 @@ class McpProxy:
     def __init__(self, config: ProxyConfig, *, registry: ToolRegistry | None = None,
                  pin_new: bool = True, meter_provider: Any = None) -> None:
         self.config = config
-        self.home = _settings.resolve_home(config.home)
+        self.home = _settings.resolve_home(config.home, workspace=config.workspace)
         self.pins = PinStore(self.home)
         self.pin_new = pin_new
         # Registry names of the servers' resources/read calls (filled at start).

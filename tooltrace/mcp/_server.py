@@ -19,7 +19,6 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from .._settings import resolve_home
 from ..exceptions import ConfigurationError
 from ._backchannel import Backchannel, ClientRequest
 from ._config import ProxyConfig
@@ -383,7 +382,7 @@ async def run_proxy(config: ProxyConfig, *, http: tuple[str, int] | None = None)
         await proxy.start()
         for t in proxy.report().changed:
             print(f"tooltrace: tool {t.name} (server {t.server}) changed since it was pinned in "
-                  f"{resolve_home(config.home).name}/mcp-pins.json; calls need "
+                  f"{proxy.home.name}/mcp-pins.json; calls need "
                   f"{'approval' if config.rug_pull == 'ask' else config.rug_pull}",
                   file=sys.stderr, flush=True)
         _freeze_started()

@@ -1,0 +1,133 @@
+"""Where the home lies and why no tool reaches it: the default home is outside the workspace
+(``_settings.default_home``), and a home placed inside one is still refused to every built-in by
+the path policy (``Workspace.protected_roots``) and the policy stage (command words)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tooltrace
+from tooltrace import Status, ToolCall, ToolRegistry
+from tooltrace.envelope import Stage
+from tooltrace.paths import PathPolicyError, Workspace
+
+
+@pytest.fixture
+def inside(workspace: Path) -> Iterator[tuple[ToolRegistry, Path]]:
+    """A default registry whose home the user placed inside the workspace, with a trail."""
+    home = workspace / ".tooltrace"
+    reg = tooltrace.create_registry(workspace, home=home, metrics=False, logging=False,
+                                    policy_file=None)
+    first = reg.call(ToolCall("read_text", {"path": "hello.txt"}))
+    assert first.status is Status.OK
+    reg.flush(timeout_s=10.0)
+    assert any((home / "audit").rglob("*.jsonl"))
+    yield reg, home
+    reg.shutdown(timeout_s=5.0)
+
+
+def test_a_default_registry_keeps_its_home_outside_the_workspace(workspace: Path) -> None:
+    reg = tooltrace.create_registry(workspace, metrics=False, logging=False)
+    try:
+        assert reg.call(ToolCall("read_text", {"path": "hello.txt"})).status is Status.OK
+        home = Path(reg.home).resolve()
+        assert not home.is_relative_to(workspace.resolve())
+        assert home == tooltrace._settings.default_home(workspace)
+        assert not (workspace / ".tooltrace").exists()
+    finally:
+        reg.shutdown(timeout_s=5.0)
+
+
+def _refused(env: tooltrace.ToolResultEnvelope) -> bool:
+    return env.status is Status.REJECTED and env.reject_stage is Stage.POLICY
+
+
+@pytest.mark.parametrize("path", [
+    ".tooltrace/audit.key",
+    "./.tooltrace/../.tooltrace/audit.key",
+    "notes/../.tooltrace/audit.key",
+    "{abs}/audit.key",
+    "{abs}",
+])
+def test_no_read_or_write_reaches_a_home_inside_the_workspace(
+    inside: tuple[ToolRegistry, Path], path: str,
+) -> None:
+    reg, home = inside
+    p = path.format(abs=home)
+    before = sorted(str(f) for f in home.rglob("*"))
+    assert _refused(reg.call(ToolCall("read_text", {"path": p})))
+    for name in ("/x.txt", ".txt") if p != str(home) else ("/x.txt",):
+        env = reg.call(ToolCall("write_text", {"path": p + name, "text": "forged"}))
+        assert _refused(env), env.summary
+    # The writes' own records are added, nothing else appears or goes.
+    after = {str(f) for f in home.rglob("*")}
+    assert set(before) - after == set()
+    assert not any(f.endswith(".txt") for f in after)
+
+
+def test_a_planted_symlink_into_the_home_is_refused(
+    inside: tuple[ToolRegistry, Path], workspace: Path,
+) -> None:
+    reg, home = inside
+    (workspace / "notes" / "evidence").symlink_to(home)
+    (workspace / "notes" / "key.txt").symlink_to(home / "audit.key")
+    assert _refused(reg.call(ToolCall("read_text", {"path": "notes/key.txt"})))
+    env = reg.call(ToolCall("write_text", {"path": "notes/evidence/audit/x.txt",
+                                            "text": "forged"}))
+    assert _refused(env)
+    assert not (home / "audit" / "x.txt").exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["cat", ".tooltrace/audit.key"],
+    ["cp", "-r", ".tooltrace/audit", "notes/copy"],
+    ["rm", "-rf", ".tooltrace/audit"],
+    ["sh", "-c", "echo forged >> .tooltrace/audit/x"],
+    ["sh", "-c", "cat<.tooltrace/audit.key"],
+    ["tar", "--file=.tooltrace/snapshots", "-c", "notes"],
+    ["cat", "{abs}/audit.key"],
+    ["ls", "notes/../.tooltrace"],
+    ["cat", "notes/evidence/audit.key"],
+])
+def test_no_command_word_may_name_the_home(
+    inside: tuple[ToolRegistry, Path], workspace: Path, argv: list[str],
+) -> None:
+    reg, home = inside
+    (workspace / "notes" / "evidence").symlink_to(home)
+    words = [a.format(abs=home) for a in argv]
+    env = reg.call(ToolCall("run_command", {"argv": words}))
+    assert _refused(env), (words, env.status, env.summary)
+    assert (home / "audit").is_dir() and (home / "audit.key").is_file()
+
+
+def test_a_command_may_not_start_in_the_home(inside: tuple[ToolRegistry, Path]) -> None:
+    reg, _home = inside
+    env = reg.call(ToolCall("run_command", {"argv": ["pwd"], "cwd": ".tooltrace/audit"}))
+    assert _refused(env)
+
+
+def test_commands_that_do_not_name_the_home_still_run(inside: tuple[ToolRegistry, Path]) -> None:
+    reg, _home = inside
+    env = reg.call(ToolCall("run_command", {"argv": ["cat", "hello.txt", "--x=notes/a.txt"]}))
+    assert env.status is Status.OK, env.summary
+
+
+def test_the_workspace_refuses_protected_paths_with_a_reason(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "home" / "audit").mkdir(parents=True)
+    w = Workspace(ws).with_protected([ws / "home"])
+    with pytest.raises(PathPolicyError) as err:
+        w.resolve("home/audit/seg.jsonl", must_exist=False)
+    assert err.value.reason == "protected"
+    # The protection is carried by with_read_only too (the policy file adds read-only roots).
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    with pytest.raises(PathPolicyError):
+        w.with_read_only([ro]).resolve("home", must_exist=True)
+    assert w.resolve("homework.txt", must_exist=False).relative == "homework.txt"
+    assert not w.touches_protected("home-not/x")
+    assert w.touches_protected(os.fspath(ws / "home"))
