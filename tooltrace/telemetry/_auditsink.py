@@ -56,8 +56,8 @@ class AuditSink:
     """Writes one audit line per call (with its steps) to this process's segment file.
 
     Args:
-        home: tooltrace home (explicit > ``TOOLTRACE_HOME`` > ``./.tooltrace``); records go to
-            ``<home>/audit/segments/``.
+        home: tooltrace home (explicit > ``TOOLTRACE_HOME`` > the current directory's home in
+            the user's state directory); records go to ``<home>/audit/segments/``.
         strict: refuse calls whose intent cannot be made durable (``write_intent`` raises
             ``AuditUnavailableError``), and write each final record synchronously with fsync.
         fsync: ``record`` | ``grouped`` | ``none`` (see ``FsyncPolicy``).
