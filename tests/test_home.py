@@ -131,3 +131,26 @@ def test_the_workspace_refuses_protected_paths_with_a_reason(tmp_path: Path) -> 
     assert w.resolve("homework.txt", must_exist=False).relative == "homework.txt"
     assert not w.touches_protected("home-not/x")
     assert w.touches_protected(os.fspath(ws / "home"))
+
+
+def test_the_audit_key_never_reaches_a_result_or_the_trail(tmp_path: Path, workspace: Path) -> None:
+    home = tmp_path / "home"
+    reg = tooltrace.create_registry(workspace, home=home, metrics=False, logging=False)
+
+    @tooltrace.tool(capability="read", effect="none")
+    def leak(ctx: tooltrace.CallContext) -> str:
+        """Print the key the way a careless script would."""
+        return "key=" + (home / "audit.key").read_text() + "\n"
+
+    reg.register(leak)
+    try:
+        key = (home / "audit.key").read_text().strip()
+        assert len(key) == 64
+        env = reg.call(ToolCall("leak", {}))
+        assert env.status is Status.OK
+        assert key not in str(env.data) and key not in env.summary
+        assert "REDACTED" in str(env.data)
+    finally:
+        reg.shutdown(timeout_s=5.0)
+    trail = b"".join(p.read_bytes() for p in (home / "audit").rglob("*") if p.is_file())
+    assert b"leak" in trail and key.encode() not in trail

@@ -286,6 +286,13 @@ class ToolRegistry:
         if isinstance(sink, BindingSink):
             sink.bind(self)
 
+    def register_secret(self, value: str) -> None:
+        """Redact ``value`` (raw and encoded) from every record, result and artifact from now on.
+
+        For secrets tooltrace itself holds (the audit sink registers its keys here when it is
+        attached), so a key a tool prints never reaches a sink or the model."""
+        self.redactor.register_value(value)
+
     def inflight(self) -> dict[str, int]:
         """Calls holding a concurrency slot now, by tool."""
         return self._admission.inflight()

@@ -150,6 +150,9 @@ class RegistryState(Protocol):
     ) -> Any:
         """Subscribe to the registry's call events (``ToolRegistry.subscribe``)."""
 
+    def register_secret(self, value: str) -> None:
+        """Redact ``value`` from every record from now on (``ToolRegistry.register_secret``)."""
+
 
 @runtime_checkable
 class BindingSink(Protocol):

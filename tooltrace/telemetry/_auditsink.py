@@ -202,8 +202,18 @@ class AuditSink:
             self.last_error = type(exc).__name__
 
     def bind(self, registry: RegistryState) -> None:
-        """Keep the progress of the registry's calls in flight in the live progress file
-        (``tooltrace.audit.LiveProgress``): a subscriber of its ``progress`` events."""
+        """Register the trail's keys with the registry's redactor, so no tool output can carry
+        them into a record; keep the progress of the registry's calls in flight in the live
+        progress file (``tooltrace.audit.LiveProgress``): a subscriber of its ``progress``
+        events."""
+        try:
+            if self._key is None:
+                self._key = load_key(self.home, create=True)
+            assert self._key is not None
+            registry.register_secret(self._key.decode("ascii", "replace"))
+        except OSError as exc:
+            # The writer reports an unusable home when it opens its segment; bind never raises.
+            self.last_error = type(exc).__name__
         if self._live_sub is None:
             self.live = LiveProgress(self.audit_dir)
             self._live_sub = registry.subscribe(self.live.on_progress, kinds=["progress"])
