@@ -86,6 +86,8 @@ _RECORD_FIELDS = (
     "depth",
     "progress",
     "principal",
+    "capability",
+    "effect",
 )
 if CallRecord.__struct_fields__ != _RECORD_FIELDS:  # Builder.envelope builds it positionally
     raise ImportError("CallRecord's fields changed: update Builder.envelope and _RECORD_FIELDS")
@@ -268,6 +270,8 @@ class Builder:
             self.depth,
             self.progress,
             self.principal,
+            d.capability.value if d else None,
+            d.effect.value if d else None,
         )
         return ToolResultEnvelope(
             self.call_id,

@@ -374,6 +374,12 @@ class CallRecord(msgspec.Struct, frozen=True):
     """The progress the tool reported (bounded: see ``ProgressMark``)."""
     principal: Principal | None = None
     """Who the call acted for; ``None`` when neither the call nor its run named anyone."""
+    capability: str | None = None
+    """The kind of access the tool declares (``read``, ``write``, ``network``, ``execute``);
+    ``None`` for an unregistered tool."""
+    effect: str | None = None
+    """Whether the tool declares side effects and how far they reach (``none``, ``local``,
+    ``external``); ``None`` for an unregistered tool."""
 
     @property
     def elapsed_ms(self) -> float:

@@ -72,7 +72,8 @@ _CALL_ROW = """SELECT c.call_id, c.run_id, c.tool, c.source, c.status,
          c.artifact_bytes, c.mode, c.tool_type, c.hook_modified,
          c.attributes::JSON AS attributes, r.resolved_at, r.summary AS resolution_summary,
          c.writer, c.segment, c.line, c.parent_call_id, c.depth, c.progress::JSON AS progress,
-         c.principal_user, c.principal_agent, c.principal_tenant, c.principal_roles
+         c.principal_user, c.principal_agent, c.principal_tenant, c.principal_roles,
+         c.capability, c.effect
   FROM {calls} c LEFT JOIN {resolved} r ON r.call_id = c.call_id"""
 _STEP_COLS = "seq, step, started_at, elapsed_ms, decider, decision, detail::JSON AS detail"
 _INTENT_COLS = """i.call_id, i.run_id, i.tool, i.started_at, i.args_redacted::JSON AS args_redacted,

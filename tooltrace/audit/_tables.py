@@ -43,7 +43,7 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("hook_modified", "bool"), ("attributes", "str"), ("writer", "str"), ("segment", "str"),
         ("line", "i64"), ("parent_call_id", "str"), ("depth", "i32"), ("progress", "str"),
         ("principal_user", "str"), ("principal_agent", "str"), ("principal_tenant", "str"),
-        ("principal_roles", "str"),
+        ("principal_roles", "str"), ("capability", "str"), ("effect", "str"),
     ),
     "steps": (
         ("call_id", "str"), ("seq", "i32"), ("step", "str"), ("started_at", "ts"),
@@ -143,7 +143,7 @@ def build_columns(segments: Iterable[ParsedSegment]) -> dict[str, dict[str, list
                 c["call_id"].append(cid)
                 for f in ("run_id", "tool", "source", "status", "reject_stage", "summary",
                           "error_type", "trace_id", "span_id", "parent_span_id",
-                          "result_preview", "mode", "tool_type"):
+                          "result_preview", "mode", "tool_type", "capability", "effect"):
                     c[f].append(o.get(f))
                 c["started_at"].append(o.get("started_at_us"))
                 c["elapsed_ms"].append((o.get("elapsed_us") or 0) / 1000.0)
