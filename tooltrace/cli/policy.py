@@ -68,23 +68,33 @@ def policy() -> None:
 @policy.command()
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @_tools_option
+@click.option("--strict", is_flag=True,
+              help="Exit 1 when there are warnings (rules that can never match or decide).")
 @json_option
-def check(file: Path, tool_specs: tuple[str, ...], as_json: bool) -> None:
-    """Check FILE: every problem as file:line:column. Exit 0 valid, 2 invalid."""
+def check(file: Path, tool_specs: tuple[str, ...], strict: bool, as_json: bool) -> None:
+    """Check FILE: every problem as file:line:column, then every warning (a rule that can
+    never match, or that an earlier rule always decides for).
+
+    Exit 0 valid, 1 valid with warnings under --strict, 2 invalid.
+    """
     from ..policyfile import check_policy
 
     guard = OutputGuard(None)
-    problems = check_policy(file, tools=_definitions(tool_specs))
+    found = check_policy(file, tools=_definitions(tool_specs), warnings=True)
+    errors = [p for p in found if p.severity == "error"]
+    warnings = [p for p in found if p.severity == "warning"]
     if as_json:
-        print_json({"file": str(file), "valid": not problems,
-                    "problems": [{"line": p.line, "column": p.column, "message": p.message}
-                                 for p in problems]}, guard)
+        print_json({"file": str(file), "valid": not errors,
+                    "problems": [{"line": p.line, "column": p.column, "severity": p.severity,
+                                  "message": p.message} for p in found]}, guard)
     else:
-        for p in problems:
+        for p in found:
             click.echo(guard(str(p)), err=True)
-        if not problems:
-            click.echo(guard(f"{file}: ok"))
-    sys.exit(EXIT_USAGE if problems else EXIT_OK)
+        if not errors:
+            n = len(warnings)
+            tail = f" ({n} warning{'s' * (n != 1)})" if n else ""
+            click.echo(guard(f"{file}: ok{tail}"))
+    sys.exit(EXIT_USAGE if errors else EXIT_FAIL if strict and warnings else EXIT_OK)
 
 
 @policy.command(name="test")

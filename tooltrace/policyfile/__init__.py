@@ -77,6 +77,9 @@ class PolicyFile:
     """The file, as it was named."""
     compiled: Compiled
     """The policy, limits and rule facts it compiled to."""
+    warnings: tuple[Problem, ...] = ()
+    """Rules that load but do not say what they seem to: they can never match, or an earlier
+    rule always decides first (``Problem.severity`` is ``warning``)."""
 
     @property
     def rule_ids(self) -> tuple[str, ...]:
@@ -112,7 +115,7 @@ _Tools = Iterable[str] | Mapping[str, "ToolDefinition"] | None
 
 
 def _compile(name: str, text: str, tools: _Tools, expand: Expand | None = None
-             ) -> tuple[Compiled | None, list[Problem]]:
+             ) -> tuple[Compiled | None, list[Problem], list[Problem]]:
     from ._compile import compile_document
     from ._source import Positions
 
@@ -122,18 +125,26 @@ def _compile(name: str, text: str, tools: _Tools, expand: Expand | None = None
     else:
         doc, pos, problems = parse_text(text, name)
     if doc is None:
-        return None, problems
+        return None, problems, []
     ck = Checker(name, pos)
     defs = dict(tools) if isinstance(tools, Mapping) else None
     compiled = compile_document(doc, ck, None if tools is None else frozenset(tools), defs,
                                 Path(name).parent, expand)
-    problems = sorted(ck.problems, key=lambda p: (p.file != name, p.file, p.line, p.column))
-    return (compiled if not problems else None), problems
+
+    def placed(p: Problem) -> tuple[bool, str, int, int]:
+        return p.file != name, p.file, p.line, p.column
+
+    problems = sorted(ck.problems, key=placed)
+    return (compiled if not problems else None), problems, sorted(ck.warnings, key=placed)
 
 
 def check_policy(path: str | os.PathLike[str], *, tools: _Tools = (),
-                 expand: Expand | None = None) -> list[Problem]:
-    """Every problem in the file (empty when it is valid); ``tools`` are the tool names it may
+                 expand: Expand | None = None, warnings: bool = False) -> list[Problem]:
+    """Every problem in the file (empty when it is valid); with ``warnings``, also every rule
+    that loads but does not say what it seems to (``Problem.severity`` ``warning``: an
+    ``args`` key no tool it names takes, a negated or empty glob, a rule no tool matches in
+    its modes, a rule an earlier one always decides for), placed in the same order after the
+    errors. ``tools`` are the tool names it may
     name besides those its own ``tools`` list declares (``None``: any name, for tools that
     are registered later, such as an MCP proxy's). Given as definitions (name to
     ``ToolDefinition``), they also make the schema Cedar policies are validated against;
@@ -144,7 +155,8 @@ def check_policy(path: str | os.PathLike[str], *, tools: _Tools = (),
         name, text = _read(path)
     except PolicyFileError as exc:
         return exc.problems
-    return _compile(name, text, tools, expand)[1]
+    _compiled, problems, found = _compile(name, text, tools, expand)
+    return problems + found if warnings else problems
 
 
 def load_policy(path: str | os.PathLike[str], *, tools: _Tools = (),
@@ -152,7 +164,7 @@ def load_policy(path: str | os.PathLike[str], *, tools: _Tools = (),
     """The compiled file; raises ``PolicyFileError`` with every problem when it is invalid
     (``tools`` and ``expand`` as for ``check_policy``)."""
     name, text = _read(path)
-    compiled, problems = _compile(name, text, tools, expand)
+    compiled, problems, found = _compile(name, text, tools, expand)
     if compiled is None:
         raise PolicyFileError(problems)
-    return PolicyFile(name, compiled)
+    return PolicyFile(name, compiled, tuple(found))

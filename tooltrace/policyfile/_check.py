@@ -35,11 +35,18 @@ class Checker:
         self.pos = positions
         #: Everything wrong so far, in the order found.
         self.problems: list[Problem] = []
+        #: Rules that load but do not say what they seem to (they can never match or decide).
+        self.warnings: list[Problem] = []
 
     def problem(self, path: Path, message: str, value: Any = None) -> None:
         """Record a problem at ``path`` (at ``value``'s text when given)."""
         line, col = self.pos.of(path, value)
         self.problems.append(Problem(self.file, line, col, message))
+
+    def warn(self, path: Path, message: str, value: Any = None) -> None:
+        """Record a warning at ``path`` (at ``value``'s text when given)."""
+        line, col = self.pos.of(path, value)
+        self.warnings.append(Problem(self.file, line, col, message, "warning"))
 
     def table(self, path: Path, value: Any, keys: Iterable[str]) -> Mapping[str, Any]:
         """``value`` as a table whose keys are all among ``keys`` (an unknown one is reported

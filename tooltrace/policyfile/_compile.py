@@ -29,6 +29,7 @@ from ..policy import (
 from ..tool import Capability, Effect, ToolDefinition
 from ._check import Checker
 from ._limits import LimitRule
+from ._lint import Spot, check_globs, lint_modes, lint_rules
 from ._rules import Match, PatternRule, glob_regex, observed
 from ._source import Path
 
@@ -40,7 +41,8 @@ __all__ = ["Compiled", "Expand", "Observing", "compile_document", "duration_seco
 
 _TOP = ("version", "tools", "modes", "paths", "builtin", "approval", "rules", "limits", "cedar")
 _MATCH = ("tools", "capabilities", "effects", "modes", "principal")
-_RULE = ("id", "decision", "mode", "reason", "ttl", *_MATCH, "args", "paths", "url_hosts")
+_GLOBS = ("paths", "except_paths", "only_paths")
+_RULE = ("id", "decision", "mode", "reason", "ttl", *_MATCH, "args", *_GLOBS, "url_hosts")
 _LIMIT = ("id", "mode", "per", *_MATCH, "max_calls", "per_minute", "max_concurrent")
 _PRINCIPAL = ("users", "agents", "tenants", "roles")
 #: Rule ids the registry itself decides with: a file may not take them.
@@ -104,6 +106,9 @@ class _Compiler:
         self.taken: set[str] = set(RESERVED)
         self.content: set[str] = set()
         self.roots: tuple[str, ...] = ()
+        self.declared: tuple[str, ...] = ()
+        #: The rules a lint pass looks at, with where each is written, in evaluation order.
+        self.spots: list[Spot] = []
 
     def run(self, doc: Mapping[str, Any]) -> Compiled:
         ck = self.ck
@@ -111,8 +116,8 @@ class _Compiler:
         if "version" in top and top["version"] != 1:
             ck.problem(("version",), "version must be 1")
         if "tools" in top:
-            declared = ck.strings(("tools",), top["tools"]) or ()
-            self.tools = None if self.tools is None else self.tools | frozenset(declared)
+            self.declared = ck.strings(("tools",), top["tools"]) or ()
+            self.tools = None if self.tools is None else self.tools | frozenset(self.declared)
         modes = self._modes(top.get("modes", {}))
         self.modes = frozenset(m.name for m in modes)
         rules: list[Rule] = [*self._builtins(top.get("builtin", {}))]
@@ -125,6 +130,8 @@ class _Compiler:
             rule = self._rule(("rules", i), r)
             if rule is not None:
                 rules.append(rule)
+                if isinstance(rule, PatternRule):
+                    self.spots.append((("rules", i), rule))
         if "cedar" in top:
             rules += self._cedar(top["cedar"])
         if "approval" in top:
@@ -132,6 +139,9 @@ class _Compiler:
         limits = self._limits(top.get("limits", []))
         rules += limits
         policy = Policy(rules, modes=modes)
+        self.spots += [(("limits", i), x) for i, x in enumerate(limits)]
+        lint_modes(ck, modes, self.definitions)
+        lint_rules(ck, self.spots, policy.modes, self.definitions, self.declared)
         names = tuple(n for r in rules for n in getattr(r, "rule_ids", (str(r.name),)))
         return Compiled(policy, tuple(limits), names, frozenset(self.content), self.roots)
 
@@ -225,6 +235,7 @@ class _Compiler:
         out: list[Rule] = []
         deny = ck.strings(("paths", "deny"), t["deny"]) if "deny" in t else None
         if deny:
+            check_globs(ck, ("paths", "deny"), deny)
             out.append(PatternRule("denied_path", Verdict.DENY, Match(),
                                    "path matches a denied glob", observe,
                                    paths=tuple(glob_regex(g) for g in deny)))
@@ -290,7 +301,11 @@ class _Compiler:
             compiled = ck.pattern((*path, "args", name), pat)
             if compiled is not None:
                 args.append((str(name), compiled))
-        globs = ck.strings((*path, "paths"), t["paths"]) or () if "paths" in t else ()
+        globs = {}
+        for k in _GLOBS:
+            written = ck.strings((*path, k), t[k]) or () if k in t else ()
+            check_globs(ck, (*path, k), written)
+            globs[k] = tuple(glob_regex(g) for g in written)
         hosts = ck.table((*path, "url_hosts"), t["url_hosts"], ("allow", "deny")) \
             if "url_hosts" in t else {}
         allow = ck.strings((*path, "url_hosts", "allow"), hosts["allow"]) \
@@ -303,10 +318,11 @@ class _Compiler:
         if rid is None or decision is None or reason is None:
             return None
         rule = PatternRule(
-            rid, Verdict(decision), match, reason, self._observe(path, t), tuple(args),
-            tuple(glob_regex(g) for g in globs),
-            None if allow is None else tuple(h.lower() for h in allow),
-            tuple(h.lower() for h in deny), approval_ttl_s=ttl,
+            rid, Verdict(decision), match, reason, self._observe(path, t), args=tuple(args),
+            paths=globs.get("paths", ()), except_paths=globs.get("except_paths", ()),
+            only_paths=globs.get("only_paths", ()),
+            hosts_allow=None if allow is None else tuple(h.lower() for h in allow),
+            hosts_deny=tuple(h.lower() for h in deny), approval_ttl_s=ttl,
         )
         if rule.reads_content:
             self.content.add(rid)
@@ -346,8 +362,10 @@ class _Compiler:
             return []
         why = self.ck.string(("approval", "reason"), t.get("reason", "needs approval")) or ""
         ttl = _ttl(self.ck, ("approval", "ttl"), t["ttl"]) if "ttl" in t else None
-        return [PatternRule("approval", Verdict.ASK, self._match(("approval",), t), why,
-                            self._observe(("approval",), t), approval_ttl_s=ttl)]
+        rule = PatternRule("approval", Verdict.ASK, self._match(("approval",), t), why,
+                           self._observe(("approval",), t), approval_ttl_s=ttl)
+        self.spots.append((("approval",), rule))
+        return [rule]
 
     def _limits(self, raw: Any) -> list[LimitRule]:
         ck = self.ck

@@ -32,10 +32,13 @@ def observed(verdict: Verdict, observe: bool) -> Verdict:
 def glob_regex(glob: str) -> re.Pattern[str]:
     """A path glob (``**/.env``, ``secrets/*.pem``) as a regular expression over
     workspace-relative POSIX paths: ``**/`` is any number of directories, ``*`` and ``?``
-    stay within one."""
+    stay within one, and a trailing ``/**`` is the directory and everything under it."""
     out, i = [], 0
     while i < len(glob):
-        if glob.startswith("**/", i):
+        if i and i == len(glob) - 3 and glob.endswith("/**"):
+            out.append("(?:/.*)?")
+            i += 3
+        elif glob.startswith("**/", i):
             out.append("(?:.*/)?")
             i += 3
         elif glob.startswith("**", i):
@@ -162,6 +165,12 @@ class PatternRule:
     """Argument name and the pattern searched in its value (all must match)."""
     paths: tuple[re.Pattern[str], ...] = ()
     """Globs one of the call's resolved path arguments must match."""
+    except_paths: tuple[re.Pattern[str], ...] = ()
+    """Globs that take a resolved path out of the rule's reach (a path matching one is as if
+    the call had not named it)."""
+    only_paths: tuple[re.Pattern[str], ...] = ()
+    """The allow-list form: the rule matches a call one of whose resolved paths lies outside
+    every one of these globs (``only_paths = ["notes/**"]``: anything not under ``notes/``)."""
     hosts_allow: tuple[str, ...] | None = None
     """Matches when an argument holds a URL whose host is not one of these."""
     hosts_deny: tuple[str, ...] = ()
@@ -175,9 +184,15 @@ class PatternRule:
         """Whether the rule looks at argument values (the trail holds them only redacted)."""
         return bool(self.args or self.hosts_deny or self.hosts_allow is not None)
 
+    @property
+    def reads_paths(self) -> bool:
+        """Whether the rule has a condition on resolved paths."""
+        return bool(self.paths or self.except_paths or self.only_paths)
+
     def applies_to(self, tool: ToolDefinition) -> bool:
-        """Whether calls of ``tool`` can match at all."""
-        return self.match.tool(tool)
+        """Whether calls of ``tool`` can match at all (a rule on paths: only tools with path
+        arguments)."""
+        return self.match.tool(tool) and (bool(tool.path_params) or not self.reads_paths)
 
     def names_tool(self, name: str) -> bool:
         """Whether the rule's ``tools`` list names ``name``."""
@@ -194,8 +209,8 @@ class PatternRule:
             text = _arg_text(args.get(name))
             if text is None or pattern.search(text) is None:
                 return False
-        if self.paths and not any(
-            g.fullmatch(p) for p in request.resolved_paths.values() for g in self.paths
+        if self.reads_paths and not any(
+            self._selects(p) for p in request.resolved_paths.values()
         ):
             return False
         if self.hosts_deny or self.hosts_allow is not None:
@@ -206,6 +221,15 @@ class PatternRule:
             if not (deny or outside):
                 return False
         return True
+
+    def _selects(self, path: str) -> bool:
+        """Whether the rule's path conditions hold for one resolved path (workspace-relative,
+        or absolute in a read-only root)."""
+        if self.paths and not any(g.fullmatch(path) for g in self.paths):
+            return False
+        if any(g.fullmatch(path) for g in self.except_paths):
+            return False
+        return not self.only_paths or not any(g.fullmatch(path) for g in self.only_paths)
 
     def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
         if not self.matches(request):

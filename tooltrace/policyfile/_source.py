@@ -38,9 +38,13 @@ class Problem:
     """The column, from 1."""
     message: str
     """What is wrong, and what would be right."""
+    severity: str = "error"
+    """``error`` (the file is refused) or ``warning`` (it loads, but a rule does not say what
+    it seems to: it can never match, or never decide)."""
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.column}: {self.message}"
+        kind = "warning: " if self.severity == "warning" else ""
+        return f"{self.file}:{self.line}:{self.column}: {kind}{self.message}"
 
 
 def _split(dotted: str) -> list[str]:
@@ -103,14 +107,14 @@ class Positions:
         while p and p not in self._at:
             p = p[:-1]
         line, col = self._at.get(p, (1, 1))
-        if isinstance(value, str) and value:
+        if isinstance(value, str):
             hit = self._find(value, line, col)
             if hit is not None:
                 return hit
         return line, col
 
     def _find(self, value: str, line: int, col: int) -> tuple[int, int] | None:
-        needles = (f'"{value}"', f"'{value}'", value)
+        needles = (f'"{value}"', f"'{value}'", value) if value else ('""', "''")
         for no in range(line, min(line + 200, len(self.lines)) + 1):
             text = self.lines[no - 1]
             start = col - 1 if no == line else 0
