@@ -10,6 +10,8 @@ of processes still running.
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,14 +41,20 @@ class Follower:
     """Reads what is new in a home's audit trail at each ``poll``.
 
     ``from_start``: the first poll returns every line already there; otherwise only lines
-    appended after the follower was made.
+    appended after the follower was made. ``done``: segments, by (writer, number), whose lines
+    are never returned (those already read elsewhere, such as the compacted ones). ``kinds``: the
+    line kinds returned (default: calls, late steps and intents; add ``a`` for approvals).
     """
 
-    def __init__(self, home: Path, *, from_start: bool = False) -> None:
+    def __init__(self, home: Path, *, from_start: bool = False,
+                 done: Iterable[tuple[str, int]] = (), kinds: Iterable[str] = _KINDS) -> None:
         self.adir = audit_dir(home)
-        self._offsets: dict[tuple[str, int], int] = {}
+        self._kinds = frozenset(kinds)
+        self._offsets: dict[tuple[str, int], int] = dict.fromkeys(done, sys.maxsize)
         if not from_start:
             for info in list_segments(self.adir):
+                if (info.writer, info.n) in self._offsets:
+                    continue
                 try:
                     self._offsets[(info.writer, info.n)] = info.path.stat().st_size
                 except FileNotFoundError:
@@ -76,7 +84,7 @@ class Follower:
                     obj = orjson.loads(raw)
                 except orjson.JSONDecodeError:
                     continue
-                if isinstance(obj, dict) and obj.get("k") in _KINDS:
+                if isinstance(obj, dict) and obj.get("k") in self._kinds:
                     out.lines.append(obj)
         for c in read_live(self.adir):
             out.inflight[c["call_id"]] = c

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "calls": "tooltrace.cli.calls:calls",
     "compact": "tooltrace.cli.compact:compact",
     "demo": "tooltrace.cli.demo:demo",
+    "export": "tooltrace.cli.export:export",
     "mcp": "tooltrace.cli.mcp:mcp",
     "policy": "tooltrace.cli.policy:policy",
     "query": "tooltrace.cli.query:query",
