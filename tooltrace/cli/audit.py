@@ -94,8 +94,10 @@ def ship(archive: str | None, data_path: str | None, prune: bool, segments_per_c
 
 
 @contextmanager
-def open_archive_store(archive: str, guard: OutputGuard) -> Iterator[ArchiveStore]:
-    """Open the archive for the readers; exit 1 (2 for a bad URI) with a secret-free message."""
+def open_archive_store(archive: str, guard: OutputGuard, *,
+                       missing: int = EXIT_FAIL) -> Iterator[ArchiveStore]:
+    """Open the archive for the readers; exit ``missing`` (1 unless the command says
+    otherwise; 2 for a bad URI) with a secret-free message."""
     from ..archive import ArchiveError, ArchiveStore
     from ..exceptions import ConfigurationError
 
@@ -104,7 +106,7 @@ def open_archive_store(archive: str, guard: OutputGuard) -> Iterator[ArchiveStor
     except ConfigurationError as exc:
         fail(str(exc), EXIT_USAGE, guard)
     except ArchiveError as exc:
-        fail(str(exc), EXIT_FAIL, guard)
+        fail(str(exc), missing, guard)
     try:
         yield store
     finally:

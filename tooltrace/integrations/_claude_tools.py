@@ -19,7 +19,14 @@ from claude_agent_sdk import SdkMcpTool
 from .. import Capability, Effect, RegistrationError, ToolDefinition, ToolRegistry
 from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT
 
-__all__ = ["BUILTIN_TOOLS", "ClaudeToolError", "adopt", "builtin_definitions", "sdk_schema"]
+__all__ = [
+    "BUILTIN_TOOLS",
+    "PASSED_THROUGH_TOOLS",
+    "ClaudeToolError",
+    "adopt",
+    "builtin_definitions",
+    "sdk_schema",
+]
 
 
 class ClaudeToolError(Exception):
@@ -31,50 +38,108 @@ _N: Mapping[str, Any] = {"type": "number"}
 _B: Mapping[str, Any] = {"type": "boolean"}
 _A: Mapping[str, Any] = {"type": "array"}
 
-# name: (capability, effect, path arguments, typed properties, required, description)
+# name: (capability, effect, path arguments, typed properties, required, description).
+# The names Claude Code 2.1 offers (kept current by a test that reads the bundled CLI's first
+# request), then those of older CLIs.
 _TABLE: dict[str, tuple[Capability, Effect, tuple[str, ...], dict[str, Any], tuple[str, ...], str]]
 _TABLE = {
+    # A sub-agent: it has no effect of its own; each of its tool calls is decided on its own.
+    "Agent": (Capability.READ, Effect.NONE, (),
+              {"description": _S, "prompt": _S, "subagent_type": _S}, ("prompt",),
+              "Start a sub-agent (executed by Claude Code)."),
     "Bash": (Capability.EXECUTE, Effect.EXTERNAL, (),
              {"command": _S, "timeout": _N, "description": _S, "run_in_background": _B},
              ("command",), "Run a shell command (executed by Claude Code)."),
-    "BashOutput": (Capability.READ, Effect.NONE, (), {"bash_id": _S}, (),
-                   "Read the output of a background shell (executed by Claude Code)."),
-    "KillShell": (Capability.EXECUTE, Effect.LOCAL, (), {"shell_id": _S}, (),
-                  "Stop a background shell (executed by Claude Code)."),
-    "Read": (Capability.READ, Effect.NONE, ("file_path",),
-             {"file_path": _S, "offset": _N, "limit": _N}, ("file_path",),
-             "Read a file (executed by Claude Code)."),
-    "Write": (Capability.WRITE, Effect.LOCAL, ("file_path",),
-              {"file_path": _S, "content": _S}, ("file_path", "content"),
-              "Write a file (executed by Claude Code)."),
+    # Session cron jobs enqueue prompts (whose tool uses are decided on their own); a durable
+    # one is written to .claude/scheduled_tasks.json.
+    "CronCreate": (Capability.WRITE, Effect.LOCAL, (),
+                   {"cron": _S, "prompt": _S, "recurring": _B, "durable": _B},
+                   ("cron", "prompt"), "Schedule a prompt (executed by Claude Code)."),
+    "CronDelete": (Capability.WRITE, Effect.LOCAL, (), {"id": _S}, ("id",),
+                   "Cancel a scheduled prompt (executed by Claude Code)."),
+    "CronList": (Capability.READ, Effect.NONE, (), {}, (),
+                 "List the scheduled prompts (executed by Claude Code)."),
+    # Reads and updates design projects on claude.ai through the user's login.
+    "DesignSync": (Capability.NETWORK, Effect.EXTERNAL, (), {"method": _S}, ("method",),
+                   "Sync a claude.ai design project (executed by Claude Code)."),
     "Edit": (Capability.WRITE, Effect.LOCAL, ("file_path",),
              {"file_path": _S, "old_string": _S, "new_string": _S, "replace_all": _B},
              ("file_path", "old_string", "new_string"), "Edit a file (executed by Claude Code)."),
-    "MultiEdit": (Capability.WRITE, Effect.LOCAL, ("file_path",),
-                  {"file_path": _S, "edits": _A}, ("file_path", "edits"),
-                  "Apply several edits to a file (executed by Claude Code)."),
+    "EnterWorktree": (Capability.WRITE, Effect.LOCAL, ("path",), {"name": _S, "path": _S}, (),
+                      "Create a git worktree and move the session into it "
+                      "(executed by Claude Code)."),
+    "ExitWorktree": (Capability.WRITE, Effect.LOCAL, (),
+                     {"action": _S, "discard_changes": _B}, ("action",),
+                     "Leave (and keep or remove) the session's worktree "
+                     "(executed by Claude Code)."),
+    "ListAgents": (Capability.READ, Effect.NONE, (), {}, (),
+                   "List the agents messages can go to (executed by Claude Code)."),
+    # Runs a long-lived command and streams its lines: a command like Bash's.
+    "Monitor": (Capability.EXECUTE, Effect.EXTERNAL, (),
+                {"command": _S, "description": _S, "timeout_ms": _N}, ("description",),
+                "Run a background monitor command (executed by Claude Code)."),
     "NotebookEdit": (Capability.WRITE, Effect.LOCAL, ("notebook_path",),
                      {"notebook_path": _S, "new_source": _S}, ("notebook_path",),
                      "Edit a Jupyter notebook cell (executed by Claude Code)."),
+    "Read": (Capability.READ, Effect.NONE, ("file_path",),
+             {"file_path": _S, "offset": _N, "limit": _N}, ("file_path",),
+             "Read a file (executed by Claude Code)."),
+    "ReportFindings": (Capability.READ, Effect.NONE, (), {"findings": _A}, ("findings",),
+                       "Report review findings to the host (executed by Claude Code)."),
+    "ScheduleWakeup": (Capability.READ, Effect.NONE, (),
+                       {"delaySeconds": _N, "reason": _S, "prompt": _S, "stop": _B}, (),
+                       "Schedule when a /loop resumes (executed by Claude Code)."),
+    # Messages reach other agents, other local sessions, or cloud sessions.
+    "SendMessage": (Capability.NETWORK, Effect.EXTERNAL, (),
+                    {"to": _S, "message": _S, "summary": _S}, ("to", "message"),
+                    "Send a message to another agent (executed by Claude Code)."),
+    # A skill is instructions; what it asks for runs through other tools, each decided.
+    "Skill": (Capability.READ, Effect.NONE, (), {"skill": _S, "args": _S}, ("skill",),
+              "Invoke a skill (executed by Claude Code)."),
+    "TaskStop": (Capability.EXECUTE, Effect.LOCAL, (), {"task_id": _S, "shell_id": _S}, (),
+                 "Stop a background task (executed by Claude Code)."),
+    "WebFetch": (Capability.NETWORK, Effect.NONE, (), {"url": _S, "prompt": _S}, ("url",),
+                 "Fetch a URL (executed by Claude Code)."),
+    "WebSearch": (Capability.NETWORK, Effect.NONE, (), {"query": _S}, ("query",),
+                  "Search the web (executed by Claude Code)."),
+    # A workflow is a script the CLI runs, orchestrating sub-agents: opaque code.
+    "Workflow": (Capability.EXECUTE, Effect.EXTERNAL, (), {"script": _S, "name": _S}, (),
+                 "Run a workflow script of sub-agents (executed by Claude Code)."),
+    "Write": (Capability.WRITE, Effect.LOCAL, ("file_path",),
+              {"file_path": _S, "content": _S}, ("file_path", "content"),
+              "Write a file (executed by Claude Code)."),
+    # Older CLIs' names.
+    "BashOutput": (Capability.READ, Effect.NONE, (), {"bash_id": _S}, (),
+                   "Read the output of a background shell (executed by Claude Code)."),
     "Glob": (Capability.READ, Effect.NONE, ("path",), {"pattern": _S, "path": _S}, ("pattern",),
              "Find files by pattern (executed by Claude Code)."),
     "Grep": (Capability.READ, Effect.NONE, ("path",),
              {"pattern": _S, "path": _S, "glob": _S}, ("pattern",),
              "Search file contents (executed by Claude Code)."),
-    "WebFetch": (Capability.NETWORK, Effect.NONE, (), {"url": _S, "prompt": _S}, ("url",),
-                 "Fetch a URL (executed by Claude Code)."),
-    "WebSearch": (Capability.NETWORK, Effect.NONE, (), {"query": _S}, ("query",),
-                  "Search the web (executed by Claude Code)."),
-    "TodoWrite": (Capability.READ, Effect.NONE, (), {"todos": _A}, ("todos",),
-                  "Update the session's todo list (executed by Claude Code)."),
-    # A sub-agent: it has no effect of its own; each of its tool calls is decided on its own.
+    "KillShell": (Capability.EXECUTE, Effect.LOCAL, (), {"shell_id": _S}, (),
+                  "Stop a background shell (executed by Claude Code)."),
+    "MultiEdit": (Capability.WRITE, Effect.LOCAL, ("file_path",),
+                  {"file_path": _S, "edits": _A}, ("file_path", "edits"),
+                  "Apply several edits to a file (executed by Claude Code)."),
     "Task": (Capability.READ, Effect.NONE, (),
              {"description": _S, "prompt": _S, "subagent_type": _S}, ("prompt",),
              "Start a sub-agent (executed by Claude Code)."),
+    "TodoWrite": (Capability.READ, Effect.NONE, (), {"todos": _A}, ("todos",),
+                  "Update the session's todo list (executed by Claude Code)."),
 }
 
-#: Names of the built-in tools this module describes.
+#: Names of the built-in tools this module describes: each use is decided by the registry.
 BUILTIN_TOOLS: tuple[str, ...] = tuple(_TABLE)
+
+#: Claude Code's names the adapter lets through untouched (no registry call, no record), and
+#: why: they steer the session itself and touch nothing outside it.
+PASSED_THROUGH_TOOLS: Mapping[str, str] = types.MappingProxyType({
+    "ToolSearch": "loads deferred tools' schemas into the prompt; nothing runs",
+    "AskUserQuestion": "asks the user; the answer comes from the user, not a tool",
+    "EnterPlanMode": "switches the session to plan mode, which only narrows what may run",
+    "ExitPlanMode": "asks the user to approve a plan; the user answers",
+    "DeferredToolPlaceholder": "a placeholder entry of the CLI's tool list, never called",
+})
 
 
 def builtin_definitions(

@@ -14,7 +14,13 @@ Two kinds of tools, two routes:
   the model instead of the raw one.
 - **In-process MCP tools** run here: ``mcp_server()`` serves registry tools (and SDK ``@tool``
   functions taken over with ``adopt``) to the CLI, and every ``tools/call`` is a full registry
-  call; anything but ``ok`` comes back as an ``is_error`` result carrying the summary.
+  call (carrying the model's tool-use id from the request's ``_meta``); anything but ``ok``
+  comes back as an ``is_error`` result carrying the summary.
+
+The tools in ``PASSED_THROUGH_TOOLS`` (``ToolSearch``, which loads deferred tools' schemas, and
+the tools that steer the session with the user) are let through untouched. A tool use the CLI
+refuses before any hook (an unknown name, input its own schema rejects) is read from the
+session's transcript when the turn ends (``Stop``) and recorded ``rejected``.
 
 Out of reach for built-in tools (the CLI runs them): their deadline (a call the CLI has not
 reported on when it passes ends ``unknown``), cancelling them, trimming or offloading their
@@ -27,9 +33,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import json
+import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, Literal
 
+import msgspec
 from claude_agent_sdk import (
     ClaudeAgentOptions,
     HookContext,
@@ -56,10 +66,19 @@ from .. import (
 )
 from ..adapters import acall, make_call, model_text
 from ..envelope import Principal
-from ._claude_tools import BUILTIN_TOOLS, ClaudeToolError, adopt, builtin_definitions, sdk_schema
+from ._claude_tools import (
+    BUILTIN_TOOLS,
+    PASSED_THROUGH_TOOLS,
+    ClaudeToolError,
+    adopt,
+    builtin_definitions,
+    sdk_schema,
+)
 
 __all__ = [
     "BUILTIN_TOOLS",
+    "PASSED_THROUGH_TOOLS",
+    "REFUSAL",
     "ClaudeAgentAdapter",
     "ClaudeToolError",
     "adopt",
@@ -68,6 +87,18 @@ __all__ = [
 
 
 _INTEGRATION = "claude-agent-sdk"
+
+#: Attribute of a tool use Claude Code refused before any hook: the CLI's reason, as it told
+#: the model (redacted and bounded like every attribute).
+REFUSAL = "claude_code.refusal"
+
+# Where the CLI's ``tools/call`` request names the model's tool-use id.
+_META_TOOL_USE_ID = "claudecode/toolUseId"
+# How the CLI wraps an error it raised itself (unknown tool, input its schema refused).
+_REFUSED = re.compile(r"\A\s*<tool_use_error>(.*?)(?:</tool_use_error>)?\s*\Z", re.S)
+_TOOL_USE_ID = re.compile(r"\A[A-Za-z0-9_-]{1,128}\Z")
+# A transcript line longer than this is skipped, not parsed (a pasted file, an image).
+_MAX_LINE = 4 * 1024 * 1024
 
 
 @dataclasses.dataclass(eq=False)
@@ -98,7 +129,8 @@ class ClaudeAgentAdapter:
         on_failure: ``block`` (default) makes the CLI refuse a tool use when the PreToolUse
             hook fails (fail closed); ``continue`` lets it through.
         matcher: the CLI's tool matcher for the tool hooks (``"Bash|Write|Edit"``); None sends
-            every tool use through the registry, where an unregistered name is refused.
+            every tool use through the registry (but ``PASSED_THROUGH_TOOLS``), where an
+            unregistered name is refused.
         principal: whom every call acts for (default: its run's principal, if any).
     """
 
@@ -126,6 +158,11 @@ class ClaudeAgentAdapter:
         self._served: dict[str, frozenset[str]] = {}
         self._by_use: dict[str, _Pending] = {}
         self._by_call: dict[str, _Pending] = {}
+        # Tool-use ids a hook or the in-process server saw: any other the transcript shows
+        # refused never reached tooltrace.
+        self._seen: set[str] = set()
+        self._transcript_pos: dict[str, int] = {}
+        self._transcript_uses: dict[str, tuple[str, Any]] = {}
 
     # -- registration -----------------------------------------------------------------------
 
@@ -172,7 +209,10 @@ class ClaudeAgentAdapter:
         self, input_data: HookInput, tool_use_id: str | None, context: HookContext
     ) -> HookJSONOutput:
         """Decide a tool use: ``deny`` with the envelope's summary, or let it proceed."""
-        if input_data["hook_event_name"] != "PreToolUse" or self._ours(input_data["tool_name"]):
+        if input_data["hook_event_name"] != "PreToolUse":
+            return {}
+        self._seen.add(input_data["tool_use_id"])
+        if self._ours(input_data["tool_name"]) or self._passed(input_data["tool_name"]):
             return {}
         tool_input = input_data["tool_input"]
         accepted, value = await self._decide(
@@ -201,8 +241,11 @@ class ClaudeAgentAdapter:
         self, tool_name: str, tool_input: dict[str, Any], context: ToolPermissionContext
     ) -> PermissionResult:
         """The permission callback: the same decision as ``pre_tool_use`` (made once per use)."""
-        if self._ours(tool_name):
-            return PermissionResultAllow()  # the in-process server runs the whole pipeline
+        if context.tool_use_id:
+            self._seen.add(context.tool_use_id)
+        if self._ours(tool_name) or self._passed(tool_name):
+            # The in-process server runs the whole pipeline; a passed-through tool is the CLI's.
+            return PermissionResultAllow()
         accepted, value = await self._decide(tool_name, tool_input, context.tool_use_id or "")
         if not accepted:
             return PermissionResultDeny(message=value)
@@ -272,9 +315,89 @@ class ClaudeAgentAdapter:
     async def stop(
         self, input_data: HookInput, tool_use_id: str | None, context: HookContext
     ) -> HookJSONOutput:
-        """At the end of a turn, settle the uses Claude Code never reported on."""
+        """At the end of a turn, record the uses Claude Code refused before any hook (read from
+        the session's transcript) and settle the uses it never reported on."""
+        path = input_data.get("transcript_path")
+        if isinstance(path, str) and path:
+            await self.record_refused(path)
         await self.aclose()
         return {}
+
+    async def record_refused(self, transcript_path: str | Path) -> list[ToolResultEnvelope]:
+        """Record each tool use the transcript shows Claude Code refused before any hook ran
+        (an unknown name, input its schema rejected): ``rejected``, never started, with the
+        CLI's reason in the ``claude_code.refusal`` attribute. Uses the hooks do not cover
+        (``matcher``, ``PASSED_THROUGH_TOOLS``) are left out; each use is recorded once."""
+        refused = await asyncio.to_thread(self._read_transcript, Path(transcript_path))
+        return [await self._refuse(use, name, tool_input, why)
+                for use, name, tool_input, why in refused]
+
+    async def _refuse(self, use: str, name: str, tool_input: Any, why: str
+                      ) -> ToolResultEnvelope:
+        call = make_call(self.registry, name, tool_input, integration=_INTEGRATION,
+                         provider_id=use, mode=self.mode, principal=self.principal,
+                         requested_name=True)
+        call = msgspec.structs.replace(call, attributes={**call.attributes, REFUSAL: why})
+        assert call.call_id is not None
+        if self.registry.definition(name) is not None:
+            # Refused before the registry could decide: no policy, approval or hook may act on
+            # a use that will never run, so it ends at its first step (stage cancel).
+            self.registry.cancel_call(call.call_id, wait=False)
+        return await self.registry.acall(call)
+
+    def _read_transcript(self, path: Path) -> list[tuple[str, str, Any, str]]:
+        """The refused uses in the transcript lines not read yet: (id, name, input, reason)."""
+        start = self._transcript_pos.get(str(path), 0)
+        try:
+            with path.open("rb") as f:
+                f.seek(start)
+                data = f.read()
+        except OSError:
+            return []  # no transcript (the session is not persisted): nothing to read
+        end = data.rfind(b"\n") + 1  # a line still being written is read next time
+        self._transcript_pos[str(path)] = start + end
+        out = []
+        for line in data[:end].splitlines():
+            if len(line) > _MAX_LINE:
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            message = entry.get("message") if isinstance(entry, dict) else None
+            content = message.get("content") if isinstance(message, dict) else None
+            if not isinstance(content, list):
+                continue
+            for block in content:
+                if not isinstance(block, dict):
+                    continue
+                use = block.get("id") if block.get("type") == "tool_use" else None
+                if isinstance(use, str) and isinstance(block.get("name"), str):
+                    self._transcript_uses[use] = (block["name"], block.get("input"))
+                    continue
+                refused = self._refusal(block)
+                if refused is not None:
+                    out.append(refused)
+        return out
+
+    def _refusal(self, block: dict[str, Any]) -> tuple[str, str, Any, str] | None:
+        use = block.get("tool_use_id")
+        if block.get("type") != "tool_result" or not isinstance(use, str):
+            return None
+        seen = self._transcript_uses.pop(use, None)
+        if block.get("is_error") is not True or use in self._seen:
+            return None
+        text = block.get("content")
+        if isinstance(text, list):
+            text = "\n".join(str(c.get("text", "")) for c in text if isinstance(c, dict))
+        m = _REFUSED.match(text) if isinstance(text, str) else None
+        if seen is None or m is None:
+            return None
+        name, tool_input = seen
+        self._seen.add(use)
+        if self._passed(name) or not self._hooked(name):
+            return None
+        return use, name, tool_input, m.group(1).strip()[:256]
 
     async def aclose(self) -> None:
         """Settle every pending built-in call: one accepted but never reported on ends
@@ -292,6 +415,18 @@ class ClaudeAgentAdapter:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    def _passed(self, tool_name: str) -> bool:
+        return tool_name in PASSED_THROUGH_TOOLS and self.registry.definition(tool_name) is None
+
+    def _hooked(self, tool_name: str) -> bool:
+        """Whether the adapter's tool hooks see uses of ``tool_name`` (its matcher)."""
+        if self.matcher is None or self.matcher in ("", "*"):
+            return True
+        try:
+            return re.fullmatch(self.matcher, tool_name) is not None
+        except re.error:
+            return tool_name in self.matcher.split("|")
 
     def _ours(self, tool_name: str) -> bool:
         return any(
@@ -386,8 +521,12 @@ class ClaudeAgentAdapter:
                     content=[mt.TextContent(type="text", text=f"unknown tool {params.name[:64]}")],
                     is_error=True,
                 )
+            use = (params.meta or {}).get(_META_TOOL_USE_ID)
+            use = use if isinstance(use, str) and _TOOL_USE_ID.match(use) else None
+            if use is not None:
+                self._seen.add(use)
             call = make_call(self.registry, params.name, params.arguments or {},
-                             integration=_INTEGRATION, provider_id=None, mode=self.mode,
+                             integration=_INTEGRATION, provider_id=use, mode=self.mode,
                              principal=self.principal)
             return envelope_to_result(await acall(self.registry, call))
 
