@@ -225,14 +225,15 @@ def parse_since(value: str | None) -> str | None:
 
 @contextmanager
 def open_store(
-    home: Path | None, guard: OutputGuard, archive: str | None = None
+    home: Path | None, guard: OutputGuard, archive: str | None = None, *,
+    missing: int = EXIT_FAIL,
 ) -> Iterator[AuditStore]:
-    """Open the audit trail (the archive when given); exit 1 with a clear message when there
-    is none."""
+    """Open the audit trail (the archive when given); exit ``missing`` (1 unless the command
+    says otherwise) with a clear message when there is none or it cannot be read."""
     if archive:
         from .audit import open_archive_store
 
-        with open_archive_store(archive, guard) as arc:
+        with open_archive_store(archive, guard, missing=missing) as arc:
             yield arc
         return
     from .._settings import resolve_home
@@ -240,7 +241,7 @@ def open_store(
 
     h = resolve_home(home)
     if not (h / "audit").is_dir():
-        fail(f"no audit trail under {guard(str(h))} (set --home or TOOLTRACE_HOME)", EXIT_FAIL)
+        fail(f"no audit trail under {guard(str(h))} (set --home or TOOLTRACE_HOME)", missing)
     store = AuditStore(h)
     try:
         yield store

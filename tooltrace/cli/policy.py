@@ -21,6 +21,7 @@ from ._common import (
     parse_since,
     print_json,
     table,
+    wide_option,
 )
 
 if TYPE_CHECKING:
@@ -31,7 +32,8 @@ __all__ = ["policy"]
 # --tools of every policy command: tools a policy file may name besides the built-in ones.
 _tools_option = click.option(
     "--tools", "tool_specs", multiple=True, metavar="MODULE:ATTR",
-    help="Tools the file may name besides the built-in ones (a @tool, or a list of them).",
+    help="Tools the file may name besides the built-in ones (a @tool, or a list of them;"
+    " the demo's: tooltrace.demo:DEMO_TOOLS).",
 )
 
 
@@ -105,11 +107,13 @@ def check(file: Path, tool_specs: tuple[str, ...], strict: bool, as_json: bool) 
               help="Only calls since then: 7d, 12h, 30m or an ISO timestamp (UTC).")
 @_tools_option
 @json_option
+@wide_option
 def test_policy(file: Path, home: Path | None, archive: str | None, since: str | None,
-                tool_specs: tuple[str, ...], as_json: bool) -> None:
+                tool_specs: tuple[str, ...], as_json: bool, wide: bool) -> None:
     """Replay recorded calls against FILE and report the decisions it would change.
 
-    Exit 0 when no decision changes, 1 when any does, 2 for an invalid file or bad usage.
+    Exit 0 when no decision changes, 1 when any does, 2 for an invalid file, bad usage or no
+    trail to replay (so a CI gate can tell "changes" from "could not test").
     """
     from ..policyfile import PolicyFileError, load_policy, replay
 
@@ -121,12 +125,12 @@ def test_policy(file: Path, home: Path | None, archive: str | None, since: str |
         for p in exc.problems:
             click.echo(guard(str(p)), err=True)
         sys.exit(EXIT_USAGE)
-    with open_store(home, guard, archive) as store:
+    with open_store(home, guard, archive, missing=EXIT_USAGE) as store:
         result = replay(store.con, pf.compiled, tools, since=parse_since(since))
     if as_json:
         print_json({"file": str(file), **result.to_dict()}, guard)
     else:
-        _report(result, guard)
+        _report(result, guard, wide)
     sys.exit(EXIT_FAIL if result.changed else EXIT_OK)
 
 
@@ -169,14 +173,26 @@ def cedar_schema(mode: str | None, policy_file: Path | None,
     sys.exit(EXIT_OK)
 
 
-def _report(result: Any, guard: OutputGuard) -> None:
+def _report(result: Any, guard: OutputGuard, wide: bool) -> None:
     d = result.to_dict()
     click.echo(guard(f"{d['calls']} calls read, {d['replayed']} replayed: {d['changed']} would"
                      f" change, {d['undecidable']} undecidable"))
+    if d["approximate"]:
+        click.echo(guard(f"approximate: limits counted {d['approximate']} undecidable calls as"
+                         " the recorded run decided them"))
     for key, title in (("changes", "changed decisions"), ("undecidable_calls", "undecidable")):
         if d[key]:
             table(title, ["tool", "rule", "before", "after", "calls", "examples"],
                   [[c["tool"], c["rule"], c["before"], c["after"], c["count"],
-                    " ".join(c["examples"])] for c in d[key]], guard, limit=200)
-    for tool, n in sorted(d["unknown_tools"].items()):
-        click.echo(guard(f"not replayed: {n} calls of {tool} (no definition; see --tools)"))
+                    " ".join(c["examples"])] for c in d[key]], guard, limit=200, wide=wide,
+                  priority=("tool", "rule", "before", "after", "calls"))
+    unknown = d["unknown_tools"]
+    if unknown:
+        from ..demo import DEMO_TOOLS
+
+        demo = {t.definition.name for t in DEMO_TOOLS}
+        hint = " (the demo's: --tools tooltrace.demo:DEMO_TOOLS)" \
+            if set(unknown) <= demo else ""
+        for tool, n in sorted(unknown.items()):
+            click.echo(guard(f"not replayed: {n} calls of {tool} (no definition: pass"
+                             f" --tools MODULE:ATTR{hint})"))

@@ -3,7 +3,8 @@
 ``Decider.rules`` decides what the candidate's rules (all but its limits) say about a recorded
 call from the facts a rule reads (tool, mode, principal, redacted arguments and resolved
 paths), so what-if asks it once per distinct set of facts. Limits count calls in the order
-they started: ``Decider.limit`` replays one call against the limits that can count it.
+they started, as the engine does: every call no rule denies first (one that asks, or is only
+observed, counts too): ``Decider.limit`` replays one call against the limits that count it.
 """
 
 from __future__ import annotations
@@ -57,8 +58,9 @@ class Ruling:
     rule: str
     """The deciding rule ("" when no rule had an opinion)."""
     limits: tuple[LimitRule, ...] = ()
-    """The limits that count such a call (only when the rules allow it): each call is then
-    decided again by them, in start order."""
+    """The limits that count such a call: as in the engine, every call no rule denies (one
+    that asks, or one a rule could not be decided on, too). Each call is then decided again
+    by them, in start order."""
 
 
 class Decider:
@@ -110,25 +112,26 @@ class Decider:
         verdict, rule = (None, "") if decision is None else (decision.verdict, decision.rule)
         if verdict is Verdict.DENY and rule not in self.content_names:
             return Ruling("deny", rule)
+        # What the engine counts against a limit: every call no rule denied before it.
+        limits = tuple(x for x in self.limits
+                       if x.match.tool(d) and x.match.call(mode, principal))
         if args_json and "[REDACTED:" in args_json and _MARKER.search(args_json):
             for r in self.content:
                 if r.match.tool(d) and r.match.call(mode, principal):
-                    return Ruling("undecidable", r.name)
-        if verdict is Verdict.DENY or verdict is Verdict.ASK:
-            return Ruling(str(verdict), rule)
-        limits = tuple(x for x in self.limits
-                       if x.match.tool(d) and x.match.call(mode, principal))
-        return Ruling("allow", rule, limits)
+                    return Ruling("undecidable", r.name, limits)
+        if verdict is Verdict.DENY:
+            return Ruling("deny", rule)
+        return Ruling("ask" if verdict is Verdict.ASK else "allow", rule, limits)
 
     @staticmethod
     def limit(ruling: Ruling, principal: Principal | None, run_id: str, call_id: str,
               t_us: int, elapsed_ms: float | None) -> tuple[str, str]:
-        """(decision, rule) for one call the rules allow, counted by ``ruling.limits`` at its
-        start time with its recorded duration."""
+        """(decision, rule) for one call no rule denies, counted by ``ruling.limits`` at its
+        start time with its recorded duration: a limit's deny, else the rules' decision."""
         t = t_us / 1e6
         ends = t + (elapsed_ms or 0) / 1e3
         for lim in ruling.limits:
             hit = lim.take(limit_key(lim.per, run_id, principal), t, call_id, ends)
             if hit is not None and hit.verdict is Verdict.DENY:
                 return "deny", lim.name
-        return "allow", ruling.rule
+        return ruling.after, ruling.rule

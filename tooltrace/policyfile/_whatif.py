@@ -10,8 +10,10 @@ exactly on arguments the trail holds redacted: such a call is ``undecidable``, n
 The trail is read once into a DuckDB temporary table. A file's rules read only the tool, mode,
 principal, arguments and resolved paths, and recorded calls repeat those facts a lot: they are
 decided once per distinct set (DuckDB groups the calls). Limits count calls one by one, in the
-order they started, with their recorded durations: only the calls a limit can count are read
-back, in that order.
+order they started, with their recorded durations, as the engine counts them: every call no
+rule denies (one that asks counts too). An undecidable call counts as the recorded run decided
+it, and the result says how many such calls the limits counted (``WhatIf.approximate``): only
+the calls a limit can count are read back, in start order.
 """
 
 from __future__ import annotations
@@ -113,6 +115,10 @@ class WhatIf:
     """Calls of tools with no definition to replay with, by tool."""
     changes: dict[tuple[str, str, str, str], Change] = field(default_factory=dict)
     """Changed (and undecidable) calls, by (tool, rule, before, after)."""
+    approximate: int = 0
+    """Undecidable calls a limit counts: each is counted as the recorded run decided it
+    (unless the rule that cannot be decided denied it then), so the limits' decisions on the
+    calls after them are approximate."""
 
     @property
     def changed(self) -> int:
@@ -141,7 +147,8 @@ class WhatIf:
         """JSON-ready, groups sorted by tool, rule and size."""
         groups = sorted(self.changes.values(), key=lambda c: (c.tool, c.rule, -c.count))
         return {"calls": self.calls, "replayed": self.replayed, "changed": self.changed,
-                "undecidable": self.undecidable, "unknown_tools": dict(self.unknown_tools),
+                "undecidable": self.undecidable, "approximate": self.approximate,
+                "unknown_tools": dict(self.unknown_tools),
                 "changes": [c.to_dict() for c in groups if c.after != "undecidable"],
                 "undecidable_calls": [c.to_dict() for c in groups if c.after == "undecidable"]}
 
@@ -193,6 +200,12 @@ def _decide_groups(groups: list[tuple[Any, ...]], decider: Decider,
         principal = principal_of(user, agent, tenant, roles)
         ruling = decider.rules(d, mode, principal, args, detail, call_id=first[0]["id"])
         old_rule = str(old or "").removeprefix("policy:")
+        if ruling.after == "undecidable" and ruling.limits:
+            # The engine counted such a call unless the rule that cannot be decided now denied
+            # it: the recorded decision says whether it did.
+            out.approximate += n
+            if before == "deny" and old_rule == ruling.rule:
+                ruling = Ruling(ruling.after, ruling.rule)
         if ruling.limits:
             counted[g] = _Group(tool, before, old_rule, principal, ruling)
         elif ruling.after != before:
@@ -231,7 +244,7 @@ def _count_in_sql(con: duckdb.DuckDBPyConnection, counted: dict[int, _Group],
                         {"name": lim.name, "groups": gs, "max": lim.max_calls})
     for g, denied_by, n, first in con.execute(_COUNTED).fetchall():
         grp = counted[g]
-        after = "allow" if denied_by is None else "deny"
+        after = grp.ruling.after if denied_by is None else "deny"
         if after != grp.before:
             rule = grp.ruling.rule if denied_by is None else denied_by
             out.add(grp.tool, rule or grp.old_rule, grp.before, after, n,
