@@ -305,10 +305,15 @@ def function_schema(fn: Callable[..., Any]) -> tuple[dict[str, Any], bool]:
             wants_ctx = True
             continue
         schema = _schema_for(ann)
-        if param.default is inspect.Parameter.empty:
+        default = param.default
+        if isinstance(default, enum.Enum):
+            # The schema speaks JSON: an enum member's default is its value, as the model
+            # would pass it (the member itself would not compile into a validator).
+            default = default.value
+        if default is inspect.Parameter.empty:
             required.append(pname)
-        elif param.default is None or isinstance(param.default, str | int | float | bool):
-            schema["default"] = param.default
+        elif default is None or isinstance(default, str | int | float | bool):
+            schema["default"] = default
         props[pname] = schema
     schema_out: dict[str, Any] = {
         "type": "object",
@@ -320,6 +325,11 @@ def function_schema(fn: Callable[..., Any]) -> tuple[dict[str, Any], bool]:
     return schema_out, wants_ctx
 
 
+@typing.overload
+def tool(name: Callable[..., Any], /) -> FunctionTool: ...
+
+
+@typing.overload
 def tool(
     name: str | None = None,
     *,
@@ -337,8 +347,29 @@ def tool(
     parameters: Mapping[str, Any] | None = None,
     group: str | None = None,
     writes: tuple[str, ...] = (),
-) -> Callable[[Callable[..., Any]], FunctionTool]:
-    """Build a ``FunctionTool`` from a typed function.
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+
+
+def tool(
+    name: str | Callable[..., Any] | None = None,
+    *,
+    description: str | None = None,
+    capability: Capability | str = Capability.READ,
+    effect: Effect | str = Effect.NONE,
+    cancellable: bool = True,
+    timeout_s: float = 30.0,
+    source: str = "user",
+    priority: int = 0,
+    path_params: tuple[str, ...] = (),
+    execution: Execution | str = Execution.THREAD,
+    background: bool = False,
+    max_concurrency: int | None = None,
+    parameters: Mapping[str, Any] | None = None,
+    group: str | None = None,
+    writes: tuple[str, ...] = (),
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Build a ``FunctionTool`` from a typed function: ``@tool`` with the defaults, or
+    ``@tool(...)`` with options (``@tool()`` is the same as ``@tool``).
 
     The schema comes from the signature (a parameter annotated ``CallContext`` receives the call
     context and is not part of the schema) unless ``parameters`` is given; the description
@@ -347,11 +378,21 @@ def tool(
     whose files are snapshotted before each call).
     """
 
+    if name is not None and not callable(name) and not isinstance(name, str):
+        raise RegistrationError(
+            f"@tool takes a tool name (a string) or decorates a function, not "
+            f"{type(name).__name__}"
+        )
+    # Bare ``@tool``: the function itself comes in the place of the name.
+    tool_name = name if isinstance(name, str) else None
+
     def wrap(fn: Callable[..., Any]) -> FunctionTool:
+        if not callable(fn):
+            raise RegistrationError(f"@tool decorates a function, not {type(fn).__name__}")
         schema, wants_ctx = function_schema(fn)
         doc = inspect.getdoc(fn) or ""
         definition = ToolDefinition(
-            name=name or fn.__name__,
+            name=tool_name or fn.__name__,
             description=description if description is not None else doc.split("\n\n")[0],
             parameters=dict(parameters) if parameters is not None else schema,
             capability=Capability(capability),
@@ -369,4 +410,4 @@ def tool(
         )
         return FunctionTool(definition, fn, wants_ctx)
 
-    return wrap
+    return wrap(name) if callable(name) else wrap

@@ -1,9 +1,12 @@
 """JSON Schema validation of tool arguments, and parsing of raw tool calls.
 
-Each schema is checked against its metaschema and compiled once, at registration, into a fast
-validator (``fastjsonschema`` generates Python code for it). Validation messages are rebuilt so
-they never echo an argument's value: a model that put a secret in the wrong field must not see
-it come back in the error, and neither may any sink.
+Each schema is checked when its tool is registered: in one walk when it is made of the keywords
+tools use (``tooltrace._schemacheck``), else against its metaschema. It is compiled into a fast
+validator (``fastjsonschema`` generates Python code for it) once, when a call first needs it; a
+schema the walk did not vouch for is compiled at registration, so whatever it could not compile
+is refused there. Validation messages are rebuilt so they never echo an argument's value: a
+model that put a secret in the wrong field must not see it come back in the error, and neither
+may any sink.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import fastjsonschema
 import orjson
 
 from . import _build
+from ._schemacheck import plainly_valid
 from .exceptions import InvalidSchemaError, MalformedCallError
 from .redaction import default_redactor
 
@@ -42,13 +46,21 @@ class ArgumentsError:
 
 
 class CompiledSchema:
-    """A validated and compiled arguments schema."""
+    """A checked arguments schema and its validator (compiled when a call first needs it, unless
+    given)."""
 
-    __slots__ = ("_fills", "_flat", "_validate", "schema")
+    __slots__ = ("_fills", "_flat", "_tool", "_validate", "schema")
 
-    def __init__(self, schema: Mapping[str, Any], validate: Callable[[Any], Any]) -> None:
+    def __init__(
+        self,
+        schema: Mapping[str, Any],
+        validate: Callable[[Any], Any] | None = None,
+        *,
+        tool: str = "",
+    ) -> None:
         self.schema = schema
         self._validate = validate
+        self._tool = tool
         # The compiled validator writes only defaults into the data: a schema without any
         # validates the caller's mapping as it is, with no copy.
         self._fills = _has_default(schema)
@@ -79,6 +91,16 @@ class CompiledSchema:
                         break
                 else:
                     return arguments, None
+        validate = self._validate
+        if validate is None:
+            try:
+                validate = self._validate = _compile(self.schema, self._tool)
+            except InvalidSchemaError:
+                # The registration walk vouches that these schemas compile (a property test
+                # pins it); should one not, its calls are refused, never run unchecked.
+                return arguments, ArgumentsError(
+                    "$", "schema", "the tool's arguments schema cannot be compiled"
+                )
         try:
             if not self._fills:
                 data: dict[str, Any] = arguments if type(arguments) is dict else dict(arguments)
@@ -86,7 +108,7 @@ class CompiledSchema:
                 data = copy.deepcopy(arguments)  # RecursionError on absurd nesting: below
             else:
                 data = dict(arguments)
-            out = self._validate(data)
+            out = validate(data)
         except fastjsonschema.JsonSchemaValueException as exc:
             return arguments, _sanitise(exc)
         except RecursionError:
@@ -208,24 +230,36 @@ def _sanitise(exc: fastjsonschema.JsonSchemaValueException) -> ArgumentsError:
 
 
 def compile_schema(schema: Mapping[str, Any], *, tool: str) -> CompiledSchema:
-    """Check ``schema`` against its metaschema and compile it; raise ``InvalidSchemaError``."""
-    from jsonschema import exceptions as js_exceptions
-    from jsonschema import validators
-
+    """Check ``schema`` (an object schema valid under its metaschema) and prepare its validator;
+    raise ``InvalidSchemaError`` saying where it is wrong."""
     if not isinstance(schema, Mapping):
         raise InvalidSchemaError(f"tool {tool!r}: the arguments schema must be an object")
     if schema.get("type", "object") != "object":
         raise InvalidSchemaError(f"tool {tool!r}: the arguments schema must have type object")
+    plain = dict(schema)
+    if plainly_valid(plain):
+        return CompiledSchema(schema, tool=tool)
+    _check_metaschema(plain, tool)
+    return CompiledSchema(schema, _compile(plain, tool), tool=tool)
+
+
+def _check_metaschema(schema: dict[str, Any], tool: str) -> None:
+    from jsonschema import exceptions as js_exceptions
+    from jsonschema import validators
+
     try:
         cls = validators.validator_for(schema)
-        cls.check_schema(dict(schema))
+        cls.check_schema(schema)
     except js_exceptions.SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
         raise InvalidSchemaError(
             f"tool {tool!r}: arguments schema is invalid at {where}: {exc.message[:200]}"
         ) from None
+
+
+def _compile(schema: Mapping[str, Any], tool: str) -> Callable[[Any], Any]:
     try:
-        validate = fastjsonschema.compile(dict(schema), use_default=True)
+        return fastjsonschema.compile(dict(schema), use_default=True)  # type: ignore[no-any-return]
     except fastjsonschema.JsonSchemaDefinitionException as exc:
         raise InvalidSchemaError(
             f"tool {tool!r}: arguments schema cannot be compiled: {exc}"
@@ -234,7 +268,6 @@ def compile_schema(schema: Mapping[str, Any], *, tool: str) -> CompiledSchema:
         raise InvalidSchemaError(
             f"tool {tool!r}: arguments schema cannot be compiled ({type(exc).__name__})"
         ) from None
-    return CompiledSchema(schema, validate)
 
 
 _CALL_FIELDS = frozenset(
