@@ -11,6 +11,8 @@ tools that want to say something specific, and for sinks that cannot keep a prom
     ├── MalformedCallError         the tool call itself could not be parsed (fix the caller)
     ├── PathPolicyError            a path was refused by the workspace policy (tooltrace.paths)
     ├── ConfigurationError         a setting or environment variable has a bad value
+    │   └── SandboxUnavailableError  no command sandbox can run here (install one, or turn
+    │                                the sandbox off knowingly)
     ├── AuditUnavailableError      strict audit could not make a record durable (call refused)
     ├── ToolInterrupt              raised inside a tool to confirm it stopped
     │   ├── ToolCancelled          ... because the call was cancelled
@@ -30,6 +32,7 @@ __all__ = [
     "MalformedCallError",
     "OutcomeUnknown",
     "RegistrationError",
+    "SandboxUnavailableError",
     "ToolCancelled",
     "ToolInterrupt",
     "TooltraceError",
@@ -66,6 +69,15 @@ class MalformedCallError(TooltraceError, ValueError):
 
 class ConfigurationError(TooltraceError, ValueError):
     """A setting (argument or environment variable) has a value tooltrace cannot use."""
+
+
+class SandboxUnavailableError(ConfigurationError):
+    """No command sandbox the setting allows can run here, so the command must not run.
+
+    The message names the fix: install bubblewrap, run on a kernel with Landlock, or set the
+    sandbox to ``off`` explicitly (``CommandConfig(sandbox="off")`` or ``[commands]`` in the
+    policy file).
+    """
 
 
 class AuditUnavailableError(TooltraceError):

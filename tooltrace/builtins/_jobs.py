@@ -23,7 +23,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from ..runtime import CallContext
+from ..runtime import CallContext, Launch
 from ..tool import Capability, Effect, Execution, FunctionTool, ToolResult, tool
 from ._process import ProcessTree, report_output
 from ._run_command import CommandConfig, build_run_command
@@ -104,16 +104,17 @@ class JobManager:
         with self._lock:
             return [j for j in self._jobs.values() if not j.done.is_set()]
 
-    def start(self, ctx: CallContext, argv: list[str], cwd: str, env: dict[str, str],
-              keep: bool) -> ToolResult:
-        """Start ``argv`` as a job of ``ctx``'s call; return the call's result (the job id)."""
+    def start(self, ctx: CallContext, launch: Launch, cwd: str, keep: bool) -> ToolResult:
+        """Start ``launch`` as a job of ``ctx``'s call; return the call's result (the job id).
+        The job owns the launch (closed when it ends, or at once if it cannot start)."""
         with self._lock:
-            if self._closed:
-                raise RuntimeError("the registry is shutting down; no new jobs")
             active = sum(1 for j in self._jobs.values() if not j.done.is_set())
-            if active >= self.config.max_jobs:
+            if self._closed or active >= self.config.max_jobs:
+                launch.close()
+                if self._closed:
+                    raise RuntimeError("the registry is shutting down; no new jobs")
                 raise RuntimeError(f"too many background jobs running ({active})")
-            tree = ProcessTree(argv, cwd=cwd, env=env, config=self.config,
+            tree = ProcessTree(launch, cwd=cwd, config=self.config,
                                kill_grace_s=self.kill_grace_s)
             job = Job(f"job_{secrets.token_hex(8)}", ctx, tree, keep)
             self._jobs[job.job_id] = job

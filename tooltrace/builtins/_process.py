@@ -14,11 +14,11 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..runtime import CallContext
+    from ..runtime import CallContext, Launch
     from ._run_command import CommandConfig
 
 __all__ = ["OutputCapture", "ProcessTree", "report_output"]
@@ -138,17 +138,21 @@ class ProcessTree:
     ``preexec_fn`` would do the same, but it runs Python between fork and exec in a threaded
     process (it can deadlock on a lock another thread held at the fork). The program keeps
     descriptor N: it names the directory the program starts in, so it grants nothing more.
+
+    ``launch`` says what to execute (the sandbox's launcher and the command) with which
+    environment; the tree owns it from here: it is closed (the command's private temporary
+    directory removed) when ``run()`` ends, or at once if the start fails.
     """
 
     def __init__(
         self,
-        argv: list[str],
+        launch: Launch,
         *,
         cwd: str,
-        env: Mapping[str, str],
         config: CommandConfig,
         kill_grace_s: float,
     ) -> None:
+        self.launch = launch
         self.config = config
         self.kill_grace_s = kill_grace_s
         self.stdout = OutputCapture(config.max_capture_bytes)
@@ -161,19 +165,37 @@ class ProcessTree:
         self.confirmed = True
         self._wake_lock = threading.Lock()
         self._wake_open = True
-        self._wake_r, self._wake_w = os.pipe()
+        try:
+            self._wake_r, self._wake_w = os.pipe()
+        except BaseException:
+            launch.close()
+            raise
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         held = cwd[len(_FD_DIR):] if cwd.startswith(_FD_DIR) else ""
         try:
             self.proc = subprocess.Popen(
-                argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
-                pass_fds=(int(held),) if held.isdecimal() else (),
+                launch.argv, cwd=cwd, env=launch.env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                close_fds=True,
+                pass_fds=((int(held),) if held.isdecimal() else ()) + launch.pass_fds,
             )
         except BaseException:
             os.close(self._wake_r)
             os.close(self._wake_w)
+            launch.close()
+            raise
+        try:
+            launch.started()
+        except BaseException:
+            # The launcher failed before the program ran: reap it and report why.
+            self.proc.wait()
+            for stream in (self.proc.stdout, self.proc.stderr):
+                if stream is not None:
+                    stream.close()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            launch.close()
             raise
         self.pid = self.proc.pid
         self.pgid = self.proc.pid  # a session leader's group id is its pid
@@ -281,6 +303,7 @@ class ProcessTree:
                 if stream is not None:
                     with contextlib.suppress(OSError):
                         stream.close()
+            self.launch.close()
 
     @staticmethod
     def _read(fd: int, cap: OutputCapture) -> bool:

@@ -10,8 +10,15 @@ How a command runs:
 - ``cwd`` is a workspace path checked by the same policy as every path argument, then opened by
   the policy's no-follow walk; the command starts in that open directory, never in whatever has
   its name by then, so a directory swapped for a symlink after the check cannot move it
-  outside. It is a scope, not a sandbox: the command itself can still reach anything its user
-  can.
+  outside.
+- The command runs in a kernel sandbox (``tooltrace.runtime.choose_sandbox``; Landlock or
+  bubblewrap, ``CommandConfig.sandbox``): it may read and write the workspace and a private
+  temporary directory (``TMPDIR``, fresh for each command and removed when it ends), read and
+  execute the system's directories, and reach nothing else: not ``/tmp``, not ``$HOME``, not
+  the tooltrace home. Outbound network is refused unless ``CommandConfig.network`` allows it.
+  Where no sandbox can run, the command is refused (``SandboxUnavailableError``) unless the
+  operator set ``sandbox="off"``. The execute step records the sandbox in force
+  (``sandbox``: ``bwrap``, ``landlock-abi<N>`` or ``off``).
 - The environment is the parent's, minus every variable whose name looks like a secret (KEY,
   TOKEN, SECRET, PASSWORD, CREDENTIAL, AUTH, COOKIE, SESSION, PRIVATE, ...) unless the operator
   allows it by name; ``TRACEPARENT`` carries the call's span context when tracing is on.
@@ -41,10 +48,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..exceptions import DeadlineExceeded, ToolCancelled
+from ..exceptions import ConfigurationError, DeadlineExceeded, ToolCancelled
 from ..paths import ResolvedPath, Workspace
 from ..redaction import default_redactor
-from ..runtime import CallContext
+from ..runtime import SANDBOX_MODES, CallContext, CommandSandbox, Grants, Launch, choose_sandbox
 from ..tool import Capability, Effect, FunctionTool, ToolResult, tool
 from ._process import _FD_DIR, OutputCapture, ProcessTree, report_output
 
@@ -52,6 +59,7 @@ __all__ = [
     "SECRET_ENV_PATTERN",
     "CommandConfig",
     "OutputCapture",
+    "PreparedCommand",
     "ProcessTree",
     "build_run_command",
     "scrub_env",
@@ -74,6 +82,12 @@ class CommandConfig:
     (capped at half the registry's cancel grace so the kill is confirmed in time); ``linger_s``
     is how long group members may outlive the program before they are killed; ``max_jobs``
     bounds background jobs running at once.
+
+    The sandbox (see the module doc): ``sandbox`` is ``auto`` (Landlock where it can enforce
+    the grants, else bubblewrap), ``landlock``, ``bwrap`` or ``off`` (no sandbox: the command can reach anything
+    its user can); ``network`` allows outbound network; ``read_paths`` (read and execute) and
+    ``write_paths`` (read and write) grant more absolute directories; ``bwrap_path`` names the
+    bubblewrap executable; ``landlock_max_abi`` caps the Landlock ABI used (0: never Landlock).
     """
 
     env_allow: tuple[str, ...] = ()
@@ -85,8 +99,24 @@ class CommandConfig:
     linger_s: float = 0.2
     timeout_s: float = 60.0
     max_jobs: int = 16
+    sandbox: str = "auto"
+    network: bool = False
+    read_paths: tuple[str, ...] = ()
+    write_paths: tuple[str, ...] = ()
+    bwrap_path: str = "bwrap"
+    landlock_max_abi: int | None = None
 
     def __post_init__(self) -> None:
+        if self.sandbox not in SANDBOX_MODES:
+            raise ConfigurationError(
+                f"sandbox must be one of {', '.join(SANDBOX_MODES)}, not {self.sandbox!r}")
+        if not isinstance(self.network, bool):
+            raise ConfigurationError("network must be true or false")
+        for p in (*self.read_paths, *self.write_paths):
+            if not isinstance(p, str) or not os.path.isabs(p):
+                raise ConfigurationError("read_paths and write_paths must be absolute paths")
+        if self.landlock_max_abi is not None and self.landlock_max_abi < 0:
+            raise ConfigurationError("landlock_max_abi must be >= 0")
         if self.max_capture_bytes < 2:
             raise ValueError("max_capture_bytes must be at least 2")
         if self.kill_grace_s < 0 or self.linger_s < 0:
@@ -111,6 +141,37 @@ def scrub_env(
             kept[k] = v
     return kept, sorted(removed)
 
+def command_grants(workspace: Workspace, config: CommandConfig) -> Grants:
+    """What a command in ``workspace`` may reach: the workspace and ``write_paths`` read and
+    write, its read-only roots and ``read_paths`` read; its protected roots (the home) never."""
+    return Grants(
+        write=(workspace.root, *(os.path.realpath(p) for p in config.write_paths)),
+        read=(*workspace.read_only_roots, *(os.path.realpath(p) for p in config.read_paths)),
+        hidden=workspace.protected_roots,
+        network=config.network,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedCommand:
+    """A checked command, ready to start in its sandbox."""
+
+    argv: list[str]
+    """What to run (``/bin/sh -c SCRIPT`` for a shell command)."""
+    cwd: ResolvedPath
+    """The checked working directory."""
+    env: dict[str, str]
+    """The scrubbed environment."""
+    sandbox: CommandSandbox
+    """The sandbox it runs in."""
+    grants: Grants
+    """What the sandbox lets it reach."""
+
+    def launch(self) -> Launch:
+        """How to start it (makes its private temporary directory: start it, or close it)."""
+        return self.sandbox.launch(self.argv, self.env, self.grants)
+
+
 def _signal_name(code: int | None) -> str | None:
     if code is None or code >= 0:
         return None
@@ -127,8 +188,9 @@ def prepare(
     cwd: str,
     env: Mapping[str, str] | None,
     shell: bool,
-) -> tuple[list[str], ResolvedPath, dict[str, str]]:
-    """Check the arguments and build (argv, checked cwd, environment) for a command."""
+) -> PreparedCommand:
+    """Check the arguments, build argv, cwd and environment, and choose the sandbox (raises
+    ``SandboxUnavailableError`` where none the configuration allows can run)."""
     if not argv or not all(isinstance(a, str) for a in argv):
         raise ValueError("argv must be a non-empty list of strings")
     if any("\x00" in a for a in argv):
@@ -150,9 +212,15 @@ def prepare(
             child_env[k] = v
     if ctx.traceparent:
         child_env["TRACEPARENT"] = ctx.traceparent
+    grants = command_grants(ctx.workspace, config)
+    sandbox = choose_sandbox(config.sandbox, grants, bwrap=config.bwrap_path,
+                             landlock_max_abi=config.landlock_max_abi)
     ctx.set_detail("cwd", rp.relative or ".")
     ctx.set_detail("env_removed", len(removed))
-    return argv, rp, child_env
+    ctx.set_detail("sandbox", sandbox.name)
+    if config.network and sandbox.name != "off":
+        ctx.set_detail("sandbox_network", True)
+    return PreparedCommand(argv, rp, child_env, sandbox, grants)
 
 
 @contextlib.contextmanager
@@ -184,8 +252,9 @@ def result_data(tree: ProcessTree) -> dict[str, Any]:
     }
 
 
-# Starts the process before it returns: the cwd it gets is valid only during the call.
-StartJob = Callable[[CallContext, list[str], str, dict[str, str], bool], ToolResult]
+# Starts the process before it returns (the cwd it gets is valid only during the call) or
+# closes the launch.
+StartJob = Callable[[CallContext, Launch, str, bool], ToolResult]
 
 
 def _parameters(config: CommandConfig) -> dict[str, Any]:
@@ -231,11 +300,12 @@ def build_run_command(
         shell: bool = False,
     ) -> ToolResult:
         """Run a command (argv, no shell) in the workspace; returns exit code and output."""
-        full_argv, checked, child_env = prepare(ctx, config, argv, cwd, env, shell)
-        with held_cwd(ctx.workspace, checked) as host_cwd:
+        command = prepare(ctx, config, argv, cwd, env, shell)
+        full_argv = command.argv
+        with held_cwd(ctx.workspace, command.cwd) as host_cwd:
             if ctx.background and start_job is not None:
-                return start_job(ctx, full_argv, host_cwd, child_env, keep_after_shutdown)
-            tree = ProcessTree(full_argv, cwd=host_cwd, env=child_env, config=config,
+                return start_job(ctx, command.launch(), host_cwd, keep_after_shutdown)
+            tree = ProcessTree(command.launch(), cwd=host_cwd, config=config,
                                kill_grace_s=kill_grace_s)
         ctx.set_detail("pid", tree.pid)
         report_output(ctx, tree)
