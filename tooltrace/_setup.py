@@ -37,7 +37,8 @@ def create_registry(
 
     The policy comes from ``policy=`` when given, else from the policy file: ``policy_file``
     > ``TOOLTRACE_POLICY`` > ``./tooltrace.toml`` when it exists (``tooltrace.policyfile``); an
-    invalid file raises ``PolicyFileError`` and no registry starts.
+    invalid file raises ``PolicyFileError`` and no registry starts. The file's ``[commands]``
+    table configures the built-in command tools (their sandbox and network).
 
     Keyword arguments not named here go to ``ToolRegistry`` (policy, hooks, approver, caps...).
     """
@@ -71,7 +72,14 @@ def create_registry(
     if builtins:
         from .builtins import register_builtins
 
-        register_builtins(reg)
+        commands = None
+        if policy_path is not None:
+            from .policyfile import command_settings
+
+            # Read before the tools are registered: the file is checked against them below.
+            settings = command_settings(policy_path)
+            commands = settings.config() if settings is not None else None
+        register_builtins(reg, commands=commands)
     if policy_path is not None:
         from .policyfile import load_policy
 

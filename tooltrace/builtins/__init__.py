@@ -31,12 +31,15 @@ __all__ = [
 BUILTIN_TOOLS: tuple[FunctionTool, ...] = (read_text, write_text)
 
 
-def register_builtins(registry: ToolRegistry) -> ToolRegistry:
-    """Register every built-in tool in ``registry``; return it."""
+def register_builtins(
+    registry: ToolRegistry, *, commands: CommandConfig | None = None
+) -> ToolRegistry:
+    """Register every built-in tool in ``registry``; return it. ``commands`` configures
+    ``run_command`` and the job tools (``CommandConfig()`` by default)."""
     for t in BUILTIN_TOOLS:
         registry.register(t)
-    for extra in _EXTRA_REGISTRARS:
-        extra(registry)
+    register_command_tools(registry, commands)
+    register_registry_tools(registry)
     return registry
 
 
@@ -56,10 +59,6 @@ def default_registry(
 ) -> ToolRegistry:
     """A registry with the built-in tools; keyword arguments go to ``ToolRegistry``."""
     return register_builtins(ToolRegistry(workspace=workspace, **kwargs))
-
-
-# Built-ins that need the registry itself (background jobs) register through these.
-_EXTRA_REGISTRARS: list[Any] = [register_command_tools, register_registry_tools]
 
 _GROUPS = {
     "files": "Read and write text files in the workspace, and undo a write",

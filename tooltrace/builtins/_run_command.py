@@ -84,10 +84,11 @@ class CommandConfig:
     bounds background jobs running at once.
 
     The sandbox (see the module doc): ``sandbox`` is ``auto`` (Landlock where it can enforce
-    the grants, else bubblewrap), ``landlock``, ``bwrap`` or ``off`` (no sandbox: the command can reach anything
-    its user can); ``network`` allows outbound network; ``read_paths`` (read and execute) and
-    ``write_paths`` (read and write) grant more absolute directories; ``bwrap_path`` names the
-    bubblewrap executable; ``landlock_max_abi`` caps the Landlock ABI used (0: never Landlock).
+    the grants, else bubblewrap), ``landlock``, ``bwrap`` or ``off`` (no sandbox: the command
+    can reach anything its user can); ``network`` allows outbound network; ``read_paths``
+    (read and execute) and ``write_paths`` (read and write) grant more absolute directories;
+    ``bwrap_path`` names the bubblewrap executable; ``landlock_max_abi`` caps the Landlock ABI
+    used (0: never Landlock).
     """
 
     env_allow: tuple[str, ...] = ()

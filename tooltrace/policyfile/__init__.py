@@ -3,7 +3,8 @@
 One file (``tooltrace.toml``, ``--policy FILE`` or ``TOOLTRACE_POLICY``) says which tools,
 capabilities and effects each mode exposes, which paths are denied or read-only, which
 arguments, URL hosts and principals a rule denies or sends for approval, how the built-in
-command and network rules are tuned, and limits per run or principal. Any rule may be
+command and network rules are tuned, limits per run or principal, and (``[commands]``) the
+sandbox commands run in and whether they may use the network. Any rule may be
 ``mode = "observe"``: it records what it would have done and lets the call go on. The file
 compiles to the ordinary ``tooltrace.policy`` objects: there is one policy engine.
 
@@ -31,6 +32,7 @@ from ..exceptions import ConfigurationError
 from ._cedarrule import CedarRule
 from ._cedarschema import schema_text as cedar_schema
 from ._check import Checker
+from ._commands import CommandSettings, command_settings
 from ._compile import Compiled, Expand
 from ._limits import LimitRelease, LimitRule
 from ._rules import Match, PatternRule
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Change",
+    "CommandSettings",
     "LimitRelease",
     "LimitRule",
     "Match",
@@ -53,6 +56,7 @@ __all__ = [
     "WhatIf",
     "cedar_schema",
     "check_policy",
+    "command_settings",
     "load_policy",
     "replay",
 ]
@@ -82,6 +86,11 @@ class PolicyFile:
     rule always decides first (``Problem.severity`` is ``warning``)."""
 
     @property
+    def commands(self) -> CommandSettings | None:
+        """The ``[commands]`` settings (None: the file sets none)."""
+        return self.compiled.commands
+
+    @property
     def rule_ids(self) -> tuple[str, ...]:
         """Every rule's id, in evaluation order."""
         return self.compiled.rule_ids
@@ -89,7 +98,11 @@ class PolicyFile:
     def apply(self, registry: ToolRegistry) -> None:
         """Make this the registry's policy (and attach what frees its limits' slots); its
         read-only roots outside the workspace join the registry's workspace, and Cedar
-        policies see arguments as the registry's redactor leaves them."""
+        policies see arguments as the registry's redactor leaves them.
+
+        ``[commands]`` is not applied here: it configures the command tools as they are
+        registered (``create_registry`` does it; by hand, pass ``command_settings(path)``'s
+        ``config()`` to ``register_builtins(registry, commands=...)``)."""
         registry.policy = self.compiled.policy
         if self.compiled.read_only_roots:
             registry.workspace = registry.workspace.with_read_only(self.compiled.read_only_roots)

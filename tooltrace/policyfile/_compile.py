@@ -3,7 +3,8 @@
 Built-in rules first (``denied_command``, ``private_network``), then the ``[paths]`` rules
 (``denied_path``, ``read_only_path``), the ``[[rules]]`` in file order, the ``[cedar]``
 policies, ``[approval]`` and last the ``[[limits]]`` (so a call another rule denies does not
-count against a limit).
+count against a limit). ``[commands]`` is no rule: it configures the command tools
+(``tooltrace.policyfile._commands``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..policy import (
 )
 from ..tool import Capability, Effect, ToolDefinition
 from ._check import Checker
+from ._commands import CommandSettings, check_commands
 from ._limits import LimitRule
 from ._lint import Spot, check_globs, lint_modes, lint_rules
 from ._rules import Match, PatternRule, glob_regex, observed
@@ -39,7 +41,8 @@ Expand = Callable[[str], Iterable[str]]
 
 __all__ = ["Compiled", "Expand", "Observing", "compile_document", "duration_seconds"]
 
-_TOP = ("version", "tools", "modes", "paths", "builtin", "approval", "rules", "limits", "cedar")
+_TOP = ("version", "tools", "modes", "paths", "builtin", "approval", "rules", "limits", "cedar",
+        "commands")
 _MATCH = ("tools", "capabilities", "effects", "modes", "principal")
 _GLOBS = ("paths", "except_paths", "only_paths")
 _RULE = ("id", "decision", "mode", "reason", "ttl", *_MATCH, "args", *_GLOBS, "url_hosts")
@@ -91,6 +94,8 @@ class Compiled:
     read_only_roots: tuple[str, ...] = ()
     """``[paths] read_only`` entries that are absolute: directories outside the workspace that
     read tools may read (``PolicyFile.apply`` adds them to the registry's workspace)."""
+    commands: CommandSettings | None = None
+    """The ``[commands]`` table: the command tools' sandbox and network (None: not set)."""
 
 
 class _Compiler:
@@ -143,7 +148,9 @@ class _Compiler:
         lint_modes(ck, modes, self.definitions)
         lint_rules(ck, self.spots, policy.modes, self.definitions, self.declared)
         names = tuple(n for r in rules for n in getattr(r, "rule_ids", (str(r.name),)))
-        return Compiled(policy, tuple(limits), names, frozenset(self.content), self.roots)
+        commands = check_commands(ck, top["commands"]) if "commands" in top else None
+        return Compiled(policy, tuple(limits), names, frozenset(self.content), self.roots,
+                        commands=commands)
 
     def _modes(self, raw: Any) -> tuple[Mode, ...]:
         ck = self.ck

@@ -3,7 +3,8 @@
 Building the SDK's ``ReadableSpan`` directly from the record costs about half of what an SDK
 span made through a tracer does, and it happens in the tracing sink's background batch, so the
 call itself only mints ids (``_propagation``). The span follows the GenAI conventions: name
-``execute_tool {tool}``, the ``gen_ai.*`` attributes, tooltrace's own under ``tooltrace.*``,
+``execute_tool {tool}``, the ``gen_ai.*`` attributes, tooltrace's own under ``tooltrace.*``
+(``tooltrace.sandbox`` for a command: the sandbox its execute step records),
 status ERROR for failed and unknown calls, one event per pipeline step and one
 ``tooltrace.progress`` event per progress mark the record keeps (bounded); arguments and result
 (already redacted) only with content capture on. Every string is bounded.
@@ -18,7 +19,8 @@ from opentelemetry.trace import SpanContext, SpanKind
 from opentelemetry.trace.status import Status as OtelStatus
 from opentelemetry.trace.status import StatusCode
 
-from ..envelope import Status
+from ..envelope import Status, StepName
+from ..runtime import sandbox_label
 from ._propagation import SAMPLED
 
 if TYPE_CHECKING:
@@ -198,6 +200,9 @@ def _attributes(rec: CallRecord, tool: str, limit: int) -> dict[str, Any]:
         attrs["tooltrace.depth"] = rec.depth
     if rec.hook_modified:
         attrs["tooltrace.hook_modified"] = True
+    sandbox = _sandbox(rec)
+    if sandbox is not None:
+        attrs["tooltrace.sandbox"] = sandbox
     art = rec.artifact
     if art is not None:
         attrs["tooltrace.artifact.sha256"] = art.sha256
@@ -205,6 +210,14 @@ def _attributes(rec: CallRecord, tool: str, limit: int) -> dict[str, Any]:
     if rec.status in ERROR_STATUSES:
         attrs["error.type"] = _bounded(rec.error_type or "_OTHER", _MAX_KEY_CHARS)
     return attrs
+
+
+def _sandbox(rec: CallRecord) -> str | None:
+    """The sandbox a command ran in, as its execute step recorded it (closed set of names)."""
+    for st in rec.steps:
+        if st.step == StepName.EXECUTE:
+            return sandbox_label(st.detail.get("sandbox")) if st.detail else None
+    return None
 
 
 def _add_content(attrs: dict[str, Any], rec: CallRecord, limit: int) -> None:
