@@ -127,7 +127,7 @@ class SegmentWriter:
         self._segment = 0
         self._seq = 0
         self._prev = genesis_hash(self.writer_id)
-        self._size = 0
+        self._size = self._opened_size = 0
         self._opened_at = 0.0
         self._since_ckpt = 0
         self._unsynced = False
@@ -313,7 +313,7 @@ class SegmentWriter:
                 self._segment -= 1
             raise
         self._fd = fd
-        self._size = len(data)
+        self._size = self._opened_size = len(data)
         self._opened_at = time.monotonic()
         self._since_ckpt = 0
         self._unsynced = False
@@ -354,9 +354,12 @@ class SegmentWriter:
                 sync=self.fsync is not FsyncPolicy.NONE)
 
     def _maybe_rotate(self) -> None:
+        # By age only once the segment holds more than its header: an idle writer would
+        # otherwise seal (and compaction then read) one empty segment per period.
         if self._fd is not None and (
             self._size >= self._max_bytes
-            or time.monotonic() - self._opened_at >= self._max_age_s
+            or (self._size > self._opened_size
+                and time.monotonic() - self._opened_at >= self._max_age_s)
         ):
             self._seal(final=False)
             # Open the successor now: the sealed segment promises one, and an empty successor
