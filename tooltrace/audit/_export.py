@@ -620,15 +620,16 @@ class OtlpLogShipper:
     text, its time the event's, its severity from the event's, its trace and span those of the
     call when it had a span, and the attributes ``ocsf.class_uid``, ``ocsf.type_uid`` and
     ``ocsf.uid``. Needs the ``otlp`` extra. Headers come from ``headers`` or the usual
-    ``OTEL_EXPORTER_OTLP_LOGS_HEADERS``; the exporter retries what the endpoint answers with
-    a retryable status until ``timeout``.
+    ``OTEL_EXPORTER_OTLP_LOGS_HEADERS``, the timeout from ``timeout`` or
+    ``OTEL_EXPORTER_OTLP_LOGS_TIMEOUT`` (10 s); the exporter retries what the endpoint answers
+    with a retryable status until then.
 
     ``send`` raises ``DeliveryError`` when a batch is not accepted: every event before that
     batch was delivered.
     """
 
     def __init__(self, endpoint: str, *, headers: Mapping[str, str] | None = None,
-                 timeout: float = 10.0) -> None:
+                 timeout: float | None = None) -> None:
         try:
             from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
             from opentelemetry.sdk.resources import Resource
