@@ -131,4 +131,5 @@ def test_a_bad_cedar_ttl_is_placed_and_refused(
     f.write_text('version = 1\ntools = ["send"]\n[cedar]\npolicies = ["agents.cedar"]\n')
     res = _check(f)
     assert res.returncode == 2, res.stdout + res.stderr
-    assert f"{cedar}:3:1: policy sends-ask: {message}" in res.stdout + res.stderr
+    col = len('@id("sends-ask") ') + annotations.index("@ttl") + 1  # at the annotation
+    assert f"{cedar}:3:{col}: policy sends-ask: {message}" in res.stdout + res.stderr

@@ -73,7 +73,7 @@ def test_every_problem_of_a_bad_file_is_reported_with_its_place(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(("text", "line", "col", "start"), [
-    ("a = [1,,]\n", 1, 7, "TOML syntax"),
+    ("a = [1,,]\n", 1, 8, "TOML syntax"),
     ("[rules]\nid = 1\n", 1, 1, "rules must be an array of tables"),
     ("[[rules]]\ndecision = 'deny'\n", 1, 1, "rules[0] needs an id"),
     ("[[limits]]\nid = 'x'\n", 1, 1, "limits[0] needs max_calls"),

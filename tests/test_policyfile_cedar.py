@@ -177,12 +177,14 @@ forbid (principal, action == Tooltrace::Action::"no_such_tool", resource);
 
 
 @pytest.mark.parametrize(("text", "want"), [
-    (BAD_SYNTAX, [(5, 1, "Cedar syntax: unexpected token"),
-                  (7, 3, "Cedar syntax: found an invalid variable in the policy scope")]),
-    (BAD_SCHEMA, [(1, 1, "Cedar schema: policy colour: attribute `colour` on entity type"),
-                  (4, 1, "Cedar schema: policy robots: unrecognized entity type"),
-                  (7, 1, "policy maybe: @decision must be one of deny, ask"),
-                  (10, 1, "Cedar schema: policy fine: unrecognized action")]),
+    # Each problem at what it is about, not at the policy's first line: the token that does
+    # not parse, the attribute, entity type or action the schema lacks, the annotation.
+    (BAD_SYNTAX, [(5, 64, "Cedar syntax: unexpected token `}`"),
+                  (7, 22, "Cedar syntax: found an invalid variable in the policy scope")]),
+    (BAD_SCHEMA, [(2, 54, "Cedar schema: policy colour: attribute `colour` on entity type"),
+                  (5, 22, "Cedar schema: policy robots: unrecognized entity type"),
+                  (7, 14, "policy maybe: @decision must be one of deny, ask"),
+                  (11, 30, "Cedar schema: policy fine: unrecognized action")]),
 ])
 def test_a_bad_cedar_file_is_placed_and_refused(
     tmp_path: Path, text: str, want: list[tuple[int, int, str]]

@@ -1,11 +1,13 @@
 """Reading Cedar policy files: parsed and validated by cedarpy, every problem placed.
 
-cedarpy's parse errors carry no position, so a file is cut into its statements (a policy ends
-at a ``;`` outside strings, comments and brackets) and a statement that does not parse alone
-is reported at its first line and column; a policy the schema refuses is reported at its
-statement too. Each policy is named by its ``@id("...")`` annotation, else by cedarpy's
-positional id (``policy0``, ``policy1``, ... counted over all the files, in order, as if they
-were one), and decides as its annotations say:
+cedarpy's errors carry no position, so a file is cut into its statements (a policy ends at a
+``;`` outside strings, comments and brackets) and each problem is placed within its statement
+(``_cedarplace``): a parse error at the offending token, a schema error at the attribute or
+entity type it names, an annotation's problem at the annotation. A file with a statement that
+does not parse still has its other statements checked. Each policy is named by its
+``@id("...")`` annotation, else by cedarpy's positional id (``policy0``, ``policy1``, ...
+counted over all the files, in order, as if they were one), and decides as its annotations
+say:
 
 - ``forbid`` denies; ``@decision("ask")`` on a forbid asks for approval instead;
 - ``@mode("observe")`` on a forbid records what it would do (``observe_deny`` /
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._cedarplace import Statement
 from ._compile import duration_seconds
 from ._source import Problem
 
@@ -105,50 +108,76 @@ def _place(text: str, offset: int) -> tuple[int, int]:
     return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
 
 
-def _syntax(cedarpy: Any, name: str, text: str, problems: list[Problem]) -> None:
+def _syntax(cedarpy: Any, name: str, text: str, problems: list[Problem]) -> list[Statement]:
+    """Report each statement that does not parse, at its offending token; return the others."""
+    good: list[Statement] = []
     found = False
     for line, col, stmt in statements(text):
+        st = Statement(line, col, stmt)
         try:
             cedarpy.PolicySet.from_str(stmt)
         except ValueError as exc:
             found = True
-            problems.append(Problem(name, line, col, f"Cedar syntax: {exc}"))
+            problems.append(Problem(name, *st.syntax_error(cedarpy, str(exc)),
+                                    f"Cedar syntax: {exc}"))
+        else:
+            good.append(st)
     if not found:
         problems.append(Problem(name, 1, 1, "Cedar syntax: the file does not parse"))
+    return good
 
 
-def _annotations(name: str, line: int, col: int, pid: str, raw: Mapping[str, Any],
+def _annotations(name: str, st: Statement, pid: str, raw: Mapping[str, Any],
                  effect: str, problems: list[Problem]) -> dict[str, str]:
     ann = {k: str(v) for k, v in (raw.get("annotations") or {}).items()}
+
+    def problem(key: str, message: str) -> None:
+        problems.append(Problem(name, *st.annotation(key), f"policy {pid}: {message}"))
+
     for key, choices in _CHOICES.items():
         if key in ann and ann[key] not in choices:
-            problems.append(Problem(name, line, col, f"policy {pid}: @{key} must be one of"
-                                    f" {', '.join(choices)}, not {ann[key]!r}"))
+            problem(key, f"@{key} must be one of {', '.join(choices)}, not {ann[key]!r}")
         elif key in ann and effect != "forbid":
-            problems.append(Problem(name, line, col, f"policy {pid}: @{key} is for forbid"
-                                    " policies (a permit only matters with default = deny)"))
+            problem(key, f"@{key} is for forbid policies (a permit only matters with"
+                    " default = deny)")
     if "ttl" in ann:
         if duration_seconds(ann["ttl"]) is None:
-            problems.append(Problem(name, line, col, f"policy {pid}: @ttl must be a number of"
-                                    " seconds or a duration such as 90s, 15m, 8h, 1d, not"
-                                    f" {ann['ttl']!r}"))
+            problem("ttl", "@ttl must be a number of seconds or a duration such as 90s, 15m,"
+                    f" 8h, 1d, not {ann['ttl']!r}")
         elif ann.get("decision") != "ask":
-            problems.append(Problem(name, line, col, f"policy {pid}: @ttl is only for"
-                                    ' policies with @decision("ask")'))
+            problem("ttl", '@ttl is only for policies with @decision("ask")')
     return ann
 
 
-def _validate(cedarpy: Any, name: str, text: str, schema: Any,
-              places: list[tuple[int, int, str]], ids: Mapping[str, str],
-              problems: list[Problem]) -> None:
+def _validate(cedarpy: Any, name: str, text: str, schema: Any, places: list[Statement],
+              ids: Mapping[str, str], problems: list[Problem]) -> None:
     result = cedarpy.validate_policies(text, schema)
     for err in result.errors:
         m = re.fullmatch(r"policy(\d+)", err.policy_id or "")
         k = int(m.group(1)) if m else -1
-        line, col = places[k][:2] if 0 <= k < len(places) else (1, 1)
         msg = _POLICY_RE.sub("", str(err.error)).removeprefix("for ")
+        where = places[k].schema_error(msg) if 0 <= k < len(places) else (1, 1)
         who = ids.get(err.policy_id, err.policy_id or "?")
-        problems.append(Problem(name, line, col, f"Cedar schema: policy {who}: {msg}"))
+        problems.append(Problem(name, *where, f"Cedar schema: policy {who}: {msg}"))
+
+
+def _parse(cedarpy: Any, name: str, text: str, problems: list[Problem]
+           ) -> tuple[str, dict[str, Any], list[Statement]] | None:
+    """The file's policies in cedarpy's JSON form with the statement of each; a statement
+    that does not parse is reported and left out (the others are still checked)."""
+    try:
+        est = json.loads(cedarpy.policies_to_json_str(text))
+        return text, est, [Statement(*x) for x in statements(text)]
+    except ValueError:
+        good = _syntax(cedarpy, name, text, problems)
+    if not good:
+        return None
+    # The statements that parse, in order: cedarpy's policyN is the Nth of them.
+    kept = "".join(f"{st.text}\n" for st in good)
+    try:
+        return kept, json.loads(cedarpy.policies_to_json_str(kept)), good
+    except ValueError:
+        return None
 
 
 def load_cedar(files: Iterable[tuple[str, Path]], schema_text: str | None,
@@ -173,29 +202,28 @@ def load_cedar(files: Iterable[tuple[str, Path]], schema_text: str | None,
             why = getattr(exc, "strerror", None) or type(exc).__name__
             problems.append(Problem(name, 1, 1, f"cannot read the Cedar file: {why}"))
             continue
-        try:
-            est = json.loads(cedarpy.policies_to_json_str(text))
-        except ValueError:
-            _syntax(cedarpy, name, text, problems)
+        parsed = _parse(cedarpy, name, text, problems)
+        if parsed is None:
             continue
+        text, est, places = parsed
         if est.get("templates"):
             problems.append(Problem(name, 1, 1, "Cedar templates (?principal, ?resource)"
                                     " are not supported: write static policies"))
-        places = statements(text)
         ids: dict[str, str] = {}
         static = est.get("staticPolicies") or {}
         for local in sorted(static, key=lambda x: int(x.removeprefix("policy"))):
             raw = static[local]
             k = int(local.removeprefix("policy"))
-            line, col = places[k][:2] if k < len(places) else (1, 1)
+            st = places[k] if k < len(places) else Statement(1, 1, "")
+            line = st.line
             pid = (raw.get("annotations") or {}).get("id") or f"policy{len(out)}"
-            ann = _annotations(name, line, col, pid, raw, raw["effect"], problems)
+            ann = _annotations(name, st, pid, raw, raw["effect"], problems)
             if not _ID_RE.match(pid):
-                problems.append(Problem(name, line, col, f"policy @id {pid!r} must be 1-64"
-                                        " characters of [A-Za-z0-9_.-]"))
+                problems.append(Problem(name, *st.annotation("id"), f"policy @id {pid!r} must"
+                                        " be 1-64 characters of [A-Za-z0-9_.-]"))
             elif pid in taken:
-                problems.append(Problem(name, line, col, f"policy id {pid!r} is used twice"
-                                        " (or is a TOML or built-in rule's)"))
+                problems.append(Problem(name, *st.annotation("id"), f"policy id {pid!r} is"
+                                        " used twice (or is a TOML or built-in rule's)"))
             taken.add(pid)
             ids[local] = pid
             out.append(CedarPolicy(pid, raw["effect"], ann.get("decision", "deny"),

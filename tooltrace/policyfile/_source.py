@@ -68,13 +68,17 @@ class Positions:
             h = _HEADER.match(line)
             if h is not None and not _KEYLINE.match(line):
                 keys: list[str | int] = list(_split(h.group(2)))
+                where = (no, line.index("[") + 1)
                 if h.group(1) == "[[":
                     base = tuple(keys)
                     i = counts.get(base, 0)
                     counts[base] = i + 1
                     keys.append(i)
+                    # The array itself is where its first element is (``[[limit]]``, a typo,
+                    # is reported there).
+                    self._at.setdefault(self._arrays(base, counts), where)
                 prefix = self._arrays(tuple(keys), counts)
-                self._at.setdefault(prefix, (no, line.index("[") + 1))
+                self._at.setdefault(prefix, where)
                 continue
             k = _KEYLINE.match(line)
             if k is None:
@@ -125,6 +129,89 @@ class Positions:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class _Unclosed:
+    """A string, array or inline table left open: where it opens, and where that shows."""
+
+    what: str
+    line: int
+    column: int
+    seen_at: int
+    """The line where the text can no longer belong to it (a new line for a string or an
+    inline table, the next statement for an array); 0: the end of the file."""
+
+
+_STATEMENT = re.compile(rf"^\s*(?:\[\[?\s*{_BARE}(?:\s*\.\s*{_BARE})*\s*\]\]?\s*(?:#.*)?$"
+                        rf"|{_DOTTED}\s*=)")
+_QUOTES = ('"""', "'''", '"', "'")
+
+
+def _unclosed(lines: list[str]) -> _Unclosed | None:
+    """The first string, array or inline table the text leaves open, found by a scan that
+    knows only what can open and close them (strings, comments, brackets, statements)."""
+    stack: list[tuple[str, int, int]] = []
+    multi: tuple[str, int, int] | None = None
+    for no, line in enumerate(lines, 1):
+        i = 0
+        if multi is None and stack and _STATEMENT.match(line):
+            what, at, col = stack[-1]
+            return _Unclosed("array" if what == "[" else "inline table", at, col, no)
+        if multi is None and not stack and line.lstrip().startswith("["):
+            continue  # a table header
+        while i < len(line):
+            if multi is not None:
+                end = line.find(multi[0], i)
+                if end < 0:
+                    break
+                multi, i = None, end + 3
+                continue
+            c = line[i]
+            if c == "#":
+                break
+            quote = next((q for q in _QUOTES if line.startswith(q, i)), None)
+            if quote is not None and len(quote) == 3:
+                multi, i = (quote, no, i + 1), i + 3
+                continue
+            if quote is not None:
+                j = i + 1
+                while j < len(line) and line[j] != quote:
+                    j += 2 if quote == '"' and line[j] == "\\" else 1
+                if j >= len(line):
+                    return _Unclosed("string", no, i + 1, no)
+                i = j + 1
+                continue
+            if c in "[{":
+                stack.append((c, no, i + 1))
+            elif c in "]}" and stack:
+                stack.pop()
+            i += 1
+        if stack and stack[-1][0] == "{" and multi is None:
+            return _Unclosed("inline table", stack[-1][1], stack[-1][2], no)
+    if multi is not None:
+        return _Unclosed("multi-line string", multi[1], multi[2], 0)
+    if stack:
+        what, at, col = stack[-1]
+        return _Unclosed("array" if what == "[" else "inline table", at, col, 0)
+    return None
+
+
+def _syntax_problem(file: str, text: str, line: int, col: int, message: str) -> Problem:
+    """The parser's error (``col`` counted from 0), or the string, array or inline table left
+    open that it comes from, at the place it opens."""
+    open_ = _unclosed(text.splitlines())
+    at_end = message.startswith("Unexpected end of file") or "'\\x00'" in message
+    if open_ is not None and (open_.seen_at <= line if open_.seen_at else at_end):
+        close = {"string": "its closing quote on the same line",
+                 "multi-line string": "its closing triple quote",
+                 "array": "its closing ]", "inline table": "its closing } on the same line"}
+        return Problem(file, open_.line, open_.column,
+                       f"TOML syntax: unclosed {open_.what}: it opens here and lacks"
+                       f" {close[open_.what]}")
+    if message == "Unexpected character: '\\n'":
+        message = "unexpected end of line"
+    return Problem(file, line, col + 1, f"TOML syntax: {message}")
+
+
 def parse_text(text: str, file: str) -> tuple[Mapping[str, Any] | None, Positions, list[Problem]]:
     """The document as plain Python values, its positions, and the syntax error if any."""
     import tomlkit
@@ -135,5 +222,5 @@ def parse_text(text: str, file: str) -> tuple[Mapping[str, Any] | None, Position
         doc = tomlkit.parse(text)
     except ParseError as exc:
         msg = str(exc).split(" at line ")[0]
-        return None, pos, [Problem(file, exc.line, exc.col, f"TOML syntax: {msg}")]
+        return None, pos, [_syntax_problem(file, text, exc.line, exc.col, msg)]
     return doc.unwrap(), pos, []
