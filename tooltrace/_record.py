@@ -270,8 +270,9 @@ class Builder:
             self.depth,
             self.progress,
             self.principal,
-            d.capability.value if d else None,
-            d.effect.value if d else None,
+            # The members themselves: StrEnum values are strings (``.value`` costs a lookup).
+            d.capability if d else None,
+            d.effect if d else None,
         )
         return ToolResultEnvelope(
             self.call_id,
