@@ -16,7 +16,9 @@ writer throughput, queue depth and drops at a paced rate), ``autopsy`` (find one
 goes; not in the default set), ``whatif`` (replay 1M recorded calls against a candidate
 policy file, and the policy step with a 50-rule file; not in the default set), ``policy`` (the
 policy step per call with a 50-rule TOML file and the same rules in Cedar, against no policy
-and the reference; not in the default set),
+and the reference; not in the default set), ``startup`` (``import tooltrace``,
+``create_registry`` + ``shutdown`` and registering 10, 100 and 1,000 tools, each in a fresh
+process, against importing the libraries the default sinks use),
 ``frameworks`` (one tool call through each agent framework, bare
 and with tooltrace's adapter; not in the default set). The last table compares each figure with
 its target.
@@ -39,8 +41,8 @@ from bench._common import SCRATCH_ENV, Table, machine
 __all__ = ["main"]
 
 SECTIONS = ("overhead", "tail", "events", "ingest", "autopsy", "memory", "profile",
-            "frameworks", "mcp", "whatif", "policy")
-DEFAULT_SECTIONS = ("overhead", "tail", "events", "ingest", "autopsy", "memory")
+            "frameworks", "mcp", "whatif", "policy", "startup")
+DEFAULT_SECTIONS = ("overhead", "tail", "events", "ingest", "autopsy", "memory", "startup")
 
 
 def _ints(text: str) -> list[int]:
@@ -103,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--calls", type=int, help="calls in the memory run (default 1000000)")
     g.add_argument("--memory-base", type=int,
                    help="first checkpoint, the growth baseline (default 10000)")
+    g = ap.add_argument_group("startup")
+    g.add_argument("--startup-rounds", type=int,
+                   help="fresh-process rounds of every startup probe, after one warm-up round "
+                   "(default 15; quick 1)")
+    g.add_argument("--startup-tools",
+                   help="tool counts to register (default 10,100,1000; quick 10,100)")
     g = ap.add_argument_group("profile")
     g.add_argument("--profile-calls", type=int, help="profiled calls (default 20000)")
     g.add_argument("--profile-full", action="store_true",
@@ -211,6 +219,12 @@ def _sections(ns: argparse.Namespace, sections: list[str], results: dict[str, An
 
         results["memory"] = memory.run(calls=_pick(ns.calls, 1_000_000, 2000, q),
                                        base=_pick(ns.memory_base, 10_000, 200, q))
+    if "startup" in sections:
+        from bench import startup
+
+        results["startup"] = startup.run(
+            rounds=_pick(ns.startup_rounds, 15, 1, q),
+            sizes=tuple(_ints(_pick(ns.startup_tools, "10,100,1000", "10,100", q))))
     if "whatif" in sections:
         from bench import whatif
 
@@ -351,6 +365,20 @@ def _targets(r: dict[str, Any]) -> None:
               f"{mem['growth_pct']:.1f}% ({pts[0]['calls']:,} -> {pts[-1]['calls']:,} calls: "
               f"{pts[0]['rss_mib']:.1f} -> {pts[-1]['rss_mib']:.1f} MiB)",
               _verdict(mem["growth_pct"] <= 10.0))
+    st = r.get("startup")
+    if st:
+        med = st["median_ms"]
+        if "register 100" in med:
+            ratio = med["register 100"] / med["import"]
+            t.add("registering 100 tools <= 1.5x import tooltrace",
+                  f"{ratio:.2f}x ({med['register 100']:.1f} vs {med['import']:.1f} ms)",
+                  _verdict(ratio <= 1.5))
+        proc = st["process_median_ms"]
+        ratio = proc["create"] / proc["libraries"]
+        t.add("create_registry + shutdown <= 1.5x importing the sinks' libraries "
+              "(whole processes)",
+              f"{ratio:.2f}x ({proc['create']:.0f} vs {proc['libraries']:.0f} ms; in process "
+              f"{med['create'] / med['libraries']:.2f}x)", _verdict(ratio <= 1.5))
     if t.rows:
         t.print()
     r["targets"] = [dict(zip(t.columns, row, strict=True)) for row in t.rows]
