@@ -1,0 +1,416 @@
+"""The command sandbox with the real kernel: Landlock and bubblewrap each hold ``run_command``
+and background jobs to the workspace and a private TMPDIR; the home, other directories, $HOME,
+symlinks out of the workspace and (unless allowed) the network stay out of reach; the ABI
+masks; the refusal where no backend can run; the record, span and autopsy name the sandbox."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from support.otlp import OtlpHttpReceiver
+from support.runtime import wait_for
+
+from tooltrace import Status, ToolCall, ToolRegistry, create_registry
+from tooltrace import _landlock as ll
+from tooltrace.builtins import CommandConfig, register_builtins
+from tooltrace.runtime import landlock_abi
+from tooltrace.telemetry.tracing import TracingSink
+from tooltrace.testing import RecordingSink
+
+BACKENDS = ("landlock", "bwrap")
+
+
+@dataclass
+class Box:
+    """A registry over ``ws`` whose home is ``home``; ``outside`` stands for any other place."""
+
+    mode: str
+    reg: ToolRegistry
+    ws: Path
+    home: Path
+    outside: Path
+    sink: RecordingSink
+
+    def run(self, script: str, **env: str) -> Any:
+        """Run a ``sh -c`` script; paths it must not name openly come in through ``env``."""
+        return self.reg.call(ToolCall("run_command", {"argv": ["sh", "-c", script],
+                                                      "env": env}))
+
+
+def _box(tmp_path: Path, mode: str, **config: Any) -> Box:
+    ws, home, outside = tmp_path / "ws", tmp_path / "home", tmp_path / "outside"
+    for d in (ws, home, outside):
+        d.mkdir()
+    (ws / "hello.txt").write_text("hello\n")
+    (home / "trail.jsonl").write_text("the record\n")
+    (outside / "secret.txt").write_text("secret\n")
+    sink = RecordingSink()
+    reg = ToolRegistry(workspace=ws, home=home, sinks=[sink], cancel_grace_s=1.0)
+    register_builtins(reg, commands=CommandConfig(sandbox=mode, **config))
+    return Box(mode, reg, ws, home, outside, sink)
+
+
+@pytest.fixture(params=BACKENDS)
+def box(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Box]:
+    """A box for each backend, network refused."""
+    b = _box(tmp_path, request.param)
+    yield b
+    b.reg.shutdown(timeout_s=5.0)
+
+
+def _detail(env: Any) -> dict[str, Any]:
+    return dict(next(s for s in env.steps if s.step == "execute").detail or {})
+
+
+def _private_tmps() -> set[str]:
+    return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("tooltrace-cmd-")}
+
+
+def _results(stdout: str) -> dict[str, int]:
+    return {k: int(v) for k, v in (line.split("=") for line in stdout.split())}
+
+
+def test_each_backend_runs_here_and_is_recorded(box: Box) -> None:
+    env = box.run("echo ok")
+    assert env.status is Status.OK, env.summary
+    assert env.data["stdout"] == "ok\n"
+    expected = "bwrap" if box.mode == "bwrap" else f"landlock-abi{landlock_abi()}"
+    assert _detail(env)["sandbox"] == expected
+    assert landlock_abi() >= 4  # the kernel these tests are meant for offers TCP rules
+
+
+def test_the_workspace_and_a_private_tmpdir_are_writable(box: Box) -> None:
+    before = _private_tmps()
+    env = box.run('cat hello.txt && echo made > made.txt && echo t > "$TMPDIR/t" '
+                  '&& cat "$TMPDIR/t" && mkdir -p sub && mv made.txt sub/ && echo "$TMPDIR"')
+    assert env.status is Status.OK and env.data["exit_code"] == 0, env.data
+    out = env.data["stdout"].splitlines()
+    assert out[:2] == ["hello", "t"]
+    assert (box.ws / "sub" / "made.txt").read_text() == "made\n"
+    # TMPDIR is the command's own, not /tmp itself, and it is gone once the command ended.
+    tmpdir = out[2]
+    assert tmpdir != tempfile.gettempdir() or box.mode == "bwrap"
+    assert not (tmpdir.startswith("/tmp/tooltrace-cmd-") and os.path.exists(tmpdir))
+    assert _private_tmps() == before
+
+
+def test_nothing_outside_can_be_read_written_or_deleted(box: Box) -> None:
+    script = ('cat "$F" >/dev/null 2>&1; echo read=$?; '
+              'echo x >> "$F" 2>/dev/null; echo write=$?; '
+              'rm "$F" 2>/dev/null; echo delete=$?; '
+              'ls "$D" >/dev/null 2>&1; echo list=$?; '
+              'touch "$D/new" 2>/dev/null; echo create=$?; '
+              'cat /tmp/*/secret.txt >/dev/null 2>&1; echo tmp=$?')
+    for d, f in ((box.home, box.home / "trail.jsonl"), (box.outside, box.outside / "secret.txt")):
+        before = f.read_bytes()
+        # Through the environment: the policy refuses a command word that names the home, so
+        # only the sandbox stands between a computed path and the file.
+        env = box.run(script, F=str(f), D=str(d))
+        assert env.status is Status.OK, env.summary
+        results = _results(env.data["stdout"])
+        assert all(code != 0 for code in results.values()), (d.name, results)
+        assert f.read_bytes() == before
+        assert not (d / "new").exists()
+
+
+def test_home_directory_files_cannot_be_read(box: Box, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    user_home = tmp_path / "user"
+    user_home.mkdir()
+    (user_home / ".netrc").write_text("machine example.org password hunter2\n")
+    monkeypatch.setenv("HOME", str(user_home))
+    env = box.run('cat "$HOME/.netrc"; echo "rc=$?"')
+    assert env.status is Status.OK
+    assert "hunter2" not in env.data["stdout"]
+    assert env.data["stdout"].strip().endswith("rc=1")
+
+
+def test_a_symlink_planted_in_the_workspace_does_not_lead_out(box: Box) -> None:
+    (box.ws / "door").symlink_to(box.outside)
+    (box.ws / "key").symlink_to(box.outside / "secret.txt")
+    env = box.run("cat door/secret.txt >/dev/null 2>&1; echo dir=$?; "
+                  "cat key >/dev/null 2>&1; echo file=$?; "
+                  "echo x > door/planted 2>/dev/null; echo write=$?; "
+                  "echo x >> key 2>/dev/null; echo append=$?")
+    assert env.status is Status.OK
+    assert all(code != 0 for code in _results(env.data["stdout"]).values()), env.data
+    assert (box.outside / "secret.txt").read_text() == "secret\n"
+    assert not (box.outside / "planted").exists()
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A TCP listener on loopback that the commands try to reach."""
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    srv.settimeout(5.0)
+    yield srv
+    srv.close()
+
+
+_CONNECT = ("import socket, sys\n"
+            "try:\n"
+            "    socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=5).close()\n"
+            "except OSError as exc:\n"
+            "    print(type(exc).__name__); sys.exit(3)\n"
+            "print('connected')\n")
+
+
+def _connect(reg: ToolRegistry, port: int) -> Any:
+    return reg.call(ToolCall("run_command", {"argv": [sys.executable, "-c", _CONNECT,
+                                                      str(port)]}))
+
+
+def test_the_network_is_refused(box: Box, listener: socket.socket) -> None:
+    env = _connect(box.reg, listener.getsockname()[1])
+    assert env.status is Status.OK
+    assert env.data["exit_code"] == 3, env.data
+    listener.settimeout(0.0)
+    with pytest.raises(BlockingIOError):
+        listener.accept()
+    assert "sandbox_network" not in _detail(env)
+
+
+@pytest.mark.parametrize("mode", BACKENDS)
+def test_the_network_when_the_operator_allows_it(mode: str, tmp_path: Path,
+                                                 listener: socket.socket) -> None:
+    b = _box(tmp_path, mode, network=True)
+    try:
+        env = _connect(b.reg, listener.getsockname()[1])
+        assert env.status is Status.OK and env.data["stdout"] == "connected\n", env.data
+        conn, _ = listener.accept()
+        conn.close()
+        assert _detail(env)["sandbox_network"] is True
+    finally:
+        b.reg.shutdown(timeout_s=5.0)
+
+
+def test_a_background_job_runs_in_the_same_sandbox(box: Box) -> None:
+    before = _private_tmps()
+    call = ToolCall("run_command", {"argv": ["sh", "-c", 'echo x > "$F"; echo job=$?'],
+                                    "env": {"F": str(box.outside / "from-job")}},
+                    background=True)
+    env = box.reg.call(call)
+    assert env.status is Status.OK, env.summary
+    sandbox = _detail(env)["sandbox"]
+    assert sandbox in ("bwrap", f"landlock-abi{landlock_abi()}")
+    job_id = env.data["job_id"]
+
+    def ended() -> bool:
+        st = box.reg.call(ToolCall("job_status", {"job_id": job_id}, run_id=env.record.run_id))
+        return bool(st.data["state"] == "exited")
+
+    wait_for(ended, 30.0, "the job to end")
+    tail = box.reg.call(ToolCall("job_tail", {"job_id": job_id}, run_id=env.record.run_id))
+    assert tail.data["stdout"].strip() != "job=0"
+    assert not (box.outside / "from-job").exists()
+    wait_for(lambda: _private_tmps() == before, 10.0, "the job's TMPDIR to go")
+
+
+# -- ABI handling ------------------------------------------------------------------------------
+
+
+# What a ruleset handles at each ABI (the kernel's own constants, written out).
+_FS = {1: 0x1FFF, 2: 0x3FFF, 3: 0x7FFF, 4: 0x7FFF, 5: 0xFFFF, 6: 0xFFFF, 7: 0xFFFF}
+
+
+@pytest.mark.parametrize("abi", range(1, 8))
+def test_the_masks_follow_the_abi(abi: int) -> None:
+    assert ll.handled_fs(abi) == _FS[abi]
+    assert ll.handled_net(abi, True) == (0b11 if abi >= 4 else 0)
+    assert ll.handled_net(abi, False) == 0
+    assert ll.scoped(abi) == (0b11 if abi >= 6 else 0)
+    # A grant never names a right the ABI does not handle, and a file's rule no directory right.
+    for kind in ("rx", "r", "rw", "dev"):
+        assert ll.allowed(kind, abi, True) & ~ll.handled_fs(abi) == 0
+        assert ll.allowed(kind, abi, False) & ~0xC007 == 0
+    assert ll.allowed("rw", abi, True) & (1 << 13) == ((1 << 13) if abi >= 2 else 0)
+    assert ll.allowed("rw", abi, False) & (1 << 14) == ((1 << 14) if abi >= 3 else 0)
+    assert ll.allowed("rx", abi, False) == ll.FS_EXECUTE | ll.FS_READ_FILE
+    assert ll.handled_fs(0) == 0
+
+
+@pytest.mark.parametrize("abi", range(1, 8))
+def test_each_abi_confines_on_this_kernel(abi: int, tmp_path: Path,
+                                          listener: socket.socket) -> None:
+    # The network is allowed below ABI 4 (it cannot be refused there), refused from 4 on.
+    b = _box(tmp_path, "landlock", landlock_max_abi=abi, network=abi < 4)
+    port = listener.getsockname()[1]
+    try:
+        # A hard link, not mv: mv copies where the kernel refuses to move across directories.
+        env = b.run('mkdir a b && echo x > a/f && ln a/f b/f 2>/dev/null; echo refer=$?; '
+                    'cat "$F" >/dev/null 2>&1; echo outside=$?; '
+                    'kill -0 "$P" 2>/dev/null; echo signal=$?; '
+                    f'"$PY" -c "$C" {port} >/dev/null; echo tcp=$?',
+                    F=str(b.outside / "secret.txt"), P=str(os.getpid()), PY=sys.executable,
+                    C=_CONNECT)
+        assert _detail(env)["sandbox"] == f"landlock-abi{abi}"
+        got = _results(env.data["stdout"])
+        assert got["outside"] != 0
+        # ABI 1 cannot allow linking or moving a file between directories; 2 (REFER) can.
+        assert (got["refer"] == 0) is (abi >= 2)
+        # From ABI 6 signals to processes outside the sandbox are refused.
+        assert (got["signal"] == 0) is (abi < 6)
+        assert (got["tcp"] == 0) is (abi < 4)
+        if abi < 4:
+            listener.accept()[0].close()
+    finally:
+        b.reg.shutdown(timeout_s=5.0)
+
+
+# -- where no sandbox can run ----------------------------------------------------------------
+
+
+def _refused(env: Any) -> None:
+    assert env.status is Status.FAILED
+    assert env.record.error_type == "SandboxUnavailableError"
+    assert "pid" not in _detail(env)
+
+
+def test_no_backend_means_no_command(tmp_path: Path) -> None:
+    # The real code path, with bubblewrap missing and Landlock capped away.
+    b = _box(tmp_path, "auto", bwrap_path=str(tmp_path / "no-bwrap"), landlock_max_abi=0)
+    try:
+        env = b.run("touch ran")
+        _refused(env)
+        assert "install bubblewrap" in env.summary and 'sandbox = "off"' in env.summary
+        assert not (b.ws / "ran").exists()
+        job = b.reg.call(ToolCall("run_command", {"argv": ["touch", "ran"]}, background=True))
+        _refused(job)
+        assert not (b.ws / "ran").exists()
+    finally:
+        b.reg.shutdown(timeout_s=5.0)
+
+
+@pytest.mark.parametrize(("config", "says"), [
+    ({"sandbox": "bwrap", "bwrap_path": "/nonexistent/bwrap"}, "bubblewrap"),
+    ({"sandbox": "landlock", "landlock_max_abi": 0}, "Landlock"),
+    ({"sandbox": "landlock", "landlock_max_abi": 3}, "ABI 3 cannot refuse the network"),
+])
+def test_a_forced_backend_that_cannot_run_refuses(tmp_path: Path, config: dict[str, Any],
+                                                  says: str) -> None:
+    mode = config.pop("sandbox")
+    b = _box(tmp_path, mode, **config)
+    try:
+        env = b.run("true")
+        _refused(env)
+        assert says in env.summary
+    finally:
+        b.reg.shutdown(timeout_s=5.0)
+
+
+def test_off_runs_unconfined_and_says_so(tmp_path: Path) -> None:
+    b = _box(tmp_path, "off", bwrap_path="/nonexistent/bwrap", landlock_max_abi=0)
+    try:
+        env = b.run('cat "$F"', F=str(b.outside / "secret.txt"))
+        assert env.data["stdout"] == "secret\n"
+        assert _detail(env)["sandbox"] == "off"
+    finally:
+        b.reg.shutdown(timeout_s=5.0)
+
+
+def test_a_home_inside_the_workspace_is_hidden_by_bwrap_and_refused_by_landlock(
+    tmp_path: Path,
+) -> None:
+    ws = tmp_path / "ws"
+    home = ws / ".tooltrace"
+    home.mkdir(parents=True)
+    (home / "key").write_text("signing key\n")
+    for mode in ("auto", "landlock"):
+        reg = ToolRegistry(workspace=ws, home=home)
+        register_builtins(reg, commands=CommandConfig(sandbox=mode))
+        try:
+            env = reg.call(ToolCall("run_command", {"argv": ["sh", "-c", 'cat "$K"; echo x > "$K"'],
+                                                    "env": {"K": str(home / "key")}}))
+            if mode == "landlock":
+                _refused(env)
+                assert "cannot keep a directory inside a grant out of reach" in env.summary
+            else:
+                assert _detail(env)["sandbox"] == "bwrap"
+                assert "signing key" not in env.data["stdout"]
+        finally:
+            reg.shutdown(timeout_s=5.0)
+    assert (home / "key").read_text() == "signing key\n"
+
+
+def test_bad_settings_are_configuration_errors() -> None:
+    from tooltrace import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="sandbox must be one of"):
+        CommandConfig(sandbox="of")
+    with pytest.raises(ConfigurationError, match="absolute"):
+        CommandConfig(read_paths=("relative",))
+    with pytest.raises(ConfigurationError):
+        CommandConfig(landlock_max_abi=-1)
+
+
+# -- the record: step, span, autopsy, policy file ---------------------------------------------
+
+
+def test_the_span_carries_the_sandbox(tmp_path: Path) -> None:
+    with OtlpHttpReceiver() as rx:
+        tracing = TracingSink(endpoint=rx.endpoint, protocol="http/protobuf")
+        (tmp_path / "ws").mkdir()
+        reg = ToolRegistry(workspace=tmp_path / "ws", home=tmp_path / "h", sinks=[tracing])
+        register_builtins(reg)
+        try:
+            env = reg.call(ToolCall("run_command", {"argv": ["true"]}))
+            assert tracing.flush(10.0)
+            (span,) = [s for s in rx.wait_for(1) if s.name == "execute_tool run_command"]
+        finally:
+            reg.shutdown(timeout_s=5.0)
+    assert span.attributes["tooltrace.sandbox"] == _detail(env)["sandbox"]
+    assert span.attributes["tooltrace.sandbox"] == f"landlock-abi{landlock_abi()}"
+
+
+def test_the_policy_file_turns_the_sandbox_off_and_autopsy_shows_it(tmp_path: Path) -> None:
+    from tooltrace.cli import main
+
+    ws, home = tmp_path / "ws", tmp_path / "home"
+    ws.mkdir()
+    (tmp_path / "outside.txt").write_text("outside\n")
+    policy = tmp_path / "tooltrace.toml"
+    policy.write_text('version = 1\n\n[commands]\nsandbox = "off"\nnetwork = true\n')
+    reg = create_registry(ws, home=home, policy_file=policy, tracing=False, metrics=False,
+                          logging=False)
+    try:
+        env = reg.call(ToolCall("run_command", {"argv": ["sh", "-c", 'cat "$F"'],
+                                                "env": {"F": str(tmp_path / "outside.txt")}}))
+        assert env.data["stdout"] == "outside\n"
+        assert _detail(env)["sandbox"] == "off"
+        assert reg.flush(10.0)
+    finally:
+        reg.shutdown(timeout_s=5.0)
+    out = CliRunner().invoke(main, ["autopsy", env.call_id, "--home", str(home), "--json"])
+    assert out.exit_code == 0, out.output
+    steps = json.loads(out.output)["steps"]
+    (execute,) = [s for s in steps if s["step"] == "execute"]
+    detail = execute["detail"]
+    assert (json.loads(detail) if isinstance(detail, str) else detail)["sandbox"] == "off"
+
+
+def test_the_policy_file_places_bad_command_settings(tmp_path: Path) -> None:
+    from tooltrace.policyfile import check_policy, command_settings
+
+    f = tmp_path / "tooltrace.toml"
+    f.write_text('version = 1\n\n[commands]\nsandbox = "of"\nnetwork = "yes"\nshell = 1\n')
+    problems = [str(p) for p in check_policy(f)]
+    assert any(p.startswith(f"{f}:4:11:") and "did you mean 'off'" in p for p in problems)
+    assert any(p.startswith(f"{f}:5:1:") and "true or false" in p for p in problems)
+    assert any(p.startswith(f"{f}:6:") and "shell" in p for p in problems)
+    assert command_settings(f) is None
+    f.write_text('[commands]\nsandbox = "bwrap"\n')
+    settings = command_settings(f)
+    assert settings is not None and settings.config().sandbox == "bwrap"
+    assert settings.config().network is False
