@@ -20,8 +20,9 @@ and the reference; not in the default set), ``startup`` (``import tooltrace``,
 ``create_registry`` + ``shutdown`` and registering 10, 100 and 1,000 tools, each in a fresh
 process, against importing the libraries the default sinks use),
 ``frameworks`` (one tool call through each agent framework, bare
-and with tooltrace's adapter; not in the default set). The last table compares each figure with
-its target.
+and with tooltrace's adapter; not in the default set), ``sandbox`` (one ``run_command`` with
+the sandbox off, in Landlock and in bubblewrap; not in the default set). The last table
+compares each figure with its target.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from bench._common import SCRATCH_ENV, Table, machine
 __all__ = ["main"]
 
 SECTIONS = ("overhead", "tail", "events", "ingest", "autopsy", "memory", "profile",
-            "frameworks", "mcp", "whatif", "policy", "startup")
+            "frameworks", "mcp", "whatif", "policy", "startup", "sandbox")
 DEFAULT_SECTIONS = ("overhead", "tail", "events", "ingest", "autopsy", "memory", "startup")
 
 
@@ -230,6 +231,10 @@ def _sections(ns: argparse.Namespace, sections: list[str], results: dict[str, An
 
         results["whatif"] = whatif.run(calls=_pick(None, 1_000_000, 3000, q),
                                        step_calls=_pick(None, 20_000, 500, q))
+    if "sandbox" in sections:
+        from bench import sandbox
+
+        results["sandbox"] = sandbox.run(rounds=_pick(None, 10, 1, q), calls=_pick(None, 20, 3, q))
     if "policy" in sections:
         from bench import policy
 

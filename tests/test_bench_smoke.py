@@ -441,3 +441,25 @@ def test_mcp_section_refuses_a_baseline_that_is_no_checkout(tmp_path: Path) -> N
          str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode != 0
     assert f"--baseline {tmp_path}: no tooltrace/mcp in it" in p.stderr
+
+
+def test_sandbox_section_measures_each_backend_beside_the_unsandboxed_command(
+    tmp_path: Path,
+) -> None:
+    """`--sections sandbox` (not in the default run) times one run_command with the sandbox
+    off (the reference), in Landlock and in bubblewrap."""
+    out = tmp_path / "figures.json"
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    env.pop("TOOLTRACE_HOME", None)
+    p = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--sections", "sandbox", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, env=env,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    header, rows = _find(_tables(p.stdout), "Command sandbox")
+    assert header == ["contender", "ms per call", "sandbox ms", "call / off"]
+    assert [r[0] for r in rows] == ["off (reference)", "landlock", "bwrap",
+                                    "bwrap, network allowed", "bare subprocess"]
+    figs = {c["contender"]: c for c in json.loads(out.read_text())["sandbox"]["contenders"]}
+    assert all(c["ms"] > 0 for c in figs.values())
+    assert figs["off (reference)"]["vs_off"] == 1.0
