@@ -58,7 +58,10 @@ def test_the_agent_may_change_within_a_run_but_whom_it_acts_for_may_not(
                       Principal(user="ann", agent="triage", tenant="acme", roles=("admin",)),
                       Principal(user="ann", agent="triage")):
             env = reg.call(ToolCall("echo", {"text": "x"}, run_id="r1", principal=other))
-            assert env.status is Status.REJECTED and env.record.principal is None
+            # Refused, with the evidence: the tool, whom it asked to act for, the arguments.
+            assert env.status is Status.REJECTED and env.record.principal == other
+            assert (env.tool, env.record.source, env.record.args_redacted) == (
+                "echo", "user", {"text": "x"})
             assert "user, tenant or roles" in env.summary
         # A run whose first calls name only agents is bound by its first call naming a user.
         assert _call(reg, "r2", Principal(agent="a")) is Status.OK
@@ -126,3 +129,33 @@ def test_calls_and_autopsy_show_the_agent_of_each_call(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     line = next(ln for ln in res.output.splitlines() if ln.startswith("principal"))
     assert line.split(None, 1)[1] == 'user ann, agent billing, roles ["dev"]'
+
+
+def test_a_refused_switch_keeps_its_evidence_in_the_trail(tmp_path: Path) -> None:
+    key = "AKIA" + "R4ZQ8EXAMPLE2XWY"  # a fake credential: recorded redacted
+    reg = _registry(tmp_path)
+    try:
+        ann = Principal(user="ann", tenant="acme")
+        assert _call(reg, "r", ann) is Status.OK
+        bob = Principal(user="bob", agent="mallory", tenant="acme")
+        env = reg.call(ToolCall("echo", {"text": f"send {key}"}, run_id="r", principal=bob))
+        stray = reg.call(ToolCall("no_such_tool", {"x": 1}, run_id="r", principal=bob))
+    finally:
+        reg.shutdown()
+    assert env.status is stray.status is Status.REJECTED
+    home = str(tmp_path / "home")
+    res = CliRunner().invoke(main, ["calls", "--home", home, "--user", "bob", "--json"])
+    rows = {r["call_id"]: r for r in orjson.loads(res.output)}
+    assert (rows[env.call_id]["tool"], rows[env.call_id]["agent"]) == ("echo", "mallory")
+    assert rows[stray.call_id]["tool"] == "_unregistered"
+    res = CliRunner().invoke(main, ["autopsy", env.call_id, "--home", home, "--json"])
+    got = orjson.loads(res.output)
+    call = got["call"]
+    assert (call["source"], call["reject_stage"]) == ("user", "params")
+    assert call["args_redacted"]["text"].startswith("send [REDACTED:")
+    assert key not in res.output
+    (step,) = got["steps"]
+    assert step["detail"] == {"reason": "principal_mismatch",
+                              "run_principal": {"user": "ann", "tenant": "acme", "roles": []}}
+    res = CliRunner().invoke(main, ["autopsy", stray.call_id, "--home", home, "--json"])
+    assert orjson.loads(res.output)["steps"][0]["detail"]["requested"] == "no_such_tool"

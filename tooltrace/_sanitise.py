@@ -17,7 +17,7 @@ import uuid_utils
 from . import _build
 from ._ids import new_call_id
 from ._principals import principal_problem
-from ._record import UNREGISTERED, Builder
+from ._record import UNREGISTERED, Builder, redact_args, safe_name
 from .envelope import Stage, StepName, ToolCall
 from .exceptions import MalformedCallError
 
@@ -67,11 +67,37 @@ def sanitise(
     if call.principal is not None or reg._principals.used:
         principal, ok = reg._principals.bind(b.run_id, call.principal)
         if not ok:
-            why = "principal names another user, tenant or roles than its run is bound to"
-            _malformed(reg, b, {"reason": "principal_mismatch"}, why)
+            _switch_refused(reg, b, call, principal)
             return None
         b.principal = principal
     return call
+
+
+def _switch_refused(reg: ToolRegistry, b: Builder, call: ToolCall, bound: Any) -> None:
+    """Refuse a call that names another user, tenant or roles than its run is bound to, and
+    keep the evidence: the tool it named, whom it asked to act for, its redacted arguments and
+    whom the run is bound to (the call is well formed: it keeps its own id)."""
+    untyped: Any = call
+    b.principal = call.principal
+    b.args_redacted = redact_args(reg, untyped.arguments)
+    name = untyped.name
+    entry = reg._table.active.get(name) if type(name) is str else None
+    if entry is not None:
+        b.entry = entry  # the record names the tool and where it came from
+    tool = entry.definition.name if entry is not None else UNREGISTERED
+    if reg._tracer is not None:
+        b.span = reg._tracer.open_span(tool)
+    shown = safe_name(name)
+    if reg.redactor.redact_text(shown) != shown:  # a name may itself be a secret
+        shown = "the requested tool"
+    run = {"user": bound.user, "tenant": bound.tenant, "roles": list(bound.roles)} \
+        if bound is not None else None
+    detail: dict[str, Any] = {"reason": "principal_mismatch", "run_principal": run}
+    if entry is None:
+        detail["requested"] = shown
+    b.step(StepName.RESOLVE, b.t0, "registry", "reject", detail)
+    why = "its principal names another user, tenant or roles than its run is bound to"
+    b.reject(Stage.PARAMS, why, tool, shown_name=shown)
 
 
 _WHY = {

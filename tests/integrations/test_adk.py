@@ -481,5 +481,7 @@ def test_a_sub_agent_acts_for_the_same_principal_and_each_call_names_its_agent(
     bob = as_adk_tools(registry, run_id="adk-hand-off", principal=Principal(user="bob"))
     llm.script = [calls(("add", {"a": 1, "b": 1}))]
     asyncio.run(run_agent(llm, bob, []))
-    assert sink.records[-1].status is Status.REJECTED and sink.records[-1].principal is None
+    refused = sink.records[-1]  # recorded with the evidence: the tool and whom it asked for
+    assert refused.status is Status.REJECTED and refused.tool == "add"
+    assert refused.principal is not None and refused.principal.user == "bob"
     assert "principal" in sink.records[-1].summary

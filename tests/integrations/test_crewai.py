@@ -459,4 +459,5 @@ def test_a_crew_of_two_agents_acts_for_one_principal_and_each_call_names_its_age
     crew_for(llm, bob).kickoff()
     refused = sink.records[-1]
     assert refused.status is Status.REJECTED and "principal" in refused.summary
-    assert refused.principal is None
+    assert refused.principal is not None and refused.principal.user == "bob"  # the evidence
+    assert refused.tool == "add"

@@ -241,7 +241,7 @@ def test_a_hand_off_acts_for_the_same_principal_and_each_call_names_its_agent(
         billing_calls = store.calls(agent="billing-agent").dicts()
     assert [(r["tool"], r["user"], r["agent"], r["status"]) for r in reversed(rows)] == [
         ("add", "ann", "triage", "ok"), ("aadd", "ann", "billing-agent", "ok"),
-        ("_unregistered", None, None, "rejected")]
+        ("add", "bob", "triage", "rejected")]  # the refused switch keeps its evidence
     assert [r["tool"] for r in billing_calls] == ["aadd"]
 
 
