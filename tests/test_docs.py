@@ -142,3 +142,81 @@ def test_the_docs_state_figures_without_a_measurement_diary() -> None:
     for page in DOCS.rglob("*.md"):
         for n, line in enumerate(page.read_text().splitlines(), 1):
             assert not diary.search(line), f"{page.relative_to(REPO)}:{n}: {line.strip()}"
+
+
+def _sections(nav: Any) -> list[tuple[str, list[str]]]:
+    """Each top-level entry of the navigation as (title, the pages a reader must reach from the
+    README): a page; or a section's pages, a nested section counting by its first page (its
+    index: the runbooks, the API pages)."""
+    out: list[tuple[str, list[str]]] = []
+    for item in nav:
+        title, value = next(iter(item.items())) if isinstance(item, dict) else (item, item)
+        if isinstance(value, str):
+            out.append((title, [value]))
+            continue
+        pages = []
+        for child in value:
+            inner = next(iter(child.values())) if isinstance(child, dict) else child
+            pages.append(inner if isinstance(inner, str) else _nav_pages(inner)[0])
+        out.append((title, pages))
+    return out
+
+
+def test_the_readme_links_every_section_of_the_docs() -> None:
+    linked = {
+        str((REPO / link).resolve().relative_to(DOCS))
+        for link in re.findall(r"\]\((docs/[^)#]+)(?:#[^)]*)?\)", README.read_text())
+    }
+    sections = _sections(_config()["nav"])
+    assert {"Framework adapters", "Guide", "Audit", "Reference"} <= {t for t, _ in sections}
+    for title, pages in sections:
+        unlinked = [p for p in pages if p not in linked]
+        assert not unlinked, f"README.md does not link the docs section {title!r}: {unlinked}"
+
+
+def test_the_readme_names_the_framework_adapters_first_among_the_ways_in() -> None:
+    text = README.read_text()
+    inside = text[text.index("## What is inside"):text.index("## Documentation")]
+    first = inside.split("\n- ")[1]
+    assert first.startswith("**Ways in**")
+    for page in sorted((DOCS / "integrations").glob("*.md")):
+        assert f"(docs/integrations/{page.name})" in first, page.name
+
+
+def _extras_table() -> dict[str, str]:
+    text = (DOCS / "getting-started.md").read_text()
+    section = text[text.index("## Extras"):]
+    section = section[: section.index("\n## ", 1)]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 3:
+            rows[cells[0].strip("`")] = cells[1]
+    return rows
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_extras_table_matches_pyproject() -> None:
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    table = _extras_table()
+    assert sorted(table) == sorted(extras), "docs/getting-started.md's extras table"
+    for name, requirements in extras.items():
+        cell = table[name]
+        named = {_normal(n) for n in re.findall(r"`([^`]+)`", cell)}
+        own = [r for r in requirements if r.startswith("tooltrace[")]
+        packages = [_normal(re.split(r"[\s<>=~!;\[]", r, maxsplit=1)[0])
+                    for r in requirements if not r.startswith("tooltrace[")]
+        included = {_normal(x) for r in own for x in r[len("tooltrace["):-1].split(",")}
+        # An extra made of other extras names exactly those; one of a few packages names each.
+        assert included <= named, f"extra {name!r}: the table should name {sorted(included)}"
+        if own and not packages:
+            assert named == included, f"extra {name!r}: the table names {sorted(named)}"
+        if len(packages) <= 4:
+            missing = [p for p in packages if p not in named]
+            assert not missing, f"extra {name!r}: the table does not name {missing}"
