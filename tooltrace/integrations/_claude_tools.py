@@ -25,6 +25,7 @@ __all__ = [
     "ClaudeToolError",
     "adopt",
     "builtin_definitions",
+    "same_shape",
     "sdk_schema",
 ]
 
@@ -182,6 +183,16 @@ def builtin_definitions(
             )
         )
     return out
+
+
+def same_shape(a: Any, b: Any) -> bool:
+    """Whether ``a`` can stand in for ``b`` where a tool's output schema is enforced (the CLI
+    takes a hook's ``updatedToolOutput`` only in the tool's own shape)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_shape(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(same_shape, a, b))
+    return type(a) is type(b)
 
 
 # -- taking over SDK @tool functions ---------------------------------------------------------

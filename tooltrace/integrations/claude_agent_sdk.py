@@ -13,14 +13,12 @@ Two kinds of tools, two routes:
   Where the redacted result keeps the tool's output shape, ``updatedToolOutput`` gives it to
   the model instead of the raw one.
 - **In-process MCP tools** run here: ``mcp_server()`` serves registry tools (and SDK ``@tool``
-  functions taken over with ``adopt``) to the CLI, and every ``tools/call`` is a full registry
-  call (carrying the model's tool-use id from the request's ``_meta``); anything but ``ok``
-  comes back as an ``is_error`` result carrying the summary.
+  functions taken over with ``adopt``) to the CLI; each ``tools/call`` is a full registry call
+  (``_claude_mcp``).
 
-The tools in ``PASSED_THROUGH_TOOLS`` (``ToolSearch``, which loads deferred tools' schemas, and
-the tools that steer the session with the user) are let through untouched. A tool use the CLI
-refuses before any hook (an unknown name, input its own schema rejects) is read from the
-session's transcript when the turn ends (``Stop``) and recorded ``rejected``.
+``PASSED_THROUGH_TOOLS`` (``ToolSearch``, the tools that steer the session with the user) pass
+untouched. A use the CLI refuses before any hook is read from its transcript (``Stop``,
+``aclose``) and recorded ``rejected`` (``_claude_transcript``).
 
 Out of reach for built-in tools (the CLI runs them): their deadline (a call the CLI has not
 reported on when it passes ends ``unknown``), cancelling them, trimming or offloading their
@@ -33,9 +31,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,14 +63,17 @@ from .. import (
 )
 from ..adapters import acall, make_call, model_text
 from ..envelope import Principal
+from ._claude_mcp import sdk_server
 from ._claude_tools import (
     BUILTIN_TOOLS,
     PASSED_THROUGH_TOOLS,
     ClaudeToolError,
     adopt,
     builtin_definitions,
+    same_shape,
     sdk_schema,
 )
+from ._claude_transcript import Refused, Transcripts
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -92,14 +92,6 @@ _INTEGRATION = "claude-agent-sdk"
 #: the model (redacted and bounded like every attribute).
 REFUSAL = "claude_code.refusal"
 
-# Where the CLI's ``tools/call`` request names the model's tool-use id.
-_META_TOOL_USE_ID = "claudecode/toolUseId"
-# How the CLI wraps an error it raised itself (unknown tool, input its schema refused).
-_REFUSED = re.compile(r"\A\s*<tool_use_error>(.*?)(?:</tool_use_error>)?\s*\Z", re.S)
-_TOOL_USE_ID = re.compile(r"\A[A-Za-z0-9_-]{1,128}\Z")
-# A transcript line longer than this is skipped, not parsed (a pasted file, an image).
-_MAX_LINE = 4 * 1024 * 1024
-
 
 @dataclasses.dataclass(eq=False)
 class _Pending:
@@ -112,6 +104,8 @@ class _Pending:
     outcome: asyncio.Future[Any]
     task: asyncio.Future[ToolResultEnvelope] | None = None
     ran_other_input: bool = False
+    # The sub-agent making the use (None: the session's main agent): its own stop settles it.
+    agent: str | None = None
 
 
 class ClaudeAgentAdapter:
@@ -158,11 +152,9 @@ class ClaudeAgentAdapter:
         self._served: dict[str, frozenset[str]] = {}
         self._by_use: dict[str, _Pending] = {}
         self._by_call: dict[str, _Pending] = {}
-        # Tool-use ids a hook or the in-process server saw: any other the transcript shows
-        # refused never reached tooltrace.
-        self._seen: set[str] = set()
-        self._transcript_pos: dict[str, int] = {}
-        self._transcript_uses: dict[str, tuple[str, Any]] = {}
+        # Tool-use ids a hook or the in-process server saw (``seen``): any other the
+        # transcript shows refused never reached tooltrace.
+        self._transcripts = Transcripts()
 
     # -- registration -----------------------------------------------------------------------
 
@@ -203,6 +195,7 @@ class ClaudeAgentAdapter:
             "PostToolUse": [HookMatcher(m, [self.post_tool_use], timeout=t)],
             "PostToolUseFailure": [HookMatcher(m, [self.post_tool_use_failure], timeout=t)],
             "Stop": [HookMatcher(hooks=[self.stop], timeout=t)],
+            "SubagentStop": [HookMatcher(hooks=[self.subagent_stop], timeout=t)],
         }
 
     async def pre_tool_use(
@@ -211,12 +204,13 @@ class ClaudeAgentAdapter:
         """Decide a tool use: ``deny`` with the envelope's summary, or let it proceed."""
         if input_data["hook_event_name"] != "PreToolUse":
             return {}
-        self._seen.add(input_data["tool_use_id"])
+        self._transcripts.seen.add(input_data["tool_use_id"])
         if self._ours(input_data["tool_name"]) or self._passed(input_data["tool_name"]):
             return {}
         tool_input = input_data["tool_input"]
         accepted, value = await self._decide(
-            input_data["tool_name"], tool_input, input_data["tool_use_id"]
+            input_data["tool_name"], tool_input, input_data["tool_use_id"],
+            input_data.get("agent_id"),
         )
         if not accepted:
             return {
@@ -242,11 +236,12 @@ class ClaudeAgentAdapter:
     ) -> PermissionResult:
         """The permission callback: the same decision as ``pre_tool_use`` (made once per use)."""
         if context.tool_use_id:
-            self._seen.add(context.tool_use_id)
+            self._transcripts.seen.add(context.tool_use_id)
         if self._ours(tool_name) or self._passed(tool_name):
             # The in-process server runs the whole pipeline; a passed-through tool is the CLI's.
             return PermissionResultAllow()
-        accepted, value = await self._decide(tool_name, tool_input, context.tool_use_id or "")
+        accepted, value = await self._decide(tool_name, tool_input, context.tool_use_id or "",
+                                             context.agent_id)
         if not accepted:
             return PermissionResultDeny(message=value)
         return PermissionResultAllow(updated_input=None if value == tool_input else value)
@@ -285,7 +280,7 @@ class ClaudeAgentAdapter:
             shown = self.registry.redactor.redact(response)[0]
         if shown == response:
             return {}
-        if _same_shape(shown, response):
+        if same_shape(shown, response):
             return {"hookSpecificOutput": {"hookEventName": "PostToolUse",
                                            "updatedToolOutput": shown}}
         return {"hookSpecificOutput": {"hookEventName": "PostToolUse",
@@ -316,98 +311,67 @@ class ClaudeAgentAdapter:
         self, input_data: HookInput, tool_use_id: str | None, context: HookContext
     ) -> HookJSONOutput:
         """At the end of a turn, record the uses Claude Code refused before any hook (read from
-        the session's transcript) and settle the uses it never reported on."""
-        path = input_data.get("transcript_path")
+        the session's transcript) and settle the main agent's uses it never reported on (a
+        sub-agent may still run in the background: its own stop settles its uses)."""
+        await self._read_refused(input_data.get("transcript_path"))
+        await self._settle(lambda p: p.agent is None)
+        return {}
+
+    async def subagent_stop(
+        self, input_data: HookInput, tool_use_id: str | None, context: HookContext
+    ) -> HookJSONOutput:
+        """When a sub-agent ends, record what Claude Code refused it before any hook (its own
+        transcript) and settle its uses the CLI never reported on."""
+        if input_data["hook_event_name"] != "SubagentStop":
+            return {}
+        await self._read_refused(input_data.get("agent_transcript_path"))
+        agent = input_data.get("agent_id")
+        await self._settle(lambda p: p.agent == agent)
+        return {}
+
+    async def _read_refused(self, path: object) -> None:
         if isinstance(path, str) and path:
             await self.record_refused(path)
-        await self.aclose()
-        return {}
 
     async def record_refused(self, transcript_path: str | Path) -> list[ToolResultEnvelope]:
         """Record each tool use the transcript shows Claude Code refused before any hook ran
         (an unknown name, input its schema rejected): ``rejected``, never started, with the
         CLI's reason in the ``claude_code.refusal`` attribute. Uses the hooks do not cover
         (``matcher``, ``PASSED_THROUGH_TOOLS``) are left out; each use is recorded once."""
-        refused = await asyncio.to_thread(self._read_transcript, Path(transcript_path))
-        return [await self._refuse(use, name, tool_input, why)
-                for use, name, tool_input, why in refused]
+        return [await self._refuse(r) for r in await self._transcripts.refused(transcript_path)
+                if not self._passed(r.name) and self._hooked(r.name)]
 
-    async def _refuse(self, use: str, name: str, tool_input: Any, why: str
-                      ) -> ToolResultEnvelope:
-        call = make_call(self.registry, name, tool_input, integration=_INTEGRATION,
-                         provider_id=use, mode=self.mode, principal=self.principal,
+    async def _refuse(self, r: Refused) -> ToolResultEnvelope:
+        call = make_call(self.registry, r.name, r.tool_input, integration=_INTEGRATION,
+                         provider_id=r.use_id, mode=self.mode, principal=self.principal,
                          requested_name=True)
-        call = msgspec.structs.replace(call, attributes={**call.attributes, REFUSAL: why})
+        call = msgspec.structs.replace(call, attributes={**call.attributes, REFUSAL: r.reason})
         assert call.call_id is not None
-        if self.registry.definition(name) is not None:
+        if self.registry.definition(r.name) is not None:
             # Refused before the registry could decide: no policy, approval or hook may act on
             # a use that will never run, so it ends at its first step (stage cancel).
             self.registry.cancel_call(call.call_id, wait=False)
         return await self.registry.acall(call)
 
-    def _read_transcript(self, path: Path) -> list[tuple[str, str, Any, str]]:
-        """The refused uses in the transcript lines not read yet: (id, name, input, reason)."""
-        start = self._transcript_pos.get(str(path), 0)
-        try:
-            with path.open("rb") as f:
-                f.seek(start)
-                data = f.read()
-        except OSError:
-            return []  # no transcript (the session is not persisted): nothing to read
-        end = data.rfind(b"\n") + 1  # a line still being written is read next time
-        self._transcript_pos[str(path)] = start + end
-        out = []
-        for line in data[:end].splitlines():
-            if len(line) > _MAX_LINE:
-                continue
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            message = entry.get("message") if isinstance(entry, dict) else None
-            content = message.get("content") if isinstance(message, dict) else None
-            if not isinstance(content, list):
-                continue
-            for block in content:
-                if not isinstance(block, dict):
-                    continue
-                use = block.get("id") if block.get("type") == "tool_use" else None
-                if isinstance(use, str) and isinstance(block.get("name"), str):
-                    self._transcript_uses[use] = (block["name"], block.get("input"))
-                    continue
-                refused = self._refusal(block)
-                if refused is not None:
-                    out.append(refused)
-        return out
-
-    def _refusal(self, block: dict[str, Any]) -> tuple[str, str, Any, str] | None:
-        use = block.get("tool_use_id")
-        if block.get("type") != "tool_result" or not isinstance(use, str):
-            return None
-        seen = self._transcript_uses.pop(use, None)
-        if block.get("is_error") is not True or use in self._seen:
-            return None
-        text = block.get("content")
-        if isinstance(text, list):
-            text = "\n".join(str(c.get("text", "")) for c in text if isinstance(c, dict))
-        m = _REFUSED.match(text) if isinstance(text, str) else None
-        if seen is None or m is None:
-            return None
-        name, tool_input = seen
-        self._seen.add(use)
-        if self._passed(name) or not self._hooked(name):
-            return None
-        return use, name, tool_input, m.group(1).strip()[:256]
-
     async def aclose(self) -> None:
         """Settle every pending built-in call: one accepted but never reported on ends
         ``unknown`` (``failed`` for a tool without side effects); one still being decided is
-        cancelled (``rejected`` at stage ``cancel``)."""
-        pending = list({id(p): p for p in (*self._by_use.values(),
-                                           *self._by_call.values())}.values())
+        cancelled (``rejected`` at stage ``cancel``). First it reads the transcripts the stop
+        hooks named once more: the CLI writes its transcript behind the turn, so a refusal
+        of the session's last turn may only be there once the session has ended."""
+        for path in self._transcripts.paths():
+            await self.record_refused(path)
+        await self._settle(lambda p: True)
+
+    async def _settle(self, which: Callable[[_Pending], bool]) -> None:
+        pending = [p for p in {id(p): p for p in (*self._by_use.values(),
+                                                  *self._by_call.values())}.values()
+                   if which(p)]
         for p in pending:
             self._give_up(p, "Claude Code reported no outcome for this call")
-        self._by_use.clear()
+        for use, p in list(self._by_use.items()):
+            if which(p):
+                del self._by_use[use]
         await asyncio.gather(*(self._finished(p) for p in pending))
 
     async def __aenter__(self) -> ClaudeAgentAdapter:
@@ -439,7 +403,7 @@ class ClaudeAgentAdapter:
         return p if p is not None and p.accepted.done() else None
 
     async def _decide(
-        self, name: str, tool_input: dict[str, Any], tool_use_id: str
+        self, name: str, tool_input: dict[str, Any], tool_use_id: str, agent: str | None = None
     ) -> tuple[bool, Any]:
         """``(True, final arguments)`` once the call reaches execution, or ``(False, summary)``."""
         p = self._by_use.get(tool_use_id) if tool_use_id else None
@@ -449,7 +413,8 @@ class ClaudeAgentAdapter:
                              provider_id=tool_use_id or None, mode=self.mode,
                              principal=self.principal)
             assert call.call_id is not None
-            p = _Pending(call.call_id, loop.create_future(), loop.create_future())
+            p = _Pending(call.call_id, loop.create_future(), loop.create_future(),
+                         agent=agent if isinstance(agent, str) else None)
             if tool_use_id:
                 self._by_use[tool_use_id] = p
             self._by_call[p.call_id] = p
@@ -494,44 +459,22 @@ class ClaudeAgentAdapter:
         """An in-process MCP server (``ClaudeAgentOptions.mcp_servers[server_name]``) serving
         ``tools`` (default: every tool visible in the mode, built-ins excepted) with their
         registry names, descriptions and schemas; each call is a full registry call."""
-        import mcp.types as mt
-        from mcp.server.lowlevel import Server
-
-        from ..mcp import envelope_to_result
-
         visible = {d.name: d for d in self.registry.visible_tools(self.mode).visible}
         names = sorted(visible) if tools is None else list(tools)
         unknown = [n for n in names if n not in visible]
         if unknown:
             raise RegistrationError(f"not visible in mode {self.mode!r}: {', '.join(unknown)}")
-        listed = [
-            mt.Tool(name=n, description=visible[n].description, input_schema=_wire(visible[n]))
-            for n in names
-            if n not in self._builtins
-        ]
-        served = frozenset(t.name for t in listed)
-        self._served[self.server_name] = served
+        listed = [visible[n] for n in names if n not in self._builtins]
+        self._served[self.server_name] = frozenset(d.name for d in listed)
+        return sdk_server(self.server_name, listed, self._run_served)
 
-        async def on_list_tools(ctx: Any, params: Any) -> mt.ListToolsResult:
-            return mt.ListToolsResult(tools=listed)
-
-        async def on_call_tool(ctx: Any, params: mt.CallToolRequestParams) -> mt.CallToolResult:
-            if params.name not in served:
-                return mt.CallToolResult(
-                    content=[mt.TextContent(type="text", text=f"unknown tool {params.name[:64]}")],
-                    is_error=True,
-                )
-            use = (params.meta or {}).get(_META_TOOL_USE_ID)
-            use = use if isinstance(use, str) and _TOOL_USE_ID.match(use) else None
-            if use is not None:
-                self._seen.add(use)
-            call = make_call(self.registry, params.name, params.arguments or {},
-                             integration=_INTEGRATION, provider_id=use, mode=self.mode,
-                             principal=self.principal)
-            return envelope_to_result(await acall(self.registry, call))
-
-        server = Server(self.server_name, on_list_tools=on_list_tools, on_call_tool=on_call_tool)
-        return McpSdkServerConfig(type="sdk", name=self.server_name, instance=server)
+    async def _run_served(self, name: str, arguments: dict[str, Any], use: str | None
+                          ) -> ToolResultEnvelope:
+        if use is not None:
+            self._transcripts.seen.add(use)
+        call = make_call(self.registry, name, arguments, integration=_INTEGRATION,
+                         provider_id=use, mode=self.mode, principal=self.principal)
+        return await acall(self.registry, call)
 
     def options(self, base: ClaudeAgentOptions | None = None) -> ClaudeAgentOptions:
         """``base`` (or default options) with this adapter's hooks, ``can_use_tool`` and, when
@@ -551,18 +494,3 @@ class ClaudeAgentAdapter:
             changes["mcp_servers"] = {**base.mcp_servers, self.server_name: server}
         return dataclasses.replace(base, **changes)
 
-
-def _wire(d: ToolDefinition) -> dict[str, Any]:
-    schema = dict(d.parameters)
-    schema.setdefault("type", "object")
-    schema.setdefault("properties", {})
-    return schema
-
-
-def _same_shape(a: Any, b: Any) -> bool:
-    """Whether ``a`` can stand in for ``b`` where a tool's output schema is enforced."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same_shape(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(map(_same_shape, a, b))
-    return type(a) is type(b)
