@@ -29,6 +29,7 @@ from claude_agent_sdk import (  # noqa: E402
     PostToolUseHookInput,
     PreToolUseHookInput,
     StopHookInput,
+    SubagentStopHookInput,
     ToolPermissionContext,
     create_sdk_mcp_server,
     query,
@@ -50,6 +51,8 @@ from tooltrace import (  # noqa: E402
 )
 from tooltrace.envelope import Principal  # noqa: E402
 from tooltrace.integrations.claude_agent_sdk import (  # noqa: E402
+    PASSED_THROUGH_TOOLS,
+    REFUSAL,
     ClaudeAgentAdapter,
     adopt,
     sdk_schema,
@@ -391,6 +394,94 @@ def test_withdrawn_question_cancels_the_call(make: Any, sink: RecordingSink) -> 
     rec = one(sink, "Bash")
     assert (rec.status, rec.reject_stage) == (Status.REJECTED, Stage.CANCEL)
     assert not rec.execution_started
+
+
+def test_passed_through_tools_are_let_through_untouched(make: Any, sink: RecordingSink
+                                                        ) -> None:
+    _, adapter = make()
+    adapter.register_builtins()
+
+    async def run() -> list[Any]:
+        return [
+            await adapter.pre_tool_use(pre("ToolSearch", {"query": "select:x"}), "toolu_1", CTX),
+            await adapter.can_use_tool("AskUserQuestion", {"questions": []},
+                                       ToolPermissionContext(tool_use_id="toolu_2")),
+        ]
+
+    assert asyncio.run(run()) == [{}, PermissionResultAllow()]
+    assert sink.records == []  # nothing decided, nothing recorded
+    assert "ToolSearch" in PASSED_THROUGH_TOOLS
+
+
+def test_a_turns_stop_leaves_a_sub_agents_uses_to_its_own_stop(make: Any, sink: RecordingSink
+                                                               ) -> None:
+    _, adapter = make()
+    adapter.register_builtins(["Bash"])
+    sub_stop: SubagentStopHookInput = {  # type: ignore[typeddict-item]
+        **BASE, "hook_event_name": "SubagentStop", "stop_hook_active": False,
+        "agent_id": "a1", "agent_type": "general-purpose",
+        "agent_transcript_path": "/nonexistent/a1.jsonl"}
+
+    async def run() -> list[int]:
+        counts = []
+        await adapter.pre_tool_use({**pre("Bash", {"command": "ls"}, "u1"),  # type: ignore[typeddict-item]
+                                    "agent_id": "a1"}, "u1", CTX)
+        await adapter.pre_tool_use(pre("Bash", {"command": "ls"}, "u2"), "u2", CTX)
+        await adapter.stop(STOP, None, CTX)  # the main agent's turn ends: only u2 settles
+        counts.append(len(sink.records))
+        await adapter.subagent_stop(sub_stop, None, CTX)
+        counts.append(len(sink.records))
+        return counts
+
+    assert asyncio.run(run()) == [1, 2]
+    assert [r.attributes["provider.tool_call_id"] for r in sink.records] == ["u2", "u1"]
+    assert all(r.status is Status.UNKNOWN for r in sink.records)
+
+
+def _line(role: str, *blocks: dict[str, Any]) -> str:
+    import json
+    return json.dumps({"type": role, "message": {"role": role, "content": list(blocks)}}) + "\n"
+
+
+def test_refused_uses_are_read_from_the_transcript_once(make: Any, sink: RecordingSink,
+                                                        tmp_path: Path) -> None:
+    _, adapter = make()
+    adapter.register_builtins(["Write"])
+    refused = "<tool_use_error>InputValidationError: content must be a string</tool_use_error>"
+    transcript = tmp_path / "session.jsonl"
+    uses = [{"type": "tool_use", "id": f"u{i}", "name": n, "input": {"content": 1}}
+            for i, n in enumerate(("Write", "Nope", "Write", "Write"))]
+    results = [
+        {"type": "tool_result", "tool_use_id": "u0", "is_error": True, "content": refused},
+        {"type": "tool_result", "tool_use_id": "u1", "is_error": True,
+         "content": [{"type": "text", "text": "<tool_use_error>Error: No such tool available:"
+                                              " Nope</tool_use_error>"}]},
+        # Seen by a hook (below): the adapter already recorded it.
+        {"type": "tool_result", "tool_use_id": "u2", "is_error": True, "content": refused},
+        # The tool's own error, not the CLI's refusal.
+        {"type": "tool_result", "tool_use_id": "u3", "is_error": True, "content": "exit 1"},
+    ]
+    whole = _line("assistant", *uses) + _line("user", *results)
+    cut = len(whole) - 40  # the last line is still being written
+
+    async def run() -> list[int]:
+        await adapter.pre_tool_use(pre("Write", {"file_path": "/etc/x", "content": "x"}, "u2"),
+                                   "u2", CTX)
+        transcript.write_text(whole[:cut])
+        counts = [len(await adapter.record_refused(transcript))]
+        transcript.write_text(whole)
+        counts.append(len(await adapter.record_refused(transcript)))
+        counts.append(len(await adapter.record_refused(transcript)))  # each use once
+        await adapter.aclose()
+        return counts
+
+    assert asyncio.run(run()) == [0, 2, 0]
+    by_use = {r.attributes["provider.tool_call_id"]: r for r in sink.records}
+    assert sorted(by_use) == ["u0", "u1", "u2"]
+    assert (by_use["u0"].reject_stage, by_use["u1"].reject_stage) == (Stage.CANCEL,
+                                                                      Stage.RESOLVE)
+    assert by_use["u0"].attributes[REFUSAL] == "InputValidationError: content must be a string"
+    assert not by_use["u0"].execution_started and by_use["u2"].reject_stage is Stage.POLICY
 
 
 # -- whole runs through query() and a fake CLI ------------------------------------------------
