@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ._approvalrows import list_approvals
     from ._autopsy import Autopsy, explain
     from ._compact import CompactionResult, compact
-    from ._export import OCSF_VERSION, DeliveryError, OtlpLogShipper, ocsf_batches
+    from ._export import DeliveryError, OtlpLogShipper, ocsf_batches
     from ._family import call_family
     from ._findings import Finding, VerifyReport
     from ._follow import Follower, Poll
@@ -64,6 +64,7 @@ if TYPE_CHECKING:
         parse_head,
         read_digest,
     )
+    from ._ocsf import OCSF_VERSION
     from ._recorded import recorded
     from ._recover import Recovered, recover_dead_segments
     from ._segments import (
@@ -173,7 +174,7 @@ _LAZY = {
     "load_sql": "_sqlfiles",
     "shipped_sql": "_sqlfiles",
     # exporting
-    "OCSF_VERSION": "_export",
+    "OCSF_VERSION": "_ocsf",
     "DeliveryError": "_export",
     "OtlpLogShipper": "_export",
     "ocsf_batches": "_export",
