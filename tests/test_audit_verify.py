@@ -15,7 +15,13 @@ from click.testing import CliRunner
 from support.audit import workload
 from support.components import extra, require_module
 
-from tooltrace.audit import compact, recover_dead_segments, verify
+from tooltrace.audit import (
+    compact,
+    load_signer,
+    recover_dead_segments,
+    signing_key_path,
+    verify,
+)
 from tooltrace.audit._format import chain_hash, load_key, seal_line, split_hash
 from tooltrace.audit._manifest import read_digest
 from tooltrace.audit._writer import SegmentWriter
@@ -292,6 +298,9 @@ def test_deleted_writer_fails_naming_it(tmp_path: Path) -> None:
 def test_a_segment_the_digest_does_not_name_is_reported(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOOLTRACE_AUDIT_KEY", "one key for both homes")
+    # And one signing key: only the digest can tell the segment was not written here.
+    load_signer(tmp_path / "keys", create=True)
+    monkeypatch.setenv("TOOLTRACE_SIGNING_KEY", str(signing_key_path(tmp_path / "keys")))
     other = tmp_path / "other"
     w = _write(other, 20)
     home = tmp_path / "home"

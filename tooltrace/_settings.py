@@ -25,6 +25,8 @@ __all__ = [
     "SETTINGS",
     "TOOLTRACE_APPROVAL",
     "TOOLTRACE_ARCHIVE",
+    "TOOLTRACE_ANCHORS",
+    "TOOLTRACE_ANCHOR_RETENTION_DAYS",
     "TOOLTRACE_ARCHIVE_DATA_PATH",
     "TOOLTRACE_AUDIT_FSYNC",
     "TOOLTRACE_AUDIT_KEY",
@@ -36,9 +38,12 @@ __all__ = [
     "TOOLTRACE_MAX_TIMEOUT_S",
     "TOOLTRACE_POLICY",
     "TOOLTRACE_RUN_ID",
+    "TOOLTRACE_SIGNING_KEY",
     "TOOLTRACE_SNAPSHOT_MAX_BYTES",
     "TOOLTRACE_TRACE_URL",
     "Setting",
+    "anchor_retention_days",
+    "anchors_uri",
     "approval_allows",
     "archive_data_path",
     "archive_uri",
@@ -54,6 +59,7 @@ __all__ = [
     "prometheus_multiproc_dir",
     "resolve_home",
     "run_id",
+    "signing_key_file",
     "snapshot_max_bytes",
     "state_dir",
     "trace_url",
@@ -76,6 +82,12 @@ TOOLTRACE_AUDIT_FSYNC: Final = "TOOLTRACE_AUDIT_FSYNC"
 TOOLTRACE_AUDIT_STRICT: Final = "TOOLTRACE_AUDIT_STRICT"
 #: The secret of the audit checkpoints' HMAC (else ``<home>/audit.key``, created 0600).
 TOOLTRACE_AUDIT_KEY: Final = "TOOLTRACE_AUDIT_KEY"
+#: The file of the Ed25519 key that signs checkpoints (else ``<home>/keys/signing.ed25519``).
+TOOLTRACE_SIGNING_KEY: Final = "TOOLTRACE_SIGNING_KEY"
+#: Where ``tooltrace audit ship-anchors`` puts anchors (``s3://bucket/prefix``, Object Lock).
+TOOLTRACE_ANCHORS: Final = "TOOLTRACE_ANCHORS"
+#: How many days each shipped anchor object stays under its COMPLIANCE lock.
+TOOLTRACE_ANCHOR_RETENTION_DAYS: Final = "TOOLTRACE_ANCHOR_RETENTION_DAYS"
 #: The template of a link to a trace viewer (``{trace_id}``, ``{span_id}``).
 TOOLTRACE_TRACE_URL: Final = "TOOLTRACE_TRACE_URL"
 #: The log sink's level: debug, info, warning or error.
@@ -127,6 +139,15 @@ SETTINGS: Final = (
             " intent cannot be made durable", ("the trail", "audit/trail.md#strict-mode")),
     Setting(TOOLTRACE_AUDIT_KEY, "key file `<home>/audit.key` (0600)",
             "key of the audit checkpoints' HMAC"),
+    Setting(TOOLTRACE_SIGNING_KEY, "key file `<home>/keys/signing.ed25519` (0600)",
+            "file of the Ed25519 private key that signs checkpoints, seals and approvals",
+            ("the trail", "audit/trail.md#signatures")),
+    Setting(TOOLTRACE_ANCHORS, "unset", "`s3://bucket/prefix` (Object Lock on) where `tooltrace"
+            " audit ship-anchors` ships the signed checkpoint heads",
+            ("the archive", "audit/archive.md#anchors-under-object-lock")),
+    Setting(TOOLTRACE_ANCHOR_RETENTION_DAYS, "`365`", "days each shipped anchor object stays"
+            " under its COMPLIANCE lock",
+            ("the archive", "audit/archive.md#anchors-under-object-lock")),
     Setting(TOOLTRACE_TRACE_URL, "unset",
             "link template for trace ids in `autopsy` and `report` (`{trace_id}`, `{span_id}`)"),
     Setting(TOOLTRACE_LOG_LEVEL, "`info`", "log sink level: `debug`, `info`, `warning`, `error`",
@@ -290,6 +311,26 @@ def audit_key() -> bytes | None:
     """``TOOLTRACE_AUDIT_KEY`` as bytes; None when unset (the home's key file is used)."""
     env = _env(TOOLTRACE_AUDIT_KEY)
     return env.encode() if env else None
+
+
+def signing_key_file() -> Path | None:
+    """``TOOLTRACE_SIGNING_KEY`` as a path; None when unset (the home's key file is used)."""
+    env = _env(TOOLTRACE_SIGNING_KEY)
+    return Path(env) if env else None
+
+
+def anchors_uri(explicit: str | None = None) -> str | None:
+    """Where anchors are shipped: explicit > ``TOOLTRACE_ANCHORS`` > none."""
+    return explicit or _env(TOOLTRACE_ANCHORS)
+
+
+def anchor_retention_days(explicit: int | None = None) -> int:
+    """Days a shipped anchor object stays locked: explicit > ``TOOLTRACE_ANCHOR_RETENTION_DAYS``
+    > 365. ``ConfigurationError`` unless a whole number of at least 1."""
+    value = _whole_number(TOOLTRACE_ANCHOR_RETENTION_DAYS, explicit, 365)
+    if value < 1:
+        raise ConfigurationError(f"{TOOLTRACE_ANCHOR_RETENTION_DAYS} must be at least 1 day")
+    return value
 
 
 def trace_url() -> str | None:

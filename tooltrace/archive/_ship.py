@@ -28,7 +28,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._settings import resolve_home
 from ..audit import (
@@ -43,6 +43,7 @@ from ..audit import (
     digest_entry,
     list_segments,
     load_key,
+    load_signer,
     read_digest,
     read_segment,
     recover_dead_segments,
@@ -52,6 +53,9 @@ from ._backends import _Lake as _Lake
 from ._backends import open_backend
 from ._connect import ArchiveError, first_line, parse_target
 from ._layout import LedgerEntry, ledger_entry, segment_key
+
+if TYPE_CHECKING:
+    from ..audit import Signer
 
 __all__ = ["ArchiveShipper", "ShipResult", "ship"]
 
@@ -111,11 +115,12 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _prune(adir: Path, key: bytes, segs: Sequence[ParsedSegment]) -> int:
+def _prune(adir: Path, key: bytes, segs: Sequence[ParsedSegment], signer: Signer | None) -> int:
     """Delete shipped segment files, recording first in the digest that they were shipped and
     removed on purpose (with their chain heads, so ``verify`` still links what follows)."""
     with _locked(adir / "compact.lock"):
-        append_digest(adir, key, [digest_entry(PRUNED, p, after=SHIPPED) for p in segs])
+        append_digest(adir, key, [digest_entry(PRUNED, p, after=SHIPPED) for p in segs],
+                      signer=signer)
     n = 0
     for seg in segs:
         with contextlib.suppress(FileNotFoundError):
@@ -149,7 +154,8 @@ def ship(
     if not adir.is_dir():
         return ShipResult(target.display(), (), 0, 0, (), (), 0)
     key = load_key(h, create=False)
-    recovered = [r.segment for r in recover_dead_segments(adir, key)] if key else []
+    signer = load_signer(h, create=False)
+    recovered = [r.segment for r in recover_dead_segments(adir, key, signer)] if key else []
     with _locked(adir / "ship.lock"):
         infos = list_segments(adir)
         sealed = [s for s in infos if not s.live]
@@ -190,11 +196,12 @@ def ship(
                 names = {e.segment for e in landed}
                 mine = [p for p, e in zip(segs, entries, strict=True) if e.segment in names]
                 if key is not None and mine:
-                    append_digest(adir, key, [digest_entry(SHIPPED, p) for p in mine])
+                    append_digest(adir, key, [digest_entry(SHIPPED, p) for p in mine],
+                                  signer=signer)
                     if prune:
-                        pruned += _prune(adir, key, mine)
+                        pruned += _prune(adir, key, mine, signer)
             if prune and key is not None:
-                pruned += _prune_shipped_earlier(adir, key, sealed, done, fates)
+                pruned += _prune_shipped_earlier(adir, key, sealed, done, fates, signer)
         finally:
             backend.close()
     return ShipResult(target.display(), tuple(shipped), len(sealed) - len(todo), live,
@@ -202,16 +209,17 @@ def ship(
 
 
 def _prune_shipped_earlier(adir: Path, key: bytes, sealed: Sequence[SegmentInfo], done: set[str],
-                           fates: Mapping[tuple[str, int], SegmentFate]) -> int:
+                           fates: Mapping[tuple[str, int], SegmentFate],
+                           signer: Signer | None) -> int:
     """Prune the segments an earlier run shipped (killed before it pruned), recording first
     those the digest does not yet say were shipped."""
     old = [p for p in (read_segment(s) for s in sealed
                        if segment_key(s.writer, s.n) in done) if p and p.lines]
     unrecorded = [p for p in old if not _recorded_shipped(fates, p)]
     if unrecorded:
-        append_digest(adir, key, [digest_entry(SHIPPED, p) for p in unrecorded])
+        append_digest(adir, key, [digest_entry(SHIPPED, p) for p in unrecorded], signer=signer)
     if old:
-        return _prune(adir, key, old)
+        return _prune(adir, key, old, signer)
     return 0
 
 

@@ -13,17 +13,20 @@ import collections
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from .._settings import resolve_home
 from ..audit import (
     Finding,
+    PublicKey,
     VerifyReport,
     audit_dir,
     digest_path,
     list_segments,
     load_key,
     segment_name,
+    trust_for,
     verify_audit,
 )
 from ._connect import ArchiveError, connect, first_line, parse_target
@@ -71,17 +74,23 @@ def _shipped_lines(archive: str | None) -> tuple[dict[tuple[str, int], list[str]
 
 def verify_archive(archive: str | None = None,
                    home: str | os.PathLike[str] | None = None, *,
-                   expect: str | None = None) -> VerifyReport:
+                   expect: str | None = None,
+                   pubkeys: Sequence[str | os.PathLike[str] | PublicKey] = (),
+                   allow_unsigned: bool = False) -> VerifyReport:
     """Verify every writer's chain over the shipped segments plus the home's local ones.
 
     The checkpoint key is the home's (``TOOLTRACE_AUDIT_KEY`` or ``<home>/audit.key``): a
-    fleet that wants keyed checks of every machine's records shares one key. The home's
-    segment digest is checked as by ``verify`` (``expect`` too), for this home's writers only:
-    other machines' segments are checked by their chains and the ship ledger alone.
+    fleet that wants keyed checks of every machine's records shares one key. Signatures must
+    verify with ``pubkeys`` (default: the home's public key); other machines' signatures by a
+    key not among them are warnings (pass every machine's public key to check them). The
+    home's segment digest is checked as by ``verify`` (``expect`` too), for this home's
+    writers only: other machines' segments are checked by their chains and the ship ledger
+    alone.
     """
     h = resolve_home(home)
     adir = audit_dir(h)
     key = load_key(h, create=False)
+    trust = trust_for(h, pubkeys, allow_unsigned=allow_unsigned)
     shipped, ledger = _shipped_lines(archive)
     diverged: list[Finding] = [
         Finding("error", "deleted", f"{seg}.jsonl", None, None,
@@ -117,7 +126,7 @@ def verify_archive(archive: str | None = None,
         digest = digest_path(adir)
         if digest.exists():
             os.symlink(digest.absolute(), digest_path(tmp / "audit"))
-        report = verify_audit(tmp / "audit", key, expect=expect, in_archive=True)
+        report = verify_audit(tmp / "audit", key, expect=expect, in_archive=True, trust=trust)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report.findings.extend(diverged)

@@ -20,7 +20,13 @@ The public names, by who needs them:
   ``find_sql``, ``load_sql``, ``SqlFile``, ``Param``).
 - Exporting: ``ocsf_batches`` (the trail as OCSF events, ``OCSF_VERSION``; ``tooltrace
   export``) and ``OtlpLogShipper`` (to an OTLP logs endpoint; ``DeliveryError``).
-- Upkeep: ``compact``, ``verify`` / ``verify_audit``, ``recover_dead_segments``, ``parse_head``.
+- Upkeep: ``compact``, ``verify`` / ``verify_audit`` (with ``Trust`` / ``trust_for``: the
+  public keys signatures must verify with), ``recover_dead_segments``, ``parse_head``.
+- Signatures and anchors: ``load_signer`` / ``Signer`` (the home's Ed25519 key, which signs
+  checkpoints, seals, approvals and digest entries), ``load_public_key`` / ``PublicKey``,
+  ``signing_key_path``, ``secret_values`` (the keys' secret forms, for a redactor); the anchors
+  file (``anchors_path``, ``AnchorLog``) and the check of a trail against anchors
+  (``parse_anchors``, ``ParsedAnchors``, ``Anchor``, ``check_anchors``, ``AnchorGap``).
 - Writing (the audit sink): ``SegmentWriter``, ``FsyncPolicy``, ``Ack``, ``encode_call_bytes``,
   ``encode_late``, ``encode_approval``, ``load_key``.
 - Moving the trail elsewhere (``tooltrace.archive``): the segment files (``audit_dir``,
@@ -37,6 +43,15 @@ use, so a reader does not pay for the writer (nor the writer for the reader).
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ._anchors import (
+        Anchor,
+        AnchorGap,
+        AnchorLog,
+        ParsedAnchors,
+        anchors_path,
+        check_anchors,
+        parse_anchors,
+    )
     from ._approvalrows import list_approvals
     from ._autopsy import Autopsy, explain
     from ._compact import CompactionResult, compact
@@ -75,11 +90,20 @@ if TYPE_CHECKING:
         read_segment,
         segment_name,
     )
+    from ._signing import (
+        PublicKey,
+        Signer,
+        Trust,
+        load_public_key,
+        load_signer,
+        secret_values,
+        signing_key_path,
+    )
     from ._sqlfiles import MissingParameter, Param, SqlFile, find_sql, load_sql, shipped_sql
     from ._store import AuditStore, open_store
     from ._storerecords import AmbiguousCallId, CallDetail, CallNotFound, DuplicateCallId
     from ._tables import TABLES, build_tables, empty_tables, schemas
-    from ._verify import verify, verify_audit
+    from ._verify import trust_for, verify, verify_audit
     from ._writer import Ack, FsyncPolicy, SegmentWriter
 
 __all__ = [
@@ -91,6 +115,9 @@ __all__ = [
     "TOOLTRACE_AUDIT_KEY",
     "Ack",
     "AmbiguousCallId",
+    "Anchor",
+    "AnchorGap",
+    "AnchorLog",
     "AuditStore",
     "Autopsy",
     "CallDetail",
@@ -106,18 +133,24 @@ __all__ = [
     "MissingParameter",
     "OtlpLogShipper",
     "Param",
+    "ParsedAnchors",
     "ParsedSegment",
     "Poll",
+    "PublicKey",
     "Recovered",
     "SegmentFate",
     "SegmentInfo",
     "SegmentWriter",
+    "Signer",
     "SqlFile",
+    "Trust",
     "VerifyReport",
+    "anchors_path",
     "append_digest",
     "audit_dir",
     "build_tables",
     "call_family",
+    "check_anchors",
     "compact",
     "digest_entry",
     "digest_path",
@@ -131,9 +164,12 @@ __all__ = [
     "list_segments",
     "live_dir",
     "load_key",
+    "load_public_key",
+    "load_signer",
     "load_sql",
     "ocsf_batches",
     "open_store",
+    "parse_anchors",
     "parse_head",
     "read_digest",
     "read_live",
@@ -141,8 +177,11 @@ __all__ = [
     "recorded",
     "recover_dead_segments",
     "schemas",
+    "secret_values",
     "segment_name",
     "shipped_sql",
+    "signing_key_path",
+    "trust_for",
     "verify",
     "verify_audit",
 ]
@@ -188,6 +227,22 @@ _LAZY = {
     "Recovered": "_recover",
     "recover_dead_segments": "_recover",
     "parse_head": "_manifest",
+    "trust_for": "_verify",
+    # signatures and anchors
+    "Signer": "_signing",
+    "PublicKey": "_signing",
+    "Trust": "_signing",
+    "load_signer": "_signing",
+    "load_public_key": "_signing",
+    "secret_values": "_signing",
+    "signing_key_path": "_signing",
+    "Anchor": "_anchors",
+    "AnchorGap": "_anchors",
+    "AnchorLog": "_anchors",
+    "ParsedAnchors": "_anchors",
+    "anchors_path": "_anchors",
+    "check_anchors": "_anchors",
+    "parse_anchors": "_anchors",
     # writing (the audit sink)
     "TOOLTRACE_AUDIT_KEY": "_format",
     "encode_call_bytes": "_format",

@@ -40,6 +40,7 @@ from ._manifest import (
 from ._outcomes import Resolved, latest_resolutions, refresh_outcomes, with_outcomes
 from ._recover import Recovered, recover_dead_segments
 from ._segments import ParsedSegment, SegmentInfo, audit_dir, list_segments, read_segment
+from ._signing import load_signer
 from ._tables import TABLES, build_tables
 
 if TYPE_CHECKING:
@@ -92,7 +93,8 @@ def compact(
     try:
         # One compactor at a time; writers never take this lock.
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
-        recovered = recover_dead_segments(adir, key)
+        signer = load_signer(h, create=False)
+        recovered = recover_dead_segments(adir, key, signer)
         manifest = read_manifest(adir)
         done = {s["name"] for s in manifest.get("segments", [])}
         todo = [s for s in list_segments(adir) if not s.live and s.name not in done]
@@ -131,7 +133,7 @@ def compact(
             entries = [digest_entry(COMPACTED, seg) for seg in batch]
             if prune:
                 entries += [digest_entry(PRUNED, seg, after=COMPACTED) for seg in batch]
-            append_digest(adir, key, entries)
+            append_digest(adir, key, entries, signer=signer)
             if prune:
                 for seg in batch:
                     try:

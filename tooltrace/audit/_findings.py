@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._anchors import AnchorGap
 
 __all__ = ["Finding", "VerifyReport"]
 
@@ -46,6 +49,17 @@ class VerifyReport:
     head: str = ""
     #: Lookup files re-derived from their Parquet files and compared (``_lookupfile``).
     lookups: int = 0
+    #: Signatures (checkpoints, seals, approvals, digest entries) that verified.
+    signatures: int = 0
+    #: Ids of the public keys signatures were checked against (empty: none was known).
+    key_ids: list[str] = field(default_factory=list)
+    #: Whether the trail was checked against anchors (``check_anchors``).
+    anchor_checked: bool = False
+    #: Anchors whose signature verified, and how many writers they name.
+    anchors: int = 0
+    anchored_writers: int = 0
+    #: Anchored records the trail no longer holds, by writer and seq.
+    gaps: list[AnchorGap] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -63,5 +77,12 @@ class VerifyReport:
             "keyed": self.keyed,
             "head": self.head,
             "lookups": self.lookups,
+            "signatures": self.signatures,
+            "key_ids": list(self.key_ids),
+            "anchors": None if not self.anchor_checked else {
+                "anchors": self.anchors,
+                "writers": self.anchored_writers,
+                "gaps": [g.to_dict() for g in self.gaps],
+            },
             "findings": [f.to_dict() for f in self.findings],
         }

@@ -17,8 +17,9 @@ event, appended under an exclusive ``flock`` by whichever process caused it:
                  with the hash and seq of its last line, so ``verify`` still links the chain.
 
 Every line is chained like a segment line (``h = sha256(prev_h + body)``, from a fixed genesis)
-and carries a MAC over the previous hash and its own fields, keyed like the checkpoints: an
-entry cannot be edited, removed from the middle, added or re-chained without the key. The hash
+and carries a MAC over the previous hash and its own fields, keyed like the checkpoints, and a
+signature by the home's signing key over the same (``_signing``): an entry cannot be edited,
+removed from the middle, added or re-chained without the keys. The hash
 of the last line, with its seq (``<seq>:<hash>``), is the *head*: a digest of every writer and
 segment the home ever had, and, through the ``sealed`` entries, of every sealed segment's
 contents. Entries are appended only when a segment opens or ends, never per record.
@@ -47,6 +48,7 @@ import orjson
 
 if TYPE_CHECKING:
     from ._segments import ParsedSegment
+    from ._signing import Signer
 
 # The line format (``_format``) loads when the digest is first read or written: readers that
 # only want the compaction manifest do not pay for the writer's encoders.
@@ -65,6 +67,7 @@ __all__ = [
     "append_digest",
     "digest_entry",
     "digest_path",
+    "last_line_end",
     "manifest_path",
     "parse_head",
     "read_digest",
@@ -125,6 +128,12 @@ def _last_line(fd: int, size: int) -> tuple[int, bytes | None]:
     return 0, None
 
 
+def last_line_end(fd: int, size: int) -> int:
+    """The offset just past the last newline of the file open as ``fd`` (``size`` bytes):
+    where an append-only file of lines ends once an append cut short is cut off."""
+    return _last_line(fd, size)[0]
+
+
 def _chain_state(line: bytes | None) -> tuple[str, int]:
     """(hash, seq) an entry after ``line`` chains from."""
     from ._format import chain_hash, split_hash
@@ -143,9 +152,10 @@ def _chain_state(line: bytes | None) -> tuple[str, int]:
 
 
 def append_digest(adir: Path, key: bytes, entries: Sequence[Mapping[str, Any]], *,
-                  sync: bool = True) -> str:
+                  sync: bool = True, signer: Signer | None = None) -> str:
     """Append ``entries`` (each ``{"k": kind, "writer": ..., "n": ..., ...}``) to the digest,
-    chained and keyed; return the new head. Raises ``OSError`` when the disk refuses.
+    chained, keyed and (with ``signer``) signed; return the new head. Raises ``OSError`` when
+    the disk refuses.
 
     Holds the digest's lock only while appending. Bytes after the last newline can only be
     an append cut short by a process that died holding the lock (nothing was acknowledged by
@@ -167,6 +177,8 @@ def append_digest(adir: Path, key: bytes, entries: Sequence[Mapping[str, Any]], 
         for entry in entries:
             seq += 1
             fields = {**entry, "ts": ts}
+            if signer is not None:
+                signer.sign_entry(prev, seq, fields)
             fields["mac"] = checkpoint_mac(key, str(entry["writer"]), int(entry["n"]), seq, prev,
                                            fields)
             fields["seq"] = seq

@@ -3,8 +3,9 @@
 A writer killed mid-write can leave a torn last record (bytes after the last newline). Recovery
 runs only on segments whose writer is provably dead (their flock is free): the torn bytes are
 copied to ``quarantine/`` with a JSON report, the segment is cut back to its last complete line,
-and a ``seal`` line (reason ``recovered``, keyed like any checkpoint, chained like any line)
-records how many bytes were set aside and where; the segment digest records the seal too. A
+and a ``seal`` line (reason ``recovered``, keyed and signed like any checkpoint, chained like
+any line) records how many bytes were set aside and where (its signed head goes to the anchors
+file); the segment digest records the seal too. A
 segment whose writer died after recording it in the digest but before bringing it into view is
 brought into view and sealed the same way. Nothing a writer acknowledged is touched: an
 acknowledged record is always a complete line.
@@ -16,12 +17,16 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
 from ._format import chain_hash, checkpoint_mac, dumps, seal_line, split_hash
 from ._manifest import DROPPED, SEALED, append_digest, read_digest
 from ._segments import SegmentInfo, list_opening, list_segments, locked_if_dead, segment_name
+
+if TYPE_CHECKING:
+    from ._signing import Signer
 
 __all__ = ["Recovered", "recover_dead_segments"]
 
@@ -34,6 +39,14 @@ class Recovered:
     lines: int
     torn_bytes: int
     quarantined: str | None
+
+
+_RECORD_KINDS = (b'{"k":"c"', b'{"k":"i"', b'{"k":"s"', b'{"k":"a"')
+
+
+def _records_in(data: bytes) -> int:
+    """How many record lines (calls, intents, late steps, approvals) ``data`` holds."""
+    return sum(1 for ln in data.split(b"\n") if ln.startswith(_RECORD_KINDS))
 
 
 def _last_good(data: bytes) -> tuple[int, dict[str, object] | None, int]:
@@ -58,7 +71,8 @@ def _last_good(data: bytes) -> tuple[int, dict[str, object] | None, int]:
     return 0, None, 0
 
 
-def _recover_one(info: SegmentInfo, adir: Path, key: bytes, fd: int) -> Recovered | None:
+def _recover_one(info: SegmentInfo, adir: Path, key: bytes, fd: int,
+                 signer: Signer | None) -> Recovered | None:
     data = info.path.read_bytes()
     good, last, count = _last_good(data)
     torn = data[good:]
@@ -90,13 +104,13 @@ def _recover_one(info: SegmentInfo, adir: Path, key: bytes, fd: int) -> Recovere
     if last is not None and last.get("k") == "seal":
         # Sealed already by a recoverer that died before the rename.
         os.rename(info.path, sealed_name)
-        _record_seal(adir, key, info, data[:good], last)
+        _record_seal(adir, key, info, data[:good], last, signer)
         return Recovered(info.path.name, count, torn_total, quarantined)
     if last is None:
         # Not even a header survived: there is no chain to seal. Keep the (empty) evidence
         # under quarantine and remove the segment, saying so in the digest first.
         append_digest(adir, key, [{"k": DROPPED, "writer": info.writer, "n": info.n,
-                            "reason": "no header"}])
+                            "reason": "no header"}], signer=signer)
         os.unlink(info.path)
         return Recovered(info.path.name, 0, len(torn), quarantined)
     raw_last = data[:good].rstrip(b"\n").rsplit(b"\n", 1)[-1]
@@ -104,34 +118,39 @@ def _recover_one(info: SegmentInfo, adir: Path, key: bytes, fd: int) -> Recovere
     assert split is not None
     prev = split[1]
     seq = int(last.get("seq", 0)) + 1  # type: ignore[call-overload]
-    fields: dict[str, object] = {
+    fields: dict[str, Any] = {
         "k": "seal",
         "ts": time.time_ns() // 1000,
         "head": prev,
+        "records": _records_in(data[:good]),
         "reason": "recovered",
         "final": True,
         "torn_bytes": torn_total,
         "quarantine": [f"quarantine/{n}" for n in names] or None,
         "seq": seq,
     }
+    anchor = signer.sign_line(info.writer, info.n, seq, fields) if signer is not None else None
     fields["mac"] = checkpoint_mac(key, info.writer, info.n, seq, prev, fields)
     body = dumps(fields)
     line = seal_line(body, chain_hash(prev, body))
     os.lseek(fd, 0, os.SEEK_END)
     os.write(fd, line)
     os.fsync(fd)
+    if anchor is not None and signer is not None and signer.anchors is not None:
+        signer.anchors.try_append([anchor], sync=True)
     os.rename(info.path, sealed_name)
-    _record_seal(adir, key, info, line, fields)
+    _record_seal(adir, key, info, line, fields, signer)
     return Recovered(info.path.name, count, torn_total, quarantined)
 
 
 def _record_seal(adir: Path, key: bytes, info: SegmentInfo, through_seal: bytes,
-                 seal: dict[str, object]) -> None:
+                 seal: dict[str, object], signer: Signer | None) -> None:
     """Record a recovered seal in the digest; ``through_seal`` ends with the seal line."""
     sp = split_hash(through_seal.rstrip(b"\n").rsplit(b"\n", 1)[-1])
     append_digest(adir, key, [{"k": SEALED, "writer": info.writer, "n": info.n,
                         "last_h": sp[1] if sp else None, "last_seq": seal.get("seq"),
-                        "final": bool(seal.get("final")), "reason": "recovered"}])
+                        "final": bool(seal.get("final")), "reason": "recovered"}],
+                  signer=signer)
 
 
 def _bring_into_view(adir: Path) -> None:
@@ -151,8 +170,14 @@ def _bring_into_view(adir: Path) -> None:
             os.rename(info.path, live)
 
 
-def recover_dead_segments(adir: Path, key: bytes) -> list[Recovered]:
-    """Seal every live segment whose writer has died; return what was done."""
+def recover_dead_segments(adir: Path, key: bytes,
+                          signer: Signer | Literal["home"] | None = "home") -> list[Recovered]:
+    """Seal every live segment whose writer has died; return what was done. ``signer`` signs
+    the seals and anchors them: by default the home's (``adir`` is ``<home>/audit``), when it
+    has a key; None seals them unsigned."""
+    from ._signing import resolve_signer
+
+    signer = resolve_signer(signer, adir, create=False)
     out: list[Recovered] = []
     _bring_into_view(adir)
     for info in list_segments(adir):
@@ -161,7 +186,7 @@ def recover_dead_segments(adir: Path, key: bytes) -> list[Recovered]:
         with locked_if_dead(info.path) as fd:
             if fd is None or not info.path.exists():
                 continue
-            rec = _recover_one(info, adir, key, fd)
+            rec = _recover_one(info, adir, key, fd, signer)
             if rec is not None:
                 out.append(rec)
     return out

@@ -1,15 +1,18 @@
-"""Check one segment: its hash chain, the order of its sequence numbers, its keyed
-checkpoints, and how it ends (sealed, torn by a crash, or cut short)."""
+"""Check one segment: its hash chain, the order of its sequence numbers, its keyed and signed
+checkpoints, its signed approvals, and how it ends (sealed, torn by a crash, or cut short)."""
 
 from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._findings import Finding, VerifyReport
 from ._format import chain_hash, checkpoint_mac, mac_matches, split_hash
 from ._segments import ParsedSegment, SegmentInfo, read_segment
+
+if TYPE_CHECKING:
+    from ._signing import Trust
 
 __all__ = ["verify_segment"]
 
@@ -67,9 +70,16 @@ def verify_segment(
     prev: str | None,
     first_seq: int | None,
     report: VerifyReport,
+    trust: Trust | None = None,
+    *,
+    foreign: bool = False,
 ) -> tuple[str | None, int | None, dict[str, Any] | None] | None:
     """Check one segment; return (last hash, last seq, last line object) for the next one, or
-    None if the file went away before it could be read."""
+    None if the file went away before it could be read.
+
+    ``trust``: the public keys signatures must verify with (None or no keys: signatures are
+    not checked). ``foreign``: the segment is another machine's (in an archive), so a
+    signature by a key not trusted here is a warning, not an error."""
     add = report.findings.append
     name = info.name
     parsed = read_segment(info)
@@ -92,7 +102,8 @@ def verify_segment(
     for no, (kind, msg) in sorted(seq_issues.items()):
         seq = next(ln.seq for ln in lines if ln.no == no)
         add(Finding("error", kind, name, no, seq, msg))
-    last_good_ckpt = _check_chain(info, key, prev, lines, seq_issues, report)
+    last_good_ckpt = _check_chain(info, key, prev, lines, seq_issues, report,
+                                  _Signatures(info, trust, foreign, report))
     _check_ending(info, parsed, lines, last_good_ckpt, report)
     last = lines[-1]
     return last.h, last.seq, last.obj
@@ -115,6 +126,59 @@ def _chained_lines(parsed: ParsedSegment, name: str, report: VerifyReport) -> li
     return lines
 
 
+class _Signatures:
+    """Checks the signed lines of one segment and gathers what it cannot check."""
+
+    def __init__(self, info: SegmentInfo, trust: Trust | None, foreign: bool,
+                 report: VerifyReport) -> None:
+        self.info = info
+        self.trust = trust if trust is not None and trust.keys else None
+        self.foreign = foreign
+        self.report = report
+        self.unsigned: list[_Line] = []
+        self.unverified: dict[str, int] = {}
+
+    def problem(self, ln: _Line) -> str | None:
+        """Why the line's signature does not hold (None: it verifies, or is not checked)."""
+        trust = self.trust
+        if trust is None or ln.seq is None:
+            return None
+        sig = ln.obj.get("sig")
+        if sig is None:
+            self.unsigned.append(ln)
+            return None
+        from ._signing import line_payload
+
+        kid = str(ln.obj.get("kid"))
+        pk = trust.keys.get(kid)
+        if pk is None:
+            if self.foreign:
+                self.unverified[kid] = self.unverified.get(kid, 0) + 1
+                return None
+            return f"signed by key {kid[:16]}, not by the trusted key ({trust.describe()})"
+        if not pk.verify(line_payload(self.info.writer, self.info.n, ln.seq, ln.obj), sig):
+            return f"its signature does not verify with key {pk.kid}"
+        self.report.signatures += 1
+        return None
+
+    def finish(self) -> None:
+        """Report the unsigned lines and the signatures by keys not given, once per segment."""
+        add = self.report.findings.append
+        name = self.info.name
+        if self.unsigned and self.trust is not None:
+            first = self.unsigned[0]
+            more = len(self.unsigned) - 1
+            sev = "warning" if self.trust.allow_unsigned else "error"
+            add(Finding(sev, "unsigned", name, first.no, first.seq,
+                        f"{first.kind} line at line {first.no} carries no signature"
+                        + (f" (and {more} more in this segment)" if more else "")
+                        + ": written before signatures, or stripped"))
+        for kid, n in sorted(self.unverified.items()):
+            add(Finding("warning", "unverified", name, None, None,
+                        f"{n} signatures by key {kid[:16]} (another machine's) not checked:"
+                        " pass its public key to check them"))
+
+
 def _check_chain(
     info: SegmentInfo,
     key: bytes | None,
@@ -122,9 +186,11 @@ def _check_chain(
     lines: list[_Line],
     seq_issues: dict[int, tuple[str, str]],
     report: VerifyReport,
+    sigs: _Signatures,
 ) -> int | None:
-    """Check each line against the hash chain and each checkpoint against its keyed MAC;
-    count records and checkpoints. Return the line of the last checkpoint that matched."""
+    """Check each line against the hash chain, each checkpoint against its keyed MAC and its
+    signature, each approval against its signature; count records and checkpoints. Return the
+    line of the last checkpoint that matched."""
     add = report.findings.append
     name = info.name
     last_good_ckpt: int | None = None
@@ -147,20 +213,38 @@ def _check_chain(
                         "record does not match the hash chain: edited"))
         if ln.kind in ("ckpt", "seal"):
             report.checkpoints += 1
-            if key is not None and ln.seq is not None:
-                mac = checkpoint_mac(key, info.writer, info.n, ln.seq, str(ln.obj.get("head")),
-                                     ln.obj)
-                if not mac_matches(mac, ln.obj.get("mac")) or ln.obj.get("head") != before:
-                    since = "the segment start" if last_good_ckpt is None else (
-                        f"line {last_good_ckpt}")
-                    add(Finding("error", "rewritten", name, ln.no, ln.seq,
-                                f"keyed checkpoint does not match: records between {since} and"
-                                f" line {ln.no} were altered and re-chained"))
-                else:
-                    last_good_ckpt = ln.no
+            if ln.seq is None:
+                continue
+            why: list[str] = []
+            if key is not None and not mac_matches(
+                    checkpoint_mac(key, info.writer, info.n, ln.seq, str(ln.obj.get("head")),
+                                   ln.obj), ln.obj.get("mac")):
+                why.append("its keyed MAC does not match")
+            if (key is not None or sigs.trust is not None) and ln.obj.get("head") != before:
+                why.append("it covers another chain head")
+            bad_sig = sigs.problem(ln)
+            if bad_sig:
+                why.append(bad_sig)
+            if why:
+                since = "the segment start" if last_good_ckpt is None else (
+                    f"line {last_good_ckpt}")
+                add(Finding("error", "rewritten", name, ln.no, ln.seq,
+                            f"checkpoint does not hold ({'; '.join(why)}): records between"
+                            f" {since} and line {ln.no} were altered and re-chained"))
+            elif key is not None or sigs.trust is not None:
+                last_good_ckpt = ln.no
         else:
             if ln.kind != "open":
                 report.records += 1
+            if ln.kind == "a":
+                bad_sig = sigs.problem(ln)
+                if bad_sig is None and sigs.trust is not None and "sig" in ln.obj and (
+                        ln.obj.get("head") != before):
+                    bad_sig = "it covers another chain head"
+                if bad_sig:
+                    add(Finding("error", "forged", name, ln.no, ln.seq,
+                                f"approval does not hold ({bad_sig}): altered or forged"))
+    sigs.finish()
     return last_good_ckpt
 
 

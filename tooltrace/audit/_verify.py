@@ -1,4 +1,4 @@
-"""Check every writer's hash chain and keyed checkpoints; say exactly where a record was
+"""Check every writer's hash chain and keyed, signed checkpoints; say exactly where a record was
 edited, deleted, reordered or inserted, and whether a segment lost its tail. Check the segment
 digest (``_manifest``) and, against it, that no segment and no writer is missing: every segment
 it names is on disk, or the digest says (keyed) that it was compacted or shipped and pruned.
@@ -7,19 +7,28 @@ Severity ``error`` is evidence of tampering or damage; ``warning`` is what a cra
 (a torn record, an unsealed segment of a dead writer, a writer that died while opening a segment
 or between sealing one and opening the next) and is reported but not failed on.
 
+Signatures (``_signing``) are what ``verify`` trusts: every checkpoint, seal, approval and
+digest entry must carry one that verifies with a trusted public key (``Trust``); a line without
+one is an error unless unsigned lines are allowed (a trail written before signatures), and with
+no public key at all nothing can be vouched for. The HMAC is checked too when the audit key is
+at hand; a copied trail verifies with the public key alone.
+
 What cannot be seen from inside the home: the digest's newest entries removed together with
 every segment they name (a rollback to an earlier state), the whole home removed or replaced by
 an older copy, records after a crashed writer's last checkpoint removed from its unsealed
-segment (a crash can end a segment there too), and anything done by someone who holds the key.
-The head ``verify`` prints, kept elsewhere and passed back as ``expect``, catches the first two.
+segment (a crash can end a segment there too), and anything done by someone who holds the
+signing key, or who replaced it and the public key beside it. The head ``verify`` prints, kept
+elsewhere and passed back as ``expect``, catches the first two; a public key kept elsewhere
+(``--pubkey``) and the anchors (``_anchors``, kept under Object Lock) catch the rest.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._settings import resolve_home
 from ._findings import Finding, VerifyReport
@@ -35,7 +44,10 @@ from ._manifest import (
 from ._segmentcheck import verify_segment
 from ._segments import SegmentInfo, audit_dir, list_segments, locate_segment, writer_alive
 
-__all__ = ["Finding", "VerifyReport", "verify", "verify_audit"]
+if TYPE_CHECKING:
+    from ._signing import PublicKey, Trust
+
+__all__ = ["Finding", "VerifyReport", "trust_for", "verify", "verify_audit"]
 
 DIGEST_NAME = digest_path(Path()).name
 
@@ -44,9 +56,11 @@ class _Fates:
     """The digest's word on each segment, read again when a segment is not where an earlier
     read put it (compaction may have pruned it meanwhile: the digest says so first)."""
 
-    def __init__(self, adir: Path, key: bytes | None, digest: Digest) -> None:
+    def __init__(self, adir: Path, key: bytes | None, digest: Digest,
+                 trust: Trust | None) -> None:
         self._adir = adir
         self._key = key
+        self._trust = trust
         self._size = 0
         self.by_segment: dict[tuple[str, int], SegmentFate] = {}
         self._take(digest)
@@ -60,7 +74,7 @@ class _Fates:
     def _take(self, digest: Digest) -> None:
         # An entry that was changed or forged says nothing about its segment (one that is in
         # place after a deleted entry, or moved, is still genuine).
-        bad = {f.line for f in _digest_problems(digest, self._key)
+        bad = {f.line for f in _digest_problems(digest, self._key, self._trust)
                if f.line is not None and f.kind in ("edited", "rewritten", "corrupt")}
         self._size = digest.size
         self.by_segment = digest.fates(skip=bad)
@@ -78,10 +92,16 @@ class _Fates:
         return self.by_segment.get((writer, n))
 
 
-def _digest_problems(digest: Digest, key: bytes | None) -> list[Finding]:
-    """What is wrong with the digest's own chain and keyed entries."""
+def _digest_problems(digest: Digest, key: bytes | None, trust: Trust | None,
+                     report: VerifyReport | None = None) -> list[Finding]:
+    """What is wrong with the digest's own chain and its keyed, signed entries (``report``:
+    count the signatures that verified there)."""
+    from ._signing import digest_payload
+
     out: list[Finding] = []
     add = out.append
+    keys = trust.keys if trust is not None else {}
+    unsigned: list[int] = []
     for no, _raw in digest.bad:
         add(Finding("error", "corrupt", DIGEST_NAME, no, None,
                     "digest line is not a valid entry (edited?)"))
@@ -105,9 +125,29 @@ def _digest_problems(digest: Digest, key: bytes | None) -> list[Finding]:
             add(Finding("error", "rewritten", DIGEST_NAME, ln.no, ln.seq,
                         "digest entry's keyed MAC does not match: written or re-chained"
                         " without the key"))
+        elif keys and trust is not None:
+            sig = ln.obj.get("sig")
+            pk = keys.get(str(ln.obj.get("kid")))
+            if sig is None:
+                unsigned.append(ln.no)
+            elif pk is None:
+                add(Finding("error", "rewritten", DIGEST_NAME, ln.no, ln.seq,
+                            f"digest entry is signed by key {str(ln.obj.get('kid'))[:16]}, not"
+                            f" by the trusted key ({trust.describe()})"))
+            elif not pk.verify(digest_payload(prev, ln.seq, ln.obj), sig):
+                add(Finding("error", "rewritten", DIGEST_NAME, ln.no, ln.seq,
+                            "digest entry's signature does not verify: written or re-chained"
+                            " without the signing key"))
+            elif report is not None:
+                report.signatures += 1
         prev = ln.h
         if ln.seq is not None:
             expected = max(expected, ln.seq + 1)
+    if unsigned and trust is not None:
+        more = f" (and {len(unsigned) - 1} more)" if len(unsigned) > 1 else ""
+        add(Finding("warning" if trust.allow_unsigned else "error", "unsigned", DIGEST_NAME,
+                    unsigned[0], None, f"digest entry at line {unsigned[0]} carries no"
+                    f" signature{more}: written before signatures, or stripped"))
     if digest.tail:
         last = digest.lines[-1].no if digest.lines else 0
         add(Finding("warning", "torn", DIGEST_NAME, last + 1, None,
@@ -173,7 +213,7 @@ def _report_gone(writer: str, gone: list[int], whole: bool, fates: _Fates,
 
 def _verify_writer(adir: Path, key: bytes | None, writer: str, listed: list[SegmentInfo],
                    fates: _Fates, report: VerifyReport, *, recorded: bool,
-                   in_archive: bool) -> None:
+                   in_archive: bool, trust: Trust | None) -> None:
     """Walk one writer's segments 1..n: those on disk by their chains, the others by what the
     digest says became of them. ``recorded``: every segment here must be named in the digest.
     """
@@ -207,7 +247,8 @@ def _verify_writer(adir: Path, key: bytes | None, writer: str, listed: list[Segm
                                 "segment is not recorded in the digest: it was put here, or"
                                 " the digest lost its newest entries"))
             before = len(report.findings)
-            res = verify_segment(info, key, prev, seq, report)
+            res = verify_segment(info, key, prev, seq, report, trust,
+                                 foreign=in_archive and not known)
             if res is not None:
                 there += 1
                 prev, last_seq, last_obj = res
@@ -262,10 +303,18 @@ def _check_successor(adir: Path, writer: str, top: int, known: bool,
 
 
 def verify_audit(adir: Path, key: bytes | None, *, expect: str | None = None,
-                 in_archive: bool = False, rederive: bool = False) -> VerifyReport:
-    """Verify every segment under ``adir`` (``<home>/audit``): its hash chain and keyed
-    checkpoints, and against the segment digest (``_manifest``), that every segment and writer
-    the digest names is there, or was compacted or shipped and pruned on purpose.
+                 in_archive: bool = False, rederive: bool = False,
+                 trust: Trust | None = None) -> VerifyReport:
+    """Verify every segment under ``adir`` (``<home>/audit``): its hash chain, keyed and signed
+    checkpoints and signed approvals, and against the segment digest (``_manifest``), that
+    every segment and writer the digest names is there, or was compacted or shipped and pruned
+    on purpose.
+
+    ``trust``: the public keys every signature must verify with (``Trust``; its
+    ``allow_unsigned`` turns unsigned lines into warnings). Without keys in it nothing is
+    vouched for by a signature: an error, or a warning when unsigned lines are allowed. None:
+    signatures are not checked at all, which a warning says (the low-level use: ``verify``
+    always passes a ``Trust``).
 
     ``expect`` is a head an earlier run printed (``report.head``): the digest must still hold
     that entry unchanged, which catches what cannot be seen from inside the home (its newest
@@ -280,9 +329,7 @@ def verify_audit(adir: Path, key: bytes | None, *, expect: str | None = None,
     The module docstring says what stays undetectable (with and without ``expect``).
     """
     report = VerifyReport(keyed=key is not None)
-    if key is None:
-        report.findings.append(Finding("warning", "nokey", "-", None, None,
-                                       "no audit key: checkpoints were not checked"))
+    _note_keys(report, key, trust)
     if expect is not None:
         parse_head(expect)
     listed = list_segments(adir)
@@ -290,8 +337,8 @@ def verify_audit(adir: Path, key: bytes | None, *, expect: str | None = None,
     # digest names every segment listed.
     digest = read_digest(adir)
     report.head = digest.head
-    report.findings.extend(_digest_problems(digest, key))
-    fates = _Fates(adir, key, digest)
+    report.findings.extend(_digest_problems(digest, key, trust, report))
+    fates = _Fates(adir, key, digest, trust)
     recorded = digest.exists and not in_archive
     if not digest.exists and listed and not in_archive:
         report.findings.append(Finding(
@@ -304,7 +351,8 @@ def verify_audit(adir: Path, key: bytes | None, *, expect: str | None = None,
     report.writers = len(writers)
     for writer in writers:
         _verify_writer(adir, key, writer, by_writer.get(writer, []), fates, report,
-                       recorded=recorded or writer in fates.writers, in_archive=in_archive)
+                       recorded=recorded or writer in fates.writers, in_archive=in_archive,
+                       trust=trust)
     if expect is not None:
         _check_expect(digest, expect, report)
     if key is not None and not in_archive:
@@ -317,6 +365,25 @@ def verify_audit(adir: Path, key: bytes | None, *, expect: str | None = None,
     return report
 
 
+def _note_keys(report: VerifyReport, key: bytes | None, trust: Trust | None) -> None:
+    """Say up front what could not be checked for want of a key."""
+    add = report.findings.append
+    if trust is None:
+        add(Finding("warning", "nosignatures", "-", None, None,
+                    "signatures were not checked (no public key was given)"))
+    elif not trust.keys:
+        add(Finding("warning" if trust.allow_unsigned else "error", "nopubkey", "-", None, None,
+                    "no public key: no signature was checked, so nothing in the trail is"
+                    " vouched for (pass --pubkey, or --allow-unsigned for a trail written"
+                    " before signatures)"))
+    else:
+        report.key_ids = sorted(trust.keys)
+    if key is None:
+        checked = " (signatures were)" if trust is not None and trust.keys else ""
+        add(Finding("warning", "nokey", "-", None, None,
+                    f"no audit key: the checkpoints' keyed MACs were not checked{checked}"))
+
+
 def add_missing(report: VerifyReport, writer: str, n: int, after: SegmentInfo | None) -> None:
     """Record a segment file that should exist but does not."""
     found = f" (found {after.name})" if after is not None else ""
@@ -325,11 +392,31 @@ def add_missing(report: VerifyReport, writer: str, n: int, after: SegmentInfo | 
         f"segment {n} of writer {writer} is missing{found}: deleted"))
 
 
+def trust_for(home: Path, pubkeys: Sequence[str | os.PathLike[str] | PublicKey] = (), *,
+              allow_unsigned: bool = False) -> Trust:
+    """The ``Trust`` ``verify`` uses: the given public keys (``PublicKey``, 64 hex digits or
+    key files), else the home's own (``<key file>.pub``). Raises ``ConfigurationError`` for a
+    public key that cannot be read."""
+    from ._signing import PublicKey, Trust, load_public_key
+
+    keys = [k if isinstance(k, PublicKey) else PublicKey.parse(k) for k in pubkeys]
+    if not keys:
+        own = load_public_key(home)
+        keys = [own] if own is not None else []
+    return Trust.of(keys, allow_unsigned=allow_unsigned)
+
+
 def verify(home: str | os.PathLike[str] | None = None, *, expect: str | None = None,
-           rederive: bool = False) -> VerifyReport:
-    """Verify the audit trail of a tooltrace home (key from TOOLTRACE_AUDIT_KEY or the home);
-    ``expect``: a head an earlier run printed, which the digest must still hold; ``rederive``:
-    re-derive every lookup file from its Parquet file (see ``verify_audit``)."""
+           rederive: bool = False, pubkey: str | os.PathLike[str] | PublicKey | None = None,
+           allow_unsigned: bool = False) -> VerifyReport:
+    """Verify the audit trail of a tooltrace home (audit key from TOOLTRACE_AUDIT_KEY or the
+    home, when there is one); ``expect``: a head an earlier run printed, which the digest must
+    still hold; ``rederive``: re-derive every lookup file from its Parquet file (see
+    ``verify_audit``); ``pubkey``: the public key signatures must verify with (default: the
+    home's own; pass one kept elsewhere to catch a replaced key); ``allow_unsigned``: unsigned
+    lines are warnings, not errors (a trail written before signatures)."""
     h = resolve_home(home)
+    trust = trust_for(h, [pubkey] if pubkey is not None else [],
+                      allow_unsigned=allow_unsigned)
     return verify_audit(audit_dir(h), load_key(h, create=False), expect=expect,
-                        rederive=rederive)
+                        rederive=rederive, trust=trust)

@@ -20,11 +20,13 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from ._anchors import PendingAnchors
 from ._format import FORMAT_VERSION, checkpoint_mac, dumps, genesis_hash
 from ._manifest import DROPPED, OPENED, SEALED, append_digest
 from ._segments import opening_name, segment_name
+from ._signing import Signer, resolve_signer
 
 __all__ = ["Ack", "FsyncPolicy", "SegmentWriter", "new_writer_id"]
 
@@ -92,9 +94,11 @@ def _fsync_dir(path: Path) -> None:
 class SegmentWriter:
     """Appends hash-chained lines to this process's live segment.
 
-    Not for direct use by most callers: ``AuditSink`` drives it. Methods raise ``OSError`` when
-    the disk refuses a write; the writer then rolls the file back to its last good length (or,
-    if even that fails, abandons the segment for a fresh one) so the chain stays intact.
+    Not for direct use by most callers: ``AuditSink`` drives it. ``signer`` signs and anchors
+    checkpoints, seals, approvals, digest entries (default: the home's; None: unsigned). Methods
+    raise ``OSError`` when the disk refuses a write; the writer then rolls the file back to its
+    last good length (or, if even that fails, abandons the segment for a fresh one) so the chain
+    stays intact.
     """
 
     def __init__(
@@ -107,8 +111,10 @@ class SegmentWriter:
         max_age_s: float = 600.0,
         checkpoint_every: int = 1000,
         on_ack: Callable[[Ack], None] | None = None,
+        signer: Signer | Literal["home"] | None = "home",
     ) -> None:
         self._adir = adir
+        self._signer = resolve_signer(signer, adir, create=True)
         self._dir = adir / "segments"
         self._key = key
         self.fsync = fsync
@@ -130,6 +136,8 @@ class SegmentWriter:
         self._size = self._opened_size = 0
         self._opened_at = 0.0
         self._since_ckpt = 0
+        self._seg_records = 0
+        self._pending = PendingAnchors(self._signer.anchors if self._signer else None)
         self._unsynced = False
         self.acked_seq = 0
         self.acked_records = 0
@@ -156,6 +164,9 @@ class SegmentWriter:
         ``body`` or the line as strings of their own.
         """
         if not isinstance(encoded, bytes):
+            if self._signer is not None and encoded.get("k") == "a":  # an approver's answer:
+                encoded = {**encoded, "head": self._prev}  # signed over the chain before it
+                self._signer.sign_line(self.writer_id, self._segment, self._seq + 1, encoded)
             encoded = dumps(encoded)
         self._seq += 1
         # The seq goes in as the object's last field: a splice, not a second encode.
@@ -215,17 +226,19 @@ class SegmentWriter:
         for fields in records:
             out.append(self._line(fields))
             self._since_ckpt += 1
+            self._seg_records += 1
             if self._since_ckpt >= self._ckpt_every:
                 out.append(self._line(self._checkpoint_fields("ckpt")))
                 self._since_ckpt = 0
         return out
 
-    def _mark(self) -> tuple[int, str, int]:
-        return self._seq, self._prev, self._size
+    def _mark(self) -> tuple[int, str, int, int]:
+        return self._seq, self._prev, self._size, self._seg_records
 
-    def _rollback(self, mark: tuple[int, str, int]) -> None:
-        self._seq, self._prev, size = mark
+    def _rollback(self, mark: tuple[int, str, int, int]) -> None:
+        self._seq, self._prev, size, self._seg_records = mark
         self._size = size
+        self._pending.drop_after(self._seq)
         fd = self._fd
         if fd is None:
             return
@@ -247,7 +260,7 @@ class SegmentWriter:
         # writer id starts a clean chain.
         self._reset()
 
-    def _write(self, data: bytes, mark: tuple[int, str, int]) -> None:
+    def _write(self, data: bytes, mark: tuple[int, str, int, int]) -> None:
         assert self._fd is not None
         try:
             _write_all(self._fd, data)
@@ -292,7 +305,8 @@ class SegmentWriter:
             if sync:
                 os.fsync(fd)
             append_digest(self._adir, self._key, [{"k": OPENED, "writer": self.writer_id, "n": n,
-                                            "pid": os.getpid()}], sync=sync)
+                                            "pid": os.getpid()}], sync=sync,
+                          signer=self._signer)
             recorded = True
             os.rename(tmp, live)
             if sync:
@@ -301,13 +315,14 @@ class SegmentWriter:
             os.close(fd)
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            self._seq, self._prev, _ = mark
+            self._seq, self._prev, _, _ = mark
             if recorded:
                 # The digest names a segment that never came into view: say so, and go on as
                 # a new writer (this one's chain would skip a segment).
                 with contextlib.suppress(OSError):
                     append_digest(self._adir, self._key, [{"k": DROPPED, "writer": self.writer_id,
-                                                    "n": n, "reason": "open failed"}])
+                                                    "n": n, "reason": "open failed"}],
+                                  signer=self._signer)
                 self._reset()
             else:
                 self._segment -= 1
@@ -316,12 +331,16 @@ class SegmentWriter:
         self._size = self._opened_size = len(data)
         self._opened_at = time.monotonic()
         self._since_ckpt = 0
+        self._seg_records = 0
         self._unsynced = False
 
     def _checkpoint_fields(self, kind: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         head = self._prev
         nxt = self._seq + 1
-        fields: dict[str, Any] = {"k": kind, "ts": _now_us(), "head": head, **(extra or {})}
+        fields: dict[str, Any] = {"k": kind, "ts": _now_us(), "head": head,
+                                  "records": self._seg_records, **(extra or {})}
+        if self._signer is not None:
+            self._pending.add(self._signer.sign_line(self.writer_id, self._segment, nxt, fields))
         fields["mac"] = checkpoint_mac(self._key, self.writer_id, self._segment, nxt, head, fields)
         return fields
 
@@ -339,6 +358,7 @@ class SegmentWriter:
         self._write_checkpoint("seal", {"reason": "close" if final else "rotate", "final": final})
         os.fsync(fd)
         self._unsynced = False
+        self._pending.flush(sync=self.fsync is not FsyncPolicy.NONE)
         live = self._dir / segment_name(self.writer_id, self._segment, live=True)
         os.rename(live, self._dir / segment_name(self.writer_id, self._segment, live=False))
         _fsync_dir(self._dir)
@@ -351,7 +371,7 @@ class SegmentWriter:
                 "k": SEALED, "writer": self.writer_id, "n": self._segment,
                 "last_h": self._prev, "last_seq": self._seq, "final": final,
                 "reason": "close" if final else "rotate"}],
-                sync=self.fsync is not FsyncPolicy.NONE)
+                sync=self.fsync is not FsyncPolicy.NONE, signer=self._signer)
 
     def _maybe_rotate(self) -> None:
         # By age only once the segment holds more than its header: an idle writer would
@@ -380,6 +400,7 @@ class SegmentWriter:
                 self._put_line(fields)
                 n += 1
                 self._since_ckpt += 1
+                self._seg_records += 1
                 if self._since_ckpt >= self._ckpt_every:
                     self._put_line(self._checkpoint_fields("ckpt"))
                     self._since_ckpt = 0
@@ -431,6 +452,7 @@ class SegmentWriter:
             if durable or self.fsync is FsyncPolicy.GROUPED:
                 self._sync()
             self._acked(n, tuple(call_ids))
+        self._pending.flush(sync=False)  # the idle checkpoint's and the seal's sync the file
         self._maybe_rotate()
         return self.acked_seq
 
@@ -468,6 +490,7 @@ class SegmentWriter:
             self._write_checkpoint("ckpt")
             if self.fsync is not FsyncPolicy.NONE:
                 self._sync()
+            self._pending.flush(sync=self.fsync is not FsyncPolicy.NONE)
         self._maybe_rotate()
 
     def close(self) -> None:

@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "tail": "tooltrace.cli.tail:tail",
     "tools": "tooltrace.cli.tools:tools",
     "verify": "tooltrace.cli.verify:verify",
+    "where": "tooltrace.cli.where:where",
 }
 
 

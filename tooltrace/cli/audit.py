@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .._settings import TOOLTRACE_ARCHIVE, TOOLTRACE_ARCHIVE_DATA_PATH
+from .._settings import TOOLTRACE_ANCHORS, TOOLTRACE_ARCHIVE, TOOLTRACE_ARCHIVE_DATA_PATH
 from ._common import EXIT_FAIL, EXIT_USAGE, OutputGuard, fail, home_option, json_option
 from ._common import print_json as _print_json
 
 if TYPE_CHECKING:
     from ..archive import ArchiveStore
-    from ..audit import VerifyReport
+    from ..audit import PublicKey, VerifyReport
 
 
 @click.group()
 def audit() -> None:
-    """Audit trail maintenance beyond one machine (the archive)."""
+    """Audit trail maintenance beyond one machine (the archive, the anchors)."""
 
 
 @audit.command()
@@ -90,6 +90,44 @@ def ship(archive: str | None, data_path: str | None, prune: bool, segments_per_c
             return
 
 
+@audit.command("ship-anchors")
+@click.option("--to", envvar=TOOLTRACE_ANCHORS, metavar="URI",
+              help="s3://bucket/prefix of a bucket with Object Lock enabled (default:"
+                   " $TOOLTRACE_ANCHORS).")
+@click.option("--retention-days", type=click.IntRange(1, 36_500), default=None,
+              help="Days each object stays under its COMPLIANCE lock (default:"
+                   " $TOOLTRACE_ANCHOR_RETENTION_DAYS, else 365).")
+@home_option
+@json_option
+def ship_anchors(to: str | None, retention_days: int | None, home: Path | None,
+                 as_json: bool) -> None:
+    """Ship the signed checkpoint heads (anchors) appended since the last run to S3, one
+    object per batch under a COMPLIANCE Object Lock, never overwritten.
+
+    Then `tooltrace verify --anchors s3://bucket/prefix` proves the trail still holds every
+    anchored record. Exit 1 when the bucket cannot be written or has no Object Lock (nothing
+    secret is printed), 2 for a bad or missing target.
+    """
+    from ..archive import ArchiveError
+    from ..archive import ship_anchors as do_ship
+    from ..exceptions import ConfigurationError
+
+    guard = OutputGuard(home)
+    try:
+        res = do_ship(home, to, retention_days=retention_days)
+    except ConfigurationError as exc:
+        fail(str(exc), EXIT_USAGE, guard)
+    except ArchiveError as exc:
+        fail(str(exc), EXIT_FAIL, guard)
+    if as_json:
+        _print_json(res.to_dict(), guard)
+        return
+    until = res.to_dict()["retain_until"]
+    click.echo(f"shipped {res.anchors} anchors in {len(res.objects)} objects to {res.target}"
+               + (f", locked until {until}" if res.objects else "")
+               + (f"; {res.already} already there" if res.already else ""))
+
+
 # -- what the readers use with --archive (see _common.open_store and verify) ------------------
 
 
@@ -114,13 +152,15 @@ def open_archive_store(archive: str, guard: OutputGuard, *,
 
 
 def verify_archive_report(archive: str, home: Path, guard: OutputGuard,
-                          expect: str | None = None) -> VerifyReport:
+                          expect: str | None = None, *, pubkeys: Sequence[PublicKey] = (),
+                          allow_unsigned: bool = False) -> VerifyReport:
     """``verify --archive``: the chains over shipped and local segments, or exit 1 / 2."""
     from ..archive import ArchiveError, verify_archive
     from ..exceptions import ConfigurationError
 
     try:
-        return verify_archive(archive, home, expect=expect)
+        return verify_archive(archive, home, expect=expect, pubkeys=pubkeys,
+                              allow_unsigned=allow_unsigned)
     except ConfigurationError as exc:
         fail(str(exc), EXIT_USAGE, guard)
     except ArchiveError as exc:

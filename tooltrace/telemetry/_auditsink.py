@@ -7,7 +7,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._settings import (
     TOOLTRACE_AUDIT_FSYNC,
@@ -27,6 +27,7 @@ from ..audit import (
     encode_call_bytes,
     encode_late,
     load_key,
+    load_signer,
     recorded,
     recover_dead_segments,
 )
@@ -34,6 +35,9 @@ from ..envelope import CallRecord
 from ..exceptions import AuditUnavailableError, ConfigurationError
 from ..sinks import ApprovalRecord, LateStep, RegistryState
 from ._worker import BatchWorker
+
+if TYPE_CHECKING:
+    from ..audit import Signer
 
 __all__ = [
     "TOOLTRACE_AUDIT_FSYNC",
@@ -69,6 +73,9 @@ class AuditSink:
         checkpoint_every / checkpoint_interval_s: keyed checkpoints every N records, and after
             this many idle seconds when records are not yet covered by one.
         key: checkpoint key (default ``TOOLTRACE_AUDIT_KEY``, else ``<home>/audit.key``).
+            Checkpoints, seals and approvals are also signed with the home's Ed25519 key
+            (``TOOLTRACE_SIGNING_KEY``, else ``<home>/keys/signing.ed25519``, made on first
+            use) and each signed checkpoint head is appended to ``<home>/anchors/``.
         on_ack: called (on the writing thread) with an ``Ack`` whenever records become
             acknowledged, i.e. written and synced as the policy says.
     """
@@ -105,6 +112,7 @@ class AuditSink:
             "on_ack": on_ack,
         }
         self._writer: SegmentWriter | None = None
+        self._signer: Signer | None = None
         self._init_lock = threading.Lock()
         self._ckpt_interval = checkpoint_interval_s
         self._lost = 0
@@ -178,7 +186,9 @@ class AuditSink:
                 key = self._key if self._key is not None else load_key(self.home, create=True)
                 assert key is not None
                 self._key = key
-                self._writer = SegmentWriter(self.audit_dir, key, **self._writer_args)
+                self._signer = load_signer(self.home, create=True)
+                self._writer = SegmentWriter(self.audit_dir, key, signer=self._signer,
+                                             **self._writer_args)
                 self._start_ticker()
             return self._writer
 
@@ -324,7 +334,7 @@ class AuditSink:
         key = self._key
         if key is not None:
             try:
-                self.recovered = recover_dead_segments(self.audit_dir, key)
+                self.recovered = recover_dead_segments(self.audit_dir, key, self._signer)
             except Exception as exc:
                 self.last_error = type(exc).__name__
         while not self._stop.wait(self._ckpt_interval):
