@@ -5,17 +5,22 @@ the operating system caches; the probes run interleaved, one of each per round, 
 is the median over the rounds:
 
 - ``import tooltrace``: the import statement alone, timed inside the child;
-- the libraries the default sinks use: importing exactly the modules of ``prometheus_client``,
-  ``structlog`` and ``opentelemetry`` that ``create_registry`` loads (found by a calibration
-  child that runs it), the floor ``create_registry`` cannot go below;
+- the libraries the default sinks use: importing exactly the third-party modules that
+  ``create_registry`` loads beyond those a bare ``ToolRegistry`` with the built-in tools loads
+  (found by a calibration child), the floor ``create_registry`` cannot go below;
 - ``create_registry`` + ``shutdown``: after ``import tooltrace``, with a fresh home each time
-  (built-in tools, metrics, logs to /dev/null, the audit trail; spans when OTEL_* says so);
+  (built-in tools, metrics, logs to /dev/null, the audit trail);
 - registering N tools (10, 100, 1,000): after ``import tooltrace`` and ``ToolRegistry()``,
   ``@tool`` on N typed functions (three shapes of schema) and ``register`` for each;
 - the first and the second call of one of those tools: the first compiles its validator.
 
+The last two run in two configurations: the sinks with no OTLP endpoint (metrics, logs, audit)
+and every default sink (an ``OTEL_EXPORTER_OTLP_ENDPOINT`` on a closed loopback port adds the
+span sink and its exporter; nothing is exported, so nothing is sent).
+
 The targets: registering 100 tools costs at most 1.5x ``import tooltrace``, and
-``create_registry`` + ``shutdown`` at most 1.5x importing the sinks' libraries.
+``create_registry`` + ``shutdown`` at most 1.5x importing the sinks' libraries, both as whole
+processes (interpreter start to exit, what a short-lived agent process pays) and in process.
 """
 
 from __future__ import annotations
@@ -32,11 +37,16 @@ from typing import Any
 
 from bench._common import Table, scratch
 
-__all__ = ["SINK_LIBRARIES", "run"]
+__all__ = ["CONFIGS", "run"]
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The top-level packages of the libraries the default sinks use (metrics, logs, spans).
-SINK_LIBRARIES = ("prometheus_client", "structlog", "opentelemetry")
+#: The sink configurations ``create_registry`` is measured in, with the environment each adds.
+#: The endpoint is a closed loopback port: a registry that makes no call exports nothing.
+CONFIGS: dict[str, dict[str, str]] = {
+    "metrics, logs, audit": {},
+    "every default sink (spans too)": {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_TRACES_SAMPLER": "always_on"},
+}
 
 _IMPORT = """
 import time
@@ -48,13 +58,23 @@ print(time.perf_counter() - t0)
 _CALIBRATE = """
 import json, sys
 import tooltrace
-before = set(sys.modules)
+from tooltrace import ToolRegistry
+from tooltrace.builtins import register_builtins
+
+def third_party():
+    # Not the shims a compiled extension registers for itself (_cython_3_3_1): no spec, and
+    # importing its parent brings it anyway.
+    return {m for m, mod in list(sys.modules.items())
+            if m.split(".")[0] not in sys.stdlib_module_names and m.split(".")[0] != "tooltrace"
+            and not m.startswith("_") and getattr(mod, "__spec__", None) is not None}
+
+# What the registry and the built-ins load with no sink; then what the default sinks add.
+register_builtins(ToolRegistry(workspace=sys.argv[1])).shutdown()
+core = third_party()
 registry = tooltrace.create_registry(workspace=sys.argv[1], home=sys.argv[2],
                                      log_stream=open("/dev/null", "w"))
 registry.shutdown()
-libs = tuple(sys.argv[3].split(","))
-print(json.dumps(sorted(m for m in set(sys.modules) - before
-                        if m.split(".")[0] in libs)))
+print(json.dumps(sorted(third_party() - core)))
 """
 
 _LIBRARIES = """
@@ -117,10 +137,12 @@ print(json.dumps([elapsed, t2 - t1, t3 - t2]))
 """
 
 
-def _child(code: str, *args: str, pycache: Path) -> tuple[Any, float]:
+def _child(code: str, *args: str, pycache: Path,
+           extra_env: dict[str, str] | None = None) -> tuple[Any, float]:
     """What the probe printed, and the whole process's wall time (start to exit)."""
-    env = dict(os.environ)
-    env.pop("TOOLTRACE_HOME", None)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("OTEL_") and k != "TOOLTRACE_HOME"}
+    env.update(extra_env or {})
     # Bytecode as an installed package has it (pip compiles it at install): written once, by
     # the warm-up round, to a cache of this run's own, and read by every later child.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -141,22 +163,26 @@ def run(rounds: int = 15, sizes: tuple[int, ...] = (10, 100, 1000)) -> dict[str,
     workspace = base / "ws"
     workspace.mkdir()
     pycache = base / "pycache"
-    modules, _ = _child(_CALIBRATE, str(workspace), str(base / "calibrate-home"),
-                        ",".join(SINK_LIBRARIES), pycache=pycache)
-    probes = ["import", "libraries", "create", "python"]
+    modules = {c: _child(_CALIBRATE, str(workspace), str(base / "calibrate-home"),
+                         pycache=pycache, extra_env=env)[0] for c, env in CONFIGS.items()}
+    configs = list(CONFIGS)
+    probes = ["import", "python"] + [f"{k} {c}" for c in configs for k in ("libraries", "create")]
     for n in sizes:
         probes += [f"register {n}", f"first call {n}", f"second call {n}"]
     samples: dict[str, list[float]] = {k: [] for k in probes}
-    walls: dict[str, list[float]] = {k: [] for k in ("import", "libraries", "create", "python")}
+    walls: dict[str, list[float]] = {k: [] for k in probes if not k.startswith(
+        ("register", "first", "second"))}
     for r in range(rounds + 1):
         got: dict[str, float] = {}
         wall: dict[str, float] = {}
         got["import"], wall["import"] = _child(_IMPORT, pycache=pycache)
-        got["libraries"], wall["libraries"] = _child(_LIBRARIES, json.dumps(modules),
-                                                     pycache=pycache)
-        got["create"], wall["create"] = _child(
-            _CREATE, str(workspace), str(base / f"home-{r}"), pycache=pycache)
         got["python"], wall["python"] = _child("print(0)", pycache=pycache)
+        for c, env in CONFIGS.items():
+            got[f"libraries {c}"], wall[f"libraries {c}"] = _child(
+                _LIBRARIES, json.dumps(modules[c]), pycache=pycache, extra_env=env)
+            got[f"create {c}"], wall[f"create {c}"] = _child(
+                _CREATE, str(workspace), str(base / f"home-{r}-{configs.index(c)}"),
+                pycache=pycache, extra_env=env)
         for n in sizes:
             (reg, first, second), _ = _child(_REGISTER, str(workspace), str(n), pycache=pycache)
             got.update({f"register {n}": reg, f"first call {n}": first,
@@ -168,29 +194,31 @@ def run(rounds: int = 15, sizes: tuple[int, ...] = (10, 100, 1000)) -> dict[str,
                 walls[k].append(v)
     med = {k: statistics.median(v) * 1000.0 for k, v in samples.items() if k != "python"}
     proc = {k: statistics.median(v) * 1000.0 for k, v in walls.items()}
-    imp, libs = med["import"], med["libraries"]
+    imp = med["import"]
     t = Table("Startup: import, create_registry, registering tools",
               ["what", "in process ms", "per tool us", "/ import tooltrace",
-               "/ sinks' libraries", "whole process ms", "whole process / sinks' libraries"])
+               "/ its sinks' libraries", "whole process ms",
+               "whole process / its sinks' libraries"])
     t.add("python -c 'print(0)' (the interpreter alone)", "-", "-", "-", "-", proc["python"],
-          proc["python"] / proc["libraries"], digits=2)
-    t.add("import tooltrace", imp, "-", 1.0, imp / libs, proc["import"],
-          proc["import"] / proc["libraries"], digits=2)
-    t.add(f"import the sinks' libraries ({len(modules)} modules)", libs, "-", libs / imp, 1.0,
-          proc["libraries"], 1.0, digits=2)
-    t.add("import tooltrace, create_registry + shutdown (in process: the last two)",
-          med["create"], "-", med["create"] / imp, med["create"] / libs, proc["create"],
-          proc["create"] / proc["libraries"], digits=2)
+          "-", digits=2)
+    t.add("import tooltrace", imp, "-", 1.0, "-", proc["import"], "-", digits=2)
+    for c in configs:
+        libs, create = med[f"libraries {c}"], med[f"create {c}"]
+        plibs, pcreate = proc[f"libraries {c}"], proc[f"create {c}"]
+        t.add(f"{c}: import the sinks' libraries ({len(modules[c])} modules)", libs, "-",
+              libs / imp, 1.0, plibs, 1.0, digits=2)
+        t.add(f"{c}: import tooltrace, create_registry + shutdown (in process: the last two)",
+              create, "-", create / imp, create / libs, pcreate, pcreate / plibs, digits=2)
     for n in sizes:
         reg = med[f"register {n}"]
-        t.add(f"@tool + register, {n:,} tools", reg, reg * 1000.0 / n, reg / imp, reg / libs,
-              "-", "-", digits=2)
+        t.add(f"@tool + register, {n:,} tools", reg, reg * 1000.0 / n, reg / imp, "-", "-",
+              "-", digits=2)
     big = max(sizes)
     t.add(f"first call of a registered tool (compiles its validator; of {big:,})",
           med[f"first call {big}"], "-", "-", "-", "-", "-", digits=2)
     t.add(f"second call of that tool (of {big:,})", med[f"second call {big}"], "-", "-", "-",
           "-", "-", digits=2)
     t.print()
-    return {"rounds": rounds, "sizes": list(sizes), "sink_modules": modules,
+    return {"rounds": rounds, "sizes": list(sizes), "configs": configs, "sink_modules": modules,
             "median_ms": med, "process_median_ms": proc, "samples_s": samples,
             "process_samples_s": walls}

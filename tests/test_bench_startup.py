@@ -33,26 +33,34 @@ def _run(tmp_path: Path) -> tuple[str, dict[str, Any]]:
 def test_the_startup_section_measures_every_probe_and_judges_both_targets(
     tmp_path: Path,
 ) -> None:
-    from bench.startup import SINK_LIBRARIES
+    from bench.startup import CONFIGS
 
     text, figures = _run(tmp_path)
     st = figures["startup"]
     assert st["rounds"] == 1 and st["sizes"] == [10, 100]
-    med = st["median_ms"]
-    for key in ("import", "libraries", "create", "register 10", "register 100",
-                "first call 100", "second call 100"):
+    assert st["configs"] == list(CONFIGS)
+    med, proc = st["median_ms"], st["process_median_ms"]
+    keys = ["import", "register 10", "register 100", "first call 100", "second call 100"]
+    for c in CONFIGS:
+        keys += [f"libraries {c}", f"create {c}"]
+    for key in keys:
         assert math.isfinite(med[key]) and med[key] > 0, key
-    for key in ("import", "libraries", "create", "python"):
-        assert st["process_median_ms"][key] > 0, key
+    for key in proc:
+        assert proc[key] > 0, key
     # A whole process that imports tooltrace and builds a registry outlasts the bare interpreter.
-    assert st["process_median_ms"]["create"] > st["process_median_ms"]["python"]
-    # The floor is exactly the sinks' libraries that create_registry loaded.
-    modules = st["sink_modules"]
-    assert modules and all(m.split(".")[0] in SINK_LIBRARIES for m in modules)
-    assert {"prometheus_client", "structlog"} <= {m.split(".")[0] for m in modules}
+    for c in CONFIGS:
+        assert proc[f"create {c}"] > proc["python"]
+    # The floor is the third-party modules the default sinks bring: the metrics and log
+    # libraries always, the span exporter only where an OTLP endpoint is set.
+    plain, spans = (set(st["sink_modules"][c]) for c in CONFIGS)
+    tops = {m.split(".")[0] for m in plain}
+    assert {"prometheus_client", "structlog"} <= tops and "tooltrace" not in tops
+    assert plain < spans
+    assert any(m.startswith("opentelemetry.exporter.otlp") for m in spans - plain)
     assert "### Startup: import, create_registry, registering tools" in text
     targets = {t["target"]: t for t in figures["targets"]}
-    for name in ("registering 100 tools <= 1.5x import tooltrace",
-                 "create_registry + shutdown <= 1.5x importing the sinks' libraries "
-                 "(whole processes)"):
+    names = ["registering 100 tools <= 1.5x import tooltrace"] + [
+        f"create_registry + shutdown <= 1.5x importing its sinks' libraries ({c})"
+        for c in CONFIGS]
+    for name in names:
         assert targets[name]["verdict"] in ("met", "MISSED"), targets
