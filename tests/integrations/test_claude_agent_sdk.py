@@ -484,6 +484,22 @@ def test_refused_uses_are_read_from_the_transcript_once(make: Any, sink: Recordi
     assert not by_use["u0"].execution_started and by_use["u2"].reject_stage is Stage.POLICY
 
 
+def test_the_docs_table_of_built_ins_is_the_codes(make: Any) -> None:
+    import re
+
+    page = (Path(__file__).parents[2] / "docs" / "integrations" / "claude-agent-sdk.md")
+    section = page.read_text().split("## Claude Code's built-in tools")[1].split("\n## ")[0]
+    rows = {m[1]: m[2] for m in re.finditer(r"^\| `(\w+)`[^|]*\|(.*)\|$", section, re.M)}
+    _, adapter = make()
+    policed = {d.name: [d.capability.value, d.effect.value, ", ".join(f"`{p}`" for p in
+                                                                        d.path_params)]
+               for d in adapter.register_builtins()}
+    documented = {n: [c.strip() for c in cells.split("|")] for n, cells in rows.items()
+                  if n in policed}
+    assert documented == policed
+    assert set(rows) == set(policed) | set(PASSED_THROUGH_TOOLS)
+
+
 # -- whole runs through query() and a fake CLI ------------------------------------------------
 
 

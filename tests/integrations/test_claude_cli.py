@@ -224,6 +224,8 @@ def test_every_status_reaches_the_model_through_the_clis_error_path(
         assert shown.get("is_error") is True, use_id
         # The CLI words a built-in's denial as a hook error around the envelope's summary.
         assert rec.summary in run.shown_text(use_id), (use_id, run.shown_text(use_id))
+    # The CLI words a PreToolUse denial as a hook error (docs: what the model reads).
+    assert run.shown_text("u_policy").startswith("PreToolUse:Bash hook error: ")
     assert not (workspace / "n.txt").exists()
     assert SECRET not in json.dumps(run.api.requests)  # explode's text never reached it
     # A registry schema was in the prompt: the CLI adds no "schema was not in your prompt".
