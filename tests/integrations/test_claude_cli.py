@@ -306,7 +306,8 @@ def test_a_sub_agent_is_policed_and_its_own_uses_are_decided(run_cli: Any) -> No
         results = list(tool_results(body))
         if "SUBTASK" in asked:  # the sub-agent's own conversation
             if not results:
-                return [use("Bash", {"command": "echo from-sub"}, "u_sub_bash")]
+                return [use("Bash", {"command": "echo from-sub"}, "u_sub_bash"),
+                        use("NoSuchTool", {}, "u_sub_none")]
             return [text("sub finished")]
         if not results:
             return [use("Agent", {"description": "echo", "prompt": "SUBTASK: echo",
@@ -320,3 +321,6 @@ def test_a_sub_agent_is_policed_and_its_own_uses_are_decided(run_cli: Any) -> No
     # the sub-agent's Bash runs, and that use is still completed by the outcome it reports.
     assert "launched" in run.shown_text("u_agent")
     assert sub_bash.status is Status.OK and run.shown_text("u_sub_bash").strip() == "from-sub"
+    # What the CLI refused the sub-agent is read from the sub-agent's own transcript.
+    refused = run.record("u_sub_none")
+    assert (refused.status, refused.reject_stage) == (Status.REJECTED, Stage.RESOLVE)
