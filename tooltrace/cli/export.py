@@ -50,14 +50,8 @@ def export(home: Path | None, fmt: str, since: str | None, follow: bool, output:
            interval: float) -> None:
     """Export the audit trail as OCSF events: JSON lines, or OTLP logs."""
     from .._settings import resolve_home
-    from ..audit import (
-        AmbiguousCallId,
-        CallNotFound,
-        DeliveryError,
-        OtlpLogShipper,
-        audit_dir,
-        ocsf_batches,
-    )
+    from ..audit import AmbiguousCallId, CallNotFound, OtlpLogShipper, audit_dir, ocsf_batches
+    from ..exceptions import TooltraceError
 
     if output is not None and otlp_endpoint is not None:
         raise click.UsageError("-o and --otlp-endpoint are exclusive: choose one destination")
@@ -66,10 +60,12 @@ def export(home: Path | None, fmt: str, since: str | None, follow: bool, output:
     root = resolve_home(home)
     if not follow and not audit_dir(root).is_dir():
         fail(f"no audit trail under {guard(str(root))} (set --home or TOOLTRACE_HOME)")
-    shipper = OtlpLogShipper(otlp_endpoint) if otlp_endpoint is not None else None
+    shipper: OtlpLogShipper | None = None
     end = None if duration is None else time.monotonic() + duration
     written = 0
     try:
+        if otlp_endpoint is not None:
+            shipper = OtlpLogShipper(otlp_endpoint)
         with _output(output) as out, _stop_on_signals(follow) as stopped:
             batches = ocsf_batches(root, since=since_at, since_call=since_call, follow=follow,
                                    interval=interval)
@@ -88,7 +84,7 @@ def export(home: Path | None, fmt: str, since: str | None, follow: bool, output:
                     break
     except (CallNotFound, AmbiguousCallId) as exc:
         fail(f"--since: {exc}", EXIT_FAIL, guard)
-    except DeliveryError as exc:
+    except TooltraceError as exc:  # the OTLP endpoint refused, or the otlp extra is missing
         fail(str(exc), EXIT_FAIL, guard)
     finally:
         if shipper is not None:
