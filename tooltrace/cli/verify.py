@@ -73,8 +73,8 @@ def _read_anchors(source: str, guard: OutputGuard) -> ParsedAnchors:
 def _print_gaps(report: VerifyReport, source: str, guard: OutputGuard, wide: bool) -> None:
     click.echo(f"anchors: {report.anchors} anchors of {report.anchored_writers} writers checked"
                f" against {guard(source)}"
-               + (f"; {len(report.gaps)} gaps" if report.gaps else "; every anchored record"
-                  " is here"))
+               + (f"; {len(report.gaps)} gap{'s' if len(report.gaps) > 1 else ''}"
+                  if report.gaps else "; every anchored record is here"))
     if report.gaps:
         print_table(None, ["writer", "kind", "segments", "seq", "records", "message"],
                     [[g.writer, g.kind, ",".join(map(str, g.segments)),
