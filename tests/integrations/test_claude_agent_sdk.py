@@ -484,6 +484,23 @@ def test_refused_uses_are_read_from_the_transcript_once(make: Any, sink: Recordi
     assert not by_use["u0"].execution_started and by_use["u2"].reject_stage is Stage.POLICY
 
 
+def test_a_refused_use_of_a_served_tool_is_recorded_under_its_registry_name(
+        make: Any, sink: RecordingSink, tmp_path: Path) -> None:
+    reg, adapter = make()
+    reg.register(add)
+    adapter.mcp_server()
+    transcript = tmp_path / "session.jsonl"
+    transcript.write_text(
+        _line("assistant", {"type": "tool_use", "id": "u1", "name": "mcp__tooltrace__add",
+                            "input": {"a": 1, "b": 2}})
+        + _line("user", {"type": "tool_result", "tool_use_id": "u1", "is_error": True,
+                         "content": "<tool_use_error>InputValidationError: x</tool_use_error>"}))
+    asyncio.run(adapter.record_refused(transcript))
+    rec = one(sink, "add")
+    assert (rec.status, rec.reject_stage) == (Status.REJECTED, Stage.CANCEL)
+    assert rec.attributes["provider.tool_name"] == "mcp__tooltrace__add"
+
+
 def test_the_docs_table_of_built_ins_is_the_codes(make: Any) -> None:
     import re
 

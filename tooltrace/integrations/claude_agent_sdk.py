@@ -61,7 +61,7 @@ from .. import (
     ToolRegistry,
     ToolResultEnvelope,
 )
-from ..adapters import acall, make_call, model_text
+from ..adapters import PROVIDER_NAME, acall, make_call, model_text
 from ..envelope import Principal
 from ._claude_mcp import sdk_server
 from ._claude_tools import (
@@ -342,12 +342,15 @@ class ClaudeAgentAdapter:
                 if not self._passed(r.name) and self._hooked(r.name)]
 
     async def _refuse(self, r: Refused) -> ToolResultEnvelope:
-        call = make_call(self.registry, r.name, r.tool_input, integration=_INTEGRATION,
-                         provider_id=r.use_id, mode=self.mode, principal=self.principal,
-                         requested_name=True)
-        call = msgspec.structs.replace(call, attributes={**call.attributes, REFUSAL: r.reason})
+        # A served tool goes by its registry name (the model asked for mcp__<server>__<name>).
+        name = next((r.name[len(s) + 7:] for s in self._served
+                     if r.name.startswith(f"mcp__{s}__")), r.name)
+        call = make_call(self.registry, name, r.tool_input, integration=_INTEGRATION,
+                         provider_id=r.use_id, mode=self.mode, principal=self.principal)
+        attributes = {**call.attributes, PROVIDER_NAME: r.name, REFUSAL: r.reason}
+        call = msgspec.structs.replace(call, attributes=attributes)
         assert call.call_id is not None
-        if self.registry.definition(r.name) is not None:
+        if self.registry.definition(name) is not None:
             # Refused before the registry could decide: no policy, approval or hook may act on
             # a use that will never run, so it ends at its first step (stage cancel).
             self.registry.cancel_call(call.call_id, wait=False)
