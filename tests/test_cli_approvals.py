@@ -19,6 +19,7 @@ from tooltrace import (
     ApprovalDecision,
     ApprovalRequest,
     Policy,
+    Principal,
     RequireApproval,
     Status,
     ToolCall,
@@ -59,8 +60,9 @@ def trail(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
                           policy=Policy([RequireApproval(tools=frozenset({"deploy", "page"}))]))
     reg.register(deploy)
     reg.register(page)
-    envs = [reg.call(ToolCall("deploy", {"service": "api"})) for _ in range(3)]
-    envs.append(reg.call(ToolCall("page", {"who": "carol"})))
+    ann = Principal(user="ann", tenant="acme", roles=("ops",))
+    envs = [reg.call(ToolCall("deploy", {"service": "api"}, principal=ann)) for _ in range(3)]
+    envs.append(reg.call(ToolCall("page", {"who": "carol"}, principal=ann)))
     reg.shutdown()
     assert [e.status for e in envs] == [Status.OK] * 3 + [Status.REJECTED]
     detail = next(s.detail for s in envs[0].steps if s.step == "approval")
@@ -81,16 +83,29 @@ def test_lists_who_when_tool_digest_and_calls_at_80_columns(
     res = run(home)
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    table = [ln for ln in lines if ln[:1] in "┏┃┡│└"]
-    assert table and max(map(len, table)) <= 80
+    assert lines and max(map(len, lines)) <= 80
+    # Too narrow for the table: one block per approval, the reason and the expiry (and for
+    # whom) before the ids.
+    deploy_block = res.stdout.split("\n\n")[1].splitlines()  # newest first: page, deploy
+    assert deploy_block[0].endswith("approve  deploy  by alice@example.com")
+    labels = [ln.split()[0] for ln in deploy_block[1:] if ln.startswith("  ") and
+              not ln.startswith("   ")]
+    assert labels == ["reason", "expires", "principal", "calls", "sha256"]
     text = res.stdout
+    assert "release window" in text and "user ann, tenant acme, roles ops" in text
     assert "alice@example.com" in text and "bob" in text
     assert facts["sha256"][:10] in text
+    assert f"{facts['deploy'][0][:13]},{facts['deploy'][1][:13]},+1" in text
     assert "deploy" in text and "page" in text and "deny" in text
     assert SECRET not in text and "sk-ant" not in text
-    wide = run(home, "--wide", columns=80)
-    assert f"{facts['deploy'][0][:13]},{facts['deploy'][1][:13]},+1" in wide.stdout
-    assert "release window" in wide.stdout
+    for out in (run(home, "--wide", columns=80).stdout, run(home, columns=250).stdout):
+        table = [ln for ln in out.splitlines() if ln[:1] in "┏┃┡│└"]
+        assert table and table[1].split("┃")[1:-1] == [
+            f" {c:<{len(h) - 2}} " for c, h in zip(
+                ("when", "who", "decision", "tool", "reason", "expires", "principal",
+                 "sha256", "calls"), table[1].split("┃")[1:-1], strict=True)]
+        assert f"{facts['deploy'][0][:13]},{facts['deploy'][1][:13]},+1" in out
+        assert "user ann, tenant acme, roles ops" in out
 
 
 def test_json_has_the_full_record_and_every_covered_call(
@@ -105,6 +120,8 @@ def test_json_has_the_full_record_and_every_covered_call(
     assert sorted(dep["covered_calls"]) == sorted(facts["deploy"]) and dep["uses"] == 3
     assert dep["decision"] == "approve" and dep["expires_at"].endswith("Z")
     assert dep["approver"] == "alice@example.com" and "release window" in dep["reason"]
+    assert (dep["principal_user"], dep["principal_tenant"], dep["principal_roles"]) == (
+        "ann", "acme", ["ops"])
     (pg,) = [r for r in rows if r["tool"] == "page"]
     assert pg["decision"] == "deny" and pg["covered_calls"] == [] and pg["expires_at"] is None
     assert pg["call_id"] == facts["page"] and pg["reason"] == "not at night"

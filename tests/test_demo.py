@@ -113,3 +113,61 @@ def test_demo_trail_is_queryable_and_verifies(demo_run: tuple[Path, dict[str, ob
     verify = subprocess.run([str(exe), "verify"], cwd=cwd, env=env, capture_output=True,
                             text=True, timeout=60)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+TEAM_POLICY = """
+[[rules]]
+id = "writes-only-in-reports"
+tools = ["write_text"]
+only_paths = ["reports/**"]
+
+[approval]
+tools = ["write_text"]
+
+[[rules]]
+id = "no-python"
+tools = ["run_command"]
+args = { argv = "^python" }
+
+[[limits]]
+id = "commands-per-run"
+tools = ["run_command"]
+max_calls = 6
+
+[[limits]]
+id = "scans"
+tools = ["scan_index"]
+max_calls = 1
+"""
+
+
+def test_the_demo_runs_on_the_working_directorys_policy_and_replays_to_no_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from tooltrace.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TOOLTRACE_POLICY", raising=False)
+    # The file names the demo's own scan_index without declaring it in tools = [...].
+    (tmp_path / "tooltrace.toml").write_text(TEAM_POLICY)
+    home = tmp_path / "home"
+    res = CliRunner().invoke(main, ["demo", "--home", str(home), "--calls", "30", "--json"])
+    assert res.exit_code == 0, res.output
+    story = {r["what"]: r for r in json.loads(res.stdout)["story"]}
+    assert story["denied-write"]["status"] == "rejected"  # notes/ is outside reports/
+    assert story["cancel"]["status"] == "rejected"  # the second scan: over its limit
+    # The trail that policy produced, replayed against it: nothing changes.
+    res = CliRunner().invoke(main, ["policy", "test", "tooltrace.toml", "--home", str(home),
+                                    "--tools", "tooltrace.demo:DEMO_TOOLS", "--json"])
+    assert res.stdout, res.output
+    report = json.loads(res.stdout)
+    assert (res.exit_code, report["changed"], report["unknown_tools"]) == (0, 0, {}), report
+    assert report["approximate"] >= 1  # the echo of a fake key is stored redacted
+    # A file that names none of them replays without --tools, and says how to replay them.
+    (tmp_path / "writes.toml").write_text('[approval]\ntools = ["write_text"]\n')
+    res = CliRunner().invoke(main, ["policy", "test", "writes.toml", "--home", str(home)])
+    assert res.exit_code == 1, res.output  # looser than the file that made the trail
+    assert "calls of scan_index (no definition: pass --tools MODULE:ATTR (the demo's: --tools" \
+        " tooltrace.demo:DEMO_TOOLS))" in res.output

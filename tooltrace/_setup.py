@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from . import _settings
 from .registry import ToolRegistry
 from .sinks import Sink, SpanOpener
+
+if TYPE_CHECKING:
+    from .tool import FunctionTool
 
 __all__ = ["create_registry"]
 
@@ -28,6 +32,7 @@ def create_registry(
     audit_options: dict[str, Any] | None = None,
     extra_sinks: tuple[Sink, ...] = (),
     policy_file: str | os.PathLike[str] | None = None,
+    tools: Iterable[FunctionTool] = (),
     **registry_options: Any,
 ) -> ToolRegistry:
     """A ``ToolRegistry`` with tracing (when ``OTEL_*`` configures it, or ``tracing=True``),
@@ -38,7 +43,9 @@ def create_registry(
     The policy comes from ``policy=`` when given, else from the policy file: ``policy_file``
     > ``TOOLTRACE_POLICY`` > ``./tooltrace.toml`` when it exists (``tooltrace.policyfile``); an
     invalid file raises ``PolicyFileError`` and no registry starts. The file's ``[commands]``
-    table configures the built-in command tools (their sandbox and network).
+    table configures the built-in command tools (their sandbox and network). ``tools`` (``@tool``
+    functions) are registered before the file is checked, so it may name them
+    without declaring them in its own ``tools = [...]``.
 
     Keyword arguments not named here go to ``ToolRegistry`` (policy, hooks, approver, caps...).
     """
@@ -80,13 +87,15 @@ def create_registry(
             settings = command_settings(policy_path)
             commands = settings.config() if settings is not None else None
         register_builtins(reg, commands=commands)
-    if policy_path is not None:
-        from .policyfile import load_policy
+    try:
+        for t in tools:
+            reg.register(t)
+        if policy_path is not None:
+            from .policyfile import load_policy
 
-        try:
-            tools = {n: d for n in reg.tool_names() if (d := reg.definition(n)) is not None}
-            load_policy(policy_path, tools=tools).apply(reg)
-        except Exception:
-            reg.shutdown()
-            raise
+            defs = {n: d for n in reg.tool_names() if (d := reg.definition(n)) is not None}
+            load_policy(policy_path, tools=defs).apply(reg)
+    except Exception:
+        reg.shutdown()
+        raise
     return reg

@@ -214,8 +214,9 @@ def run_demo(
 ) -> DemoResult:
     """Run the demo workload; return what happened. ``calls`` (if larger than the scripted set)
     adds randomised calls of the same kinds; ``linger_s`` keeps the metrics endpoint up that long
-    after the last call. ``policy_file`` replaces the demo's own policy with a policy file's
-    (it must list the demo's ``scan_index`` and ``deploy_service`` in ``tools`` to name them)."""
+    after the last call. A policy file replaces the demo's own policy: ``policy_file``, else
+    ``TOOLTRACE_POLICY``, else ``./tooltrace.toml`` when it exists (it may name the demo's
+    ``scan_index`` and ``deploy_service``: they are registered before it is checked)."""
     home_path = _settings.resolve_home(home).absolute()
     home_path.mkdir(parents=True, exist_ok=True)
     # The scratch workspace lies beside the home, never in it: no tool may reach the home.
@@ -223,9 +224,8 @@ def run_demo(
     log_path = home_path / "logs" / "demo.jsonl"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_stream = log_path.open("a", encoding="utf-8")
-    chosen: dict[str, Any] = (
-        {"policy": _demo_policy()} if policy_file is None else {"policy_file": policy_file}
-    )
+    path = _settings.policy_path(policy_file)
+    chosen: dict[str, Any] = {"policy": _demo_policy()} if path is None else {"policy_file": path}
     reg = create_registry(
         ws,
         home=home_path,
@@ -237,13 +237,12 @@ def run_demo(
         # call ends failed, not unknown); shorter than deploy_service runs past its deadline
         # (0.3 + 1.0 s against 2.5 s), so that call still ends unknown and resolves later.
         cancel_grace_s=1.0,
+        tools=DEMO_TOOLS,
         **(registry_options or {}),
     )
     result = DemoResult(home_path, ws)
     server = None
     try:
-        reg.register(_scan_index)
-        reg.register(_deploy_service)
         if metrics_port is not None:
             server = _serve(reg, metrics_port)
             result.metrics_port = getattr(server, "port", metrics_port)
