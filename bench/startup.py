@@ -194,6 +194,16 @@ def run(rounds: int = 15, sizes: tuple[int, ...] = (10, 100, 1000)) -> dict[str,
                 walls[k].append(v)
     med = {k: statistics.median(v) * 1000.0 for k, v in samples.items() if k != "python"}
     proc = {k: statistics.median(v) * 1000.0 for k, v in walls.items()}
+    # The two probes of a ratio run next to each other in every round: the median of the
+    # per-round ratios is steadier than the ratio of medians on a host whose speed drifts.
+    ratios = {c: {"process": statistics.median(
+        a / b for a, b in zip(walls[f"create {c}"], walls[f"libraries {c}"], strict=True)),
+        "in_process": statistics.median(
+        a / b for a, b in zip(samples[f"create {c}"], samples[f"libraries {c}"], strict=True))}
+        for c in configs}
+    if "register 100" in samples:
+        ratios["register 100"] = {"in_process": statistics.median(
+            a / b for a, b in zip(samples["register 100"], samples["import"], strict=True))}
     imp = med["import"]
     t = Table("Startup: import, create_registry, registering tools",
               ["what", "in process ms", "per tool us", "/ import tooltrace",
@@ -220,5 +230,6 @@ def run(rounds: int = 15, sizes: tuple[int, ...] = (10, 100, 1000)) -> dict[str,
           "-", "-", digits=2)
     t.print()
     return {"rounds": rounds, "sizes": list(sizes), "configs": configs, "sink_modules": modules,
-            "median_ms": med, "process_median_ms": proc, "samples_s": samples,
+            "median_ms": med, "process_median_ms": proc, "round_ratio_median": ratios,
+            "samples_s": samples,
             "process_samples_s": walls}
