@@ -22,7 +22,13 @@ from support.integrations import SECRET, add, explode, unsure
 
 sdk = require_module("claude_agent_sdk", extra("claude-agent-sdk"))
 
-from claude_agent_sdk import ClaudeAgentOptions, query  # noqa: E402
+from claude_agent_sdk import (  # noqa: E402
+    ClaudeAgentOptions,
+    PermissionResult,
+    PermissionResultAllow,
+    ToolPermissionContext,
+    query,
+)
 from support.claude_api import (  # noqa: E402
     FakeMessagesApi,
     Turn,
@@ -324,3 +330,23 @@ def test_a_sub_agent_is_policed_and_its_own_uses_are_decided(run_cli: Any) -> No
     # What the CLI refused the sub-agent is read from the sub-agent's own transcript.
     refused = run.record("u_sub_none")
     assert (refused.status, refused.reject_stage) == (Status.REJECTED, Stage.RESOLVE)
+
+
+def test_the_user_answers_a_passed_through_question(run_cli: Any) -> None:
+    asked: list[str] = []
+
+    async def ask_user(name: str, tool_input: dict[str, Any], context: ToolPermissionContext
+                       ) -> PermissionResult:
+        asked.append(name)
+        question = tool_input["questions"][0]["question"]
+        return PermissionResultAllow(updated_input={**tool_input,
+                                                    "answers": {question: "Parquet"}})
+
+    question = {"question": "Which format?", "header": "Format", "multiSelect": False,
+                "options": [{"label": "Parquet", "description": "columns"},
+                            {"label": "CSV", "description": "rows"}]}
+    run = run_cli([[use("AskUserQuestion", {"questions": [question]}, "u_ask")]],
+                  adapter={"ask_user": ask_user})
+    assert asked == ["AskUserQuestion"]
+    assert "Parquet" in run.shown_text("u_ask")
+    assert run.sink.records == []  # passed through: nothing decided, nothing recorded

@@ -9,6 +9,7 @@ the CLI sends (``additionalProperties``), so a newer CLI's extra fields are not 
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -25,6 +26,7 @@ __all__ = [
     "ClaudeToolError",
     "adopt",
     "builtin_definitions",
+    "matches",
     "same_shape",
     "sdk_schema",
 ]
@@ -183,6 +185,16 @@ def builtin_definitions(
             )
         )
     return out
+
+
+def matches(matcher: str | None, tool_name: str) -> bool:
+    """Whether a hook with the CLI's tool ``matcher`` (None: every tool) sees ``tool_name``."""
+    if matcher is None or matcher in ("", "*"):
+        return True
+    try:
+        return re.fullmatch(matcher, tool_name) is not None
+    except re.error:
+        return tool_name in matcher.split("|")
 
 
 def same_shape(a: Any, b: Any) -> bool:

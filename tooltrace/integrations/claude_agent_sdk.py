@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
@@ -49,7 +48,7 @@ from claude_agent_sdk import (
     PermissionResultDeny,
     ToolPermissionContext,
 )
-from claude_agent_sdk.types import HookEvent
+from claude_agent_sdk.types import CanUseTool, HookEvent
 
 from .. import (
     CallContext,
@@ -70,6 +69,7 @@ from ._claude_tools import (
     ClaudeToolError,
     adopt,
     builtin_definitions,
+    matches,
     same_shape,
     sdk_schema,
 )
@@ -126,6 +126,9 @@ class ClaudeAgentAdapter:
             every tool use through the registry (but ``PASSED_THROUGH_TOOLS``), where an
             unregistered name is refused.
         principal: whom every call acts for (default: its run's principal, if any).
+        ask_user: the permission callback that answers the passed-through tools that ask the
+            user (``AskUserQuestion``'s answers as ``updated_input``, ``ExitPlanMode``'s
+            approval); without it they are allowed as asked, and go unanswered.
     """
 
     def __init__(
@@ -139,6 +142,7 @@ class ClaudeAgentAdapter:
         on_failure: Literal["block", "continue"] = "block",
         matcher: str | None = None,
         principal: Principal | None = None,
+        ask_user: CanUseTool | None = None,
     ) -> None:
         self.registry = registry
         self.principal = principal
@@ -148,6 +152,7 @@ class ClaudeAgentAdapter:
         self.hook_timeout_s = hook_timeout_s
         self.on_failure: Literal["block", "continue"] = on_failure
         self.matcher = matcher
+        self.ask_user = ask_user
         self._builtins: set[str] = set()
         self._served: dict[str, frozenset[str]] = {}
         self._by_use: dict[str, _Pending] = {}
@@ -237,6 +242,8 @@ class ClaudeAgentAdapter:
         """The permission callback: the same decision as ``pre_tool_use`` (made once per use)."""
         if context.tool_use_id:
             self._transcripts.seen.add(context.tool_use_id)
+        if self._passed(tool_name) and self.ask_user is not None:
+            return await self.ask_user(tool_name, tool_input, context)
         if self._ours(tool_name) or self._passed(tool_name):
             # The in-process server runs the whole pipeline; a passed-through tool is the CLI's.
             return PermissionResultAllow()
@@ -339,7 +346,7 @@ class ClaudeAgentAdapter:
         CLI's reason in the ``claude_code.refusal`` attribute. Uses the hooks do not cover
         (``matcher``, ``PASSED_THROUGH_TOOLS``) are left out; each use is recorded once."""
         return [await self._refuse(r) for r in await self._transcripts.refused(transcript_path)
-                if not self._passed(r.name) and self._hooked(r.name)]
+                if not self._passed(r.name) and matches(self.matcher, r.name)]
 
     async def _refuse(self, r: Refused) -> ToolResultEnvelope:
         # A served tool goes by its registry name (the model asked for mcp__<server>__<name>).
@@ -385,15 +392,6 @@ class ClaudeAgentAdapter:
 
     def _passed(self, tool_name: str) -> bool:
         return tool_name in PASSED_THROUGH_TOOLS and self.registry.definition(tool_name) is None
-
-    def _hooked(self, tool_name: str) -> bool:
-        """Whether the adapter's tool hooks see uses of ``tool_name`` (its matcher)."""
-        if self.matcher is None or self.matcher in ("", "*"):
-            return True
-        try:
-            return re.fullmatch(self.matcher, tool_name) is not None
-        except re.error:
-            return tool_name in self.matcher.split("|")
 
     def _ours(self, tool_name: str) -> bool:
         return any(
@@ -485,7 +483,8 @@ class ClaudeAgentAdapter:
         its tools through: the registry decides on each of their calls)."""
         base = base if base is not None else ClaudeAgentOptions()
         if base.can_use_tool is not None:
-            raise ValueError("base already has a can_use_tool callback; the adapter needs it")
+            raise ValueError("base already has a can_use_tool callback; the adapter needs it "
+                             "(pass one that answers the user's questions as ask_user=)")
         hooks: dict[HookEvent, list[HookMatcher]] = dict(base.hooks or {})
         for event, matchers in self.hooks().items():
             hooks[event] = [*hooks.get(event, []), *matchers]
