@@ -238,6 +238,28 @@ def test_a_background_job_runs_in_the_same_sandbox(box: Box, temp_root: Path) ->
     wait_for(lambda: _private_tmps(temp_root) == [], 10.0, "the job's TMPDIR to go")
 
 
+@pytest.mark.parametrize("mode", ["off", "landlock"])
+def test_a_program_that_cannot_start_fails_the_call_as_without_a_sandbox(
+    mode: str, tmp_path: Path,
+) -> None:
+    # Landlock's helper reports the failed exec through its status pipe: the call fails with
+    # the same error as an unsandboxed start; a missing program fails before anything starts.
+    b = _box(tmp_path, mode)
+    bad = b.ws / "bad"
+    bad.write_bytes(b"\x7fELF\x00garbage")
+    bad.chmod(0o755)
+    (b.ws / "plain").write_text("not executable\n")
+    try:
+        for argv, error in ((["./bad"], "OSError"), (["./plain"], "PermissionError"),
+                            (["no-such-program-here"], "FileNotFoundError")):
+            env = b.reg.call(ToolCall("run_command", {"argv": argv}))
+            assert env.status is Status.FAILED, (argv, env.summary)
+            assert env.record.error_type == error, (argv, env.summary)
+            assert "pid" not in _detail(env)
+    finally:
+        b.reg.shutdown(timeout_s=5.0)
+
+
 # -- ABI handling ------------------------------------------------------------------------------
 
 

@@ -197,7 +197,8 @@ def _under(path: str, roots: Iterable[str]) -> bool:
 
 def _find_program(name: str, env: Mapping[str, str], visible: tuple[str, ...]) -> None:
     """Raise as ``exec`` would where no candidate for ``name`` exists, or none inside the
-    sandbox (``PermissionError``): the command fails before anything starts."""
+    sandbox (``PermissionError``): the command fails before anything starts. A name relative
+    to the command's directory is left to the exec, which runs there."""
     if "/" in name:
         candidates = [name]
     else:
@@ -205,13 +206,16 @@ def _find_program(name: str, env: Mapping[str, str], visible: tuple[str, ...]) -
         candidates = [os.path.join(d or ".", name) for d in path.split(os.pathsep)]
     found = False
     for c in candidates:
-        if os.path.isfile(c) and os.access(c, os.X_OK):
+        if not os.path.isabs(c):
+            return
+        if os.path.isfile(c):
             found = True
-            if _under(os.path.realpath(c), visible):
+            if os.access(c, os.X_OK) and _under(os.path.realpath(c), visible):
                 return
     if not found:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
-    raise PermissionError(errno.EACCES, "the program lies outside what the sandbox grants", name)
+    raise PermissionError(errno.EACCES, "the program is not executable, or lies outside what"
+                          " the sandbox grants", name)
 
 
 def _private_tmp() -> str:
