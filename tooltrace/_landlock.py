@@ -25,10 +25,11 @@ abstract unix sockets and signals to the sandbox; 7 adds audit-log flags and no 
 
 from __future__ import annotations
 
-import ctypes
+import functools
 import os
 import stat
 import sys
+from typing import Any
 
 __all__ = [
     "FS_EXECUTE",
@@ -120,25 +121,28 @@ def allowed(kind: str, abi: int, is_dir: bool) -> int:
     return rights if is_dir else rights & ~_DIR_ONLY
 
 
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]
+@functools.cache
+def _ffi() -> tuple[Any, Any, Any, Any]:
+    """(ctypes, libc, the ruleset attribute type, the path-beneath attribute type), loaded on
+    first use: importing tooltrace's command tools does not load ctypes."""
+    import ctypes
 
+    class RulesetAttr(ctypes.Structure):
+        _fields_ = [("handled_access_fs", ctypes.c_uint64),
+                    ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
 
-class _PathBeneathAttr(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+    class PathBeneathAttr(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
-
-def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
-    return libc
+    return ctypes, libc, RulesetAttr, PathBeneathAttr
 
 
 def _check(result: int) -> int:
     if result < 0:
-        err = ctypes.get_errno()
+        err = _ffi()[0].get_errno()
         raise OSError(err, os.strerror(err))
     return result
 
@@ -148,7 +152,7 @@ def abi_version() -> int:
     off at boot, or an architecture whose syscall numbers this binding does not know)."""
     if sys.platform != "linux" or os.uname().machine not in _MACHINES:
         return 0
-    libc = _libc()
+    ctypes, libc, _, _ = _ffi()
     abi = libc.syscall(ctypes.c_long(_NUMBERS[0]), None, ctypes.c_size_t(0),
                        ctypes.c_long(_CREATE_RULESET_VERSION))
     return max(0, int(abi))
@@ -158,9 +162,9 @@ def restrict(abi: int, grants: list[tuple[str, str]], refuse_tcp: bool) -> None:
     """Restrict this process (and everything it starts) to ``grants`` — ``(kind, path)``
     pairs; a path that does not exist is skipped — with TCP refused when ``refuse_tcp`` (ABI 4+).
     Irrevocable; raises ``OSError`` when the kernel refuses."""
-    libc = _libc()
+    ctypes, libc, ruleset_attr, path_beneath_attr = _ffi()
     create, add, restrict_self = (ctypes.c_long(n) for n in _NUMBERS)
-    attr = _RulesetAttr(handled_fs(abi), handled_net(abi, refuse_tcp), scoped(abi))
+    attr = ruleset_attr(handled_fs(abi), handled_net(abi, refuse_tcp), scoped(abi))
     # The size names the fields the ABI reads: older kernels refuse fields they do not know.
     size = 8 if abi < 4 else 16 if abi < 6 else 24
     ruleset = _check(libc.syscall(create, ctypes.byref(attr), ctypes.c_size_t(size),
@@ -173,7 +177,7 @@ def restrict(abi: int, grants: list[tuple[str, str]], refuse_tcp: bool) -> None:
                 continue
             try:
                 is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
-                rule = _PathBeneathAttr(allowed(kind, abi, is_dir), fd)
+                rule = path_beneath_attr(allowed(kind, abi, is_dir), fd)
                 if rule.allowed_access:
                     _check(libc.syscall(add, ctypes.c_long(ruleset),
                                         ctypes.c_long(_RULE_PATH_BENEATH), ctypes.byref(rule),
