@@ -154,3 +154,24 @@ def test_the_audit_key_never_reaches_a_result_or_the_trail(tmp_path: Path, works
         reg.shutdown(timeout_s=5.0)
     trail = b"".join(p.read_bytes() for p in (home / "audit").rglob("*") if p.is_file())
     assert b"leak" in trail and key.encode() not in trail
+
+
+@pytest.mark.parametrize("where", ["same", "nested"])
+def test_a_workspace_inside_its_home_keeps_the_homes_entries_protected(
+    tmp_path: Path, where: str,
+) -> None:
+    home = tmp_path / "home"
+    ws = home if where == "same" else home / "ws"
+    ws.mkdir(parents=True)
+    (ws / "notes.txt").write_text("hello\n")
+    reg = tooltrace.create_registry(ws, home=home, metrics=False, logging=False)
+    try:
+        assert reg.call(ToolCall("read_text", {"path": "notes.txt"})).status is Status.OK
+        assert reg.call(ToolCall("run_command", {"argv": ["cat", "notes.txt"]})).status \
+            is Status.OK
+        for path in (f"{home}/audit.key", f"{home}/audit/x.txt", f"{home}/snapshots/x.txt"):
+            assert _refused(reg.call(ToolCall("read_text", {"path": path})))
+            assert _refused(reg.call(ToolCall("write_text", {"path": path, "text": "x"})))
+        assert _refused(reg.call(ToolCall("run_command", {"argv": ["cat", f"{home}/audit.key"]})))
+    finally:
+        reg.shutdown(timeout_s=5.0)

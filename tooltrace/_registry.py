@@ -139,7 +139,7 @@ class ToolRegistry:
         self.home = _settings.resolve_home(home, workspace=ws.root)
         # The home holds the evidence of what tools did: no tool's path may lead into it, even
         # where the operator placed it inside the workspace.
-        self.workspace = ws.with_protected((self.home,))
+        self.workspace = ws.with_protected(_settings.protected_paths(self.home, ws.root))
         self.artifacts = ArtifactStore(self.home / "artifacts")
         self.snapshots = SnapshotStore(self.home, snapshot_max_bytes)
         self.group_descriptions: dict[str, str] = {}  # see describe_group

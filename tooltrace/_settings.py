@@ -21,13 +21,15 @@ from typing import Final
 from .exceptions import ConfigurationError
 
 __all__ = [
+    "HOME_ENTRIES",
     "PROMETHEUS_MULTIPROC_DIR",
     "SETTINGS",
-    "TOOLTRACE_APPROVAL",
-    "TOOLTRACE_ARCHIVE",
     "TOOLTRACE_ANCHORS",
     "TOOLTRACE_ANCHOR_RETENTION_DAYS",
+    "TOOLTRACE_APPROVAL",
+    "TOOLTRACE_ARCHIVE",
     "TOOLTRACE_ARCHIVE_DATA_PATH",
+    "TOOLTRACE_AUDIT_COMPACT",
     "TOOLTRACE_AUDIT_FSYNC",
     "TOOLTRACE_AUDIT_KEY",
     "TOOLTRACE_AUDIT_STRICT",
@@ -47,6 +49,7 @@ __all__ = [
     "approval_allows",
     "archive_data_path",
     "archive_uri",
+    "audit_compact",
     "audit_fsync",
     "audit_key",
     "audit_strict",
@@ -57,6 +60,7 @@ __all__ = [
     "max_timeout_s",
     "policy_path",
     "prometheus_multiproc_dir",
+    "protected_paths",
     "resolve_home",
     "run_id",
     "signing_key_file",
@@ -76,6 +80,8 @@ TOOLTRACE_MAX_TIMEOUT_S: Final = "TOOLTRACE_MAX_TIMEOUT_S"
 TOOLTRACE_MAX_DEPTH: Final = "TOOLTRACE_MAX_DEPTH"
 #: ``allow`` or ``deny``: what an ``ask`` verdict becomes with no approver.
 TOOLTRACE_APPROVAL: Final = "TOOLTRACE_APPROVAL"
+#: ``auto`` or ``off``: whether audit writers compact sealed segments in the background.
+TOOLTRACE_AUDIT_COMPACT: Final = "TOOLTRACE_AUDIT_COMPACT"
 #: The audit fsync policy: ``record``, ``grouped`` or ``none``.
 TOOLTRACE_AUDIT_FSYNC: Final = "TOOLTRACE_AUDIT_FSYNC"
 #: ``1``, ``true`` or ``yes``: strict audit mode when the sink leaves ``strict`` unset.
@@ -135,6 +141,9 @@ SETTINGS: Final = (
             ("Policy files", "guide/policy-file.md")),
     Setting(TOOLTRACE_AUDIT_FSYNC, "`grouped`", "audit fsync policy: `record`, `grouped`, `none`",
             ("the trail", "audit/trail.md#fsync-policies-and-acknowledgement")),
+    Setting(TOOLTRACE_AUDIT_COMPACT, "`auto`", "`off`: audit writers leave sealed segments to"
+            " `tooltrace compact` instead of compacting them in the background",
+            ("the trail", "audit/trail.md#background-compaction")),
     Setting(TOOLTRACE_AUDIT_STRICT, "off", "`1`, `true` or `yes`: refuse a call whose audit"
             " intent cannot be made durable", ("the trail", "audit/trail.md#strict-mode")),
     Setting(TOOLTRACE_AUDIT_KEY, "key file `<home>/audit.key` (0600)",
@@ -192,6 +201,21 @@ def resolve_home(
         return Path(explicit)
     env = _env(TOOLTRACE_HOME)
     return Path(env) if env else default_home(workspace)
+
+
+#: What tooltrace keeps in a home: the trail, its keys and anchors, snapshots, artifacts, logs,
+#: the MCP proxy's pins. Protected one by one where a workspace lies inside its home.
+HOME_ENTRIES: Final = ("audit", "audit.key", "keys", "anchors", "snapshots", "artifacts", "logs",
+                       "mcp-pins.json")
+
+
+def protected_paths(home: str | os.PathLike[str], workspace: str | os.PathLike[str]) -> list[Path]:
+    """What no tool of ``workspace`` may reach of ``home``: the whole home, or, where the
+    workspace lies inside it (or is it), each entry the home keeps (``HOME_ENTRIES``)."""
+    real_home = Path(os.path.realpath(home))
+    if Path(os.path.realpath(workspace)).is_relative_to(real_home):
+        return [real_home / name for name in HOME_ENTRIES]
+    return [real_home]
 
 
 def state_dir() -> Path:
@@ -297,6 +321,23 @@ def audit_fsync(explicit: str | None = None) -> str:
     """The audit fsync policy's name: explicit > ``TOOLTRACE_AUDIT_FSYNC`` > ``grouped`` (the
     sink checks it)."""
     return explicit if explicit is not None else _env(TOOLTRACE_AUDIT_FSYNC) or "grouped"
+
+
+def audit_compact(explicit: bool | None = None) -> bool:
+    """Background compaction of the audit trail: explicit > ``TOOLTRACE_AUDIT_COMPACT``
+    (``auto``/``on``/``1``/``true``/``yes``, or ``off``/``0``/``false``/``no``) > on.
+    ``ConfigurationError`` for any other value."""
+    if explicit is not None:
+        return explicit
+    raw = _env(TOOLTRACE_AUDIT_COMPACT)
+    if raw is None:
+        return True
+    value = raw.strip().lower()
+    if value in ("auto", "on", "1", "true", "yes"):
+        return True
+    if value in ("off", "0", "false", "no"):
+        return False
+    raise ConfigurationError(f"{TOOLTRACE_AUDIT_COMPACT} must be auto or off, got {raw[:40]!r}")
 
 
 def audit_strict(explicit: bool | None = None) -> bool:
