@@ -207,7 +207,9 @@ def _check_chain(
             before = by_seq[ln.seq - 1]
         else:
             before = lines[i - 1].h
-        if before is not None and chain_hash(before, ln.body) != ln.h and ln.no not in seq_issues:
+        edited = (before is not None and chain_hash(before, ln.body) != ln.h
+                  and ln.no not in seq_issues)
+        if edited:
             # The seq is where it belongs, so this line (or its predecessor) was changed.
             add(Finding("error", "edited", name, ln.no, ln.seq,
                         "record does not match the hash chain: edited"))
@@ -241,7 +243,7 @@ def _check_chain(
                 if bad_sig is None and sigs.trust is not None and "sig" in ln.obj and (
                         ln.obj.get("head") != before):
                     bad_sig = "it covers another chain head"
-                if bad_sig:
+                if bad_sig and not edited:  # an edit that does not chain is reported as such
                     add(Finding("error", "forged", name, ln.no, ln.seq,
                                 f"approval does not hold ({bad_sig}): altered or forged"))
     sigs.finish()
