@@ -6,9 +6,6 @@ and their validators are compiled only when a call first needs them."""
 from __future__ import annotations
 
 import enum
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -209,23 +206,3 @@ def test_validators_are_compiled_when_a_call_first_needs_them(tmp_path: Path) ->
     finally:
         registry.shutdown()
 
-
-def test_create_registry_checks_the_builtins_without_importing_jsonschema(tmp_path: Path) -> None:
-    # The full metaschema check (and its library) is for schemas the walk cannot vouch for;
-    # a process that only uses the built-in tools never loads it.
-    (tmp_path / "ws").mkdir()
-    code = (
-        "import sys, tooltrace\n"
-        f"r = tooltrace.create_registry(workspace={str(tmp_path / 'ws')!r}, "
-        f"home={str(tmp_path / 'home')!r}, log_stream=open('/dev/null', 'w'))\n"
-        "r.shutdown()\n"
-        "print(sorted(r.tool_names()))\n"
-        "print('jsonschema' in sys.modules)\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "TOOLTRACE_HOME"}
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=120, env=env)
-    assert p.returncode == 0, p.stderr[-2000:]
-    names, loaded = p.stdout.strip().splitlines()[-2:]
-    assert "read_text" in names and "run_command" in names
-    assert loaded == "False"

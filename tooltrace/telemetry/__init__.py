@@ -81,7 +81,8 @@ def default_sinks(
     """
     import os
 
-    from .tracing import (
+    # The names from the light module: with tracing off, OpenTelemetry is never imported.
+    from ._otlp import (
         OTEL_EXPORTER_OTLP_ENDPOINT,
         OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
         OTEL_SDK_DISABLED,
