@@ -89,6 +89,12 @@ class AnchorLog:
                     off += os.write(fd, view[off:])
             if sync:
                 os.fsync(fd)
+                if size == 0:  # a new file: its directory entry too
+                    dfd = os.open(self.path.parent, os.O_RDONLY)
+                    try:
+                        os.fsync(dfd)
+                    finally:
+                        os.close(dfd)
         finally:
             os.close(fd)  # drops the lock
 

@@ -193,7 +193,7 @@ class AuditSink:
             return self._writer
 
     def open_segment(self) -> None:
-        """Open this process's segment now, not at its first record: the key is loaded here
+        """Open this process's segment now, not at its first record: the keys are loaded here
         (created in a new home), the segment opened in the background.
 
         Opening a segment syncs it, the digest and the directory: several ``fsync`` calls,
