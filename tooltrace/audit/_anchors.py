@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from ._findings import Finding, VerifyReport
+from ._format import RECORD_PREFIXES
 from ._manifest import DIGEST_GENESIS, PRUNED, last_line_end, read_digest
 from ._segments import list_segments
 from ._signing import PublicKey, digest_payload, line_payload
@@ -248,14 +249,13 @@ class AnchorGap:
                 "records": self.records, "message": self.message}
 
 
-_RECORD_PREFIXES = (b'{"k":"c"', b'{"k":"i"', b'{"k":"s"', b'{"k":"a"')
 _CKPT_PREFIXES = (b'{"k":"ckpt"', b'{"k":"seal"')
 
 
 @dataclass(slots=True)
 class _Scan:
-    """A segment's checkpoints by seq (head, signature, records before), its last seq and
-    its record count."""
+    """A segment's checkpoints (seq -> their head and signature), its last seq and how many
+    records it holds."""
 
     ckpts: dict[int, tuple[object, object]]
     last_seq: int | None
@@ -277,7 +277,7 @@ def _scan(info: SegmentInfo) -> _Scan | None:
         if not raw:
             continue
         last = raw
-        if raw.startswith(_RECORD_PREFIXES):
+        if raw.startswith(RECORD_PREFIXES):
             records += 1
         elif raw.startswith(_CKPT_PREFIXES):
             try:

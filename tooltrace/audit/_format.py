@@ -42,6 +42,7 @@ from ..sinks import ApprovalRecord, LateStep
 __all__ = [
     "FORMAT_VERSION",
     "HASH_SUFFIX_LEN",
+    "RECORD_PREFIXES",
     "TOOLTRACE_AUDIT_KEY",
     "chain_hash",
     "checkpoint_mac",
@@ -62,6 +63,9 @@ _H_PREFIX = b',"h":"'
 #: ``,"h":"`` + 64 hex + ``"}``
 HASH_SUFFIX_LEN = len(_H_PREFIX) + 64 + 2
 _KEY_FILE = "audit.key"
+#: How a record line (a call, an intent, a late step, an approval) begins: every line is written
+#: with its kind first, so records are counted without parsing them.
+RECORD_PREFIXES = (b'{"k":"c"', b'{"k":"i"', b'{"k":"s"', b'{"k":"a"')
 
 
 def _default(obj: Any) -> Any:

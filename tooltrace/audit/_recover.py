@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from ._format import chain_hash, checkpoint_mac, dumps, seal_line, split_hash
+from ._format import RECORD_PREFIXES, chain_hash, checkpoint_mac, dumps, seal_line, split_hash
 from ._manifest import DROPPED, SEALED, append_digest, read_digest
 from ._segments import SegmentInfo, list_opening, list_segments, locked_if_dead, segment_name
 
@@ -41,12 +41,9 @@ class Recovered:
     quarantined: str | None
 
 
-_RECORD_KINDS = (b'{"k":"c"', b'{"k":"i"', b'{"k":"s"', b'{"k":"a"')
-
-
 def _records_in(data: bytes) -> int:
     """How many record lines (calls, intents, late steps, approvals) ``data`` holds."""
-    return sum(1 for ln in data.split(b"\n") if ln.startswith(_RECORD_KINDS))
+    return sum(1 for ln in data.split(b"\n") if ln.startswith(RECORD_PREFIXES))
 
 
 def _last_good(data: bytes) -> tuple[int, dict[str, object] | None, int]:
