@@ -25,11 +25,15 @@ abstract unix sockets and signals to the sandbox; 7 adds audit-log flags and no 
 
 from __future__ import annotations
 
-import functools
 import os
 import stat
 import sys
-from typing import Any
+
+# Not typing's: importing typing would add milliseconds to the helper's start, every command.
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "FS_EXECUTE",
@@ -121,10 +125,12 @@ def allowed(kind: str, abi: int, is_dir: bool) -> int:
     return rights if is_dir else rights & ~_DIR_ONLY
 
 
-@functools.cache
 def _ffi() -> tuple[Any, Any, Any, Any]:
     """(ctypes, libc, the ruleset attribute type, the path-beneath attribute type), loaded on
-    first use: importing tooltrace's command tools does not load ctypes."""
+    first use: importing tooltrace's command tools does not load ctypes. (No functools or
+    typing at run time: the helper's start is what each command pays.)"""
+    if _FFI:
+        return _FFI[0]
     import ctypes
 
     class RulesetAttr(ctypes.Structure):
@@ -137,7 +143,11 @@ def _ffi() -> tuple[Any, Any, Any, Any]:
 
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
-    return ctypes, libc, RulesetAttr, PathBeneathAttr
+    _FFI.append((ctypes, libc, RulesetAttr, PathBeneathAttr))
+    return _FFI[0]
+
+
+_FFI: list[tuple[Any, Any, Any, Any]] = []
 
 
 def _check(result: int) -> int:
@@ -219,18 +229,38 @@ def _report(fd: int, stage: str, err: int) -> None:
             pass
 
 
+def _execvp(argv: list[str], dirs: list[str]) -> None:
+    """``os.execvp`` without its imports (the standard library may be out of reach by now):
+    the program by its path, else the first of ``dirs`` that holds it, as ``subprocess`` runs
+    it (no shell for a file that is not a program)."""
+    if "/" in argv[0]:
+        os.execv(argv[0], argv)
+    first: OSError | None = None
+    last: OSError = FileNotFoundError(2, "No such file or directory", argv[0])
+    for d in dirs:
+        try:
+            os.execv(os.path.join(d, argv[0]), argv)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            last = exc
+        except OSError as exc:
+            last = exc
+            first = first or exc
+    raise first or last
+
+
 def main(args: list[str]) -> None:
     """The helper: restrict this process as the arguments say, then exec the program."""
     abi, refuse_tcp, grants, status_fd, argv = _parse(args)
     if status_fd >= 0:
         os.set_inheritable(status_fd, False)  # closed by the exec: EOF tells the parent it ran
+    dirs = os.get_exec_path()  # before the restriction: it imports what it needs
     try:
         restrict(abi, grants, refuse_tcp)
     except OSError as exc:
         _report(status_fd, "landlock", exc.errno or 0)
         os._exit(126)
     try:
-        os.execvp(argv[0], argv)
+        _execvp(argv, dirs)
     except OSError as exc:
         _report(status_fd, "exec", exc.errno or 0)
         os._exit(127)
