@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -281,6 +282,30 @@ def test_the_masks_follow_the_abi(abi: int) -> None:
     assert ll.allowed("rw", abi, False) & (1 << 14) == ((1 << 14) if abi >= 3 else 0)
     assert ll.allowed("rx", abi, False) == ll.FS_EXECUTE | ll.FS_READ_FILE
     assert ll.handled_fs(0) == 0
+
+
+def test_the_helper_finds_its_program_with_only_the_system_granted(tmp_path: Path) -> None:
+    # Python's own lookup of PATH imports from the standard library, which the grants need not
+    # hold: the helper looks the program up before it restricts itself.
+    _need("landlock")
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "secret.txt").write_text("secret\n")
+    r, w = os.pipe()
+    try:
+        p = subprocess.run(
+            [sys.executable, "-I", "-S", "-B", ll.__file__, "--abi", str(landlock_abi()),
+             "--rx", "/usr", "--rx", "/etc", "--rw", str(tmp_path / "ws"), "--status-fd",
+             str(w), "--", "sh", "-c", f"echo ran > {tmp_path}/ws/out; cat {tmp_path}/secret.txt"],
+            pass_fds=(w,), capture_output=True, text=True, timeout=60, check=False)
+        os.close(w)
+        w = -1
+        assert os.read(r, 64) == b""  # nothing went wrong before the exec
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+    assert (tmp_path / "ws" / "out").read_text() == "ran\n"
+    assert p.returncode != 0 and "Permission denied" in p.stderr
 
 
 @pytest.mark.parametrize("abi", range(1, 8))
