@@ -378,6 +378,31 @@ def test_follow_ships_every_new_record_once_and_stops_on_sigterm(
     assert res.returncode == 0 and len(_lines(out)) == before + len(new) + 1
 
 
+def test_without_follow_the_export_ends_while_writers_go_on(trail: dict[str, Any],
+                                                          copy: Path) -> None:
+    before = len(trail["calls"]) + len(trail["approvals"])
+    stop = threading.Event()
+    reg = registry(trail["ws"], copy)
+    first = reg.call(ToolCall("read_text", {"path": "notes.txt"}))
+    assert reg.flush(30)
+
+    def write() -> None:
+        while not stop.wait(0.002):  # a steady agent, not a flood
+            reg.call(ToolCall("read_text", {"path": "notes.txt"}))
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        res = run("--home", str(copy))
+    finally:
+        stop.set()
+        writer.join(60)
+        reg.shutdown()
+    assert res.returncode == 0, res.stderr
+    uids = [e["metadata"]["uid"] for e in events_of(res.stdout)]
+    assert len(uids) == len(set(uids)) > before and first.call_id in uids
+
+
 def test_follow_stops_by_itself_at_max_events(trail: dict[str, Any], copy: Path) -> None:
     before = len(trail["calls"]) + len(trail["approvals"])
     proc = _follower("--home", str(copy), "--max-events", str(before + 2))

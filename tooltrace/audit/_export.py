@@ -31,7 +31,7 @@ from ..exceptions import TooltraceError
 from ._follow import Follower
 from ._manifest import read_manifest
 from ._ocsf import EventContext, TrailApproval, TrailCall, approval_event, call_event
-from ._segments import audit_dir
+from ._segments import audit_dir, list_segments
 from ._tables import read_by_name
 
 if TYPE_CHECKING:
@@ -182,6 +182,9 @@ def ocsf_batches(
                 out.append(redact(approval_event(r, ctx))[0])
         return out
 
+    # Without follow, the export is of what was there now: it ends once the segments are read
+    # this far, even while writers go on writing.
+    snapshot = {} if follow else _sizes(adir, compacted)
     for batch in _compacted(adir, manifest.get("files") or {}, since_us):
         yield events(batch)
     while True:
@@ -189,11 +192,24 @@ def ocsf_batches(
         if lines:
             yield events(TrailCall.from_line(o) if o.get("k") == "c" else TrailApproval.from_line(o)
                          for o in lines)
-            continue  # a poll reads at most a few MiB of a segment: look again at once
-        if not follow:
+        if not follow and (not lines or follower.reached(snapshot)):
             return
-        yield []
-        time.sleep(interval)
+        if not lines:  # (a poll reads at most a few MiB of a segment: with lines, look again)
+            yield []
+            time.sleep(interval)
+
+
+def _sizes(adir: Path, skip: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """The size of each segment not in ``skip`` (by writer and number)."""
+    out: dict[tuple[str, int], int] = {}
+    for info in list_segments(adir):
+        key = (info.writer, info.n)
+        if key not in skip:
+            try:
+                out[key] = info.path.stat().st_size
+            except FileNotFoundError:  # sealed meanwhile: its lines are read under the new name
+                continue
+    return out
 
 
 # --- shipping ---------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,11 @@ class Follower:
                     self._offsets[(info.writer, info.n)] = info.path.stat().st_size
                 except FileNotFoundError:
                     continue  # sealed meanwhile: read from the start under its new name
+
+    def reached(self, sizes: Mapping[tuple[str, int], int]) -> bool:
+        """Whether each segment in ``sizes`` (by writer and number) has been read up to that
+        many bytes (a size taken when a snapshot began, say)."""
+        return all(self._offsets.get(key, 0) >= size for key, size in sizes.items())
 
     def poll(self) -> Poll:
         """The lines appended since the last poll and the calls in flight now."""
