@@ -20,9 +20,9 @@ import orjson
 __all__ = [
     "OCSF_VERSION",
     "EventContext",
-    "Principal",
     "TrailApproval",
     "TrailCall",
+    "TrailPrincipal",
     "approval_event",
     "call_event",
 ]
@@ -56,7 +56,7 @@ _CONTROL_STAGES = frozenset({"policy", "approval", "hook"})
 
 
 @dataclass(frozen=True, slots=True)
-class Principal:
+class TrailPrincipal:
     """Whom a call (or the call an approval was asked about) acted for."""
 
     user: str | None = None
@@ -65,7 +65,7 @@ class Principal:
     roles: tuple[str, ...] = ()
 
     @classmethod
-    def from_value(cls, p: Any) -> Principal:
+    def from_value(cls, p: Any) -> TrailPrincipal:
         """From a line's ``principal`` object (or None)."""
         if not isinstance(p, Mapping):
             return cls()
@@ -74,7 +74,7 @@ class Principal:
                    tuple(str(r) for r in roles) if isinstance(roles, list) else ())
 
     @classmethod
-    def from_columns(cls, user: Any, agent: Any, tenant: Any, roles: Any) -> Principal:
+    def from_columns(cls, user: Any, agent: Any, tenant: Any, roles: Any) -> TrailPrincipal:
         """From the ``principal_*`` columns (roles as JSON text)."""
         parsed = _loads(roles)
         return cls(_text(user), _text(agent), _text(tenant),
@@ -106,7 +106,7 @@ class TrailCall:
     parent_span_id: str | None
     parent_call_id: str | None
     depth: int
-    principal: Principal
+    principal: TrailPrincipal
     capability: str | None
     effect: str | None
     #: The policy rule that asked for approval or refused the call, if one did.
@@ -128,7 +128,7 @@ class TrailCall:
             _text(o.get("mode")), _text(o.get("tool_type")), _text(o.get("trace_id")),
             _text(o.get("span_id")), _text(o.get("parent_span_id")),
             _text(o.get("parent_call_id")), _int(o.get("depth")),
-            Principal.from_value(o.get("principal")), _text(o.get("capability")),
+            TrailPrincipal.from_value(o.get("principal")), _text(o.get("capability")),
             _text(o.get("effect")), _rule_of(_policy_decider(o.get("steps"))),
         )
 
@@ -148,7 +148,7 @@ class TrailCall:
             if a_path or a_sha else None,
             _text(mode), _text(tool_type), _text(trace_id), _text(span_id),
             _text(parent_span_id), _text(parent_call_id), _int(depth),
-            Principal.from_columns(p_user, p_agent, p_tenant, p_roles), _text(capability),
+            TrailPrincipal.from_columns(p_user, p_agent, p_tenant, p_roles), _text(capability),
             _text(effect), _rule_of(decider),
         )
 
@@ -169,7 +169,7 @@ class TrailApproval:
     arguments: Any
     at_us: int
     expires_at_us: int | None
-    principal: Principal
+    principal: TrailPrincipal
 
     @classmethod
     def from_line(cls, o: Mapping[str, Any]) -> TrailApproval:
@@ -180,7 +180,7 @@ class TrailApproval:
             str(o.get("tool") or ""), _text(o.get("rule")), o.get("approved") is True,
             str(o.get("who") or ""), str(o.get("reason") or ""), _text(o.get("args_sha256")),
             o.get("args"), _int(o.get("at_us")), exp if isinstance(exp, int) else None,
-            Principal.from_value(o.get("principal")),
+            TrailPrincipal.from_value(o.get("principal")),
         )
 
     @classmethod
@@ -193,7 +193,7 @@ class TrailApproval:
             _text(rule), decision == "approve", str(approver or ""), str(reason or ""),
             _text(digest), _loads(args), _int(at_us),
             expires_us if isinstance(expires_us, int) else None,
-            Principal.from_columns(p_user, p_agent, p_tenant, p_roles),
+            TrailPrincipal.from_columns(p_user, p_agent, p_tenant, p_roles),
         )
 
 
@@ -305,7 +305,7 @@ def _metadata(ctx: EventContext, uid: str, log_name: str, run_id: str, tenant: s
     return meta
 
 
-def _user(p: Principal) -> dict[str, Any] | None:
+def _user(p: TrailPrincipal) -> dict[str, Any] | None:
     if p.user is None:
         return None
     user: dict[str, Any] = {"name": p.user, "uid": p.user, "type_id": 1, "type": "User"}
