@@ -184,9 +184,13 @@ def _system_reads() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
             links.append((os.readlink(d), d))
         elif os.path.isdir(d):
             dirs.append(d)
+    # A prefix that holds the user's home or the temporary directory (``/``, say) would grant
+    # them: such an installation is not granted, and the operator names what it needs.
+    kept_out = (os.path.realpath(os.path.expanduser("~")), os.path.realpath(tempfile.gettempdir()))
     for p in (sys.base_prefix, sys.prefix):
         real = os.path.realpath(p)
-        if p and os.path.isdir(real) and not _under(real, dirs):
+        if (p and os.path.isdir(real) and not _under(real, dirs)
+                and not any(_under(k, (real,)) for k in kept_out)):
             dirs.append(real)
     return tuple(dict.fromkeys(dirs)), tuple(links)
 
