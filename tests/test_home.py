@@ -129,8 +129,8 @@ def test_the_workspace_refuses_protected_paths_with_a_reason(tmp_path: Path) -> 
     with pytest.raises(PathPolicyError):
         w.with_read_only([ro]).resolve("home", must_exist=True)
     assert w.resolve("homework.txt", must_exist=False).relative == "homework.txt"
-    assert not w.touches_protected("home-not/x")
-    assert w.touches_protected(os.fspath(ws / "home"))
+    assert not w.is_protected(os.fspath(ws / "home-not"))
+    assert w.is_protected(os.fspath(ws / "home" / "audit"))
 
 
 def test_the_audit_key_never_reaches_a_result_or_the_trail(tmp_path: Path, workspace: Path) -> None:

@@ -12,6 +12,7 @@ a hook that changes them re-authorises, and the new arguments are asked about ag
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Generator, Mapping
@@ -75,6 +76,11 @@ class AllowDetails:
 # The hot step's name as a plain string (equal to StepName.POLICY; see tooltrace._stages).
 _POLICY = str(StepName.POLICY)
 _HOOK_STAGE, _POLICY_STAGE = Stage.HOOK, Stage.POLICY
+# Longer command-line words are not looked at as paths (a script is split into words first).
+_MAX_WORD_CHARS = 65536
+# What separates the words of a shell script, its quotes and redirections included, so
+# `cat<.tooltrace/k`, `"$(cat .tooltrace/k)"` and `--key=.tooltrace/k` each yield the path.
+_SHELL_SPLIT = re.compile(r"""[\s;&|<>()`'"=$]+""")
 _NO_PATHS: dict[str, str] = {}  # shared by calls of tools without path arguments, never mutated
 _WHO = re.compile(r"[^A-Za-z0-9@._-]")
 
@@ -212,14 +218,17 @@ def _scope(
 def _names_protected(reg: ToolRegistry, args: Mapping[str, Any], cwd: str) -> str | None:
     """The first argument of a command whose words name a path in a protected root (the home),
     taken from the command's ``cwd``; None when no word does. A command's program can open any
-    path it is handed, so the words are checked here, beside the path arguments: a word inside
-    a shell script counts as well (``Workspace.touches_protected``)."""
+    path it is handed, so its words are checked beside the path arguments: each word, the value
+    of an ``--option=value`` word and each word of a shell script, with symlinks resolved."""
     ws = reg.workspace
+    base = os.path.join(ws.root, cwd)
     for name, value in args.items():
-        words = value if isinstance(value, list) else [value]
-        for word in words:
-            if isinstance(word, str) and ws.touches_protected(word, cwd):
-                return str(name)
+        for word in value if isinstance(value, list) else [value]:
+            if not isinstance(word, str) or len(word) > _MAX_WORD_CHARS or "\x00" in word:
+                continue
+            for candidate in (word, *_SHELL_SPLIT.split(word)):
+                if candidate and ws.is_protected(os.path.realpath(os.path.join(base, candidate))):
+                    return str(name)
     return None
 
 

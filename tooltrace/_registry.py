@@ -39,7 +39,7 @@ from ._stages import RawCall
 from ._statuses import StatusTable
 from ._tooltable import Resolution, ToolTable, Visibility, make_entry
 from .envelope import CallStatus, Principal, Status, Step, ToolResultEnvelope
-from .hooks import Hook
+from .hooks import Hook, by_phase
 from .paths import Workspace
 from .policy import ApprovalDecision, ApprovalRequest, Policy
 from .redaction import ArtifactStore, Redactor
@@ -74,8 +74,7 @@ class ToolRegistry:
 
     - ``workspace``: the directory tools work in; path arguments must resolve inside it (a
       path, or a ``Workspace``).
-    - ``home``: where tooltrace keeps its files (artifacts of offloaded results); no tool's
-      path may lead into it (``Workspace.protected_roots``).
+    - ``home``: where tooltrace keeps its files; no tool's path may lead into it.
     - ``sinks``: telemetry sinks; each gets every finished, redacted record (see ``add_sink``).
     - ``tracer``: mints each call's span ids before it runs; by default the first sink that is
       a ``SpanOpener`` (a tracing sink).
@@ -134,11 +133,8 @@ class ToolRegistry:
         snapshot_max_bytes: int | None = None,
         principal: Principal | None = None,
     ) -> None:
-        ws = workspace if isinstance(workspace, Workspace) else Workspace(
-            workspace if workspace is not None else os.getcwd())
+        ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace or os.getcwd())
         self.home = _settings.resolve_home(home, workspace=ws.root)
-        # The home holds the evidence of what tools did: no tool's path may lead into it, even
-        # where the operator placed it inside the workspace.
         self.workspace = ws.with_protected(_settings.protected_paths(self.home, ws.root))
         self.artifacts = ArtifactStore(self.home / "artifacts")
         self.snapshots = SnapshotStore(self.home, snapshot_max_bytes)
@@ -158,7 +154,7 @@ class ToolRegistry:
         #: How deeply tools may nest calls through their context (deeper: refused).
         self.max_depth = _settings.max_depth(max_depth)
         self._hub = EventHub(self, progress_interval_s)
-        self._pre_hooks, self._post_hooks = _by_phase(tuple(hooks))
+        self._pre_hooks, self._post_hooks = by_phase(tuple(hooks))
         sinks = tuple(sinks)
         # A tracing sink is also the span opener: callers need not pass it twice.
         opener = next((s for s in sinks if isinstance(s, SpanOpener)), None)
@@ -287,10 +283,8 @@ class ToolRegistry:
             sink.bind(self)
 
     def register_secret(self, value: str) -> None:
-        """Redact ``value`` (raw and encoded) from every record, result and artifact from now on.
-
-        For secrets tooltrace itself holds (the audit sink registers its keys here when it is
-        attached), so a key a tool prints never reaches a sink or the model."""
+        """Redact ``value`` (raw and encoded) from every record from now on: for secrets
+        tooltrace itself holds (the audit sink's keys), so none reaches a sink or the model."""
         self.redactor.register_value(value)
 
     def inflight(self) -> dict[str, int]:
@@ -497,14 +491,6 @@ class ToolRegistry:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
-
-
-def _by_phase(hooks: tuple[Hook, ...]) -> tuple[tuple[Hook, ...], tuple[Hook, ...]]:
-    """(pre-hooks, post-hooks), each in the order given; ValueError for any other phase."""
-    for h in hooks:
-        if h.phase not in ("pre", "post"):
-            raise ValueError(f"hook {h.name!r}: phase must be 'pre' or 'post'")
-    return tuple(h for h in hooks if h.phase == "pre"), tuple(h for h in hooks if h.phase == "post")
 
 
 _build.keep_docs(__name__, globals())

@@ -22,6 +22,7 @@ __all__ = [
     "HookAction",
     "HookDecision",
     "HookView",
+    "by_phase",
     "hook",
 ]
 
@@ -191,3 +192,11 @@ def hook(
         )
 
     return wrap
+
+
+def by_phase(hooks: tuple[Hook, ...]) -> tuple[tuple[Hook, ...], tuple[Hook, ...]]:
+    """(pre-hooks, post-hooks), each in the order given; ValueError for any other phase."""
+    for h in hooks:
+        if h.phase not in ("pre", "post"):
+            raise ValueError(f"hook {h.name!r}: phase must be 'pre' or 'post'")
+    return tuple(h for h in hooks if h.phase == "pre"), tuple(h for h in hooks if h.phase == "post")

@@ -36,8 +36,8 @@ opening it for writing (``open_write``, ``open_parent``, ``open_dir``) is refuse
 **Protected roots** (``protected_roots=``) are directories no path may resolve into, whatever
 the tool: the registry protects its home (trail, keys, anchors, snapshots, artifacts) this way,
 so a home placed inside a workspace is still out of every built-in tool's reach (reason
-``protected``). :meth:`Workspace.touches_protected` applies the same test to the words of a
-command line.
+``protected``); the policy stage applies the same test (:meth:`Workspace.is_protected`) to
+the words of a command line.
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ from __future__ import annotations
 import codecs
 import errno
 import os
-import re
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -57,12 +56,6 @@ from ._pathsyntax import REASONS as REASONS
 __all__ = ["PathPolicyError", "ResolvedPath", "Workspace", "canonical_form", "reads_only"]
 
 _MAX_SYMLINKS = 40
-# Longer command-line words are not looked at as paths (no path is this long; a script is
-# split into words first).
-_MAX_WORD_CHARS = 65536
-# What separates the words of a shell script, including its quotes and redirections, so
-# `cat<.tooltrace/k`, `"$(cat .tooltrace/k)"` and `--key=.tooltrace/k` each yield the path.
-_SHELL_SPLIT = re.compile(r"""[\s;&|<>()`'"=$]+""")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,13 +77,6 @@ def reads_only(tool: Any) -> bool:
     """Whether a tool (a ``ToolDefinition``) may be given a path in a read-only root: only a
     tool that reads (capability ``read``) and changes nothing (effect ``none``)."""
     return str(tool.capability) == "read" and str(tool.effect) == "none"
-
-
-def _path_candidates(word: str) -> list[str]:
-    """The strings in one command-line word that a program could take as a path."""
-    out = [word]
-    out.extend(w for w in _SHELL_SPLIT.split(word) if w and w != word)
-    return [w for w in out if len(w) <= 4096]
 
 
 def _components(root: str) -> list[str]:
@@ -152,8 +138,7 @@ class Workspace:
                 raise PathPolicyError("not_found", "a read-only root is not a directory")
             ro[r_real] = None
         self.read_only_roots = tuple(ro)
-        # Real paths (they need not exist yet: a home is made on first use).
-        self.protected_roots = tuple(
+        self.protected_roots = tuple(  # real paths; they need not exist yet
             dict.fromkeys(os.path.realpath(os.fspath(p)) for p in protected_roots))
         # (prefix, root) of every root a path may resolve in; index 0 is the workspace.
         self._roots = tuple((r if r.endswith("/") else r + "/", r) for r in (real, *ro))
@@ -174,22 +159,6 @@ class Workspace:
         """Whether the real host path ``real`` is a protected root or lies under one."""
         return any(real == p or real.startswith(p.rstrip("/") + "/")
                    for p in self.protected_roots)
-
-    def touches_protected(self, word: str, cwd: str = "") -> bool:
-        """Whether a command-line word names a path in a protected root, taken from ``cwd``
-        (relative to the root) as the command would take it: the word itself, the value of an
-        ``--option=value`` word, and each word of a shell script, with symlinks resolved."""
-        if not self.protected_roots or len(word) > _MAX_WORD_CHARS or "\x00" in word:
-            return False
-        base = os.path.join(self.root, cwd)
-        for candidate in _path_candidates(word):
-            real = os.path.realpath(os.path.join(base, candidate))
-            if self.is_protected(real):
-                return True
-        return False
-
-    def __repr__(self) -> str:
-        return f"Workspace({self.root!r})"
 
     # -- deciding -----------------------------------------------------------------------------
 
@@ -362,8 +331,6 @@ class Workspace:
         """
         self._refuse_read_only(rp)
         return self._parent(rp)
-
-    _open_parent = open_parent  # older spelling, kept for callers inside the package
 
     def _parent(self, rp: ResolvedPath) -> tuple[int, str]:
         top, parts = self._base(rp)
