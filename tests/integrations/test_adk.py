@@ -48,6 +48,7 @@ from tooltrace import (  # noqa: E402
     CallContext,
     Principal,
     RegistrationError,
+    Stage,
     Status,
     ToolDefinition,
     ToolRegistry,
@@ -395,6 +396,26 @@ def test_adopted_adk_tools_run_through_the_registry_and_unknown_ones_are_refused
     stray_rec = next(r for r in sink.records if r.attributes.get("provider.tool_name") == "stray")
     assert stray_rec.status is Status.REJECTED
     assert got["fc-1"]["status"] == "rejected"
+
+
+def test_a_name_the_agent_lacks_is_refused_by_the_registry_through_the_plugin(
+    registry: ToolRegistry, sink: RecordingSink
+) -> None:
+    # ADK hands a made-up name to the before-tool callbacks (as a placeholder tool) before it
+    # answers the model itself: the plugin sends it through the registry.
+    llm = ScriptedLlm(model="scripted", script=[calls(("nosuch_tool", {"q": "x"}))], seen=[])
+    asyncio.run(run_agent(llm, as_adk_tools(registry), [TooltracePlugin(registry)]))
+    (rec,) = [r for r in sink.records if r.attributes.get("provider.tool_name") == "nosuch_tool"]
+    assert (rec.status, rec.reject_stage) == (Status.REJECTED, Stage.RESOLVE)
+    assert rec.args_redacted == {"q": "x"}
+    (answer,) = responses(llm).values()
+    assert answer["status"] == "rejected" and "unknown tool" in answer["error"]
+    # Without the plugin ADK answers alone, and nothing is recorded.
+    before = len(sink.records)
+    llm = ScriptedLlm(model="scripted", script=[calls(("nosuch_tool", {"q": "y"}))], seen=[])
+    asyncio.run(run_agent(llm, as_adk_tools(registry), []))
+    assert len(sink.records) == before
+    assert "no tool with that name" in next(iter(responses(llm).values()))["error"]
 
 
 def test_adopt_checks_the_converted_schema(registry: ToolRegistry) -> None:

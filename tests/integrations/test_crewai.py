@@ -44,6 +44,7 @@ from support.trail import CountingTrail
 require_module("crewai", extra("crewai"))
 
 from crewai import Agent, Crew, Task  # noqa: E402
+from crewai.events import crewai_event_bus  # noqa: E402
 from crewai.hooks import clear_all_tool_call_hooks  # noqa: E402
 from crewai.llms.base_llm import BaseLLM  # noqa: E402
 from crewai.tools import BaseTool  # noqa: E402
@@ -58,6 +59,7 @@ from tooltrace import (  # noqa: E402
     CallContext,
     Principal,
     RegistrationError,
+    Stage,
     Status,
     ToolCancelled,
     ToolRegistry,
@@ -378,6 +380,55 @@ def test_adopted_tools_and_the_guard_route_every_call_through_the_registry(
         ("shout", Status.OK), ("_unregistered", Status.REJECTED)
     ]
     assert sink.records[1].attributes["provider.tool_name"] == "stray"
+
+
+def test_a_name_the_agent_lacks_is_refused_by_the_registry_with_the_guard(
+    registry: ToolRegistry, sink: RecordingSink
+) -> None:
+    # Without the guard CrewAI answers "Tool not found" alone, and nothing is recorded.
+    llm = ScriptedLLM(model="scripted", script=[calls(("nosuch_tool", {"q": "x"})), "done"],
+                      seen=[], tools_seen=[])
+    crew_for(llm, as_crewai_tools(registry)).kickoff()
+    assert sink.records == [] and list(tool_messages(llm).values()) == ["Tool not found"]
+    # CrewAI runs its before-tool hooks for a name it does not know: the guard's sends it
+    # through the registry, and the model reads the registry's refusal.
+    install_guard(registry)
+    llm = ScriptedLLM(model="scripted", script=[calls(("nosuch_tool", {"q": "x"})), "done"],
+                      seen=[], tools_seen=[])
+    crew_for(llm, as_crewai_tools(registry)).kickoff()
+    (rec,) = sink.records
+    assert (rec.status, rec.reject_stage, rec.args_redacted) == (
+        Status.REJECTED, Stage.RESOLVE, {"q": "x"})
+    assert rec.attributes["provider.tool_name"] == "nosuch_tool"
+    (answer,) = tool_messages(llm).values()
+    assert "rejected" in answer and "unknown tool" in answer
+
+
+class ReActLLM(ScriptedLLM):
+    """A model that writes its tool calls as text (CrewAI's ReAct path)."""
+
+    def supports_function_calling(self) -> bool:
+        return False
+
+
+def test_a_name_crewai_refuses_before_any_hook_is_recorded_by_the_guard(
+    registry: ToolRegistry, sink: RecordingSink
+) -> None:
+    install_guard(registry)
+    llm = ReActLLM(model="scripted", seen=[], tools_seen=[], script=[
+        'Thought: use a tool\nAction: nosuch_tool\nAction Input: {"q": "x"}',
+        "Thought: I now know the final answer\nFinal Answer: done"])
+    crew_for(llm, as_crewai_tools(registry)).kickoff()
+    # The model read CrewAI's own refusal; the registry recorded the attempt (the event bus
+    # runs its listeners on threads of its own: wait for the record).
+    assert any("Action 'nosuch_tool' don't exist" in str(m.get("content"))
+               for m in llm.seen[-1] if isinstance(m, dict))
+    wait_for(lambda: sink.records, 10.0)
+    crewai_event_bus.flush()  # CrewAI parses the action several times: one record all the same
+    (rec,) = sink.records
+    assert (rec.status, rec.reject_stage) == (Status.REJECTED, Stage.RESOLVE)
+    assert rec.attributes["provider.tool_name"] == "nosuch_tool"
+    assert rec.principal is not None and rec.principal.agent == "r"
 
 
 def test_adopt_checks_the_converted_schema(registry: ToolRegistry) -> None:

@@ -39,6 +39,7 @@ from tooltrace.integrations.llamaindex import (  # noqa: E402
     TooltraceTool,
     adopt,
     as_llamaindex_tools,
+    install_guard,
 )
 from tooltrace.testing import RecordingSink  # noqa: E402
 
@@ -118,6 +119,32 @@ def test_the_adapters_principal_goes_on_every_call(
     out = leaky.call(a=1, b=1)
     assert out.is_error and "AKIA" not in str(out.content)
     assert sink.records[-1].status is Status.REJECTED and sink.records[-1].principal is None
+
+
+def test_a_tool_the_agent_lacks_is_recorded_by_the_guard(
+        make_registry: Callable[..., ToolRegistry], sink: RecordingSink) -> None:
+    reg = make_registry(add)
+    # LlamaIndex answers a name the agent does not have itself: nothing reaches the registry.
+    script = Script(("nosuch_tool", {"q": "x"}), ("add", {"a": 1, "b": 2}))
+    assert run_agent(as_llamaindex_tools(reg), script) == "done"
+    assert [r.tool for r in sink.records] == ["add"]
+    assert script.seen["c0"].startswith("Tool nosuch_tool not found.")
+    uninstall = install_guard(reg, principal=Principal(user="ann"))
+    try:
+        script = Script(("nosuch_tool", {"q": "x"}), ("add", {"a": 1, "b": 2}))
+        assert run_agent(as_llamaindex_tools(reg), script) == "done"
+    finally:
+        uninstall()
+    rec = next(r for r in sink.records if r.attributes.get("provider.tool_name"))
+    assert (rec.status, rec.reject_stage, rec.args_redacted) == (
+        Status.REJECTED, Stage.RESOLVE, {"q": "x"})
+    assert rec.attributes["provider.tool_call_id"] == "c0"
+    assert rec.principal == Principal(user="ann")
+    assert script.seen["c0"].startswith("Tool nosuch_tool not found.")  # LlamaIndex's answer
+    assert sorted(r.tool for r in sink.records) == ["_unregistered", "add", "add"]
+    # Removed, it records nothing more.
+    run_agent(as_llamaindex_tools(reg), Script(("nosuch_tool", {})))
+    assert len(sink.records) == 3
 
 
 def test_every_failure_reaches_the_model_as_a_tool_error(

@@ -58,6 +58,7 @@ from tooltrace.integrations.openai_agents import (  # noqa: E402
     ToolCallError,
     adopt,
     as_function_tools,
+    run_config,
 )
 from tooltrace.testing import RecordingSink  # noqa: E402
 
@@ -262,6 +263,35 @@ def test_refusals_failures_and_unknown_ends_reach_the_model_and_the_run_goes_on(
         assert seen[cid].startswith(f"Error: {recs[cid].summary.rstrip('.')}")
     assert "not valid JSON" in seen["json"] and "not during the freeze" in seen["policy"]
     assert SECRET not in seen["failed"]
+
+
+def test_a_tool_the_agent_lacks_is_refused_through_the_registry_with_run_config(
+    make_registry: MakeRegistry, sink: RecordingSink
+) -> None:
+    from agents import RunConfig
+    from agents.exceptions import ModelBehaviorError
+
+    reg = make_registry(add)
+    # The SDK's default fails the run, and nothing is recorded.
+    with pytest.raises(ModelBehaviorError):
+        run(script(call("nosuch_tool", "n0", q="x")), as_function_tools(reg))
+    assert sink.records == []
+    seen: list[str] = []
+
+    def mine(args: Any) -> str | None:  # the application's formatter keeps the other kinds
+        seen.append(args.kind)
+        return None
+
+    model = script(call("nosuch_tool", "n1", q="x"), call("add", "a1", a=1, b=2))
+    agent = Agent(name="t", model=model, tools=as_function_tools(reg))
+    cfg = run_config(reg, RunConfig(tool_error_formatter=mine), run_id="r-unknown")
+    assert Runner.run_sync(agent, "go", run_config=cfg).final_output == "done"
+    recs, out = by_provider_id(sink), outputs(model)
+    assert (recs["n1"].status, recs["n1"].reject_stage) == (Status.REJECTED, Stage.RESOLVE)
+    assert recs["n1"].attributes["provider.tool_name"] == "nosuch_tool"
+    assert recs["n1"].run_id == "r-unknown" and recs["a1"].status is Status.OK
+    assert out["n1"].startswith(f"Error: {recs['n1'].summary}") and "unknown tool" in out["n1"]
+    assert seen == []
 
 
 def test_failure_error_function_formats_the_error_or_fails_the_run(

@@ -257,6 +257,24 @@ def test_refusals_failures_and_unknown_ends_reach_the_model_and_the_run_goes_on(
     assert SECRET not in script.seen["failed"]
 
 
+def test_a_tool_the_agent_lacks_is_refused_by_pydantic_ai_and_recorded_by_the_registry(
+    make_registry: MakeRegistry, sink: RecordingSink
+) -> None:
+    reg = make_registry(add)
+    script = Script(call("nosuch_tool", "n1", q="x"), call("add", "a1", a=1, b=2))
+    assert run(script, Tooltrace(reg, run_id="r-unknown"), name="triage").output == "done"
+    recs = by_provider_id(sink)
+    rec = recs["n1"]
+    assert (rec.status, rec.reject_stage) == (Status.REJECTED, Stage.RESOLVE)
+    assert rec.attributes["provider.tool_name"] == "nosuch_tool"
+    assert rec.args_redacted == {"q": "x"} and rec.run_id == "r-unknown"
+    assert rec.principal is not None and rec.principal.agent == "triage"
+    assert recs["a1"].status is Status.OK and len(sink.records) == 2
+    # The model read Pydantic AI's own refusal, naming the tools it has.
+    assert "Unknown tool name: 'nosuch_tool'" in script.seen["n1"]
+    assert "'add'" in script.seen["n1"]
+
+
 def test_one_span_per_call_pydantic_ais_span_carries_tooltraces_steps(
     make_registry: MakeRegistry, sink: RecordingSink, otel: Otel
 ) -> None:

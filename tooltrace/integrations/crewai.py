@@ -14,6 +14,13 @@
 - ``install_guard(registry)``: CrewAI's process-global ``before_tool_call``/``after_tool_call``
   hooks, so a tool that is not a ``TooltraceTool`` is run through the registry by name and
   answered from it (never by itself). Returns the function that removes the two hooks.
+- Unknown tools: a name the agent does not have reaches the guard's before-hook when the model
+  calls tools natively (CrewAI runs its hooks for it): the registry refuses it (stage
+  ``resolve``) and the model reads that refusal. With a model that writes ``Action: <name>``
+  instead, CrewAI refuses the name before any hook (the model reads its own "Action ... don't
+  exist"); the guard also listens for that refusal (``ToolSelectionErrorEvent``) and sends the
+  name through the registry, so the attempt is recorded all the same. Without the guard,
+  neither is recorded.
 - ``akickoff(crew, registry, run_id)``: ``crew.akickoff()`` whose cancellation is a
   ``registry.cancel(run_id)`` of the calls the crew's tools make under that run id.
 
@@ -43,9 +50,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
+import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from crewai.events import ToolSelectionErrorEvent, crewai_event_bus
 from crewai.hooks import (
     register_after_tool_call_hook,
     register_before_tool_call_hook,
@@ -293,9 +303,11 @@ def install_guard(
     The before-hook runs the call through the registry by name (an adopted tool runs in its
     execute step; a name the registry does not know is refused, stage ``resolve``) and blocks
     the tool itself; the after-hook answers the call with the envelope's text. Every call,
-    a ``TooltraceTool``'s too, names the role of the agent making it. The calls the guard
-    routes act for ``principal`` (default: their run's). CrewAI's hooks are process-global:
-    the returned function removes these two.
+    a ``TooltraceTool``'s too, names the role of the agent making it. A name CrewAI refuses
+    before any hook (``ToolSelectionErrorEvent``) is sent through the registry too, to be
+    refused and recorded. The calls the guard routes act for ``principal`` (default: their
+    run's). CrewAI's hooks and event bus are process-global: the returned function removes
+    the two hooks and the listener.
     """
 
     def before(context: ToolCallHookContext) -> bool | None:
@@ -320,12 +332,34 @@ def install_guard(
         _AGENT.set(None)
         return answer
 
+    seen: weakref.WeakSet[Any] = weakref.WeakSet()
+    lock = threading.Lock()
+
+    def refused(source: Any, event: ToolSelectionErrorEvent) -> None:
+        # CrewAI refused a name before any hook (a model writing "Action: <name>"): record the
+        # attempt. This runs on the event bus's threads, after the model has its answer. CrewAI
+        # parses one action several times (each refusal is an event, from the one ToolUsage):
+        # the attempt is recorded once.
+        with lock:
+            if source in seen:
+                return
+            seen.add(source)
+        role = event.agent_role if isinstance(event.agent_role, str) else None
+        args = event.tool_args if isinstance(event.tool_args, dict) else {}
+        registry.call(make_call(
+            registry, str(event.tool_name or ""), dict(args), integration=INTEGRATION,
+            provider_id=None, mode=mode, run_id=run_id, requested_name=True,
+            principal=principal, agent=role,
+        ))
+
     register_before_tool_call_hook(before)
     register_after_tool_call_hook(after)
+    crewai_event_bus.on(ToolSelectionErrorEvent)(refused)
 
     def uninstall() -> None:
         unregister_before_tool_call_hook(before)
         unregister_after_tool_call_hook(after)
+        crewai_event_bus.off(ToolSelectionErrorEvent, refused)
 
     return uninstall
 

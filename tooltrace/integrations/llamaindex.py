@@ -8,6 +8,14 @@ goes on and the model can correct itself); an ``ok`` output carries the redacted
 result. ``as_llamaindex_tools`` wraps the registry's tools; ``adopt`` registers existing
 LlamaIndex tools (``FunctionTool`` or any ``BaseTool``) and returns their wrappers.
 
+Unknown tools: an agent (``FunctionAgent``, ``ReActAgent``, ``AgentWorkflow``) answers a call of
+a name it does not have itself ("Tool <name> not found"), before any tool could see it; there
+is no tool middleware to catch it. ``install_guard(registry)`` listens where LlamaIndex's own
+instrumentation sees the agent's ``call_tool`` step end, and sends each such call through the
+registry, to be refused (stage ``resolve``) and recorded; the model still reads LlamaIndex's
+answer. The listener is process-wide (LlamaIndex's root dispatcher): the returned function
+removes it.
+
 LlamaIndex traces with its own instrumentation, not OpenTelemetry: a call's span is a child of
 the OpenTelemetry span current where the agent runs (the application's), if there is one.
 """
@@ -20,8 +28,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from llama_index.core.agent.workflow.workflow_events import ToolCall as AgentToolCall
+from llama_index.core.agent.workflow.workflow_events import ToolCallResult
+from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
 from llama_index.core.tools import BaseTool, FunctionTool, ToolMetadata, ToolOutput
 from llama_index.core.tools.types import AsyncBaseTool
+from llama_index_instrumentation import get_dispatcher
+from pydantic import PrivateAttr
 
 from .. import (
     Capability,
@@ -35,7 +48,8 @@ from .. import (
 from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
 from ..envelope import Principal
 
-__all__ = ["LlamaIndexToolError", "TooltraceTool", "adopt", "as_llamaindex_tools"]
+__all__ = ["LlamaIndexToolError", "TooltraceTool", "adopt", "as_llamaindex_tools",
+           "install_guard"]
 
 _INTEGRATION = "llamaindex"
 
@@ -227,3 +241,72 @@ def _content(out: ToolOutput) -> str:
             raise out.exception
         raise LlamaIndexToolError(out.content or "the tool reported an error")
     return out.content
+
+
+class _UnknownTools(BaseSpanHandler[Any]):
+    """Sees each agent's ``call_tool`` step end (LlamaIndex's instrumentation) and sends a call
+    of a tool the agent does not have through the registry, to be refused and recorded."""
+
+    _call: Callable[[str, dict[str, Any], str | None], None] = PrivateAttr()
+
+    def __init__(self, call: Callable[[str, dict[str, Any], str | None], None]) -> None:
+        super().__init__()
+        self._call = call
+
+    def new_span(self, id_: str, bound_args: inspect.BoundArguments, instance: Any = None,
+                 parent_span_id: str | None = None, tags: dict[str, Any] | None = None,
+                 **kwargs: Any) -> None:
+        """No span is kept: only the step's end matters."""
+        return None
+
+    def prepare_to_exit_span(self, id_: str, bound_args: inspect.BoundArguments,
+                             instance: Any = None, result: Any = None, **kwargs: Any) -> None:
+        """Record the step's call when the agent refused it as a tool it does not have."""
+        ev = bound_args.arguments.get("ev")
+        if not isinstance(ev, AgentToolCall) or not isinstance(result, ToolCallResult):
+            return None
+        out = result.tool_output
+        # The agent's own refusal of a name it does not have (it ran no tool: no raw output).
+        if not (out.is_error and out.raw_output is None
+                and str(out.content).startswith(f"Tool {ev.tool_name} not found.")):
+            return None
+        try:
+            self._call(ev.tool_name, dict(ev.tool_kwargs), ev.tool_id or None)
+        except Exception:
+            pass  # recording must never break the agent's run
+        return None
+
+    def prepare_to_drop_span(self, id_: str, bound_args: inspect.BoundArguments,
+                             instance: Any = None, err: BaseException | None = None,
+                             **kwargs: Any) -> None:
+        """Nothing was kept."""
+        return None
+
+
+def install_guard(
+    registry: ToolRegistry,
+    *,
+    mode: str = "default",
+    run_id: str | None = None,
+    principal: Principal | None = None,
+) -> Callable[[], None]:
+    """Record every call an agent makes of a tool it does not have: LlamaIndex answers such a
+    call itself; the guard sends it through the registry too (refused, stage ``resolve``,
+    with the model's call id and the name it asked for), acting for ``principal`` (LlamaIndex
+    does not say which agent made the call: name it there). Process-wide (LlamaIndex's root
+    dispatcher): returns the function that removes it."""
+
+    def record(name: str, arguments: dict[str, Any], call_id: str | None) -> None:
+        registry.call(make_call(
+            registry, name, arguments, integration=_INTEGRATION, provider_id=call_id,
+            mode=mode, run_id=run_id, requested_name=True, principal=principal,
+        ))
+
+    handler = _UnknownTools(record)
+    root = get_dispatcher()
+    root.add_span_handler(handler)
+
+    def uninstall() -> None:
+        root.span_handlers = [h for h in root.span_handlers if h is not handler]
+
+    return uninstall

@@ -22,6 +22,13 @@ approves with ``RunState.approve`` and the resumed call is approved in the regis
 ``user:openai-agents``. Tracing: the SDK's tracing is its own, not OpenTelemetry, so tooltrace's
 ``execute_tool`` span is the one OpenTelemetry span of a call (under whatever span is current).
 
+Unknown tools: a model asking for a tool the agent does not have fails the run
+(``ModelBehaviorError``) unless the run's config says otherwise. ``run_config(registry)`` does:
+``Runner.run(agent, input, run_config=run_config(registry))`` sends every such call through the
+registry (refused, stage ``resolve``, and recorded with the SDK's call id and the name asked
+for) and the model reads the refusal; the run goes on. The SDK hands its formatter no arguments,
+so the record has none.
+
 Principal: ``principal=`` says whom the calls act for; the agent acting is the SDK's current
 agent (``ToolContext.agent.name``, so a hand-off shows in each call's principal) unless
 ``principal`` names one. ``needs_approval`` asks the policy about that principal too, but the
@@ -33,13 +40,15 @@ stage ``approval``: it never runs unapproved).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from typing import Any, Final
 
 import orjson
-from agents import FunctionTool, RunContextWrapper
+from agents import FunctionTool, RunConfig, RunContextWrapper
+from agents.run_config import ToolErrorFormatter, ToolErrorFormatterArgs
 from agents.strict_schema import ensure_strict_json_schema
 from agents.tool import ToolErrorFunction, set_function_tool_failure_error_function
 from agents.tool_context import ToolContext
@@ -58,6 +67,7 @@ __all__ = [
     "ToolErrorFunction",
     "adopt",
     "as_function_tools",
+    "run_config",
 ]
 
 #: ``tooltrace.integration`` of the calls this adapter makes.
@@ -304,3 +314,51 @@ def adopt(
                 registry, t.name, mode, run_id, t.needs_approval, principal)
         out.append(wrapped)
     return out
+
+
+class _UnknownTools:
+    """``RunConfig.tool_error_formatter``: a call of a tool the agent does not have goes through
+    the registry (refused and recorded) and the model reads the refusal; other errors are the
+    application's own formatter's (or the SDK's)."""
+
+    def __init__(self, registry: ToolRegistry, mode: str, run_id: str | None,
+                 principal: Principal | None, then: ToolErrorFormatter | None) -> None:
+        self.registry = registry
+        self.mode = mode
+        self.run_id = run_id
+        self.principal = principal
+        self.then = then
+
+    async def __call__(self, args: ToolErrorFormatterArgs[Any]) -> str | None:
+        if args.kind != "tool_not_found":
+            out = self.then(args) if self.then is not None else None
+            return await out if inspect.isawaitable(out) else out
+        # The SDK hands a formatter no arguments: the record holds none (None, not {}).
+        call = make_call(
+            self.registry, args.tool_name, None, integration=INTEGRATION,
+            provider_id=args.call_id, mode=self.mode, run_id=self.run_id,
+            requested_name=True, principal=self.principal,
+        )
+        return model_text(await acall(self.registry, call))
+
+
+def run_config(
+    registry: ToolRegistry,
+    base: RunConfig | None = None,
+    *,
+    mode: str = "default",
+    run_id: str | None = None,
+    principal: Principal | None = None,
+) -> RunConfig:
+    """``base`` (default: a new ``RunConfig``) with unknown tools answered through the registry.
+
+    A tool name the agent does not have no longer fails the run: the call is refused by the
+    registry (stage ``resolve``), recorded (``provider.tool_name`` holds the name asked for,
+    ``provider.tool_call_id`` the SDK's id) and the model reads the refusal. ``base``'s own
+    ``tool_error_formatter`` still formats every other tool error. ``mode``, ``run_id`` and
+    ``principal`` are those of the calls, as for ``as_function_tools``.
+    """
+    base = base if base is not None else RunConfig()
+    formatter = _UnknownTools(registry, mode, run_id, principal, base.tool_error_formatter)
+    return dataclasses.replace(base, tool_not_found_behavior="return_error_to_model",
+                               tool_error_formatter=formatter)

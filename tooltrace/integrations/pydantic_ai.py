@@ -12,6 +12,12 @@
 - ``adopt(registry, tools, source=...)``: registers Pydantic AI tools (``Tool``, functions, a
   ``FunctionToolset``) as tooltrace tools; their JSON Schema is checked when registered.
 
+Unknown tools: Pydantic AI answers a call of a name the agent does not have itself, before any
+tool hook runs (the model reads its "Unknown tool name" retry prompt, listing the tools it
+has). ``Tooltrace`` sees the model's response first (``after_model_request``) and sends each
+such call through the registry too, so it is refused (stage ``resolve``) and recorded with the
+model's call id and the name it asked for.
+
 Outcomes reach the model through Pydantic AI's tool-error path with the envelope's summary:
 arguments the registry refused raise ``ModelRetry`` (the model corrects them, within the tool's
 retry budget); any other refusal, failure, cancel or unknown end raises ``ToolFailed`` (the
@@ -40,7 +46,8 @@ from pydantic_ai.capabilities import (
     ValidatedToolArgs,
     WrapToolExecuteHandler,
 )
-from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.messages import ModelResponse, ToolCallPart
+from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import ToolDefinition as PaiToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
@@ -255,6 +262,30 @@ class Tooltrace(AbstractCapability[Any]):
     def get_toolset(self) -> TooltraceToolset | None:
         """The registry's tools in this capability's mode (None with ``provide_tools=False``)."""
         return self.toolset if self.provide_tools else None
+
+    async def after_model_request(
+        self,
+        ctx: RunContext[Any],
+        *,
+        request_context: ModelRequestContext,
+        response: ModelResponse,
+    ) -> ModelResponse:
+        """Send each call of a tool the agent does not have through the registry, to be refused
+        and recorded: Pydantic AI refuses such a call (the model reads its retry prompt)
+        before any tool hook could see it. The response goes on unchanged."""
+        params = request_context.model_request_parameters
+        known = {t.name for t in (*params.function_tools, *params.output_tools)}
+        for part in response.parts:
+            if isinstance(part, ToolCallPart) and part.tool_name not in known:
+                agent = None if ctx.agent is None else ctx.agent.name
+                call = make_call(
+                    self.registry, part.tool_name, part.args_as_dict(), integration=INTEGRATION,
+                    provider_id=part.tool_call_id, mode=self.mode,
+                    run_id=self.run_id or ctx.run_id, requested_name=True,
+                    principal=self.principal, agent=agent,
+                )
+                await acall(self.registry, call)
+        return response
 
     async def wrap_tool_execute(
         self,
