@@ -11,6 +11,8 @@ from .registry import ToolRegistry
 from .sinks import Sink, SpanOpener
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from .tool import FunctionTool
 
 __all__ = ["create_registry"]
@@ -77,16 +79,7 @@ def create_registry(
         workspace=workspace, home=home_path, sinks=sinks, tracer=tracer, **registry_options
     )
     if builtins:
-        from .builtins import register_builtins
-
-        commands = None
-        if policy_path is not None:
-            from .policyfile import command_settings
-
-            # Read before the tools are registered: the file is checked against them below.
-            settings = command_settings(policy_path)
-            commands = settings.config() if settings is not None else None
-        register_builtins(reg, commands=commands)
+        _register_builtins(reg, policy_path)
     try:
         for t in tools:
             reg.register(t)
@@ -99,3 +92,17 @@ def create_registry(
         reg.shutdown()
         raise
     return reg
+
+
+def _register_builtins(reg: ToolRegistry, policy_path: Path | None) -> None:
+    """The built-in tools, the command tools configured by the policy file's ``[commands]``
+    (read before the tools are registered: the whole file is checked against them after)."""
+    from .builtins import register_builtins
+
+    commands = None
+    if policy_path is not None:
+        from .policyfile import command_settings
+
+        settings = command_settings(policy_path)
+        commands = settings.config() if settings is not None else None
+    register_builtins(reg, commands=commands)
