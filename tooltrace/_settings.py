@@ -11,7 +11,6 @@ the SDK's own (``tooltrace.telemetry.tracing``).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -232,6 +231,8 @@ def default_home(workspace: str | os.PathLike[str] | None = None) -> Path:
     """The home a workspace gets when none is named: ``<state dir>/homes/<name>-<digest>``,
     keyed by the workspace's real path, so two workspaces never share one and the home never
     lies inside the workspace an agent's tools work in."""
+    import hashlib  # here: the readers that are handed a home never load OpenSSL
+
     real = os.path.realpath(os.fspath(workspace) if workspace is not None else os.getcwd())
     digest = hashlib.sha256(os.fsencode(real)).hexdigest()[:16]
     # The readable part only helps a person listing the directory; the digest is the key.
