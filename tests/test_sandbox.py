@@ -126,6 +126,14 @@ def test_the_workspace_and_a_private_tmpdir_are_writable(box: Box, temp_root: Pa
     assert _private_tmps(temp_root) == []
 
 
+def test_the_command_starts_in_its_checked_directory(box: Box) -> None:
+    (box.ws / "sub").mkdir()
+    env = box.reg.call(ToolCall("run_command", {"argv": ["sh", "-c", "pwd; ls"],
+                                                "cwd": "sub"}))
+    assert env.status is Status.OK, env.summary
+    assert env.data["stdout"] == f"{os.path.realpath(box.ws / 'sub')}\n"
+
+
 def test_nothing_outside_can_be_read_written_or_deleted(box: Box) -> None:
     script = ('cat "$F" >/dev/null 2>&1; echo read=$?; '
               'echo x >> "$F" 2>/dev/null; echo write=$?; '
