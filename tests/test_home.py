@@ -137,23 +137,27 @@ def test_the_audit_key_never_reaches_a_result_or_the_trail(tmp_path: Path, works
     home = tmp_path / "home"
     reg = tooltrace.create_registry(workspace, home=home, metrics=False, logging=False)
 
+    signing = home / "keys" / "signing.ed25519"
+
     @tooltrace.tool(capability="read", effect="none")
     def leak(ctx: tooltrace.CallContext) -> str:
-        """Print the key the way a careless script would."""
-        return "key=" + (home / "audit.key").read_text() + "\n"
+        """Print the keys the way a careless script would."""
+        return "key=" + (home / "audit.key").read_text() + "\n" + signing.read_text()
 
     reg.register(leak)
     try:
         key = (home / "audit.key").read_text().strip()
-        assert len(key) == 64
+        body = "".join(ln for ln in signing.read_text().splitlines() if "-----" not in ln)
+        assert len(key) == 64 and len(body) > 40
         env = reg.call(ToolCall("leak", {}))
         assert env.status is Status.OK
-        assert key not in str(env.data) and key not in env.summary
+        for secret in (key, body):
+            assert secret not in str(env.data) and secret not in env.summary
         assert "REDACTED" in str(env.data)
     finally:
         reg.shutdown(timeout_s=5.0)
     trail = b"".join(p.read_bytes() for p in (home / "audit").rglob("*") if p.is_file())
-    assert b"leak" in trail and key.encode() not in trail
+    assert b"leak" in trail and key.encode() not in trail and body.encode() not in trail
 
 
 @pytest.mark.parametrize("where", ["same", "nested"])

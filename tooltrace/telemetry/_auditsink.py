@@ -12,16 +12,20 @@ from typing import TYPE_CHECKING, Any
 from .._settings import (
     TOOLTRACE_AUDIT_FSYNC,
     TOOLTRACE_AUDIT_STRICT,
+    audit_compact,
     audit_fsync,
     audit_strict,
     resolve_home,
 )
 from ..audit import (
     Ack,
+    BackgroundCompaction,
+    CompactionBacklog,
     FsyncPolicy,
     LiveProgress,
     Recovered,
     SegmentWriter,
+    WriterBacklog,
     audit_dir,
     encode_approval,
     encode_call_bytes,
@@ -30,6 +34,7 @@ from ..audit import (
     load_signer,
     recorded,
     recover_dead_segments,
+    secret_values,
 )
 from ..envelope import CallRecord
 from ..exceptions import AuditUnavailableError, ConfigurationError
@@ -69,7 +74,11 @@ class AuditSink:
             and (``grouped``) one fsync.
         group_max_records: a batch is written as soon as this many records wait.
         max_queue: records waiting beyond this are dropped and counted in ``dropped``.
-        segment_max_bytes / segment_max_age_s: when a segment is sealed and a new one begun.
+        segment_max_bytes / segment_max_age_s: when a segment is sealed and a new one begun
+            (by size, or by age once it holds a record).
+        compact: compact sealed segments in the background (``tooltrace.audit._autocompact``:
+            a low-priority process this sink starts when there is work; default
+            ``TOOLTRACE_AUDIT_COMPACT``, else on). ``compaction_backlog`` says how far behind.
         checkpoint_every / checkpoint_interval_s: keyed checkpoints every N records, and after
             this many idle seconds when records are not yet covered by one.
         key: checkpoint key (default ``TOOLTRACE_AUDIT_KEY``, else ``<home>/audit.key``).
@@ -91,8 +100,9 @@ class AuditSink:
         group_interval_ms: float = 50.0,
         group_max_records: int = 2048,
         max_queue: int = 65536,
-        segment_max_bytes: int = 64 * 1024 * 1024,
+        segment_max_bytes: int = 16 * 1024 * 1024,
         segment_max_age_s: float = 600.0,
+        compact: bool | None = None,
         checkpoint_every: int = 1000,
         checkpoint_interval_s: float = 1.0,
         key: bytes | None = None,
@@ -109,8 +119,15 @@ class AuditSink:
             "max_bytes": segment_max_bytes,
             "max_age_s": segment_max_age_s,
             "checkpoint_every": checkpoint_every,
-            "on_ack": on_ack,
+            "on_ack": self._acked,
         }
+        self._on_ack = on_ack
+        self.compact = audit_compact(compact)
+        #: The background compaction this sink starts (None until it writes, and when off).
+        self.compaction: BackgroundCompaction | None = None
+        self._backlog = WriterBacklog(self.audit_dir)
+        # Calls among the records being appended now: the acknowledgement counts them.
+        self._calls_in_append = 0
         self._writer: SegmentWriter | None = None
         self._signer: Signer | None = None
         self._init_lock = threading.Lock()
@@ -169,6 +186,19 @@ class AuditSink:
         w = self._writer
         return None if w is None else w.writer_id
 
+    @property
+    def compaction_backlog(self) -> CompactionBacklog:
+        """What this sink wrote that compaction has not taken yet: calls, bytes and the age
+        of the oldest (as of the ticker's last look, at most a few seconds ago)."""
+        return self._backlog.snapshot()
+
+    def _acked(self, ack: Ack) -> None:
+        calls, self._calls_in_append = self._calls_in_append, 0
+        self._backlog.add(ack.writer, ack.segment, calls)
+        cb = self._on_ack
+        if cb is not None:
+            cb(ack)
+
     def recorded(self, call_id: str) -> bool:
         """Whether this home's trail already holds a call (or an intent) with ``call_id``
         (``tooltrace.audit.recorded``; raises ``OSError`` when the trail cannot be read)."""
@@ -186,9 +216,12 @@ class AuditSink:
                 key = self._key if self._key is not None else load_key(self.home, create=True)
                 assert key is not None
                 self._key = key
-                self._signer = load_signer(self.home, create=True)
+                if self._signer is None:
+                    self._signer = load_signer(self.home, create=True)
                 self._writer = SegmentWriter(self.audit_dir, key, signer=self._signer,
                                              **self._writer_args)
+                if self.compact:
+                    self.compaction = BackgroundCompaction(self.home, key)
                 self._start_ticker()
             return self._writer
 
@@ -217,11 +250,15 @@ class AuditSink:
         progress file (``tooltrace.audit.LiveProgress``): a subscriber of its ``progress``
         events."""
         try:
-            if self._key is None:
-                self._key = load_key(self.home, create=True)
-            assert self._key is not None
-            registry.register_secret(self._key.decode("ascii", "replace"))
-        except OSError as exc:
+            # Made now, not at the first write, so both keys are known before any tool runs.
+            with self._init_lock:
+                if self._key is None:
+                    self._key = load_key(self.home, create=True)
+                if self._signer is None:
+                    self._signer = load_signer(self.home, create=True)
+            for value in secret_values(self.home):
+                registry.register_secret(value)
+        except (OSError, ConfigurationError) as exc:
             # The writer reports an unusable home when it opens its segment; bind never raises.
             self.last_error = type(exc).__name__
         if self._live_sub is None:
@@ -241,6 +278,7 @@ class AuditSink:
         try:
             w = self._get_writer()
             with w.lock:
+                self._calls_in_append = 1
                 w.append([encode_call_bytes(record)], [record.call_id], durable=True)
         except Exception as exc:
             self._lost += 1
@@ -317,6 +355,7 @@ class AuditSink:
             # batch is walked in slices that hand the interpreter back to the calls.
             bodies = (_encode(r) for r in self._worker.paced(batch))
             with w.lock:
+                self._calls_in_append = sum(1 for r in batch if type(r) is CallRecord)
                 w.append(bodies, [r.call_id for r in batch], durable=False)
         except Exception as exc:
             self._lost += len(batch)
@@ -337,8 +376,13 @@ class AuditSink:
                 self.recovered = recover_dead_segments(self.audit_dir, key, self._signer)
             except Exception as exc:
                 self.last_error = type(exc).__name__
+        # Compact what earlier writers left, if that is due, without waiting for a rotation.
+        if self.compaction is not None:
+            self.compaction.poke(force=True)
         while not self._stop.wait(self._ckpt_interval):
             self._tick()
+            if self.compaction is not None:
+                self.compaction.poke()
 
     def _open_now(self) -> None:
         w = self._writer
@@ -360,6 +404,10 @@ class AuditSink:
         try:
             with w.lock:
                 w.tick()
+        except Exception as exc:
+            self.last_error = type(exc).__name__
+        try:
+            self._backlog.refresh()
         except Exception as exc:
             self.last_error = type(exc).__name__
 
@@ -391,6 +439,9 @@ class AuditSink:
         self._stop = threading.Event()
         self._ticker = None
         self._open_early = False  # the child opens its own segment at its first record
+        self._backlog = WriterBacklog(self.audit_dir)
+        if self.compaction is not None:
+            self.compaction.after_fork()
         w = self._writer
         if w is not None:
             w.after_fork()
