@@ -13,7 +13,7 @@ import fastjsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jsonschema import Draft202012Validator, SchemaError
+from jsonschema import SchemaError, validators
 
 from tooltrace import InvalidSchemaError, ToolCall, ToolRegistry, tool
 from tooltrace._schemacheck import plainly_valid
@@ -53,7 +53,7 @@ _VALUE_KEYWORDS: dict[str, st.SearchStrategy[Any]] = {
     "minimum": st.integers(-5, 5) | st.floats() | _VALUES,
     "exclusiveMaximum": st.floats(allow_nan=False) | _VALUES,
     "multipleOf": st.integers(-2, 3) | st.floats(-1, 2) | _VALUES,
-    "format": st.sampled_from(["date-time", "uri", "nope"]),
+    "format": st.sampled_from(["date-time", "uri", "nope", "regex", "email"]) | _VALUES,
     "nullable": st.booleans(),
     "$ref": st.sampled_from(["#/$defs/a", "#/$defs/missing", "#/definitions/a", "#",
                              "http://127.0.0.1:1/x", "#/properties/a"]),
@@ -73,10 +73,20 @@ def _schemas(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 
 
 _SCHEMA = st.recursive(st.booleans() | st.just({}), _schemas, max_leaves=12)
-_TOP = st.tuples(st.dictionaries(_KEYS, _SCHEMA, max_size=4), _schemas(_SCHEMA)).map(
-    lambda pair: {**(pair[1] if isinstance(pair[1], dict) else {}), "type": "object",
-                  "properties": pair[0]}
+_DIALECT = st.sampled_from([
+    None, "https://json-schema.org/draft/2020-12/schema", "http://json-schema.org/draft-07/schema#",
+    "http://json-schema.org/draft-07/schema", "http://json-schema.org/draft-04/schema#",
+    "https://json-schema.org/draft/2019-09/schema",
+])
+_TOP = st.tuples(st.dictionaries(_KEYS, _SCHEMA, max_size=4), _schemas(_SCHEMA), _DIALECT).map(
+    lambda t: {**(t[1] if isinstance(t[1], dict) else {}), "type": "object",
+               "properties": t[0], **({"$schema": t[2]} if t[2] else {})}
 )
+
+
+def _metaschema_check(schema: dict[str, Any]) -> None:
+    """The full check, as registration runs it: the metaschema the schema names."""
+    validators.validator_for(schema).check_schema(schema)
 
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -86,7 +96,7 @@ def test_a_schema_the_fast_tier_vouches_for_passes_the_metaschema_and_compiles(
 ) -> None:
     if not plainly_valid(schema):
         return
-    Draft202012Validator.check_schema(schema)
+    _metaschema_check(schema)
     validate = fastjsonschema.compile(schema, use_default=True)
     for value in ({}, {"a": 1}, {"path": "x", "b": [None]}):
         try:
@@ -101,7 +111,7 @@ def test_compile_schema_refuses_exactly_what_the_metaschema_refuses(
     schema: dict[str, Any],
 ) -> None:
     try:
-        Draft202012Validator.check_schema(schema)
+        _metaschema_check(schema)
         valid = True
     except SchemaError:
         valid = False
@@ -190,6 +200,14 @@ def test_builtin_and_typical_tool_schemas_take_the_fast_tier(tmp_path: Path) -> 
         "required": ["items"], "title": "addArguments", "type": "object",
     }
     assert plainly_valid(generated)
+    # As zod writes it (TypeScript MCP servers): draft-07, formats.
+    zod = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+           "properties": {"url": {"type": "string", "format": "uri"},
+                          "when": {"type": "string", "format": "date-time"}},
+           "required": ["url"], "additionalProperties": False}
+    assert plainly_valid(zod)
+    # Draft-04 reads some keywords differently (a boolean exclusiveMinimum): the full check.
+    assert not plainly_valid({**zod, "$schema": "http://json-schema.org/draft-04/schema#"})
 
 
 def test_validators_are_compiled_when_a_call_first_needs_them(tmp_path: Path) -> None:

@@ -2,10 +2,11 @@
 
 ``plainly_valid`` recognises the schemas tools are made of (objects of typed properties, arrays,
 enums, bounds, ``anyOf``, local ``$defs`` references...) in one walk and says yes only when every
-keyword it meets is one whose value it can check exactly: such a schema is valid under the JSON
-Schema 2020-12 metaschema and compiles with ``fastjsonschema`` (both pinned by a property test
-against the real checks). Anything else, an unknown keyword, a ``$schema`` of its own, a
-non-JSON value, gets a "no" and the full metaschema check, which decides and explains.
+keyword it meets is one whose value it can check exactly: such a schema is valid under its
+metaschema (JSON Schema 2020-12, or draft-07 when its ``$schema`` says so) and compiles with
+``fastjsonschema`` (both pinned by a property test against the real checks). Anything else, an
+unknown keyword, another dialect, a non-JSON value, gets a "no" and the full metaschema check,
+which decides and explains.
 
 Why two tiers: the full check resolves the metaschema's dynamic references keyword by keyword
 and costs about a millisecond per small schema, which dominated registering many tools.
@@ -23,6 +24,14 @@ __all__ = ["plainly_valid"]
 _SIMPLE_TYPES = frozenset({"array", "boolean", "integer", "null", "number", "object", "string"})
 # Beyond this nesting the full check decides (a tool's schema is a few levels deep).
 _MAX_DEPTH = 24
+# The dialects the walk knows: for every keyword it accepts, its test is at least as strict as
+# both metaschemas (draft-04 and -06 differ: a boolean exclusiveMinimum, for one). No
+# ``$schema`` means 2020-12, as for jsonschema; zod and other generators write draft-07.
+_DIALECTS = frozenset({
+    "https://json-schema.org/draft/2020-12/schema",
+    "http://json-schema.org/draft-07/schema",
+    "http://json-schema.org/draft-07/schema#",
+})
 # "#/$defs/<name>" (or the older "definitions"): the references a generated schema uses.
 _LOCAL_REF = re.compile(r"#/(\$defs|definitions)/([A-Za-z0-9_.-]{1,128})")
 
@@ -117,6 +126,7 @@ _VALUE_KEYWORDS: dict[str, Callable[[Any], bool]] = {
     "writeOnly": _flag,
     "required": _names,
     "pattern": _regex,
+    "format": _string,
     "minLength": _count,
     "maxLength": _count,
     "minItems": _count,
@@ -184,8 +194,12 @@ class _Walk:
 
 
 def plainly_valid(schema: dict[str, Any]) -> bool:
-    """Whether ``schema`` is valid under the 2020-12 metaschema and compiles, by a walk over the
-    keywords tools use; ``False`` means "not known", never "invalid": run the full check."""
+    """Whether ``schema`` is valid under its metaschema (2020-12, or draft-07 when it says so)
+    and compiles, by a walk over the keywords tools use; ``False`` means "not known", never
+    "invalid": run the full check."""
     if "$schema" in schema:
-        return False
+        dialect = schema["$schema"]
+        if type(dialect) is not str or dialect not in _DIALECTS:
+            return False
+        schema = {k: v for k, v in schema.items() if k != "$schema"}
     return _Walk(schema).schema(schema, 0)
