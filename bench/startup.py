@@ -39,7 +39,6 @@ from bench._common import Table, scratch
 
 __all__ = ["CONFIGS", "run"]
 
-ROOT = Path(__file__).resolve().parent.parent
 #: The sink configurations ``create_registry`` is measured in, with the environment each adds.
 #: The endpoint is a closed loopback port: a registry that makes no call exports nothing.
 CONFIGS: dict[str, dict[str, str]] = {
@@ -139,7 +138,11 @@ print(json.dumps([elapsed, t2 - t1, t3 - t2]))
 
 def _child(code: str, *args: str, pycache: Path,
            extra_env: dict[str, str] | None = None) -> tuple[Any, float]:
-    """What the probe printed, and the whole process's wall time (start to exit)."""
+    """What the probe printed, and the whole process's wall time (start to exit).
+
+    The child runs in the scratch directory beside ``pycache``, not in the checkout: ``python
+    -c`` puts its working directory first on ``sys.path``, where the checkout's sources would
+    shadow the tooltrace the interpreter has installed (a compiled wheel, say)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("OTEL_") and k != "TOOLTRACE_HOME"}
     env.update(extra_env or {})
@@ -148,7 +151,7 @@ def _child(code: str, *args: str, pycache: Path,
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = str(pycache)
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=ROOT,
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=pycache.parent,
                        capture_output=True, text=True, timeout=300, env=env)
     wall = time.perf_counter() - t0
     if p.returncode != 0:
