@@ -116,12 +116,12 @@ def authorize(
     if resolved is None:
         return b.refused()
     if d.capability == Capability.EXECUTE and reg.workspace.protected_roots:
-        param = _names_protected(reg, args, resolved.get("cwd", ""))
-        if param is not None:
-            detail = {"param": param, "reason": "protected"}
-            b.step(StepName.POLICY, t, "policy:protected", "deny", detail)
-            return b.reject(stage, f"argument {param} names tooltrace's own files (protected)",
-                            d.name)
+        found = _names_protected(reg, args, resolved.get("cwd", ""))
+        if found is not None:
+            param, why = found
+            b.step(StepName.POLICY, t, "policy:protected", "deny", {"param": param, "reason": why})
+            what = "names tooltrace's own files" if why == "protected" else "changed while checked"
+            return b.reject(stage, f"argument {param} {what} ({why})", d.name)
     req = PolicyRequest(
         d, args, mode, b.run_id, b.call_id, resolved, b.depth, b.parent_tool, b.principal
     )
@@ -215,11 +215,15 @@ def _scope(
     return resolved
 
 
-def _names_protected(reg: ToolRegistry, args: Mapping[str, Any], cwd: str) -> str | None:
-    """The first argument of a command whose words name a path in a protected root (the home),
-    taken from the command's ``cwd``; None when no word does. A command's program can open any
-    path it is handed, so its words are checked beside the path arguments: each word, the value
-    of an ``--option=value`` word and each word of a shell script, with symlinks resolved."""
+def _names_protected(
+    reg: ToolRegistry, args: Mapping[str, Any], cwd: str
+) -> tuple[str, str] | None:
+    """(argument, reason) for the first argument of a command whose words name a path in a
+    protected root (the home), taken from the command's ``cwd``; None when no word does. A
+    command's program can open any path it is handed, so its words are checked beside the path
+    arguments: each word, the value of an ``--option=value`` word and each word of a shell
+    script, with symlinks resolved. A word whose links change while they are resolved is
+    refused too (reason ``symlink_race``): fail closed."""
     ws = reg.workspace
     base = os.path.join(ws.root, cwd)
     for name, value in args.items():
@@ -227,8 +231,12 @@ def _names_protected(reg: ToolRegistry, args: Mapping[str, Any], cwd: str) -> st
             if not isinstance(word, str) or len(word) > _MAX_WORD_CHARS or "\x00" in word:
                 continue
             for candidate in (word, *_SHELL_SPLIT.split(word)):
-                if candidate and ws.is_protected(os.path.realpath(os.path.join(base, candidate))):
-                    return str(name)
+                try:
+                    real = os.path.realpath(os.path.join(base, candidate)) if candidate else ""
+                except OSError:
+                    return str(name), "symlink_race"
+                if real and ws.is_protected(real):
+                    return str(name), "protected"
     return None
 
 

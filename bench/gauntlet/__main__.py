@@ -9,7 +9,8 @@ Usage (from the repository root)::
 Items: canaries (10,000 canaries, plus the benign corpus of 100,000 lines), paths (the
 adversarial table and 100,000 swap-race iterations through the registry), crash (200 SIGKILLs),
 tamper (1,000 mutations), faults (5,000 calls under every fault), soak (``TOOLTRACE_SOAK_MINUTES``,
-default 10), input (5,000 fuzzed calls, a 100 MB call, 2,000 CLI invocations). Each item is the
+default 10), input (5,000 fuzzed calls, a 100 MB call, 2,000 CLI invocations), evidence (the
+agent against its own record: the same size either way). Each item is the
 test of ``tests/gauntlet`` of the same name run with ``TOOLTRACE_LONG=1``; the figures each test
 records are printed as one table at the end.
 """
@@ -35,6 +36,7 @@ ITEMS: dict[str, list[str]] = {
     "faults": ["test_faults.py"],
     "soak": ["test_soak.py"],
     "input": ["test_bad_input.py"],
+    "evidence": ["test_evidence.py"],
 }
 
 
