@@ -4,6 +4,7 @@ the path policy (``Workspace.protected_roots``) and the policy stage (command wo
 
 from __future__ import annotations
 
+import base64
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -177,5 +178,12 @@ def test_a_workspace_inside_its_home_keeps_the_homes_entries_protected(
             assert _refused(reg.call(ToolCall("read_text", {"path": path})))
             assert _refused(reg.call(ToolCall("write_text", {"path": path, "text": "x"})))
         assert _refused(reg.call(ToolCall("run_command", {"argv": ["cat", f"{home}/audit.key"]})))
+        # A path built at run time is the sandbox's to stop: the key's file is empty there.
+        key = '"$(echo ' + base64.b64encode(f"{home}/audit.key".encode()).decode() + ' | base64 -d)"'
+        env = reg.call(ToolCall("run_command", {"argv": ["sh", "-c",
+                                                         f"wc -c < {key}; echo x >> {key}"]}))
+        assert env.status is Status.OK and env.data["exit_code"] != 0, env.data
+        assert env.data["stdout"].strip() in ("", "0"), env.data
+        assert len((home / "audit.key").read_text().strip()) == 64
     finally:
         reg.shutdown(timeout_s=5.0)

@@ -265,8 +265,14 @@ class _Bubblewrap:
         for d in grants.write:
             args += ["--bind", d, d]
         for h in grants.hidden:
-            if _under(h, (*dirs, *grants.read, *grants.write)) and os.path.isdir(h):
+            if not _under(h, (*dirs, *grants.read, *grants.write)):
+                continue
+            # A directory becomes an empty one; a file (the home's keys, where the workspace
+            # holds the home) reads as empty and cannot be written.
+            if os.path.isdir(h):
                 args += ["--tmpfs", h]
+            elif os.path.isfile(h):
+                args += ["--ro-bind", "/dev/null", h]
         return Launch([*args, "--", *argv], {**env, "TMPDIR": "/tmp"}, tmpdir=tmp)
 
 
