@@ -179,7 +179,8 @@ def test_a_workspace_inside_its_home_keeps_the_homes_entries_protected(
             assert _refused(reg.call(ToolCall("write_text", {"path": path, "text": "x"})))
         assert _refused(reg.call(ToolCall("run_command", {"argv": ["cat", f"{home}/audit.key"]})))
         # A path built at run time is the sandbox's to stop: the key's file is empty there.
-        key = '"$(echo ' + base64.b64encode(f"{home}/audit.key".encode()).decode() + ' | base64 -d)"'
+        encoded = base64.b64encode(f"{home}/audit.key".encode()).decode()
+        key = f'"$(echo {encoded} | base64 -d)"'
         env = reg.call(ToolCall("run_command", {"argv": ["sh", "-c",
                                                          f"wc -c < {key}; echo x >> {key}"]}))
         assert env.status is Status.OK and env.data["exit_code"] != 0, env.data
