@@ -68,11 +68,17 @@ def test_demo_makes_every_kind_of_call(tmp_path: Path) -> None:
     for e in result.envelopes:
         assert FAKE_KEY not in repr(e.to_dict())
         assert str(tmp_path) not in e.summary
+    # The demo says which sandbox its commands ran in: the one the execute steps recorded.
+    recorded = {s.detail["sandbox"] for e in result.envelopes for s in e.steps
+                if s.step == "execute" and e.tool == "run_command" and "sandbox" in s.detail}
+    assert result.sandboxes == recorded and recorded
+    assert not (tmp_path / "home" / "demo").exists()
 
 
 def test_demo_command_prints_summary_and_autopsy_commands(
         demo_run: tuple[Path, dict[str, object]]) -> None:
     cwd, data = demo_run
+    assert data["sandboxes"] and all(isinstance(s, str) for s in data["sandboxes"])
     assert data["calls"] == len(EXPECTED)
     assert isinstance(data["autopsy"], list) and len(data["autopsy"]) == 3
     by_status = data["by_status"]

@@ -24,7 +24,7 @@ from typing import Any
 
 from . import _settings
 from ._setup import create_registry
-from .envelope import Status, ToolCall, ToolResultEnvelope
+from .envelope import CallRecord, Status, ToolCall, ToolResultEnvelope
 from .hooks import HookDecision, HookView, hook
 from .policy import (
     ApprovalDecision,
@@ -56,6 +56,8 @@ class DemoResult:
     metrics_port: int | None = None
     resolved: dict[str, str] = field(default_factory=dict)
     """The final outcome of each call that returned ``unknown`` and was resolved later."""
+    sandboxes: set[str] = field(default_factory=set)
+    """The sandboxes the demo's commands ran in (``landlock-abi7``, ``bwrap``, ``off``)."""
 
     def outcome(self, env: ToolResultEnvelope) -> str:
         """A call's final outcome: what it returned, or what an ``unknown`` resolved to."""
@@ -133,6 +135,27 @@ def _normalise_paths(view: HookView) -> HookDecision | None:
             arguments={**view.arguments, "path": path[2:]}, reason="strip a leading ./"
         )
     return None
+
+
+class _SandboxesSeen:
+    """A sink that notes the sandbox each command's execute step recorded."""
+
+    name = "demo-sandboxes"
+
+    def __init__(self, into: set[str]) -> None:
+        self.into = into
+
+    def emit(self, record: CallRecord) -> None:
+        for step in record.steps:
+            label = step.detail.get("sandbox") if step.step == "execute" and step.detail else None
+            if isinstance(label, str):
+                self.into.add(label)
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        return True
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        return None
 
 
 def _prepare_workspace(scratch: Path) -> tuple[Path, Path]:
@@ -226,10 +249,12 @@ def run_demo(
     log_stream = log_path.open("a", encoding="utf-8")
     path = _settings.policy_path(policy_file)
     chosen: dict[str, Any] = {"policy": _demo_policy()} if path is None else {"policy_file": path}
+    result = DemoResult(home_path, ws)
     reg = create_registry(
         ws,
         home=home_path,
         log_stream=log_stream,
+        extra_sinks=(_SandboxesSeen(result.sandboxes),),
         **chosen,
         hooks=[_no_env_dumps, _normalise_paths],
         approver=_approver,
@@ -240,7 +265,6 @@ def run_demo(
         tools=DEMO_TOOLS,
         **(registry_options or {}),
     )
-    result = DemoResult(home_path, ws)
     server = None
     try:
         if metrics_port is not None:

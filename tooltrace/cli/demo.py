@@ -128,6 +128,7 @@ def demo(
                 "autopsy": autopsies,
                 "next": more,
                 "metrics_port": result.metrics_port,
+                "sandboxes": sorted(result.sandboxes),
             },
             guard,
         )
@@ -155,6 +156,9 @@ def _print_summary(result: Any, guard: OutputGuard, wide: bool, autopsies: list[
     table("the scripted story (outcome: where a later resolution changed it)",
           ["what", "call_id", "status", "outcome"], story, guard, wide=wide,
           priority=("call_id", "what", "status", "outcome"))
+    if result.sandboxes:
+        click.echo("Commands ran in the sandbox: " + ", ".join(sorted(result.sandboxes))
+                   + " (the execute step and the span say which, call by call)")
     click.echo("Replay a call step by step:")
     for line, (_label, _cid, why) in zip(autopsies, spotlight, strict=True):
         click.echo(f"  {line}    # {why}")
