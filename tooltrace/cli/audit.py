@@ -43,17 +43,24 @@ def audit() -> None:
               help="Keep shipping every --interval seconds until SIGTERM or Ctrl-C.")
 @click.option("--interval", type=click.FloatRange(0.1, 86_400), default=30.0,
               show_default=True, help="Seconds between rounds with --follow.")
+@click.option("--anchors", "anchors_to", envvar=TOOLTRACE_ANCHORS, metavar="URI",
+              help="Also ship the anchors, first, to this s3://bucket/prefix with Object Lock"
+                   " (as ship-anchors; default: $TOOLTRACE_ANCHORS, else not shipped).")
 @home_option
 @json_option
 def ship(archive: str | None, data_path: str | None, prune: bool, segments_per_commit: int,
-         follow: bool, interval: float, home: Path | None, as_json: bool) -> None:
-    """Ship sealed segments not yet in the archive; a re-run skips what landed.
+         follow: bool, interval: float, anchors_to: str | None, home: Path | None,
+         as_json: bool) -> None:
+    """Ship sealed segments not yet in the archive; a re-run skips what landed. With an
+    anchors target, each round ships the new anchors there first.
 
     A ship killed at any point neither loses nor duplicates a record. Exit 1 when the archive
-    cannot be reached or written (nothing secret is printed), 2 for a bad URI.
+    (or the anchors' bucket) cannot be reached or written (nothing secret is printed), 2 for a
+    bad URI.
     """
     from ..archive import ArchiveError
     from ..archive import ship as do_ship
+    from ..archive import ship_anchors as do_ship_anchors
     from ..exceptions import ConfigurationError
 
     guard = OutputGuard(home)
@@ -67,6 +74,8 @@ def ship(archive: str | None, data_path: str | None, prune: bool, segments_per_c
     while True:
         started = time.monotonic()
         try:
+            # Anchors first: a segment pruned below stays vouched for outside the host.
+            anchored = do_ship_anchors(home, anchors_to) if anchors_to else None
             res = do_ship(home, archive, data_path=data_path,
                           segments_per_commit=segments_per_commit, prune=prune)
         except ConfigurationError as exc:
@@ -77,8 +86,11 @@ def ship(archive: str | None, data_path: str | None, prune: bool, segments_per_c
             click.echo(f"error: {guard(str(exc))} (retrying)", err=True)
         else:
             if as_json:
-                _print_json(res.to_dict(), guard)
+                _print_json({**res.to_dict(), "anchors": anchored.to_dict() if anchored else None},
+                            guard)
             else:
+                if anchored is not None:
+                    click.echo(f"shipped {anchored.anchors} anchors to {anchored.target}")
                 click.echo(f"shipped {len(res.shipped)} segments ({res.calls} calls, {res.steps}"
                            f" steps) to {res.archive}; {res.already} already there, {res.live}"
                            " still being written" + (f", {res.pruned} pruned locally"
