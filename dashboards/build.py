@@ -84,6 +84,8 @@ TOOL_CAP = "tooltrace_tool_concurrency_limit"
 GLOBAL_CAP = "tooltrace_concurrency_limit"
 DROPPED = "tooltrace_telemetry_dropped_total"
 SINK_DEPTH = "tooltrace_telemetry_queue_depth"
+BACKLOG_AGE = "tooltrace_audit_compaction_backlog_age_seconds"
+BACKLOG_BYTES = "tooltrace_audit_compaction_backlog_bytes"
 
 
 # -------------------------------------------------------------------------------------------
@@ -105,6 +107,7 @@ class RuleWindows:
     surge_for: str = "5m"
     latency_for: str = "10m"
     backlog_for: str = "5m"
+    compaction_for: str = "10m"
     drops_for: str = "0m"
     unknown_for: str = "0m"
     interval: str | None = None
@@ -126,6 +129,10 @@ class AlertOptions:
     surge_needs_history: bool = True
     latency_p95_slo_s: float = 5.0
     audit_backlog: int = 5000
+    # Calls written but not compacted: older than this (seconds; a segment is sealed after 10
+    # minutes at most, then compacted within about a minute) or more than this many bytes.
+    compaction_backlog_age_s: int = 1800
+    compaction_backlog_bytes: int = 512 * 1024 * 1024
     runbook_base: str = RUNBOOK_BASE
 
 
@@ -386,6 +393,23 @@ def _alerting_rules(w: RuleWindows, opts: AlertOptions) -> list[dict[str, Any]]:
             f"The audit sink of {{{{ $labels.instance }}}} has had more than "
             f"{opts.audit_backlog} records queued for {w.backlog_for}: the audit store is not "
             "keeping up, and records will be dropped when the queue fills.",
+            opts,
+        )
+    )
+    mib = opts.compaction_backlog_bytes // (1024 * 1024)
+    rules.append(
+        _alert(
+            "TooltraceCompactionBacklog",
+            # Each side aggregated to (job, instance): one alert per process, whichever fired.
+            f"max by (job, instance) ({BACKLOG_AGE}) > {opts.compaction_backlog_age_s}\nor\n"
+            f"max by (job, instance) ({BACKLOG_BYTES}) > {opts.compaction_backlog_bytes}",
+            w.compaction_for,
+            "warning",
+            "{{ $labels.instance }}: audit compaction is falling behind",
+            f"The audit sink of {{{{ $labels.instance }}}} has written calls that compaction has "
+            f"not taken for more than {_duration(opts.compaction_backlog_age_s)}, or more than "
+            f"{mib} MiB of them, for {w.compaction_for}: every read of the trail parses more "
+            "segments (slower autopsy, calls and stats) until compaction catches up.",
             opts,
         )
     )

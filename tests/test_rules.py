@@ -64,7 +64,7 @@ def test_recording_rules_define_the_saturation_signals() -> None:
 def test_every_alert_is_labelled_annotated_and_links_its_runbook_page() -> None:
     alerts = _groups()[1]["rules"]
     assert [a["alert"] for a in alerts] == build.alert_names()
-    assert len(alerts) == 8
+    assert len(alerts) == 9
     for a in alerts:
         assert a["labels"]["severity"] in {"info", "warning", "critical"}, a["alert"]
         ann = a["annotations"]
@@ -119,6 +119,19 @@ def test_unit_tests_fail_against_weaker_rules(tmp_path: Path) -> None:
     proc = promtool("test", "rules", "ratios.test.yml", cwd=tests_dir)
     assert proc.returncode != 0
     assert 'tool="c"' in proc.stdout + proc.stderr
+
+
+def test_the_compaction_backlog_test_bites(tmp_path: Path) -> None:
+    # compaction.test.yml fails against rules that let the oldest call wait an hour.
+    weak = tmp_path / "dashboards" / "prometheus" / "tooltrace-rules.yml"
+    weak.parent.mkdir(parents=True)
+    weak.write_text(build.render_rules(options=build.AlertOptions(compaction_backlog_age_s=3600)))
+    tests_dir = tmp_path / "tests" / "rules"
+    tests_dir.mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "rules" / "compaction.test.yml", tests_dir)
+    proc = promtool("test", "rules", "compaction.test.yml", cwd=tests_dir)
+    assert proc.returncode != 0
+    assert 'instance="i2"' in proc.stdout + proc.stderr
 
 
 def test_a_fresh_prometheus_would_fire_without_the_history_guard(tmp_path: Path) -> None:

@@ -20,7 +20,9 @@ The public names, by who needs them:
   ``find_sql``, ``load_sql``, ``SqlFile``, ``Param``).
 - Exporting: ``ocsf_batches`` (the trail as OCSF events, ``OCSF_VERSION``; ``tooltrace
   export``) and ``OtlpLogShipper`` (to an OTLP logs endpoint; ``DeliveryError``).
-- Upkeep: ``compact``, ``verify`` / ``verify_audit`` (with ``Trust`` / ``trust_for``: the
+- Upkeep: ``compact`` (run in the background by writers: ``BackgroundCompaction``, with the
+  backlog each writer reports, ``WriterBacklog`` / ``CompactionBacklog``), ``verify`` /
+  ``verify_audit`` (with ``Trust`` / ``trust_for``: the
   public keys signatures must verify with), ``recover_dead_segments``, ``parse_head``.
 - Signatures and anchors: ``load_signer`` / ``Signer`` (the home's Ed25519 key, which signs
   checkpoints, seals, approvals and digest entries), ``load_public_key`` / ``PublicKey``,
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
         parse_anchors,
     )
     from ._approvalrows import list_approvals
+    from ._autocompact import BackgroundCompaction, CompactionBacklog, WriterBacklog
     from ._autopsy import Autopsy, explain
     from ._compact import CompactionResult, compact
     from ._export import DeliveryError, OtlpLogShipper, ocsf_batches
@@ -120,8 +123,10 @@ __all__ = [
     "AnchorLog",
     "AuditStore",
     "Autopsy",
+    "BackgroundCompaction",
     "CallDetail",
     "CallNotFound",
+    "CompactionBacklog",
     "CompactionResult",
     "DeliveryError",
     "Digest",
@@ -145,6 +150,7 @@ __all__ = [
     "SqlFile",
     "Trust",
     "VerifyReport",
+    "WriterBacklog",
     "anchors_path",
     "append_digest",
     "audit_dir",
@@ -220,6 +226,9 @@ _LAZY = {
     # upkeep
     "compact": "_compact",
     "CompactionResult": "_compact",
+    "BackgroundCompaction": "_autocompact",
+    "CompactionBacklog": "_autocompact",
+    "WriterBacklog": "_autocompact",
     "verify": "_verify",
     "verify_audit": "_verify",
     "VerifyReport": "_findings",

@@ -14,13 +14,18 @@ The manifest also records each file's smallest and largest call id (``ranges``),
 looking up one call opens only the files whose range holds it instead of every file's footer.
 A manifest written before ranges existed gets them on the next compaction (from the files'
 Parquet statistics); until then readers scan every file it lists.
+
+Each run reads the segments a batch at a time (``max_batch_bytes``), so its memory does not
+grow with the backlog, and then merges small files (``_merge``): background compaction takes
+segments as they are sealed, a few MiB at a time, and left alone a busy trail would collect
+thousands of small files.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +42,7 @@ from ._manifest import (
     read_manifest,
     write_manifest,
 )
+from ._merge import merge_small_files
 from ._outcomes import Resolved, latest_resolutions, refresh_outcomes, with_outcomes
 from ._recover import Recovered, recover_dead_segments
 from ._segments import ParsedSegment, SegmentInfo, audit_dir, list_segments, read_segment
@@ -68,6 +74,10 @@ class CompactionResult:
     files: tuple[str, ...]
     recovered: tuple[Recovered, ...]
     pruned: bool
+    #: Small compacted files merged into larger ones (``_merge``), which replace them.
+    merged: int = 0
+    #: Another compaction held the lock and ``wait`` was false: this one did nothing.
+    busy: bool = False
 
 
 def compact(
@@ -75,26 +85,38 @@ def compact(
     *,
     prune: bool = False,
     row_group_size: int = 16384,
-    max_batch_bytes: int = 512 * 1024 * 1024,
+    max_batch_bytes: int = 64 * 1024 * 1024,
+    merge: bool = True,
+    key: bytes | None = None,
+    wait: bool = True,
+    recover: bool = True,
 ) -> CompactionResult:
     """Compact every sealed segment not yet in Parquet; safe to run while writers write.
 
-    First seals segments of crashed writers (quarantining torn tails). Records in the segment
+    First seals segments of crashed writers (quarantining torn tails; not with
+    ``recover=False``, as background compaction leaves that to writers). Records in the segment
     digest which segments are now in Parquet. ``prune`` deletes the segments once their rows
     are in Parquet, after recording that in the digest (with their chain heads, so ``verify``
-    neither reports them missing nor loses the link to the segments that follow).
+    neither reports them missing nor loses the link to the segments that follow). ``merge``
+    then merges small compacted files (``_merge``). ``key`` is the audit key (default: the
+    home's, as ``load_key`` finds it); ``wait=False`` returns at once (``busy``) when another
+    compaction is running instead of waiting for it.
     """
     h = resolve_home(home)
     adir = audit_dir(h)
     adir.mkdir(parents=True, exist_ok=True)
-    key = load_key(h, create=True)
+    if key is None:
+        key = load_key(h, create=True)
     assert key is not None
     lock_fd = os.open(adir / "compact.lock", os.O_WRONLY | os.O_CREAT, 0o644)
     try:
         # One compactor at a time; writers never take this lock.
-        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return CompactionResult(0, 0, 0, (), (), prune, busy=True)
         signer = load_signer(h, create=False)
-        recovered = recover_dead_segments(adir, key, signer)
+        recovered = recover_dead_segments(adir, key, signer) if recover else []
         manifest = read_manifest(adir)
         done = {s["name"] for s in manifest.get("segments", [])}
         todo = [s for s in list_segments(adir) if not s.live and s.name not in done]
@@ -140,26 +162,30 @@ def compact(
                         os.unlink(seg.info.path)
                     except FileNotFoundError:
                         pass
+        merged = merge_small_files(adir, manifest, write) if merge else []
         _remove_orphans(adir, manifest)
-        return CompactionResult(n_segs, n_calls, n_steps, tuple(files), tuple(recovered), prune)
+        return CompactionResult(n_segs, n_calls, n_steps, tuple(files), tuple(recovered), prune,
+                                len(merged))
     finally:
         os.close(lock_fd)
 
 
-def _batches(todo: list[SegmentInfo], max_batch_bytes: int) -> list[list[ParsedSegment]]:
-    """The segments still readable, in batches of about ``max_batch_bytes`` each."""
-    batches: list[list[ParsedSegment]] = [[]]
+def _batches(todo: list[SegmentInfo], max_batch_bytes: int) -> Iterator[list[ParsedSegment]]:
+    """The segments still readable, in batches of about ``max_batch_bytes`` each, each read
+    only when the one before it is done with."""
+    batch: list[ParsedSegment] = []
     size = 0
     for info in todo:
+        if size >= max_batch_bytes and batch:
+            yield batch
+            batch, size = [], 0
         seg = read_segment(info)
         if seg is None:
             continue
-        if size >= max_batch_bytes and batches[-1]:
-            batches.append([])
-            size = 0
-        batches[-1].append(seg)
+        batch.append(seg)
         size += seg.tail_offset
-    return batches
+    if batch:
+        yield batch
 
 
 def _writer(adir: Path, manifest: dict[str, Any], row_group_size: int,

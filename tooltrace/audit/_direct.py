@@ -1,5 +1,6 @@
 """Rows of one call (or one call-id range) without DuckDB: from the lookup files beside the
-compacted Parquet files (``_lookupfile``) and from the rows not compacted yet, as parsed.
+compacted Parquet files (``_lookupfile``) and from the segment lines not compacted yet that hold
+the id (``_livescan``), as parsed.
 
 Every answer is the one DuckDB would give over the same files: the stored columns in order,
 timestamps as naive UTC datetimes, and the rows not compacted yet converted the way the store's
@@ -58,8 +59,8 @@ def _cast(kind: str, v: Any) -> Any:
 
 
 class LookupFiles:
-    """The lookup files of one ``AuditStore``, opened on first use, and its rows not compacted
-    yet, searched in place."""
+    """The lookup files of one ``AuditStore``, opened on first use, and its segments not
+    compacted yet, searched in place."""
 
     def __init__(self, store: AuditStore) -> None:
         self._store = store
@@ -113,7 +114,7 @@ class LookupFiles:
             except (LookupDamaged, ValueError) as exc:
                 self._distrust(f.rel, exc)
                 return None
-        live = self.live(t, lambda c: c == cid)
+        live = self.live(t, cid, cid + "\x00")
         return None if live is None else out + live
 
     def between(self, t: str, files: list[_ParquetFile], lo: str, hi_excl: str,
@@ -137,21 +138,22 @@ class LookupFiles:
             except (LookupDamaged, ValueError) as exc:
                 self._distrust(f.rel, exc)
                 return None
-        live = self.live(t, lambda c: isinstance(c, str) and lo <= c < hi_excl)
+        live = self.live(t, lo, hi_excl, ids)
         return None if live is None else out + live
 
-    def live(self, t: str, want: Any) -> list[tuple[Any, ...]] | None:
-        """Table ``t``'s rows not compacted yet whose call id ``want`` accepts, cast as the
-        store's SQL casts them (None: a value only DuckDB can cast)."""
-        cols = self._store._live_cols
-        if cols is None:
+    def live(self, t: str, lo: str, hi_excl: str, ids: int | None = None
+             ) -> list[tuple[Any, ...]] | None:
+        """Table ``t``'s rows not compacted yet with a call id in ``[lo, hi_excl)``, cast as
+        the store's SQL casts them (None: a value only DuckDB can cast)."""
+        segs = self._store.uncompacted
+        if not segs:
             return []
-        col = cols[t]
-        ids = col["call_id"]
+        col = segs.matching(lo, hi_excl, ids)[t]
+        ids_col = col["call_id"]
         spec = COLUMNS[t]
         out = []
-        for i, c in enumerate(ids):
-            if not want(c):
+        for i, c in enumerate(ids_col):
+            if not (isinstance(c, str) and lo <= c < hi_excl):
                 continue
             try:
                 out.append(tuple(_cast(k, col[name][i]) for name, k in spec))

@@ -1,9 +1,10 @@
 """One call by id, straight from what can hold it (``AuditStore.call``).
 
 Each table is read from the compacted files whose recorded call-id range holds the id plus the
-rows not compacted yet: from those files' lookup files and the parsed rows when they can answer
-(``_direct``, no DuckDB), else with one plain statement (``read_parquet`` of those files, the
-stored columns by name, filtered on the id). Steps are ordered and the latest resolution picked
+rows not compacted yet: from those files' lookup files and the segment lines that hold the id
+when they can answer (``_direct``, no DuckDB), else with one plain statement (``read_parquet``
+of those files, the stored columns by name, filtered on the id, and the segment lines that hold
+the id, copied into DuckDB). Steps are ordered and the latest resolution picked
 here, in Python, the same way for both. The row of ``tool_calls`` (its final ``outcome``, when and
 how a late step resolved it) is put together here from the stored row and the call's latest
 resolution, not by a join in SQL: DuckDB plans and runs a plain scan of one file faster than the
@@ -39,14 +40,14 @@ def _quote(text: str) -> str:
 def _rows(store: AuditStore, t: str, cols: list[str], cid: str
           ) -> list[tuple[Any, ...]] | None:
     """Rows of table ``t`` for call ``cid`` (columns ``cols``), or None when nothing can hold
-    it (no file whose range holds the id and no row not compacted yet). Read from the lookup
-    files and the parsed rows when they can answer (``_direct``), else with DuckDB."""
+    it (no file whose range holds the id and no segment not compacted yet). Read from the
+    lookup files and the segment lines when they can answer (``_direct``), else with DuckDB."""
     assert store._files is not None
     hi = cid + "\x00"
     files = [f for f in store._files[t] if f.overlaps(cid, hi)]
     paths = [f.path for f in files]
     store.lookup_files.extend(paths)
-    live = bool(store._live_rows.get(t))
+    live = bool(store.uncompacted)
     if not paths and not live:
         return None
     direct = store.lookups.rows(t, files, cid)
@@ -68,14 +69,17 @@ def _duckdb_rows(store: AuditStore, t: str, cols: list[str], cid: str, paths: li
         opts = ", union_by_name = true" if len(paths) > 1 else ""
         parts.append(f"SELECT {select} FROM read_parquet([{files}]{opts}) {where}")
     if live:
-        parts.append(f"SELECT {select} FROM _live_{t} {where}")
+        # Only the segment lines that hold the id, in tables of their own: the lookup does not
+        # copy every row not compacted yet into DuckDB.
+        store.load_hits(cid, cid + "\x00")
+        parts.append(f"SELECT {select} FROM _hit_{t} {where}")
     try:
         return store._con.execute(" UNION ALL ".join(parts)).fetchall()
     except duckdb.BinderException:  # a file without one of the columns: read them by name
         src = f"read_parquet([{files}], union_by_name = true)"
         by_name = read_by_name(t, src)
         if live:
-            by_name += f" UNION ALL SELECT {_SELECT[t]} FROM _live_{t}"
+            by_name += f" UNION ALL SELECT {_SELECT[t]} FROM _hit_{t}"
         return store._con.execute(f"SELECT {select} FROM ({by_name}) {where}").fetchall()
 
 

@@ -2,7 +2,8 @@
 
 ``AuditStore`` opens an in-memory DuckDB database whose views cover every record: the Parquet
 files compaction produced (read in place, pruned by call id) plus every segment not yet
-compacted (sealed, live, or left by a crashed writer; parsed and copied into DuckDB). Views:
+compacted (sealed, live, or left by a crashed writer: read from their files, a piece at a time,
+only when a question needs them, ``_livescan``). Views:
 
 - ``tool_calls``       one row per call; ``status`` is what the call returned (as the
   envelope, the metrics and the spans say), ``outcome`` its final outcome: the same, except for
@@ -12,28 +13,35 @@ compacted (sealed, live, or left by a crashed writer; parsed and copied into Duc
 - ``tool_call_intents`` strict-mode intents; ``orphaned`` is true when no final record exists.
 - ``approvals``        approvers' answers and the calls each covered (``_approvalrows``).
 
-Only DuckDB is imported, when a store is opened: no pyarrow, no pandas. A lookup by call id
+Only DuckDB is imported, when a store first needs it: no pyarrow, no pandas. A lookup by call id
 (``call``, ``resolve_call_id``) does not go through the views: it reads only the Parquet files
-whose call-id range (recorded in the compaction manifest) can hold the id, plus the rows not
-yet compacted.
+whose call-id range (recorded in the compaction manifest) can hold the id (their lookup files,
+when they have them), and only the lines of the segments not compacted yet that hold the id.
+The views copy the rows not compacted yet into DuckDB when they are first used.
+
+A store reads the trail as it was when opened. When compaction replaced a Parquet file the
+store listed (background compaction merges small files and rewrites a file whose call was
+resolved later), the store reads the trail afresh and asks again, once.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from .._settings import resolve_home
 from ._approvalrows import APPROVALS_VIEW
 from ._direct import LookupFiles
-from ._livetables import load_live
+from ._livescan import LiveSegments
+from ._livetables import LiveTables
 from ._lookup import find_call
-from ._manifest import read_manifest
-from ._segments import ParsedSegment, audit_dir, list_segments, read_segment
+from ._manifest import manifest_path, read_manifest
+from ._segments import audit_dir, list_segments
 from ._storerecords import (
     AmbiguousCallId,
     CallDetail,
@@ -43,7 +51,7 @@ from ._storerecords import (
     ReadIssue,
     _one_call,
 )
-from ._tables import COLUMNS, TABLES, build_columns, read_by_name
+from ._tables import TABLES, read_by_name
 
 if TYPE_CHECKING:
     import duckdb
@@ -59,6 +67,7 @@ __all__ = [
 ]
 
 _PREFIX_OK = re.compile(r"^[0-9a-fA-F-]{1,36}$")
+_T = TypeVar("_T")
 
 # The row shapes of the views, shared with the direct lookups in ``AuditStore.call``.
 _RESOLVED = """SELECT call_id, arg_max(status, resolved_at) AS status,
@@ -122,10 +131,12 @@ def _cores() -> int:
 class AuditStore:
     """A read-only DuckDB view of one tooltrace home's audit trail.
 
-    Opening parses every segment not yet compacted; Parquet files are read in place. Use
-    ``sql`` for any query (named parameters ``$name``), or the helpers the CLI uses.
+    Opening reads the compaction manifest and lists the segments not compacted yet; Parquet
+    files are read in place, segments when a question needs them. Use ``sql`` for any query
+    (named parameters ``$name``), or the helpers the CLI uses.
 
-    ``lookup_files`` lists the Parquet files the last ``call`` or ``resolve_call_id`` read.
+    ``lookup_files`` lists the Parquet files the last ``call`` or ``resolve_call_id`` read;
+    ``segments`` counts the segments not compacted yet.
     """
 
     #: The SQL that defines ``tool_calls``, ``tool_call_steps`` and ``tool_call_intents`` over
@@ -137,33 +148,45 @@ class AuditStore:
     def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
         self.home = resolve_home(home)
         self.adir = audit_dir(self.home)
-        self.issues: list[ReadIssue] = []
         #: What a lookup could not trust (a damaged lookup file it read the Parquet for
         #: instead); the CLI prints these.
         self.warnings: list[str] = []
+        self._reset()
+        self._load()
+
+    def _reset(self) -> None:
         self.segments = 0
         self.parquet_files = 0
         self.lookup_files: list[str] = []
-        # Per table: the compacted files with their call-id ranges, and how many rows are not
-        # compacted yet. None (a store whose _load does not fill them) means: look up through
-        # the views.
+        # Per table: the compacted files with their call-id ranges. None (a store whose _load
+        # does not fill them) means: look up through the views.
         self._files: dict[str, list[_ParquetFile]] | None = None
-        self._live_rows: dict[str, int] = {}
-        # The rows not compacted yet, column by column, until DuckDB is first needed.
-        self._live_cols: dict[str, dict[str, list[Any]]] | None = None
+        self._stamp: tuple[int, int, int] | None = None
+        #: The segments not compacted yet, read when a question needs them.
+        self.uncompacted = LiveSegments([])
+        self._live_tables = LiveTables()
         self._has_intents: bool | None = None
         # SQL that creates the views, run when ``con`` is first used: a lookup by call id
         # needs none of them, and binding them reads Parquet footers.
         self._pending: list[str] = []
         self._db: duckdb.DuckDBPyConnection | None = None
+        self._live_loaded = False
         self._single = True
         self.lookups = LookupFiles(self)
-        self._load()
+
+    @property
+    def issues(self) -> list[ReadIssue]:
+        """What reading the segments not compacted yet found wrong (torn tails of crashed
+        writers, lines that are not records): known once every line was read, which this
+        does when no query has yet."""
+        if self.uncompacted.issues is None:
+            self._load_live()  # the tables of rows not compacted yet read every line
+        return list(self.uncompacted.issues or ())
 
     @property
     def _con(self) -> duckdb.DuckDBPyConnection:
-        """The DuckDB connection, opened (and the rows not compacted yet loaded into it) on
-        first use: a lookup answered from the lookup files never imports DuckDB."""
+        """The DuckDB connection, opened on first use: a lookup answered from the lookup files
+        and the segments never imports DuckDB."""
         if self._db is None:
             import duckdb
 
@@ -174,13 +197,27 @@ class AuditStore:
             self._db = duckdb.connect(":memory:", config={"threads": 1})
             # Parquet footers are parsed once per store, not once per query.
             self._db.execute("SET parquet_metadata_cache = true")
-            load_live(self._db, self._live_cols, _cores())
         return self._db
+
+    def _load_live(self) -> duckdb.DuckDBPyConnection:
+        """The connection with tables ``_live_<table>`` of every row not compacted yet (read
+        on first use)."""
+        con = self._con
+        if not self._live_loaded:
+            self._live_loaded = True
+            self._live_tables.load(con, self.uncompacted.pieces(), _cores())
+        return con
+
+    def load_hits(self, lo: str, hi_excl: str) -> None:
+        """Tables ``_hit_<table>`` of the rows not compacted yet with a call id in
+        ``[lo, hi_excl)`` (for a lookup that DuckDB answers)."""
+        self._live_tables.load_columns(self._con, self.uncompacted.matching(lo, hi_excl),
+                                       "_hit_")
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
         """The DuckDB connection, with every view in place and every core in use."""
-        con = self._con
+        con = self._load_live()
         if self._single:
             self._single = False
             con.execute(f"SET threads = {_cores()}")
@@ -189,28 +226,11 @@ class AuditStore:
         return con
 
     def _load(self) -> None:
+        self._stamp = self._manifest_stamp()
         manifest = read_manifest(self.adir)
         done = {s["name"] for s in manifest.get("segments", [])}
-        parsed: list[ParsedSegment] = []
-        for info in list_segments(self.adir):
-            if info.name in done:
-                continue
-            seg = read_segment(info)
-            if seg is None:
-                continue
-            parsed.append(seg)
-            if seg.tail and not seg.alive:
-                self.issues.append(ReadIssue(
-                    info.name, seg.lines[-1][0] + 1 if seg.lines else 1,
-                    f"torn record ({len(seg.tail)} bytes) after the last complete line: the"
-                    " writer stopped mid-write; it is set aside, not read"))
-            for no, _raw in seg.bad:
-                self.issues.append(ReadIssue(info.name, no, "line is not a valid record"))
-        self.segments = len(parsed)
-        self._live_cols = build_columns(parsed) if parsed else None
-        for t in TABLES:
-            cols = self._live_cols[t] if self._live_cols is not None else None
-            self._live_rows[t] = len(cols[COLUMNS[t][0][0]]) if cols is not None else 0
+        self.uncompacted = LiveSegments([i for i in list_segments(self.adir) if i.name not in done])
+        self.segments = len(self.uncompacted.infos)
         files = manifest.get("files") or {}
         ranges = manifest.get("ranges") or {}
         lookups = set(manifest.get("lookups") or ())
@@ -229,41 +249,77 @@ class AuditStore:
                     listed.append(_ParquetFile(str(path), None, None, rel, rel in lookups))
             self._files[t] = listed
             self.parquet_files += len(listed)
-            src = self._source(t, [f.path for f in listed], live=True) or f"_live_{t}"
+            src = self._source(t, [f.path for f in listed], "_live_") or f"_live_{t}"
             self._pending.append(f"CREATE OR REPLACE VIEW _all_{t} AS SELECT * FROM {src}")
         self._pending.append(_VIEWS)
 
-    def _source(self, t: str, paths: list[str], *, live: bool) -> str | None:
-        """A FROM item over ``paths`` and (``live``) table ``t``'s uncompacted rows, or None."""
+    def _source(self, t: str, paths: list[str], live: str | None) -> str | None:
+        """A FROM item over ``paths`` and (``live``: the prefix of their tables) table ``t``'s
+        rows not compacted yet, or None."""
         parts = []
         if paths:
             # The stored columns only, by name (``read_by_name``): compaction adds the final
             # outcome to ``calls`` files for plain SQL, which the views compute instead.
             files = f"read_parquet([{', '.join(map(_quote, paths))}], union_by_name = true)"
             parts.append(read_by_name(t, files))
-        if live and self._live_rows.get(t):
-            parts.append(f"SELECT * FROM _live_{t}")
+        if live and self.uncompacted:
+            parts.append(f"SELECT * FROM {live}{t}")
         if not parts:
             return None
         return f"({' UNION ALL '.join(parts)})"
 
     def _lookup_source(self, t: str, lo: str, hi_excl: str) -> str | None:
         """A FROM item over only what can hold a call id in ``[lo, hi_excl)``: the files whose
-        recorded range overlaps it (every file without a range) and the live rows."""
+        recorded range overlaps it (every file without a range) and the segment lines not
+        compacted yet that do (``load_hits`` first)."""
         assert self._files is not None
         paths = [f.path for f in self._files[t] if f.overlaps(lo, hi_excl)]
         self.lookup_files.extend(paths)
-        return self._source(t, paths, live=True)
+        return self._source(t, paths, "_hit_")
 
     # -- generic ------------------------------------------------------------------------------
 
     def sql(self, query: str, params: dict[str, Any] | None = None) -> QueryResult:
         """Run one query; ``params`` fill ``$name`` placeholders (``ValueError``: no statement)."""
-        cur = self.con.execute(query, params or None)
-        if cur is None:  # DuckDB returns no cursor for a text with no statement in it
-            raise ValueError("no SQL statement to run (the text is empty)")
-        desc = cur.description or []
-        return QueryResult([d[0] for d in desc], cur.fetchall())
+
+        def run() -> QueryResult:
+            cur = self.con.execute(query, params or None)
+            if cur is None:  # DuckDB returns no cursor for a text with no statement in it
+                raise ValueError("no SQL statement to run (the text is empty)")
+            desc = cur.description or []
+            return QueryResult([d[0] for d in desc], cur.fetchall())
+
+        return self._again_if_replaced(run)
+
+    def _again_if_replaced(self, ask: Callable[[], _T]) -> _T:
+        """``ask()``; when it failed because compaction replaced a file this store listed, read
+        the trail afresh and ask once more."""
+        try:
+            return ask()
+        except Exception:
+            if not self._replaced():
+                raise
+        self.close()
+        self.warnings.clear()
+        self._reset()
+        self._load()
+        return ask()
+
+    def _replaced(self) -> bool:
+        """Whether compaction replaced a file this store listed: the file is gone and the
+        manifest changed since the store read it (a file removed by anyone else stays an
+        error)."""
+        if self._files is None or self._manifest_stamp() == self._stamp:
+            return False
+        return any(not os.path.exists(f.path) for listed in self._files.values()
+                   for f in listed)
+
+    def _manifest_stamp(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(manifest_path(self.adir))
+        except FileNotFoundError:
+            return None
+        return st.st_mtime_ns, st.st_size, st.st_ino
 
     # -- helpers for the CLI ----------------------------------------------------------------
 
@@ -277,6 +333,9 @@ class AuditStore:
         p = prefix.strip().lower()
         if not _PREFIX_OK.match(p):
             raise CallNotFound(f"not a call id: {prefix[:40]!r}")
+        return self._again_if_replaced(lambda: self._resolve(prefix, p))
+
+    def _resolve(self, prefix: str, p: str) -> str:
         upper = p + "\x00" if len(p) == 36 else p[:-1] + chr(ord(p[-1]) + 1)
         self.lookup_files = []
         found = self._direct_ids(p, upper)
@@ -286,6 +345,8 @@ class AuditStore:
             calls: str | None = "_all_calls"
             intents: str | None = "_all_intents"
         else:
+            if self.uncompacted:
+                self.load_hits(p, upper)
             calls = self._lookup_source("calls", p, upper)
             intents = self._lookup_source("intents", p, upper)
         where = f"call_id = {_quote(p)}" if len(p) == 36 else (
@@ -335,7 +396,7 @@ class AuditStore:
         cid = p if len(p) == 36 and _PREFIX_OK.match(p) else self.resolve_call_id(call_id)
         if self._files is None:
             return self._call_via_views(call_id, cid)
-        return find_call(self, call_id, cid)
+        return self._again_if_replaced(lambda: find_call(self, call_id, cid))
 
     def _call_via_views(self, call_id: str, cid: str) -> CallDetail:
         """``call`` for a store without per-file ranges (an archive): through the views."""
@@ -375,11 +436,12 @@ class AuditStore:
             where.append("started_at >= CAST($since AS TIMESTAMP)")
             params["since"] = since
         clause = ("WHERE " + " AND ".join(where)) if where else ""
-        params["limit"] = int(limit)
+        # The limit written out, not a parameter: DuckDB plans ORDER BY ... LIMIT <literal>
+        # as a top-N (20 rows kept), with a parameter as a sort of every row.
         return self.sql(
             "SELECT call_id, started_at, run_id, tool, status, outcome, principal_user AS user,"
             " principal_agent AS agent, reject_stage, elapsed_ms, summary "
-            f"FROM tool_calls {clause} ORDER BY call_id DESC LIMIT $limit", params)
+            f"FROM tool_calls {clause} ORDER BY call_id DESC LIMIT {int(limit)}", params)
 
     def lock_down(self) -> bool:
         """Let this store's DuckDB read the trail only: no other file, no ``COPY ... TO``, no
@@ -432,6 +494,8 @@ class AuditStore:
         self.lookups.close()
         if self._db is not None:
             self._db.close()
+            self._db = None
+        self._live_tables.close()
 
     def __enter__(self) -> AuditStore:
         return self

@@ -32,6 +32,10 @@ id, run id, path, argument or error text never becomes a label. Metric contract:
     tooltrace_telemetry_dropped_total{sink}                read from each sink's ``dropped``
     tooltrace_telemetry_queue_depth{sink}                  read from each sink's ``depth``
     tooltrace_telemetry_export_errors_total{sink}          read from ``export_failures``
+    tooltrace_audit_compaction_backlog_calls               calls the audit sinks wrote that
+                                                           compaction has not taken yet
+    tooltrace_audit_compaction_backlog_bytes               their bytes on disk
+    tooltrace_audit_compaction_backlog_age_seconds         the age of the oldest of them
 """
 
 from __future__ import annotations
@@ -385,6 +389,16 @@ def _int_attr(obj: Any, attr: str) -> int | None:
         return None
 
 
+def _backlog(sink: Any) -> tuple[int, int, float] | None:
+    """(calls, bytes, age of the oldest) of the sink's compaction backlog
+    (``AuditSink.compaction_backlog``), or None."""
+    try:
+        b = getattr(sink, "compaction_backlog", None)
+        return None if b is None else (int(b.calls), int(b.bytes), float(b.oldest_age_s))
+    except Exception:
+        return None
+
+
 def _call(reg: Any, method: str) -> Any:
     fn = getattr(reg, method, None)
     if not callable(fn):
@@ -426,7 +440,8 @@ class _StateCollector(Collector):
         sink = self._sink()
         if sink is None:
             return list(fams)
-        inflight, queue, tool_cap, global_cap, dropped, depth, errors = fams
+        inflight, queue, tool_cap, global_cap, dropped, depth, errors, b_calls, b_bytes, b_age = (
+            fams)
         reg = sink._bound
         if reg is not None:
             names = sorted(sink._refresh_names())
@@ -442,7 +457,11 @@ class _StateCollector(Collector):
         drops: dict[str, int] = {}
         depths: dict[str, int] = {}
         errs: dict[str, int] = {}
+        backlogs = []
         for s in sink._sinks():
+            backlog = _backlog(s)
+            if backlog is not None:
+                backlogs.append(backlog)
             label = _sink_label(s)
             for attr, acc in (("dropped", drops), ("depth", depths), ("export_failures", errs)):
                 v = _int_attr(s, attr)
@@ -454,7 +473,11 @@ class _StateCollector(Collector):
             depth.add_metric([label], v)
         for label, v in sorted(errs.items()):
             errors.add_metric([label], v)
-        return [inflight, queue, tool_cap, global_cap, dropped, depth, errors]
+        if backlogs:
+            b_calls.add_metric([], sum(b[0] for b in backlogs))
+            b_bytes.add_metric([], sum(b[1] for b in backlogs))
+            b_age.add_metric([], max(b[2] for b in backlogs))
+        return list(fams)
 
     @staticmethod
     def _per_tool(
@@ -475,7 +498,8 @@ class _StateCollector(Collector):
     @staticmethod
     def _families() -> tuple[
         GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily,
-        CounterMetricFamily, GaugeMetricFamily, CounterMetricFamily,
+        CounterMetricFamily, GaugeMetricFamily, CounterMetricFamily, GaugeMetricFamily,
+        GaugeMetricFamily, GaugeMetricFamily,
     ]:
         return (
             GaugeMetricFamily("tooltrace_tool_inflight", "Tool calls executing now.",
@@ -492,4 +516,10 @@ class _StateCollector(Collector):
                               "Telemetry records waiting in a sink's queue.", labels=["sink"]),
             CounterMetricFamily("tooltrace_telemetry_export_errors",
                                 "Telemetry records a sink failed to deliver.", labels=["sink"]),
+            GaugeMetricFamily("tooltrace_audit_compaction_backlog_calls",
+                              "Calls the audit sinks wrote that compaction has not taken yet."),
+            GaugeMetricFamily("tooltrace_audit_compaction_backlog_bytes",
+                              "Bytes of audit segments compaction has not taken yet."),
+            GaugeMetricFamily("tooltrace_audit_compaction_backlog_age_seconds",
+                              "Age of the oldest call compaction has not taken yet."),
         )

@@ -1,0 +1,330 @@
+"""Compaction nobody has to run: writers start it in the background, and say how far behind it is.
+
+An audit writer (``tooltrace.telemetry.AuditSink``) checks every few seconds whether the home has
+sealed segments that compaction has not taken yet (``due``): at least ``min_bytes`` of them, or
+one sealed more than ``after_s`` ago. When it has, the writer starts one compactor process
+(``python -m tooltrace.audit._autocompact``), unless one it started is still running, and hands
+it the audit key through a pipe. A writer that opens the home first seals what crashed writers
+left (``recover_dead_segments``, as it always did) and then checks at once, so what they left is
+compacted too.
+
+The compactor runs ``compact(wait=False, recover=False)`` (the sealed segments in batches, then
+merging small files; recovery stays with the writers, ``tooltrace compact`` and ``tooltrace
+verify --recover``) each time something is due, and exits once nothing has been due for
+``idle_exit_s``. It lowers its own priority first (``SCHED_IDLE``:
+it runs only on a CPU nothing else wants, else ``nice 19``) and keeps pyarrow to one thread: a
+process of its own because compaction's Python would otherwise hold the agent's GIL for
+seconds. Compaction's own rules keep it safe: one compactor at a time (``compact.lock``; a
+second one finds it taken and exits), crash-safe at every step (the manifest switch is the
+commit point: a compactor killed at any moment leaves at worst a file nobody reads, which the
+next one removes) and never double counted. ``TOOLTRACE_AUDIT_COMPACT=off`` (or
+``AuditSink(compact=False)``) turns it off.
+
+``WriterBacklog`` is what the writer reports as the compaction backlog (the metrics
+``tooltrace_audit_compaction_backlog_*``): the calls and bytes it wrote that are not compacted
+yet (its live segment and its sealed ones compaction has not taken), and the age of the oldest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._manifest import manifest_path, read_manifest
+from ._segments import list_segments, segment_name
+
+__all__ = ["BackgroundCompaction", "CompactedNames", "CompactionBacklog", "WriterBacklog", "due",
+           "main"]
+
+#: Sealed bytes not compacted yet that make a compaction due.
+MIN_BYTES = 8 * 1024 * 1024
+#: Seconds after which a sealed segment not compacted yet makes a compaction due, however small.
+AFTER_S = 30.0
+#: Seconds between two looks at the home (by the writer, and by a running compactor).
+CHECK_EVERY_S = 5.0
+#: Seconds a compactor waits with nothing due before it exits.
+IDLE_EXIT_S = 15.0
+
+
+class CompactedNames:
+    """The names of the segments the compaction manifest lists, read again only when the
+    manifest changed (a writer looks every few seconds)."""
+
+    def __init__(self, adir: Path) -> None:
+        self._path = manifest_path(adir)
+        self._adir = adir
+        self._stamp: tuple[int, int, int] | None = None
+        self._names: frozenset[str] = frozenset()
+
+    def get(self) -> frozenset[str]:
+        """The segment names the manifest lists now."""
+        try:
+            st = os.stat(self._path)
+        except FileNotFoundError:
+            return frozenset()
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if stamp != self._stamp:
+            self._names = frozenset(str(s.get("name")) for s in
+                                    read_manifest(self._adir).get("segments", []))
+            self._stamp = stamp
+        return self._names
+
+
+def due(adir: Path, *, min_bytes: int = MIN_BYTES, after_s: float = AFTER_S,
+        names: CompactedNames | None = None, now: float | None = None) -> bool:
+    """Whether compaction has work worth starting for under ``adir`` (``<home>/audit``): sealed
+    segments not compacted yet of ``min_bytes`` or more, or one sealed more than ``after_s``
+    ago. ``names``: the manifest's names, cached."""
+    now = time.time() if now is None else now
+    done: frozenset[str] | None = None
+    size = 0
+    for info in list_segments(adir):
+        if info.live:
+            continue
+        if done is None:
+            done = (names or CompactedNames(adir)).get()
+        if info.name in done:
+            continue
+        try:
+            st = info.path.stat()
+        except FileNotFoundError:
+            continue
+        size += st.st_size
+        if size >= min_bytes or now - st.st_mtime >= after_s:
+            return True
+    return False
+
+
+class BackgroundCompaction:
+    """Starts a compactor process for one home when compaction is due (``poke``), one at a
+    time. Never raises: a compactor that cannot start is counted in ``failures``."""
+
+    def __init__(self, home: Path, key: bytes, *, min_bytes: int = MIN_BYTES,
+                 after_s: float = AFTER_S, check_every_s: float = CHECK_EVERY_S,
+                 idle_exit_s: float = IDLE_EXIT_S) -> None:
+        self.home = home
+        self._key = key
+        self._min_bytes = min_bytes
+        self._after_s = after_s
+        self._every = check_every_s
+        self._idle_exit_s = idle_exit_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._names = CompactedNames(home / "audit")
+        self._next = 0.0
+        self._lock = threading.Lock()
+        #: Compactor processes started, and those that could not start or ended in an error.
+        self.started = 0
+        self.failures = 0
+        #: The last failure's kind (an exception type, or ``exit <code>``); None before any.
+        self.last_error: str | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether a compactor this object started is running now."""
+        p = self._proc
+        return p is not None and p.poll() is None
+
+    def poke(self, *, force: bool = False) -> bool:
+        """Start a compactor if none of ours runs and compaction is due (checked at most every
+        ``check_every_s``; ``force``: check now). True when one was started."""
+        with self._lock:
+            p = self._proc
+            if p is not None:
+                code = p.poll()
+                if code is None:
+                    return False
+                self._proc = None
+                if code != 0:
+                    self.failures += 1
+                    self.last_error = f"exit {code}"
+            now = time.monotonic()
+            if not force and now < self._next:
+                return False
+            self._next = now + self._every
+            try:
+                if not due(self.home / "audit", min_bytes=self._min_bytes,
+                           after_s=self._after_s, names=self._names):
+                    return False
+                self._proc = self._start()
+            except Exception as exc:
+                self.failures += 1
+                self.last_error = type(exc).__name__
+                return False
+            self.started += 1
+            return True
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if not sys.executable:
+            raise RuntimeError("no Python interpreter to run the compactor with")
+        env = dict(os.environ)
+        # The child imports this very package, wherever this process found it.
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
+                                    else "")
+        cmd = [sys.executable, "-m", "tooltrace.audit._autocompact", "--home", str(self.home),
+               "--min-bytes", str(self._min_bytes), "--after-s", str(self._after_s),
+               "--check-every-s", str(self._every), "--idle-exit-s", str(self._idle_exit_s)]
+        # A session of its own: a Ctrl-C meant for the agent does not stop it half way (it
+        # would be safe, only wasted), and it finishes after the agent has exited.
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env=env, start_new_session=True,
+                                close_fds=True)
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(self._key + b"\n")
+        finally:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        return proc
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait for a running compactor to exit; False if it is still running."""
+        p = self._proc
+        if p is None:
+            return True
+        try:
+            p.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def after_fork(self) -> None:
+        """Forget the parent's compactor in a forked child (it is not this process's child)."""
+        self._proc = None
+        self._lock = threading.Lock()
+        self._next = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionBacklog:
+    """What one writer wrote that is not compacted yet: calls, bytes on disk and the age (s)
+    of the oldest (0 when nothing is waiting)."""
+
+    calls: int
+    bytes: int
+    oldest_age_s: float
+
+
+class WriterBacklog:
+    """The compaction backlog of one writer's segments: calls counted as they are acknowledged
+    (``add``), what compaction took read from the manifest (``refresh``)."""
+
+    def __init__(self, adir: Path) -> None:
+        self._adir = adir
+        self._names = CompactedNames(adir)
+        self._lock = threading.Lock()
+        # (writer, segment) -> [calls, wall time of its first acknowledgement, bytes]
+        self._segs: dict[tuple[str, int], list[float]] = {}
+
+    def add(self, writer: str, segment: int, calls: int) -> None:
+        """``calls`` calls of ``writer``'s segment ``segment`` were acknowledged."""
+        with self._lock:
+            got = self._segs.get((writer, segment))
+            if got is None:
+                self._segs[(writer, segment)] = [calls, time.time(), 0]
+            else:
+                got[0] += calls
+
+    def refresh(self) -> None:
+        """Drop the segments compaction took; note each other's size on disk."""
+        with self._lock:
+            keys = list(self._segs)
+        if not keys:
+            return
+        done = self._names.get()
+        sizes: dict[tuple[str, int], int | None] = {}
+        for writer, n in keys:
+            sealed = segment_name(writer, n, live=False)
+            if sealed in done:
+                sizes[(writer, n)] = None
+                continue
+            size = 0
+            for name in (segment_name(writer, n, live=True), sealed):
+                try:
+                    size = (self._adir / "segments" / name).stat().st_size
+                    break
+                except FileNotFoundError:
+                    continue
+            sizes[(writer, n)] = size
+        with self._lock:
+            for k, got in sizes.items():
+                if got is None:
+                    self._segs.pop(k, None)
+                elif k in self._segs:
+                    self._segs[k][2] = got
+
+    def snapshot(self) -> CompactionBacklog:
+        """The backlog as of the last ``refresh`` (the age as of now)."""
+        with self._lock:
+            segs = list(self._segs.values())
+        if not segs:
+            return CompactionBacklog(0, 0, 0.0)
+        oldest = min(s[1] for s in segs)
+        return CompactionBacklog(int(sum(s[0] for s in segs)), int(sum(s[2] for s in segs)),
+                                 max(0.0, time.time() - oldest))
+
+
+# -- the compactor process ---------------------------------------------------------------------
+
+
+def _lower_priority() -> None:
+    """Run only on a CPU nothing else wants (``SCHED_IDLE``), else as ``nice 19``; pyarrow on
+    one thread. Best effort: a platform without these runs at the normal priority."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        with contextlib.suppress(AttributeError, OSError):
+            os.nice(19)
+
+
+def run(home: Path, key: bytes, *, min_bytes: int = MIN_BYTES, after_s: float = AFTER_S,
+        check_every_s: float = CHECK_EVERY_S, idle_exit_s: float = IDLE_EXIT_S) -> int:
+    """The compactor's loop: compact whenever something is due, exit once nothing was for
+    ``idle_exit_s`` (or when another compaction holds the lock). Returns the exit code."""
+    from ._compact import compact
+
+    adir = home / "audit"
+    names = CompactedNames(adir)
+    idle_since = time.monotonic()
+    while True:
+        if due(adir, min_bytes=min_bytes, after_s=after_s, names=names):
+            res = compact(home, key=key, wait=False, recover=False)
+            if res.busy:
+                return 0  # another compactor is at it; the writer starts us again if needed
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since >= idle_exit_s:
+            return 0
+        time.sleep(check_every_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tooltrace.audit._autocompact --home H``: the audit key on standard input."""
+    ap = argparse.ArgumentParser(prog="python -m tooltrace.audit._autocompact")
+    ap.add_argument("--home", required=True, type=Path)
+    ap.add_argument("--min-bytes", type=int, default=MIN_BYTES)
+    ap.add_argument("--after-s", type=float, default=AFTER_S)
+    ap.add_argument("--check-every-s", type=float, default=CHECK_EVERY_S)
+    ap.add_argument("--idle-exit-s", type=float, default=IDLE_EXIT_S)
+    ns = ap.parse_args(argv)
+    key = sys.stdin.buffer.readline().strip()
+    if not key:
+        print("no audit key on standard input", file=sys.stderr)
+        return 2
+    _lower_priority()
+    import pyarrow as pa
+
+    pa.set_cpu_count(1)
+    pa.set_io_thread_count(1)
+    return run(ns.home, key, min_bytes=ns.min_bytes, after_s=ns.after_s,
+               check_every_s=ns.check_every_s, idle_exit_s=ns.idle_exit_s)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
