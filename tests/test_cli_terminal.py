@@ -162,3 +162,27 @@ def test_query_edge_statements(trail: tuple[Path, dict[str, str]]) -> None:
     assert [r["call_id"] for r in orjson.loads(prepared.output)] == sorted(ids.values())[:2]
     shipped = cli("query", "offloads", "-p", "limit=1", "--home", str(home), "--json")
     assert shipped.exit_code == 0 and len(orjson.loads(shipped.output)) == 1
+
+
+def test_query_tells_a_name_a_file_and_a_statement_apart(
+        trail: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    home, ids = trail
+    # A statement longer than any file name is SQL, never tried as a file.
+    long_sql = "SELECT count(*) AS c FROM tool_calls WHERE " + " OR ".join(
+        f"call_id = '{i}'" for i in ids.values()) + " OR " + " OR ".join(
+        f"tool = 'no_such_tool_{n}'" for n in range(8))
+    assert len(long_sql) > 300
+    res = cli("query", long_sql, "--home", str(home), "--json")
+    assert res.exit_code == 0 and res.exception is None, res.output
+    assert orjson.loads(res.output) == [{"c": len(ids)}]
+    # A single word is a shipped query's name; an unknown one is a usage error, not SQL.
+    typo = cli("query", "unknown_outcome", "--home", str(home))
+    assert typo.exit_code == 2 and "no shipped query named 'unknown_outcome'" in typo.output
+    assert cli("query", "unknown_outcomes", "--home", str(home)).exit_code == 0
+    # A path ending in .sql is a file, even one named like a shipped query.
+    own = tmp_path / "offloads.sql"
+    own.write_text("-- question: how many calls\nSELECT count(*) AS n FROM tool_calls\n")
+    mine = cli("query", str(own), "--home", str(home), "--json")
+    assert mine.exit_code == 0 and orjson.loads(mine.output) == [{"n": len(ids)}]
+    missing = cli("query", str(tmp_path / "nope.sql"), "--home", str(home))
+    assert missing.exit_code == 2 and "cannot read SQL file" in missing.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -161,7 +162,16 @@ def test_the_demo_runs_on_the_working_directorys_policy_and_replays_to_no_change
     home = tmp_path / "home"
     res = CliRunner().invoke(main, ["demo", "--home", str(home), "--calls", "30", "--json"])
     assert res.exit_code == 0, res.output
-    story = {r["what"]: r for r in json.loads(res.stdout)["story"]}
+    out = json.loads(res.stdout)
+    # Every next command it prints runs as printed (--home after the command's name).
+    for line in [*out["autopsy"], *out["next"]]:
+        words = shlex.split(line.replace("<home>", str(home)))  # --json scrubs the home
+        args = words[3:] if words[1:3] == ["-m", "tooltrace"] else words[1:]
+        if args[0] == "verify":
+            continue  # verifies the whole trail, slow; the same --home placement as the rest
+        again = CliRunner().invoke(main, args)
+        assert again.exit_code == 0, (line, again.output)
+    story = {r["what"]: r for r in out["story"]}
     assert story["denied-write"]["status"] == "rejected"  # notes/ is outside reports/
     assert story["cancel"]["status"] == "rejected"  # the second scan: over its limit
     # The trail that policy produced, replayed against it: nothing changes.

@@ -132,9 +132,16 @@ def shipped_sql() -> list[SqlFile]:
     return [seen[k] for k in sorted(seen)]
 
 
+#: What a shipped query's name looks like: a word of letters, digits, ``_`` and ``-``.
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,99}")
+
+
 def find_sql(name: str) -> SqlFile | None:
-    """A shipped query by name (with or without ``.sql``), or None."""
+    """A shipped query by name (with or without ``.sql``), or None (also for anything that is
+    not a plain name: SQL text or a path is never looked up as a file)."""
     stem = name[:-4] if name.endswith(".sql") else name
+    if _NAME.fullmatch(stem) is None:
+        return None
     for d in _DIRS:
         p = d / f"{stem}.sql"
         if p.is_file():

@@ -110,9 +110,12 @@ def demo(
         if label in result.highlights
     ]
     # Printed as given (not scrubbed to <home>) so the commands run as printed.
-    tt = self_command() + ("" if home is None else f" --home {shlex.quote(str(home))}")
-    autopsies = [f"{tt} autopsy {cid}" for _, cid, _ in spotlight]
-    more = [f"{tt} {cmd}" for cmd in ("calls --status unknown", "stats", "tools", "verify")]
+    # --home belongs to each command (the group has no such option), so it follows the name.
+    tt = self_command()
+    at = "" if home is None else f" --home {shlex.quote(str(home))}"
+    autopsies = [f"{tt} autopsy{at} {cid}" for _, cid, _ in spotlight]
+    more = [f"{tt} {cmd}{at}{rest}" for cmd, rest in (
+        ("calls", " --status unknown"), ("stats", ""), ("tools", ""), ("verify", ""))]
     by_id = {e.call_id: e for e in result.envelopes}
     if as_json:
         print_json(

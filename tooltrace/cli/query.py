@@ -38,7 +38,8 @@ def query(source: str | None, params: tuple[str, ...], list_: bool, home: Path |
           as_json: bool, wide: bool, archive: str | None) -> None:
     """Run SQL over tool_calls, tool_call_steps and tool_call_intents.
 
-    SOURCE is a shipped query name (see --list), a .sql file, or SQL text. Parameters are
+    SOURCE is one of three things, told apart by its shape: a single word is a shipped query's
+    name (see --list), text ending in .sql is a file, anything else is SQL text. Parameters are
     $NAME placeholders; documented defaults apply when not given (those in a PREPARE belong to
     its EXECUTE: `EXECUTE q(limit := 5)`). The query reads the trail and nothing else: it
     cannot write files, attach databases or load extensions. Exit 1 when the query fails, 2
@@ -65,12 +66,16 @@ def query(source: str | None, params: tuple[str, ...], list_: bool, home: Path |
         fail("give a query name, a .sql file or SQL text (or --list)", EXIT_USAGE)
     sql = find_sql(source)
     if sql is None:
-        path = Path(source)
-        if source.endswith(".sql") or (len(source) < 4096 and path.is_file()):
+        if source.endswith(".sql"):
+            path = Path(source)
             try:
                 sql = load_sql(path.read_text(), path.stem)
-            except OSError:
+            except (OSError, UnicodeDecodeError):
                 fail(f"cannot read SQL file {source!r}", EXIT_USAGE, guard)
+        elif source.replace("-", "_").isidentifier():
+            # One bare word is a name, never a file nor SQL: a typo gets a clear answer.
+            fail(f"no shipped query named {source!r} (tooltrace query --list names them; "
+                 "a SQL file ends in .sql)", EXIT_USAGE, guard)
         else:
             sql = load_sql(source)
     try:
