@@ -69,6 +69,7 @@ def _record(tmp_path: Path, text: str) -> tuple[Path, Path]:
             where = "reports" if i % 2 else "elsewhere"
             reg.call(ToolCall("write_text", {"path": f"{where}/{i}.txt", "text": "x"}))
         for argv in (["echo", f"key={FAKE_KEY}"], ["curl", "example.org"], ["echo", "hi"],
+                     ["curl", f"-H key={FAKE_KEY}"],
                      ["echo", f"again {FAKE_KEY}"], ["echo", "nothing"], ["echo", "3"],
                      ["echo", "4"], ["echo", "5"]):
             reg.call(ToolCall("run_command", {"argv": argv}))
@@ -95,15 +96,17 @@ def test_a_policy_replayed_against_the_trail_it_produced_changes_nothing(
     # The live run: the limit on writes was reached by asks, the one on commands by calls
     # the argument rule cannot be replayed on (their key is stored redacted).
     assert denied["policy:writes"] == 3 and denied["policy:commands"] == 2
-    assert denied["policy:no-curl"] == 1
+    assert denied["policy:no-curl"] == 2
     assert denied.get("policy:reads", 0) == (2 if extra else 0)
     res = CliRunner().invoke(main, ["policy", "test", str(f), "--home", str(home), "--json"])
     d = orjson.loads(res.stdout)
     assert (res.exit_code, d["changed"], d["changes"]) == (0, 0, [])
-    assert d["undecidable"] == 2 and d["approximate"] == 2
+    # Three calls the argument rule cannot be replayed on; the one it denied in the live run
+    # did not count against the limit then, and is not counted now.
+    assert d["undecidable"] == 3 and d["approximate"] == 2
     res = CliRunner().invoke(main, ["policy", "test", str(f), "--home", str(home)])
     assert res.exit_code == 0
-    assert "0 would change, 2 undecidable" in res.output
+    assert "0 would change, 3 undecidable" in res.output
     assert "approximate: limits counted 2 undecidable calls as the recorded run decided them" \
         in res.output
 

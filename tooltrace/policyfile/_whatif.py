@@ -116,9 +116,9 @@ class WhatIf:
     changes: dict[tuple[str, str, str, str], Change] = field(default_factory=dict)
     """Changed (and undecidable) calls, by (tool, rule, before, after)."""
     approximate: int = 0
-    """Undecidable calls a limit counts: each is counted as the recorded run decided it
-    (unless the rule that cannot be decided denied it then), so the limits' decisions on the
-    calls after them are approximate."""
+    """Undecidable calls the limits counted (as the recorded run decided them: one the rule
+    that cannot be decided denied then is not counted), so the limits' decisions on the calls
+    after them are approximate."""
 
     @property
     def changed(self) -> int:
@@ -203,9 +203,10 @@ def _decide_groups(groups: list[tuple[Any, ...]], decider: Decider,
         if ruling.after == "undecidable" and ruling.limits:
             # The engine counted such a call unless the rule that cannot be decided now denied
             # it: the recorded decision says whether it did.
-            out.approximate += n
             if before == "deny" and old_rule == ruling.rule:
                 ruling = Ruling(ruling.after, ruling.rule)
+            else:
+                out.approximate += n
         if ruling.limits:
             counted[g] = _Group(tool, before, old_rule, principal, ruling)
         elif ruling.after != before:
