@@ -19,7 +19,7 @@ __all__ = ["COMMANDS", "main"]
 #: command name -> "module:attribute" of its click command.
 COMMANDS: dict[str, str] = {
     "audit": "tooltrace.cli.audit:audit",
-    "approvals": "tooltrace.cli.approvals:approvals",
+    "approvals": "tooltrace.cli.approve:approvals",
     "autopsy": "tooltrace.cli.autopsy:autopsy",
     "call": "tooltrace.cli.call:call",
     "calls": "tooltrace.cli.calls:calls",
