@@ -25,6 +25,7 @@ from test_mcp_proxy import REPO, audit_rows, call_id, proxy_session, write_confi
 
 RICH = str(REPO / "tests" / "mcp_servers" / "rich.py")
 SMALL, BIG = 10, 40_000  # the proxy's inline limit is 16384 characters
+META_TOOLS = ("with_meta", "lone_text_with_meta")
 CASES = [(tool, n) for tool in ("read_file", "several_texts", "unschema_structured",
                                 "every_block") for n in (SMALL, BIG)]
 
@@ -60,9 +61,11 @@ args = [{json.dumps(RICH)}]
             await s.initialize()
             out["direct_tools"] = {t.name: t for t in (await s.list_tools()).tools}
             out["direct"] = await _calls(s)
+            out["direct_meta"] = [await s.call_tool(t, {}) for t in META_TOOLS]
         async with proxy_session(config) as s:
             out["proxy_tools"] = {t.name: t for t in (await s.list_tools()).tools}
             out["proxied"] = await _calls(s)
+            out["proxied_meta"] = [await s.call_tool(t, {}) for t in META_TOOLS]
             out["secret"] = await s.call_tool("secret_text", {})
             try:
                 await s.call_tool("no_such_tool", {"n": 1})
@@ -120,6 +123,26 @@ def test_offloaded_results_keep_their_shape(results: dict[str, Any], tool: str,
     assert [_text_of_wire(b) for b in stored["content"]] == [_text(b) for b in direct.content]
 
 
+def test_upstream_meta_and_every_result_field_are_handed_on(results: dict[str, Any]) -> None:
+    """The upstream result's own ``_meta`` (beside the proxy's ``tooltrace/*`` keys), a block's
+    ``_meta``, annotations and structured content reach the client as the upstream sent them,
+    on the structured path and on the one-text-block short path."""
+    for direct, proxied in zip(results["direct_meta"], results["proxied_meta"], strict=True):
+        d = direct.model_dump(by_alias=True, exclude_none=True, mode="json")
+        p = proxied.model_dump(by_alias=True, exclude_none=True, mode="json")
+        assert d["_meta"] and d["_meta"]["example.org/trace"].startswith("t-00")
+        ours = {k: v for k, v in p["_meta"].items() if k.startswith("tooltrace/")}
+        assert ours["tooltrace/status"] == "ok"
+        assert {k: v for k, v in p["_meta"].items() if k not in ours} == d["_meta"]
+        d.pop("_meta")
+        p.pop("_meta")
+        assert p == d
+    rich = results["proxied_meta"][0].model_dump(by_alias=True, exclude_none=True, mode="json")
+    assert rich["content"][0]["_meta"] == {"example.org/block": 1}
+    assert rich["content"][0]["annotations"] == {"audience": ["user"]}
+    assert rich["structuredContent"] == {"count": 10}
+
+
 def test_secrets_are_redacted_in_place(results: dict[str, Any]) -> None:
     res = results["secret"]
     assert [b.type for b in res.content] == ["text"]
@@ -157,7 +180,7 @@ def _note(text: str | None) -> str:
 
 def test_operation_durations_are_measured_with_closed_labels(results: dict[str, Any]) -> None:
     metrics = results["metrics"]
-    calls = len(CASES) + 2  # secret_text and the call after the unknown tool
+    calls = len(CASES) + len(META_TOOLS) + 2  # secret_text and the call after the unknown
     assert ('tooltrace_mcp_client_operation_duration_seconds_count{error_type="",'
             f'method="tools/call",server="rich"}} {calls}.0') in metrics
     assert ('tooltrace_mcp_server_operation_duration_seconds_count{error_type="",'

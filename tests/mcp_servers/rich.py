@@ -93,6 +93,25 @@ def every_block(n: int = 10) -> mt.CallToolResult:
 
 
 @server.tool(structured_output=False)
+def with_meta(n: int = 10) -> mt.CallToolResult:
+    """A result that carries ``_meta`` of its own (on the result and on a block) beside an
+    annotated block and structured content: every field the proxy must hand on."""
+    return mt.CallToolResult(
+        content=[mt.TextContent(type="text", text=lines(n), _meta={"example.org/block": 1},
+                                annotations=mt.Annotations(audience=["user"]))],
+        structured_content={"count": n},
+        _meta={"example.org/trace": "t-0042", "example.org/cost": {"units": 3}},
+    )
+
+
+@server.tool(structured_output=False)
+def lone_text_with_meta() -> mt.CallToolResult:
+    """One plain text block and a result ``_meta``: the proxy's short path must keep it."""
+    return mt.CallToolResult(content=[mt.TextContent(type="text", text="plain")],
+                             _meta={"example.org/trace": "t-0043"})
+
+
+@server.tool(structured_output=False)
 def secret_text() -> mt.CallToolResult:
     """A text block and structured content that carry a credential."""
     key = "AKIA" + "IOSFODNN7EXAMPLE"
