@@ -444,7 +444,8 @@ class Policy:
 
     def evaluate(self, request: PolicyRequest) -> tuple[PolicyDecision | None, tuple[str, ...]]:
         """Run the rules: ``(first deny, else first ask, else first observation, else None;
-        names of rules run)``."""
+        names of rules run)``. A rule that raises denies (the exception's text is not kept:
+        it may hold a secret)."""
         ask: PolicyDecision | None = None
         observed: PolicyDecision | None = None
         rules = self.rules
@@ -460,7 +461,11 @@ class Policy:
                 self._relevant = {}
             self._relevant[id(tool)] = hit
         for i, rule in hit[1]:
-            d = rule(request)
+            try:
+                d = rule(request)
+            except Exception as exc:  # a rule that cannot decide refuses: fail closed
+                why = f"the rule failed ({type(exc).__name__}); the call is refused"
+                return PolicyDecision(Verdict.DENY, rule.name, why), self._names[: i + 1]
             if d is None or d.verdict is Verdict.ALLOW:
                 continue
             v = d.verdict

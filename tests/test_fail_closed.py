@@ -1,0 +1,269 @@
+"""The security core's fail-closed branches, each pinned by a case only that branch decides.
+
+Every test here breaks when one line of the product is changed the wrong way (see
+docs/internals/testing.md, mutation testing): a hook may not move a path to a sibling directory
+that merely starts with the same name, a policy rule that raises is still asked (and its deny
+holds), a rule or approver that raises refuses the call before the tool runs, and a record
+forged and re-chained in a crashed writer's unsealed segment is caught by the checkpoint's
+chain head alone (its MAC and signature still hold, no digest covers the segment yet)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tooltrace import (
+    ApprovalRequest,
+    HookDecision,
+    HookView,
+    Policy,
+    RequireApproval,
+    Stage,
+    Status,
+    ToolCall,
+    ToolRegistry,
+    hook,
+    tool,
+)
+from tooltrace.audit import verify
+from tooltrace.audit._format import chain_hash, seal_line, split_hash
+from tooltrace.builtins import register_builtins
+from tooltrace.policy import PolicyDecision, PolicyRequest, Verdict
+
+# -- hooks: narrowing is by directory, not by string prefix -------------------------------------
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    ("notes/a.txt", "notes-private/keys.txt"),  # a sibling whose name starts with the scope
+    ("notes/a.txt", "notesprivate/keys.txt"),
+    ("hello.txt", "notes/a.txt"),  # from the top level into a directory
+])
+def test_a_hook_cannot_move_a_path_to_a_sibling_sharing_its_prefix(
+        workspace: Path, tmp_path: Path, before: str, after: str) -> None:
+    for d in ("notes-private", "notesprivate"):
+        (workspace / d).mkdir()
+        (workspace / d / "keys.txt").write_text("PRIVATE KEY MATERIAL\n")
+
+    @hook()
+    def redirect(view: HookView) -> HookDecision:
+        return HookDecision.modify(arguments={"path": after})
+
+    reg = ToolRegistry(workspace=workspace, home=tmp_path / "h", hooks=[redirect])
+    register_builtins(reg)
+    try:
+        env = reg.call(ToolCall("read_text", {"path": before}))
+        assert env.status is Status.REJECTED and env.reject_stage is Stage.HOOK, env.summary
+        assert [(s.decider, s.decision) for s in env.steps if s.step == "policy"][-1] == (
+            "policy:hook_scope", "deny")
+        assert not env.record.execution_started
+        assert "PRIVATE KEY" not in repr(env.to_dict()) and "alpha" not in repr(env.to_dict())
+    finally:
+        reg.shutdown()
+
+
+def test_a_hook_may_narrow_within_the_directory(workspace: Path, tmp_path: Path) -> None:
+    """The contrast case: the same hook, moving within ``notes/``, is applied."""
+    (workspace / "notes" / "deeper").mkdir()
+    (workspace / "notes" / "deeper" / "c.txt").write_text("gamma\n")
+
+    @hook()
+    def redirect(view: HookView) -> HookDecision:
+        return HookDecision.modify(arguments={"path": "notes/deeper/c.txt"})
+
+    reg = ToolRegistry(workspace=workspace, home=tmp_path / "h", hooks=[redirect])
+    register_builtins(reg)
+    try:
+        env = reg.call(ToolCall("read_text", {"path": "notes/a.txt"}))
+        assert env.status is Status.OK and env.data["text"] == "gamma\n", env.summary
+    finally:
+        reg.shutdown()
+
+
+# -- policy rules that raise ---------------------------------------------------------------------
+
+ran: list[str] = []
+
+
+@tool(capability="write", effect="local")
+def deploy(target: str) -> str:
+    """A tool with an effect (records that it ran)."""
+    ran.append(target)
+    return "deployed"
+
+
+class DenyButCannotSay:
+    """Denies every call, but its ``applies_to`` raises: it must still be asked."""
+
+    name = "deny_unsure"
+
+    def applies_to(self, tool: Any) -> bool:
+        raise RuntimeError("cannot tell")
+
+    def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
+        return PolicyDecision(Verdict.DENY, self.name, "never deploy")
+
+
+class AskButCannotSay(DenyButCannotSay):
+    """Asks on every call; its ``applies_to`` raises."""
+
+    name = "ask_unsure"
+
+    def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
+        return PolicyDecision(Verdict.ASK, self.name, "a person decides")
+
+
+class RaisesOnCall:
+    """A rule whose evaluation raises."""
+
+    name = "broken_rule"
+
+    def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
+        raise ValueError("rule bug with token ghp_" + "x1Y2" * 9)
+
+
+def _registry(tmp_path: Path, policy: Policy, **kw: Any) -> ToolRegistry:
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    reg = ToolRegistry(workspace=ws, home=tmp_path / "h", policy=policy, **kw)
+    reg.register(deploy)
+    return reg
+
+
+def test_a_deny_rule_whose_applies_to_raises_still_denies(tmp_path: Path) -> None:
+    ran.clear()
+    reg = _registry(tmp_path, Policy([DenyButCannotSay()]))
+    try:
+        env = reg.call(ToolCall("deploy", {"target": "prod"}))
+        assert env.status is Status.REJECTED and env.reject_stage is Stage.POLICY, env.summary
+        assert ("policy:deny_unsure", "deny") in [
+            (s.decider, s.decision) for s in env.steps if s.step == "policy"]
+        assert ran == [] and not env.record.execution_started
+    finally:
+        reg.shutdown()
+
+
+def test_an_ask_rule_whose_applies_to_raises_still_asks(tmp_path: Path) -> None:
+    ran.clear()
+    asked: list[ApprovalRequest] = []
+
+    def approver(req: ApprovalRequest) -> Any:
+        from tooltrace import ApprovalDecision
+
+        asked.append(req)
+        return ApprovalDecision(approved=False, who="alice", reason="no")
+
+    reg = _registry(tmp_path, Policy([AskButCannotSay()]), approver=approver)
+    try:
+        env = reg.call(ToolCall("deploy", {"target": "prod"}))
+        assert [r.rule for r in asked] == ["ask_unsure"]
+        assert env.status is Status.REJECTED and env.reject_stage is Stage.APPROVAL, env.summary
+        assert ran == []
+    finally:
+        reg.shutdown()
+
+
+def test_a_rule_that_raises_refuses_the_call_before_the_tool_runs(tmp_path: Path) -> None:
+    ran.clear()
+    reg = _registry(tmp_path, Policy([RaisesOnCall()]))
+    try:
+        env = reg.call(ToolCall("deploy", {"target": "prod"}))
+        assert env.status is Status.REJECTED and env.reject_stage is Stage.POLICY, env.summary
+        assert ("policy:broken_rule", "deny") in [
+            (s.decider, s.decision) for s in env.steps if s.step == "policy"]
+        assert ran == [] and not env.record.execution_started
+        assert "x1Y2x1Y2" not in repr(env.to_dict())
+    finally:
+        reg.shutdown()
+
+
+def test_an_approver_that_raises_refuses_the_call(tmp_path: Path) -> None:
+    ran.clear()
+
+    def approver(req: ApprovalRequest) -> Any:
+        raise RuntimeError("approval service down")
+
+    reg = _registry(tmp_path, Policy([RequireApproval(tools=frozenset({"deploy"}))]),
+                    approver=approver)
+    try:
+        env = reg.call(ToolCall("deploy", {"target": "prod"}))
+        assert env.status is Status.REJECTED and env.reject_stage is Stage.APPROVAL, env.summary
+        assert [(s.decider, s.decision) for s in env.steps if s.step == "approval"] == [
+            ("user:unknown", "deny")]
+        assert ran == [] and not env.record.execution_started
+    finally:
+        reg.shutdown()
+
+
+def test_an_approver_answering_nonsense_refuses_the_call(tmp_path: Path) -> None:
+    ran.clear()
+    reg = _registry(tmp_path, Policy([RequireApproval(tools=frozenset({"deploy"}))]),
+                    approver=lambda req: "yes")
+    try:
+        env = reg.call(ToolCall("deploy", {"target": "prod"}))
+        assert env.status is Status.REJECTED and env.reject_stage is Stage.APPROVAL, env.summary
+        assert ran == []
+    finally:
+        reg.shutdown()
+
+
+# -- verify: a forged record in a crashed writer's unsealed segment ------------------------------
+
+_CRASHING_WRITER = textwrap.dedent("""
+    import os, sys
+    from support.audit import workload
+    from tooltrace.telemetry import AuditSink
+
+    sink = AuditSink(sys.argv[1], checkpoint_every=10, group_max_records=4)
+    for r in workload(45):
+        sink.emit(r)
+    assert sink.flush(30.0)
+    os._exit(0)  # a crash: no seal, no digest entry for this segment
+""")
+
+
+def _crashed_trail(home: Path) -> Path:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, "-c", _CRASHING_WRITER, str(home)], env=env, check=True,
+                   timeout=120)
+    (seg,) = sorted((home / "audit" / "segments").glob("*.live.jsonl"))
+    return seg
+
+
+def test_a_record_forged_and_rechained_in_an_unsealed_segment_is_caught(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    seg = _crashed_trail(home)
+    rep = verify(home)
+    assert rep.ok, rep.findings
+    assert [f.kind for f in rep.findings] == ["unsealed"]
+    lines = seg.read_bytes().splitlines(keepends=True)
+    ckpts = [i for i, ln in enumerate(lines) if b'"k":"ckpt"' in ln]
+    assert len(ckpts) >= 3
+    # A call record between the first two checkpoints, its status changed; every later line
+    # re-chained (as someone without the key would), the checkpoints' bodies left as they were:
+    # their MACs and signatures still hold, only the head they name does not.
+    i = next(j for j in range(ckpts[0] + 1, ckpts[1]) if b'"k":"c"' in lines[j])
+    prev = split_hash(lines[i - 1].rstrip(b"\n"))[1]  # type: ignore[index]
+    for j in range(i, len(lines)):
+        body, _ = split_hash(lines[j].rstrip(b"\n"))  # type: ignore[misc]
+        if j == i:
+            obj = orjson.loads(body)
+            obj["status"] = "ok" if obj.get("status") != "ok" else "rejected"
+            body = orjson.dumps(obj)
+        prev = chain_hash(prev, body)
+        lines[j] = seal_line(body, prev)
+    seg.write_bytes(b"".join(lines))
+    rep = verify(home)
+    errors = [f for f in rep.findings if f.severity == "error"]
+    assert not rep.ok
+    # Every checkpoint from the forged record on names a head the chain no longer has.
+    assert [(f.kind, f.line) for f in errors] == [("rewritten", c + 1) for c in ckpts[1:]]
+    for f in errors:
+        assert "it covers another chain head" in f.message
+        assert "MAC" not in f.message and "signature" not in f.message
