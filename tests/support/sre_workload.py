@@ -223,8 +223,10 @@ def _audit_sink(home: Path) -> Any:
     # The audit sink's queue depth is the audit backlog the dashboards and alerts watch.
     try:
         from tooltrace.telemetry import AuditSink
-    except ImportError:
-        return None
+    except ImportError as exc:  # a component check: fails under CI=true, never left out silently
+        from support.components import extra, missing
+
+        missing(f"the audit sink cannot be imported ({exc}); install it with: {extra('all')}")
     return AuditSink(home)
 
 
