@@ -83,6 +83,7 @@ QUEUE = "tooltrace_tool_admission_queue_depth"
 TOOL_CAP = "tooltrace_tool_concurrency_limit"
 GLOBAL_CAP = "tooltrace_concurrency_limit"
 DROPPED = "tooltrace_telemetry_dropped_total"
+EXPORT_ERRORS = "tooltrace_telemetry_export_errors_total"
 SINK_DEPTH = "tooltrace_telemetry_queue_depth"
 BACKLOG_AGE = "tooltrace_audit_compaction_backlog_age_seconds"
 BACKLOG_BYTES = "tooltrace_audit_compaction_backlog_bytes"
@@ -110,6 +111,9 @@ class RuleWindows:
     compaction_for: str = "10m"
     drops_for: str = "0m"
     unknown_for: str = "0m"
+    # A call that returned unknown pages only when no resolution came within this grace period.
+    unresolved_for: str = "10m"
+    export_errors_for: str = "5m"
     interval: str | None = None
 
 
@@ -357,16 +361,37 @@ def _alerting_rules(w: RuleWindows, opts: AlertOptions) -> list[dict[str, Any]]:
             opts,
         )
     )
+    # Calls of a process that returned unknown, less those it resolved since (a resolution
+    # that found the outcome still unknown resolves nothing). Both counters live in the same
+    # process, so the difference is taken per instance.
+    by = "job, instance, tool"
+    returned = f'sum by ({by}) ({CALLS}{{status="unknown"}})'
+    resolved = f'sum by ({by}) ({RESOLVED}{{outcome!="unknown"}})'
     rules.append(
         _alert(
             "ToolCallOutcomeUnknown",
+            f"{returned}\n- (\n  {resolved}\n  or {returned} * 0\n) > 0",
+            w.unresolved_for,
+            "critical",
+            "{{ $labels.tool }}: {{ $value }} call(s) still of unknown outcome on "
+            "{{ $labels.instance }}",
+            "{{ $value }} call(s) of tool {{ $labels.tool }} on {{ $labels.instance }} "
+            "returned unknown (dispatched, end state not confirmed: deadline passed, cancel "
+            f"unconfirmed or crash) and no resolution came for {w.unresolved_for}. Their side "
+            "effects may or may not have happened: inspect before retrying.",
+            opts,
+        )
+    )
+    rules.append(
+        _alert(
+            "ToolCallReturnedUnknown",
             _counter_rose(f'{CALLS}{{status="unknown"}}', w.rate, "tool"),
             w.unknown_for,
-            "critical",
-            "{{ $labels.tool }}: a side-effecting call ended in an unknown state",
+            "warning",
+            "{{ $labels.tool }}: a side-effecting call returned an unknown state",
             "At least one call of tool {{ $labels.tool }} was dispatched but its end state could "
-            "not be confirmed (deadline passed, cancel unconfirmed or crash). Its side effects "
-            "may or may not have happened: inspect before retrying.",
+            "not be confirmed when it returned (deadline passed, cancel unconfirmed or crash). "
+            "Most resolve within seconds; ToolCallOutcomeUnknown pages for those that do not.",
             opts,
         )
     )
@@ -380,6 +405,20 @@ def _alerting_rules(w: RuleWindows, opts: AlertOptions) -> list[dict[str, Any]]:
             f"The {{{{ $labels.sink }}}} telemetry sink of {{{{ $labels.instance }}}} dropped "
             f"records in the last {w.rate} (queue full or shut down). Calls are unaffected but "
             "their telemetry is incomplete.",
+            opts,
+        )
+    )
+    rules.append(
+        _alert(
+            "TooltraceTelemetryExportErrors",
+            _counter_rose(EXPORT_ERRORS, w.rate, "job, instance, sink"),
+            w.export_errors_for,
+            "warning",
+            "{{ $labels.instance }}: the {{ $labels.sink }} sink fails to deliver records",
+            f"The {{{{ $labels.sink }}}} telemetry sink of {{{{ $labels.instance }}}} has failed "
+            f"to deliver records in every {w.rate} window for {w.export_errors_for} (its "
+            "backend refuses them or cannot be reached). Calls are unaffected; the records "
+            "are lost for that backend.",
             opts,
         )
     )

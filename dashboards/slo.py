@@ -3,6 +3,7 @@
 The objectives live in a YAML file (``dashboards/slos.yml`` is the shipped example)::
 
     period: 30d                 # the SLO period the error budget is counted over
+    min_calls: 10               # calls a burn needs in its short window (default 10)
     objectives:
       - tool: read_text
         availability: 0.999     # share of calls that did not end failed or unknown
@@ -73,13 +74,15 @@ class BurnAlert:
     #: (long window, short window, burn-rate factor), any of which fires the alert.
     conditions: tuple[tuple[str, str, float], ...]
     meaning: str
+    #: How long a condition must hold before the alert fires (``for:``).
+    for_: str
 
 
 BURN_ALERTS: tuple[BurnAlert, ...] = (
     BurnAlert("ToolErrorBudgetBurnFast", "critical", (("1h", "5m", 14.4), ("6h", "30m", 6.0)),
-              "page: at this rate the whole error budget is gone within days"),
+              "page: at this rate the whole error budget is gone within days", "2m"),
     BurnAlert("ToolErrorBudgetBurnSlow", "warning", (("1d", "2h", 3.0), ("3d", "6h", 1.0)),
-              "ticket: the error budget is being spent faster than the period allows"),
+              "ticket: the error budget is being spent faster than the period allows", "15m"),
 )
 
 
@@ -103,6 +106,8 @@ class SloConfig:
 
     objectives: tuple[Objective, ...]
     period: str = "30d"
+    #: A burn-rate condition needs at least this many calls of the tool in its short window.
+    min_calls: int = 10
 
 
 def le_label(bound: float) -> str:
@@ -155,12 +160,15 @@ def parse_slos(data: Any, buckets: tuple[float, ...]) -> SloConfig:
             period[-1] not in "hdw":
         raise SloConfigError(f"period: a duration in hours, days or weeks such as 30d; "
                              f"got {period!r}")
+    min_calls = data.get("min_calls", 10)
+    if isinstance(min_calls, bool) or not isinstance(min_calls, int) or min_calls < 1:
+        raise SloConfigError(f"min_calls: a whole number of calls, at least 1; got {min_calls!r}")
     objectives = [o for i, e in enumerate(data["objectives"]) for o in _objectives(i, e, buckets)]
     seen = [(o.tool, o.kind) for o in objectives]
     dupes = sorted({k for k in seen if seen.count(k) > 1})
     if dupes:
         raise SloConfigError(f"more than one objective for {dupes}: one per tool and kind")
-    return SloConfig(tuple(objectives), period)
+    return SloConfig(tuple(objectives), period, min_calls)
 
 
 def load_slos(path: str | Path, buckets: tuple[float, ...] | None = None) -> SloConfig:
@@ -219,12 +227,17 @@ def _records(cfg: SloConfig) -> list[dict[str, Any]]:
     return rules
 
 
-def _burn_expr(a: BurnAlert) -> str:
+def _burn_expr(a: BurnAlert, min_calls: int) -> str:
     parts = []
     for long, short, factor in a.conditions:
         bar = f"on (tool, slo) ({factor:g} * (1 - {OBJECTIVE_RECORD}))"
+        # Enough data: min_calls calls of the tool in the short window, and Prometheus has
+        # watched it for the whole short window (a fresh server's first minutes are no trend).
         parts.append(f"(\n  {sli_record(long)} > {bar}\n"
-                     f"  and\n  {sli_record(short)} > {bar}\n)")
+                     f"  and\n  {sli_record(short)} > {bar}\n"
+                     f"  and on (tool)\n"
+                     f"  sum by (tool) (increase({CALLS}[{short}])) >= {min_calls}\n"
+                     f"  and on (tool)\n  sum by (tool) ({CALLS} offset {short})\n)")
     return "\nor\n".join(parts)
 
 
@@ -234,7 +247,8 @@ def _alerts(cfg: SloConfig, runbook: Any) -> list[dict[str, Any]]:
         when = " or ".join(f"{f:g}x over {lw} and {sw}" for lw, sw, f in a.conditions)
         rules.append({
             "alert": a.name,
-            "expr": _burn_expr(a),
+            "expr": _burn_expr(a, cfg.min_calls),
+            "for": a.for_,
             "labels": {"severity": a.severity, "service": "tooltrace"},
             "annotations": {
                 "summary": "{{ $labels.tool }}: burning its {{ $labels.slo }} error budget "

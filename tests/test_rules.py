@@ -64,7 +64,7 @@ def test_recording_rules_define_the_saturation_signals() -> None:
 def test_every_alert_is_labelled_annotated_and_links_its_runbook_page() -> None:
     alerts = _groups()[1]["rules"]
     assert [a["alert"] for a in alerts] == build.alert_names()
-    assert len(alerts) == 9
+    assert len(alerts) == 11
     for a in alerts:
         assert a["labels"]["severity"] in {"info", "warning", "critical"}, a["alert"]
         ann = a["annotations"]
@@ -294,3 +294,17 @@ def test_rejection_surge_fires_an_alert_delivered_by_alertmanager(tmp_path: Path
     assert ann["summary"].startswith("lookup: parameter-reject ratio jumped to ")
     # The healthy tool never alerted.
     assert all(a["labels"].get("tool") != "render" for a in hook.alerts())
+
+
+def test_the_unresolved_outcome_test_bites(tmp_path: Path) -> None:
+    # unresolved.test.yml fails against rules that page without a grace period (at 15m the
+    # unresolved calls are only 5 minutes old, and must not page yet).
+    weak = tmp_path / "dashboards" / "prometheus" / "tooltrace-rules.yml"
+    weak.parent.mkdir(parents=True)
+    weak.write_text(build.render_rules(build.RuleWindows(unresolved_for="0m")))
+    tests_dir = tmp_path / "tests" / "rules"
+    tests_dir.mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "rules" / "unresolved.test.yml", tests_dir)
+    proc = promtool("test", "rules", "unresolved.test.yml", cwd=tests_dir)
+    assert proc.returncode != 0
+    assert "ToolCallOutcomeUnknown, time: 15m" in proc.stdout + proc.stderr
