@@ -1,0 +1,91 @@
+"""Known-answer vectors for the audit trail's formats: the chain hash, the genesis hash, a
+stored line, the checkpoint MAC, what a line's signature covers and the Ed25519 signature of it.
+
+Every expected value is written out here, worked out with hashlib, hmac and cryptography
+straight from the formats (sha256 over the previous hash's hex and the body; HMAC-SHA256 over
+``writer|segment|seq|head|fields``; Ed25519 over a tag and the sorted JSON of the fields), never
+computed by tooltrace's own functions: a change to a format, however consistent with itself,
+fails here. The signing key is RFC 8032's test 1, whose signature of the empty message is
+checked too."""
+
+from __future__ import annotations
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from tooltrace.audit import Signer
+from tooltrace.audit._format import (
+    chain_hash,
+    checkpoint_mac,
+    genesis_hash,
+    seal_line,
+    split_hash,
+)
+from tooltrace.audit._signing import PublicKey, line_payload
+
+GENESIS_W0 = "86fa1ba58622210b5875cb4fdd6fc4c8140de7f4ee2e808b96fb3de7088ecc13"
+BODY1 = b'{"k":"open","seq":1,"writer":"w0"}'
+H1 = "081a773de191759db38fbe7a83e1a280e89c11719d694a26b3b08f6703c7a4a3"
+BODY2 = b'{"k":"c","seq":2,"call_id":"c-1","status":"ok"}'
+H2 = "61b01c24460c749dfe5d01811d46bba6fa2ffdfd150e1bc31b738db2284b0ae0"
+KEY = bytes(range(32))
+MAC_BARE = "e9db10a76ee78869de05317407247a4475c75c68df964b1ec17ef40e504d395a"
+MAC_FIELDS = "b8fc7e2c7f2ee316269d5cec629210886f7bb24cb030facda5603cd83fca7601"
+
+# RFC 8032, section 7.1, test 1.
+RFC_SECRET = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
+RFC_PUBLIC = "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"
+RFC_SIG_EMPTY = ("e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33b"
+                 "acc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b")
+KID = "21fe31dfa154a261"  # sha256(public key)[:16]
+PAYLOAD = (b'tooltrace-line-v1\n{"head":"' + H2.encode() + b'","k":"ckpt","kid":"21fe31dfa154a261",'
+           b'"n":2,"segment":1,"seq":3,"writer":"w0"}')
+LINE_SIG = ("93116313c387654e4c76713f497fa60cea70e3a2427fc1f99fcf1917a39bb1633b7f016ff398e13e0b8dd"
+            "0893626b6b78742ec1901232cbb9ee27075fddd5005")
+
+
+def test_genesis_and_chain_hashes() -> None:
+    assert genesis_hash("w0") == GENESIS_W0
+    assert chain_hash(GENESIS_W0, BODY1) == H1
+    assert chain_hash(H1, BODY2) == H2
+    assert genesis_hash("w1") != GENESIS_W0
+
+
+def test_a_stored_line_and_its_split() -> None:
+    line = seal_line(BODY2, H2)
+    assert line == b'{"k":"c","seq":2,"call_id":"c-1","status":"ok","h":"' + H2.encode() + b'"}\n'
+    assert split_hash(line.rstrip(b"\n")) == (BODY2, H2)
+    assert split_hash(BODY2) is None  # no hash field
+    assert split_hash(line.rstrip(b"\n").replace(b',"h":"', b',"x":"')) is None
+
+
+def test_checkpoint_mac() -> None:
+    assert checkpoint_mac(KEY, "w0", 1, 3, H2) == MAC_BARE
+    # The MAC covers the checkpoint's own fields except mac, h, seq and head (in the fixed part).
+    fields = {"k": "ckpt", "n": 2, "seq": 3, "head": H2, "h": "0" * 64, "mac": "x"}
+    assert checkpoint_mac(KEY, "w0", 1, 3, H2, fields) == MAC_FIELDS
+    assert checkpoint_mac(KEY, "w0", 1, 3, H2, {**fields, "final": True}) != MAC_FIELDS
+    assert checkpoint_mac(KEY, "w0", 2, 3, H2, fields) != MAC_FIELDS
+
+
+def test_ed25519_matches_rfc_8032() -> None:
+    private = Ed25519PrivateKey.from_private_bytes(RFC_SECRET)
+    signer = Signer(private)
+    assert signer.public.hex == RFC_PUBLIC
+    assert signer.kid == KID
+    assert signer.sign(b"") == RFC_SIG_EMPTY
+    assert PublicKey(bytes.fromhex(RFC_PUBLIC)).verify(b"", RFC_SIG_EMPTY)
+
+
+def test_what_a_line_signature_covers_and_the_signature() -> None:
+    fields = {"k": "ckpt", "n": 2, "head": H2, "kid": KID, "mac": "m", "h": "0" * 64,
+              "sig": "s"}
+    assert line_payload("w0", 1, 3, fields) == PAYLOAD
+    signer = Signer(Ed25519PrivateKey.from_private_bytes(RFC_SECRET))
+    line = {"k": "ckpt", "n": 2, "head": H2}
+    signer.sign_line("w0", 1, 3, line)
+    assert line == {"k": "ckpt", "n": 2, "head": H2, "kid": KID, "sig": LINE_SIG}
+    pub = PublicKey(bytes.fromhex(RFC_PUBLIC))
+    assert pub.verify(PAYLOAD, LINE_SIG)
+    assert not pub.verify(PAYLOAD.replace(b'"seq":3', b'"seq":4'), LINE_SIG)
+    assert not pub.verify(PAYLOAD, LINE_SIG[:-2] + "00")
+    assert not pub.verify(PAYLOAD, 12345)
