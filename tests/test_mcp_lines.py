@@ -100,7 +100,13 @@ def test_reading_pauses_while_the_queue_is_full_and_nothing_is_lost() -> None:
         transport, reader = await loop.connect_read_pipe(
             lambda: LineReader(_never), os.fdopen(r, "rb", buffering=0))
         writer = loop.run_in_executor(None, lambda: (os.write(w, payload), os.close(w)))
-        await asyncio.sleep(0.2)  # nobody reads yet: the reader paused at the queue's limit
+        # Nobody reads yet: wait for the reader to pause at the queue's limit (the event the
+        # assertion needs, not a guess at how long the writer takes).
+        for _ in range(30_000):
+            if reader._paused:
+                break
+            await asyncio.sleep(0.001)
+        assert reader._paused, "the reader never paused"
         paused = len(reader._queue)
         got = [line async for line in reader.lines()]
         await writer

@@ -371,9 +371,13 @@ def test_a_builtin_past_its_deadline_ends_unknown_and_resolves_late(make: Any,
 
 
 def test_withdrawn_question_cancels_the_call(make: Any, sink: RecordingSink) -> None:
+    import threading
+
+    asked, release = threading.Event(), threading.Event()
+
     def slow(req: ApprovalRequest) -> ApprovalDecision:
-        import time
-        time.sleep(0.3)
+        asked.set()
+        release.wait(30)  # answers only after the question was withdrawn
         return ApprovalDecision(True, "late")
 
     _, adapter = make(registry={"approver": slow,
@@ -384,10 +388,11 @@ def test_withdrawn_question_cancels_the_call(make: Any, sink: RecordingSink) -> 
     async def run() -> None:
         task = asyncio.ensure_future(
             adapter.pre_tool_use(pre("Bash", {"command": "ls"}), "toolu_1", CTX))
-        await asyncio.sleep(0.05)
+        assert await asyncio.to_thread(asked.wait, 30)  # the approver holds the question
         task.cancel()  # what the SDK does on the CLI's control_cancel_request
         with pytest.raises(asyncio.CancelledError):
             await task
+        release.set()
         await adapter.aclose()
 
     asyncio.run(run())
