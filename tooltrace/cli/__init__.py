@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "query": "tooltrace.cli.query:query",
     "report": "tooltrace.cli.report:report",
     "restore": "tooltrace.cli.restore:restore",
+    "serve": "tooltrace.cli.serve:serve",
     "stats": "tooltrace.cli.stats:stats",
     "tail": "tooltrace.cli.tail:tail",
     "tools": "tooltrace.cli.tools:tools",
