@@ -76,7 +76,8 @@ _CALL_COLUMNS = f"""
     NULL::VARCHAR AS parent_call_id, 0::INTEGER AS depth, NULL::VARCHAR AS progress,
     'user-' || (i % 20)::VARCHAR AS principal_user, NULL::VARCHAR AS principal_agent,
     CASE WHEN i % 3 = 0 THEN 'acme' ELSE 'globex' END AS principal_tenant,
-    CASE WHEN i % 10 = 0 THEN '["intern"]' ELSE '["dev"]' END AS principal_roles
+    CASE WHEN i % 10 = 0 THEN '["intern"]' ELSE '["dev"]' END AS principal_roles,
+    'read' AS capability, 'none' AS effect
 """
 
 

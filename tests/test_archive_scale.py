@@ -62,6 +62,7 @@ def _calls_sql(day_idx: int, day: str) -> str:
         "parent_call_id": "NULL::VARCHAR", "depth": "0::INTEGER", "progress": "NULL::VARCHAR",
         "principal_user": "NULL::VARCHAR", "principal_agent": "NULL::VARCHAR",
         "principal_tenant": "NULL::VARCHAR", "principal_roles": "NULL::VARCHAR",
+        "capability": "'read'", "effect": "'none'",
     }
     return ("SELECT " + ", ".join(f"{exprs[c]} AS {c}" for c in cols)
             + f" FROM (SELECT i, epoch_ms(DATE '{day}') + i * 329 AS ms,"
