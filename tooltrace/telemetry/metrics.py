@@ -27,7 +27,8 @@ id, run id, path, argument or error text never becomes a label. Metric contract:
                                                            rule ids, else ``_other``)
     tooltrace_tool_inflight{tool}                          gauge, read at scrape
     tooltrace_tool_admission_queue_depth{tool}             gauge, read at scrape
-    tooltrace_tool_concurrency_limit{tool}                 gauge, tools with their own cap
+    tooltrace_tool_concurrency_limit{tool}                 gauge, each tool's cap (its own,
+                                                           else the global cap)
     tooltrace_concurrency_limit                            gauge, the global cap
     tooltrace_telemetry_dropped_total{sink}                read from each sink's ``dropped``
     tooltrace_telemetry_queue_depth{sink}                  read from each sink's ``depth``
@@ -70,10 +71,17 @@ __all__ = [
 
 #: The ``tool`` label value for any name that is not a registered tool.
 UNREGISTERED: Final = "_unregistered"
-#: Call duration buckets (seconds): 1 ms to 5 minutes.
+#: Call duration buckets (seconds): 1 ms to 10 minutes, seven to a decade (1, 1.5, 2, 2.5,
+#: 3.5, 5, 7.5), so neighbouring bounds are at most 1.5x apart and ``histogram_quantile``'s
+#: interpolation stays within a bucket that narrow (a 1.3 s call reads between 1 and 1.5 s).
+#: Pass ``buckets=`` to ``MetricsSink`` for another set.
 DURATION_BUCKETS: Final = (
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+    0.001, 0.0015, 0.002, 0.0025, 0.0035, 0.005, 0.0075,
+    0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.075,
+    0.1, 0.15, 0.2, 0.25, 0.35, 0.5, 0.75,
+    1.0, 1.5, 2.0, 2.5, 3.5, 5.0, 7.5,
+    10.0, 15.0, 20.0, 25.0, 35.0, 50.0, 75.0,
+    100.0, 150.0, 200.0, 250.0, 350.0, 500.0, 600.0,
 )
 #: Admission wait buckets (seconds): 0.5 ms to 30 s.
 ADMISSION_BUCKETS: Final = (
@@ -450,10 +458,14 @@ class _StateCollector(Collector):
             limits = _call(reg, "concurrency_limits")
             if isinstance(limits, tuple) and len(limits) == 2:
                 cap, per_tool = limits
+                # Every tool's cap: its own, else the global one (so a panel's cap line and
+                # in-flight / cap ratios exist for every tool; none when nothing caps it).
+                caps = {} if cap is None else dict.fromkeys(names, float(cap))
                 if cap is not None:
                     global_cap.add_metric([], float(cap))
                 if isinstance(per_tool, Mapping):
-                    self._per_tool(sink, tool_cap, [], per_tool)
+                    caps.update(per_tool)
+                self._per_tool(sink, tool_cap, [], caps)
         drops: dict[str, int] = {}
         depths: dict[str, int] = {}
         errs: dict[str, int] = {}
