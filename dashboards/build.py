@@ -249,7 +249,9 @@ def ratio_expr(s: Signal, window: str, tool_filter: str = "") -> str:
 def latency_expr(q: float, window: str, tool_filter: str = "", by: str = "tool") -> str:
     """PromQL of a per-tool latency quantile over ``window``."""
     sel = _with_filter(f"{DURATION}_bucket", tool_filter)
-    return f"histogram_quantile({q}, sum by ({by}, le) (rate({sel}[{window}])))"
+    # ">= 0" drops the NaN histogram_quantile returns for a tool without calls in the window:
+    # an idle tool has no latency, not a NaN one.
+    return f"histogram_quantile({q}, sum by ({by}, le) (rate({sel}[{window}]))) >= 0"
 
 
 def _with_filter(selector: str, extra: str) -> str:
@@ -532,7 +534,11 @@ def render_slo_rules(slo_file: Path | None = None, options: AlertOptions | None 
 # -------------------------------------------------------------------------------------------
 
 TOOL_FILTER = 'tool=~"$tool"'
+#: The processes shown (the runbooks split a signal by instance); ".*" when all are.
+INSTANCE_FILTER = 'instance=~"$instance"'
 RATE = "$__rate_interval"
+#: Where a call's own story is told: the CLI's autopsy, from the call id the trail holds.
+AUTOPSY_DOC = "https://tooltrace.dev/docs/audit/cli/#what-autopsy-states"
 
 
 def _prom_ds() -> Any:
@@ -564,6 +570,8 @@ def _timeseries(
     max_val: float | None = None,
     links: Sequence[Any] = (),
     stack: bool = False,
+    min_val: float | None = 0,
+    runbook: str | None = None,
 ) -> Any:
     from grafana_foundation_sdk.builders import common as cb
     from grafana_foundation_sdk.builders import timeseries
@@ -575,7 +583,6 @@ def _timeseries(
         .description(description)
         .datasource(_prom_ds())
         .unit(unit)
-        .min(0)
         .span(span)
         .height(height)
         .line_width(1)
@@ -594,6 +601,10 @@ def _timeseries(
             .sort(common.SortOrder.DESCENDING)
         )
     )
+    if min_val is not None:
+        p = p.min(min_val)
+    if runbook is not None:
+        p = p.links([_runbook_link(runbook)])
     if stack:
         p = p.stacking(cb.StackingConfig().mode(common.StackingMode.NORMAL))
     if max_val is not None:
@@ -614,6 +625,7 @@ def _stat(
     span: int = 4,
     warn: float | None = None,
     bad: float | None = None,
+    runbook: str | None = None,
 ) -> Any:
     from grafana_foundation_sdk.builders import dashboard as db
     from grafana_foundation_sdk.builders import stat
@@ -626,7 +638,7 @@ def _stat(
         steps.append(dm.Threshold(warn, "orange"))
     if bad is not None:
         steps.append(dm.Threshold(bad, "red"))
-    return (
+    p = (
         stat.Panel()
         .title(title)
         .description(description)
@@ -639,12 +651,24 @@ def _stat(
         .thresholds(db.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE).steps(steps))
         .with_target(query)
     )
+    return p if runbook is None else p.links([_runbook_link(runbook)])
 
 
 def _link(title: str, url: str) -> Any:
     from grafana_foundation_sdk.builders import dashboard as db
 
     return db.DashboardLink(title).url(url)
+
+
+def _runbook_link(alert: str) -> Any:
+    """A panel link to the runbook of the alert that watches what the panel shows."""
+    return _link(f"Runbook: {alert}", runbook_url(alert)).target_blank(True)
+
+
+def _autopsy_link() -> Any:
+    """How to replay one call step by step from its call id (the trail has the ids; the
+    metrics never carry them)."""
+    return _link("Replay a call: tooltrace autopsy <call_id>", AUTOPSY_DOC).target_blank(True)
 
 
 def _tempo_link() -> Any:
@@ -680,6 +704,24 @@ def _variables(multi_tool: bool) -> list[Any]:
     )
     if multi_tool:
         tool = tool.multi(True).include_all(True).all_value(".*")
+    instance = (
+        db.QueryVariable("instance")
+        .label("Instance")
+        .description("Agent processes scraped (label values of tooltrace_tool_calls_total)")
+        .datasource(_prom_ds())
+        .query(
+            {
+                "qryType": 1,
+                "query": f"label_values({CALLS}, instance)",
+                "refId": "PrometheusVariableQueryEditor-VariableQuery",
+            }
+        )
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dm.VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+    )
     return [
         db.DatasourceVariable("datasource").label("Prometheus").type("prometheus"),
         db.DatasourceVariable("tempo")
@@ -687,6 +729,7 @@ def _variables(multi_tool: bool) -> list[Any]:
         .description("Traces datasource that latency exemplars link to")
         .type("tempo"),
         tool,
+        instance,
     ]
 
 
@@ -695,7 +738,8 @@ def _pipelines_panels() -> Iterator[Any]:
     from grafana_foundation_sdk.builders import dashboard as db
     from grafana_foundation_sdk.models import common
 
-    f = TOOL_FILTER
+    f = f"{TOOL_FILTER}, {INSTANCE_FILTER}"
+    i = INSTANCE_FILTER
     yield db.Row("Overview")
     yield _stat(
         "Call rate",
@@ -731,8 +775,9 @@ def _pipelines_panels() -> Iterator[Any]:
     )
     yield _stat(
         "Unknown outcomes",
-        "Side-effecting calls whose end state could not be confirmed, in the time range. "
-        "Anything above 0 needs a look: `tooltrace calls --status unknown`.",
+        "Side-effecting calls that returned unknown (end state not confirmed), in the time "
+        "range. Those still unresolved: `tooltrace calls --outcome unknown`; one call's story: "
+        "`tooltrace autopsy <call_id>`.",
         "short",
         _query(
             "A",
@@ -741,21 +786,24 @@ def _pipelines_panels() -> Iterator[Any]:
             instant=True,
         ),
         bad=1,
+        runbook="ToolCallOutcomeUnknown",
     )
     yield _stat(
         "Telemetry drops",
         "Records dropped by any telemetry sink in the time range.",
         "short",
-        _query("A", f"sum(increase({DROPPED}[$__range]))", "dropped", instant=True),
+        _query("A", f"sum(increase({DROPPED}{{{i}}}[$__range]))", "dropped", instant=True),
         bad=1,
+        runbook="TooltraceTelemetryDropped",
     )
     yield _stat(
         "Audit backlog",
         "Audit records queued and not yet durable (tooltrace_telemetry_queue_depth, sink=audit).",
         "short",
-        _query("A", f'sum({SINK_DEPTH}{{sink="audit"}})', "audit backlog"),
+        _query("A", f'sum({SINK_DEPTH}{{sink="audit", {i}}})', "audit backlog"),
         warn=1000,
         bad=AlertOptions().audit_backlog,
+        runbook="TooltraceAuditBacklog",
     )
     yield _timeseries(
         "Call rate by status",
@@ -775,7 +823,7 @@ def _pipelines_panels() -> Iterator[Any]:
         [_query("A", "sum by (tool, rule, decision) "
                 f"(rate(tooltrace_policy_observed_total{{{f}}}[{RATE}]))",
                 "{{tool}} {{rule}} {{decision}}")],
-        span=12,
+        span=8,
     )
     yield _timeseries(
         "Unknown outcomes resolved later",
@@ -786,6 +834,7 @@ def _pipelines_panels() -> Iterator[Any]:
         [_query("A", "sum by (tool, outcome) "
                 f"(rate({RESOLVED}{{{f}}}[{RATE}]))", "{{tool}} {{outcome}}")],
         span=12,
+        runbook="ToolCallReturnedUnknown",
     )
     yield (
         bargauge.Panel()
@@ -793,7 +842,7 @@ def _pipelines_panels() -> Iterator[Any]:
         .description("Tools by number of calls in the time range; click through to one tool.")
         .datasource(_prom_ds())
         .unit("short")
-        .span(8)
+        .span(12)
         .height(8)
         .display_mode(common.BarGaugeDisplayMode.GRADIENT)
         .orientation(common.VizOrientation.HORIZONTAL)
@@ -825,6 +874,7 @@ def _pipelines_panels() -> Iterator[Any]:
             [_query("A", ratio_expr(s, RATE, f), "{{tool}}")],
             span=12,
             max_val=1,
+            runbook=s.alert,
         )
 
     yield db.Row("Latency")
@@ -836,7 +886,8 @@ def _pipelines_panels() -> Iterator[Any]:
             "s",
             [_query("A", latency_expr(q, RATE, f), "{{tool}}", exemplar=True)],
             span=8,
-            links=[_tempo_link()],
+            links=[_tempo_link(), _autopsy_link()],
+            runbook="ToolLatencyP95OverSLO" if q == 0.95 else None,
         )
 
     yield db.Row("Saturation")
@@ -848,8 +899,8 @@ def _pipelines_panels() -> Iterator[Any]:
         [
             _query("A", f"sum by (tool) ({INFLIGHT}{{{f}}})", "{{tool}} in flight"),
             _query("B", f"max by (tool) ({TOOL_CAP}{{{f}}})", "{{tool}} cap"),
-            _query("C", f"sum({INFLIGHT})", "all in flight"),
-            _query("D", f"max({GLOBAL_CAP})", "global cap"),
+            _query("C", f"sum({INFLIGHT}{{{i}}})", "all in flight"),
+            _query("D", f"max({GLOBAL_CAP}{{{i}}})", "global cap"),
         ],
         span=8,
     )
@@ -880,16 +931,29 @@ def _pipelines_panels() -> Iterator[Any]:
         "Telemetry drops",
         "Records dropped per second by each sink (queue full or shut down).",
         "short",
-        [_query("A", f"sum by (sink) (rate({DROPPED}[{RATE}]))", "{{sink}}")],
+        [_query("A", f"sum by (sink) (rate({DROPPED}{{{i}}}[{RATE}]))", "{{sink}}")],
+        span=8,
+        runbook="TooltraceTelemetryDropped",
     )
     yield _timeseries(
         "Sink queue depth (audit backlog)",
         "Records queued in each telemetry sink; the audit line is the audit backlog.",
         "short",
         [
-            _query("A", f'sum({SINK_DEPTH}{{sink="audit"}})', "audit backlog"),
-            _query("B", f'sum by (sink) ({SINK_DEPTH}{{sink!="audit"}})', "{{sink}}"),
+            _query("A", f'sum({SINK_DEPTH}{{sink="audit", {i}}})', "audit backlog"),
+            _query("B", f'sum by (sink) ({SINK_DEPTH}{{sink!="audit", {i}}})', "{{sink}}"),
         ],
+        span=8,
+        runbook="TooltraceAuditBacklog",
+    )
+    yield _timeseries(
+        "Telemetry export errors",
+        "Records per second each sink failed to deliver to its backend (refused or "
+        "unreachable); the calls are unaffected, the records are lost for that backend.",
+        "short",
+        [_query("A", f"sum by (sink) (rate({EXPORT_ERRORS}{{{i}}}[{RATE}]))", "{{sink}}")],
+        span=8,
+        runbook="TooltraceTelemetryExportErrors",
     )
     yield from _slo_panels()
 
@@ -907,6 +971,8 @@ def _slo_panels() -> Iterator[Any]:
         "(dashboards/slos.yml); below 0 the objective is missed.",
         "percentunit",
         [_query("A", f"{mod.BUDGET_RECORD}{{{TOOL_FILTER}}}", "{{tool}} {{slo}}")],
+        min_val=None,  # an overspent budget reads below 0 and must show
+        runbook="ToolErrorBudgetBurnSlow",
     )
     yield _timeseries(
         "Burn rate (1h) by tool and SLO",
@@ -916,12 +982,13 @@ def _slo_panels() -> Iterator[Any]:
         "short",
         [_query("A", f"{mod.sli_record('1h')}{{{TOOL_FILTER}}}\n/ on (tool, slo) "
                 f"(1 - {mod.OBJECTIVE_RECORD})", "{{tool}} {{slo}}")],
+        runbook="ToolErrorBudgetBurnFast",
     )
 
 def _tool_panels() -> Iterator[Any]:
     from grafana_foundation_sdk.builders import dashboard as db
 
-    f = 'tool="$tool"'
+    f = f'tool="$tool", {INSTANCE_FILTER}'
     yield db.Row("Calls")
     yield _timeseries(
         "Calls by status",
@@ -963,7 +1030,8 @@ def _tool_panels() -> Iterator[Any]:
             _query("B", latency_expr(0.95, RATE, f), "p95"),
             _query("C", latency_expr(0.99, RATE, f), "p99"),
         ],
-        links=[_tempo_link()],
+        links=[_tempo_link(), _autopsy_link()],
+        runbook="ToolLatencyP95OverSLO",
     )
     yield _timeseries(
         "p95 latency by status",

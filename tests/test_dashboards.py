@@ -103,6 +103,42 @@ def test_dashboard_structure(name: str) -> None:
         assert any("${tempo}" in link["url"] and "trace_id" in link["url"] for link in links)
 
 
+@pytest.mark.parametrize("name", build.DASHBOARD_FILES)
+def test_the_grid_never_overflows_and_panels_never_overlap(name: str) -> None:
+    cells: dict[tuple[int, int], str] = {}
+    for p in DASHBOARDS[name]["panels"]:
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["w"] >= 1 and g["x"] + g["w"] <= 24, (p["title"], g)
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, (p["title"], "overlaps", cells[(x, y)])
+                cells[(x, y)] = p["title"]
+
+
+@pytest.mark.parametrize("name", build.DASHBOARD_FILES)
+def test_panels_link_their_runbooks_and_queries_follow_the_instance(name: str) -> None:
+    d = DASHBOARDS[name]
+    instance = next(v for v in d["templating"]["list"] if v["name"] == "instance")
+    assert "label_values(tooltrace_tool_calls_total, instance)" in json.dumps(instance)
+    alerts = set(build.alert_names()) | set(build.slo().slo_alert_names())
+    linked = set()
+    for p in d["panels"]:
+        for link in p.get("links", []):
+            alert = link["title"].removeprefix("Runbook: ")
+            assert alert in alerts and link["url"] == build.runbook_url(alert), link
+            linked.add(alert)
+        for t in p.get("targets", []):
+            # Every query but the SLO records (aggregated over instances) follows $instance.
+            assert "$instance" in t["expr"] or "tool_slo:" in t["expr"], (p["title"], t["expr"])
+    if name == "tooltrace-pipelines.json":
+        assert alerts - linked == {"TooltraceCompactionBacklog", "ToolCallOutcomeUnknown"} - linked
+        budget = next(p for p in d["panels"] if p["title"].startswith("Error budget left"))
+        assert "min" not in budget["fieldConfig"]["defaults"]  # an overspent budget shows
+    links = [link for p in d["panels"] for link in p.get("fieldConfig", {}).get(
+        "defaults", {}).get("links", [])]
+    assert any(link["url"] == build.AUTOPSY_DOC for link in links)
+
+
 def test_overview_covers_every_signal() -> None:
     exprs = "\n".join(
         t["expr"] for _, t in dashboard_targets(DASHBOARDS["tooltrace-pipelines.json"])
@@ -122,7 +158,8 @@ def test_overview_covers_every_signal() -> None:
         "tooltrace_tool_admission_wait_seconds_bucket",
         "tooltrace_tool_admission_queue_depth",
         "tooltrace_telemetry_dropped_total",
-        'tooltrace_telemetry_queue_depth{sink="audit"}',
+        'tooltrace_telemetry_queue_depth{sink="audit", instance=~"$instance"}',
+        "tooltrace_telemetry_export_errors_total",
         "topk(10,",
     ):
         assert needle in exprs, needle

@@ -76,12 +76,15 @@ def dashboard_targets(dashboard: dict[str, Any]) -> Iterator[tuple[str, dict[str
                 yield inner.get("title", ""), target
 
 
-def substitute(expr: str, tool: str, rate_interval: str = "30s", range_: str = "5m") -> str:
-    """Replace the Grafana variables the dashboards use with concrete values, as Grafana does."""
+def substitute(expr: str, tool: str, rate_interval: str = "30s", range_: str = "5m",
+               instance: str = ".*") -> str:
+    """Replace the Grafana variables the dashboards use with concrete values, as Grafana does
+    (``instance``: the regex "All" stands for)."""
     out = (
         expr.replace("$__rate_interval", rate_interval)
         .replace("$__range", range_)
         .replace("$tool", tool)
+        .replace("$instance", instance)
     )
     if "$" in out:
         raise ValueError(f"unsubstituted variable in {out!r}")
