@@ -272,3 +272,53 @@ def test_the_token_csrf_and_read_only_guards(home: Path, tmp_path: Path) -> None
         ro.stop()
     ApprovalQueue(home).answer(p.approval_id, approved=False, who="t@api")
     assert _done(agent)[0]["status"] == "rejected"
+
+
+def test_demo_serve_lets_a_newcomer_answer_the_demos_approvals_in_the_browser(
+        tmp_path: Path, browser: Any) -> None:
+    home = tmp_path / "home"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from tooltrace.cli import main; main()", "demo", "--serve",
+         "--serve-port", "0", "--home", str(home), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None and proc.stdout is not None
+        url = ""
+        for line in proc.stderr:
+            if "the console is at " in line:
+                url = line.split("the console is at ")[1].strip()
+                break
+        assert url, "the demo printed no console URL"
+        page = browser.new_page()
+        page.goto(url)
+        base = url.split("/?token=")[0]
+        page.goto(f"{base}/approvals")
+        for decision in ("approve", "deny"):  # reports/summary.txt, then notes/todo.txt
+            page.wait_for_selector(f"#pending [data-approval-id] button.{decision}",
+                                   timeout=60_000)
+            page.fill("#pending input[name=reason]", f"{decision} from the browser")
+            page.click(f"#pending button.{decision}")
+            page.wait_for_selector(f"#answered td:has-text('{decision} from the browser')")
+        for line in proc.stderr:
+            if "keeps serving" in line:
+                break
+        summary = json.loads(proc.stdout.read(1) + _read_json(proc))
+        story = {s["what"]: s["status"] for s in summary["story"]}
+        assert story["approved-write"] == "ok" and story["denied-write"] == "rejected"
+        assert proc.poll() is None, proc.stderr.read()
+        page.goto(f"{base}/calls")
+        assert page.locator("#live tbody tr").count() >= len(summary["story"])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _read_json(proc: subprocess.Popen[str]) -> str:
+    """The rest of the demo's JSON summary (it stays running, so read up to the closing brace)."""
+    assert proc.stdout is not None
+    out = []
+    for line in proc.stdout:
+        out.append(line)
+        if line.rstrip() == "}":
+            break
+    return "".join(out)

@@ -234,12 +234,15 @@ def run_demo(
     registry_options: dict[str, Any] | None = None,
     linger_s: float = 0.0,
     policy_file: str | os.PathLike[str] | None = None,
+    approver: Callable[[ApprovalRequest], ApprovalDecision] | None = None,
 ) -> DemoResult:
     """Run the demo workload; return what happened. ``calls`` (if larger than the scripted set)
     adds randomised calls of the same kinds; ``linger_s`` keeps the metrics endpoint up that long
     after the last call. A policy file replaces the demo's own policy: ``policy_file``, else
     ``TOOLTRACE_POLICY``, else ``./tooltrace.toml`` when it exists (it may name the demo's
-    ``scan_index`` and ``deploy_service``: they are registered before it is checked)."""
+    ``scan_index`` and ``deploy_service``: they are registered before it is checked).
+    ``approver`` answers the demo's approvals instead of its scripted bot (``tooltrace demo
+    --serve`` passes the home's approval queue, answered in the console)."""
     home_path = _settings.resolve_home(home).absolute()
     home_path.mkdir(parents=True, exist_ok=True)
     # The scratch workspace lies beside the home, never in it: no tool may reach the home.
@@ -257,7 +260,7 @@ def run_demo(
         extra_sinks=(_SandboxesSeen(result.sandboxes),),
         **chosen,
         hooks=[_no_env_dumps, _normalise_paths],
-        approver=_approver,
+        approver=approver or _approver,
         # Long enough for a killed command to confirm it stopped on a busy machine (the deadline
         # call ends failed, not unknown); shorter than deploy_service runs past its deadline
         # (0.3 + 1.0 s against 2.5 s), so that call still ends unknown and resolves later.

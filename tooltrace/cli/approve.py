@@ -41,8 +41,8 @@ def parse_duration(value: str | None) -> float | None:
 
 
 @click.group(invoke_without_command=True, params=list(_listing.params),
-             help=inspect.cleandoc(_listing.help or "") + "\n\nSubcommands: `pending` lists the requests"
-             " waiting in the approval queue, `answer` answers one.")
+             help=inspect.cleandoc(_listing.help or "") + "\n\nSubcommands: `pending` lists"
+             " the requests waiting in the approval queue, `answer` answers one.")
 @click.pass_context
 def approvals(ctx: click.Context, /, **options: Any) -> None:
     if ctx.invoked_subcommand is None:

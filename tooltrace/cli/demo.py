@@ -59,12 +59,17 @@ SPOTLIGHT = (
     help="Keep serving metrics this many seconds after the calls end.",
 )
 @click.option("--seed", type=int, default=7, show_default=True, help="Seed of the randomised mix.")
+@click.option("--serve", is_flag=True,
+              help="Serve the web console while the demo runs (its URL is printed) and wait for"
+              " the demo's approvals to be answered there; keep serving until Ctrl-C.")
+@click.option("--serve-port", type=click.IntRange(min=0, max=65535), default=8765,
+              show_default=True, help="The console's port with --serve (taken: any free one).")
 @policy_option
 @json_option
 @wide_option
 def demo(
     home: Path | None, calls: int, metrics_port: int | None, linger: float, seed: int,
-    policy_file: Path | None, as_json: bool, wide: bool,
+    serve: bool, serve_port: int, policy_file: Path | None, as_json: bool, wide: bool,
 ) -> None:
     """Run a realistic agent workload through the built-in tools (no servers needed).
 
@@ -90,6 +95,7 @@ def demo(
         click.echo(f"demo: serving metrics on 127.0.0.1:{metrics_port or '<any port>'}", err=True)
     from ..policyfile import PolicyFileError
 
+    console, approver = _console(home, serve_port) if serve else (None, None)
     try:
         result = run_demo(
             home=home,
@@ -99,6 +105,7 @@ def demo(
             progress=progress,
             linger_s=linger,
             policy_file=policy_file,
+            approver=approver,
         )
     except PolicyFileError as exc:
         for p in exc.problems:
@@ -135,8 +142,32 @@ def demo(
             },
             guard,
         )
-        return
-    _print_summary(result, guard, wide, autopsies, more, spotlight)
+    else:
+        _print_summary(result, guard, wide, autopsies, more, spotlight)
+    if console is not None:
+        _keep_serving(console)
+
+
+def _console(home: Path | None, port: int) -> tuple[Any, Any]:
+    """The console on a thread, its URL printed, and the approval queue as the approver."""
+    from ..approvalqueue import ApprovalQueue
+    from .serve import start_background
+
+    url, console = start_background(home, port)
+    click.echo(f"demo: the console is at {url}", err=True)
+    click.echo("demo: the demo's approvals wait there (Approvals page) for up to 10 minutes",
+               err=True)
+    return console, ApprovalQueue(home, timeout=600)
+
+
+def _keep_serving(console: Any) -> None:
+    sys.stdout.flush()
+    click.echo("demo: done; the console keeps serving until Ctrl-C", err=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        console.stop()
 
 
 def _print_summary(result: Any, guard: OutputGuard, wide: bool, autopsies: list[str],

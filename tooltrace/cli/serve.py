@@ -78,3 +78,22 @@ def serve(home: Path | None, host: str, port: int, read_only: bool,
         run(settings, sock, started)
     except KeyboardInterrupt:
         pass
+
+
+def start_background(home: Path | None, port: int) -> tuple[str, object]:
+    """The console on a thread of this process, on 127.0.0.1 (``port``, else any free port):
+    its URL with a fresh token, and the handle whose ``stop()`` ends it."""
+    try:
+        from ..console import Background, ConsoleSettings, bind, new_token
+    except ImportError:
+        fail("the console needs its extra: pip install 'tooltrace[console]'", EXIT_USAGE)
+    from .._settings import resolve_home
+    from ..approvalqueue import answerer
+
+    try:
+        sock = bind("127.0.0.1", port)
+    except OSError:
+        sock = bind("127.0.0.1", 0)  # the usual port is taken (another console): any port
+    token = new_token()
+    settings = ConsoleSettings(resolve_home(home).absolute(), token, answerer("console"))
+    return f"http://127.0.0.1:{sock.getsockname()[1]}/?token={token}", Background(settings, sock)

@@ -14,12 +14,14 @@ Needs the ``console`` extra (``pip install 'tooltrace[console]'``).
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Callable
+from typing import Any
 
 from ._app import ConsoleSettings, create_app
 from ._auth import new_token
 
-__all__ = ["ConsoleSettings", "bind", "create_app", "new_token", "serve"]
+__all__ = ["Background", "ConsoleSettings", "bind", "create_app", "new_token", "serve"]
 
 
 def bind(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
@@ -50,3 +52,22 @@ def serve(settings: ConsoleSettings, sock: socket.socket,
 
         server.startup = startup  # type: ignore[method-assign]
     server.run(sockets=[sock])
+
+
+class Background:
+    """The console served on a thread of this process (``tooltrace demo --serve``)."""
+
+    def __init__(self, settings: ConsoleSettings, sock: socket.socket) -> None:
+        import uvicorn
+
+        config = uvicorn.Config(create_app(settings), log_level="warning", access_log=False,
+                                lifespan="off", timeout_graceful_shutdown=1)
+        self._server: Any = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
+                                        daemon=True, name="tooltrace-console")
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop serving and wait (at most ``timeout_s``) for the thread to end."""
+        self._server.should_exit = True
+        self._thread.join(timeout_s)

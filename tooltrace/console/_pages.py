@@ -84,8 +84,9 @@ es.addEventListener('call',e=>{const c=JSON.parse(e.data);
 """
 
 _APPROVALS_JS = """
-const es=new EventSource('/events?approvals=1');let seen=null;
-es.addEventListener('approvals',async e=>{const ids=e.data;if(seen===null){seen=ids;}
+const box=document.getElementById('pending');let seen=box.dataset.ids;
+const es=new EventSource('/events?approvals=1');
+es.addEventListener('approvals',async e=>{const ids=e.data;
  if(ids===seen)return;seen=ids;const r=await fetch('/approvals/pending');
  if(r.ok){document.getElementById('pending').innerHTML=await r.text();}});
 """
@@ -242,7 +243,8 @@ def approvals_page(pending: Sequence[PendingApproval],
         for p, a in answered)
     head = "".join(f"<th>{h}</th>" for h in ("answered (UTC)", "answer", "who", "via", "tool",
                                              "reason", "ttl", "call"))
-    return (f"<h1>Approvals</h1><h2>Waiting</h2><div id=pending>"
+    ids = ",".join(p.approval_id for p in pending)
+    return (f'<h1>Approvals</h1><h2>Waiting</h2><div id=pending data-ids="{_e(ids)}">'
             f"{pending_section(pending, csrf, read_only)}</div><h2>Answered</h2>"
             f"<div class=scroll><table id=answered><thead><tr>{head}</tr></thead><tbody>"
             f"{rows or '<tr><td colspan=8>none yet</td></tr>'}</tbody></table></div>")
