@@ -27,6 +27,7 @@ from tooltrace import (
     hook,
     tool,
 )
+from tooltrace._approvals import ApprovalCache
 from tooltrace.audit import list_approvals, open_store, verify
 from tooltrace.policy import arguments_sha256
 
@@ -137,28 +138,35 @@ def test_an_approval_with_a_time_to_live_covers_the_same_arguments_only(tmp_path
                   ApprovalDecision(True, who="alice"), ApprovalDecision(True, who="alice"),
                   ApprovalDecision(True, who="alice"))
     reg = _registry(tmp_path, ap)
+    now = [time.time_ns() // 1000]  # the clock approvals expire by, moved by the test
+    reg._approvals = ApprovalCache(clock=lambda: now[0])
     a = ToolCall("send", {"to": "bob"})
     first = reg.call(a)
     again = reg.call(ToolCall("send", {"to": "bob"}))  # same arguments: not asked
     other = reg.call(ToolCall("send", {"to": "eve"}))  # other arguments: asked
-    as_else = reg.call(ToolCall("send", {"to": "bob"}, principal=Principal(user="mallory")))
-    assert len(ap.asked) == 3
+    assert len(ap.asked) == 2
     (reused,) = _steps(again)
     approval_id = _steps(first)[0].detail["approval_id"]
     assert reused.decider == f"approval:{approval_id}" and reused.decision == "approve"
     assert reused.detail["args_sha256"] == _steps(first)[0].detail["args_sha256"]
     assert _steps(other)[0].decider == "user:alice"
-    assert _steps(as_else)[0].decider == "user:alice"  # another principal: asked
-    time.sleep(3.1)  # past the 3 s it lives (a busy host has time to reuse it first)
+    now[0] += 2_999_999  # still inside the 3 s it lives: reused
+    inside = reg.call(ToolCall("send", {"to": "bob"}))
+    assert len(ap.asked) == 2 and _steps(inside)[0].decider == f"approval:{approval_id}"
+    now[0] += 1  # 3 s to the microsecond: expired, asked again
     expired = reg.call(ToolCall("send", {"to": "bob"}))
+    assert len(ap.asked) == 3 and _steps(expired)[0].decider == "user:alice"
+    as_else = reg.call(ToolCall("send", {"to": "bob"}, principal=Principal(user="mallory")))
+    assert _steps(as_else)[0].decider == "user:alice"  # another principal: asked
     reg.shutdown()
-    assert len(ap.asked) == 4 and _steps(expired)[0].decider == "user:alice"
+    assert len(ap.asked) == 4
     with open_store(tmp_path / "home") as store:
         (row,) = store.sql("SELECT * FROM approvals WHERE approval_id = $a",
                            {"a": approval_id}).dicts()
     assert row["expires_at"] is not None
-    assert sorted(row["covered_calls"]) == sorted([first.call_id, again.call_id])
-    assert row["uses"] == 2
+    assert sorted(row["covered_calls"]) == sorted([first.call_id, again.call_id,
+                                                   inside.call_id])
+    assert row["uses"] == 3
 
 
 def test_a_policy_rule_can_give_approvals_a_time_to_live(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, NamedTuple
 
@@ -24,7 +25,7 @@ import orjson
 from . import _build
 from .envelope import Principal
 
-__all__ = ["ApprovalCache", "Reusable", "arguments_sha256", "ttl_seconds"]
+__all__ = ["ApprovalCache", "Reusable", "arguments_sha256", "ttl_seconds", "wall_us"]
 
 _OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 
@@ -43,6 +44,11 @@ def arguments_sha256(redacted_arguments: Any) -> str:
     digest of ``json.loads(tool_calls.args_redacted)`` is the same as the one recorded."""
     blob = orjson.dumps(redacted_arguments, default=_default, option=_OPTS)
     return hashlib.sha256(blob).hexdigest()
+
+
+def wall_us() -> int:
+    """Microseconds since the epoch: the clock approvals expire by (``ApprovalCache``)."""
+    return time.time_ns() // 1000
 
 
 def ttl_seconds(ttl: timedelta | float | int | None) -> float | None:
@@ -67,9 +73,11 @@ _Key = tuple[str, Principal | None, str]
 class ApprovalCache:
     """The approvals with a time to live given in this registry, by (tool, principal, digest).
 
-    Bounded: at most ``max_entries``; when full, the expired are dropped, then the oldest."""
+    Bounded: at most ``max_entries``; when full, the expired are dropped, then the oldest.
+    ``clock``: microseconds since the epoch (``wall_us``); a test hands in one it moves."""
 
-    def __init__(self, max_entries: int = 4096) -> None:
+    def __init__(self, max_entries: int = 4096, clock: Callable[[], int] = wall_us) -> None:
+        self.now_us = clock
         self._max = max_entries
         self._lock = threading.Lock()
         self._by_key: dict[_Key, Reusable] = {}

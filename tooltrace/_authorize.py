@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -270,7 +269,7 @@ def approve(
                 Stage.APPROVAL, "approval required and no approver is configured", d.name
             )
         return None
-    hit = reg._approvals.find(d.name, b.principal, digest, time.time_ns() // 1000)
+    hit = reg._approvals.find(d.name, b.principal, digest, reg._approvals.now_us())
     if hit is not None:
         detail = {
             "rule": decision.rule, "approval_id": hit.approval_id, "args_sha256": digest,
@@ -309,7 +308,7 @@ def _record(
 ) -> ApprovalRecord:
     """The approver's answer as a record, handed to every ``ApprovalSink``; an approval with a
     time to live (the answer's, else the rule's) is kept for later calls to reuse."""
-    at = time.time_ns() // 1000
+    at = reg._approvals.now_us()
     try:
         ttl = ttl_seconds(res.ttl) if res.ttl is not None else ttl_seconds(decision.approval_ttl_s)
     except (TypeError, ValueError, OverflowError):
