@@ -1,6 +1,7 @@
 """Mutation testing of the security core with cosmic-ray: one module at a time, each against a
-narrow selection of the tests that should notice, in a scratch copy of the checkout (the
-working tree is never mutated).
+narrow selection of the tests that should notice, in a scratch copy of the checkout as
+committed (``--worktree``: as the working tree has it; the working tree is never mutated). A
+module whose tests fail unmutated is an error, not a score.
 
 Usage (from the repository root)::
 
@@ -76,23 +77,45 @@ EQUIVALENT: dict[tuple[str, str], str] = {
 }
 
 
-def _scratch() -> Path:
-    """A copy of the checkout's package and tests (and what they read) to mutate."""
+_COPIED = ("tooltrace", "tests", "bench", "docs", "dashboards", "queries", "pyproject.toml",
+           "setup.py", "mkdocs.yml", "README.md", "CHANGELOG.md")
+
+
+def _scratch(worktree: bool) -> Path:
+    """A copy of the package and tests (and what they read) to mutate: as committed (HEAD),
+    or as the working tree has them."""
     dst = Path(tempfile.mkdtemp(prefix="tooltrace-mutation-"))
+    if not worktree:
+        names = [n for n in _COPIED if (ROOT / n).exists()]
+        archive = subprocess.run(["git", "archive", "--format=tar", "HEAD", *names], cwd=ROOT,
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dst)], input=archive, check=True)
+        return dst
     ignore = shutil.ignore_patterns("__pycache__", "*.so", ".mypy_cache")
-    for name in ("tooltrace", "tests", "bench", "docs", "dashboards", "queries"):
+    for name in _COPIED:
         if (ROOT / name).is_dir():
             shutil.copytree(ROOT / name, dst / name, ignore=ignore, symlinks=True)
-    for name in ("pyproject.toml", "setup.py", "mkdocs.yml", "README.md", "CHANGELOG.md"):
-        if (ROOT / name).is_file():
+        elif (ROOT / name).is_file():
             shutil.copy2(ROOT / name, dst / name)
     return dst
 
 
+def _command(t: Target) -> str:
+    return (f"{sys.executable} -m pytest -x -q -p no:cacheprovider "
+            f"--timeout {int(t.timeout_s)} {' '.join(t.tests)}")
+
+
+def _baseline(work: Path, t: Target) -> str | None:
+    """None when the module's tests pass unmutated; else the end of their output (a failing
+    baseline would count every mutant as killed)."""
+    env = dict(os.environ, PYTHONPATH=str(work), PYTHONDONTWRITEBYTECODE="1")
+    res = subprocess.run(_command(t).split(), cwd=work, env=env, text=True,
+                         capture_output=True, check=False)
+    return None if res.returncode == 0 else (res.stdout + res.stderr)[-1500:]
+
+
 def _config(work: Path, name: str, t: Target) -> Path:
-    tests = " ".join(t.tests)
-    cmd = (f"{sys.executable} -m pytest -x -q -p no:cacheprovider -p no:randomly "
-           f"--timeout {int(t.timeout_s)} {tests}")
+    cmd = _command(t)
     cfg = work / f"mutation-{name}.toml"
     cfg.write_text(
         "[cosmic-ray]\n"
@@ -162,6 +185,9 @@ def run_module(work: Path, name: str, t: Target, sample: int | None, seed: int) 
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
 
     t0 = time.monotonic()
+    failing = _baseline(work, t)
+    if failing is not None:
+        raise SystemExit(f"mutation: {name}: its tests fail before any mutation:\n{failing}")
     cfg = _config(work, name, t)
     session = work / f"mutation-{name}.sqlite"
     session.unlink(missing_ok=True)
@@ -234,6 +260,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-s", type=float, help="start no module after this many seconds")
     p.add_argument("--aim", type=float, default=90.0, help="the score a full run must reach")
     p.add_argument("--list", action="store_true", help="print the modules and their tests")
+    p.add_argument("--worktree", action="store_true",
+                   help="mutate the working tree's files (default: HEAD's, as committed)")
     return p
 
 
@@ -258,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.pick is not None:
         names = sorted(random.Random(ns.seed).sample(names, min(ns.pick, len(names))),
                        key=names.index)
-    work = _scratch()
+    work = _scratch(ns.worktree)
     t0 = time.monotonic()
     scores: list[Score] = []
     try:
