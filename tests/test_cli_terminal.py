@@ -94,6 +94,22 @@ def test_stats_counts_status_and_outcome(trail: tuple[Path, dict[str, str]]) -> 
     assert (sw["ok"], sw["unknown"], sw["outcome_ok"], sw["outcome_unknown"]) == (0, 1, 1, 0)
     rt = rows["read_text"]
     assert rt["ok"] == rt["outcome_ok"] == 1 and rt["unknown"] == 0
+    for r in rows.values():  # every call is counted under exactly one status
+        assert r["calls"] == sum(r[k] for k in ("ok", "rejected", "failed", "cancelled",
+                                                "unknown"))
+        assert 0 <= r["hook_block_ratio"] <= 1
+
+
+def test_stats_at_80_columns_keeps_what_needs_attention_and_every_ratio(
+        trail: tuple[Path, dict[str, str]]) -> None:
+    home, _ = trail
+    out = cli("stats", "--home", str(home), columns=80).output
+    heads = [[h.strip() for h in ln.strip("┃").split("┃")] for ln in out.splitlines()
+             if ln.startswith("┃")]
+    counts, ratios = heads
+    assert counts[:6] == ["tool", "calls", "failed", "unknown", "outcome_unknown", "rejected"]
+    assert ratios == ["tool", "p50_ms", "p95_ms", "params%", "policy%", "hook%", "offload%"]
+    assert max(len(ln) for ln in out.splitlines() if ln[:1] in "┏┃┡│└") <= 80
 
 
 def test_autopsy_explains_late_steps_and_prints_no_empty_field(
