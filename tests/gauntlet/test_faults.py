@@ -26,7 +26,7 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -123,12 +123,15 @@ def test_a_hanging_optional_hook_does_not_starve_a_healthy_required_one() -> Non
     keeps running; hung hooks used to fill the registry's hook pool (``hook_threads``, 8) until
     a healthy required hook of another tool timed out and its calls were rejected."""
     ws = tempfile.mkdtemp()
+    release = threading.Event()
 
+    # Every hung hook holds its thread until the test ends (an event, not a time a busy host
+    # may outlast); the healthy hook's limit is generous, so only a starved pool can miss it.
     @hook("hangs", tools={"b"}, timeout_s=0.05)
     def hangs(view: HookView) -> None:
-        time.sleep(2)
+        release.wait(60)
 
-    @hook("healthy", tools={"a"}, required=True, timeout_s=0.5)
+    @hook("healthy", tools={"a"}, required=True, timeout_s=5.0)
     def healthy(view: HookView) -> None:
         return None
 
@@ -151,6 +154,7 @@ def test_a_hanging_optional_hook_does_not_starve_a_healthy_required_one() -> Non
         assert reg.call(ToolCall("b", {})).status is Status.OK  # fail open
         env = reg.call(ToolCall("a", {}))
         outcomes[env.status.value] += 1
+    release.set()
     reg.shutdown(timeout_s=1.0)
     record("hung optional hook vs healthy required hook", **outcomes)
     assert outcomes["rejected"] == 0, outcomes
