@@ -141,9 +141,12 @@ def test_policy_matches_on_parent_tool_and_depth(tmp_path: Path) -> None:
 
 
 def test_child_deadline_is_capped_by_the_parent_and_cancel_reaches_it(tmp_path: Path) -> None:
+    budget: list[float] = []
+
     @tool(timeout_s=30.0)
     def sleeper(ctx: CallContext) -> str:
         """Waits until told to stop."""
+        budget.append(ctx.remaining())
         ctx.wait(30.0)
         ctx.check()
         return "woke"
@@ -161,9 +164,10 @@ def test_child_deadline_is_capped_by_the_parent_and_cancel_reaches_it(tmp_path: 
     reg.call(ToolCall("impatient", {}))
     reg.shutdown()
     child = next(r for r in seen if r.tool == "sleeper")
-    # The child stopped at the parent's deadline, not its own 30 s.
+    # The child's deadline is the parent's (what is left of its 0.3 s), not its own 30 s, and
+    # it stopped there: no wall-clock bound on how long that took on a busy host.
+    assert len(budget) == 1 and budget[0] <= 0.3
     assert child.status in (Status.CANCELLED, Status.UNKNOWN, Status.FAILED)
-    assert child.elapsed_us < 10_000_000
 
 
 def test_autopsy_shows_the_tree(tmp_path: Path) -> None:
