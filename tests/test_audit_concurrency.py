@@ -3,7 +3,6 @@ acknowledged record is queryable, and a reader running meanwhile sees a consiste
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from support.audit import acked_ids, collect, start_writer
@@ -19,8 +18,17 @@ def test_concurrent_writer_processes(tmp_path: Path) -> None:
     for p in procs:
         assert p.stdout is not None and p.stdout.readline() == b"ready\n"
     # Read while they write: live segments are read up to their last complete line, and an
-    # in-flight tail of a live writer is not mistaken for a torn one.
-    time.sleep(SECONDS / 2)
+    # in-flight tail of a live writer is not mistaken for a torn one. Wait for the event the
+    # read needs (two writers have acknowledged a record), not for a guessed time.
+    early: dict[int, bytes] = {}
+    for p in procs[:2]:
+        assert p.stdout is not None
+        got = b""
+        while len(acked_ids(got)) == 0:
+            line = p.stdout.readline()
+            assert line, "a writer stopped before acknowledging anything"
+            got += line
+        early[id(p)] = got
     with AuditStore(tmp_path) as store:
         during = store.counts()["calls"]
         assert not store.issues
@@ -28,7 +36,7 @@ def test_concurrent_writer_processes(tmp_path: Path) -> None:
     assert during > 0 and len(live) >= 2  # several writers were live while it read
     acked: set[str] = set()
     for p in procs:
-        out = collect(p)
+        out = early.get(id(p), b"") + collect(p)
         assert p.returncode == 0
         assert out.rstrip().endswith(b"done 0")  # no drops in any writer
         acked |= acked_ids(out)
