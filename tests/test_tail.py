@@ -130,3 +130,74 @@ def test_the_live_file_holds_calls_in_flight_only_while_the_process_lives(
         reg.shutdown()
     assert list(read_live(adir)) == []
     assert list(live_dir(adir).glob("*.json")) == []
+
+
+def test_a_progress_event_after_its_call_returned_does_not_bring_it_back(
+    tmp_path: Path,
+) -> None:
+    # The event hub hands progress over on a worker thread, so the last report of a call can
+    # arrive after the call returned: the live file must not show it as running again.
+    from tooltrace.audit import LiveProgress
+    from tooltrace.envelope import ProgressMark
+    from tooltrace.events import CallProgress
+
+    adir = audit_dir(tmp_path / "home")
+    live = LiveProgress(adir)
+
+    def report(call_id: str, seq: int) -> None:
+        mark = ProgressMark(seq=seq, at_us=1, done=seq, total=4, message="")
+        live.on_progress(CallProgress(call_id=call_id, run_id="r", tool="t", mark=mark))
+
+    report("a", 0)
+    report("b", 0)
+    live.finished("a")
+    live.finished("c")  # returned before any of its progress arrived
+    report("a", 1)
+    report("c", 3)
+    live.write()
+    assert [c["call_id"] for c in read_live(adir)] == ["b"]
+    live.close()
+
+
+def test_the_live_file_forgets_every_finished_call(tmp_path: Path) -> None:
+    # Many quick calls whose last act is a progress report: once they have all returned and
+    # the sink has written the file again, nothing is left running.
+    @tool(execution="thread")
+    def quick(ctx: CallContext) -> str:
+        """Reports progress and returns."""
+        for i in range(3):
+            ctx.progress(i + 1, 3, "step")
+        return "done"
+
+    @tool(execution="thread")
+    def held(ctx: CallContext) -> str:
+        """Reports progress, then waits: the one call really in flight."""
+        ctx.progress(1, 2, "waiting")
+        release.wait(30)
+        return "done"
+
+    release = threading.Event()
+    home = tmp_path / "home"
+    reg = create_registry(tmp_path, home=home, metrics=False, logging=False, builtins=False)
+    reg.register(quick)
+    reg.register(held)
+    adir = audit_dir(home)
+    t = threading.Thread(target=lambda: reg.call(ToolCall("held", {})))
+    t.start()
+    try:
+        for _ in range(60):
+            reg.call(ToolCall("quick", {}))
+        reg.flush()
+
+        def tools() -> list[str]:
+            return sorted(c["tool"] for c in read_live(adir))
+
+        for _ in range(500):  # the file is rewritten on the sink's next tick
+            if tools() == ["held"]:
+                break
+            threading.Event().wait(0.01)
+        assert tools() == ["held"]
+    finally:
+        release.set()
+        t.join(30)
+        reg.shutdown()

@@ -34,6 +34,9 @@ __all__ = ["MAX_CALLS", "LiveProgress", "live_dir", "read_live"]
 
 #: Calls one live file holds at most.
 MAX_CALLS = 256
+#: Calls remembered as finished, so a progress event delivered after its call returned (the
+#: event hub hands events over on a worker thread) does not bring the call back as running.
+MAX_ENDED = 4096
 
 
 def live_dir(adir: Path) -> Path:
@@ -87,6 +90,7 @@ class LiveProgress:
         self._path = self._dir / f"{os.getpid()}-{os.urandom(4).hex()}.json"
         self._interval = interval_s
         self._calls: dict[str, dict[str, Any]] = {}
+        self._ended: dict[str, None] = {}  # an ordered set, oldest first
         self._lock = threading.Lock()
         self._dirty = False
         self._next = 0.0
@@ -106,6 +110,8 @@ class LiveProgress:
         entry = {"call_id": ev.call_id, "run_id": ev.run_id, "tool": ev.tool, "done": m.done,
                  "total": m.total, "message": m.message, "seq": m.seq, "at_us": m.at_us}
         with self._lock:
+            if ev.call_id in self._ended:
+                return  # the call returned before its progress event arrived
             calls = self._calls
             calls.pop(ev.call_id, None)
             calls[ev.call_id] = entry  # the dict's order: longest quiet first
@@ -116,8 +122,13 @@ class LiveProgress:
             self.write()
 
     def finished(self, call_id: str) -> None:
-        """A call returned: it is no longer in flight (written at the next ``write``)."""
+        """A call returned: it is no longer in flight (written at the next ``write``), and
+        progress reported for it from now on is ignored."""
         with self._lock:
+            ended = self._ended
+            ended[call_id] = None
+            if len(ended) > MAX_ENDED:
+                del ended[next(iter(ended))]
             if self._calls.pop(call_id, None) is not None:
                 self._dirty = True
 

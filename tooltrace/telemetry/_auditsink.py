@@ -270,7 +270,7 @@ class AuditSink:
     def emit(self, record: CallRecord) -> None:
         """Queue one finished record (strict mode: write and sync it now). Never raises."""
         live = self.live
-        if live is not None and live.active:
+        if live is not None:  # even with nothing in flight: its progress may still be on the way
             live.finished(record.call_id)
         if not self.strict:
             self._worker.submit(record)
@@ -287,7 +287,7 @@ class AuditSink:
     def emit_late(self, late: LateStep) -> None:
         """Queue a step recorded after its call returned (strict mode: write it now)."""
         live = self.live
-        if live is not None and live.active:
+        if live is not None:
             live.finished(late.call_id)  # a background job's end: no longer in flight
         if not self.strict:
             self._worker.submit(late)
