@@ -82,8 +82,8 @@ def _counts(home: Path) -> tuple[int, int]:
 def _compactor(home: Path, key: bytes) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.Popen([sys.executable, "-m", "tooltrace.audit._autocompact", "--home",
-                          str(home), "--min-bytes", "0", "--after-s", "0", "--check-every-s",
-                          "0.05", "--idle-exit-s", "0.2"], stdin=subprocess.PIPE, env=env)
+                          str(home), "--poll-s", "0.05", "--idle-exit-s", "0.2"],
+                         stdin=subprocess.PIPE, env=env)
     assert p.stdin is not None
     p.stdin.write(key + b"\n")
     p.stdin.close()
@@ -274,7 +274,7 @@ def test_nothing_due_starts_nothing(tmp_path: Path) -> None:
     assert key is not None
     bg = BackgroundCompaction(tmp_path, key)
     assert not bg.poke(force=True) and bg.started == 0
-    eager = BackgroundCompaction(tmp_path, key, after_s=0.0, idle_exit_s=0.2)
+    eager = BackgroundCompaction(tmp_path, key, after_s=0.0, poll_s=0.05, idle_exit_s=0.2)
     assert eager.poke(force=True) and eager.running
     assert eager.wait(120.0) and not eager.poke(force=True)  # done: nothing due any more
     assert eager.failures == 0 and _sealed(tmp_path) <= _compacted(tmp_path)

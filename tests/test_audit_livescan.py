@@ -16,7 +16,7 @@ import msgspec
 import pytest
 from support.audit import workload
 
-from tooltrace.audit import AuditStore, call_family, list_segments
+from tooltrace.audit import TABLES, AuditStore, call_family, list_segments
 from tooltrace.audit import _livetables as livetables
 from tooltrace.envelope import CallRecord, Step
 from tooltrace.sinks import LateStep
@@ -172,3 +172,42 @@ def test_a_lookups_memory_does_not_grow_with_the_uncompacted_trail(tmp_path: Pat
     # Four times the segments (15 and 60 MiB, all of them read through for the first call), the
     # same memory: a piece of a segment at a time, and only the lines that hold the id parsed.
     assert peaks[1] - peaks[0] < 6, peaks
+
+
+def test_a_query_copies_only_the_tables_it_reads(live_trail: dict[str, Any]) -> None:
+    with AuditStore(live_trail["home"]) as s:
+        n = s.sql("SELECT count(*) FROM tool_calls").rows[0][0]
+        assert n == len(live_trail["ids"]) and s._live_loaded == {"calls", "resolutions"}
+        steps = s.sql("SELECT count(*) FROM tool_call_steps").rows[0][0]
+        assert steps > n and s._live_loaded == {"calls", "resolutions", "steps"}
+    with AuditStore(live_trail["home"]) as s:
+        # A name the store does not know (a CTE's is known; a view of one's own is not) reads
+        # every table: the store cannot tell what it stands for.
+        s.sql("WITH x AS (SELECT call_id FROM tool_calls) SELECT count(*) FROM x")
+        assert s._live_loaded == {"calls", "resolutions"}
+        s.sql("CREATE TEMP VIEW mine AS SELECT * FROM tool_call_steps")
+        assert s.sql("SELECT count(*) FROM mine").rows == [(steps,)]
+        assert s._live_loaded == set(TABLES)
+
+
+_COMMANDS = """
+import sys
+from tooltrace.cli import main
+for args in (["calls", "--limit", "20"], ["stats"], ["autopsy", sys.argv[2]]):
+    try:
+        main([*args, "--home", sys.argv[1]])
+    except SystemExit as exc:
+        assert not exc.code, (args, exc.code)
+heavy = ("numpy", "pandas", "pyarrow")
+print(sorted({m.split(".")[0] for m in sys.modules if m.startswith(heavy)}), file=sys.stderr)
+"""
+
+
+def test_calls_and_stats_import_neither_numpy_nor_pandas(live_trail: dict[str, Any]) -> None:
+    # DuckDB's client imports numpy to bind a query parameter: 80 MiB more of memory.
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-c", _COMMANDS, str(live_trail["home"]),
+                        live_trail["ids"][7]], env=env, cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stderr.strip().splitlines()[-1] == "[]", p.stderr

@@ -8,17 +8,18 @@ it the audit key through a pipe. A writer that opens the home first seals what c
 left (``recover_dead_segments``, as it always did) and then checks at once, so what they left is
 compacted too.
 
-The compactor runs ``compact(wait=False, recover=False)`` (the sealed segments in batches, then
-merging small files; recovery stays with the writers, ``tooltrace compact`` and ``tooltrace
-verify --recover``) each time something is due, and exits once nothing has been due for
-``idle_exit_s``. It lowers its own priority first (``SCHED_IDLE``:
-it runs only on a CPU nothing else wants, else ``nice 19``) and keeps pyarrow to one thread: a
-process of its own because compaction's Python would otherwise hold the agent's GIL for
-seconds. Compaction's own rules keep it safe: one compactor at a time (``compact.lock``; a
-second one finds it taken and exits), crash-safe at every step (the manifest switch is the
-commit point: a compactor killed at any moment leaves at worst a file nobody reads, which the
-next one removes) and never double counted. ``TOOLTRACE_AUDIT_COMPACT=off`` (or
-``AuditSink(compact=False)``) turns it off.
+Once running, the compactor looks every ``poll_s`` (a second) and runs ``compact(wait=False,
+recover=False)`` whenever a segment has been sealed (the sealed segments in batches, then merging
+small files; recovery stays with the writers, ``tooltrace compact`` and ``tooltrace verify
+--recover``), so what it has not taken yet is the writers' live segments and about a second of
+their writing; it exits once nothing was sealed for ``idle_exit_s``. It lowers its own priority
+first (``SCHED_IDLE``: it runs only on a CPU nothing else wants, else ``nice 19``) and keeps
+pyarrow to one thread: a process of its own because compaction's Python would otherwise hold the
+agent's GIL for seconds. Compaction's own rules keep it safe: one compactor at a time
+(``compact.lock``; a second one finds it taken and exits), crash-safe at every step (the manifest
+switch is the commit point: a compactor killed at any moment leaves at worst a file nobody
+reads, which the next one removes) and never double counted. ``TOOLTRACE_AUDIT_COMPACT=off``
+(or ``AuditSink(compact=False)``) turns it off.
 
 ``WriterBacklog`` is what the writer reports as the compaction backlog (the metrics
 ``tooltrace_audit_compaction_backlog_*``): the calls and bytes it wrote that are not compacted
@@ -47,8 +48,10 @@ __all__ = ["BackgroundCompaction", "CompactedNames", "CompactionBacklog", "Write
 MIN_BYTES = 8 * 1024 * 1024
 #: Seconds after which a sealed segment not compacted yet makes a compaction due, however small.
 AFTER_S = 30.0
-#: Seconds between two looks at the home (by the writer, and by a running compactor).
+#: Seconds between two looks at the home by a writer (is a compactor due?).
 CHECK_EVERY_S = 5.0
+#: Seconds between two looks at the home by a running compactor (was a segment sealed?).
+POLL_S = 1.0
 #: Seconds a compactor waits with nothing due before it exits.
 IDLE_EXIT_S = 15.0
 
@@ -108,12 +111,13 @@ class BackgroundCompaction:
 
     def __init__(self, home: Path, key: bytes, *, min_bytes: int = MIN_BYTES,
                  after_s: float = AFTER_S, check_every_s: float = CHECK_EVERY_S,
-                 idle_exit_s: float = IDLE_EXIT_S) -> None:
+                 poll_s: float = POLL_S, idle_exit_s: float = IDLE_EXIT_S) -> None:
         self.home = home
         self._key = key
         self._min_bytes = min_bytes
         self._after_s = after_s
         self._every = check_every_s
+        self._poll_s = poll_s
         self._idle_exit_s = idle_exit_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._names = CompactedNames(home / "audit")
@@ -169,8 +173,7 @@ class BackgroundCompaction:
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
                                     else "")
         cmd = [sys.executable, "-m", "tooltrace.audit._autocompact", "--home", str(self.home),
-               "--min-bytes", str(self._min_bytes), "--after-s", str(self._after_s),
-               "--check-every-s", str(self._every), "--idle-exit-s", str(self._idle_exit_s)]
+               "--poll-s", str(self._poll_s), "--idle-exit-s", str(self._idle_exit_s)]
         # A session of its own: a Ctrl-C meant for the agent does not stop it half way (it
         # would be safe, only wasted), and it finishes after the agent has exited.
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
@@ -284,9 +287,9 @@ def _lower_priority() -> None:
             os.nice(19)
 
 
-def run(home: Path, key: bytes, *, min_bytes: int = MIN_BYTES, after_s: float = AFTER_S,
-        check_every_s: float = CHECK_EVERY_S, idle_exit_s: float = IDLE_EXIT_S) -> int:
-    """The compactor's loop: compact whenever something is due, exit once nothing was for
+def run(home: Path, key: bytes, *, poll_s: float = POLL_S,
+        idle_exit_s: float = IDLE_EXIT_S) -> int:
+    """The compactor's loop: compact whenever a segment is sealed, exit once none was for
     ``idle_exit_s`` (or when another compaction holds the lock). Returns the exit code."""
     from ._compact import compact
 
@@ -294,23 +297,21 @@ def run(home: Path, key: bytes, *, min_bytes: int = MIN_BYTES, after_s: float = 
     names = CompactedNames(adir)
     idle_since = time.monotonic()
     while True:
-        if due(adir, min_bytes=min_bytes, after_s=after_s, names=names):
+        if due(adir, min_bytes=1, names=names):
             res = compact(home, key=key, wait=False, recover=False)
             if res.busy:
                 return 0  # another compactor is at it; the writer starts us again if needed
             idle_since = time.monotonic()
         elif time.monotonic() - idle_since >= idle_exit_s:
             return 0
-        time.sleep(check_every_s)
+        time.sleep(poll_s)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m tooltrace.audit._autocompact --home H``: the audit key on standard input."""
     ap = argparse.ArgumentParser(prog="python -m tooltrace.audit._autocompact")
     ap.add_argument("--home", required=True, type=Path)
-    ap.add_argument("--min-bytes", type=int, default=MIN_BYTES)
-    ap.add_argument("--after-s", type=float, default=AFTER_S)
-    ap.add_argument("--check-every-s", type=float, default=CHECK_EVERY_S)
+    ap.add_argument("--poll-s", type=float, default=POLL_S)
     ap.add_argument("--idle-exit-s", type=float, default=IDLE_EXIT_S)
     ns = ap.parse_args(argv)
     key = sys.stdin.buffer.readline().strip()
@@ -322,8 +323,7 @@ def main(argv: list[str] | None = None) -> int:
 
     pa.set_cpu_count(1)
     pa.set_io_thread_count(1)
-    return run(ns.home, key, min_bytes=ns.min_bytes, after_s=ns.after_s,
-               check_every_s=ns.check_every_s, idle_exit_s=ns.idle_exit_s)
+    return run(ns.home, key, poll_s=ns.poll_s, idle_exit_s=ns.idle_exit_s)
 
 
 if __name__ == "__main__":

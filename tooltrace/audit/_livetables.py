@@ -1,23 +1,29 @@
 """The rows not compacted yet, as DuckDB tables ``_live_<table>`` (``AuditStore``), made when a
 store first needs DuckDB.
 
-The lines come parsed a piece at a time (``_livescan``); each piece's rows go, column by column,
-into a private temporary NDJSON file per table, which DuckDB's ``read_json`` then reads in bulk:
-no pyarrow (whose list conversions import pandas where it is installed), and never more than one
-piece in Python at once. Up to ``COPY_ROWS`` rows the file is copied into a table (joins push
-filters, bloom filters, into their inputs); beyond, ``_live_<table>`` is a view that reads the
-file at each query, so a trail with a large backlog costs time, not memory. The files go when
-the store closes.
+The lines come parsed a piece at a time (``_livescan``); each piece's rows go into a private
+temporary CSV file per table (every value as text: a JSON value as its JSON, cast in SQL, so one
+malformed value becomes NULL instead of failing the whole trail), which DuckDB's ``read_csv``
+then reads in bulk: no pyarrow (whose list conversions import pandas where it is installed), no
+query parameters (DuckDB's client imports numpy to bind them), and never more than one piece in
+Python at once. CSV rather than JSON: DuckDB reads it in a fraction of the memory. Up to
+``COPY_ROWS`` rows the file is copied into a table (joins push filters, bloom filters, into their
+inputs); beyond, ``_live_<table>`` is a view that reads the file at each query, so a trail with a
+large backlog costs time, not memory. The files go when
+the store closes. Only the tables a query reads need be loaded (``tables``); the others stay
+empty until one does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
+import math
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, BinaryIO
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 
@@ -29,13 +35,32 @@ if TYPE_CHECKING:
 
 __all__ = ["COPY_ROWS", "LiveTables"]
 
-#: Options of ``read_json`` for the rows not yet compacted: every column read as text and cast
-#: in SQL, so one malformed value becomes NULL instead of failing the whole trail.
-_JSON_OPTS = "format = 'newline_delimited', maximum_object_size = 2147483647"
-#: Rows per line of the file the rows not yet compacted pass through.
-_CHUNK = 10_000
+#: What stands for None in those files: ``csv`` writes None as ``""``, the empty text.
+_NULL = "\\N"
+#: Options of ``read_csv`` for the files of rows not compacted yet: as ``csv`` writes them with
+#: ``QUOTE_NONNUMERIC`` (every text quoted, ``_NULL`` for None).
+_CSV_OPTS = ("header = false, delim = ',', quote = '\"', escape = '\"', auto_detect = false,"
+             f" nullstr = '{_NULL}', allow_quoted_nulls = true")
+#: DuckDB's own longest CSV line; a longer one is allowed for when a file has one.
+_LINE = 2 * 1024 * 1024
 #: Rows of a table copied into DuckDB's memory; a table with more is read from its file.
-COPY_ROWS = 200_000
+COPY_ROWS = 20_000
+
+
+def _text(v: Any) -> Any:
+    """A parsed value as the CSV field DuckDB then casts: ``_NULL`` for None, as it is when
+    ``csv`` writes it as JSON would (a text, a whole or finite number), else its JSON text."""
+    if v is None:
+        return _NULL
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None  # orjson writes NaN and infinities as null
+    return orjson.dumps(v).decode()
 
 
 def _quote(text: str) -> str:
@@ -57,17 +82,30 @@ class LiveTables:
 
     def __init__(self) -> None:
         self._dir: str | None = None
+        # A bound on the longest CSV line written (twice the longest segment line: quotes
+        # are doubled), which ``read_csv`` must be told of.
+        self._longest = 0
+        # What this made in DuckDB, by name: TABLE or VIEW.
+        self._made: dict[str, str] = {}
+
+    def empty(self, con: duckdb.DuckDBPyConnection, prefix: str = "_live_") -> None:
+        """Create ``<prefix><table>`` for every table, with no rows."""
+        for t in TABLES:
+            self._create(con, prefix, t, 0)
 
     def load(self, con: duckdb.DuckDBPyConnection, pieces: Iterable[ParsedSegment],
-             cores: int, prefix: str = "_live_") -> dict[str, int]:
-        """Create ``<prefix><table>`` for every table from the parsed ``pieces``; return the
-        rows of each."""
-        rows = dict.fromkeys(TABLES, 0)
-        files: dict[str, BinaryIO] = {}
+             cores: int, prefix: str = "_live_", tables: Collection[str] = TABLES
+             ) -> dict[str, int]:
+        """Create (or replace) ``<prefix><table>`` for each of ``tables`` from the parsed
+        ``pieces``; return the rows of each."""
+        rows = dict.fromkeys(tables, 0)
+        files: dict[str, TextIO] = {}
         try:
             for piece in pieces:
-                cols = build_columns([piece])
-                for t in TABLES:
+                if piece.lines:
+                    self._longest = max(self._longest, 2 * max(len(r) for _n, _o, r in piece.lines))
+                cols = build_columns([piece], tables)
+                for t in tables:
                     self._append(files, prefix, t, cols[t], rows)
         finally:
             for f in files.values():
@@ -75,7 +113,7 @@ class LiveTables:
         if any(rows.values()):
             con.execute(f"SET threads = {cores}")  # read_json parses in parallel
         try:
-            for t in TABLES:
+            for t in tables:
                 self._create(con, prefix, t, rows[t])
         finally:
             if any(rows.values()):
@@ -87,7 +125,7 @@ class LiveTables:
         """Create ``<prefix><table>`` from rows already in columns (``build_columns``): the
         few rows of one lookup."""
         rows = dict.fromkeys(TABLES, 0)
-        files: dict[str, BinaryIO] = {}
+        files: dict[str, TextIO] = {}
         try:
             for t in TABLES:
                 self._append(files, prefix, t, cols[t], rows)
@@ -100,39 +138,51 @@ class LiveTables:
     def _path(self, prefix: str, t: str) -> str:
         if self._dir is None:
             self._dir = tempfile.mkdtemp(prefix="tooltrace-live-")
-        return os.path.join(self._dir, f"{prefix}{t}.jsonl")
+        return os.path.join(self._dir, f"{prefix}{t}.csv")
 
-    def _append(self, files: dict[str, BinaryIO], prefix: str, t: str,
+    def _append(self, files: dict[str, TextIO], prefix: str, t: str,
                 col: dict[str, list[Any]], rows: dict[str, int]) -> None:
+        # A view made by an earlier load reads this file: the new rows go to a file of their
+        # own (the view is replaced with the table, or a view of the new file).
+        if self._dir is not None and t not in files and os.path.exists(self._path(prefix, t)):
+            os.unlink(self._path(prefix, t))
         names = [c for c, _k in COLUMNS[t]]
         n = len(col[names[0]])
         if n == 0:
             return
         f = files.get(t)
         if f is None:
-            f = files[t] = open(self._path(prefix, t), "wb")  # noqa: SIM115 - closed by load
-        # Column-major, one line per chunk of rows: one orjson call per chunk instead of one
-        # per row, and DuckDB parses the lines in parallel.
-        for i in range(0, n, _CHUNK):
-            f.write(orjson.dumps({c: col[c][i:i + _CHUNK] for c in names}))
-            f.write(b"\n")
+            f = files[t] = open(  # noqa: SIM115 - closed by load
+                self._path(prefix, t), "w", newline="", encoding="utf-8")
+        # Most values are texts or whole numbers already: only the rest go through _text.
+        csv.writer(f, quoting=csv.QUOTE_NONNUMERIC).writerows(zip(*(
+            [v if v.__class__ is str or v.__class__ is int else _text(v) for v in col[c]]
+            for c in names), strict=True))
         rows[t] += n
 
     def _create(self, con: duckdb.DuckDBPyConnection, prefix: str, t: str, n: int) -> None:
         spec = COLUMNS[t]
         name = f"{prefix}{t}"
+        # What this made before (an empty table, made before the views) makes way. (Asking
+        # information_schema instead costs DuckDB 80 MiB of memory.)
+        there = self._made.pop(name, None)
+        if there is not None:
+            con.execute(f"DROP {there} {name}")
         if n == 0:
             ddl = ", ".join(f'"{c}" {DUCKDB_TYPES[k]}' for c, k in spec)
-            con.execute(f"CREATE OR REPLACE TABLE {name} ({ddl})")
+            con.execute(f"CREATE TABLE {name} ({ddl})")
+            self._made[name] = "TABLE"
             return
-        names = [c for c, _k in spec]
-        types = ", ".join(f"{_quote(c)}: 'VARCHAR[]'" for c in names)
-        unnest = ", ".join(f'unnest("{c}") AS "{c}"' for c in names)
+        types = ", ".join(f"{_quote(c)}: 'VARCHAR'" for c, _k in spec)
         kind = "TABLE" if n <= COPY_ROWS else "VIEW"
+        path = self._path(prefix, t)
+        # A few rows (one lookup's) are bounded by their file; the others by the lines read.
+        line = max(_LINE, min(self._longest or _LINE, os.path.getsize(path)) + 4096)
         con.execute(
-            f"CREATE OR REPLACE {kind} {name} AS SELECT {', '.join(_cast(c, k) for c, k in spec)}"
-            f" FROM (SELECT {unnest} FROM read_json({_quote(self._path(prefix, t))},"
-            f" {_JSON_OPTS}, columns = {{{types}}}))")
+            f"CREATE {kind} {name} AS SELECT {', '.join(_cast(c, k) for c, k in spec)}"
+            f" FROM read_csv({_quote(path)}, {_CSV_OPTS}, max_line_size = {line},"
+            f" buffer_size = {max(16 * _LINE, 2 * line)}, columns = {{{types}}})")
+        self._made[name] = kind
         if kind == "TABLE":
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._path(prefix, t))

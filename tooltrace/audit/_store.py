@@ -34,6 +34,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+import orjson
+
 from .._settings import resolve_home
 from ._approvalrows import APPROVALS_VIEW
 from ._direct import LookupFiles
@@ -67,6 +69,13 @@ __all__ = [
 ]
 
 _PREFIX_OK = re.compile(r"^[0-9a-fA-F-]{1,36}$")
+#: The stored tables each view (and the tables behind them) reads.
+_READS: dict[str, tuple[str, ...]] = {
+    "tool_calls": ("calls", "resolutions"), "_resolved": ("resolutions",),
+    "tool_call_steps": ("steps",), "tool_call_intents": ("intents", "calls"),
+    "approvals": ("approvals", "steps"),
+    **{f"{p}{t}": (t,) for t in TABLES for p in ("_all_", "_live_")},
+}
 _T = TypeVar("_T")
 
 # The row shapes of the views, shared with the direct lookups in ``AuditStore.call``.
@@ -170,7 +179,7 @@ class AuditStore:
         # needs none of them, and binding them reads Parquet footers.
         self._pending: list[str] = []
         self._db: duckdb.DuckDBPyConnection | None = None
-        self._live_loaded = False
+        self._live_loaded: set[str] = set()
         self._single = True
         self.lookups = LookupFiles(self)
 
@@ -197,16 +206,55 @@ class AuditStore:
             self._db = duckdb.connect(":memory:", config={"threads": 1})
             # Parquet footers are parsed once per store, not once per query.
             self._db.execute("SET parquet_metadata_cache = true")
+            # Empty until a query reads them (``_load_live``); the views need them to exist.
+            self._live_tables.empty(self._db)
         return self._db
 
-    def _load_live(self) -> duckdb.DuckDBPyConnection:
-        """The connection with tables ``_live_<table>`` of every row not compacted yet (read
-        on first use)."""
+    def _load_live(self, tables: frozenset[str] = frozenset(TABLES)
+                   ) -> duckdb.DuckDBPyConnection:
+        """The connection with tables ``_live_<table>`` of the rows not compacted yet, at least
+        for ``tables`` (read when first asked for; every line is read again for tables asked
+        for later)."""
         con = self._con
-        if not self._live_loaded:
-            self._live_loaded = True
-            self._live_tables.load(con, self.uncompacted.pieces(), _cores())
+        missing = [t for t in TABLES if t in tables and t not in self._live_loaded]
+        if missing and self.uncompacted:
+            self._live_tables.load(con, self.uncompacted.pieces(), _cores(), tables=missing)
+        self._live_loaded.update(missing)
         return con
+
+    def _tables_read(self, query: str) -> frozenset[str]:
+        """The stored tables ``query`` reads through the views, from its parse tree (all of
+        them for anything but a SELECT over the views: DDL, PREPARE, a name of its own)."""
+        # The text as a literal, not a parameter: DuckDB's Python client imports numpy to bind
+        # any parameter but NULL (80 MiB of memory).
+        row = self._con.execute(f"SELECT json_serialize_sql({_quote(query)})").fetchone()
+        try:
+            tree = orjson.loads(row[0]) if row else {"error": True}
+        except orjson.JSONDecodeError:
+            tree = {"error": True}
+        if not isinstance(tree, dict) or tree.get("error"):
+            return frozenset(TABLES)
+        names: set[str] = set()
+        ctes: set[str] = set()
+        todo: list[Any] = [tree]
+        while todo:
+            node = todo.pop()
+            if isinstance(node, dict):
+                if node.get("type") == "BASE_TABLE" and isinstance(node.get("table_name"), str):
+                    names.add(node["table_name"].lower())
+                for m in (node.get("cte_map") or {}).get("map") or ():
+                    if isinstance(m, dict) and isinstance(m.get("key"), str):
+                        ctes.add(m["key"].lower())
+                todo.extend(node.values())
+            elif isinstance(node, list):
+                todo.extend(node)
+        out: set[str] = set()
+        for name in names - ctes:
+            reads = _READS.get(name)
+            if reads is None:
+                return frozenset(TABLES)
+            out.update(reads)
+        return frozenset(out)
 
     def load_hits(self, lo: str, hi_excl: str) -> None:
         """Tables ``_hit_<table>`` of the rows not compacted yet with a call id in
@@ -216,8 +264,15 @@ class AuditStore:
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
-        """The DuckDB connection, with every view in place and every core in use."""
-        con = self._load_live()
+        """The DuckDB connection, with every view in place, every row not compacted yet in
+        it, and every core in use."""
+        self._load_live()
+        return self._views()
+
+    def _views(self) -> duckdb.DuckDBPyConnection:
+        """The connection with every view in place and every core in use (the tables of rows
+        not compacted yet as loaded so far)."""
+        con = self._con
         if self._single:
             self._single = False
             con.execute(f"SET threads = {_cores()}")
@@ -283,7 +338,10 @@ class AuditStore:
         """Run one query; ``params`` fill ``$name`` placeholders (``ValueError``: no statement)."""
 
         def run() -> QueryResult:
-            cur = self.con.execute(query, params or None)
+            # Only the rows not compacted yet that the query reads are copied into DuckDB
+            # (``calls`` and ``stats`` read no step: about six rows a call).
+            self._load_live(self._tables_read(query))
+            cur = self._views().execute(query, params or None)
             if cur is None:  # DuckDB returns no cursor for a text with no statement in it
                 raise ValueError("no SQL statement to run (the text is empty)")
             desc = cur.description or []

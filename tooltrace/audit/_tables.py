@@ -7,7 +7,7 @@ call ids stay canonical lowercase strings, so Parquet min/max statistics prune l
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -111,17 +111,22 @@ def _resolution_summary(row: Any) -> str:
     return f"resolved later as {row[5]}" + (f" ({err})" if err else "")
 
 
-def build_columns(segments: Iterable[ParsedSegment]) -> dict[str, dict[str, list[Any]]]:
+def build_columns(segments: Iterable[ParsedSegment], tables: Collection[str] = TABLES
+                  ) -> dict[str, dict[str, list[Any]]]:
     """The values of every call, step, intent, resolution and approval line in ``segments``,
     column by column (``COLUMNS`` order), as parsed: no type is enforced yet (see
-    ``build_tables``)."""
+    ``build_tables``). Steps (most of the work: about six a call) only when ``tables`` has
+    them; the other tables always."""
     cols: dict[str, dict[str, list[Any]]] = {
         t: {n: [] for n, _k in COLUMNS[t]} for t in TABLES
     }
     c, st, it, rs = cols["calls"], cols["steps"], cols["intents"], cols["resolutions"]
     ap = cols["approvals"]
+    with_steps = "steps" in tables
 
     def add_steps(cid: str, steps: Any) -> None:
+        if not with_steps:
+            return
         for row in steps:
             seq, name, at, el, decider, decision = row[:6]
             st["call_id"].append(cid)
