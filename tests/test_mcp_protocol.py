@@ -206,8 +206,14 @@ home = "home"
 
     async def scenario() -> Any:
         async with proxy_session(config) as s:
-            hang = asyncio.ensure_future(s.call_tool("hang", {"seconds": 2}))
-            await asyncio.sleep(0.5)
+            marker = tmp_path / "hanging"
+            hang = asyncio.ensure_future(
+                s.call_tool("hang", {"seconds": 2, "marker": str(marker)}))
+            for _ in range(30_000):  # until the upstream has the call, not a guessed time
+                if marker.exists():
+                    break
+                await asyncio.sleep(0.001)
+            assert marker.exists(), "the upstream never got the call"
             hang.cancel()  # the client sends notifications/cancelled
             with contextlib.suppress(asyncio.CancelledError):
                 await hang

@@ -41,7 +41,7 @@ TOOLS: list[dict[str, Any]] = [
      "inputSchema": _schema({"reason": {"type": "string"}}, [])},
     {"name": "crash", "description": "Exit the server process.", "inputSchema": _schema({}, [])},
     {"name": "hang", "description": "Stop answering anything.",
-     "inputSchema": _schema({"seconds": {"type": "number"}}, [])},
+     "inputSchema": _schema({"seconds": {"type": "number"}, "marker": {"type": "string"}}, [])},
     {"name": "garbage", "description": "Print garbage on stdout.", "inputSchema": _schema({}, [])},
     {"name": "meta", "description": "Return the request's _meta.", "inputSchema": _schema({}, []),
      "annotations": READ_ONLY},
@@ -75,6 +75,8 @@ def call(name: str, args: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any
     if name == "crash":
         os._exit(3)
     if name == "hang":
+        if "marker" in args:  # tells a test the call arrived (it waits on that, not a time)
+            Path(args["marker"]).write_text("hanging")
         time.sleep(float(args.get("seconds", 60)))
         return text("woke up")
     if name == "garbage":
