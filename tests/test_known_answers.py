@@ -89,3 +89,62 @@ def test_what_a_line_signature_covers_and_the_signature() -> None:
     assert not pub.verify(PAYLOAD.replace(b'"seq":3', b'"seq":4'), LINE_SIG)
     assert not pub.verify(PAYLOAD, LINE_SIG[:-2] + "00")
     assert not pub.verify(PAYLOAD, 12345)
+
+
+# -- the fallback encoder of a call line ---------------------------------------------------------
+
+
+def test_the_fallback_encoder_writes_the_fast_encoders_fields() -> None:
+    """``encode_call`` is what a call line is written with when msgspec refuses a value: for
+    every kind of record, both encoders give the same object."""
+    import random
+
+    import orjson
+    from support.audit import make_record
+
+    from tooltrace.audit._format import dumps, encode_call, encode_call_bytes
+
+    rng = random.Random(39)
+    kinds = ("ok", "offload", "params", "policy", "approval", "hook_modify", "hook_block",
+             "failed", "unknown", "cancelled", "admission")
+    for kind in kinds:
+        r = make_record(rng, kind=kind)
+        assert orjson.loads(encode_call_bytes(r)) == orjson.loads(dumps(encode_call(r))), kind
+
+
+def test_a_value_msgspec_refuses_goes_through_the_fallback_and_the_trail(tmp_path: object
+                                                                       ) -> None:
+    """A step detail holding an object msgspec will not encode (the fallback's default turns it
+    into text): the line is still written with every field, and the trail verifies."""
+    import random
+    from pathlib import Path
+
+    import msgspec
+    import orjson
+    from support.audit import make_record
+
+    from tooltrace.audit import verify
+    from tooltrace.audit._format import encode_call_bytes
+    from tooltrace.telemetry import AuditSink
+
+    class Odd:
+        def __str__(self) -> str:
+            return "odd value"
+
+    r = make_record(random.Random(7), kind="ok")
+    steps = (*r.steps[:-1], msgspec.structs.replace(r.steps[-1], detail={"n": Odd()}))
+    odd = msgspec.structs.replace(r, steps=steps, capability="write", effect="local",
+                                  description="Write a file.")
+    line = orjson.loads(encode_call_bytes(odd))
+    assert line["k"] == "c" and line["call_id"] == odd.call_id
+    assert set(line) == set(orjson.loads(encode_call_bytes(r)))  # every field of the fast path
+    assert (line["capability"], line["effect"], line["description"]) == (
+        "write", "local", "Write a file.")
+    assert line["steps"][-1][-1] == {"n": "odd value"}
+    home = Path(str(tmp_path))
+    sink = AuditSink(home)
+    sink.emit(odd)
+    sink.shutdown()
+    assert sink.dropped == 0
+    rep = verify(home)
+    assert rep.ok and rep.records == 1, rep.findings
