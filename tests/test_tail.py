@@ -10,6 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from tooltrace import CallContext, ToolCall, create_registry, tool
 from tooltrace.audit import audit_dir, live_dir, read_live
 from tooltrace.demo import FAKE_KEY
@@ -80,14 +82,38 @@ def test_tail_json_follows_a_live_demo(tmp_path: Path) -> None:
     assert FAKE_KEY not in out
 
 
-def test_tail_text_marks_rejections(tmp_path: Path) -> None:
+def test_tail_text_marks_rejections_in_aligned_lines_that_fit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
     out = _follow_a_demo(tmp_path / "home")
     lines = out.splitlines()
-    assert sum("REJECTED (policy)" in line for line in lines) == 3
-    assert any("REJECTED (hook)" in line and "run_command" in line for line in lines)
-    assert any(line.startswith("running") and "scan_index" in line and "/16" in line
-               for line in lines)
+    # time, status, tool, duration or progress, the whole call id, summary (cut to fit)
+    fields = [(ln[13:22].strip(), ln[23:37].strip(), ln[38:46].strip(), ln[47:83], ln[84:])
+              for ln in lines]
+    assert sum(f[0] == "REJECTED" and f[4].startswith("(policy)") for f in fields) == 3
+    assert any(f[0] == "REJECTED" and f[1] == "run_command" and f[4].startswith("(hook)")
+               for f in fields)
+    assert any(f[0] == "running" and f[1] == "scan_index" and f[2].endswith("%")
+               and "/16" in f[4] for f in fields)
+    assert {f[0] for f in fields} >= {"ok", "REJECTED", "running", "failed", "unknown"}
+    for f in fields:  # every line's call id is whole and in the same column
+        assert len(f[3]) == 36 and f[3][8] == "-" and f[3][23] == "-", lines
+    assert max(map(len, lines)) <= 120
     assert FAKE_KEY not in out
+
+
+def test_tail_lines_fit_80_columns_with_whole_ids(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = {**os.environ, "COLUMNS": "80", "NO_COLOR": "1"}
+    demo = subprocess.run([EXE, "demo", "--home", str(home), "--calls", "30", "--json"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert demo.returncode == 0, demo.stderr
+    ids = {r["call_id"] for r in json.loads(demo.stdout)["story"]}
+    out = subprocess.run([EXE, "tail", "--home", str(home), "--from-start", "--max-calls",
+                          "30"], capture_output=True, text=True, env=env, timeout=60).stdout
+    lines = out.splitlines()
+    assert len(lines) >= 30 and max(map(len, lines)) <= 80  # and a late resolution
+    assert ids <= {ln[43:79] for ln in lines}  # whole ids, one column
 
 
 def test_the_live_file_holds_calls_in_flight_only_while_the_process_lives(
