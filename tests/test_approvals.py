@@ -393,3 +393,17 @@ def test_every_policy_verdict_after_a_hook_moved_approved_arguments_names_their_
         assert list(moved.detail) == [*keys, "args_sha256"], body
         assert moved.detail["args_sha256"] == arguments_sha256(
             {"to": to[body], "body": body, "token": ""})
+
+
+def test_who_decided_is_kept_to_64_safe_characters(tmp_path: Path) -> None:
+    """The approver's ``who`` is what the decider reads (``user:<who>``): anything but letters,
+    digits and ``@._-`` becomes ``_``, and it is cut to exactly 64 characters."""
+    long_name = "a" * 60 + "bcdefgh"  # 67: the cut keeps 60 a's and "bcde"
+    ap = Approver(ApprovalDecision(True, who=long_name),
+                  ApprovalDecision(True, who="eve smith/../root"))
+    reg = _registry(tmp_path, ap)
+    first = reg.call(ToolCall("send", {"to": "bob"}))
+    second = reg.call(ToolCall("send", {"to": "carol"}))
+    reg.shutdown()
+    assert _steps(first)[0].decider == "user:" + "a" * 60 + "bcde"
+    assert _steps(second)[0].decider == "user:eve_smith_.._root"

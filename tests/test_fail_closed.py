@@ -216,15 +216,17 @@ def test_an_approver_answering_nonsense_refuses_the_call(tmp_path: Path) -> None
 # -- verify: a forged record in a crashed writer's unsealed segment ------------------------------
 
 _CRASHING_WRITER = textwrap.dedent("""
-    import os, sys
+    import os, sys, time
     from support.audit import workload
     from tooltrace.telemetry import AuditSink
 
     sink = AuditSink(sys.argv[1], checkpoint_every=10, group_max_records=4)
     for r in workload(45):
         sink.emit(r)
-    assert sink.flush(30.0)
-    os._exit(0)  # a crash: no seal, no digest entry for this segment
+    end = time.monotonic() + 60
+    while sink.acked_records < 45 and time.monotonic() < end:  # on disk, not checkpointed
+        time.sleep(0.001)
+    os._exit(0 if sink.acked_records == 45 else 3)  # a crash: no seal, no digest entry
 """)
 
 
@@ -245,6 +247,10 @@ def test_a_record_forged_and_rechained_in_an_unsealed_segment_is_caught(tmp_path
     lines = seg.read_bytes().splitlines(keepends=True)
     ckpts = [i for i, ln in enumerate(lines) if b'"k":"ckpt"' in ln]
     assert len(ckpts) >= 3
+    # The warning counts exactly the lines the last checkpoint does not cover.
+    uncovered = len(lines) - 1 - ckpts[-1]
+    assert uncovered > 0
+    assert f"; {uncovered} records after the last checkpoint" in rep.findings[0].message
     # A call record between the first two checkpoints, its status changed; every later line
     # re-chained (as someone without the key would), the checkpoints' bodies left as they were:
     # their MACs and signatures still hold, only the head they name does not.
@@ -267,3 +273,35 @@ def test_a_record_forged_and_rechained_in_an_unsealed_segment_is_caught(tmp_path
     for f in errors:
         assert "it covers another chain head" in f.message
         assert "MAC" not in f.message and "signature" not in f.message
+
+
+def test_a_line_stripped_of_its_seq_is_reported_once_not_as_an_edit(tmp_path: Path) -> None:
+    """A record whose seq was removed and the chain re-made from it: verify says the seq is
+    missing (at the next line) and the checkpoints no longer hold, and does not also call the
+    line itself edited (it chains from the line before it, the one that precedes it)."""
+    from support.audit import workload
+
+    from tooltrace.telemetry import AuditSink
+
+    home = tmp_path / "home"
+    sink = AuditSink(home, checkpoint_every=25, segment_max_bytes=60_000, group_max_records=8)
+    for r in workload(60):
+        sink.emit(r)
+    sink.shutdown()
+    seg = sorted((home / "audit" / "segments").glob("*.jsonl"))[0]
+    lines = seg.read_bytes().splitlines(keepends=True)
+    i = next(j for j in range(5, len(lines)) if b'"k":"c"' in lines[j])
+    prev = split_hash(lines[i - 1].rstrip(b"\n"))[1]  # type: ignore[index]
+    for j in range(i, len(lines)):
+        body, _ = split_hash(lines[j].rstrip(b"\n"))  # type: ignore[misc]
+        if j == i:
+            obj = orjson.loads(body)
+            del obj["seq"]
+            body = orjson.dumps(obj)
+        prev = chain_hash(prev, body)
+        lines[j] = seal_line(body, prev)
+    seg.write_bytes(b"".join(lines))
+    found = [(f.kind, f.line) for f in verify(home).findings if f.segment == seg.name]
+    assert found[0] == ("deleted", i + 2)
+    assert ("edited", i + 1) not in found
+    assert {k for k, _ in found[1:]} == {"rewritten"}
