@@ -61,7 +61,8 @@ TARGETS: dict[str, Target] = {
     "chain": Target("tooltrace/audit/_format.py", (
         "tests/test_known_answers.py", "tests/test_audit_verify.py")),
     "segmentcheck": Target("tooltrace/audit/_segmentcheck.py", (
-        "tests/test_fail_closed.py", "tests/test_audit_verify.py")),
+        "tests/test_fail_closed.py", "tests/test_audit_verify.py",
+        "tests/test_audit_signing.py")),
     "signing": Target("tooltrace/audit/_signing.py", (
         "tests/test_known_answers.py", "tests/test_audit_signing.py")),
     "anchors": Target("tooltrace/audit/_anchors.py", ("tests/test_anchors.py",)),
@@ -71,9 +72,16 @@ TARGETS: dict[str, Target] = {
 
 # (module, text of the mutated line as it reads after the mutation, stripped) -> why no test
 # can tell the mutant from the original. Listed here, printed apart, not counted.
+# A removed line reads "-<line>"; module "*" matches every module.
 EQUIVALENT: dict[tuple[str, str], str] = {
     ("policy", 'if (t == str and "://" in v) or t not in _PLAIN:'):
         "type(v) is str and type(v) == str agree for every type (a type compares by identity)",
+    ("policy", "and ip.is_link_local"):
+        "every link-local address (169.254/16, fe80::/10) is also is_private, the test before",
+    ("segmentcheck", "missing = sorted(set(range(first, top + 0)) - set(counts))"):
+        "top is max(counts): the one value the shorter range leaves out is never missing",
+    ("*", "-@mypyc_attr(allow_interpreted_subclasses=True)"):
+        "a no-op when the module is interpreted (it only tells mypyc how to compile the class)",
 }
 
 
@@ -175,8 +183,13 @@ def _annotation_lines(path: Path) -> set[int]:
 
 
 def _mutated_line(diff: str) -> str:
-    return next((ln[1:].strip() for ln in diff.splitlines()
-                 if ln.startswith("+") and not ln.startswith("+++")), "")
+    """The mutated line as it reads after the mutation; "-<line>" when a line was removed."""
+    lines = diff.splitlines()
+    added = [ln[1:].strip() for ln in lines if ln.startswith("+") and not ln.startswith("+++")]
+    removed = [ln[1:].strip() for ln in lines if ln.startswith("-") and not ln.startswith("---")]
+    if any(added):
+        return next(a for a in added if a)
+    return "-" + next((r for r in removed if r), "")
 
 
 def run_module(work: Path, name: str, t: Target, sample: int | None, seed: int) -> Score:
@@ -229,7 +242,8 @@ def run_module(work: Path, name: str, t: Target, sample: int | None, seed: int) 
             diff = result.diff or ""
             m = item.mutations[0]
             where = f"{m.module_path}:{m.start_pos[0]} {m.operator_name}"
-            why = EQUIVALENT.get((name, _mutated_line(diff)))
+            line = _mutated_line(diff)
+            why = EQUIVALENT.get((name, line)) or EQUIVALENT.get(("*", line))
             if why is not None:
                 score.equivalent.append(f"{where}: {why}")
             else:

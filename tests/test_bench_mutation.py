@@ -45,3 +45,10 @@ def test_an_unknown_module_is_a_clear_error() -> None:
     res = subprocess.run([sys.executable, "-m", "bench.mutation", "--modules", "nope"],
                          cwd=REPO, capture_output=True, text=True)
     assert res.returncode == 1 and "unknown module(s) nope" in res.stderr
+
+
+def test_the_mutated_line_of_a_diff() -> None:
+    changed = "--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-    x = a - 1\n+    x = a & 1\n"
+    removed = "--- a/m.py\n+++ b/m.py\n@@ -1,2 +1 @@\n-@mypyc_attr(x=True)\n class A:\n"
+    assert mutation._mutated_line(changed) == "x = a & 1"
+    assert mutation._mutated_line(removed) == "-@mypyc_attr(x=True)"
