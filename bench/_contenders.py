@@ -60,6 +60,46 @@ def _bare() -> Contender:
     return Contender(lambda: noop(x="a"), lambda: None, note="plain function call")
 
 
+def _handoff() -> Contender:
+    """The no-op run on another thread and waited for: a ``SimpleQueue`` to one waiting worker
+    and a held lock it releases, what ``execution="thread"`` does at the least (a synchronous
+    call must return at its deadline, so the tool cannot run on the caller's thread)."""
+    import queue
+    import threading
+
+    jobs: queue.SimpleQueue[tuple[Any, Any] | None] = queue.SimpleQueue()
+
+    def work() -> None:
+        while (job := jobs.get()) is not None:
+            job[0](x="a")
+            job[1].release()
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    alloc = threading.Lock
+
+    def call() -> None:
+        done = alloc()
+        done.acquire()
+        jobs.put((noop, done))
+        done.acquire()
+
+    def close() -> None:
+        jobs.put(None)
+        worker.join(5.0)
+
+    return Contender(call, lambda: None, close, note="SimpleQueue to one worker, a lock back")
+
+
+def _compaction_off(execution: str) -> Contender:
+    """The everything-on registry with background compaction turned off (this worker process
+    is the contender's own: the variable reaches its audit sink only)."""
+    os.environ["TOOLTRACE_AUDIT_COMPACT"] = "off"
+    c = _registry(execution, True)
+    c.note += "; background compaction off"
+    return c
+
+
 def _provider() -> tuple[Any, Any]:
     """An SDK TracerProvider whose spans go through a BatchSpanProcessor to a dropping exporter."""
     from opentelemetry.sdk.trace import TracerProvider
@@ -372,10 +412,14 @@ def _variant(config: str, variant: str) -> Contender:
 #: name -> builder; the order is the table's order.
 CONTENDERS: dict[str, Callable[[], Contender]] = {
     "bare function call": _bare,
+    "bare two-thread hand-off": _handoff,
     "tooltrace, telemetry off (inline)": lambda: _registry("inline", False),
     "tooltrace, telemetry off (thread)": lambda: _registry("thread", False),
     "tooltrace, everything on (inline)": lambda: _registry("inline", True),
     "tooltrace, everything on (thread)": lambda: _registry("thread", True),
+    # The same with background compaction off: what the compactor process costs the calls.
+    "tooltrace, everything on (inline, compaction off)": lambda: _compaction_off("inline"),
+    "tooltrace, everything on (thread, compaction off)": lambda: _compaction_off("thread"),
     # The same registries with the call path run from the checkout's Python source; the rows
     # above run the compiled wheel when .venv-compiled has one (see bench/overhead.py).
     "tooltrace, telemetry off (inline, from source)": lambda: _registry("inline", False),

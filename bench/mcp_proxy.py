@@ -21,9 +21,10 @@ machine load:
   in the same rounds, so a change to the proxy is measured against what it replaces (against
   ``proxy (from source)`` when there is one: source against source).
 
-Printed: p50/p90/p99 of each, what each adds to ``direct`` at p50 (the team's aim for the proxy:
-at most 0.5 ms), and the CPU each front process used per call (from ``/proc``; the upstream's is
-not in it).
+Printed: p50/p90/p99 of each, what each adds to ``direct`` at p50, the aim (what the proxy adds
+at most half what the SDK's own passthrough adds, ``sdk``, in the same rounds; the former
+absolute aim of 0.5 ms is printed beside it), and the CPU each front process used per call (from
+``/proc``; the upstream's is not in it).
 """
 
 from __future__ import annotations
@@ -176,7 +177,13 @@ def run(rounds: int = 10, calls: int = 200, warmup: int = 200,
     table.print()
     added = res["proxy"][50] - direct
     over_sdk = res["proxy"][50] - res["sdk"][50]
+    sdk_added = res["sdk"][50] - direct
     build = "compiled wheel" if SOURCE in res else "from source"
+    relative = added / sdk_added if sdk_added > 0 else None
+    print(f"- aim: the proxy adds at most 0.5x what the SDK's passthrough adds at p50: "
+          f"{added:.3f} ms vs {sdk_added:.3f} ms = "
+          + (f"{relative:.2f}x ({'met' if relative <= 0.5 else 'MISSED'})" if relative is not None
+             else "not measurable (the SDK passthrough added nothing)"))
     print(f"- proxy ({build}) / direct at p50: {res['proxy'][50] / direct:.2f}x; aim: at most "
           f"0.5 ms added ({'met' if added <= 0.5 else 'MISSED'}); of the {added:.3f} ms, "
           f"{res['relay'][50] - direct:.3f} ms is one more process (relay), "
@@ -196,6 +203,8 @@ def run(rounds: int = 10, calls: int = 200, warmup: int = 200,
     res["added_p50_ms"] = added
     res["ratio_p50"] = res["proxy"][50] / direct
     res["over_sdk_p50_ms"] = over_sdk
+    res["sdk_added_p50_ms"] = sdk_added
+    res["added_over_sdk_added"] = relative
     return res
 
 

@@ -12,7 +12,10 @@ p99.9 and max per contender, and what ran during the slowest calls), ``events`` 
 events and progress, snapshots before writes, nested calls and tool groups cost a call that uses
 none of them, measured by taking their code out of this checkout's call path), ``ingest`` (audit
 writer throughput, queue depth and drops at a paced rate), ``autopsy`` (find one call among
-1M/10M), ``memory`` (RSS growth over many calls), ``profile`` (where a registry call's time
+1M/10M), ``live`` (``autopsy``, ``calls`` and ``stats`` on a live trail of 100k and 1M calls
+written at 5,000 calls/s, after background compaction caught up, and with it off, against the
+``import duckdb`` floor; the compaction backlog while writing), ``memory`` (RSS growth over many
+calls), ``profile`` (where a registry call's time
 goes; not in the default set), ``whatif`` (replay 1M recorded calls against a candidate
 policy file, and the policy step with a 50-rule file; not in the default set), ``policy`` (the
 policy step per call with a 50-rule TOML file and the same rules in Cedar, against no policy
@@ -41,9 +44,10 @@ from bench._common import SCRATCH_ENV, Table, machine
 
 __all__ = ["main"]
 
-SECTIONS = ("overhead", "tail", "events", "ingest", "autopsy", "memory", "profile",
+SECTIONS = ("overhead", "tail", "events", "ingest", "autopsy", "live", "memory", "profile",
             "frameworks", "mcp", "whatif", "policy", "startup", "sandbox")
-DEFAULT_SECTIONS = ("overhead", "tail", "events", "ingest", "autopsy", "memory", "startup")
+DEFAULT_SECTIONS = ("overhead", "tail", "events", "ingest", "autopsy", "live", "memory",
+                    "startup")
 
 
 def _ints(text: str) -> list[int]:
@@ -102,6 +106,17 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--autopsy-trails", type=Path,
                    help="keep the generated trails in this directory and reuse them in later "
                    "runs (default: generate each run in scratch space, removed after)")
+    g = ap.add_argument_group("live")
+    g.add_argument("--live-sizes",
+                   help="calls in each live trail, comma-separated (default 100000,1000000; "
+                   "quick 5000)")
+    g.add_argument("--live-rate", type=float,
+                   help="calls/s the live trails are written at; 0: as fast as it goes "
+                   "(default 5000)")
+    g.add_argument("--live-repeats", type=int, help="runs of each command (default 5; quick 1)")
+    g.add_argument("--live-off-max", type=int,
+                   help="largest trail also read with background compaction off (default "
+                   "100000)")
     g = ap.add_argument_group("memory")
     g.add_argument("--calls", type=int, help="calls in the memory run (default 1000000)")
     g.add_argument("--memory-base", type=int,
@@ -215,6 +230,14 @@ def _sections(ns: argparse.Namespace, sections: list[str], results: dict[str, An
         results["autopsy"] = autopsy.run(
             rows=_ints(_pick(ns.autopsy_rows, "1000000", "5000", q)),
             repeats=_pick(ns.autopsy_repeats, 7, 1, q), trails=ns.autopsy_trails)
+    if "live" in sections:
+        from bench import live
+
+        results["live"] = live.run(
+            sizes=_ints(_pick(ns.live_sizes, "100000,1000000", "5000", q)),
+            rate=_pick(ns.live_rate, 5000.0, 5000.0, q),
+            repeats=_pick(ns.live_repeats, 5, 1, q),
+            off_max=_pick(ns.live_off_max, 100_000, 5000, q))
     if "memory" in sections:
         from bench import memory
 
@@ -278,6 +301,43 @@ def _verdict(ok: bool | None) -> str:
     return "not measured" if ok is None else ("met" if ok else "MISSED")
 
 
+def _live_and_settled(t: Table, r: dict[str, Any]) -> None:
+    """The live trail's aims, what background compaction costs the calls, and the two aims
+    stated against a part measured in the same run (the bare hand-off, the SDK passthrough)."""
+    from bench.live import targets
+
+    lv = r.get("live")
+    for target, measured, ok in targets(lv) if lv else ():
+        t.add(target, measured, _verdict(ok))
+    for sect, q, key in (("overhead", "p50", "p50_us"), ("tail", "p99.9", "p999_us")):
+        c = (r.get(sect) or {}).get("contenders", {})
+        for mode in ("inline", "thread"):
+            on = c.get(f"tooltrace, everything on ({mode})", {})
+            off = c.get(f"tooltrace, everything on ({mode}, compaction off)", {})
+            if on.get("available") and off.get("available") and on.get(key) and off.get(key):
+                ratio = on[key] / off[key]
+                t.add(f"background compaction moves the {q} at most 5% ({mode})",
+                      f"{ratio:.3f}x ({on[key]:.1f} vs {off[key]:.1f} us off)",
+                      _verdict(ratio <= 1.05))
+    c = (r.get("overhead") or {}).get("contenders", {})
+    hand, bare = c.get("bare two-thread hand-off", {}), c.get("bare function call", {})
+    if hand.get("available") and bare.get("available"):
+        one = hand["p50_us"] - bare["p50_us"]
+        for what in ("telemetry off", "everything on"):
+            th = c.get(f"tooltrace, {what} (thread)", {})
+            il = c.get(f"tooltrace, {what} (inline)", {})
+            if th.get("available") and il.get("available"):
+                extra = th["p50_us"] - il["p50_us"]
+                t.add(f"{what}: thread p50 - inline p50 <= 1.3x a bare two-thread hand-off",
+                      f"{extra:.1f} us vs hand-off {one:.1f} us = {extra / one:.2f}x",
+                      _verdict(extra <= 1.3 * one))
+    mcp = r.get("mcp")
+    if mcp and mcp.get("added_over_sdk_added") is not None:
+        t.add("MCP proxy: added p50 <= 0.5x what the SDK's passthrough adds",
+              f"{mcp['added_p50_ms']:.3f} vs {mcp['sdk_added_p50_ms']:.3f} ms = "
+              f"{mcp['added_over_sdk_added']:.2f}x", _verdict(mcp["added_over_sdk_added"] <= 0.5))
+
+
 def _targets(r: dict[str, Any]) -> None:
     t = Table("Targets", ["target", "measured", "verdict"])
     oh = r.get("overhead")
@@ -325,9 +385,7 @@ def _targets(r: dict[str, Any]) -> None:
             t.add("everything on (thread): p99 <= reference p99",
                   f"{full['p99_over_reference']:.2f}x ({full['p99_us']:.0f} us)",
                   _verdict(full["p99_over_reference"] <= 1.0))
-            t.add("everything on (thread): p50 <= 0.3x reference p50",
-                  f"{full['p50_over_reference']:.2f}x ({full['p50_us']:.0f} us)",
-                  _verdict(full["p50_over_reference"] <= 0.3))
+            # The thread path's p50 is held to the hand-off it needs (``_live_and_settled``).
     ev = r.get("events")
     for cfg, f in (ev or {}).get("configs", {}).items():
         row = f["rows"].get("all three together", {})
@@ -363,6 +421,7 @@ def _targets(r: dict[str, Any]) -> None:
               f"{big['command_ms']:.0f} ms vs floor {big['floor_ms']:.0f} ms = "
               f"{big['ratio']:.1f}x (CPU {big['command_cpu_ms']:.0f} vs "
               f"{big['floor_cpu_ms']:.0f} ms){at}", _verdict(big["ratio"] <= 1.3))
+    _live_and_settled(t, r)
     mem = r.get("memory")
     if mem:
         pts = mem["points"]

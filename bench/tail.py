@@ -31,6 +31,8 @@ DEFAULT_CONTENDERS = (
     "tooltrace, telemetry off (thread)",
     "tooltrace, everything on (inline)",
     "tooltrace, everything on (thread)",
+    "tooltrace, everything on (inline, compaction off)",
+    "tooltrace, everything on (thread, compaction off)",
     "tooltrace, everything on (inline, unsliced)",
     "tooltrace, everything on (thread, unsliced)",
     "tooltrace, everything on (thread, not yielding)",

@@ -59,6 +59,10 @@ TABLES = {
         "command ms (p50)", "floor ms (p50)", "command / floor", "command CPU ms",
         "floor CPU ms", "CPU command / floor",
     ],
+    "The live trail: 5,000 calls written at 5,000 calls/s": [
+        "command", "live ms", "live MiB", "compacted ms", "compacted MiB", "live / compacted",
+        "compaction off ms", "compaction off MiB",
+    ],
     "Memory: RSS with everything on": [
         "calls", "RSS MiB", "growth vs first checkpoint %", "elapsed s",
         "pymalloc arenas / live MiB", "malloc used / free MiB", "peak queue",
@@ -69,6 +73,9 @@ TABLES = {
 # Contenders that must run in any install (the peers may be "not available").
 CORE = [
     "bare function call",
+    "bare two-thread hand-off",
+    "tooltrace, everything on (inline, compaction off)",
+    "tooltrace, everything on (thread, compaction off)",
     "tooltrace, telemetry off (inline)",
     "tooltrace, telemetry off (thread)",
     "tooltrace, everything on (inline)",
@@ -268,6 +275,22 @@ def test_autopsy_finds_calls_in_generated_trail(run: Run) -> None:
     assert size["generate"]["calls"] == 5000
     assert size["lookup"]["heavy_modules"] == []  # the reader loads neither pyarrow nor pandas
     assert size["lookup"]["lookups"] >= 3
+
+
+def test_live_times_each_command_live_compacted_and_with_compaction_off(run: Run) -> None:
+    tables, figures = run
+    header, rows = _find(tables, "The live trail: 5,000 calls")
+    assert [r[0] for r in rows] == ["autopsy first", "autopsy middle", "autopsy last",
+                                    "calls --limit 20", "stats", "floor"]
+    for r in rows:
+        for col in header[1:]:
+            assert _num(r[header.index(col)]) > 0, (r[0], col)
+    size = figures["live"]["sizes"][0]
+    assert size["writer"]["calls"] == 5000 and size["writer"]["dropped"] == 0
+    assert size["caught_up"]["caught_up"]
+    compacted = size["state_compacted"]
+    assert compacted["compacted"] == compacted["segments"] - 1  # all but the next's live one
+    assert size["state_off"]["compacted"] == 0
 
 
 def test_memory_reports_each_checkpoint(run: Run) -> None:

@@ -1,0 +1,383 @@
+"""Section ``live``: the trail read while it is written, and compaction nobody runs.
+
+For each size (100,000 and 1,000,000 calls by default):
+
+1. A writer process (a real ``ToolRegistry`` whose only sink is the audit sink, default
+   settings: background compaction on) calls a no-op tool N times at a paced rate
+   (``--live-rate``, 5,000 calls/s; 0: as fast as it goes), timing each call and sampling its
+   compaction backlog every second, then stays alive with its live segment open.
+2. ``live``: each command (``tooltrace autopsy`` of the first, middle and last call,
+   ``calls --limit 20``, ``stats``) runs in turns with the floor (``python -c "import
+   duckdb"``), a fresh process each time: wall time and the process's own peak RSS (VmHWM).
+3. The writer shuts down; the next process to write opens the home and background compaction
+   takes every sealed segment (the time it took is reported; the last segment, sealed at the
+   shutdown, is small and young, so this process starts the compactor at once rather than
+   when a writer would find it due, 30 s later); ``compacted``: the same commands, the same
+   way.
+4. ``compaction off`` (sizes up to ``--live-off-max``): a trail written with
+   ``TOOLTRACE_AUDIT_COMPACT=off`` and read the same way: what a reader pays when nothing
+   compacts at all.
+
+The aims are ratios of the same run: live against compacted, each command's peak RSS, and the
+backlog staying bounded at the paced rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench._common import Table, percentile, scratch
+
+__all__ = ["COMMANDS", "run", "targets"]
+
+ROOT = Path(__file__).resolve().parent.parent
+#: What each timed process prints last on standard error: its peak RSS in KiB.
+_HWM = """
+def _hwm():
+    with open("/proc/self/status") as f:
+        return next(int(ln.split()[1]) for ln in f if ln.startswith("VmHWM:"))
+"""
+_COMMAND = _HWM + """
+import sys
+from tooltrace.cli import main
+code = 0
+try:
+    main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code if isinstance(exc.code, int) else 1
+sys.stderr.write(f"\\nVmHWM {_hwm()}\\n")
+sys.exit(code)
+"""
+_FLOOR = _HWM + """
+import sys
+import duckdb
+sys.stderr.write(f"\\nVmHWM {_hwm()}\\n")
+"""
+#: The commands timed, by name: (arguments before ``--home``, the id they need or None).
+COMMANDS = (
+    ("autopsy first", ["autopsy"], "first"),
+    ("autopsy middle", ["autopsy"], "middle"),
+    ("autopsy last", ["autopsy"], "last"),
+    ("calls --limit 20", ["calls", "--limit", "20"], None),
+    ("stats", ["stats"], None),
+)
+
+
+# -- the writer process ---------------------------------------------------------------------
+
+
+def child_writer(home: str, calls: int, rate: float) -> None:
+    """Write ``calls`` calls at ``rate`` per second (0: flat out), print what it saw, wait for
+    a line on standard input, shut down."""
+    from tooltrace import ToolCall, ToolRegistry, tool
+    from tooltrace.telemetry import AuditSink
+
+    ws = Path(home + "-ws")
+    ws.mkdir(parents=True, exist_ok=True)
+    sink = AuditSink(home)
+    reg = ToolRegistry(workspace=ws, home=home, sinks=[sink])
+
+    def noop(x: str) -> str:
+        return x
+
+    def fail(x: str) -> str:
+        raise ValueError("no")
+
+    reg.register(tool("noop", execution="inline", description="Return x.")(noop))
+    reg.register(tool("fail", execution="inline", description="Fail.")(fail))
+    lat: list[int] = []
+    backlog: list[tuple[float, int, int, float]] = []
+    ids: list[str] = []
+    pc = time.perf_counter_ns
+    t0 = time.perf_counter()
+    next_sample = t0
+    for i in range(calls):
+        if rate:
+            due = t0 + i / rate
+            while time.perf_counter() < due:
+                time.sleep(0.0002)
+        elif sink.depth > 30_000:
+            while sink.depth > 5_000:  # flat out, without dropping
+                time.sleep(0.001)
+        name, args = ("fail", {"x": "v"}) if i % 97 == 3 else (
+            ("noop", {"y": 1}) if i % 50 == 7 else ("noop", {"x": f"value {i % 1000}"}))
+        a = pc()
+        env = reg.call(ToolCall(name, args))
+        lat.append(pc() - a)
+        if i in (0, calls // 2, calls - 1):
+            ids.append(env.call_id)
+        now = time.perf_counter()
+        if now >= next_sample:
+            b = sink.compaction_backlog
+            backlog.append((now - t0, b.calls, b.bytes, b.oldest_age_s))
+            next_sample = now + 1.0
+    elapsed = time.perf_counter() - t0
+    sink.flush(120.0)
+    lat.sort()
+    b = sink.compaction_backlog
+    half = len(backlog) // 2
+    out = {"calls": calls, "rate": rate, "achieved": calls / elapsed, "seconds": elapsed,
+           "p50_us": percentile(lat, 50) / 1000, "p999_us": percentile(lat, 99.9) / 1000,
+           "dropped": sink.dropped, "ids": ids,
+           "backlog_max_calls": max((s[1] for s in backlog), default=0),
+           "backlog_max_mib": max((s[2] for s in backlog), default=0) / 2**20,
+           "backlog_max_age_s": max((s[3] for s in backlog), default=0.0),
+           "backlog_max_mib_first_half": max((s[2] for s in backlog[:half]), default=0) / 2**20,
+           "backlog_max_mib_second_half": max((s[2] for s in backlog[half:]), default=0) / 2**20,
+           "backlog_end_calls": b.calls, "backlog_end_mib": b.bytes / 2**20,
+           "compactors_started": sink.compaction.started if sink.compaction else 0}
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
+    sys.stdin.readline()
+    reg.shutdown(60.0)
+
+
+def child_next(home: str, timeout_s: float) -> None:
+    """The next process to write: open the home and wait until background compaction has
+    taken every sealed segment; print how long that took."""
+    from tooltrace.audit import BackgroundCompaction, list_segments, load_key
+    from tooltrace.audit._autocompact import CompactedNames
+    from tooltrace.telemetry import AuditSink
+
+    adir = Path(home) / "audit"
+    t0 = time.perf_counter()
+    sink = AuditSink(home)
+    sink.open_segment()
+    key = load_key(Path(home), create=False)
+    assert key is not None
+    now = BackgroundCompaction(Path(home), key, after_s=0.0)
+    names = CompactedNames(adir)
+    done = False
+    while time.perf_counter() - t0 < timeout_s:
+        sealed = {s.name for s in list_segments(adir) if not s.live}
+        if sealed <= names.get():
+            done = True
+            break
+        now.poke()
+        time.sleep(0.5)
+    waited = time.perf_counter() - t0
+    now.wait(60.0)
+    if sink.compaction is not None:
+        sink.compaction.wait(60.0)
+    sink.shutdown(30.0)
+    sys.stdout.write(json.dumps({"caught_up": done, "seconds": waited}) + "\n")
+
+
+# -- the coordinator ------------------------------------------------------------------------
+
+
+def _env(compaction: bool) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("TOOLTRACE_HOME", None)
+    env["TOOLTRACE_AUDIT_COMPACT"] = "auto" if compaction else "off"
+    return env
+
+
+def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall ms, peak RSS MiB) of one process; raises when it fails."""
+    a = time.perf_counter()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    wall = (time.perf_counter() - a) * 1000
+    tail = p.stderr.strip().splitlines()
+    if p.returncode != 0 or not tail or not tail[-1].startswith("VmHWM "):
+        raise RuntimeError(f"{cmd[3:5]} failed ({p.returncode}): {p.stderr.strip()[-400:]}")
+    return wall, int(tail[-1].split()[1]) / 1024
+
+
+def _measure(home: str, ids: dict[str, str], repeats: int, env: dict[str, str]
+             ) -> dict[str, dict[str, Any]]:
+    """Each command and the floor, ``repeats`` times in turns: medians and the worst RSS."""
+    got: dict[str, list[tuple[float, float]]] = {name: [] for name, _a, _i in COMMANDS}
+    got["floor"] = []
+    py = sys.executable
+    for _ in range(repeats):
+        for name, args, which in COMMANDS:
+            extra = [ids[which]] if which else []
+            got[name].append(_timed([py, "-c", _COMMAND, *args, *extra, "--home", home], env))
+        got["floor"].append(_timed([py, "-c", _FLOOR], env))
+    return {name: {"ms": statistics.median(w for w, _m in v), "ms_all": [w for w, _m in v],
+                   "rss_mib": max(m for _w, m in v)} for name, v in got.items()}
+
+
+def _write(home: str, calls: int, rate: float, compaction: bool
+           ) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    p = subprocess.Popen([sys.executable, "-m", "bench.live", "writer", "--home", home,
+                          "--calls", str(calls), "--rate", str(rate)], cwd=ROOT,
+                         env=_env(compaction), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    if not line:
+        p.wait()
+        raise RuntimeError(f"the writer of {calls} calls failed ({p.returncode})")
+    return p, json.loads(line)
+
+
+def _stop(p: subprocess.Popen[str]) -> None:
+    assert p.stdin is not None
+    p.stdin.write("stop\n")
+    p.stdin.flush()
+    if p.wait(300) != 0:
+        raise RuntimeError(f"the writer failed at shutdown ({p.returncode})")
+
+
+def _trail_state(home: str) -> dict[str, Any]:
+    from tooltrace.audit import list_segments
+    from tooltrace.audit._manifest import read_manifest
+
+    adir = Path(home) / "audit"
+    m = read_manifest(adir)
+    done = {s["name"] for s in m.get("segments", [])}
+    segs = list_segments(adir)
+    return {"segments": len(segs), "compacted": len([s for s in segs if s.name in done]),
+            "parquet_files": {t: len(v) for t, v in (m.get("files") or {}).items()},
+            "segment_mib": sum(s.path.stat().st_size for s in segs if s.path.exists()) / 2**20}
+
+
+def _size(calls: int, rate: float, repeats: int, off: bool) -> dict[str, Any]:
+    home = scratch(f"tooltrace-bench-live-{calls}-")
+    try:
+        writer, wrote = _write(home, calls, rate, True)
+        ids = dict(zip(("first", "middle", "last"), wrote["ids"], strict=True))
+        try:
+            state_live = _trail_state(home)
+            live = _measure(home, ids, repeats, _env(True))
+        finally:
+            _stop(writer)
+        nxt = subprocess.run([sys.executable, "-m", "bench.live", "next", "--home", home],
+                             cwd=ROOT, env=_env(True), capture_output=True, text=True)
+        if nxt.returncode != 0:
+            raise RuntimeError(f"the next writer failed: {nxt.stderr.strip()[-400:]}")
+        caught = json.loads(nxt.stdout.strip().splitlines()[-1])
+        state_compacted = _trail_state(home)
+        compacted = _measure(home, ids, repeats, _env(True))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(home + "-ws", ignore_errors=True)
+    out: dict[str, Any] = {"calls": calls, "writer": wrote, "live": live,
+                           "compacted": compacted, "caught_up": caught,
+                           "state_live": state_live, "state_compacted": state_compacted}
+    if off:
+        home = scratch(f"tooltrace-bench-live-off-{calls}-")
+        try:
+            writer, wrote_off = _write(home, calls, rate, False)
+            ids = dict(zip(("first", "middle", "last"), wrote_off["ids"], strict=True))
+            try:
+                out["off"] = _measure(home, ids, repeats, _env(False))
+                out["state_off"] = _trail_state(home)
+            finally:
+                _stop(writer)
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+            shutil.rmtree(home + "-ws", ignore_errors=True)
+    return out
+
+
+def run(*, sizes: list[int], rate: float, repeats: int, off_max: int) -> dict[str, Any]:
+    """Measure each size; print the tables; return the figures."""
+    out: dict[str, Any] = {"sizes": [], "rate": rate, "repeats": repeats}
+    for n in sizes:
+        res = _size(n, rate, repeats, n <= off_max)
+        out["sizes"].append(res)
+        _print(res, rate, repeats)
+    return out
+
+
+def _print(res: dict[str, Any], rate: float, repeats: int) -> None:
+    n = res["calls"]
+    w = res["writer"]
+    pace = f"{rate:,.0f} calls/s" if rate else "as fast as it goes"
+    t = Table(f"The live trail: {n:,} calls written at {pace}, each command a fresh process"
+              f" (median of {repeats}; peak RSS is the worst)",
+              ["command", "live ms", "live MiB", "compacted ms", "compacted MiB",
+               "live / compacted", "compaction off ms", "compaction off MiB"])
+    off = res.get("off", {})
+    for name in [c[0] for c in COMMANDS] + ["floor"]:
+        lv, cp, of = res["live"][name], res["compacted"][name], off.get(name)
+        t.add(name, lv["ms"], lv["rss_mib"], cp["ms"], cp["rss_mib"], lv["ms"] / cp["ms"],
+              of["ms"] if of else None, of["rss_mib"] if of else None, digits=1)
+    t.print()
+    sl, sc = res["state_live"], res["state_compacted"]
+    print(f"- writing: {w['achieved']:,.0f} calls/s achieved, call p50 {w['p50_us']:.1f} us, "
+          f"p99.9 {w['p999_us']:.1f} us, {w['dropped']} dropped, {w['compactors_started']} "
+          f"compactor processes started")
+    print(f"- compaction backlog while writing (sampled each second): at most "
+          f"{w['backlog_max_calls']:,} calls, {w['backlog_max_mib']:.1f} MiB (first half "
+          f"{w['backlog_max_mib_first_half']:.1f}, second half "
+          f"{w['backlog_max_mib_second_half']:.1f}), oldest {w['backlog_max_age_s']:.0f} s; "
+          f"at the end {w['backlog_end_calls']:,} calls, {w['backlog_end_mib']:.1f} MiB")
+    print(f"- live: {sl['compacted']} of {sl['segments']} segments compacted "
+          f"({sl['segment_mib']:.0f} MiB of segments), Parquet files {sl['parquet_files']}")
+    print(f"- compacted: the next writer's background compaction caught up in "
+          f"{res['caught_up']['seconds']:.0f} s; {sc['compacted']} of {sc['segments']} segments,"
+          f" Parquet files {sc['parquet_files']}\n")
+
+
+def targets(res: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """(aim, what was measured, met?) at the largest size: each command live within its
+    ratio of the same command once compacted, every command's peak RSS, the backlog bounded."""
+    if not res["sizes"]:
+        return []
+    big = max(res["sizes"], key=lambda s: s["calls"])
+    at = f" at {big['calls']:,} calls"
+    out = []
+    for name, _a, _w in COMMANDS:
+        lv, cp = big["live"][name]["ms"], big["compacted"][name]["ms"]
+        bound = 1.5 if name.startswith("autopsy") else 2.0
+        out.append((f"live `{name}` <= {bound}x compacted", f"{lv:.0f} vs {cp:.0f} ms = "
+                    f"{lv / cp:.2f}x{at}", lv <= bound * cp))
+    worst = max((big[state][name]["rss_mib"], f"{name} ({state})")
+                for state in ("live", "compacted") for name, _a, _w in COMMANDS)
+    out.append(("every command's peak RSS < 150 MiB", f"at most {worst[0]:.0f} MiB, "
+                f"{worst[1]}{at}", worst[0] < 150))
+    w = big["writer"]
+    # Bounded: what waits in the second half of the run is no more than in the first (plus a
+    # segment or two being written and compacted), and the oldest waits seconds, not minutes.
+    grows = w["backlog_max_mib_second_half"] > w["backlog_max_mib_first_half"] + 32
+    out.append((f"compaction keeps up at {res['rate']:,.0f} calls/s (backlog bounded)",
+                f"at most {w['backlog_max_mib']:.0f} MiB ({w['backlog_max_mib_first_half']:.0f}"
+                f" first half, {w['backlog_max_mib_second_half']:.0f} second), oldest "
+                f"{w['backlog_max_age_s']:.0f} s, over {w['seconds']:.0f} s",
+                not grows and w["backlog_max_age_s"] <= 120))
+    return out
+
+
+def _main() -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.live")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("writer")
+    w.add_argument("--home", required=True)
+    w.add_argument("--calls", type=int, required=True)
+    w.add_argument("--rate", type=float, default=5000.0)
+    nx = sub.add_parser("next")
+    nx.add_argument("--home", required=True)
+    nx.add_argument("--timeout", type=float, default=600.0)
+    r = sub.add_parser("run", help="the section alone")
+    r.add_argument("--sizes", default="100000")
+    r.add_argument("--rate", type=float, default=5000.0)
+    r.add_argument("--repeats", type=int, default=5)
+    r.add_argument("--off-max", type=int, default=100_000)
+    ns = ap.parse_args()
+    if ns.cmd == "writer":
+        child_writer(ns.home, ns.calls, ns.rate)
+    elif ns.cmd == "next":
+        child_next(ns.home, ns.timeout)
+    else:
+        res = run(sizes=[int(x) for x in ns.sizes.split(",")], rate=ns.rate,
+                  repeats=ns.repeats, off_max=ns.off_max)
+        sys.stdout.write(json.dumps(res, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
