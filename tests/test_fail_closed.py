@@ -305,3 +305,29 @@ def test_a_line_stripped_of_its_seq_is_reported_once_not_as_an_edit(tmp_path: Pa
     assert found[0] == ("deleted", i + 2)
     assert ("edited", i + 1) not in found
     assert {k for k, _ in found[1:]} == {"rewritten"}
+
+
+def test_verify_counts_every_record_kind_and_no_header(tmp_path: Path) -> None:
+    """Calls, late steps and approvals are records verify counts; the segment's header and the
+    checkpoints are not (a count that drops a kind would hide its deletion from a total)."""
+    import random
+
+    from support.audit import make_record
+    from support.forge import approval
+
+    from tooltrace.envelope import Step
+    from tooltrace.sinks import LateStep
+    from tooltrace.telemetry import AuditSink
+
+    home = tmp_path / "home"
+    sink = AuditSink(home, checkpoint_every=2)
+    rec = make_record(random.Random(3), kind="unknown")
+    sink.emit(rec)
+    sink.emit_late(LateStep(rec.call_id, rec.run_id, rec.tool, Step(
+        1000, "resolved", rec.started_at_us + 900_000, 0, "runtime", "ok", {"outcome": "ok"})))
+    sink.emit_approval(approval(0))
+    sink.emit(make_record(random.Random(4), kind="ok"))
+    sink.shutdown()
+    rep = verify(home)
+    assert rep.ok, rep.findings
+    assert rep.records == 4 and rep.checkpoints >= 2
