@@ -219,7 +219,10 @@ def run_module(work: Path, name: str, t: Target, sample: int | None, seed: int) 
                 annotation += 1
     if sample is not None:
         with use_db(str(session), WorkDB.Mode.open) as db:
-            ids = sorted(w.job_id for w in db.pending_work_items)
+            # Drawn from the mutants in source order (job ids are random): a seed names a sample.
+            ids = [w.job_id for w in sorted(db.pending_work_items, key=lambda w: (
+                w.mutations[0].start_pos, w.mutations[0].operator_name,
+                w.mutations[0].occurrence))]
             keep = set(random.Random(f"{seed}:{name}").sample(ids, min(sample, len(ids))))
             for job in ids:
                 if job not in keep:
