@@ -39,9 +39,12 @@ def test_tables_fit_the_terminal_with_ids_whole(trail: tuple[Path, dict[str, str
     assert res.exit_code == 0, res.output
     table_lines = [ln for ln in res.output.splitlines() if ln[:1] in "┏┃┡│└"]
     assert table_lines and max(map(len, table_lines)) <= columns
-    if command[0] in ("calls", "query"):
+    if command[0] == "query":
         shown = {i for i in ids.values() if i in res.output}
         assert shown == set(ids.values()), IDS_ARE_WHOLE  # never folded into two lines
+    if command[0] == "calls":  # each id as a prefix unique in the trail, on one line
+        cells = {c.strip() for ln in table_lines for c in ln.strip("│").split("│")}
+        assert all(any(len(c) >= 13 and i.startswith(c) for c in cells) for i in ids.values())
     wide = cli(*args, "--home", str(home), "--wide", columns=columns)
     assert wide.exit_code == 0 and "left out" not in wide.output
     header = next(ln for ln in wide.output.splitlines() if ln.startswith("┃"))
@@ -55,14 +58,14 @@ def test_tables_fit_the_terminal_with_ids_whole(trail: tuple[Path, dict[str, str
         assert len(header) > columns  # the wide table did not fit, that is why
 
 
-def test_at_80_columns_calls_keeps_id_tool_status_and_outcome(
+def test_at_80_columns_calls_keeps_id_tool_status_outcome_and_time(
         trail: tuple[Path, dict[str, str]]) -> None:
     home, ids = trail
     res = cli("calls", "--home", str(home), "--status", "unknown", columns=80)
     head = next(ln for ln in res.output.splitlines() if ln.startswith("┃"))
-    assert [h.strip() for h in head.strip("┃").split("┃")][:4] == [
-        "call_id", "tool", "status", "outcome"]
-    row = next(ln for ln in res.output.splitlines() if ids["unknown"] in ln)
+    assert [h.strip() for h in head.strip("┃").split("┃")][:5] == [
+        "call_id", "started_at", "tool", "status", "outcome"]
+    row = next(ln for ln in res.output.splitlines() if ids["unknown"][:13] in ln)
     assert "unknown" in row and " ok " in row
     assert "--wide" in res.output and "run_id" in res.output  # the note names what is left out
 
@@ -202,3 +205,26 @@ def test_query_tells_a_name_a_file_and_a_statement_apart(
     assert mine.exit_code == 0 and orjson.loads(mine.output) == [{"n": len(ids)}]
     missing = cli("query", str(tmp_path / "nope.sql"), "--home", str(home))
     assert missing.exit_code == 2 and "cannot read SQL file" in missing.output
+
+
+def test_calls_shows_id_prefixes_unique_in_the_trail_that_autopsy_takes(
+        trail: tuple[Path, dict[str, str]]) -> None:
+    home, ids = trail
+    res = cli("calls", "--home", str(home), columns=120)
+    every = [r["call_id"] for r in orjson.loads(cli("calls", "--home", str(home),
+                                                    "--json").output)]
+    rows = [ln for ln in res.output.splitlines() if ln.startswith("│")]
+    prefixes = [ln.strip("│").split("│")[0].strip() for ln in rows]
+    prefixes = [p for p in prefixes if p]
+    assert len(prefixes) == len(every)
+    for p in prefixes:
+        matches = [i for i in every if i.startswith(p)]
+        assert len(matches) == 1 and len(p) >= 13, p  # unique, never shorter than the ms
+        # one character less would not be unique, unless the prefix is the 13-character floor
+        assert len(p) == 13 or sum(i.startswith(p[:-1]) for i in every) > 1, p
+    again = cli("autopsy", prefixes[0], "--home", str(home), "--json")
+    assert again.exit_code == 0, again.output
+    assert orjson.loads(again.output)["call_id"] in every
+    assert "shortest prefix unique in the trail" in res.output
+    whole = cli("calls", "--home", str(home), "--wide", columns=120).output
+    assert all(i in whole for i in ids.values())
