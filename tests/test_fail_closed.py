@@ -331,3 +331,38 @@ def test_verify_counts_every_record_kind_and_no_header(tmp_path: Path) -> None:
     rep = verify(home)
     assert rep.ok, rep.findings
     assert rep.records == 4 and rep.checkpoints >= 2
+
+
+def test_a_private_url_nested_32_levels_deep_is_still_found() -> None:
+    """The URL scan of ``DenyPrivateNetwork`` looks 32 levels into lists and dicts."""
+    from tooltrace.policy import _urls
+
+    for wrap in (lambda v: [v], lambda v: {"a": {"b": v}}):
+        value: Any = "http://10.0.0.1/"
+        for _ in range(32 if wrap(0) == [0] else 16):
+            value = wrap(value)
+        assert list(_urls(value)) == ["http://10.0.0.1/"]
+
+
+def test_a_rule_whose_names_tool_raises_is_asked_about_an_entry_that_is_not_a_tool() -> None:
+    """Entries that are not tools are decided by the rules that name them; a rule that raises
+    when asked whether it names one is asked all the same (as one whose applies_to raises)."""
+
+    class Entry:
+        name = "resource:secrets"
+        listed = False
+
+    class Unsure:
+        name = "unsure"
+
+        def names_tool(self, tool: str) -> bool:
+            raise RuntimeError("cannot tell")
+
+    class Elsewhere:
+        name = "elsewhere"
+
+        def names_tool(self, tool: str) -> bool:
+            return False
+
+    rules = (Elsewhere(), Unsure())
+    assert [i for i, _ in Policy._rules_for(Entry(), rules)] == [1]  # type: ignore[arg-type]

@@ -420,7 +420,7 @@ class Policy:
                     if names is None or not names(tool.name):
                         continue
                 except Exception:
-                    continue
+                    pass  # a rule that cannot say whether it names the entry is asked
                 out.append((i, rule))
                 continue
             applies = getattr(rule, "applies_to", None)
