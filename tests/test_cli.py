@@ -195,7 +195,9 @@ def test_calls_filters(trail: tuple[Path, dict[str, str]]) -> None:
     bad = cli("calls", "--home", str(home), "--since", "yesterday-ish")
     assert bad.exit_code == 2
     table = cli("calls", "--home", str(home), "--tool", "dump")
-    assert table.exit_code == 0 and ids["offload"] in table.output
+    # For people an id is its shortest prefix unique in the trail; --wide shows it whole.
+    assert table.exit_code == 0 and ids["offload"][:13] in table.output
+    assert ids["offload"] in cli("calls", "--home", str(home), "--tool", "dump", "--wide").output
     # No call of this trail names a principal: no empty user and agent columns.
     wide = cli("calls", "--home", str(home), "--wide")
     header = next(ln for ln in wide.output.splitlines() if "call_id" in ln)
@@ -216,7 +218,8 @@ def test_stats(trail: tuple[Path, dict[str, str]]) -> None:
     one = orjson.loads(cli("stats", "--home", str(home), "--tool", "dump", "--json").output)
     assert [r["tool"] for r in one] == ["dump"]
     human = cli("stats", "--home", str(home))
-    assert human.exit_code == 0 and "param_reject_ratio" in human.output
+    assert human.exit_code == 0 and "params%" in human.output and "33.3%" in human.output
+    assert rt["rejected"] == 2 and rt["hook_block_ratio"] == 0
 
 
 def test_tools_shadow_report(tmp_path: Path) -> None:

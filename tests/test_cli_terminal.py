@@ -228,3 +228,17 @@ def test_calls_shows_id_prefixes_unique_in_the_trail_that_autopsy_takes(
     assert "shortest prefix unique in the trail" in res.output
     whole = cli("calls", "--home", str(home), "--wide", columns=120).output
     assert all(i in whole for i in ids.values())
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_autopsy_wraps_to_the_width_and_keeps_step_details(
+        trail: tuple[Path, dict[str, str]], columns: int) -> None:
+    home, ids = trail
+    out = cli("autopsy", ids["unknown"], "--home", str(home), columns=columns).output
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= columns, [ln for ln in lines if len(ln) > columns]
+    head = next(ln for ln in lines if ln.startswith("┃"))
+    assert "detail" in head and "decision" in head
+    # The late resolution's detail is in its row, and the summary's id is whole on a line.
+    assert any(ln.startswith("│ 1000") and "outcome=ok" in ln for ln in lines)
+    assert any(ids["unknown"] in ln for ln in lines if ln.startswith(" " * 21))

@@ -111,12 +111,36 @@ def _render_diffs(diffs: list[dict[str, Any]], guard: OutputGuard) -> None:
 
 
 def _line(label: str, value: Any, guard: OutputGuard) -> None:
-    """One labelled fact; a fact with no value is left out rather than printed empty."""
+    """One labelled fact, wrapped to the terminal under its value's column (ids and other
+    long words are never cut); a fact with no value is left out rather than printed empty."""
+    import textwrap
+
     text = cell(value, 400)
     if not text.strip():
         return
     head = f"{label:<20}"
-    click.echo(f"{click.style(head, bold=True) if styled() else head} {guard(text)}")
+    lines = textwrap.wrap(guard(text), max(terminal_width(), 40) - 21,
+                          break_long_words=False, break_on_hyphens=False) or [""]
+    click.echo(f"{click.style(head, bold=True) if styled() else head} {lines[0]}")
+    for more in lines[1:]:
+        click.echo(" " * 21 + more)
+
+
+def _detail(detail: Any) -> str:
+    """A step's detail for people: ``key=value`` pairs with spaces between them, so the table
+    wraps it to the terminal instead of leaving it out."""
+    if not isinstance(detail, dict):
+        return cell(detail, 120)
+    import orjson
+
+    def value(v: Any) -> str:
+        if isinstance(v, str):
+            return v
+        if isinstance(v, list) and all(isinstance(x, str) for x in v):
+            return ", ".join(v)
+        return orjson.dumps(v).decode()
+
+    return " ".join(f"{k}={value(v)}" for k, v in detail.items())
 
 
 def _who(a: Any, rec: dict[str, Any], guard: OutputGuard) -> None:
@@ -214,9 +238,9 @@ def _render(a: Any, guard: OutputGuard, wide: bool) -> None:
     table("steps",
           ["seq", "step", "at (UTC)", "+ms", "elapsed ms", "decider", "decision", "detail"],
           [[s["seq"], s["step"], s["started_at"], s["offset_ms"], s["elapsed_ms"], s["decider"],
-            s["decision"], s["detail"]] for s in a.steps],
-          guard, limit=120, wide=wide,
-          priority=("seq", "step", "+ms", "decider", "decision", "detail", "elapsed ms"))
+            s["decision"], _detail(s["detail"])] for s in a.steps],
+          guard, limit=240, wide=wide,
+          priority=("seq", "step", "decision", "detail", "+ms", "decider", "elapsed ms"))
     if a.late:
         click.echo("Late steps (numbered from 1000: recorded after the call had returned):")
         for s in a.late:
