@@ -272,6 +272,14 @@ def _ttl(value: str) -> float | None:
 def create_app(settings: ConsoleSettings) -> Starlette:
     """The console as an ASGI app (serve it with ``tooltrace.console.serve`` or any server)."""
     c = _Console(settings)
+
+    async def unreadable(request: Request, exc: Exception) -> Response:
+        # The trail changes under a reader (segments sealed, compacted, moved): the next look
+        # usually succeeds. Only the error's type is shown, never its text.
+        return c.page("Try again", "<h1>The trail could not be read just now</h1>"
+                      f"<p>{_pages._e(type(exc).__name__)}: reload the page.</p>", "",
+                      status=503)
+
     routes = [
         Route("/", c.home), Route("/calls", c.calls), Route("/calls/{call_id}", c.call),
         Route("/runs", c.runs), Route("/runs/{run_id}", c.run), Route("/id/{ident}", c.any_id),
@@ -281,4 +289,5 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         Route("/api/callback", c.callback, methods=["POST"]),
         Route("/events", c.events),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(BaseHTTPMiddleware, dispatch=c.guard)])
+    return Starlette(routes=routes, exception_handlers={Exception: unreadable},
+                     middleware=[Middleware(BaseHTTPMiddleware, dispatch=c.guard)])

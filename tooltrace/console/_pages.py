@@ -252,11 +252,11 @@ def approvals_page(pending: Sequence[PendingApproval],
 
 def _bars(title: str, values: Sequence[tuple[str, float]], fmt: str, vmax: float | None = None
           ) -> str:
-    width, row = 300, 18
+    width, row = 330, 18
     top = vmax if vmax else max([v for _, v in values] + [1e-9])
     parts = []
     for i, (label, v) in enumerate(values):
-        w = 0 if top <= 0 else max(1.0, 160 * v / top) if v > 0 else 0
+        w = 0 if top <= 0 else max(1.0, 130 * v / top) if v > 0 else 0
         y = i * row
         parts.append(f'<text x="0" y="{y + 13}">{_e(label[:16])}</text>'
                      f'<rect x="120" y="{y + 3}" width="{w:.1f}" height="12" fill="#3f6fa5">'
@@ -269,16 +269,18 @@ def _bars(title: str, values: Sequence[tuple[str, float]], fmt: str, vmax: float
 
 
 def _spark(points: Sequence[tuple[int, int]]) -> str:
+    """Calls per minute as small bars, one a minute, over the last hour of activity."""
     if not points:
         return ""
     w, h = 120, 24
-    t0, t1 = points[0][0], max(points[-1][0], points[0][0] + 60)
+    last = points[-1][0]
     top = max(n for _, n in points)
-    xy = " ".join(f"{(t - t0) / (t1 - t0) * w:.1f},{h - 2 - n / top * (h - 4):.1f}"
-                  for t, n in points)
+    bars = "".join(
+        f'<rect x="{(59 - (last - t) // 60) * 2}" y="{h - max(1.0, n / top * h):.1f}" width="2"'
+        f' height="{max(1.0, n / top * h):.1f}" fill="#3f6fa5"><title>{n}</title></rect>'
+        for t, n in points if last - t < 3600)
     return (f'<svg width="{w}" height="{h}" viewBox="0 0 {w} {h}" role=img aria-label="calls per'
-            f' minute"><polyline points="{xy}" fill="none" stroke="#3f6fa5" stroke-width="1.5"/>'
-            "</svg>")
+            f' minute">{bars}</svg>')
 
 
 def stats_page(rows: Sequence[dict[str, Any]], rate: dict[str, list[tuple[int, int]]]) -> str:
