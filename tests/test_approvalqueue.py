@@ -222,3 +222,39 @@ def test_signatures_expire_and_bind_the_body() -> None:
     with pytest.raises(SignatureError, match="malformed"):
         verify_signature(b"k", body, "v1=abc")
     assert sign(b"k", b"x", 5) != sign(b"k", b"y", 5)
+
+
+def test_the_mcp_proxy_asks_the_queue_when_its_configuration_says_so(tmp_path: Path) -> None:
+    import asyncio
+
+    from test_mcp_proxy import proxy_session, text_of, toy_server, write_config
+
+    home = tmp_path / "home"
+    config = write_config(tmp_path, f"""
+[proxy]
+home = "home"
+{toy_server("toy", env={"TOY_TOOLS": "echo"})}
+[policy]
+ask = ["echo"]
+approval = "queue:60"
+""")
+
+    async def run() -> Any:
+        async with proxy_session(config) as s:
+            call = asyncio.ensure_future(s.call_tool("echo", {"text": "hello"}))
+            q = ApprovalQueue(home)
+            got = await asyncio.get_running_loop().run_in_executor(None, _wait_pending, q)
+            assert got[0].tool == "echo"
+            q.answer(got[0].approval_id, approved=True, who="ops@cli", reason="fine")
+            return await call
+
+    result = asyncio.run(run())
+    assert not result.is_error, text_of(result)
+    with open_store(home) as store:
+        (rec,) = list_approvals(store).dicts()
+    assert (rec["approver"], rec["decision"], rec["tool"]) == ("ops@cli", "approve", "echo")
+    from tooltrace import ConfigurationError
+    from tooltrace.mcp._config import resolve_approver
+
+    with pytest.raises(ConfigurationError):
+        resolve_approver("queue:soon", home)

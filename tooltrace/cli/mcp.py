@@ -88,7 +88,9 @@ def mcp() -> None:
 @click.option("--hook", "hooks", multiple=True, help="A hook as module:function or entry point.")
 @click.option("--deny", multiple=True, help="Deny this (exposed) tool name.")
 @click.option("--ask", multiple=True, help="Require approval for this tool name.")
-@click.option("--approval", default=None, help="deny | allow | module:function approver.")
+@click.option("--approval", default=None,
+              help="deny | allow | queue[:<seconds>] (the home's approval queue) |"
+              " module:function approver.")
 @click.option("--rug-pull", "rug_pull", type=click.Choice(["ask", "deny", "allow"]),
               default=None, help="What calls of a tool that changed since it was pinned get.")
 @click.option("--collisions", type=click.Choice(["prefix", "priority"]), default=None)

@@ -134,7 +134,8 @@ class ProxyConfig:
     shared name for the server with the highest priority and shadows the others (equal
     priorities refuse to start). ``rug_pull``: what a call of a tool whose description or
     schema changed since it was pinned gets: ``ask`` (approval), ``deny``, or ``allow`` (only
-    flagged). ``approval``: ``deny`` (default), ``allow``, or a ``module:function`` approver.
+    flagged). ``approval``: ``deny`` (default), ``allow``, ``queue`` / ``queue:<seconds>`` (the
+    home's approval queue), or a ``module:function`` approver.
     ``principal_header``: the HTTP request header naming the user a call acts for (the agent is
     the client's ``clientInfo`` name). ``idle_timeout_s``: over HTTP, how long a client session
     may go with no request in flight (and no open stream) before it ends: its upstream
@@ -176,7 +177,8 @@ class ProxyConfig:
         if self.rug_pull not in ("ask", "deny", "allow"):
             raise ConfigurationError("rug_pull must be 'ask', 'deny' or 'allow'")
         if not isinstance(self.approval, str) or not self.approval:
-            raise ConfigurationError("approval must be 'deny', 'allow' or 'module:function'")
+            raise ConfigurationError(
+                "approval must be 'deny', 'allow', 'queue[:<seconds>]' or 'module:function'")
         if not self.cancel_grace_s > 0:
             raise ConfigurationError("cancel_grace_s must be positive")
         if not _positive(self.idle_timeout_s):
@@ -389,12 +391,24 @@ def _deny_all(request: ApprovalRequest) -> ApprovalDecision:
     return ApprovalDecision(False, "config", "approval = deny in the proxy configuration")
 
 
-def resolve_approver(spec: str) -> Approver:
-    """``deny`` / ``allow`` / ``module:function`` (or a ``tooltrace.approvers`` entry point)."""
+def resolve_approver(spec: str, home: Path | None = None) -> Approver:
+    """``deny`` / ``allow`` / ``queue`` or ``queue:<seconds>`` (the home's approval queue,
+    ``tooltrace.approvalqueue``: answered with ``tooltrace approvals answer``, the console or a
+    webhook; 300 s by default) / ``module:function`` (or a ``tooltrace.approvers`` entry
+    point)."""
     if spec == "deny":
         return _deny_all
     if spec == "allow":
         return _allow_all
+    if spec == "queue" or spec.startswith("queue:"):
+        from ..approvalqueue import ApprovalQueue
+
+        try:
+            timeout = float(spec[6:]) if spec != "queue" else 300.0
+            return ApprovalQueue(home, timeout=timeout)
+        except ValueError:
+            raise ConfigurationError(
+                f"approval {spec!r}: queue:<seconds> takes a positive number") from None
     obj = load_object(spec, "tooltrace.approvers")
     if not callable(obj):
         raise ConfigurationError(f"approver {spec!r} is not callable")

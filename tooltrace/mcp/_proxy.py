@@ -154,7 +154,8 @@ class McpProxy:
         reg = create_registry(
             cfg.workspace, home=self.home, metrics=metrics, builtins=False,
             policy=policy, hooks=resolve_hooks(cfg.hooks),
-            approver=resolve_approver(cfg.approval), cancel_grace_s=cfg.cancel_grace_s,
+            approver=resolve_approver(cfg.approval, self.home),
+            cancel_grace_s=cfg.cancel_grace_s,
             max_inline_chars=cfg.max_inline_chars, preview_chars=cfg.preview_chars,
         )
         attach(reg)
