@@ -235,7 +235,10 @@ def test_the_page_renders_in_chromium_and_loads_nothing(
     # Every call of the run is on its timeline; the first 100 have a section of their own.
     n_calls = len(CANARIES) * (len(ENCODINGS) + 1)
     assert dom.count('class="label"') - dom.count('data-step=') == n_calls
-    assert dom.count('<section class="call"') == 100 and "first 100 calls are detailed" in dom
+    assert dom.count('<section class="call"') == 100 and "listed only" in dom
+    # It opens with the counts and what needs attention, before the timeline.
+    assert dom.index("Calls by status") < dom.index("What needs attention") < dom.index(
+        'class="timeline"')
     assert proxy.page_requests() == [], proxy.seen
 
 
@@ -268,7 +271,7 @@ def test_the_timeline_is_drawn_to_scale(trail: dict[str, Any]) -> None:
         assert float(width) == pytest.approx(max(2.0, float(elapsed) * scale), abs=0.11)
 
 
-def test_late_steps_are_listed_but_not_drawn() -> None:
+def test_late_steps_are_drawn_after_a_break_with_their_time() -> None:
     from tooltrace.report import StepRow
     from tooltrace.report._svg import call_timeline
 
@@ -276,9 +279,11 @@ def test_late_steps_are_listed_but_not_drawn() -> None:
              StepRow(1, "execute", 1.0, 9.0, "tool", "returned", ""),
              StepRow(1000, "resolved", 60_000.0, 0.0, "user", "ok", "", late=True)]
     svg = call_timeline(steps)
-    assert svg.count("<rect") == 2 and "resolved" not in svg
-    # The axis ends at the last drawn step (10 ms), not at the late one (60 s).
-    assert re.findall(r'class="tick">([^<]+)</text>', svg)[-1] == "10 ms"
+    assert svg.count("<rect") == 3 and svg.count('data-late="resolved"') == 1
+    assert ">+60.00 s</text>" in svg and 'data-step="resolved"' in svg
+    # The axis still ends at the last step while the call ran (10 ms), not at the late one.
+    ticks = re.findall(r'class="tick">([^<]+)</text>', svg)
+    assert [t for t in ticks if t != "//"][-1] == "10 ms"
 
 
 def test_a_call_resolved_later_shows_what_it_returned_and_its_outcome(tmp_path: Path) -> None:
@@ -293,8 +298,46 @@ def test_a_call_resolved_later_shows_what_it_returned_and_its_outcome(tmp_path: 
     assert page.exit_code == md.exit_code == 0
     assert ": returned unknown, outcome ok</h2>" in page.output
     assert "<dt>outcome</dt><dd>ok (resolved later, at " in page.output
-    # The late step is in the table (in italics), not on the timeline.
+    # The late step is in the table (in italics) and on the timeline after the break.
     assert re.search(r'<tr class="late"><td class="num">1000</td><td>resolved</td>', page.output)
     svg = page.output[page.output.index('<svg class="timeline"'):]
-    assert 'data-step="resolved"' not in svg[:svg.index("</svg>")]
+    assert 'data-late="resolved"' in svg[:svg.index("</svg>")]
+    # The legend names the colours drawn, and rejected and failed do not share one.
+    assert '<div class="legend">' in page.output
+    from tooltrace.report._svg import COLOURS
+
+    assert len({COLOURS[k] for k in ("rejected", "failed", "unknown", "cancelled", "ok")}) == 5
     assert ": returned unknown, outcome ok" in md.output and "| resolved (late) |" in md.output
+
+
+_MEASURE = ("<script>addEventListener('load',()=>{document.body.setAttribute('data-overflow',"
+            "String(document.documentElement.scrollWidth-innerWidth));"
+            "document.body.setAttribute('data-width',String(innerWidth))})</script>")
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+@pytest.mark.parametrize("which", ["run", "call", "unknown"])
+def test_no_page_overflows_horizontally_in_chromium(
+    trail: dict[str, Any], proxy: _Proxy, tmp_path: Path, width: int, which: str
+) -> None:
+    if which == "unknown":  # the demo's deploy: returned unknown, resolved ok later
+        home = tmp_path / "home"
+        runner = CliRunner()
+        assert runner.invoke(cli, ["demo", "--home", str(home)]).exit_code == 0
+        found = runner.invoke(cli, ["calls", "--home", str(home), "--status", "unknown",
+                                    "--json"])
+        text = runner.invoke(cli, ["report", "--home", str(home),
+                                   json.loads(found.output)[0]["call_id"]]).output
+    else:
+        args = ("--run", trail["run"]) if which == "run" else (trail["ids"]["hooked"],)
+        text, _ = _report(trail, *args)
+    # A copy that measures itself: the page's own policy forbids scripts, so it goes.
+    probe = tmp_path / "probe.html"
+    probe.write_text(re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", text)
+                     .replace("</body>", _MEASURE + "</body>"), encoding="utf-8")
+    dom = _chromium(probe, tmp_path, proxy, f"--window-size={width},900", "--dump-dom").stdout
+    measured = re.search(r'data-overflow="(-?\d+)"', dom)
+    shown = re.search(r'data-width="(\d+)"', dom)
+    assert measured and shown, dom[-500:]
+    assert abs(int(shown[1]) - width) <= 40  # the window is as wide as asked
+    assert int(measured[1]) <= 0, f"{which} at {width} px overflows by {measured[1]} px"

@@ -37,8 +37,11 @@ __all__ = [
 
 #: Calls of a run listed around the call a report is about (before and after it).
 AROUND = 10
-#: A run report details at most this many calls (the rest are listed, not detailed).
+#: A run report details every call that needs attention (not ok, or of an outcome other than
+#: ok) and, of the others, the first ones up to this many sections in all.
 MAX_DETAILED = 100
+#: A call needs attention when it returned, or ended as, anything but these.
+_FINE = frozenset({"ok"})
 #: A run report lists at most this many calls.
 MAX_LISTED = 1000
 
@@ -291,6 +294,11 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
 
 
+def needs_no_attention(status: str, outcome: str) -> bool:
+    """Whether a call returned ok and ended ok (everything else is shown first)."""
+    return status in _FINE and outcome in _FINE
+
+
 def build_call_report(store: AuditStore, call_id: str) -> Report:
     """The report of one call (``call_id`` may be a unique prefix): its section, and the calls
     of its run just before and after it. Raises the store's lookup errors."""
@@ -312,8 +320,9 @@ def build_call_report(store: AuditStore, call_id: str) -> Report:
 
 
 def build_run_report(store: AuditStore, run_id: str) -> Report:
-    """The report of a run: every call on one timeline, and a section for each of the first
-    ``MAX_DETAILED`` calls. Raises ``LookupError`` when the run has no call."""
+    """The report of a run: every call on one timeline, a section for every call that needs
+    attention and for the first others up to ``MAX_DETAILED``. Raises ``LookupError`` when the
+    run has no call."""
     from ..audit import explain
 
     rows = store.sql(
@@ -326,10 +335,19 @@ def build_run_report(store: AuditStore, run_id: str) -> Report:
     if len(rows) > MAX_LISTED:
         rows = rows[:MAX_LISTED]
         notes.append(f"only the first {MAX_LISTED} calls of the run are listed")
-    if len(rows) > MAX_DETAILED:
-        notes.append(f"only the first {MAX_DETAILED} calls are detailed")
+    # What needs attention is always detailed, whenever in the run it happened; the room
+    # left goes to the other calls in time order.
+    urgent = [r for r in rows if not needs_no_attention(str(r["status"]), str(r.get("outcome")
+                                                                              or r["status"]))]
+    rest = [r for r in rows if r not in urgent][: max(0, MAX_DETAILED - len(urgent))]
+    chosen = {str(r["call_id"]) for r in (*urgent, *rest)}
+    if len(chosen) < len(rows):
+        notes.append(f"every call that failed, was rejected or cancelled or is of unknown "
+                     f"outcome is detailed ({len(urgent)}), and the first {len(rest)} of the "
+                     f"others ({len(rows) - len(chosen)} listed only)")
     sections = tuple(
-        _call_report(explain(store.call(str(r["call_id"])))) for r in rows[:MAX_DETAILED]
+        _call_report(explain(store.call(str(r["call_id"]))))
+        for r in rows if str(r["call_id"]) in chosen
     )
     return Report("run", f"run {_text(run_id, 64)}", _now(), sections,
                   _neighbours(rows, None), tuple(notes))

@@ -13,19 +13,26 @@ from html import escape
 
 from ._model import NeighbourRow, StepRow
 
-__all__ = ["call_timeline", "run_timeline", "ticks"]
+__all__ = ["COLOURS", "call_timeline", "run_timeline", "ticks"]
 
 _LABEL_W = 260
 _PLOT_W = 640
 _ROW_H = 18
 _TOP = 24
-_COLOURS = {
+#: The colour of each decision and status: green went through, amber changed it, orange was
+#: refused before running (rejected), red failed while running, purple is of unknown end,
+#: grey was cancelled; anything else is blue. The pages' legends are drawn from this table.
+COLOURS = {
     "accept": "#2e7d32", "allow": "#2e7d32", "continue": "#2e7d32", "returned": "#2e7d32",
-    "ok": "#2e7d32", "approve": "#2e7d32", "admit": "#2e7d32", "modify": "#ef6c00",
-    "warn": "#ef6c00", "annotate": "#ef6c00", "reject": "#c62828", "deny": "#c62828",
-    "block": "#c62828", "raise": "#c62828", "failed": "#c62828", "rejected": "#c62828",
-    "unknown": "#6a1b9a", "cancelled": "#616161", "timeout": "#6a1b9a",
+    "ok": "#2e7d32", "approve": "#2e7d32", "admit": "#2e7d32", "modify": "#f9a825",
+    "warn": "#f9a825", "annotate": "#f9a825", "reject": "#e65100", "deny": "#e65100",
+    "block": "#e65100", "rejected": "#e65100", "raise": "#c62828", "failed": "#c62828",
+    "unknown": "#6a1b9a", "timeout": "#6a1b9a", "signal": "#6a1b9a", "unconfirmed": "#6a1b9a",
+    "abandoned": "#6a1b9a", "cancelled": "#616161",
 }
+_OTHER = "#1565c0"
+#: Room at the right edge for the steps recorded after the call returned.
+_LATE_W = 90
 
 
 def ticks(span_ms: float, count: int = 5) -> list[float]:
@@ -44,6 +51,11 @@ def _fmt_ms(ms: float) -> str:
     return f"{ms:g} ms"
 
 
+def _late_at(ms: float) -> str:
+    """When a late step happened, from the call's start: ``+2.50 s``, ``+840.0 ms``."""
+    return f"+{ms / 1000:.2f} s" if ms >= 1000 else f"+{ms:.1f} ms"
+
+
 def _axis(scale: float, marks: Sequence[float], height: int) -> list[str]:
     out = []
     for t in marks:
@@ -59,31 +71,43 @@ def _bar(y: int, x0: float, width: float, colour: str, title: str) -> str:
             f'height="{_ROW_H - 6}" fill="{colour}"><title>{escape(title)}</title></rect>')
 
 
-def _svg(rows: list[str], height: int, label: str) -> str:
-    width = _LABEL_W + _PLOT_W + 20
+def _svg(rows: list[str], height: int, label: str, extra: int = 0) -> str:
+    width = _LABEL_W + _PLOT_W + 20 + extra
     return (f'<svg class="timeline" role="img" '
             f'aria-label="{escape(label)}" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}">' + "".join(rows) + "</svg>")
 
 
 def call_timeline(steps: Sequence[StepRow]) -> str:
-    """The steps of one call that happened while it ran, to scale (late steps are listed
-    by the caller, not drawn: they would squash the rest to a line)."""
+    """The steps of one call to scale while it ran; the steps recorded after it returned (a
+    late resolution, a job's end) after a break at the right edge, each marked with its time
+    (to scale they would squash the rest to a line)."""
     drawn = [s for s in steps if not s.late]
+    late = [s for s in steps if s.late]
     span = max([s.offset_ms + s.elapsed_ms for s in drawn] + [1e-3])
     marks = ticks(span)
     scale = _PLOT_W / marks[-1]
-    height = _TOP + _ROW_H * len(drawn) + 8
+    height = _TOP + _ROW_H * (len(drawn) + len(late)) + 8
     rows = _axis(scale, marks, height)
-    for i, s in enumerate(drawn):
+    for i, s in enumerate([*drawn, *late]):
         y = _TOP + i * _ROW_H
         rows.append(f'<text x="4" y="{y + 13}" class="label" data-step="{escape(s.step)}">'
                     f'{escape(f"{s.seq} {s.step} · {s.decider}"[:60])}</text>')
         title = (f"{s.step}: {s.decision} by {s.decider}, +{s.offset_ms:g} ms, "
-                 f"{s.elapsed_ms:g} ms")
-        rows.append(_bar(y, _LABEL_W + s.offset_ms * scale, s.elapsed_ms * scale,
-                         _COLOURS.get(s.decision, "#1565c0"), title))
-    return _svg(rows, height, "timeline of the call's steps")
+                 f"{s.elapsed_ms:g} ms" + (" (after the call returned)" if s.late else ""))
+        colour = COLOURS.get(s.decision, _OTHER)
+        if not s.late:
+            rows.append(_bar(y, _LABEL_W + s.offset_ms * scale, s.elapsed_ms * scale, colour,
+                             title))
+            continue
+        x = _LABEL_W + _PLOT_W + 12
+        rows.append(f'<text x="{x - 10}" y="{y + 13}" class="tick">//</text>')
+        rows.append(f'<rect x="{x}" y="{y + 3}" width="8" height="{_ROW_H - 6}" '
+                    f'fill="{colour}" data-late="{escape(s.step)}"><title>{escape(title)}'
+                    "</title></rect>")
+        rows.append(f'<text x="{x + 12}" y="{y + 13}" class="label">'
+                    f"{escape(_late_at(s.offset_ms))}</text>")
+    return _svg(rows, height, "timeline of the call's steps", _LATE_W if late else 0)
 
 
 def run_timeline(calls: Sequence[NeighbourRow]) -> str:
@@ -99,6 +123,6 @@ def run_timeline(calls: Sequence[NeighbourRow]) -> str:
         rows.append(f'<text x="4" y="{y + 13}" class="{css}">'
                     f'{escape(f"{c.tool} {c.call_id[:13]}")}</text>')
         rows.append(_bar(y, _LABEL_W + c.offset_ms * scale, c.elapsed_ms * scale,
-                         _COLOURS.get(c.status, "#1565c0"),
+                         COLOURS.get(c.status, _OTHER),
                          f"{c.tool} {c.call_id}: {c.status}, {c.elapsed_ms:g} ms"))
     return _svg(rows, height, "timeline of the run's calls")
