@@ -322,3 +322,28 @@ def _read_json(proc: subprocess.Popen[str]) -> str:
         if line.rstrip() == "}":
             break
     return "".join(out)
+
+
+def test_a_waiting_call_outlives_a_restart_of_the_console(home: Path, tmp_path: Path) -> None:
+    agent = _agent(home, tmp_path, 90, "restart@example.com")
+    first = Console(home, tmp_path)
+    try:
+        with first.client() as cl:
+            _wait(lambda: "data-approval-id" in cl.get("/approvals").text)
+    finally:
+        first.stop()
+    second = Console(home, tmp_path)
+    try:
+        with second.client() as cl:
+            page = cl.get("/approvals").text
+            aid = page.split('data-approval-id="')[1].split('"')[0]
+            csrf = page.split('name=csrf value="')[1].split('"')[0]
+            r = cl.post(f"/approvals/{aid}", data={"decision": "approve", "csrf": csrf,
+                                                   "reason": "after a restart", "ttl": "5m"})
+            assert r.status_code == 303
+    finally:
+        second.stop()
+    (line,) = _done(agent)
+    assert line["status"] == "ok"
+    ((_, a),) = ApprovalQueue(home).answered()
+    assert (a.who, a.via, a.ttl_s) == (answerer("console"), "console", 300.0)
