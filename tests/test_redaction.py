@@ -20,8 +20,10 @@ from urllib.parse import quote, quote_plus
 import pytest
 import uuid_utils
 
+from tooltrace import Status, ToolCall, ToolRegistry
 from tooltrace.envelope import Artifact
 from tooltrace.redaction import ArtifactStore, Redactor, marker, preview
+from tooltrace.testing import RecordingSink
 
 MARKER = re.compile(r"\[REDACTED:([a-z0-9_]+)\]")
 _rng = random.Random(20261202)
@@ -398,6 +400,129 @@ def test_machine_made_tokens_without_a_digit_or_with_a_suffix(redactor: Redactor
         assert redactor.redact_text(line) is line
 
 
+# Code next to a name that holds a secret: annotations, dotted names, calls, other variables.
+CODE_NEXT_TO_SECRET_NAMES = [
+    "private_key: ec.EllipticCurvePrivateKey",
+    "private_key: Ed25519PrivateKey",
+    "    private_key: ed25519.Ed25519PrivateKey = field(repr=False)",
+    "password=get_password()",
+    "password = getpass.getpass('Password: ')",
+    "key: str",
+    "token: Optional[str]",
+    "token: str | None = None",
+    "api_key: SecretStr",
+    "credentials: CredentialsT",
+    "session: requests.Session",
+    "def login(self, password: SecretStr, retries: int = 0) -> None:",
+    'secret = os.environ["X"]',
+    "secret = os.getenv('X')",
+    "password = None",
+    "api_key = settings.API_KEY",
+    "secret_key = config.SECRET_KEY",
+    "token = self.token",
+    "password = user_password",
+    "apiKey = user_apiKey",
+    "client_secret = DEFAULT_CLIENT_SECRET",
+    '    "password": new_password,',
+    "{'api_key': api_key, 'timeout': 30}",
+    "password = await vault.read(path)",
+    "secret = secrets.token_hex(32)",
+    "passphrase = user_passphrase",
+    "token = Token.Name.Builtin",
+    "First pass: determine the layout of the page.",
+    "    api_key: Your API key for the service.",
+    "    password: Redis password (optional).",
+]
+
+
+@pytest.mark.parametrize("line", CODE_NEXT_TO_SECRET_NAMES)
+def test_code_next_to_a_secret_name_is_left_alone(redactor: Redactor, line: str) -> None:
+    assert redactor.redact_text(line) is line
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        # The issue's passwords: the first splits into capitalised pieces (NBB Zon ZO 40 ...).
+        ("note password: NBBZonZO40Vwm02MkmTO end", "NBBZonZO40Vwm02MkmTO"),
+        ("note password: abcdefGHIJ1234klmnOP end", "abcdefGHIJ1234klmnOP"),
+        ("password: NBBZonZO40Vwm02MkmTO", "NBBZonZO40Vwm02MkmTO"),
+        ("private_key: Kq3vEllipticZt9wPrivate", "Kq3vEllipticZt9wPrivate"),
+        ("password = ZWeqhFWCEPyYngFb", "ZWeqhFWCEPyYngFb"),
+        ("api_key: QPegENBQDqJDSuzHE0dRymCiarm83yM4", "QPegENBQDqJDSuzHE0dRymCiarm83yM4"),
+        ("{password: Xk3jd9Lq, user: bob}", "Xk3jd9Lq"),
+        ("password: Xk2pQ9.zLmWv8", "Xk2pQ9.zLmWv8"),
+        ("password: Summer2024 for the staging db", "Summer2024"),
+        ("client_secret = hunter2hunter", "hunter2hunter"),
+        ("DB_PASSWORD=app_user_pw", "app_user_pw"),  # a .env line holds literals
+    ],
+)
+def test_a_value_in_a_code_like_place_is_still_redacted(
+    redactor: Redactor, text: str, secret: str
+) -> None:
+    out = redactor.redact_text(text)
+    assert secret not in out and "[REDACTED:secret_assignment]" in out, out
+
+
+def test_random_tokens_seldom_read_as_names_in_code() -> None:
+    """The shapes that make a value code (a type, another variable's name) are ones a
+    generated password of 12 to 40 letters and digits does not take: none of 20,000 does
+    (about one in a hundred once passed for a type name). A word of prose (which also needs
+    two more words after it) or a dotted name takes one in several thousand at most."""
+    from tooltrace._validators import code_name, prose_word, type_name, variable_name
+
+    rng = random.Random(32)
+    tokens = [_rand_with(rng, ALNUM, rng.randint(12, 40)) for _ in range(20_000)]
+    for check in (type_name, variable_name):
+        assert not [t for t in tokens if check(t)], check.__name__
+    assert len([t for t in tokens if prose_word(t)]) <= 10
+    dotted = [f"{t[: len(t) // 2]}.{t[len(t) // 2 :]}" for t in tokens]
+    assert len([t for t in dotted if code_name(t)]) <= 20  # about 1 in 4,000
+    names = ["EllipticCurvePrivateKey", "SecretStr", "HttpUrl", "Ed25519PrivateKey", "APIKey",
+             "OpenAIChatGPTCredentials", "CancellationToken", "UUID", "str", "Optional"]
+    assert all(type_name(n) for n in names)
+    assert all(variable_name(n) for n in ["user_password", "DB_PASSWORD", "userPassword",
+                                          "passwd", "_creds", "user_apiKey", "api_key2"])
+    assert all(code_name(n) for n in ["ec.EllipticCurvePrivateKey", "os.environ", "self.api_key",
+                                      "settings.API_KEY", "grpc.ChannelCredentials", "t.Any"])
+
+
+def _rand_with(rng: random.Random, alphabet: str, n: int) -> str:
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+def test_code_in_arguments_results_and_artifacts_is_left_alone(tmp_path: Path) -> None:
+    from tooltrace import Status, ToolCall, ToolRegistry, tool
+    from tooltrace.testing import RecordingSink
+
+    source = "\n".join([*CODE_NEXT_TO_SECRET_NAMES, "password: NBBZonZO40Vwm02MkmTO"])
+
+    @tool(capability="read")
+    def review(code: str, copies: int) -> str:
+        """Return the code it was given, ``copies`` times (many copies go to an artifact)."""
+        return "\n".join([code] * copies)
+
+    sink = RecordingSink()
+    reg = ToolRegistry(workspace=tmp_path, home=tmp_path / "home", sinks=[sink])
+    reg.register(review)
+    for copies in (1, 40):
+        env = reg.call(ToolCall("review", {"code": source, "copies": copies}))
+        assert env.status is Status.OK
+        (record,) = sink.by_id(env.call_id)
+        shown = [record.args_redacted["code"], record.result_preview or ""]
+        if copies > 1:
+            assert env.artifact is not None
+            shown.append(reg.artifacts.read(env.artifact.sha256))
+        else:
+            shown.append(env.data)
+        for text in shown:
+            for line in CODE_NEXT_TO_SECRET_NAMES:
+                assert line in text, (line, text[:300])
+            assert "NBBZonZO40Vwm02MkmTO" not in text
+            assert "password: [REDACTED:secret_assignment]" in text
+    reg.shutdown()
+
+
 BENIGN = [
     "def get_token(self) -> str:",
     "token = self.get_token()",
@@ -615,6 +740,115 @@ def test_registered_values_raw_and_encoded() -> None:
         assert out == f"before {marker('registered')} after", form
     out, n = r.redact({"msg": json.dumps({"v": secret})})
     assert secret not in json.dumps(out) and n == 1
+
+
+def _ed25519_key() -> tuple[str, bytes]:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    seed = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                             serialization.NoEncryption())
+    return pem, seed
+
+
+def _key_forms(pem: str, seed: bytes, hmac_hex: str) -> dict[str, str]:
+    """Every text form of the HMAC key and the Ed25519 key a tool might print."""
+    raw = bytes.fromhex(hmac_hex)
+    body = "".join(ln for ln in pem.splitlines() if not ln.startswith("-----"))
+    return {
+        "hmac hex": hmac_hex,
+        "hmac HEX": hmac_hex.upper(),
+        "hmac base64": base64.b64encode(raw).decode(),
+        "pem": pem,
+        "pem stripped": pem.strip(),
+        "pem body": body,
+        "seed hex": seed.hex(),
+        "seed HEX": seed.hex().upper(),
+        "seed base64": base64.b64encode(seed).decode(),
+        "seed base64 unpadded": base64.b64encode(seed).decode().rstrip("="),
+        "seed base64url": base64.urlsafe_b64encode(seed).decode().rstrip("="),
+    }
+
+
+def _material(forms: dict[str, str]) -> list[str]:
+    """Pieces of key material of which none may be left: every 16 characters of every form."""
+    out: list[str] = []
+    for form in forms.values():
+        for line in form.splitlines():
+            if line.startswith("-----"):
+                continue
+            out += [line[i : i + 16] for i in range(0, max(len(line) - 15, 1), 8)]
+    return out
+
+
+@pytest.mark.parametrize(
+    "registered",
+    ["hmac hex", "hmac base64", "pem", "pem stripped", "seed hex", "seed base64"],
+)
+def test_a_registered_key_is_redacted_in_every_form_it_is_printed(registered: str) -> None:
+    """A key registered in one of its forms (an HMAC key as hex or base64, an Ed25519 key as
+    PEM, or its seed as hex or base64; as read from a file, or stripped) is redacted in the
+    forms its bytes take: hex in either case, base64 in either alphabet with or without
+    padding; a PEM's body and the seed inside it too. Each raw, URL-encoded, JSON-escaped and
+    base64-encoded, alone or in longer text, with the detectors off."""
+    pem, seed = _ed25519_key()
+    forms = _key_forms(pem, seed, os.urandom(32).hex())
+    kind = registered.split()[0]
+    group = {k: v for k, v in forms.items() if k.split()[0] == kind or (
+        kind == "pem" and k.startswith("seed"))}
+    r = Redactor(detectors=False, extra_values=[forms[registered] + "\n"])  # as read from a file
+    material = _material(group)
+    for name, form in group.items():
+        for shown in (
+            form,
+            f"{form}\n",
+            json.dumps({"stdout": f"{form}\n", "exit_code": 0}),
+            f"key={quote(form, safe='')}&next=1",
+            base64.b64encode(f"secret: {form}\n".encode()).decode(),
+            f"the key is {form} (rotate monthly)",
+        ):
+            out = r.redact_text(shown)
+            assert marker("registered") in out or marker("encoded_secret") in out, (name, shown)
+            assert not [m for m in material if m in out], (name, out)
+    # Another key's forms are not this key: nothing else is redacted.
+    for name, form in forms.items():
+        if name not in group and not name.startswith("pem"):
+            assert r.redact_text(f"x {form} y") == f"x {form} y", name
+
+
+def test_registered_keys_never_leave_a_command_run(registry: ToolRegistry, workspace: Path,
+                                                  sink: RecordingSink) -> None:
+    """Keys a real ``cat`` prints (with the file's trailing newline, in JSON, base64-encoded)
+    reach no result, record or artifact."""
+    pem, seed = _ed25519_key()
+    forms = _key_forms(pem, seed, os.urandom(32).hex())
+    for value in (forms["hmac hex"], pem, forms["seed hex"]):
+        registry.redactor.register_value(value + "\n")
+    (workspace / "keys").mkdir()
+    files = {
+        "hmac.key": forms["hmac hex"] + "\n",
+        "signing.pem": pem,
+        "seed.txt": f"{forms['seed hex']}\n{forms['seed base64']}\n",
+        "keys.json": json.dumps({name: form for name, form in forms.items()}),
+        "keys.b64": base64.b64encode(json.dumps(forms).encode()).decode() + "\n",
+        "big.txt": ("ordinary line of output\n" * 1000) + forms["seed HEX"] + "\n",
+    }
+    for name, text in files.items():
+        (workspace / "keys" / name).write_text(text)
+    material = _material(forms)
+    for name in files:
+        env = registry.call(ToolCall("run_command", {"argv": ["cat", f"keys/{name}"]}))
+        assert env.status is Status.OK, env.summary
+        (record,) = sink.by_id(env.call_id)
+        shown = [json.dumps(env.data), record.result_preview or ""]
+        if env.artifact is not None:
+            shown.append(registry.artifacts.read(env.artifact.sha256))
+        for text in shown:
+            assert not [m for m in material if m in text], (name, text[:400])
+        assert "[REDACTED:" in json.dumps(env.data) or env.artifact is not None, name
 
 
 def test_register_value_refuses_short_values() -> None:

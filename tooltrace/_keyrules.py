@@ -8,7 +8,9 @@ Two uses of one vocabulary:
   ``accessToken``; :data:`DEFAULT_KEY_PATTERNS` unless the operator gives others) has its whole
   value replaced by ``Redactor.redact`` (:func:`names_secret`).
 
-Names that talk *about* a secret (``token_type``, ``password_file``) hold none.
+Names that talk *about* a secret (``token_type``, ``password_file``) hold none; nor does code
+after a name (``private_key: ec.EllipticCurvePrivateKey``, ``password = get_password()``), a
+shape :func:`find_assignments` tells from a literal with ``tooltrace._validators``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ import re
 from collections.abc import Iterable
 
 from tooltrace import _build
-from tooltrace._validators import IDENT, benign_value, mixed, random_looking
+from tooltrace._validators import (
+    IDENT,
+    benign_value,
+    code_name,
+    prose_word,
+    random_looking,
+    type_name,
+    variable_name,
+)
 
 __all__ = [
     "DEFAULT_KEY_PATTERNS",
@@ -68,21 +78,59 @@ _ANNOTATED_DEFAULT = re.compile(
 _ASSIGN_RANK = 0
 _ASSIGN_KIND = "secret_assignment"
 
-# A CamelCase type name (SecretStr, HttpUrl, UUID, Int64) after "key:" is an annotation;
-# a random-looking token that merely starts with a capital is not.
-# A type name after "key:" (SecretStr, APIKey, Ed25519PrivateKey); no trailing digits, which
-# are the mark of a human-chosen password (Hunter2, Summer2024).
-_TYPE_LIKE = re.compile(r"(?:[A-Z][a-z]+|[A-Z]{2,4}(?![a-z])|[0-9]+(?=[A-Z]))+")
-_TYPE_NAMES = frozenset(
-    {"str", "bytes", "int", "float", "bool", "None", "object", "dict", "list", "tuple", "any"}
+# After "name:" a sentence may go on: "First pass: determine the layout", "api_key: Your API
+# key.", "password: Redis password (optional)": two more words follow the first.
+_PROSE_GOES_ON = re.compile(r"(?: +[(\"'`]*[A-Za-z][A-Za-z'-]*[.,;:!?)\"'`]*){2}")
+# What ends a name in a dict, a call's arguments or a union: "password": user_password,
+_CODE_AFTER_NAME = frozenset(",)}]|")
+# Code goes on after a name: "x = y if z", "a = b = None", "u = name + ':'", "a, b = c, d".
+_EXPRESSION_GOES_ON = re.compile(
+    r",|[ \t]+(?:=(?!=)|[-+*/%|&]=?|if|else|or|and|is|in|not|for)[ \t]"
 )
+# Keywords that start an expression: "password = await vault.read()", "token: new Token()".
+_LANGUAGE_WORDS = frozenset({"await", "lambda", "not", "yield", "new", "typeof"})
 
 
-def _dotted_name(value: str) -> bool:
-    """A dotted name in code (``module.Class``, ``self.attr``), not a token with a suffix
-    (``<random key>.txt``): no part looks machine-made."""
-    return IDENT.fullmatch(value) is not None and not any(
-        random_looking(part) for part in value.split(".")
+def _other_name(value: str) -> bool:
+    """Another variable's name (``user_password``, ``authToken``, ``_creds``, ``passwd``): a
+    lower-case word alone only when it names a secret itself, as a lower-case password may
+    be a word."""
+    if type_name(value):
+        return True
+    return variable_name(value) and (
+        "_" in value or not value.islower() or KEYWORDS.search(value) is not None
+    )
+
+
+def _reads_as_code(text: str, op: str, value: str, end: int, *, env_style: bool) -> bool:
+    """Whether an unquoted value is code rather than a literal: a call or an index
+    (``get_password()``, ``os.environ["X"]``, ``Optional[str]``), a dotted name
+    (``ec.EllipticCurvePrivateKey``, ``self.api_key``), a type after ``name:`` (``str``,
+    ``SecretStr``), another variable's name (``password = user_password``,
+    ``"password": user_password,``), or the first word of a sentence after ``name:``.
+    ``tooltrace._validators`` says how rarely a random password takes one of these shapes."""
+    nxt = text[end : end + 1]
+    if nxt in ("(", "[") and IDENT.fullmatch(value) is not None:
+        return True
+    if value in _LANGUAGE_WORDS and nxt == " ":
+        return True
+    if "." in value and not env_style and code_name(value):
+        return True
+    if "=" not in op:
+        # "key: value" is YAML-ish config, an annotation or a dict entry in code, or prose.
+        return (
+            type_name(value)
+            or (_other_name(value) and ("_" in value or nxt in _CODE_AFTER_NAME))
+            or (prose_word(value) and _PROSE_GOES_ON.match(text, end) is not None)
+        )
+    # "key = other_name" in code; "KEY=value" (a .env line) is always a literal.
+    return (
+        not env_style
+        and (" " in op or "_" in value)
+        and (
+            _other_name(value)
+            or (variable_name(value) and _EXPRESSION_GOES_ON.match(text, end) is not None)
+        )
     )
 
 
@@ -104,26 +152,10 @@ def _assignment_ok(text: str, key: str, op: str, quoted: bool, value: str, end: 
         or _META_SUFFIX.search(lower) is not None
     ):
         return False
-    if not quoted:
-        nxt = text[end : end + 1]
-        if nxt in ("(", "[", "."):
-            return False  # code: a call or an index, not a literal
-        env_style = key.isupper() and "=" in op and " " not in op
-        if "." in value and not env_style and _dotted_name(value):
-            return False  # code: a dotted name (module.Class, self.attr)
-        if "=" not in op:
-            # "key: value" is YAML/JSON-ish config, or a type annotation in code.
-            if value in _TYPE_NAMES or _TYPE_LIKE.fullmatch(value) or nxt in ("|", ",", ")", "="):
-                return False
-            if nxt == " " and value.isalpha() and value.islower():
-                return False  # prose: "First pass: determine the ..."
-        elif (
-            IDENT.fullmatch(value)
-            and not env_style
-            and not mixed(value)
-            and (" " in op or "_" in value)
-        ):
-            return False  # code: another variable's name, not a literal
+    if not quoted and _reads_as_code(
+        text, op, value, end, env_style=key.isupper() and "=" in op and " " not in op
+    ):
+        return False
     if _STRONG_KEY.search(lower) is not None:
         return len(value) >= 4
     if _WEAK_WORD.search(lower) is None:

@@ -4,6 +4,7 @@ JSON-like values; and the shared default redactor."""
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import re
 import threading
@@ -26,7 +27,44 @@ _MAX_EXCEPTION_CHARS = 500
 MIN_REGISTERED_CHARS = 4
 
 
-def _encoded_forms(value: str) -> set[str]:
+# A key's bytes travel as hex or base64 and one form is registered: the others are added. Below
+# 16 bytes a "key" is more likely a word that happens to be hex or base64.
+_MIN_KEY_BYTES = 16
+_HEX_KEY = re.compile(r"(?:[0-9a-fA-F]{2}){16,}")
+_B64_KEY = re.compile(r"[A-Za-z0-9+/]{22,}={0,2}|[A-Za-z0-9_-]{22,}={0,2}")
+_PEM_BLOCK = re.compile(
+    r"-----BEGIN [A-Z0-9 ]+-----(?P<body>[A-Za-z0-9+/=\s]+?)-----END [A-Z0-9 ]+-----"
+)
+
+
+def _key_bytes(value: str) -> bytes | None:
+    """The bytes a hex or base64 key stands for (None when ``value`` is neither, or short)."""
+    try:
+        if _HEX_KEY.fullmatch(value) is not None:
+            raw = bytes.fromhex(value)
+        elif _B64_KEY.fullmatch(value) is not None:
+            std = value.translate(_URLSAFE_TO_STD).rstrip("=")
+            raw = base64.b64decode(std + "=" * (-len(std) % 4), validate=True)
+        else:
+            return None
+    except (binascii.Error, ValueError):
+        return None
+    return raw if len(raw) >= _MIN_KEY_BYTES else None
+
+
+_URLSAFE_TO_STD = str.maketrans("-_", "+/")
+
+
+def _byte_forms(raw: bytes) -> set[str]:
+    """A key's bytes as text: hex in either case, base64 in either alphabet, padded or not."""
+    forms = {raw.hex(), raw.hex().upper()}
+    for enc in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
+        text = enc.decode("ascii")
+        forms |= {text, text.rstrip("=")}
+    return forms
+
+
+def _text_forms(value: str) -> set[str]:
     raw = value.encode("utf-8", "surrogatepass")
     forms = {value, quote(value, safe=""), quote_plus(value), json.dumps(value)[1:-1]}
     for enc in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
@@ -34,6 +72,60 @@ def _encoded_forms(value: str) -> set[str]:
         forms.add(text)
         forms.add(text.rstrip("="))
     forms.add(raw.hex())
+    return forms
+
+
+def _der_octets(der: bytes, depth: int = 0) -> list[bytes]:
+    """The contents of the OCTET STRINGs in DER, nested ones included: where a private key's
+    bytes sit (PKCS#8 wraps the key's own structure in one; an Ed25519 seed is the inner one,
+    an EC key's scalar one in SEC 1). Stops quietly at anything that is not DER."""
+    out: list[bytes] = []
+    i = 0
+    while i + 2 <= len(der) and depth < 4:
+        tag, size = der[i], der[i + 1]
+        i += 2
+        if size & 0x80:
+            width = size & 0x7F
+            if not 0 < width <= 3 or i + width > len(der):
+                break
+            size = int.from_bytes(der[i : i + width], "big")
+            i += width
+        if i + size > len(der):
+            break
+        content = der[i : i + size]
+        i += size
+        if tag == 0x04:
+            if len(content) >= _MIN_KEY_BYTES:
+                out.append(content)
+            out += _der_octets(content, depth + 1)
+        elif tag & 0x20:  # constructed: SEQUENCE, SET, [n]
+            out += _der_octets(content, depth + 1)
+    return out
+
+
+def _encoded_forms(value: str) -> set[str]:
+    """Every form a registered secret is matched in: as given and without surrounding
+    whitespace (a key read from a file ends in a newline that its uses drop), each raw and
+    URL-, JSON-, base64- or hex-encoded; a hex or base64 key's bytes in the other forms too;
+    a PEM block's body as one line and line by line, and the key bytes inside it (an Ed25519
+    seed, an EC scalar) in hex and base64."""
+    stripped = value.strip()
+    forms = _text_forms(value) | _text_forms(stripped)
+    derived: set[str] = set()
+    pem = _PEM_BLOCK.search(stripped)
+    if pem is not None:
+        lines = pem.group("body").split()
+        derived |= {ln for ln in lines if len(ln) >= _MIN_KEY_BYTES}
+        stripped = "".join(lines)
+        derived.add(stripped)
+    raw = _key_bytes(stripped)
+    if raw is not None:
+        derived |= _byte_forms(raw)
+        if pem is not None:
+            for octets in _der_octets(raw):
+                derived |= _byte_forms(octets)
+    # Hex and base64 are plain ASCII; only base64's "+/=" change when URL-encoded.
+    forms |= derived | {quote(f, safe="") for f in derived}
     return {f for f in forms if len(f) >= MIN_REGISTERED_CHARS}
 
 
@@ -101,10 +193,10 @@ class Redactor:
     def register_value(self, value: str) -> None:
         """Register a secret the operator knows; it is redacted raw and encoded.
 
-        Values shorter than 4 characters are refused (``ValueError``): they would redact
-        ordinary text.
+        Values shorter than 4 characters (surrounding whitespace aside) are refused
+        (``ValueError``): they would redact ordinary text.
         """
-        if not isinstance(value, str) or len(value) < MIN_REGISTERED_CHARS:
+        if not isinstance(value, str) or len(value.strip()) < MIN_REGISTERED_CHARS:
             raise ValueError(f"a registered secret must be a string of >= {MIN_REGISTERED_CHARS}")
         forms = _encoded_forms(value)
         with self._lock:
@@ -173,7 +265,8 @@ class Redactor:
         ):
             text, n = detect(text)
             count += n
-        if self._detectors and depth < MAX_ENCODED_DEPTH:
+        # Encoded text is decoded for registered values too, also with the detectors off.
+        if (self._detectors or registered is not None) and depth < MAX_ENCODED_DEPTH:
             # The cheap escape search gates the token regex (which is slow on long text).
             if "%" in text and PCT_ESCAPE.search(text) is not None:
                 text, n = self._redact_encoded(text, PCT_TOKEN, unquote_pieces, depth, decoded=True)

@@ -189,6 +189,26 @@ def _key_with_suffix(rng: random.Random) -> tuple[str, str, str]:
     return f"api_key={core}{rng.choice(['.txt', '.json', '.pem'])}", core, core
 
 
+# A generated password (letters and digits, 12 to 40 of them) after a name that says what it
+# is. About one in a hundred such passwords splits into capitalised pieces that once read as a
+# type name (NBBZonZO40Vwm02MkmTO after "password:").
+PASSWORD_LENGTHS = (12, 40)
+PASSWORD_STYLES = (
+    "note password: {v} end", "password: {v}", "password={v}", '"password": "{v}"',
+    "password = {v}",
+)
+
+
+def random_password(rng: random.Random) -> str:
+    """A password as a generator makes it: letters and digits, 12 to 40 of them."""
+    return _r(rng, ALNUM, rng.randint(*PASSWORD_LENGTHS))
+
+
+def _password(rng: random.Random) -> tuple[str, str, str]:
+    core = random_password(rng)
+    return rng.choice(PASSWORD_STYLES).format(v=core), core, core
+
+
 def _registered(rng: random.Random) -> tuple[str, str, str]:
     core = "op-" + _r(rng, ALNUM, 28)
     return f"the deploy passphrase is {core} (rotate monthly)", core, core[3:]
@@ -227,6 +247,7 @@ KINDS: dict[str, Maker] = {
     "aws_secret_urlencoded": _aws_secret_urlencoded,
     "bearer_no_digit": _bearer_no_digit,
     "key_with_suffix": _key_with_suffix,
+    "password": _password,
 }
 
 
@@ -307,8 +328,9 @@ def windows(form: str) -> list[str]:
     return out
 
 
-# Characters of every form above: a leaked run is a substring of a run of these.
-_RUN = re.compile(rb"[A-Za-z0-9+/=_\-.~%\\!*]{16,}")
+# Characters of every form above: a leaked run is a substring of a run of these, at least as
+# long as the shortest core (a generated password of 12).
+_RUN = re.compile(rb"[A-Za-z0-9+/=_\-.~%\\!*]{12,}")
 _HEXISH = re.compile(rb"[0-9a-f\-]+")
 
 
@@ -342,8 +364,8 @@ class Finder:
             if _HEXISH.fullmatch(run):
                 continue
             n = len(run)
-            for i in range(n - WINDOW + 1):
-                c = win.get(run[i : i + WINDOW])
+            for i in range(n):
+                c = win.get(run[i : i + WINDOW]) if i + WINDOW <= n else None
                 if c is not None and c.core not in hits:
                     hits[c.core] = (c, data.find(run))
                 for ln in lens:

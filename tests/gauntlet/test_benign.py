@@ -1,11 +1,13 @@
 """The other side of redaction: a benign corpus stays as it is.
 
 100,000 lines (CI: 10,000) mixing source code (the Python standard library), prose (license
-texts and docstrings), UUIDs, git SHAs and sha256 digests in their usual contexts, base64 images
-and prose after header names ("Authorization: see the docs at ..."); at most 0.5% may be
-altered, and none of the identifiers, digests, images or header prose. The digests and UUIDv7
-call ids tooltrace itself writes are never altered, neither by the Redactor nor on their way
-through the registry.
+texts and docstrings), UUIDs, git SHAs and sha256 digests in their usual contexts, base64 images,
+prose after header names ("Authorization: see the docs at ...") and code next to names that
+hold secrets (``private_key: ec.EllipticCurvePrivateKey``, ``password=get_password()``,
+``secret = os.environ["X"]``); at most 0.5% may be altered, and none of the identifiers,
+digests, images, header prose or code next to secret names. The digests and UUIDv7 call ids
+tooltrace itself writes are never altered, neither by the Redactor nor on their way through
+the registry.
 """
 
 from __future__ import annotations
@@ -61,6 +63,46 @@ def _prose_lines() -> list[str]:
     return out
 
 
+# Code next to a name that holds a secret: type annotations, dotted names, calls, other
+# variables. Each holds no secret, whichever name it stands next to.
+_SECRET_NAMES = (
+    "password", "api_key", "private_key", "secret", "client_secret", "token", "access_token",
+    "auth_token", "session", "credentials", "signing_key", "db_password", "passphrase", "apiKey",
+)
+_TYPES = (
+    "str", "bytes", "SecretStr", "Optional[str]", "str | None", "ec.EllipticCurvePrivateKey",
+    "Ed25519PrivateKey", "rsa.RSAPrivateKey", "HttpUrl", "UUID", "dict[str, str]", "APIKey",
+    "CancellationToken", "requests.Session", "Credentials", "AuthBase", "SecretBytes", "Any",
+    "typing.Optional[bytes]", "Annotated[str, Field(min_length=8)]", "PrivateKeyTypes",
+    "ed25519.Ed25519PrivateKey", "Token", "AccessToken", "Union[str, None]", "Callable[[], str]",
+    "HTTPBasicCredentials", "CredentialsT", "t.Any",
+)
+_VALUES = (
+    "None", "get_password()", 'os.environ["SECRET"]', 'os.getenv("SECRET")',
+    "settings.SECRET_KEY", "self.{n}", "config.{n}", "user_{n}", "getpass.getpass()",
+    "request.form['password']", "kwargs.get('token')", "load_key(path)", "_creds",
+    "await get_api_key()", "Field(default=None)", "ec.generate_private_key(ec.SECP256R1())",
+    "Ed25519PrivateKey.generate()", "args.{n}", "{n}", "new_{n}", "DEFAULT_{N}", "self._{n}",
+    "secrets.token_hex(32)", "base64.b64decode(raw)", "read_secret(path)",
+)
+_ANNOTATED = (
+    "{n}: {t}", "    {n}: {t}", "{n}: {t} = None", "    def f(self, {n}: {t}) -> None:",
+    "def f({n}: {t}, retries: int = 0):", "{n}: {t} = Field(...)", "        {n}: {t},",
+)
+_ASSIGNED = (
+    "{n} = {v}", "{n}={v}", "    self.{n} = {v}", '    "{n}": {v},', "f({n}={v})",
+    "{n} = {v}  # from the vault",
+)
+
+
+def _secret_name_code(rng: random.Random) -> str:
+    name = rng.choice(_SECRET_NAMES)
+    if rng.random() < 0.5:
+        return rng.choice(_ANNOTATED).format(n=name, t=rng.choice(_TYPES))
+    value = rng.choice(_VALUES).format(n=name, N=name.upper())
+    return rng.choice(_ASSIGNED).format(n=name, v=value)
+
+
 def _generated(rng: random.Random, kind: str, i: int) -> str:
     sha = hashlib.sha256(f"{kind}{i}".encode()).hexdigest()
     git = hashlib.sha1(f"{kind}{i}".encode()).hexdigest()
@@ -80,6 +122,8 @@ def _generated(rng: random.Random, kind: str, i: int) -> str:
             f"sha256:{sha}", f"{sha}  dist/tooltrace-0.1.0.tar.gz", f'"digest": "sha256:{sha}"',
             f"secret_sha256={sha}", f"--hash=sha256:{sha}", f"checksum {sha.upper()}",
         ])
+    if kind == "secret_name_code":
+        return _secret_name_code(rng)
     if kind == "header_prose":
         # Documentation about a header: the words after its name are prose, not a credential.
         name = rng.choice(["Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie"])
@@ -105,8 +149,9 @@ def test_benign_corpus_is_left_alone() -> None:
     rng = random.Random(20261202)
     source, prose = _source_lines(), _prose_lines()
     assert len(source) > 50_000 and len(prose) > 2_000
-    mix = [("source", 0.35), ("prose", 0.20), ("uuid", 0.10), ("git", 0.10),
-           ("sha256", 0.10), ("base64_image", 0.10), ("header_prose", 0.05)]
+    mix = [("source", 0.30), ("prose", 0.20), ("uuid", 0.10), ("git", 0.10),
+           ("sha256", 0.10), ("base64_image", 0.10), ("header_prose", 0.05),
+           ("secret_name_code", 0.05)]
     lines: list[tuple[str, str]] = []
     for kind, share in mix:
         n = int(N_LINES * share)
@@ -127,8 +172,8 @@ def test_benign_corpus_is_left_alone() -> None:
            **{f"altered_{k}": len(v) for k, v in altered.items()})
     assert rate <= 0.005, {k: v[:5] for k, v in altered.items() if v}
     # Identifiers and digests are never touched, whatever name they sit next to; nor is prose
-    # after a header name.
-    for kind in ("uuid", "git", "sha256", "base64_image", "header_prose"):
+    # after a header name, nor code next to a name that holds a secret.
+    for kind in ("uuid", "git", "sha256", "base64_image", "header_prose", "secret_name_code"):
         assert not altered[kind], altered[kind][:5]
 
 

@@ -1,4 +1,4 @@
-"""Secret canaries: fake credentials of 32 kinds, each raw, base64, percent-encoded and JSON-
+"""Secret canaries: fake credentials of 33 kinds, each raw, base64, percent-encoded and JSON-
 escaped, placed in arguments, results (as values and as mapping keys), exception messages, hook
 inputs and outputs, approvers' reasons (and approved arguments), command output (split across
 two flushes) and file contents, through a registry with every sink on.
@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import random
 import re
 import sys
 import time
@@ -51,7 +52,15 @@ from tooltrace.cli import main as cli
 from tooltrace.telemetry.audit import compact
 from tooltrace.telemetry.tracing import TracingSink
 
-from ._canaries import ENCODINGS, KINDS, Canary, Finder, make_canaries
+from ._canaries import (
+    ENCODINGS,
+    KINDS,
+    PASSWORD_STYLES,
+    Canary,
+    Finder,
+    make_canaries,
+    random_password,
+)
 from ._figures import LONG, record, size
 from ._sinks import home_blobs, snapshot_folder_is_owner_only
 
@@ -59,6 +68,7 @@ N_CANARIES = size(312, 10_000)
 SEED = int(os.environ.get("TOOLTRACE_CANARY_SEED", "20261202"))
 PER_COMMAND = 26  # canaries printed by one run_command child (each in 4 encodings)
 AUTOPSIES = size(40, 300)
+N_PASSWORDS = size(3000, 50_000)
 
 # The second placement of each (canary, encoding), besides arguments and result, rotates here.
 EXTRA = (
@@ -386,3 +396,28 @@ def test_canaries_in_the_call_envelope_fields(tmp_path: Path) -> None:
     reg.shutdown()
     record("canaries in envelope fields", canaries=len(canaries), **leaks)
     assert not leaks, leaks
+
+
+def test_generated_passwords_after_their_name_are_never_kept() -> None:
+    """Generated passwords (letters and digits, 12 to 40) after ``password:``, ``password=``,
+    ``password = ``, ``"password": "..."`` and inside a sentence are redacted whatever their
+    letters happen to spell, in every encoding. About one in a hundred of them splits into
+    capitalised pieces (``NBBZonZO40Vwm02MkmTO``) and once passed for a type name."""
+    rng = random.Random(SEED + 2)
+    canaries = [Canary("password", pw, pw, pw) for pw in
+                (random_password(rng) for _ in range(N_PASSWORDS))]
+    finder = Finder(canaries)
+    red = Redactor()
+    kept: list[tuple[str, str]] = []
+    for c in canaries:
+        for style in PASSWORD_STYLES:
+            for encoding, fn in ENCODINGS.items():
+                placed = fn(style.format(v=c.secret))
+                out = red.redact_text(placed)
+                if out == placed or finder.find(out.encode()):
+                    kept.append((encoding, placed))
+    record("generated passwords", passwords=len(canaries), styles=len(PASSWORD_STYLES),
+           encodings=len(ENCODINGS), kept=len(kept))
+    assert not kept, kept[:20]
+    # The search itself finds each password as placed.
+    assert all(finder.find(c.secret.encode()) for c in canaries[:100])
