@@ -227,3 +227,70 @@ def test_the_live_file_forgets_every_finished_call(tmp_path: Path) -> None:
         release.set()
         t.join(30)
         reg.shutdown()
+
+
+def test_on_a_terminal_tail_keeps_the_calls_in_flight_and_a_summary_at_the_bottom(
+    tmp_path: Path,
+) -> None:
+    import pty
+    import re
+
+    release = threading.Event()
+
+    @tool(execution="thread")
+    def held(ctx: CallContext) -> str:
+        """Reports progress, then waits: the call in flight."""
+        ctx.progress(1, 4, "a quarter")
+        release.wait(60)
+        return "done"
+
+    @tool
+    def quick() -> str:
+        """Returns at once."""
+        return "done"
+
+    home = tmp_path / "home"
+    reg = create_registry(tmp_path, home=home, metrics=False, logging=False, builtins=False)
+    reg.register(held)
+    reg.register(quick)
+    for _ in range(3):
+        reg.call(ToolCall("quick", {}))
+    t = threading.Thread(target=lambda: reg.call(ToolCall("held", {})))
+    t.start()
+    try:
+        reg.flush()
+        for _ in range(500):
+            if list(read_live(audit_dir(home))):
+                break
+            threading.Event().wait(0.01)
+        leader, follower = pty.openpty()
+        env = {**os.environ, "COLUMNS": "80", "NO_COLOR": "1"}
+        proc = subprocess.Popen([EXE, "tail", "--home", str(home), "--from-start",
+                                 "--duration", "1.5", "--interval", "0.05"],
+                                stdin=follower, stdout=follower, stderr=follower, env=env)
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:
+                break  # the tail exited and closed its end
+            if not data:
+                break
+            chunks.append(data)
+        proc.wait(30)
+        os.close(leader)
+    finally:
+        release.set()
+        t.join(30)
+        reg.shutdown()
+    raw = b"".join(chunks).decode(errors="replace")
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", raw)
+    lines = [ln.rstrip("\r") for ln in text.split("\n") if ln.strip()]
+    assert proc.returncode == 0, text
+    assert sum(ln[9:18].strip() == "ok" and "quick" in ln for ln in lines) == 3
+    assert any(ln[9:18].strip() == "running" and "held" in ln and "25%" in ln for ln in lines)
+    assert any(ln.startswith("-- 1 in flight; 3 finished (3 ok)") for ln in lines), lines
+    assert max(map(len, lines)) <= 80
+    # The bottom block is redrawn only when it changes: never once per look at the trail.
+    assert text.count("-- 1 in flight") <= 4, text.count("-- 1 in flight")
