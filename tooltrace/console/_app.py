@@ -117,7 +117,7 @@ class _Console:
             return self.not_found("no call of this run is in the trail")
         from ..report import render_html
 
-        link = f'<p><a href="/calls?run={_pages._e(rid)}">live calls of this run</a></p>'
+        link = f'<p><a href="/calls?run={_pages.esc(rid)}">live calls of this run</a></p>'
         return self.page(f"run {rid}", _pages.report_page(render_html(rep), link), "runs")
 
     async def any_id(self, request: Request) -> Response:
@@ -163,7 +163,7 @@ class _Console:
         except ApprovalNotFound:
             return self.not_found("no approval request has this id")
         except (AlreadyAnswered, ApprovalExpired) as exc:
-            return self.page("Too late", f"<h1>Not recorded</h1><p>{_pages._e(exc)}</p>"
+            return self.page("Too late", f"<h1>Not recorded</h1><p>{_pages.esc(exc)}</p>"
                              '<p><a href="/approvals">back</a></p>', "approvals", status=409)
         return RedirectResponse(f"/approvals#{aid}", status_code=303)
 
@@ -251,7 +251,7 @@ def _live(line: dict[str, Any]) -> dict[str, Any]:
             "principal": _REDACT(_pages.principal_text(line.get("principal"))),
             "elapsed": f"{elapsed:.1f} ms",
             "summary": _REDACT(str(line.get("summary") or ""))[:300],
-            "at": _pages._time(at) if isinstance(at, int) else ""}
+            "at": _pages.when(at) if isinstance(at, int) else ""}
 
 
 def _ttl(value: str) -> float | None:
@@ -277,7 +277,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         # The trail changes under a reader (segments sealed, compacted, moved): the next look
         # usually succeeds. Only the error's type is shown, never its text.
         return c.page("Try again", "<h1>The trail could not be read just now</h1>"
-                      f"<p>{_pages._e(type(exc).__name__)}: reload the page.</p>", "",
+                      f"<p>{_pages.esc(type(exc).__name__)}: reload the page.</p>", "",
                       status=503)
 
     routes = [

@@ -19,8 +19,8 @@ import orjson
 from ..approvalqueue import PendingApproval, QueueAnswer
 from ..redaction import default_redactor
 
-__all__ = ["approvals_page", "calls_page", "layout", "pending_section", "report_page",
-           "runs_page", "stats_page"]
+__all__ = ["APPROVALS_JS", "LIVE_JS", "approvals_page", "calls_page", "esc", "layout",
+           "pending_section", "principal_text", "report_page", "runs_page", "stats_page", "when"]
 
 _REDACT = default_redactor().redact_text
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b")
@@ -92,11 +92,13 @@ es.addEventListener('approvals',async e=>{const ids=e.data;
 """
 
 
-def _e(value: Any) -> str:
+def esc(value: Any) -> str:
+    """A value as HTML text: redacted once more, then escaped."""
     return escape(_REDACT("" if value is None else str(value)), quote=True)
 
 
-def _time(v: Any) -> str:
+def when(v: Any) -> str:
+    """A time (datetime or microseconds since the epoch) as ``YYYY-MM-DD HH:MM:SS`` (UTC)."""
     if isinstance(v, dt.datetime):
         return v.strftime("%Y-%m-%d %H:%M:%S")
     if isinstance(v, int):
@@ -122,35 +124,35 @@ def layout(title: str, body: str, *, active: str, nonce: str, script: str = "",
     return ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
             '<meta name=viewport content="width=device-width, initial-scale=1">'
             '<meta name=referrer content=same-origin>'
-            f"<title>{_e(title)} · tooltrace</title><style>{_STYLE}</style></head><body>"
+            f"<title>{esc(title)} · tooltrace</title><style>{_STYLE}</style></head><body>"
             f"<header><b>tooltrace</b>{nav}{ro}</header><main>{body}</main>{js}</body></html>")
 
 
 def _status(s: Any) -> str:
-    return f'<span class="s-{_e(s)}">{_e(s)}</span>'
+    return f'<span class="s-{esc(s)}">{esc(s)}</span>'
 
 
 def _call_row(r: dict[str, Any]) -> str:
     cid, run = str(r["call_id"]), str(r.get("run_id") or "")
     who = principal_text({"user": r.get("user"), "agent": r.get("agent")})
     elapsed = r.get("elapsed_ms")
-    return (f'<tr id="c-{_e(cid)}" data-status="{_e(r.get("status"))}">'
-            f"<td>{_e(_time(r.get('started_at')))}</td><td>{_status(r.get('status'))}</td>"
-            f'<td><a href="/calls/{_e(cid)}">{_e(r.get("tool"))}</a></td><td>{_e(who)}</td>'
+    return (f'<tr id="c-{esc(cid)}" data-status="{esc(r.get("status"))}">'
+            f"<td>{esc(when(r.get('started_at')))}</td><td>{_status(r.get('status'))}</td>"
+            f'<td><a href="/calls/{esc(cid)}">{esc(r.get("tool"))}</a></td><td>{esc(who)}</td>'
             f'<td class=num>{"" if elapsed is None else f"{float(elapsed):.1f} ms"}</td>'
-            f'<td class=sum>{_e(r.get("summary"))}</td>'
-            f'<td><a href="/runs/{_e(run)}">{_e(run[:13])}</a></td></tr>')
+            f'<td class=sum>{esc(r.get("summary"))}</td>'
+            f'<td><a href="/runs/{esc(run)}">{esc(run[:13])}</a></td></tr>')
 
 
 def calls_page(rows: Sequence[dict[str, Any]], f: Any, query: str) -> str:
     """The live calls page body: filters, and a table the live view prepends to."""
     def sel(name: str, options: Sequence[str], current: str | None) -> str:
-        opts = "".join(f'<option value="{_e(o)}"{" selected" if o == current else ""}>'
-                       f"{_e(o) or 'any'}</option>" for o in ("", *options))
+        opts = "".join(f'<option value="{esc(o)}"{" selected" if o == current else ""}>'
+                       f"{esc(o) or 'any'}</option>" for o in ("", *options))
         return f'<label>{name}<select name="{name}">{opts}</select></label>'
 
     def text(name: str, current: str | None) -> str:
-        return (f'<label>{name}<input type=text name="{name}" value="{_e(current or "")}" '
+        return (f'<label>{name}<input type=text name="{name}" value="{esc(current or "")}" '
                 f'size=14></label>')
 
     filters = ('<form class=filters method=get action="/calls">'
@@ -162,7 +164,7 @@ def calls_page(rows: Sequence[dict[str, Any]], f: Any, query: str) -> str:
     body = "".join(_call_row(r) for r in rows)
     return (f"<h1>Live calls <span class=muted>(<span id=count>{len(rows)}</span> shown; new "
             f"ones appear as they finish)</span></h1>{filters}"
-            f'<div class=scroll id=live data-query="{_e(query)}"><table><thead><tr>{head}</tr>'
+            f'<div class=scroll id=live data-query="{esc(query)}"><table><thead><tr>{head}</tr>'
             f"</thead><tbody>{body}</tbody></table></div>")
 
 
@@ -175,9 +177,9 @@ def runs_page(rows: Sequence[dict[str, Any]]) -> str:
         run = str(r["run_id"])
         nums = "".join(f"<td class=num>{int(r[k])}</td>" for k in
                        ("calls", "ok", "rejected", "failed", "cancelled", "unknown"))
-        out.append(f'<tr><td><a class=mono href="/runs/{_e(run)}">{_e(run)}</a></td>{nums}'
-                   f"<td>{_e(_time(r['first_at']))}</td><td>{_e(_time(r['last_at']))}</td>"
-                   f"<td>{_e(r['tools'])}</td></tr>")
+        out.append(f'<tr><td><a class=mono href="/runs/{esc(run)}">{esc(run)}</a></td>{nums}'
+                   f"<td>{esc(when(r['first_at']))}</td><td>{esc(when(r['last_at']))}</td>"
+                   f"<td>{esc(r['tools'])}</td></tr>")
     return (f"<h1>Runs</h1><div class=scroll><table><thead><tr>{head}</tr></thead><tbody>"
             f"{''.join(out) or '<tr><td colspan=10>no calls recorded yet</td></tr>'}"
             "</tbody></table></div>")
@@ -210,21 +212,21 @@ def pending_section(pending: Sequence[PendingApproval], csrf: str, read_only: bo
         args = orjson.dumps(p.arguments, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
         left = max(0, (p.expires_at_us - dt.datetime.now(dt.UTC).timestamp() * 1e6) / 1e6)
         form = "" if read_only else (
-            f'<form method=post action="/approvals/{_e(p.approval_id)}">'
+            f'<form method=post action="/approvals/{esc(p.approval_id)}">'
             f'<input type=hidden name=csrf value="{escape(csrf, quote=True)}">'
             '<label>reason <input type=text name=reason maxlength=300></label>'
             '<label>TTL <input type=text name=ttl size=6 placeholder="e.g. 10m"></label>'
             '<button class=approve name=decision value=approve>Approve</button>'
             '<button class=deny name=decision value=deny>Deny</button></form>')
         out.append(
-            f'<div class=card id="{_e(p.approval_id)}" data-approval-id="{_e(p.approval_id)}">'
-            f"<b>{_e(p.tool)}</b> <span class=muted>asked by rule {_e(p.rule)}</span>"
-            f"<dl><dt>why</dt><dd>{_e(p.reason)}</dd>"
-            f"<dt>for</dt><dd>{_e(principal_text(p.principal)) or '-'}</dd>"
-            f'<dt>call</dt><dd><a class=mono href="/calls/{_e(p.call_id)}">{_e(p.call_id)}</a>'
-            f'</dd><dt>run</dt><dd><a class=mono href="/runs/{_e(p.run_id)}">{_e(p.run_id)}</a>'
-            f"</dd><dt>arguments</dt><dd><pre class=mono>{_e(args.decode())}</pre></dd>"
-            f"<dt>sha256</dt><dd class=mono>{_e(p.arguments_sha256)}</dd>"
+            f'<div class=card id="{esc(p.approval_id)}" data-approval-id="{esc(p.approval_id)}">'
+            f"<b>{esc(p.tool)}</b> <span class=muted>asked by rule {esc(p.rule)}</span>"
+            f"<dl><dt>why</dt><dd>{esc(p.reason)}</dd>"
+            f"<dt>for</dt><dd>{esc(principal_text(p.principal)) or '-'}</dd>"
+            f'<dt>call</dt><dd><a class=mono href="/calls/{esc(p.call_id)}">{esc(p.call_id)}</a>'
+            f'</dd><dt>run</dt><dd><a class=mono href="/runs/{esc(p.run_id)}">{esc(p.run_id)}</a>'
+            f"</dd><dt>arguments</dt><dd><pre class=mono>{esc(args.decode())}</pre></dd>"
+            f"<dt>sha256</dt><dd class=mono>{esc(p.arguments_sha256)}</dd>"
             f"<dt>expires in</dt><dd>{left:.0f} s (then denied)</dd></dl>{form}</div>")
     return "".join(out)
 
@@ -234,17 +236,17 @@ def approvals_page(pending: Sequence[PendingApproval],
                    read_only: bool) -> str:
     """Pending requests (with answer forms) and the answered ones with who and when."""
     rows = "".join(
-        f'<tr data-approval-id="{_e(p.approval_id)}"><td>{_e(_time(a.answered_at_us))}</td>'
+        f'<tr data-approval-id="{esc(p.approval_id)}"><td>{esc(when(a.answered_at_us))}</td>'
         f'<td class="s-{"ok" if a.approved else "rejected"}">'
-        f'{"approved" if a.approved else "denied"}</td><td>{_e(a.who)}</td>'
-        f"<td>{_e(a.via)}</td><td>{_e(p.tool)}</td><td>{_e(a.reason)}</td>"
+        f'{"approved" if a.approved else "denied"}</td><td>{esc(a.who)}</td>'
+        f"<td>{esc(a.via)}</td><td>{esc(p.tool)}</td><td>{esc(a.reason)}</td>"
         f'<td>{"" if a.ttl_s is None else f"{a.ttl_s:g} s"}</td>'
-        f'<td><a class=mono href="/calls/{_e(p.call_id)}">{_e(p.call_id[:13])}</a></td></tr>'
+        f'<td><a class=mono href="/calls/{esc(p.call_id)}">{esc(p.call_id[:13])}</a></td></tr>'
         for p, a in answered)
     head = "".join(f"<th>{h}</th>" for h in ("answered (UTC)", "answer", "who", "via", "tool",
                                              "reason", "ttl", "call"))
     ids = ",".join(p.approval_id for p in pending)
-    return (f'<h1>Approvals</h1><h2>Waiting</h2><div id=pending data-ids="{_e(ids)}">'
+    return (f'<h1>Approvals</h1><h2>Waiting</h2><div id=pending data-ids="{esc(ids)}">'
             f"{pending_section(pending, csrf, read_only)}</div><h2>Answered</h2>"
             f"<div class=scroll><table id=answered><thead><tr>{head}</tr></thead><tbody>"
             f"{rows or '<tr><td colspan=8>none yet</td></tr>'}</tbody></table></div>")
@@ -258,13 +260,13 @@ def _bars(title: str, values: Sequence[tuple[str, float]], fmt: str, vmax: float
     for i, (label, v) in enumerate(values):
         w = 0 if top <= 0 else max(1.0, 130 * v / top) if v > 0 else 0
         y = i * row
-        parts.append(f'<text x="0" y="{y + 13}">{_e(label[:16])}</text>'
+        parts.append(f'<text x="0" y="{y + 13}">{esc(label[:16])}</text>'
                      f'<rect x="120" y="{y + 3}" width="{w:.1f}" height="12" fill="#3f6fa5">'
-                     f"<title>{_e(label)}: {fmt.format(v)}</title></rect>"
+                     f"<title>{esc(label)}: {fmt.format(v)}</title></rect>"
                      f'<text x="{124 + w:.1f}" y="{y + 13}">{fmt.format(v)}</text>')
     h = max(row, row * len(values))
-    return (f'<div class=chart><h3>{_e(title)}</h3><svg width="{width}" height="{h}" '
-            f'viewBox="0 0 {width} {h}" role=img aria-label="{_e(title)}">{"".join(parts)}'
+    return (f'<div class=chart><h3>{esc(title)}</h3><svg width="{width}" height="{h}" '
+            f'viewBox="0 0 {width} {h}" role=img aria-label="{esc(title)}">{"".join(parts)}'
             "</svg></div>")
 
 
@@ -302,8 +304,8 @@ def stats_page(rows: Sequence[dict[str, Any]], rate: dict[str, list[tuple[int, i
             "offload_ratio", "p50_ms", "p95_ms")
     head = "".join(f"<th>{h}</th>" for h in ("tool", *keys, "calls/min (last hour)"))
     body = "".join(
-        f'<tr><td><a href="/calls?tool={quote(t)}">{_e(t)}</a></td>'
-        + "".join(f"<td class=num>{_e(r[k])}</td>" for k in keys)
+        f'<tr><td><a href="/calls?tool={quote(t)}">{esc(t)}</a></td>'
+        + "".join(f"<td class=num>{esc(r[k])}</td>" for k in keys)
         + f"<td>{_spark(rate.get(t, []))}</td></tr>" for t, r in zip(tools, rows, strict=True))
     return (f"<h1>Stats per tool</h1><div class=charts>{charts}</div><div class=scroll><table>"
             f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
