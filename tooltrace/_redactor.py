@@ -32,6 +32,7 @@ MIN_REGISTERED_CHARS = 4
 _MIN_KEY_BYTES = 16
 _HEX_KEY = re.compile(r"(?:[0-9a-fA-F]{2}){16,}")
 _B64_KEY = re.compile(r"[A-Za-z0-9+/]{22,}={0,2}|[A-Za-z0-9_-]{22,}={0,2}")
+_URLSAFE_TO_STD = str.maketrans("-_", "+/")
 _PEM_BLOCK = re.compile(
     r"-----BEGIN [A-Z0-9 ]+-----(?P<body>[A-Za-z0-9+/=\s]+?)-----END [A-Z0-9 ]+-----"
 )
@@ -50,9 +51,6 @@ def _key_bytes(value: str) -> bytes | None:
     except (binascii.Error, ValueError):
         return None
     return raw if len(raw) >= _MIN_KEY_BYTES else None
-
-
-_URLSAFE_TO_STD = str.maketrans("-_", "+/")
 
 
 def _byte_forms(raw: bytes) -> set[str]:
@@ -191,7 +189,9 @@ class Redactor:
             self.register_value(value)
 
     def register_value(self, value: str) -> None:
-        """Register a secret the operator knows; it is redacted raw and encoded.
+        """Register a secret the operator knows; it is redacted raw and encoded, with or
+        without surrounding whitespace, and a hex, base64 or PEM key also in the other forms
+        its bytes take (``_encoded_forms`` lists them).
 
         Values shorter than 4 characters (surrounding whitespace aside) are refused
         (``ValueError``): they would redact ordinary text.

@@ -19,7 +19,9 @@ Three kinds of rule:
   their base64, URL-encoded and JSON-escaped forms.
 
 Benign text is left alone on purpose: UUIDs, git SHAs (40 hex) and sha256 digests (64 hex) are
-never treated as secrets, not even next to a key-like name.
+never treated as secrets, not even next to a key-like name; nor is code after such a name
+(``private_key: ec.EllipticCurvePrivateKey``, ``password = get_password()``), in shapes a
+generated password does not take (``docs/guide/redaction.md`` lists them).
 
 Where the rules live: the detector table in ``tooltrace/_detectors.py`` (its validators in
 ``_validators.py``), the key rules in ``_keyrules.py``, encoded secrets in ``_encoded.py`` and
