@@ -148,3 +148,31 @@ def test_a_value_msgspec_refuses_goes_through_the_fallback_and_the_trail(tmp_pat
     assert sink.dropped == 0
     rep = verify(home)
     assert rep.ok and rep.records == 1, rep.findings
+
+
+def test_a_public_key_in_each_form_it_is_read_from(tmp_path: object) -> None:
+    """RFC 8032's test public key as 64 hex digits, as a file of them, of the raw 32 bytes and
+    of SubjectPublicKeyInfo PEM: the same key id each time; a file of 31 bytes is an error."""
+    from pathlib import Path
+
+    import pytest
+
+    from tooltrace.exceptions import ConfigurationError
+
+    tmp = Path(str(tmp_path))
+    raw = bytes.fromhex(RFC_PUBLIC)
+    pem = ("-----BEGIN PUBLIC KEY-----\n"
+           "MCowBQYDK2VwAyEA11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=\n"
+           "-----END PUBLIC KEY-----\n")
+    files = {"hex": RFC_PUBLIC + "\n", "raw": raw, "pem": pem}
+    assert PublicKey.parse(RFC_PUBLIC).kid == KID
+    for name, content in files.items():
+        p = tmp / name
+        if isinstance(content, bytes):
+            p.write_bytes(content)
+        else:
+            p.write_text(content)
+        assert PublicKey.parse(p).kid == KID, name
+    (tmp / "short").write_bytes(raw[:31])
+    with pytest.raises(ConfigurationError):
+        PublicKey.parse(tmp / "short")
