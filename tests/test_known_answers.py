@@ -176,3 +176,24 @@ def test_a_public_key_in_each_form_it_is_read_from(tmp_path: object) -> None:
     (tmp / "short").write_bytes(raw[:31])
     with pytest.raises(ConfigurationError):
         PublicKey.parse(tmp / "short")
+
+
+def test_the_audit_key_is_made_in_a_home_whose_parents_are_missing(tmp_path: object,
+                                                                   monkeypatch: object) -> None:
+    """``load_key(create=True)``: 64 hex digits, mode 0600, in a home created with its parents;
+    the same key read back; None without ``create`` where there is none."""
+    import stat
+    from pathlib import Path
+
+    import pytest
+
+    from tooltrace.audit._format import load_key
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    monkeypatch.delenv("TOOLTRACE_AUDIT_KEY", raising=False)
+    home = Path(str(tmp_path)) / "a" / "b" / "home"
+    assert load_key(home, create=False) is None
+    key = load_key(home, create=True)
+    assert key is not None and len(key) == 64 and int(key, 16) >= 0
+    assert stat.S_IMODE((home / "audit.key").stat().st_mode) == 0o600
+    assert load_key(home, create=False) == key
