@@ -303,6 +303,39 @@ def test_approval_is_asked_before_the_tool_runs(
         assert msg.status == "error" and rec.summary.rstrip(".") in str(msg.content)
 
 
+def test_a_call_waits_in_the_approval_queue_until_another_process_answers(
+    make_registry: Callable[..., ToolRegistry], sink: RecordingSink, tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+    import threading
+
+    from tooltrace.approvalqueue import ApprovalQueue
+
+    home = tmp_path / "home"
+    reg = make_registry(add, policy=Policy(rules=[RequireApproval(tools=frozenset({"add"}))]),
+                        approver=ApprovalQueue(home, timeout=60))
+    result: dict[str, Any] = {}
+    agent = threading.Thread(target=lambda: result.update(middleware_agent(
+        reg, script(("add", {"a": 1, "b": 2}, "q1"))).invoke({"messages": [("user", "go")]})))
+    agent.start()
+    q = ApprovalQueue(home)
+    for _ in range(600):
+        if q.pending():
+            break
+        agent.join(0.05)
+    (p,) = q.pending()
+    answered = subprocess.run(
+        [sys.executable, "-c", "from tooltrace.cli import main; main()", "approvals", "answer",
+         p.approval_id, "--approve", "--home", str(home)], capture_output=True, text=True)
+    assert answered.returncode == 0, answered.stderr
+    agent.join(60)
+    (msg,) = tool_messages(result)
+    (rec,) = sink.records
+    assert (rec.status, msg.content) == (Status.OK, "3")
+    assert any(s.step == "approval" and s.decider.endswith("@cli") for s in rec.steps)
+
+
 # -- what the model reads ----------------------------------------------------------------------
 
 
