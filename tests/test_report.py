@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from gauntlet._canaries import ENCODINGS, Finder, make_canaries
+from gauntlet._canaries import ENCODINGS, KINDS, Finder, make_canaries
 from support.components import require_binary
 from support.otlp import OtlpHttpReceiver
 
@@ -40,7 +40,7 @@ from tooltrace.cli import main as cli
 from tooltrace.telemetry.tracing import TracingSink
 
 TRACE_URL = "https://tempo.example.test/explore?trace={trace_id}&x=1"
-CANARIES = make_canaries(32, 20261203)
+CANARIES = make_canaries(len(KINDS), 20261203)
 
 
 @pytest.fixture(scope="module")
