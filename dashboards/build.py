@@ -320,10 +320,12 @@ def _alert(
 
 def _alerting_rules(w: RuleWindows, opts: AlertOptions) -> list[dict[str, Any]]:
     guard = f"{_calls_record(w)} * {_seconds(w.rate)} >= {opts.min_calls}"
-    # A surge is measured against history: Prometheus must have watched the tool since the
-    # baseline window began. Without this a fresh Prometheus (or one that lost its data) sees
-    # baselines of 0 and every naturally high ratio "surges" on its first evaluations.
-    lookback = _duration(_seconds(w.baseline) + _seconds(w.baseline_offset))
+    # A surge is measured against history: Prometheus must have watched the tool for twice the
+    # baseline's offset, so the baseline window holds at least that offset's worth of the
+    # tool's ratio. Without this a fresh Prometheus (or one that lost its data) sees baselines
+    # of 0 and every naturally high ratio "surges" on its first evaluations; with it a new
+    # deployment's surge alerts work after 30 minutes, not after the whole 1h15m window.
+    lookback = _duration(2 * _seconds(w.baseline_offset))
     history = f"{_calls_record(w)} offset {lookback}"
     rules: list[dict[str, Any]] = []
     for s in SIGNALS:
