@@ -57,7 +57,7 @@ def test_recording_rules_define_the_saturation_signals() -> None:
         name = f"tool:tooltrace_tool_call_duration_seconds:p{q[2:].ljust(2, '0')}_rate5m"
         assert rec[name] == (
             f"histogram_quantile({q}, sum by (tool, le) "
-            "(rate(tooltrace_tool_call_duration_seconds_bucket[5m])))"
+            "(rate(tooltrace_tool_call_duration_seconds_bucket[5m]))) >= 0"
         )
 
 
