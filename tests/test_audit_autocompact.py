@@ -17,7 +17,9 @@ import time
 from pathlib import Path
 
 import duckdb
+import orjson
 import pytest
+from click.testing import CliRunner
 from prometheus_client import generate_latest
 from support.audit import acked_ids, collect, start_writer, workload
 from support.runtime import wait_for
@@ -36,6 +38,7 @@ from tooltrace.audit._lookupfile import lookup_rel
 from tooltrace.audit._manifest import read_manifest
 from tooltrace.audit._merge import FANIN
 from tooltrace.audit._writer import SegmentWriter
+from tooltrace.cli import main
 from tooltrace.exceptions import ConfigurationError
 from tooltrace.telemetry import AuditSink
 from tooltrace.telemetry.metrics import MetricsSink
@@ -222,8 +225,9 @@ def test_merging_keeps_every_row_once_and_plain_sql_agrees(tmp_path: Path) -> No
     adir = tmp_path / "audit"
     before = read_manifest(adir)["files"]["calls"]
     assert len(before) == FANIN + 1
-    res = compact(tmp_path)
-    assert res.merged >= FANIN + 1
+    out = CliRunner().invoke(main, ["compact", "--home", str(tmp_path), "--json"])
+    assert out.exit_code == 0, out.output
+    assert orjson.loads(out.output)["merged"] >= FANIN + 1  # the command merges too
     m = read_manifest(adir)
     assert len(m["files"]["calls"]) == 1 and m["files"]["calls"][0] not in before
     (rel,) = m["files"]["calls"]
