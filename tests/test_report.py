@@ -312,7 +312,12 @@ def test_a_call_resolved_later_shows_what_it_returned_and_its_outcome(tmp_path: 
 
 _MEASURE = ("<script>addEventListener('load',()=>{document.body.setAttribute('data-overflow',"
             "String(document.documentElement.scrollWidth-innerWidth));"
-            "document.body.setAttribute('data-width',String(innerWidth))})</script>")
+            "document.body.setAttribute('data-width',String(innerWidth));"
+            # ids and times on one line: an inline element that wraps has several line boxes
+            "const ids=[...document.querySelectorAll('td.nowrap a, h2 code, h3 code')];"
+            "document.body.setAttribute('data-ids',String(ids.length));"
+            "document.body.setAttribute('data-wrapped',"
+            "String(ids.filter(e=>e.getClientRects().length>1).length))})</script>")
 
 
 @pytest.mark.parametrize("width", [1280, 800])
@@ -341,3 +346,6 @@ def test_no_page_overflows_horizontally_in_chromium(
     assert measured and shown, dom[-500:]
     assert abs(int(shown[1]) - width) <= 40  # the window is as wide as asked
     assert int(measured[1]) <= 0, f"{which} at {width} px overflows by {measured[1]} px"
+    ids, wrapped = re.search(r'data-ids="(\d+)"', dom), re.search(r'data-wrapped="(\d+)"', dom)
+    assert ids and wrapped and int(ids[1]) >= 1
+    assert wrapped[1] == "0", f"{wrapped[1]} ids or times wrapped onto several lines"

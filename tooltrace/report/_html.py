@@ -28,7 +28,7 @@ td,th{border:1px solid #d0d0d0;padding:3px 7px;vertical-align:top;text-align:lef
 overflow-wrap:anywhere}th{background:#f3f3f3}
 table.steps{table-layout:fixed;width:100%}table.steps td:last-child{font:12px ui-monospace,
 monospace}table.steps col.n{width:4.5em}table.steps col.s{width:9em}
-td.id,td.time,.nowrap{white-space:nowrap;overflow-wrap:normal}
+td.id,td.time,.nowrap,h2 code,h3 code{white-space:nowrap;overflow-wrap:normal;word-break:normal}
 .scroll{overflow-x:auto;max-width:100%}
 .legend{display:flex;flex-wrap:wrap;gap:4px 14px;margin:4px 0 10px;font-size:12.5px}
 .legend i{display:inline-block;width:12px;height:12px;margin-right:5px;vertical-align:-1px}
