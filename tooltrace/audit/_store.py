@@ -226,7 +226,10 @@ class AuditStore:
         """The stored tables ``query`` reads through the views, from its parse tree (all of
         them for anything but a SELECT over the views: DDL, PREPARE, a name of its own)."""
         # The text as a literal, not a parameter: DuckDB's Python client imports numpy to bind
-        # any parameter but NULL (80 MiB of memory).
+        # any parameter but NULL (80 MiB of memory). A NUL ends DuckDB's reading of a text, so
+        # no literal can hold it: such a query reads every table.
+        if "\x00" in query:
+            return frozenset(TABLES)
         row = self._con.execute(f"SELECT json_serialize_sql({_quote(query)})").fetchone()
         try:
             tree = orjson.loads(row[0]) if row else {"error": True}
@@ -256,10 +259,11 @@ class AuditStore:
             out.update(reads)
         return frozenset(out)
 
-    def load_hits(self, lo: str, hi_excl: str) -> None:
+    def load_hits(self, lo: str, hi_excl: str, ids: int | None = None) -> None:
         """Tables ``_hit_<table>`` of the rows not compacted yet with a call id in
-        ``[lo, hi_excl)`` (for a lookup that DuckDB answers)."""
-        self._live_tables.load_columns(self._con, self.uncompacted.matching(lo, hi_excl),
+        ``[lo, hi_excl)`` (for a lookup that DuckDB answers); ``ids``: of the first that many
+        calls found (enough to name the first matches of a prefix)."""
+        self._live_tables.load_columns(self._con, self.uncompacted.matching(lo, hi_excl, ids),
                                        "_hit_")
 
     @property
@@ -404,7 +408,7 @@ class AuditStore:
             intents: str | None = "_all_intents"
         else:
             if self.uncompacted:
-                self.load_hits(p, upper)
+                self.load_hits(p, upper, 5)
             calls = self._lookup_source("calls", p, upper)
             intents = self._lookup_source("intents", p, upper)
         where = f"call_id = {_quote(p)}" if len(p) == 36 else (
