@@ -366,3 +366,25 @@ def test_a_rule_whose_names_tool_raises_is_asked_about_an_entry_that_is_not_a_to
 
     rules = (Elsewhere(), Unsure())
     assert [i for i, _ in Policy._rules_for(Entry(), rules)] == [1]  # type: ignore[arg-type]
+
+
+# -- sandbox set-up -------------------------------------------------------------------------------
+
+
+def test_landlock_is_no_backend_without_its_helper_or_an_interpreter(monkeypatch: Any) -> None:
+    """The Landlock backend needs both the interpreter and the helper it runs commands through;
+    missing either, it is not offered (and ``choose_sandbox`` refuses or falls back)."""
+    from support.components import missing
+
+    from tooltrace import _sandbox
+
+    if _sandbox.landlock_abi() < 1:
+        missing("this kernel offers no Landlock (5.13 or newer, enabled at boot)")
+    assert _sandbox._landlock_backend(None)[0] is not None
+    monkeypatch.setattr(_sandbox, "_HELPER", "/nonexistent/tooltrace-landlock-helper.py")
+    box, why = _sandbox._landlock_backend(None)
+    assert box is None and "no Python interpreter" in why
+    monkeypatch.undo()
+    monkeypatch.setattr(_sandbox.sys, "executable", "")
+    box, why = _sandbox._landlock_backend(None)
+    assert box is None and "no Python interpreter" in why
