@@ -36,8 +36,7 @@ from tooltrace.webhooks import (
 )
 
 AGENT = Path(__file__).parent / "support" / "approval_agent.py"
-sys.path.insert(0, str(AGENT.parent))
-from approval_agent import CANARY  # noqa: E402
+from support.approval_agent import CANARY  # noqa: E402
 
 
 def _agent(home: Path, tmp: Path, timeout: float, *to: str,

@@ -29,8 +29,7 @@ from tooltrace.audit import explain, open_store
 from tooltrace.webhooks import KEY_HEADER, SIGNATURE_HEADER, sign_callback
 
 AGENT = Path(__file__).parent / "support" / "approval_agent.py"
-sys.path.insert(0, str(AGENT.parent))
-from approval_agent import CANARY  # noqa: E402
+from support.approval_agent import CANARY  # noqa: E402
 
 CALLBACK_KEY = b"callback-key-of-the-ops-bot-0123456789"
 PAGES = ("calls", "runs", "approvals", "stats")

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from support.ocsf import validate
+from support.ocsf_events import validate
 from support.otlp import free_port
 from support.runtime import wait_for
 
