@@ -142,7 +142,9 @@ def test_sigkill_at_random_moments(tmp_path: Path) -> None:
     assert not torn_after
     assert acked <= set(counts_after) and set(counts_after) == set(counts)
     assert all(v == 1 for v in counts_after.values())
-    assert res.calls == len(counts)
+    # The writers compact sealed segments in the background: this compaction takes the rest,
+    # and between them every record is counted once (above).
+    assert res.calls <= len(counts)
     record(
         "crash (SIGKILL)",
         kills=rounds * PARALLEL,
