@@ -1,5 +1,9 @@
-"""The package stays in rooms a newcomer can read: no module over 500 lines, no function (or
-method) over 80 lines, measured with ``ast`` over every module of ``tooltrace/``."""
+"""The package stays in rooms a newcomer can read: no module over 700 lines, no function (or
+method) over 80 lines, measured with ``ast`` over every module of ``tooltrace/``.
+
+The module bound is the style guide's: a cohesive module of up to about 700 lines beats pieces
+that reach into each other's private state (STYLE.md, house rule 1); a module past it is more
+than one responsibility and is split by responsibility, not by its line count."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from pathlib import Path
 import tooltrace
 
 PKG = Path(tooltrace.__file__).resolve().parent
-MAX_MODULE_LINES = 500
+MAX_MODULE_LINES = 700
 MAX_FUNCTION_LINES = 80
 
 # Known exceptions: none, every module fits. Keep it empty: split a module instead of adding one.
