@@ -46,7 +46,7 @@ from ._merge import merge_small_files
 from ._outcomes import Resolved, latest_resolutions, refresh_outcomes, with_outcomes
 from ._recover import Recovered, recover_dead_segments
 from ._segments import ParsedSegment, SegmentInfo, audit_dir, list_segments, read_segment
-from ._signing import load_signer
+from ._signing import Signer, load_signer
 from ._tables import TABLES, build_tables
 
 if TYPE_CHECKING:
@@ -130,44 +130,56 @@ def compact(
         for batch in batches:
             if not batch:
                 continue
-            tables = build_tables(batch)
-            # Each call's final outcome goes into its row, for plain SQL; a resolution of a
-            # call compacted earlier rewrites that call's file (listed in the same switch).
-            resolved = latest_resolutions([tables["resolutions"]])
-            tables["calls"] = with_outcomes(tables["calls"], resolved)
-            refresh_outcomes(adir, manifest, _elsewhere(resolved, tables["calls"]), write)
-            written = _write_tables(tables, manifest, write)
-            n_calls += tables["calls"].num_rows
-            n_steps += tables["steps"].num_rows
-            for t, rel in written.items():
-                manifest.setdefault("files", {}).setdefault(t, []).append(rel)
-            for seg in batch:
-                manifest.setdefault("segments", []).append(
-                    {"name": seg.info.name, "writer": seg.info.writer, "n": seg.info.n})
-            # The manifest switch is the commit point: before it these rows are read from
-            # the segments, after it from Parquet, never from both.
-            write_manifest(adir, manifest)
-            files.extend(written.values())
+            calls, steps, written = _compact_batch(adir, manifest, batch, write, key, signer,
+                                                   prune)
+            n_calls += calls
+            n_steps += steps
+            files.extend(written)
             n_segs += len(batch)
-            # The digest says, keyed, that the rows are in Parquet and (before any file goes)
-            # that the segments were removed on purpose, with the chain heads that let
-            # ``verify`` link the segments that follow.
-            entries = [digest_entry(COMPACTED, seg) for seg in batch]
-            if prune:
-                entries += [digest_entry(PRUNED, seg, after=COMPACTED) for seg in batch]
-            append_digest(adir, key, entries, signer=signer)
-            if prune:
-                for seg in batch:
-                    try:
-                        os.unlink(seg.info.path)
-                    except FileNotFoundError:
-                        pass
         merged = merge_small_files(adir, manifest, write) if merge else []
         _remove_orphans(adir, manifest)
         return CompactionResult(n_segs, n_calls, n_steps, tuple(files), tuple(recovered), prune,
                                 len(merged))
     finally:
         os.close(lock_fd)
+
+
+def _compact_batch(
+    adir: Path, manifest: dict[str, Any], batch: list[ParsedSegment],
+    write: Callable[[pa.Table, str], str], key: bytes,
+    signer: Signer | None, prune: bool,
+) -> tuple[int, int, list[str]]:
+    """Move one batch of segments into Parquet and say so in the manifest and the digest
+    (then delete them with ``prune``); (calls, steps, files written)."""
+    tables = build_tables(batch)
+    # Each call's final outcome goes into its row, for plain SQL; a resolution of a call
+    # compacted earlier rewrites that call's file (listed in the same switch).
+    resolved = latest_resolutions([tables["resolutions"]])
+    tables["calls"] = with_outcomes(tables["calls"], resolved)
+    refresh_outcomes(adir, manifest, _elsewhere(resolved, tables["calls"]), write)
+    written = _write_tables(tables, manifest, write)
+    for t, rel in written.items():
+        manifest.setdefault("files", {}).setdefault(t, []).append(rel)
+    for seg in batch:
+        manifest.setdefault("segments", []).append(
+            {"name": seg.info.name, "writer": seg.info.writer, "n": seg.info.n})
+    # The manifest switch is the commit point: before it these rows are read from the
+    # segments, after it from Parquet, never from both.
+    write_manifest(adir, manifest)
+    # The digest says, keyed, that the rows are in Parquet and (before any file goes) that the
+    # segments were removed on purpose, with the chain heads that let ``verify`` link the
+    # segments that follow.
+    entries = [digest_entry(COMPACTED, seg) for seg in batch]
+    if prune:
+        entries += [digest_entry(PRUNED, seg, after=COMPACTED) for seg in batch]
+    append_digest(adir, key, entries, signer=signer)
+    if prune:
+        for seg in batch:
+            try:
+                os.unlink(seg.info.path)
+            except FileNotFoundError:
+                pass
+    return tables["calls"].num_rows, tables["steps"].num_rows, list(written.values())
 
 
 def _batches(todo: list[SegmentInfo], max_batch_bytes: int) -> Iterator[list[ParsedSegment]]:

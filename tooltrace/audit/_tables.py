@@ -143,32 +143,8 @@ def build_columns(segments: Iterable[ParsedSegment], tables: Collection[str] = T
         for no, o, _raw in seg.lines:
             k = o.get("k")
             if k == "c":
-                cid = o["call_id"]
-                art = _artifact(o.get("artifact"))
-                c["call_id"].append(cid)
-                for f in ("run_id", "tool", "source", "status", "reject_stage", "summary",
-                          "error_type", "trace_id", "span_id", "parent_span_id",
-                          "result_preview", "mode", "tool_type", "capability", "effect"):
-                    c[f].append(o.get(f))
-                c["started_at"].append(o.get("started_at_us"))
-                c["elapsed_ms"].append((o.get("elapsed_us") or 0) / 1000.0)
-                c["execution_started"].append(bool(o.get("execution_started")))
-                c["trace_sampled"].append(bool(o.get("trace_sampled")))
-                c["hook_modified"].append(bool(o.get("hook_modified")))
-                c["args_redacted"].append(_json(o.get("args_redacted", o.get("args"))))
-                c["attributes"].append(_json(o.get("attributes") or None))
-                _principal(c, o)
-                c["artifact_path"].append(art[0])
-                c["artifact_chars"].append(art[1])
-                c["artifact_bytes"].append(art[2])
-                c["artifact_sha256"].append(art[3])
-                c["writer"].append(writer)
-                c["segment"].append(sname)
-                c["line"].append(no)
-                c["parent_call_id"].append(o.get("parent_call_id"))
-                c["depth"].append(o.get("depth") or 0)
-                c["progress"].append(_json(o.get("progress") or None))
-                add_steps(cid, o.get("steps") or ())
+                _call(c, o, writer, sname, no)
+                add_steps(o["call_id"], o.get("steps") or ())
             elif k == "i":
                 it["call_id"].append(o.get("call_id"))
                 it["run_id"].append(o.get("run_id"))
@@ -194,6 +170,34 @@ def build_columns(segments: Iterable[ParsedSegment], tables: Collection[str] = T
             elif k == "a":
                 _approval(ap, o, writer, sname, no)
     return cols
+
+
+def _call(c: dict[str, list[Any]], o: dict[str, Any], writer: str, sname: str, no: int) -> None:
+    """Append one call line's ``tool_calls`` row (its steps are ``add_steps``'s)."""
+    art = _artifact(o.get("artifact"))
+    c["call_id"].append(o["call_id"])
+    for f in ("run_id", "tool", "source", "status", "reject_stage", "summary", "error_type",
+              "trace_id", "span_id", "parent_span_id", "result_preview", "mode", "tool_type",
+              "capability", "effect"):
+        c[f].append(o.get(f))
+    c["started_at"].append(o.get("started_at_us"))
+    c["elapsed_ms"].append((o.get("elapsed_us") or 0) / 1000.0)
+    c["execution_started"].append(bool(o.get("execution_started")))
+    c["trace_sampled"].append(bool(o.get("trace_sampled")))
+    c["hook_modified"].append(bool(o.get("hook_modified")))
+    c["args_redacted"].append(_json(o.get("args_redacted", o.get("args"))))
+    c["attributes"].append(_json(o.get("attributes") or None))
+    _principal(c, o)
+    c["artifact_path"].append(art[0])
+    c["artifact_chars"].append(art[1])
+    c["artifact_bytes"].append(art[2])
+    c["artifact_sha256"].append(art[3])
+    c["writer"].append(writer)
+    c["segment"].append(sname)
+    c["line"].append(no)
+    c["parent_call_id"].append(o.get("parent_call_id"))
+    c["depth"].append(o.get("depth") or 0)
+    c["progress"].append(_json(o.get("progress") or None))
 
 
 def _principal(into: dict[str, list[Any]], o: dict[str, Any]) -> None:
