@@ -160,6 +160,9 @@ class Workspace:
         return any(real == p or real.startswith(p.rstrip("/") + "/")
                    for p in self.protected_roots)
 
+    def __repr__(self) -> str:
+        return f"Workspace({self.root!r})"
+
     # -- deciding -----------------------------------------------------------------------------
 
     def resolve(
