@@ -188,3 +188,9 @@ def test_a_workspace_inside_its_home_keeps_the_homes_entries_protected(
         assert len((home / "audit.key").read_text().strip()) == 64
     finally:
         reg.shutdown(timeout_s=5.0)
+
+
+def test_a_long_script_is_still_read_word_by_word(inside: tuple[ToolRegistry, Path]) -> None:
+    reg, _home = inside
+    script = "echo " + "x" * 70_000 + "; cat .tooltrace/audit.key"
+    assert _refused(reg.call(ToolCall("run_command", {"argv": ["sh", "-c", script]})))

@@ -75,8 +75,8 @@ class AllowDetails:
 # The hot step's name as a plain string (equal to StepName.POLICY; see tooltrace._stages).
 _POLICY = str(StepName.POLICY)
 _HOOK_STAGE, _POLICY_STAGE = Stage.HOOK, Stage.POLICY
-# Longer command-line words are not looked at as paths (a script is split into words first).
-_MAX_WORD_CHARS = 65536
+# No path is longer (PATH_MAX); a longer word is only looked at word by word, as a script.
+_MAX_PATH_CHARS = 4096
 # What separates the words of a shell script, its quotes and redirections included, so
 # `cat<.tooltrace/k`, `"$(cat .tooltrace/k)"` and `--key=.tooltrace/k` each yield the path.
 _SHELL_SPLIT = re.compile(r"""[\s;&|<>()`'"=$]+""")
@@ -227,14 +227,16 @@ def _names_protected(
     base = os.path.join(ws.root, cwd)
     for name, value in args.items():
         for word in value if isinstance(value, list) else [value]:
-            if not isinstance(word, str) or len(word) > _MAX_WORD_CHARS or "\x00" in word:
+            if not isinstance(word, str) or "\x00" in word:
                 continue
             for candidate in (word, *_SHELL_SPLIT.split(word)):
+                if not candidate or len(candidate) > _MAX_PATH_CHARS:
+                    continue
                 try:
-                    real = os.path.realpath(os.path.join(base, candidate)) if candidate else ""
+                    real = os.path.realpath(os.path.join(base, candidate))
                 except OSError:
                     return str(name), "symlink_race"
-                if real and ws.is_protected(real):
+                if ws.is_protected(real):
                     return str(name), "protected"
     return None
 
