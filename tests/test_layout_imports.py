@@ -30,6 +30,8 @@ SHARED = {
     "tooltrace._build": "build",
     # Tool calls in flight on the tool threads, which the sinks' workers stay out of.
     "tooltrace._inflight": "calls in flight",
+    # Files created whole (a key, an approval) and directory entries synced: one mechanism.
+    "tooltrace._files": "files written whole",
 }
 
 

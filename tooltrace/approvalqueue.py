@@ -34,6 +34,7 @@ from typing import Any
 import orjson
 
 from . import _settings
+from ._files import create_whole
 from ._ids import new_call_id
 from .policy import ApprovalDecision, ApprovalRequest
 
@@ -146,22 +147,8 @@ def answerer(channel: str, user: str | None = None) -> str:
 
 
 def _write_once(path: Path, data: dict[str, Any]) -> bool:
-    """Write ``data`` as ``path`` unless it exists (True if this call made it). The file is
-    whole when it appears: written aside, flushed, then hard-linked to its name."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, orjson.dumps(data))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(tmp, path)
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Write ``data`` as ``path`` unless it exists (True if this call made it), whole."""
+    return create_whole(path, orjson.dumps(data), 0o600)
 
 
 def _read(path: Path) -> dict[str, Any] | None:

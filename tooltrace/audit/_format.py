@@ -35,6 +35,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from .._files import create_whole
 from .._settings import TOOLTRACE_AUDIT_KEY, audit_key
 from ..envelope import CallRecord, Step
 from ..sinks import ApprovalRecord, LateStep
@@ -157,22 +158,8 @@ def load_key(home: Path, *, create: bool) -> bytes | None:
         if not create:
             return None
     home.mkdir(parents=True, exist_ok=True)
-    # Write the key under a private temporary name, then link it into place: the link either
-    # creates the file complete or fails because another process won the race, in which case
-    # that process's key is the one everybody uses.
-    tmp = home / f".{_KEY_FILE}.{os.getpid()}.{os.urandom(4).hex()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, os.urandom(32).hex().encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    finally:
-        os.unlink(tmp)
+    # A process that loses the race to create it uses the winner's key, as everybody does.
+    create_whole(path, os.urandom(32).hex().encode(), 0o600)
     return path.read_bytes().strip()
 
 

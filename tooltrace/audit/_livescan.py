@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from ._segments import ParsedSegment, SegmentInfo, segment_name, writer_alive
+from ._segments import ParsedSegment, SegmentInfo, parse_lines, segment_name, writer_alive
 from ._storerecords import ReadIssue
 from ._tables import build_columns
 
@@ -209,24 +209,12 @@ class LiveSegments:
         """Every complete line of every segment, one parsed piece at a time; fills
         ``issues`` once all were read."""
         issues: list[ReadIssue] = []
-        loads = orjson.loads
         for info in self.infos:
             seg = _Segment(info)
             try:
                 for before, data, stop in seg.pieces():
-                    lines: list[tuple[int, dict[str, Any], bytes]] = []
-                    bad: list[tuple[int, bytes]] = []
                     whole = data.split(b"\n", data.count(b"\n", 0, stop))[:-1]
-                    for no, raw in enumerate(whole, start=before + 1):
-                        try:
-                            obj = loads(raw)
-                        except orjson.JSONDecodeError:
-                            bad.append((no, raw))
-                            continue
-                        if isinstance(obj, dict):
-                            lines.append((no, obj, raw))
-                        else:
-                            bad.append((no, raw))
+                    lines, bad = parse_lines(whole, before + 1)
                     issues.extend(ReadIssue(seg.info.name, no, "line is not a valid record")
                                   for no, _raw in bad)
                     yield ParsedSegment(seg.info, lines, b"", 0, bad, seg.alive)

@@ -205,11 +205,19 @@ def read_segment(info: SegmentInfo) -> ParsedSegment | None:
         except FileNotFoundError:
             return None
     end = data.rfind(b"\n") + 1
-    tail = data[end:]
+    lines, bad = parse_lines(data[:end].split(b"\n")[:-1], 1)
+    return ParsedSegment(info, lines, data[end:], end, bad, alive)
+
+
+def parse_lines(
+    raws: list[bytes], first: int
+) -> tuple[list[tuple[int, dict[str, Any], bytes]], list[tuple[int, bytes]]]:
+    """Complete lines numbered from ``first``, parsed: (line, object, raw) of each record,
+    and (line, raw) of each line that is no JSON object."""
     lines: list[tuple[int, dict[str, Any], bytes]] = []
     bad: list[tuple[int, bytes]] = []
     loads = orjson.loads
-    for no, raw in enumerate(data[:end].split(b"\n")[:-1], start=1):
+    for no, raw in enumerate(raws, start=first):
         try:
             obj = loads(raw)
         except orjson.JSONDecodeError:
@@ -219,4 +227,4 @@ def read_segment(info: SegmentInfo) -> ParsedSegment | None:
             lines.append((no, obj, raw))
         else:
             bad.append((no, raw))
-    return ParsedSegment(info, lines, tail, end, bad, alive)
+    return lines, bad

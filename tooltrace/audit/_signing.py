@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
+from .._files import create_whole, fsync_dir
 from .._settings import TOOLTRACE_SIGNING_KEY, signing_key_file
 from ..exceptions import ConfigurationError
 
@@ -280,25 +281,6 @@ def _load_private(path: Path) -> Ed25519PrivateKey:
     return key
 
 
-def _write_new(path: Path, data: bytes, mode: int) -> None:
-    """Create ``path`` holding ``data`` or leave the file another process created first: the
-    data goes to a private temporary name, synced, then is linked into place (a link either
-    creates the file complete or fails)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    finally:
-        os.unlink(tmp)
-
-
 def _create(path: Path) -> None:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -307,12 +289,8 @@ def _create(path: Path) -> None:
     pem = Ed25519PrivateKey.generate().private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption())
-    _write_new(path, pem, 0o600)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    create_whole(path, pem, 0o600)
+    fsync_dir(path.parent)
 
 
 def load_signer(home: Path, *, create: bool) -> Signer | None:
@@ -336,7 +314,7 @@ def load_signer(home: Path, *, create: bool) -> Signer | None:
     if not pub.exists():
         # Derivable from the private key, so a lost or never-written public file is rewritten.
         with contextlib.suppress(OSError):
-            _write_new(pub, Signer(private).public.pem().encode(), 0o644)
+            create_whole(pub, Signer(private).public.pem().encode(), 0o644)
     return Signer(private, path=path, anchors=AnchorLog(anchors_path(home)))
 
 
