@@ -6,7 +6,7 @@ import os
 import threading
 from pathlib import Path
 
-__all__ = ["create_whole", "fsync_dir"]
+__all__ = ["create_whole", "fsync_path", "write_all"]
 
 
 def create_whole(path: Path, data: bytes, mode: int) -> bool:
@@ -33,8 +33,17 @@ def create_whole(path: Path, data: bytes, mode: int) -> bool:
         tmp.unlink(missing_ok=True)
 
 
-def fsync_dir(path: Path) -> None:
-    """Make the entries of directory ``path`` (a file created, renamed or removed) durable."""
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (``os.write`` may take only part of it)."""
+    with memoryview(data) as view:
+        off = 0
+        while off < len(view):
+            off += os.write(fd, view[off:])
+
+
+def fsync_path(path: Path) -> None:
+    """Make a file's data, or a directory's entries (a file created, renamed or removed in
+    it), durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .._files import fsync_path, write_all
 from ._findings import Finding, VerifyReport
 from ._format import RECORD_PREFIXES
 from ._manifest import DIGEST_GENESIS, PRUNED, last_line_end, read_digest
@@ -84,18 +85,11 @@ class AnchorLog:
             good = last_line_end(fd, size)
             if good < size:  # an append cut short by a crash: never acknowledged, cut off
                 os.ftruncate(fd, good)
-            with memoryview(data) as view:
-                off = 0
-                while off < len(view):
-                    off += os.write(fd, view[off:])
+            write_all(fd, data)
             if sync:
                 os.fsync(fd)
                 if size == 0:  # a new file: its directory entry too
-                    dfd = os.open(self.path.parent, os.O_RDONLY)
-                    try:
-                        os.fsync(dfd)
-                    finally:
-                        os.close(dfd)
+                    fsync_path(self.path.parent)
         finally:
             os.close(fd)  # drops the lock
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._files import fsync_path
 from .._ids import new_call_id
 from .._settings import resolve_home
 from ._format import load_key
@@ -216,7 +217,7 @@ def _writer(adir: Path, manifest: dict[str, Any], row_group_size: int,
         tmp = out.with_name(f".{out.name}.tmp")
         pq.write_table(tbl, tmp, row_group_size=row_group_size, compression="zstd",
                        write_statistics=True)
-        _fsync_file(tmp)
+        fsync_path(tmp)
         os.replace(tmp, out)
         write_lookup_for(adir, manifest, rel, t, key, tbl)
         # An empty file gets a range no id falls in, so lookups never open it.
@@ -335,14 +336,6 @@ def parquet_id_range(md: pq.FileMetaData) -> list[str] | None:
     if lo is None or hi is None:
         return None
     return [lo, hi]
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _remove_orphans(adir: Path, manifest: dict[str, Any]) -> None:

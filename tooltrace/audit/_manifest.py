@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .._files import fsync_path, write_all
+
 if TYPE_CHECKING:
     from ._segments import ParsedSegment
     from ._signing import Signer
@@ -186,18 +188,11 @@ def append_digest(adir: Path, key: bytes, entries: Sequence[Mapping[str, Any]], 
             prev = chain_hash(prev, body)
             out.append(seal_line(body, prev))
         data = b"".join(out)
-        with memoryview(data) as view:
-            off = 0
-            while off < len(view):
-                off += os.write(fd, view[off:])
+        write_all(fd, data)
         if sync:
             os.fsync(fd)
             if size == 0:
-                dfd = os.open(adir, os.O_RDONLY)
-                try:
-                    os.fsync(dfd)
-                finally:
-                    os.close(dfd)
+                fsync_path(adir)
         return f"{seq}:{prev}"
     finally:
         os.close(fd)  # drops the lock

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from .._files import create_whole, fsync_dir
+from .._files import create_whole, fsync_path
 from .._settings import TOOLTRACE_SIGNING_KEY, signing_key_file
 from ..exceptions import ConfigurationError
 
@@ -290,7 +290,7 @@ def _create(path: Path) -> None:
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption())
     create_whole(path, pem, 0o600)
-    fsync_dir(path.parent)
+    fsync_path(path.parent)
 
 
 def load_signer(home: Path, *, create: bool) -> Signer | None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .._files import fsync_dir
+from .._files import fsync_path
 from ._anchors import PendingAnchors
 from ._format import FORMAT_VERSION, checkpoint_mac, dumps, genesis_hash
 from ._manifest import DROPPED, OPENED, SEALED, append_digest
@@ -303,7 +303,7 @@ class SegmentWriter:
             recorded = True
             os.rename(tmp, live)
             if sync:
-                fsync_dir(self._dir)
+                fsync_path(self._dir)
         except OSError:
             os.close(fd)
             with contextlib.suppress(OSError):
@@ -354,7 +354,7 @@ class SegmentWriter:
         self._pending.flush(sync=self.fsync is not FsyncPolicy.NONE)
         live = self._dir / segment_name(self.writer_id, self._segment, live=True)
         os.rename(live, self._dir / segment_name(self.writer_id, self._segment, live=False))
-        fsync_dir(self._dir)
+        fsync_path(self._dir)
         os.close(fd)
         self._fd = None
         # The seal line is keyed and the file is sealed: if the digest cannot take the entry,
