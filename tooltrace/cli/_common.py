@@ -200,17 +200,27 @@ def fail(message: str, code: int = EXIT_FAIL, guard: OutputGuard | None = None) 
     sys.exit(code)
 
 
-_REL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def duration_s(value: str, *, unit_required: bool) -> float | None:
+    """Seconds of a duration written as a number with ``s``, ``m``, ``h``, ``d`` or ``w``
+    (``90s``, ``10m``, ``2h``; a bare number is seconds unless ``unit_required``); None when
+    ``value`` is no such duration."""
+    m = _DURATION.match(value)
+    if not m or (unit_required and not m[2]):
+        return None
+    return float(m[1]) * _UNITS[m[2]]
 
 
 def parse_since(value: str | None) -> str | None:
     """``--since``: a duration back from now (``30m``, ``2h``, ``7d``) or a UTC timestamp."""
     if value is None:
         return None
-    m = _REL.match(value)
-    if m:
-        ago = dt.timedelta(seconds=float(m[1]) * _UNITS[m[2]])
+    seconds = duration_s(value, unit_required=True)
+    if seconds is not None:
+        ago = dt.timedelta(seconds=seconds)
         return (dt.datetime.now(dt.UTC) - ago).replace(tzinfo=None).isoformat()
     try:
         t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from ._common import (
     EXIT_FAIL,
     EXIT_USAGE,
     OutputGuard,
+    duration_s,
     fail,
     home_option,
     json_option,
@@ -26,18 +26,15 @@ from ._common import (
 from ._common import table as print_table
 from .approvals import approvals as _listing
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
 
 def parse_duration(value: str | None) -> float | None:
     """``--ttl``: seconds, or a number with s, m, h or d (``90``, ``10m``, ``2h``)."""
     if value is None:
         return None
-    m = _DURATION.match(value)
-    if not m or float(m[1]) <= 0:
+    seconds = duration_s(value, unit_required=False)
+    if not seconds:
         raise click.BadParameter(f"{value!r}: use a positive duration such as 90, 10m or 2h")
-    return float(m[1]) * _UNITS[m[2]]
+    return seconds
 
 
 @click.group(invoke_without_command=True, params=list(_listing.params),
