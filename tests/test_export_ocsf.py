@@ -297,7 +297,11 @@ def test_since_filters_by_time_and_by_call_id(trail: dict[str, Any]) -> None:
     assert uids("--since", "2099-01-01T00:00:00Z") == []
     later = [calls["read2"].call_id, calls["failed2"].call_id]
     assert uids("--since", calls["read2"].call_id) == later
-    assert uids("--since", calls["read2"].call_id[:13]) == later  # a unique prefix
+    # A prefix no other call shares (ids made in the same millisecond share 13 characters).
+    ids = [c.call_id for c in calls.values()]
+    cid = calls["read2"].call_id
+    n = next(n for n in range(13, len(cid)) if sum(i.startswith(cid[:n]) for i in ids) == 1)
+    assert uids("--since", cid[:n]) == later
     # By time: the calls started at or after the refused deploy, and the refusal itself.
     at = datetime.fromtimestamp(calls["refused"].record.started_at_us / 1e6, UTC)
     got = {e["metadata"]["uid"] for b in ocsf_batches(trail["home"], since=at) for e in b}
