@@ -26,8 +26,6 @@ SHARED = {
     "tooltrace._lazy": "lazy public names",
     # Call and run ids (UUIDv7): one format wherever an id is made.
     "tooltrace._ids": "ids",
-    # Which build runs (compiled or source): `tooltrace --version`, the compiled modules' docs.
-    "tooltrace._build": "build",
     # Tool calls in flight on the tool threads, which the sinks' workers stay out of.
     "tooltrace._inflight": "calls in flight",
     # Files created whole (a key, an approval) and directory entries synced: one mechanism.

@@ -17,8 +17,7 @@ from tooltrace.exceptions import ConfigurationError
 PKG = Path(tooltrace.__file__).resolve().parent
 CONFIG_PAGE = PKG.parent / "docs" / "reference" / "configuration.md"
 #: Variables the configuration page lists that the package does not read: setup.py reads
-#: TOOLTRACE_BUILD when a wheel is built.
-BUILD_TIME = {"TOOLTRACE_BUILD"}
+BUILD_TIME: set[str] = set()
 _VAR = re.compile(r"^TOOLTRACE_[A-Z0-9_]+$")
 
 

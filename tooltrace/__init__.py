@@ -6,8 +6,6 @@ deadlines and concurrency, redaction and offload, then telemetry sinks and the r
 
 from typing import TYPE_CHECKING
 
-# First: it decides whether the call path's modules load compiled or from source.
-from . import _build  # noqa: F401
 from ._lazy import lazy_exports
 
 # ``tool`` is also the name of a submodule: bind the decorator eagerly so the package attribute

@@ -10,7 +10,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from . import _build
 from ._executors import resolve_future
 
 __all__ = ["Admission", "AdmissionResult"]
@@ -236,6 +235,3 @@ class Admission:
         """Calls waiting for a slot now, by tool."""
         with self._lock:
             return dict(collections.Counter(w.tool for w in self._waiters))
-
-
-_build.keep_docs(__name__, globals())

@@ -22,7 +22,6 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from . import _build
 from .envelope import Principal
 
 __all__ = ["ApprovalCache", "Reusable", "arguments_sha256", "ttl_seconds", "wall_us"]
@@ -110,6 +109,3 @@ class ApprovalCache:
         """Forget every approval (they are asked for again)."""
         with self._lock:
             self._by_key.clear()
-
-
-_build.keep_docs(__name__, globals())

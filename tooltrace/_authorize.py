@@ -18,7 +18,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import _build, _settings
+from . import _settings
 from ._approvals import Reusable, arguments_sha256, ttl_seconds
 from ._ids import new_call_id
 from ._record import Builder, detached, error_text, redact_args, redact_detail, scrub
@@ -328,6 +328,3 @@ def _record(
             d.name, b.principal, digest, Reusable(rec.approval_id, decision.rule, expires), at
         )
     return rec
-
-
-_build.keep_docs(__name__, globals())

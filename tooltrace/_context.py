@@ -15,9 +15,7 @@ from _thread import LockType
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from mypy_extensions import mypyc_attr
 
-from . import _build
 from ._executors import release_quietly
 from .exceptions import DeadlineExceeded, ToolCancelled
 
@@ -34,7 +32,6 @@ __all__ = ["CallContext"]
 
 
 # Python subclasses of the compiled class are allowed (it is public API).
-@mypyc_attr(allow_interpreted_subclasses=True)
 class CallContext:
     """What a running tool may know and use about its call.
 
@@ -370,6 +367,3 @@ def _safe(cb: Callable[[str], None], reason: str) -> None:
         cb(reason)
     except Exception:
         pass
-
-
-_build.keep_docs(__name__, globals())

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tooltrace import _build
 from tooltrace._keyrules import KEYWORDS, find_assignments
 from tooltrace._validators import (
     basic_credentials,
@@ -356,7 +355,3 @@ def detect(text: str) -> tuple[str, int]:
         pos = end
     out.append(text[pos:])
     return "".join(out), len(merged)
-
-
-
-_build.keep_docs(__name__, globals())

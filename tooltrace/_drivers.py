@@ -14,7 +14,6 @@ import concurrent.futures
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
-from . import _build
 from ._authorize import Approve
 from ._execute import Execute, execute_async, execute_blocking
 from ._hookstages import RunHook
@@ -129,6 +128,3 @@ def _write_intent(op: Intent) -> BaseException | None:
             return exc
         return AuditUnavailableError(f"{type(exc).__name__}")
     return None
-
-
-_build.keep_docs(__name__, globals())

@@ -14,7 +14,6 @@ import binascii
 import re
 from urllib.parse import unquote_plus
 
-from tooltrace import _build
 
 __all__ = ["B64_RUN", "MAX_ENCODED_DEPTH", "PCT_TOKEN", "b64_pieces", "unquote_pieces"]
 
@@ -104,7 +103,3 @@ def unquote_pieces(token: str) -> list[tuple[int, int, str]]:
     except UnicodeDecodeError:
         return []
     return [] if text == token else [(0, len(token), text)]
-
-
-
-_build.keep_docs(__name__, globals())

@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import _build
 from ._context import CallContext
 from ._current import _CURRENT
 from ._executors import Job, release_quietly, resolve_future
@@ -395,6 +394,3 @@ def _copy_job(fut: asyncio.Future[Any], job: Job) -> None:
         fut.set_exception(job.exception())  # type: ignore[arg-type]
     else:
         fut.set_result(job.result(0))
-
-
-_build.keep_docs(__name__, globals())

@@ -13,7 +13,6 @@ from _thread import LockType
 from collections.abc import Callable
 from typing import Any
 
-from . import _build
 from ._inflight import MARKS
 
 __all__ = [
@@ -290,6 +289,3 @@ class ToolThreads:
                 job._cancel()
         for _ in range(n):
             self._queue.put(None)
-
-
-_build.keep_docs(__name__, globals())

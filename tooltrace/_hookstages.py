@@ -14,7 +14,6 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import _build
 from ._authorize import Approve, approve, authorize
 from ._record import Builder, detached, error_text, redact_args, redact_detail, scrub
 from ._tooltable import Entry
@@ -233,6 +232,3 @@ def _view(
         status,
         result,
     )
-
-
-_build.keep_docs(__name__, globals())

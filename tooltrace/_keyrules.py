@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from tooltrace import _build
 from tooltrace._validators import (
     IDENT,
     benign_value,
@@ -239,6 +238,3 @@ def names_secret(key_re: re.Pattern[str] | None, key: str) -> bool:
 def may_be_numeric(key: str) -> bool:
     """Whether a number under the secret-naming key ``key`` may be the secret (a PIN)."""
     return _NUMERIC_KEY.search(_normalise_key(key)) is not None
-
-
-_build.keep_docs(__name__, globals())

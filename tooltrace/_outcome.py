@@ -27,7 +27,6 @@ from typing import Any
 
 import msgspec
 
-from . import _build
 from .envelope import Retry, Status
 from .exceptions import OutcomeUnknown, ToolInterrupt
 
@@ -118,6 +117,3 @@ def error_type(exc: BaseException) -> str:
     if isinstance(named, str) and named:
         return named[:64]
     return type(exc).__name__[:64]
-
-
-_build.keep_docs(__name__, globals())

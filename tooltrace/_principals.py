@@ -18,7 +18,6 @@ from typing import Any
 
 import msgspec
 
-from . import _build
 from .envelope import Principal
 
 __all__ = ["RunPrincipals", "principal_problem"]
@@ -110,6 +109,3 @@ def _whom(p: Principal) -> tuple[str | None, str | None, tuple[str, ...]]:
 
 def _names_whom(p: Principal) -> bool:
     return p.user is not None or p.tenant is not None or bool(p.roles)
-
-
-_build.keep_docs(__name__, globals())

@@ -15,7 +15,6 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import _build
 from ._redactor import Redactor
 from .envelope import (
     Artifact,
@@ -427,6 +426,3 @@ def detached(value: Any, depth: int = 0) -> Any:
         return str(value)
     except Exception:
         return f"<{type(value).__name__}>"
-
-
-_build.keep_docs(__name__, globals())

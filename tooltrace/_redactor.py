@@ -12,9 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-from mypy_extensions import mypyc_attr
 
-from tooltrace import _build
 from tooltrace._detectors import ASCII_LOWER, CS_ANCHORS, LC_ANCHORS, detect, marker
 from tooltrace._encoded import B64_RUN, MAX_ENCODED_DEPTH, PCT_TOKEN, b64_pieces, unquote_pieces
 from tooltrace._keyrules import key_pattern, may_be_numeric, names_secret
@@ -141,7 +139,6 @@ def _holds_nothing(value: Any) -> bool:
 
 
 # Python subclasses of the compiled class are allowed (it is public API).
-@mypyc_attr(allow_interpreted_subclasses=True)
 class Redactor:
     """Find and replace secrets in text and in JSON-like values.
 
@@ -425,6 +422,3 @@ def default_redactor() -> Redactor:
     if _default is None:
         _default = Redactor()
     return _default
-
-
-_build.keep_docs(__name__, globals())

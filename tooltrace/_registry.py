@@ -21,9 +21,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from mypy_extensions import mypyc_attr
 
-from . import _build, _sanitise, _settings
+from . import _sanitise, _settings
 from ._admission import Admission
 from ._approvals import ApprovalCache
 from ._authorize import AllowDetails
@@ -64,7 +63,6 @@ Approver = Callable[[ApprovalRequest], ApprovalDecision]
 
 
 # Python subclasses of the compiled class are allowed (it is public API).
-@mypyc_attr(allow_interpreted_subclasses=True)
 class ToolRegistry:
     """Registered tools and the one way to run them.
 
@@ -491,6 +489,3 @@ class ToolRegistry:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
-
-
-_build.keep_docs(__name__, globals())

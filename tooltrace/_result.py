@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from . import _build
 from ._context import CallContext
 from ._outcome import Outcome, error_type, outcome_rules
 from ._record import VETTED, Builder, error_text, redact_detail
@@ -179,6 +178,3 @@ def _to_text(value: Any) -> str | None:
         return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
     except TypeError:
         return str(value)
-
-
-_build.keep_docs(__name__, globals())

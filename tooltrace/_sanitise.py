@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import uuid_utils
 
-from . import _build
 from ._ids import new_call_id
 from ._principals import principal_problem
 from ._record import UNREGISTERED, Builder, redact_args, safe_name
@@ -241,6 +240,3 @@ _REMEMBERED = 4096
 _REMEMBERED_CHARS = 128
 _ATTRIBUTE_CHARS = 256
 _SCANNED_CHARS = 4096
-
-
-_build.keep_docs(__name__, globals())

@@ -23,7 +23,6 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import _build
 from ._admission import AdmissionResult
 from ._authorize import Approve, approve, authorize
 from ._context import CallContext
@@ -370,6 +369,3 @@ def _cancelled(b: Builder, d: ToolDefinition, step: str, t: int) -> ToolResultEn
     """The refusal of a call (or run) cancelled before it started."""
     b.step(step, t, "runtime", "reject", {"reason": "cancelled"})
     return b.reject(Stage.CANCEL, "it was cancelled before it started", d.name)
-
-
-_build.keep_docs(__name__, globals())

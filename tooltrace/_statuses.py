@@ -17,7 +17,6 @@ import itertools
 import threading
 from collections.abc import Container
 
-from . import _build
 from ._ids import new_call_id
 from .envelope import CallStatus, Status, ToolResultEnvelope
 from .sinks import FIRST_LATE_SEQ
@@ -135,6 +134,3 @@ class StatusTable:
         always looked up)."""
         if call_id[14:15] == "7" and call_id > self.forgotten:
             self.forgotten = call_id
-
-
-_build.keep_docs(__name__, globals())

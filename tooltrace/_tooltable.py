@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import _build
 from .exceptions import DuplicateToolError, RegistrationError
 from .tool import Execution, FunctionTool, ToolDefinition
 from .validation import CompiledSchema, compile_schema
@@ -216,6 +215,3 @@ def _wants_ctx(fn: Callable[..., Any]) -> bool:
     ann = first.annotation
     name = ann if isinstance(ann, str) else getattr(ann, "__name__", "")
     return name == "CallContext" or first.name == "ctx"
-
-
-_build.keep_docs(__name__, globals())

@@ -14,7 +14,6 @@ import math
 import re
 from urllib.parse import unquote
 
-from tooltrace import _build
 
 __all__ = [
     "IDENT",
@@ -303,6 +302,3 @@ def basic_credentials(value: str) -> bool:
     except (binascii.Error, ValueError):
         return False
     return b":" in raw
-
-
-_build.keep_docs(__name__, globals())

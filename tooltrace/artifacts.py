@@ -12,9 +12,7 @@ import os
 import re
 import tempfile
 
-from mypy_extensions import mypyc_attr
 
-from tooltrace import _build
 from tooltrace.envelope import Artifact
 
 __all__ = ["ArtifactStore", "preview"]
@@ -40,7 +38,6 @@ def preview(text: str, limit_chars: int) -> str:
 
 
 # Python subclasses of the compiled class are allowed (it is public API).
-@mypyc_attr(allow_interpreted_subclasses=True)
 class ArtifactStore:
     """Content-addressed storage for results too big to keep inline.
 
@@ -116,6 +113,3 @@ class ArtifactStore:
         if hashlib.sha256(data).hexdigest() != sha256:
             raise ValueError(f"artifact {sha256[:12]} does not match its digest")
         return data
-
-
-_build.keep_docs(__name__, globals())

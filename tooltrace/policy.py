@@ -27,9 +27,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-from mypy_extensions import mypyc_attr
 
-from . import _build
 from ._approvals import arguments_sha256
 from ._policy_types import PolicyRequest, Rule
 from .envelope import Principal
@@ -62,9 +60,6 @@ class Verdict(enum.StrEnum):
     ASK = "ask"
     OBSERVE_DENY = "observe_deny"
     OBSERVE_ASK = "observe_ask"
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class PolicyDecision:
     """One rule's verdict."""
@@ -88,9 +83,6 @@ class PolicyDecision:
 # A rule may define ``names_tool(name: str) -> bool``: True when it names that tool itself (in
 # a tool list, not through a capability, effect or any-tool scope). Entries that are not tools
 # (``ToolDefinition.listed`` False) are decided only by the rules that name them.
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class ApprovalRequest:
     """What an approver is asked: which tool, which (redacted) arguments, which rule asked, why."""
@@ -112,9 +104,6 @@ class ApprovalRequest:
     approval covers these arguments and no others."""
     principal: Principal | None = None
     """Whom the call acts for."""
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class ApprovalDecision:
     """An approver's answer."""
@@ -129,9 +118,6 @@ class ApprovalDecision:
     """Time to live of an approval (seconds or a ``timedelta``): until it expires, later calls
     of the same tool, principal and argument digest pass without asking (None: the policy
     rule's ``approval_ttl_s``, else only this call)."""
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class Mode:
     """A mode: which capabilities and effects are allowed, optionally which tools only."""
@@ -160,9 +146,6 @@ DEFAULT_MODES: tuple[Mode, ...] = (
     Mode("default"),
     Mode("plan", capabilities=frozenset({Capability.READ}), effects=frozenset({Effect.NONE})),
 )
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class DenyCommandPatterns:
     """Deny ``execute`` tools whose command line matches any pattern (regular expressions).
@@ -262,9 +245,6 @@ def _is_private_host(host: str) -> bool:
         or ip.is_unspecified
         or ip.is_multicast
     )
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class DenyPrivateNetwork:
     """Deny any argument holding a URL to loopback, private, link-local or reserved addresses.
@@ -307,9 +287,6 @@ class DenyPrivateNetwork:
                         "argument holds a URL to a private or local address",
                     )
         return None
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class RequireApproval:
     """Answer ``ask`` for the named tools, or for tools with the given capabilities/effects."""
@@ -344,9 +321,6 @@ class RequireApproval:
         if hit and (self.when is None or self.when(request)):
             return PolicyDecision(Verdict.ASK, self.name, f"{t.name} needs approval")
         return None
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)
 @dataclass(frozen=True, slots=True)
 class DenyNested:
     """Deny nested calls (a tool calling another through ``ctx.call``) by depth, by the tool
@@ -386,9 +360,6 @@ class DenyNested:
         return PolicyDecision(
             Verdict.DENY, self.name, f"nested call (depth {depth}, made by {parent}) not allowed"
         )
-
-
-@mypyc_attr(allow_interpreted_subclasses=True)
 class Policy:
     """Modes plus an ordered list of rules. The default denies dangerous commands and URLs to
     private networks, and defines the ``default`` and read-only ``plan`` modes."""
@@ -477,6 +448,3 @@ class Policy:
             elif ask is None:
                 ask = d
         return (ask if ask is not None else observed), self._names
-
-
-_build.keep_docs(__name__, globals())

@@ -20,7 +20,6 @@ from typing import Any
 import fastjsonschema
 import orjson
 
-from . import _build
 from ._schemacheck import plainly_valid
 from .exceptions import InvalidSchemaError, MalformedCallError
 from .redaction import default_redactor
@@ -353,6 +352,3 @@ def parse_tool_call(
 
 def _json_where(exc: orjson.JSONDecodeError) -> str:
     return f"line {exc.lineno} column {exc.colno}"
-
-
-_build.keep_docs(__name__, globals())

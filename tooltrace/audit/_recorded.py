@@ -25,7 +25,6 @@ import mmap
 import os
 from pathlib import Path
 
-from .. import _build
 from .._ids import CLOCK_SKEW_S, id_time_ms
 from ._manifest import read_manifest
 from ._segments import list_segments, segment_name
@@ -108,6 +107,3 @@ def _in_parquet(adir: Path, call_id: str) -> bool:
     finally:
         con.close()
     return row is not None
-
-
-_build.keep_docs(__name__, globals())

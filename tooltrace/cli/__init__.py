@@ -12,7 +12,6 @@ from typing import Any
 
 import click
 
-from tooltrace import _build
 
 __all__ = ["COMMANDS", "main"]
 
@@ -60,7 +59,7 @@ class _LazyGroup(click.Group):
 @click.version_option(
     package_name="tooltrace",
     prog_name="tooltrace",
-    message=f"%(prog)s %(version)s (call path: {_build.BUILD.reason})",
+    message="%(prog)s %(version)s",
 )
 def main() -> None:
     """Every tool call an AI agent makes, observable and auditable.

@@ -19,6 +19,7 @@ from claude_agent_sdk import SdkMcpTool
 
 from .. import Capability, Effect, RegistrationError, ToolDefinition, ToolRegistry
 from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT
+from ._adopt import Adopted, register_adopted
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -222,19 +223,12 @@ def adopt(
     """Register SDK ``@tool`` functions in ``registry``, with the schema the SDK would send
     (checked like any registration), so ``ClaudeAgentAdapter.mcp_server`` serves them through
     the pipeline. A result with ``is_error`` ends the call ``failed`` with the tool's text."""
-    out = []
-    for t in tools:
-        d = ToolDefinition(
-            name=t.name,
-            description=t.description,
-            parameters=sdk_schema(t.input_schema),
-            capability=Capability(capability),
-            effect=Effect(effect),
-            timeout_s=timeout_s,
-            source=source,
-        )
-        out.append(registry.register(d, _sdk_handler(t)))
-    return out
+    return register_adopted(registry, tools, _read_sdk_tool, capability=capability,
+                            effect=effect, source=source, timeout_s=timeout_s)
+
+
+def _read_sdk_tool(t: SdkMcpTool[Any]) -> Adopted:
+    return Adopted(t.name, t.description, sdk_schema(t.input_schema), _sdk_handler(t))
 
 
 def _sdk_handler(t: SdkMcpTool[Any]) -> Any:

@@ -44,6 +44,7 @@ import contextvars
 from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from google.adk.models import LlmRequest
 from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.tools.base_tool import BaseTool
 from google.genai import types
@@ -55,6 +56,7 @@ from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, mod
 from ..envelope import Principal, Status, ToolResultEnvelope
 from ..exceptions import RegistrationError
 from ..tool import Capability, Effect, ToolDefinition
+from ._adopt import Adopted, register_adopted
 from ._spans import SharedSpans, annotate, framework_span
 
 if TYPE_CHECKING:
@@ -246,8 +248,17 @@ class TooltracePlugin(BasePlugin):
                           self.run_id, self.principal)
 
 
+def _declaration_of(tool: BaseTool) -> types.FunctionDeclaration | None:
+    """The declaration ADK sends the model for ``tool``, asked the way ADK's own flow asks."""
+    request = LlmRequest()
+    request.append_tools([tool])
+    declarations = [d for t in request.config.tools or () if isinstance(t, types.Tool)
+                    for d in t.function_declarations or ()]
+    return declarations[0] if declarations else None
+
+
 def _schema_of(tool: BaseTool) -> dict[str, Any]:
-    decl = tool._get_declaration()
+    decl = _declaration_of(tool)
     if decl is None:
         raise RegistrationError(f"ADK tool {tool.name!r} has no function declaration to adopt")
     if decl.parameters_json_schema is not None:
@@ -283,21 +294,13 @@ def adopt(
     (ADK's convention) is recorded as ``failed``. ``capability`` and ``effect`` apply to every
     tool given: adopt tools of different power in separate calls.
     """
-    out = []
-    for t in tools:
-        definition = ToolDefinition(
-            name=t.name,
-            description=t.description or "",
-            parameters=_schema_of(t),
-            capability=Capability(capability),
-            effect=Effect(effect),
-            source=source,
-            priority=priority,
-            timeout_s=timeout_s,
-            tool_type="extension" if t.is_long_running else "function",
-        )
-        out.append(registry.register(definition, _handler(t)))
-    return out
+    return register_adopted(registry, tools, _read, capability=capability, effect=effect,
+                            source=source, priority=priority, timeout_s=timeout_s)
+
+
+def _read(tool: BaseTool) -> Adopted:
+    return Adopted(tool.name, tool.description or "", _schema_of(tool), _handler(tool),
+                   tool_type="extension" if tool.is_long_running else "function")
 
 
 def _handler(tool: BaseTool) -> Any:

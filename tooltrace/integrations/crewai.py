@@ -71,6 +71,7 @@ from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, make_call, model_text
 from ..envelope import Principal, Status, ToolResultEnvelope
 from ..exceptions import RegistrationError
 from ..tool import Capability, Effect, ToolDefinition
+from ._adopt import Adopted, register_adopted
 
 if TYPE_CHECKING:
     from crewai import Crew
@@ -254,20 +255,12 @@ def adopt(
     adopted tools themselves (or ``install_guard`` routes those through the registry too).
     ``capability`` and ``effect`` apply to every tool given.
     """
-    out = []
-    for t in tools:
-        definition = ToolDefinition(
-            name=t.name,
-            description=t.description or t.name,
-            parameters=_schema_of(t),
-            capability=Capability(capability),
-            effect=Effect(effect),
-            source=source,
-            priority=priority,
-            timeout_s=timeout_s,
-        )
-        out.append(registry.register(definition, _handler(t)))
-    return out
+    return register_adopted(registry, tools, _read, capability=capability, effect=effect,
+                            source=source, priority=priority, timeout_s=timeout_s)
+
+
+def _read(tool: BaseTool) -> Adopted:
+    return Adopted(tool.name, tool.description or tool.name, _schema_of(tool), _handler(tool))
 
 
 class CrewToolFailed(Exception):

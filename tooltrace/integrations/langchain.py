@@ -54,6 +54,7 @@ from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, model_text, plain, re
 from ..envelope import Principal, Status, ToolCall, ToolResultEnvelope
 from ..exceptions import RegistrationError
 from ..tool import Capability, Effect, ToolDefinition
+from ._adopt import Adopted, register_adopted
 
 if TYPE_CHECKING:
     from ..registry import ToolRegistry
@@ -283,26 +284,23 @@ def adopt(
     store, runtime) are refused: the registry cannot supply them. A tool with a native
     coroutine runs as an async tool (cancellable), any other on the registry's threads.
     """
-    out = []
-    for t in tools:
-        if not isinstance(t, BaseTool):
-            raise RegistrationError(f"adopt() takes LangChain BaseTool objects, not "
-                                    f"{type(t).__name__}")
-        params = convert_to_openai_tool(t)["function"].get("parameters") or {
-            "type": "object", "properties": {}}
-        injected = _injected(t, params)
-        if injected:
-            raise RegistrationError(
-                f"tool {t.name!r} takes injected arguments {injected[:5]} (state, store or "
-                f"runtime) that the registry cannot supply"
-            )
-        definition = ToolDefinition(
-            name=t.name, description=t.description, parameters=params, source=source,
-            priority=priority, capability=Capability(capability), effect=Effect(effect),
-            timeout_s=timeout_s,
+    return register_adopted(registry, tools, _read, capability=capability, effect=effect,
+                            source=source, priority=priority, timeout_s=timeout_s)
+
+
+def _read(t: BaseTool) -> Adopted:
+    if not isinstance(t, BaseTool):
+        raise RegistrationError(f"adopt() takes LangChain BaseTool objects, not "
+                                f"{type(t).__name__}")
+    params = convert_to_openai_tool(t)["function"].get("parameters") or {
+        "type": "object", "properties": {}}
+    injected = _injected(t, params)
+    if injected:
+        raise RegistrationError(
+            f"tool {t.name!r} takes injected arguments {injected[:5]} (state, store or "
+            f"runtime) that the registry cannot supply"
         )
-        out.append(registry.register(definition, _handler(t)))
-    return out
+    return Adopted(t.name, t.description, params, _handler(t))
 
 
 def _injected(t: BaseTool, params: dict[str, Any]) -> list[str]:
@@ -326,6 +324,7 @@ def _injected(t: BaseTool, params: dict[str, Any]) -> list[str]:
 def _native_async(t: BaseTool) -> bool:
     if isinstance(t, StructuredTool | Tool):
         return t.coroutine is not None
+    # No public flag says a tool has its own coroutine: LangChain's arun makes this same check.
     return type(t)._arun is not BaseTool._arun
 
 

@@ -47,6 +47,7 @@ from .. import (
 )
 from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
 from ..envelope import Principal
+from ._adopt import Adopted, register_adopted
 
 __all__ = ["LlamaIndexToolError", "TooltraceTool", "adopt", "as_llamaindex_tools",
            "install_guard"]
@@ -195,24 +196,21 @@ def adopt(
     needs the workflow ``Context`` cannot be adopted (the registry has no such argument).
     The wrappers' calls act for ``principal`` when given.
     """
-    out = []
-    for t in tools:
-        meta = t.metadata
-        if isinstance(t, FunctionTool) and t.requires_context:
-            raise RegistrationError(f"tool {meta.name!r} needs the workflow Context")
-        d = ToolDefinition(
-            name=meta.get_name(),
-            description=meta.description,
-            parameters=meta.get_parameters_dict(),
-            capability=Capability(capability),
-            effect=Effect(effect),
-            timeout_s=timeout_s,
-            source=source,
-        )
-        registry.register(d, _handler(t))
-        out.append(TooltraceTool(registry, d, mode=mode, return_direct=meta.return_direct,
-                                 principal=principal))
-    return out
+    tools = list(tools)
+    definitions = register_adopted(registry, tools, _read, capability=capability,
+                                   effect=effect, source=source, timeout_s=timeout_s)
+    return [
+        TooltraceTool(registry, d, mode=mode, return_direct=t.metadata.return_direct,
+                      principal=principal)
+        for t, d in zip(tools, definitions, strict=True)
+    ]
+
+
+def _read(t: BaseTool) -> Adopted:
+    meta = t.metadata
+    if isinstance(t, FunctionTool) and t.requires_context:
+        raise RegistrationError(f"tool {meta.name!r} needs the workflow Context")
+    return Adopted(meta.get_name(), meta.description, meta.get_parameters_dict(), _handler(t))
 
 
 def _handler(t: BaseTool) -> Callable[..., Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import threading
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,7 +38,7 @@ from ..audit import (
 from ..envelope import CallRecord
 from ..exceptions import AuditUnavailableError, ConfigurationError
 from ..sinks import ApprovalRecord, LateStep, RegistryState
-from ._worker import BatchWorker
+from ._worker import BatchWorker, on_fork_in_child
 
 if TYPE_CHECKING:
     from ..audit import Signer
@@ -149,7 +148,7 @@ class AuditSink:
         #: The progress of this process's calls in flight, for other processes (``tail``).
         self.live: LiveProgress | None = None
         self._live_sub: Any = None
-        _SINKS.add(self)
+        on_fork_in_child(self._after_fork_in_child)  # after its worker's, registered above
 
     # -- state ------------------------------------------------------------------------------
 
@@ -454,15 +453,3 @@ def _encode(r: CallRecord | LateStep | ApprovalRecord) -> bytes | dict[str, Any]
     if type(r) is ApprovalRecord:
         return encode_approval(r)
     return encode_late(r)  # type: ignore[arg-type]
-
-
-_SINKS: weakref.WeakSet[AuditSink] = weakref.WeakSet()
-
-
-def _reinit_after_fork() -> None:
-    for s in list(_SINKS):
-        s._after_fork_in_child()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reinit_after_fork)

@@ -31,11 +31,11 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Final, Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from .._inflight import calls_in_flight
 
-__all__ = ["PAUSE_S", "SLICE_S", "TURN_WAIT_S", "YIELD_MAX_S", "BatchWorker"]
+__all__ = ["PAUSE_S", "SLICE_S", "TURN_WAIT_S", "YIELD_MAX_S", "BatchWorker", "on_fork_in_child"]
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -107,7 +107,7 @@ class BatchWorker(Generic[T]):
         self.exported = 0
         self.export_errors = 0
         self._init_state()
-        _WORKERS.add(self)
+        on_fork_in_child(self._after_fork_in_child)
 
     def _init_state(self) -> None:
         self._queue: collections.deque[T] = collections.deque()
@@ -302,14 +302,28 @@ class BatchWorker(Generic[T]):
         self._init_state()
 
 
-_WORKERS: weakref.WeakSet[BatchWorker[Any]] = weakref.WeakSet()
+# Bound methods to call in a forked child, in the order they were registered (a worker before
+# the sink that made it). Weak: registering keeps no object alive.
+_FORK_CALLBACKS: list[weakref.WeakMethod[Callable[[], None]]] = []
+_FORK_LOCK = threading.Lock()
+
+
+def on_fork_in_child(method: Callable[[], None]) -> None:
+    """Call the bound ``method`` in the child after a ``fork`` (the object's threads and held
+    locks do not exist there), for as long as its object lives."""
+    with _FORK_LOCK:
+        _FORK_CALLBACKS[:] = [r for r in _FORK_CALLBACKS if r() is not None]
+        _FORK_CALLBACKS.append(weakref.WeakMethod(method))
 
 
 def _reinit_after_fork() -> None:
-    global _TURN
+    global _TURN, _FORK_LOCK
     _TURN = threading.Lock()  # another thread of the parent may have held it
-    for w in list(_WORKERS):
-        w._after_fork_in_child()
+    _FORK_LOCK = threading.Lock()
+    for ref in list(_FORK_CALLBACKS):
+        method = ref()
+        if method is not None:
+            method()
 
 
 if hasattr(os, "register_at_fork"):
