@@ -229,3 +229,30 @@ def test_a_worker_that_waited_its_longest_for_calls_runs_a_slice() -> None:
     # The whole batch was handled while the calls still ran back to back: once its wait ran
     # out, the worker ran a slice (not one record per wait).
     assert len([t for t in done if t < spans[-1][0]]) == 200
+
+
+def test_a_forked_child_gets_a_fresh_worker_that_exports_only_its_own_items() -> None:
+    import os
+
+    exported: list[int] = []
+    w = BatchWorker("fork", exported.extend, interval_s=0.01)
+    w.submit(1)
+    assert w.flush(5.0)  # the parent's thread is running now
+    r, wr = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: the parent's thread is gone; the worker starts its own
+        try:
+            exported.clear()
+            w.submit(2)
+            ok = w.flush(5.0)
+            os.write(wr, f"{ok} {exported} {w.depth}".encode())
+        finally:
+            os._exit(0)
+    os.close(wr)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(r) as f:
+        got = f.read()
+    assert status == 0 and got == "True [2] 0", got
+    w.submit(3)
+    assert w.flush(5.0) and exported == [1, 3]
+    w.shutdown()
