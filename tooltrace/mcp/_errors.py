@@ -17,6 +17,9 @@ the call ends ``unknown``, since the upstream may have acted before it failed::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from ..exceptions import OutcomeUnknown
 
 __all__ = [
@@ -44,11 +47,19 @@ class UpstreamToolError(UpstreamError):
 
 
 class UpstreamRPCError(UpstreamError):
-    """The upstream answered the ``tools/call`` request with a JSON-RPC error."""
+    """The upstream answered a request with a JSON-RPC error.
 
-    def __init__(self, code: int, message: str) -> None:
+    ``message`` is the proxy's bounded, redacted account of it (what the audit trail keeps);
+    ``error`` is the upstream's error object as it arrived (``code``, ``message`` and ``data``
+    when it sent one), which the proxy hands on to its client.
+    """
+
+    def __init__(self, code: int, message: str,
+                 error: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.error: dict[str, Any] = dict(error) if error is not None else {
+            "code": code, "message": message}
         # MCP semantic conventions: a JSON-RPC error's type is its code, as a string.
         self.error_type = str(code)
 

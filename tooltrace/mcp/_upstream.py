@@ -388,9 +388,13 @@ class Upstream:
                         f"server {self.label} wrote a line that is not JSON-RPC; it is restarted")
                 self._break("exited")
                 return UpstreamExited(f"server {self.label} closed the connection during the call")
-            message = str(getattr(exc.error, "message", "") or "")  # type: ignore[attr-defined]
+            error = exc.error  # type: ignore[attr-defined]
+            message = str(getattr(error, "message", "") or "")
+            sent: dict[str, Any] = {"code": code, "message": message}
+            if "data" in getattr(error, "model_fields_set", ()):  # as sent: null stays null
+                sent["data"] = error.data
             return UpstreamRPCError(code, f"server {self.label} answered error {code}: "
-                                          f"{default_redactor().bounded(message, 300)}")
+                                          f"{default_redactor().bounded(message, 300)}", sent)
         if isinstance(exc, asyncio.CancelledError):
             return UpstreamExited(f"server {self.label} went away during the call")
         # Anything else is an answer the client could not accept (a malformed result, or
