@@ -141,7 +141,9 @@ class ProxyConfig:
     may go with no request in flight (and no open stream) before it ends: its upstream
     connections are closed and its session id then gets 404. ``deny`` / ``ask``: names whose
     calls are refused / need approval; ``mcp.*.<kind>`` names that kind (``SERVER_KINDS``) of
-    every server (``policy_names``).
+    every server (``policy_names``). ``call_ids``: every result's ``_meta`` names its call
+    (``tooltrace/call_id``, ``tooltrace/status``); off (the default), only a result the proxy
+    changed carries ``tooltrace/...`` keys.
     """
 
     servers: tuple[ServerConfig, ...] = ()
@@ -164,6 +166,7 @@ class ProxyConfig:
     policy_file: str | None = None
     principal_header: str | None = None
     idle_timeout_s: float = 600.0
+    call_ids: bool = False
 
     def __post_init__(self) -> None:
         labels = [s.label for s in self.servers]
@@ -181,6 +184,8 @@ class ProxyConfig:
                 "approval must be 'deny', 'allow', 'queue[:<seconds>]' or 'module:function'")
         if not self.cancel_grace_s > 0:
             raise ConfigurationError("cancel_grace_s must be positive")
+        if not isinstance(self.call_ids, bool):
+            raise ConfigurationError("call_ids must be true or false")
         if not _positive(self.idle_timeout_s):
             raise ConfigurationError("idle_timeout_s must be a positive number of seconds")
         h = self.principal_header
@@ -228,7 +233,7 @@ def _wildcard_kind(name: str) -> str | None:
 _PROXY_KEYS = {
     "home", "workspace", "collisions", "separator", "prefix_all", "rug_pull", "hooks", "mode",
     "cancel_grace_s", "max_inline_chars", "preview_chars", "metrics_port", "principal_header",
-    "idle_timeout_s",
+    "idle_timeout_s", "call_ids",
 }
 _HEADER_RE = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 _POLICY_KEYS = {"deny", "ask", "approval", "rules", "file"}
