@@ -57,8 +57,9 @@ from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, mod
 from ..envelope import Principal, ToolResultEnvelope
 from ..exceptions import MalformedCallError, RegistrationError
 from ..registry import ToolRegistry
-from ..tool import Capability, Effect, ToolDefinition
+from ..tool import Capability, Effect
 from ..validation import parse_tool_call
+from ._adopt import Adopted, register_adopted
 from ._bridge import FrameworkApprover, approval_reason, jsonable
 
 __all__ = [
@@ -280,25 +281,11 @@ def adopt(
     Give the agent the copies, not the originals. ``run_id`` and ``principal`` are as for
     ``as_function_tools``.
     """
+    tools = list(tools)
+    register_adopted(registry, tools, _read, capability=capability, effect=effect,
+                     source=source, priority=priority, timeout_s=timeout_s)
     out: list[FunctionTool] = []
     for t in tools:
-        if not isinstance(t, FunctionTool):
-            raise RegistrationError(
-                f"cannot adopt {type(t).__name__}: only FunctionTool runs its code in-process"
-            )
-        inner = copy.copy(t)
-        set_function_tool_failure_error_function(inner, None)
-        d = ToolDefinition(
-            name=t.name,
-            description=t.description,
-            parameters=copy.deepcopy(t.params_json_schema),
-            capability=Capability(capability),
-            effect=Effect(effect),
-            timeout_s=timeout_s,
-            source=source,
-            priority=priority,
-        )
-        registry.register(d, _handler(inner))
         wrapped = copy.copy(t)
         wrapped.on_invoke_tool = _Invoker(
             registry,
@@ -314,6 +301,16 @@ def adopt(
                 registry, t.name, mode, run_id, t.needs_approval, principal)
         out.append(wrapped)
     return out
+
+
+def _read(t: Any) -> Adopted:
+    if not isinstance(t, FunctionTool):
+        raise RegistrationError(
+            f"cannot adopt {type(t).__name__}: only FunctionTool runs its code in-process"
+        )
+    inner = copy.copy(t)
+    set_function_tool_failure_error_function(inner, None)
+    return Adopted(t.name, t.description, copy.deepcopy(t.params_json_schema), _handler(inner))
 
 
 class _UnknownTools:

@@ -57,6 +57,7 @@ from ..envelope import Principal, Stage, Status, ToolResultEnvelope
 from ..exceptions import RegistrationError
 from ..registry import ToolRegistry
 from ..tool import Capability, Effect, ToolDefinition
+from ._adopt import Adopted, register_adopted
 from ._bridge import FrameworkApprover, approval_reason, jsonable
 from ._spans import SharedSpans, annotate, framework_span, tool_span
 
@@ -388,18 +389,11 @@ def adopt(
     tool really does. Give the agent ``Tooltrace(registry)`` (or ``as_toolset``) instead of
     the original tools.
     """
-    out: list[ToolDefinition] = []
-    for t in _tools_of(tools):
-        d = ToolDefinition(
-            name=t.name,
-            description=t.description or "",
-            parameters=dict(t.function_schema.json_schema),
-            capability=Capability(capability),
-            effect=Effect(effect),
-            timeout_s=t.timeout if t.timeout is not None else timeout_s,
-            source=source,
-            priority=priority,
-            tool_type="function",
-        )
-        out.append(registry.register(d, _handler(t)))
-    return out
+    return register_adopted(registry, _tools_of(tools), _read, capability=capability,
+                            effect=effect, source=source, priority=priority,
+                            timeout_s=timeout_s)
+
+
+def _read(t: Tool[Any]) -> Adopted:
+    return Adopted(t.name, t.description or "", dict(t.function_schema.json_schema),
+                   _handler(t), timeout_s=t.timeout)
