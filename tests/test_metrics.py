@@ -508,3 +508,112 @@ def test_metrics_can_be_counted_inline() -> None:
     assert not sink.deferred and sink.depth == 0
     assert _value(sink.registry, "tooltrace_tool_calls_total", tool="read_text",
                   status="ok") == 1
+
+
+#: A tool whose calls all take 1.2 to 1.4 s gets bounds 50 ms apart there; the others keep the
+#: default buckets (1 to 1.5 s in one bucket).
+DEPLOY_BUCKETS = (0.5, 1.0, 1.1, 1.2, 1.25, 1.3, 1.35, 1.4, 1.5, 2.0, 5.0)
+
+
+def _le_sets(exposition: str) -> dict[tuple[str, str], list[str]]:
+    """(tool, status) -> the ``le`` values of its duration buckets, as exposed, in order."""
+    out: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for fam in text_string_to_metric_families(exposition):
+        for s in fam.samples:
+            if s.name == "tooltrace_tool_call_duration_seconds_bucket":
+                out[(s.labels["tool"], s.labels["status"])].append(s.labels["le"])
+    return out
+
+
+def test_a_tool_s_own_buckets_label_its_series_in_the_one_histogram_family() -> None:
+    sink = MetricsSink(tool_names={"deploy_service", "grep"}, deferred=False,
+                       tool_buckets={"deploy_service": reversed(DEPLOY_BUCKETS)})
+    sink.emit(make_record("deploy_service", elapsed_us=1_300_000))
+    sink.emit(make_record("grep", elapsed_us=4_000))
+    assert sink.buckets_of("deploy_service") == DEPLOY_BUCKETS
+    assert sink.buckets_of("grep") == DURATION_BUCKETS == sink.buckets_of("not registered")
+    text = generate_latest(sink.registry).decode()
+    assert text.count("# TYPE tooltrace_tool_call_duration_seconds histogram") == 1
+    les = _le_sets(text)
+    assert les[("deploy_service", "ok")] == [*(str(b) for b in DEPLOY_BUCKETS), "+Inf"]
+    assert les[("grep", "ok")] == [*(str(b) for b in DURATION_BUCKETS), "+Inf"]
+    assert les[(UNREGISTERED, "failed")] == les[("grep", "ok")]
+    assert _value(sink.registry, "tooltrace_tool_call_duration_seconds_bucket",
+                  tool="deploy_service", status="ok", le="1.3") == 1
+    assert _value(sink.registry, "tooltrace_tool_call_duration_seconds_bucket",
+                  tool="deploy_service", status="ok", le="1.25") == 0
+    proc = promtool_check_metrics(text)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == "" and proc.stderr.strip() == "", proc.stdout + proc.stderr
+    # The OpenMetrics exposition (what Prometheus asks for, with exemplars) parses too.
+    from prometheus_client.openmetrics.exposition import generate_latest as om_latest
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+
+    om = om_latest(sink.registry).decode()  # type: ignore[no-untyped-call]
+    fams = {f.name: f for f in om_parse(om)}  # type: ignore[no-untyped-call]
+    assert {s.labels["le"] for s in fams["tooltrace_tool_call_duration_seconds"].samples
+            if s.labels.get("tool") == "deploy_service" and "le" in s.labels} == {
+        *(str(b) for b in DEPLOY_BUCKETS), "+Inf"}
+
+
+@pytest.mark.parametrize("bad", [(), (0.0, 1.0), (-1.0,), (float("nan"),), ("soon",)])
+def test_a_bad_bucket_set_is_refused_when_the_sink_is_made(bad: tuple[Any, ...]) -> None:
+    with pytest.raises(ValueError, match="deploy_service"):
+        MetricsSink(tool_buckets={"deploy_service": bad})
+
+
+def test_real_prometheus_reads_each_tool_s_quantiles_from_its_own_buckets() -> None:
+    import random
+
+    rng = random.Random(37)
+    took = {"deploy_service": [rng.uniform(1.2, 1.4) for _ in range(200)],
+            "fetch": [rng.uniform(1.2, 1.4) for _ in range(200)]}  # the same, default buckets
+    sink = MetricsSink(tool_names=set(took), deferred=False,
+                       tool_buckets={"deploy_service": DEPLOY_BUCKETS})
+    for name, values in took.items():
+        for v in values:
+            sink.emit(make_record(name, elapsed_us=round(v * 1e6)))
+    with serve_metrics(0, registry=sink) as srv, Prometheus([f"127.0.0.1:{srv.port}"]) as prom:
+        prom.wait_for_up()
+        for name, bounds in (("deploy_service", DEPLOY_BUCKETS), ("fetch", DURATION_BUCKETS)):
+            sel = f'tool="{name}",status="ok"'
+            prom.wait_until(f"sum(tooltrace_tool_call_duration_seconds_count{{{sel}}})",
+                            lambda v: v == 200)
+            for q in (0.5, 0.95):
+                got = prom.value(f"histogram_quantile({q}, sum by (le) "
+                                 f"(tooltrace_tool_call_duration_seconds_bucket{{{sel}}}))")
+                # What PromQL computes from this tool's own bounds, to the last digit.
+                assert got == pytest.approx(
+                    _histogram_quantile(q, took[name], bounds), abs=1e-9), (name, q)
+        # The narrow buckets read the true quantiles within 2 %; the default ones do not.
+        for q in (0.5, 0.95):
+            exact = sorted(took["deploy_service"])[int(q * 200) - 1]
+            own = _histogram_quantile(q, took["deploy_service"], DEPLOY_BUCKETS)
+            default = _histogram_quantile(q, took["fetch"], DURATION_BUCKETS)
+            assert abs(own - exact) / exact < 0.02 < abs(default - exact) / exact, (q, own)
+
+
+def test_tool_buckets_hold_in_multiprocess_mode(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "from tooltrace.telemetry.metrics import MetricsSink, multiprocess_registry\n"
+        "from prometheus_client import generate_latest\n"
+        "from support.telemetry import make_record\n"
+        f"s = MetricsSink(tool_names={{'deploy_service', 'grep'}},"
+        f" tool_buckets={{'deploy_service': {DEPLOY_BUCKETS!r}}})\n"
+        "assert not s.deferred\n"
+        "s.emit(make_record('deploy_service', elapsed_us=1_300_000))\n"
+        "s.emit(make_record('grep', elapsed_us=4_000))\n"
+        "print(generate_latest(multiprocess_registry()).decode())\n"
+    )
+    env = {**__import__("os").environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+           "PYTHONPATH": str(Path(__file__).parent)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    les = _le_sets(out)
+    assert les[("deploy_service", "ok")] == [*(str(b) for b in DEPLOY_BUCKETS), "+Inf"]
+    assert les[("grep", "ok")] == [*(str(b) for b in DURATION_BUCKETS), "+Inf"]
+    proc = promtool_check_metrics(out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -9,6 +9,7 @@ structlog until a sink is wanted.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
@@ -69,6 +70,7 @@ def default_sinks(
     metrics: bool = True,
     logging: bool = True,
     metrics_registry: CollectorRegistry | None = None,
+    metrics_tool_buckets: Mapping[str, Iterable[float]] | None = None,
     log_level: str | None = None,
     log_format: str | None = None,
 ) -> list[Sink]:
@@ -103,7 +105,7 @@ def default_sinks(
     if metrics:
         from .metrics import MetricsSink
 
-        sinks.append(MetricsSink(metrics_registry))
+        sinks.append(MetricsSink(metrics_registry, tool_buckets=metrics_tool_buckets))
     if logging:
         from .logging import LoggingSink
 

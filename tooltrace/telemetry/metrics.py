@@ -11,6 +11,14 @@ now (in-flight calls, admission queue depths, concurrency caps) and every sink's
 and queue depth are read at scrape time by a custom collector, so they cost nothing on the call
 path.
 
+The duration family is one histogram whose series may carry different ``le`` sets: each tool's
+series use that tool's buckets (``tool_buckets``), else the default ones. prometheus-client
+gives a ``Histogram`` one set of buckets, so the sink keeps one unregistered ``Histogram`` per
+distinct set and a collector renders them as the one family (Prometheus reads each series'
+buckets on their own, and ``histogram_quantile`` works per series). In multiprocess mode each of
+those histograms writes its own files under the same name, and ``multiprocess_registry`` merges
+them series by series.
+
 The ``tool`` label is a registered tool's name, or ``_unregistered`` for anything else; a call
 id, run id, path, argument or error text never becomes a label. Metric contract::
 
@@ -20,7 +28,9 @@ id, run id, path, argument or error text never becomes a label. Metric contract:
     tooltrace_tool_rejections_total{tool,stage}
     tooltrace_tool_hook_modifications_total{tool}
     tooltrace_tool_offloads_total{tool}
-    tooltrace_tool_call_duration_seconds{tool,status}      histogram, exemplar trace_id
+    tooltrace_tool_call_duration_seconds{tool,status}      histogram, exemplar trace_id; a
+                                                           tool's own buckets where
+                                                           ``tool_buckets`` gives them
     tooltrace_tool_admission_wait_seconds{tool}            histogram
     tooltrace_policy_observed_total{tool,rule,decision}    observe-mode rules that would have
                                                            denied or asked (rule: the policy's
@@ -42,10 +52,12 @@ id, run id, path, argument or error text never becomes a label. Metric contract:
 from __future__ import annotations
 
 import bisect
+import math
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, values
@@ -74,7 +86,7 @@ UNREGISTERED: Final = "_unregistered"
 #: Call duration buckets (seconds): 1 ms to 10 minutes, seven to a decade (1, 1.5, 2, 2.5,
 #: 3.5, 5, 7.5), so neighbouring bounds are at most 1.5x apart and ``histogram_quantile``'s
 #: interpolation stays within a bucket that narrow (a 1.3 s call reads between 1 and 1.5 s).
-#: Pass ``buckets=`` to ``MetricsSink`` for another set.
+#: Pass ``buckets=`` to ``MetricsSink`` for another default, ``tool_buckets=`` for a tool's own.
 DURATION_BUCKETS: Final = (
     0.001, 0.0015, 0.002, 0.0025, 0.0035, 0.005, 0.0075,
     0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.075,
@@ -109,7 +121,11 @@ class MetricsSink:
             two sinks in one registry is an error, as in prometheus-client.
         tool_names: a fixed set of tool names to label by, for use without a ``ToolRegistry``;
             ``bind(registry)`` replaces it with the registry's live ``tool_names()``.
-        buckets: call duration histogram buckets (seconds).
+        buckets: call duration histogram buckets (seconds) of every tool without its own.
+        tool_buckets: a tool's own call duration buckets (seconds), by tool name: upper
+            bounds that fit the durations the tool has (``{"deploy_service": (1, 1.1, 1.2,
+            1.3, 1.5, 2)}``); any order, each positive and finite. Its series carry these
+            ``le`` values instead of the default ones. Raises ``ValueError`` on a bad set.
         admission_buckets: admission wait histogram buckets (seconds).
         exemplars: attach ``trace_id`` exemplars to duration observations of sampled calls.
         deferred: update the metrics on a worker thread (the default, except in
@@ -126,6 +142,7 @@ class MetricsSink:
         *,
         tool_names: Iterable[str] | None = None,
         buckets: Iterable[float] = DURATION_BUCKETS,
+        tool_buckets: Mapping[str, Iterable[float]] | None = None,
         admission_buckets: Iterable[float] = ADMISSION_BUCKETS,
         exemplars: bool = True,
         exemplar_interval_s: float = 1.0,
@@ -152,7 +169,8 @@ class MetricsSink:
             "metrics", self._count_batch, max_queue=max_queue) if deferred else None
         reg = self.registry
         if deferred:
-            reg.register(_Drain(self))  # first: a scrape counts what is queued, then reads
+            # First: a scrape counts what is queued, then reads.
+            reg.register(_Collect(self._drain, list))
         self._calls = Counter(
             "tooltrace_tool_calls", "Tool calls by the status they returned.", ["tool", "status"],
             registry=reg,
@@ -169,11 +187,16 @@ class MetricsSink:
             "tooltrace_tool_offloads", "Calls whose result was offloaded to an artifact.",
             ["tool"], registry=reg,
         )
-        self._duration = Histogram(
-            "tooltrace_tool_call_duration_seconds", "End-to-end tool call duration.",
-            ["tool", "status"], buckets=tuple(buckets), registry=reg,
-        )
-        # Upper bounds as the histogram orders them (value <= bound), +Inf last.
+        # One unregistered Histogram per distinct bucket set, rendered as one family.
+        self._default_buckets = _bucket_set(buckets, "buckets")
+        self._tool_buckets = {str(tool): _bucket_set(b, f"tool_buckets[{tool!r}]")
+                              for tool, b in (tool_buckets or {}).items()}
+        self._durations: dict[tuple[float, ...], Histogram] = {}
+        for bset in (self._default_buckets, *self._tool_buckets.values()):
+            if bset not in self._durations:
+                self._durations[bset] = Histogram(
+                    _DURATION, _DURATION_HELP, ["tool", "status"], buckets=bset, registry=None)
+        reg.register(_Collect(self._duration_family, _duration_described))
         self._observed = Counter(
             "tooltrace_policy_observed",
             "Calls an observe-mode policy rule would have denied or sent for approval.",
@@ -185,7 +208,6 @@ class MetricsSink:
             ["tool", "outcome"], registry=reg,
         )
         self._rules: frozenset[str] = frozenset()
-        self._bounds: tuple[float, ...] = (*sorted(float(b) for b in buckets), float("inf"))
         self._admission = Histogram(
             "tooltrace_tool_admission_wait_seconds", "Time a call waited for admission.",
             ["tool"], buckets=tuple(admission_buckets), registry=reg,
@@ -194,7 +216,7 @@ class MetricsSink:
         # hook / offload / admission children. Created together the first time a tool label is
         # seen, so every series exists (at 0) before its first increment and rate() sees it.
         self._children: dict[str, _ToolChildren] = {}
-        reg.register(_StateCollector(self))
+        reg.register(_Collect(self._state_families, _state_described))
         self._prime(self._known)
 
     # -- wiring ---------------------------------------------------------------------------------
@@ -244,9 +266,30 @@ class MetricsSink:
             with self._lock:
                 ch = self._children.get(label)
                 if ch is None:
-                    ch = _ToolChildren(self, label)
+                    ch = self._new_children(label)
                     self._children[label] = ch
         return ch
+
+    def _new_children(self, tool: str) -> _ToolChildren:
+        bset = self._tool_buckets.get(tool, self._default_buckets)
+        duration = self._durations[bset]
+        return _ToolChildren(
+            tool=tool,
+            # Keyed by the plain string: a StrEnum member hashes and compares equal to it.
+            by_status={s: (self._calls.labels(tool, s), duration.labels(tool, s))
+                       for s in _STATUSES},
+            bounds=(*bset, math.inf),
+            exemplar_due={s: [0] * (len(bset) + 1) for s in _STATUSES},
+            by_stage={stage: self._rejections.labels(tool, stage) for stage in _STAGES},
+            hook_mods=self._hook_mods.labels(tool),
+            offloads=self._offloads.labels(tool),
+            admission=self._admission.labels(tool),
+        )
+
+    def buckets_of(self, tool: str) -> tuple[float, ...]:
+        """The call duration buckets (upper bounds, seconds, without +Inf) that ``tool``'s
+        series use."""
+        return self._tool_buckets.get(self.tool_label(tool), self._default_buckets)
 
     # -- sink -----------------------------------------------------------------------------------
 
@@ -282,7 +325,7 @@ class MetricsSink:
             seconds = record.elapsed_us / 1e6
             if self.exemplars and record.trace_sampled and record.trace_id:
                 due = ch.exemplar_due[record.status]
-                i = bisect.bisect_left(self._bounds, seconds)
+                i = bisect.bisect_left(ch.bounds, seconds)
                 now = time.monotonic_ns()
                 if now >= due[i]:
                     due[i] = now + self._exemplar_every_ns
@@ -347,6 +390,17 @@ class MetricsSink:
 
     # -- scrape time ----------------------------------------------------------------------------
 
+    def _drain(self) -> list[Metric]:
+        self.flush()
+        return []
+
+    def _duration_family(self) -> list[Metric]:
+        fam = _duration_described()[0]
+        for hist in list(self._durations.values()):
+            for m in hist.collect():
+                fam.samples.extend(m.samples)  # each series whole, so its lines stay together
+        return [fam]
+
     def _sinks(self) -> list[Any]:
         seen: list[Any] = [self]
         reg = self._bound
@@ -358,30 +412,102 @@ class MetricsSink:
         seen.extend(s for s in list(self._watched) if all(s is not x for x in seen))
         return seen
 
+    def _state_families(self) -> list[Metric]:
+        """The gauges read from the bound registry and every sink's counters, now."""
+        fams = _state_described()
+        (inflight, queue, tool_cap, global_cap, dropped, depth, errors,
+         b_calls, b_bytes, b_age) = fams
+        reg = self._bound
+        if reg is not None:
+            names = sorted(self._refresh_names())
+            self._per_tool(inflight, names, _call(reg, "inflight"))
+            self._per_tool(queue, names, _call(reg, "queue_depth"))
+            limits = _call(reg, "concurrency_limits")
+            if isinstance(limits, tuple) and len(limits) == 2:
+                cap, per_tool = limits
+                # Every tool's cap: its own, else the global one (so a panel's cap line and
+                # in-flight / cap ratios exist for every tool; none when nothing caps it).
+                caps = {} if cap is None else dict.fromkeys(names, float(cap))
+                if cap is not None:
+                    global_cap.add_metric([], float(cap))
+                if isinstance(per_tool, Mapping):
+                    caps.update(per_tool)
+                self._per_tool(tool_cap, [], caps)
+        drops: dict[str, int] = {}
+        depths: dict[str, int] = {}
+        errs: dict[str, int] = {}
+        backlogs = []
+        for s in self._sinks():
+            backlog = _backlog(s)
+            if backlog is not None:
+                backlogs.append(backlog)
+            label = _sink_label(s)
+            for attr, acc in (("dropped", drops), ("depth", depths), ("export_failures", errs)):
+                v = _int_attr(s, attr)
+                if v is not None:
+                    acc[label] = acc.get(label, 0) + v
+        for label, v in sorted(drops.items()):
+            dropped.add_metric([label], v)
+        for label, v in sorted(depths.items()):
+            depth.add_metric([label], v)
+        for label, v in sorted(errs.items()):
+            errors.add_metric([label], v)
+        if backlogs:
+            b_calls.add_metric([], sum(b[0] for b in backlogs))
+            b_bytes.add_metric([], sum(b[1] for b in backlogs))
+            b_age.add_metric([], max(b[2] for b in backlogs))
+        return list(fams)
 
+    def _per_tool(self, fam: GaugeMetricFamily, names: list[str], values: Any) -> None:
+        # Every registered tool gets a sample (0 when idle); unknown keys fold into one label.
+        out = dict.fromkeys(names, 0.0)
+        if isinstance(values, Mapping):
+            for tool, v in values.items():
+                try:
+                    label = self.tool_label(str(tool))
+                    out[label] = out.get(label, 0.0) + float(v)
+                except Exception:
+                    continue
+        for label, v in sorted(out.items()):
+            fam.add_metric([label], v)
+
+
+@dataclass(frozen=True, slots=True)
 class _ToolChildren:
     """All label children of one ``tool`` label value, created at once."""
 
-    __slots__ = (
-        "admission", "by_stage", "by_status", "exemplar_due", "hook_mods", "offloads", "tool",
-    )
+    tool: str
+    by_status: dict[str, tuple[Any, Any]]
+    """Per status: (calls counter child, duration histogram child)."""
+    bounds: tuple[float, ...]
+    """The duration buckets' upper bounds as the histogram orders them, +Inf last."""
+    exemplar_due: dict[str, list[int]]
+    """Per status, per duration bucket: when (monotonic ns) it may take its next exemplar."""
+    by_stage: dict[str, Any]
+    hook_mods: Any
+    offloads: Any
+    admission: Any
 
-    def __init__(self, sink: MetricsSink, tool: str) -> None:
-        self.tool = tool
-        self.by_status: dict[str, tuple[Any, Any]] = {}
-        # Per status, per duration bucket: when (monotonic ns) it may take its next exemplar.
-        self.exemplar_due: dict[str, list[int]] = {s: [0] * len(sink._bounds) for s in _STATUSES}
-        for status in _STATUSES:
-            # Keyed by the plain string: a StrEnum member hashes and compares equal to it.
-            self.by_status[status] = (
-                sink._calls.labels(tool, status), sink._duration.labels(tool, status)
-            )
-        self.by_stage: dict[str, Any] = {}
-        for stage in _STAGES:
-            self.by_stage[stage] = sink._rejections.labels(tool, stage)
-        self.hook_mods = sink._hook_mods.labels(tool)
-        self.offloads = sink._offloads.labels(tool)
-        self.admission = sink._admission.labels(tool)
+
+_DURATION: Final = "tooltrace_tool_call_duration_seconds"
+_DURATION_HELP: Final = "End-to-end tool call duration."
+
+
+def _bucket_set(values: Iterable[float], what: str) -> tuple[float, ...]:
+    """Upper bounds as a sorted tuple without duplicates or +Inf (the histogram adds it)."""
+    try:
+        bounds = sorted({float(v) for v in values} - {math.inf})
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: bucket bounds must be numbers") from None
+    if not bounds:
+        raise ValueError(f"{what}: give at least one finite bucket bound")
+    if not all(0 < b < math.inf for b in bounds):
+        raise ValueError(f"{what}: bucket bounds must be positive and finite, got {bounds[:3]}")
+    return tuple(bounds)
+
+
+def _duration_described() -> list[Metric]:
+    return [Metric(_DURATION, _DURATION_HELP, "histogram")]
 
 
 def _sink_label(sink: Any) -> str:
@@ -417,121 +543,50 @@ def _call(reg: Any, method: str) -> Any:
         return None
 
 
-class _Drain(Collector):
-    """Registered before the sink's metrics: a scrape first counts the calls still queued."""
+class _Collect(Collector):
+    """A collector that calls one of a sink's own methods, held weakly: a registry (such as
+    the process-wide one) does not keep the sink alive, and once the sink is gone it reports
+    what ``describe`` gives (the families, without samples)."""
 
-    def __init__(self, sink: MetricsSink) -> None:
-        self._sink = weakref.ref(sink)
-
-    def describe(self) -> Iterable[Metric]:
-        return []
-
-    def collect(self) -> Iterable[Metric]:
-        sink = self._sink()
-        if sink is not None:
-            sink.flush()
-        return []
-
-
-class _StateCollector(Collector):
-    """Reads registry state and sink counters when Prometheus scrapes."""
-
-    def __init__(self, sink: MetricsSink) -> None:
-        self._sink = weakref.ref(sink)
+    def __init__(self, collect: Callable[[], list[Metric]],
+                 describe: Callable[[], Iterable[Metric]]) -> None:
+        self._collect = weakref.WeakMethod(collect)
+        self._describe = describe
 
     def describe(self) -> Iterable[Metric]:
         # Returning the families with no samples lets the registry check names up front.
-        return list(self._families())
+        return list(self._describe())
 
     def collect(self) -> Iterable[Metric]:
-        fams = self._families()
-        sink = self._sink()
-        if sink is None:
-            return list(fams)
-        inflight, queue, tool_cap, global_cap, dropped, depth, errors, b_calls, b_bytes, b_age = (
-            fams)
-        reg = sink._bound
-        if reg is not None:
-            names = sorted(sink._refresh_names())
-            self._per_tool(sink, inflight, names, _call(reg, "inflight"))
-            self._per_tool(sink, queue, names, _call(reg, "queue_depth"))
-            limits = _call(reg, "concurrency_limits")
-            if isinstance(limits, tuple) and len(limits) == 2:
-                cap, per_tool = limits
-                # Every tool's cap: its own, else the global one (so a panel's cap line and
-                # in-flight / cap ratios exist for every tool; none when nothing caps it).
-                caps = {} if cap is None else dict.fromkeys(names, float(cap))
-                if cap is not None:
-                    global_cap.add_metric([], float(cap))
-                if isinstance(per_tool, Mapping):
-                    caps.update(per_tool)
-                self._per_tool(sink, tool_cap, [], caps)
-        drops: dict[str, int] = {}
-        depths: dict[str, int] = {}
-        errs: dict[str, int] = {}
-        backlogs = []
-        for s in sink._sinks():
-            backlog = _backlog(s)
-            if backlog is not None:
-                backlogs.append(backlog)
-            label = _sink_label(s)
-            for attr, acc in (("dropped", drops), ("depth", depths), ("export_failures", errs)):
-                v = _int_attr(s, attr)
-                if v is not None:
-                    acc[label] = acc.get(label, 0) + v
-        for label, v in sorted(drops.items()):
-            dropped.add_metric([label], v)
-        for label, v in sorted(depths.items()):
-            depth.add_metric([label], v)
-        for label, v in sorted(errs.items()):
-            errors.add_metric([label], v)
-        if backlogs:
-            b_calls.add_metric([], sum(b[0] for b in backlogs))
-            b_bytes.add_metric([], sum(b[1] for b in backlogs))
-            b_age.add_metric([], max(b[2] for b in backlogs))
-        return list(fams)
+        fn = self._collect()
+        return list(self._describe()) if fn is None else fn()
 
-    @staticmethod
-    def _per_tool(
-        sink: MetricsSink, fam: GaugeMetricFamily, names: list[str], values: Any
-    ) -> None:
-        # Every registered tool gets a sample (0 when idle); unknown keys fold into one label.
-        out = dict.fromkeys(names, 0.0)
-        if isinstance(values, Mapping):
-            for tool, v in values.items():
-                try:
-                    label = sink.tool_label(str(tool))
-                    out[label] = out.get(label, 0.0) + float(v)
-                except Exception:
-                    continue
-        for label, v in sorted(out.items()):
-            fam.add_metric([label], v)
 
-    @staticmethod
-    def _families() -> tuple[
-        GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily,
-        CounterMetricFamily, GaugeMetricFamily, CounterMetricFamily, GaugeMetricFamily,
-        GaugeMetricFamily, GaugeMetricFamily,
-    ]:
-        return (
-            GaugeMetricFamily("tooltrace_tool_inflight", "Tool calls executing now.",
-                              labels=["tool"]),
-            GaugeMetricFamily("tooltrace_tool_admission_queue_depth",
-                              "Tool calls waiting for admission now.", labels=["tool"]),
-            GaugeMetricFamily("tooltrace_tool_concurrency_limit",
-                              "Concurrency cap of tools that have their own.", labels=["tool"]),
-            GaugeMetricFamily("tooltrace_concurrency_limit", "Global concurrency cap."),
-            CounterMetricFamily("tooltrace_telemetry_dropped",
-                                "Telemetry records a sink dropped (queue full or shut down).",
-                                labels=["sink"]),
-            GaugeMetricFamily("tooltrace_telemetry_queue_depth",
-                              "Telemetry records waiting in a sink's queue.", labels=["sink"]),
-            CounterMetricFamily("tooltrace_telemetry_export_errors",
-                                "Telemetry records a sink failed to deliver.", labels=["sink"]),
-            GaugeMetricFamily("tooltrace_audit_compaction_backlog_calls",
-                              "Calls the audit sinks wrote that compaction has not taken yet."),
-            GaugeMetricFamily("tooltrace_audit_compaction_backlog_bytes",
-                              "Bytes of audit segments compaction has not taken yet."),
-            GaugeMetricFamily("tooltrace_audit_compaction_backlog_age_seconds",
-                              "Age of the oldest call compaction has not taken yet."),
-        )
+def _state_described() -> tuple[
+    GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily,
+    CounterMetricFamily, GaugeMetricFamily, CounterMetricFamily, GaugeMetricFamily,
+    GaugeMetricFamily, GaugeMetricFamily,
+]:
+    return (
+        GaugeMetricFamily("tooltrace_tool_inflight", "Tool calls executing now.",
+                          labels=["tool"]),
+        GaugeMetricFamily("tooltrace_tool_admission_queue_depth",
+                          "Tool calls waiting for admission now.", labels=["tool"]),
+        GaugeMetricFamily("tooltrace_tool_concurrency_limit",
+                          "Concurrency cap of each tool: its own, else the global cap.",
+                          labels=["tool"]),
+        GaugeMetricFamily("tooltrace_concurrency_limit", "Global concurrency cap."),
+        CounterMetricFamily("tooltrace_telemetry_dropped",
+                            "Telemetry records a sink dropped (queue full or shut down).",
+                            labels=["sink"]),
+        GaugeMetricFamily("tooltrace_telemetry_queue_depth",
+                          "Telemetry records waiting in a sink's queue.", labels=["sink"]),
+        CounterMetricFamily("tooltrace_telemetry_export_errors",
+                            "Telemetry records a sink failed to deliver.", labels=["sink"]),
+        GaugeMetricFamily("tooltrace_audit_compaction_backlog_calls",
+                          "Calls the audit sinks wrote that compaction has not taken yet."),
+        GaugeMetricFamily("tooltrace_audit_compaction_backlog_bytes",
+                          "Bytes of audit segments compaction has not taken yet."),
+        GaugeMetricFamily("tooltrace_audit_compaction_backlog_age_seconds",
+                          "Age of the oldest call compaction has not taken yet."),
+    )
