@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from support.components import missing
 from support.otlp import free_port
 from test_mcp_proxy import REPO
