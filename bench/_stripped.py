@@ -54,9 +54,9 @@ class Edit:
     new: str = ""
 
 
-_S, _C, _R = "tooltrace._stages", "tooltrace._context", "tooltrace._record"
-_D, _A, _F = "tooltrace._drivers", "tooltrace._authorize", "tooltrace._result"
-_H = "tooltrace._eventhub"
+_S, _C, _R = "tooltrace.pipeline._stages", "tooltrace.runtime._context", "tooltrace.pipeline._record"
+_D, _A, _F = "tooltrace.pipeline._drivers", "tooltrace.pipeline._authorize", "tooltrace.pipeline._result"
+_H = "tooltrace.pipeline._eventhub"
 
 EDITS: tuple[Edit, ...] = (
     # -- call events and progress: the hub's "does anyone listen" checks, the progress

@@ -69,7 +69,7 @@ def _definitions() -> dict[str, Any]:
 
 def _policies(tmp: Path) -> dict[str, Any]:
     from tooltrace.policy import Policy
-    from tooltrace.policyfile import load_policy
+    from tooltrace.policy.file import load_policy
 
     defs = _definitions()
     (tmp / "fifty.toml").write_text(toml_fifty())

@@ -59,7 +59,7 @@ def _definitions() -> dict[str, Any]:
 def replay_trail(home: Path, policy_file: Path) -> tuple[dict[str, Any], float]:
     """``tooltrace policy test``'s work in process: (its JSON report, seconds)."""
     from tooltrace.audit import AuditStore
-    from tooltrace.policyfile import load_policy, replay
+    from tooltrace.policy.file import load_policy, replay
 
     t0 = time.perf_counter()
     tools = _definitions()
@@ -97,8 +97,8 @@ LEFT JOIN (SELECT call_id, arg_max(struct_pack(decider, decision, detail), seq) 
 def row_at_a_time(home: Path, policy_file: Path, limit: int) -> tuple[int, int, float]:
     """The reference: (calls read, changed, seconds) deciding each of ``limit`` calls alone."""
     from tooltrace.audit import AuditStore
-    from tooltrace.policyfile import load_policy
-    from tooltrace.policyfile._replay import Decider, principal_of, recorded_decision
+    from tooltrace.policy.file import load_policy
+    from tooltrace.policy.file._replay import Decider, principal_of, recorded_decision
 
     t0 = time.perf_counter()
     tools = _definitions()
@@ -159,7 +159,7 @@ def _per_call_us(fn: Any, n: int, rounds: int = 5) -> float:
 def _policy_step(tmp: Path, n: int) -> list[tuple[str, int, float, float]]:
     from tooltrace import ToolCall, ToolRegistry
     from tooltrace.policy import Policy, PolicyRequest
-    from tooltrace.policyfile import load_policy
+    from tooltrace.policy.file import load_policy
 
     pf = load_policy(_fifty_rules(tmp / "fifty.toml"), tools=TOOLS)
     defs = _definitions()

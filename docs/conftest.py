@@ -275,7 +275,7 @@ def _definitions(page: Page) -> dict[str, Any]:
 
 
 def _checked(example: Example, name: str) -> None:
-    from tooltrace.policyfile import check_policy
+    from tooltrace.policy.file import check_policy
 
     path = Path(name)
     path.write_text(str(example.parsed))

@@ -16,7 +16,7 @@ from support.components import extra, require_module
 
 from tooltrace import ApprovalDecision, ApprovalRequest, Status, ToolCall, create_registry, tool
 from tooltrace.audit import list_approvals, open_store
-from tooltrace.policyfile import PolicyFileError, load_policy
+from tooltrace.policy.file import PolicyFileError, load_policy
 
 
 @tool(capability="network", effect="external")

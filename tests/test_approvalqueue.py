@@ -17,23 +17,21 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tooltrace.approvalqueue import (
-    EXPIRED_WHO,
+from tooltrace.audit import explain, list_approvals, open_store
+from tooltrace.cli import main
+from tooltrace.policy import (
+    SIGNATURE_HEADER,
     AlreadyAnswered,
     ApprovalExpired,
     ApprovalNotFound,
     ApprovalQueue,
-    answerer,
-)
-from tooltrace.audit import explain, list_approvals, open_store
-from tooltrace.cli import main
-from tooltrace.webhooks import (
-    SIGNATURE_HEADER,
     SignatureError,
+    answerer,
     sign,
     sign_callback,
     verify_signature,
 )
+from tooltrace.policy._queue import EXPIRED_WHO
 
 AGENT = Path(__file__).parent / "support" / "approval_agent.py"
 from support.approval_agent import CANARY  # noqa: E402

@@ -27,9 +27,9 @@ from tooltrace import (
     hook,
     tool,
 )
-from tooltrace._approvals import ApprovalCache
 from tooltrace.audit import list_approvals, open_store, verify
 from tooltrace.policy import arguments_sha256
+from tooltrace.policy._approvals import ApprovalCache
 
 SECRET = "ghp_" + "Q7wE9rT2yU4iO6pA8sD0fG1hJ3kL5zX7cV9b"
 
@@ -170,7 +170,7 @@ def test_an_approval_with_a_time_to_live_covers_the_same_arguments_only(tmp_path
 
 
 def test_a_policy_rule_can_give_approvals_a_time_to_live(tmp_path: Path) -> None:
-    from tooltrace.policyfile import load_policy
+    from tooltrace.policy.file import load_policy
 
     f = tmp_path / "tooltrace.toml"
     f.write_text('version = 1\ntools = ["send"]\n[approval]\ntools = ["send"]\nttl = "10m"\n')
@@ -215,7 +215,7 @@ def test_a_tampered_approval_fails_verify(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("ttl", ['"soon"', "0", '"-5m"', "true"])
 def test_a_bad_approval_ttl_is_a_problem_with_its_line(tmp_path: Path, ttl: str) -> None:
-    from tooltrace.policyfile import check_policy
+    from tooltrace.policy.file import check_policy
 
     f = tmp_path / "tooltrace.toml"
     f.write_text(f'version = 1\ntools = ["send"]\n[approval]\ntools = ["send"]\nttl = {ttl}\n')
@@ -318,7 +318,7 @@ def test_the_record_keeps_the_arguments_asked_about_whatever_the_approver_does(
 
 def test_an_approval_does_not_cover_a_call_a_hook_moved_off_its_arguments(
         tmp_path: Path) -> None:
-    from tooltrace.policyfile import load_policy
+    from tooltrace.policy.file import load_policy
 
     @hook("reroute", tools={"send"})
     def reroute(view: HookView) -> HookDecision | None:
@@ -362,7 +362,7 @@ def test_every_policy_verdict_after_a_hook_moved_approved_arguments_names_their_
         tmp_path: Path) -> None:
     """Allowed, denied or observed: the policy step of arguments a hook changed after their
     approval records the new arguments' digest after the verdict's own fields."""
-    from tooltrace.policyfile import load_policy
+    from tooltrace.policy.file import load_policy
 
     @hook("reroute", tools={"send"})
     def reroute(view: HookView) -> HookDecision | None:

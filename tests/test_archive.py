@@ -35,8 +35,8 @@ from tooltrace.archive._connect import s3_secret_sql, scrub
 from tooltrace.audit import AuditStore
 from tooltrace.audit._sqlfiles import find_sql
 from tooltrace.audit._verify import verify_audit
-from tooltrace.envelope import Step
 from tooltrace.exceptions import ConfigurationError
+from tooltrace.model import Step
 from tooltrace.telemetry import AuditSink
 
 

@@ -18,7 +18,7 @@ from support.audit import workload
 
 from tooltrace.audit import TABLES, AuditStore, call_family, list_segments
 from tooltrace.audit import _livetables as livetables
-from tooltrace.envelope import CallRecord, Step
+from tooltrace.model import CallRecord, Step
 from tooltrace.sinks import LateStep
 from tooltrace.telemetry import AuditSink
 

@@ -250,7 +250,7 @@ with AuditStore(sys.argv[1]) as s:
     assert a.call_id == sys.argv[2]
     orjson.dumps(a.to_dict(), default=str)
     print(s.segments, s.parquet_files)
-heavy = ("pyarrow", "pandas", "numpy", "opentelemetry", "tooltrace.registry", "tooltrace._registry",
+heavy = ("pyarrow", "pandas", "numpy", "opentelemetry", "tooltrace.registry", "tooltrace.registry",
          "msgspec", "hashlib")
 print(sorted({m.split(".")[0] if not m.startswith("tooltrace") else m
               for m in sys.modules if m.startswith(heavy)}))
@@ -263,7 +263,7 @@ try:
     main(["autopsy", sys.argv[2], "--home", sys.argv[1]])
 except SystemExit as e:
     assert not e.code, e.code
-heavy = ("pyarrow", "pandas", "numpy", "opentelemetry", "tooltrace.registry", "tooltrace._registry",
+heavy = ("pyarrow", "pandas", "numpy", "opentelemetry", "tooltrace.registry", "tooltrace.registry",
          "msgspec", "hashlib")
 print(sorted({m.split(".")[0] if not m.startswith("tooltrace") else m
               for m in sys.modules if m.startswith(heavy)}), file=sys.stderr)

@@ -299,7 +299,7 @@ def write_half(path, data):
         f.flush()
     os.kill(os.getpid(), signal.SIGKILL)
 
-_lookups.write_lookup = write_half
+_lookups.replace_whole = write_half
 compact(sys.argv[1])
 """
 

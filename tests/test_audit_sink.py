@@ -16,8 +16,8 @@ from support.audit import make_record, workload
 from support.runtime import wait_for
 
 from tooltrace.audit import Ack, AuditStore, FsyncPolicy, verify
-from tooltrace.envelope import Status, Step
-from tooltrace.registry import LateStep
+from tooltrace.model import Status, Step
+from tooltrace.sinks import LateStep
 from tooltrace.telemetry import AuditSink, DurableSink, Sink
 
 

@@ -99,8 +99,8 @@ def test_the_control_recompiles_everything_and_keeps_every_feature(
     assert control["snapshot_steps"] == ["snapshot"]
     assert control["wrote"] == "ok"
     assert {"CallStarted", "CallStep", "CallFinished"} <= set(control["events"])
-    assert "tooltrace._stages:pipeline" in control["sources"]
-    assert "tooltrace._context:CallContext.__init__" in control["sources"]
+    assert "tooltrace.pipeline._stages:pipeline" in control["sources"]
+    assert "tooltrace.runtime._context:CallContext.__init__" in control["sources"]
 
 
 def test_each_feature_is_taken_out_and_a_plain_call_runs_as_before(

@@ -17,7 +17,7 @@ from support.runtime import live_in_group, live_with_marker, wait_for
 from tooltrace import Stage, Status, ToolCall, ToolRegistry, Workspace
 from tooltrace.builtins import CommandConfig, register_builtins, register_command_tools
 from tooltrace.builtins._run_command import OutputCapture, scrub_env
-from tooltrace.paths import ResolvedPath
+from tooltrace.policy import ResolvedPath
 from tooltrace.testing import RecordingSink
 
 

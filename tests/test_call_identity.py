@@ -15,10 +15,10 @@ import uuid_utils
 from support.trail import CountingTrail, assert_ids_were_minted
 
 from tooltrace import Stage, Status, ToolCall, ToolRegistry, tool
-from tooltrace._statuses import StatusTable
-from tooltrace.adapters import make_call
 from tooltrace.audit import compact, recorded
 from tooltrace.builtins import register_builtins
+from tooltrace.integrations._adapter import make_call
+from tooltrace.pipeline._book import StatusTable
 from tooltrace.telemetry import AuditSink
 
 _EARLIER = textwrap.dedent("""

@@ -71,6 +71,19 @@ def trail(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
                            "sha256": detail["args_sha256"]}
 
 
+def _shortest(cid: str, every: list[str]) -> str:
+    """``cid``'s shortest prefix, 13 characters at least, that no other id starts with."""
+    return next(cid[:n] for n in range(13, len(cid) + 1)
+                if not any(o.startswith(cid[:n]) for o in every if o != cid))
+
+
+def _covered(facts: dict[str, Any]) -> str:
+    """The calls cell of the deploy approval: the first two covered calls' prefixes unique in
+    the trail (its four calls), then how many more."""
+    every = [*facts["deploy"], facts["page"]]
+    return f"{_shortest(facts['deploy'][0], every)},{_shortest(facts['deploy'][1], every)},+1"
+
+
 def run(home: Path, *args: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": str(columns)}
     return subprocess.run([str(TOOLTRACE), "approvals", "--home", str(home), *args],
@@ -95,7 +108,7 @@ def test_lists_who_when_tool_digest_and_calls_at_80_columns(
     assert "release window" in text and "user ann, tenant acme, roles ops" in text
     assert "alice@example.com" in text and "bob" in text
     assert facts["sha256"][:10] in text
-    assert f"{facts['deploy'][0][:13]},{facts['deploy'][1][:13]},+1" in text
+    assert _covered(facts) in text
     assert "deploy" in text and "page" in text and "deny" in text
     assert SECRET not in text and "sk-ant" not in text
     for out in (run(home, "--wide", columns=80).stdout, run(home, columns=250).stdout):
@@ -104,7 +117,7 @@ def test_lists_who_when_tool_digest_and_calls_at_80_columns(
             f" {c:<{len(h) - 2}} " for c, h in zip(
                 ("when", "who", "decision", "tool", "reason", "expires", "principal",
                  "sha256", "calls"), table[1].split("┃")[1:-1], strict=True)]
-        assert f"{facts['deploy'][0][:13]},{facts['deploy'][1][:13]},+1" in out
+        assert _covered(facts) in out
         assert "user ann, tenant acme, roles ops" in out
 
 

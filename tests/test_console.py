@@ -24,9 +24,9 @@ import pytest
 from playwright import sync_api as pw
 from support.components import require_binary
 
-from tooltrace.approvalqueue import EXPIRED_WHO, ApprovalQueue, answerer
 from tooltrace.audit import explain, open_store
-from tooltrace.webhooks import KEY_HEADER, SIGNATURE_HEADER, sign_callback
+from tooltrace.policy import KEY_HEADER, SIGNATURE_HEADER, ApprovalQueue, answerer, sign_callback
+from tooltrace.policy._queue import EXPIRED_WHO
 
 AGENT = Path(__file__).parent / "support" / "approval_agent.py"
 from support.approval_agent import CANARY  # noqa: E402

@@ -107,7 +107,7 @@ def test_every_field_of_a_public_record_is_documented() -> None:
 
 def test_the_checks_read_both_ways_of_documenting_a_field() -> None:
     # ToolDefinition documents its fields under each one; a class may instead list them.
-    from tooltrace.tool import ToolDefinition
+    from tooltrace.model import ToolDefinition
 
     assert _attribute_docstrings(ToolDefinition) >= {"name", "max_concurrency"}
 

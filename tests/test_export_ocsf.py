@@ -41,7 +41,7 @@ from tooltrace import (
 )
 from tooltrace.audit import OCSF_VERSION, compact, ocsf_batches
 from tooltrace.cli import main
-from tooltrace.envelope import CallRecord
+from tooltrace.model import CallRecord
 from tooltrace.policy import Verdict
 from tooltrace.telemetry import AuditSink, TracingSink
 

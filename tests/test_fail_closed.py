@@ -315,7 +315,7 @@ def test_verify_counts_every_record_kind_and_no_header(tmp_path: Path) -> None:
     from support.audit import make_record
     from support.forge import approval
 
-    from tooltrace.envelope import Step
+    from tooltrace.model import Step
     from tooltrace.sinks import LateStep
     from tooltrace.telemetry import AuditSink
 
@@ -335,7 +335,7 @@ def test_verify_counts_every_record_kind_and_no_header(tmp_path: Path) -> None:
 
 def test_a_private_url_nested_32_levels_deep_is_still_found() -> None:
     """The URL scan of ``DenyPrivateNetwork`` looks 32 levels into lists and dicts."""
-    from tooltrace.policy import _urls
+    from tooltrace.policy._rules import _urls
 
     for wrap in (lambda v: [v], lambda v: {"a": {"b": v}}):
         value: Any = "http://10.0.0.1/"
@@ -376,7 +376,7 @@ def test_landlock_is_no_backend_without_its_helper_or_an_interpreter(monkeypatch
     missing either, it is not offered (and ``choose_sandbox`` refuses or falls back)."""
     from support.components import missing
 
-    from tooltrace import _sandbox
+    from tooltrace.runtime import _sandbox
 
     if _sandbox.landlock_abi() < 1:
         missing("this kernel offers no Landlock (5.13 or newer, enabled at boot)")

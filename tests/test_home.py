@@ -13,8 +13,8 @@ import pytest
 
 import tooltrace
 from tooltrace import Status, ToolCall, ToolRegistry
-from tooltrace.envelope import Stage
-from tooltrace.paths import PathPolicyError, Workspace
+from tooltrace.model import Stage
+from tooltrace.policy import PathPolicyError, Workspace
 
 
 @pytest.fixture

@@ -9,16 +9,7 @@ from typing import Any
 
 import pytest
 
-from tooltrace import (
-    HookDecision,
-    HookView,
-    Stage,
-    Status,
-    ToolCall,
-    ToolRegistry,
-    hook,
-    tool,
-)
+from tooltrace import HookDecision, HookView, Stage, Status, ToolCall, ToolRegistry, hook, tool
 from tooltrace.builtins import register_builtins
 from tooltrace.testing import RecordingSink
 

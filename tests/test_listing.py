@@ -17,8 +17,8 @@ import pytest
 from tooltrace import Capability, Effect, ToolCall, ToolDefinition, ToolRegistry, tool
 from tooltrace.builtins import default_registry, register_registry_tools
 from tooltrace.exceptions import RegistrationError
+from tooltrace.integrations.providers import CHARS_PER_TOKEN, schema_size, schema_sizes
 from tooltrace.policy import Mode, Policy, PolicyDecision, Verdict
-from tooltrace.providers import CHARS_PER_TOKEN, schema_size, schema_sizes
 
 TOOLTRACE = Path(sys.executable).parent / "tooltrace"
 FORMATS = ("openai", "openai-responses", "anthropic", "gemini", "mcp")

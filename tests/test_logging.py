@@ -17,7 +17,7 @@ import pytest
 from support.telemetry import make_record
 
 from tooltrace import ToolCall, ToolRegistry, tool
-from tooltrace.envelope import Stage, Status
+from tooltrace.model import Stage, Status
 from tooltrace.telemetry import Sink
 from tooltrace.telemetry.logging import TOOLTRACE_LOG_FORMAT, TOOLTRACE_LOG_LEVEL, LoggingSink
 

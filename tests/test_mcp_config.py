@@ -119,7 +119,7 @@ def test_a_policy_file_wildcard_names_that_kind_of_every_server(tmp_path: Path) 
     [approval], [[limits]]) stands for that kind of every configured server; any other ``*``,
     and a wildcard outside the proxy, is a problem with its place."""
     from tooltrace.mcp._filepolicy import proxy_policy
-    from tooltrace.policyfile import PolicyFileError, check_policy
+    from tooltrace.policy.file import PolicyFileError, check_policy
 
     cfg = config_from_dict({"servers": {"fetch": {"command": "x"}, "fs": {"command": "y"}}})
     path = tmp_path / "policy.toml"

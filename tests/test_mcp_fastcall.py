@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 from mcp import ClientSession
+from mcp.shared.exceptions import MCPError
 from mcp.shared.memory import create_client_server_memory_streams
 from test_mcp_proxy import REPO, audit_rows, call_id, proxy_session, text_of, write_config
 
@@ -126,16 +127,21 @@ def test_error_answer_and_crash_mid_call_keep_their_envelopes(tmp_path: Path) ->
 
     async def scenario() -> list[Any]:
         async with proxy_session(config) as s:
-            return [await s.call_tool("refuse", {}), await s.call_tool("garble", {}),
-                    await s.call_tool("crash", {}),
+            try:
+                await s.call_tool("refuse", {})
+            except MCPError as exc:
+                refused = exc
+            return [refused, await s.call_tool("garble", {}), await s.call_tool("crash", {}),
                     await s.call_tool("echo", {"text": "restarted"})]
 
     refused, garbled, crashed, after = asyncio.run(scenario())
     rows = audit_rows(tmp_path / "home")
-    assert refused.is_error and crashed.is_error
-    assert "answered error -32603: the server refused" in text_of(refused)
-    assert rows[call_id(refused)]["error_type"] == "-32603"
-    assert refused.meta["tooltrace/error_type"] == rows[call_id(refused)]["error_type"]
+    assert crashed.is_error
+    # The upstream's JSON-RPC error reaches the client as it was sent; the trail has the call.
+    assert (refused.code, refused.message, refused.data) == (-32603, "the server refused", None)
+    refused_row = next(r for r in rows.values() if r["tool"] == "refuse")
+    assert (refused_row["status"], refused_row["error_type"]) == ("failed", "-32603")
+    assert "answered error -32603: the server refused" in str(refused_row["summary"])
     # A malformed answer is judged by the connection's reader, as any line: not JSON-RPC, so the
     # server is restarted and the call's outcome is unknown.
     assert garbled.is_error and "not JSON-RPC" in text_of(garbled)
@@ -146,7 +152,7 @@ def test_error_answer_and_crash_mid_call_keep_their_envelopes(tmp_path: Path) ->
     assert (rows[call_id(crashed)]["status"], rows[call_id(crashed)]["error_type"]) == (
         "unknown", "upstream_exited")
     assert text_of(after) == "restarted"
-    assert "Traceback" not in text_of(refused) + text_of(crashed)
+    assert "Traceback" not in text_of(crashed)
 
 
 def test_other_requests_are_answered_during_a_slow_fast_path_call(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from support.prom import Prometheus, promtool_check_metrics
 from support.telemetry import make_record
 
 from tooltrace import ToolCall, ToolRegistry, tool
-from tooltrace.envelope import Artifact, Stage, Status
+from tooltrace.model import Artifact, Stage, Status
 from tooltrace.telemetry import Sink
 from tooltrace.telemetry.logging import LoggingSink
 from tooltrace.telemetry.metrics import (

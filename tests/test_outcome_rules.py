@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tooltrace import DeadlineExceeded, OutcomeUnknown, Retry, Status, ToolCancelled
-from tooltrace._outcome import error_type, outcome_rules, resolved_status
+from tooltrace.pipeline._outcome import error_type, outcome_rules, resolved_status
 
 OK, FAILED, CANCELLED, UNKNOWN = Status.OK, Status.FAILED, Status.CANCELLED, Status.UNKNOWN
 RETRY = Retry(True)

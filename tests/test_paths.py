@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from support.paths import ADVERSARIAL, SECRET, Racing, user_paths
 
-from tooltrace.paths import REASONS, PathPolicyError, ResolvedPath, Workspace, canonical_form
+from tooltrace.policy import PathPolicyError, ResolvedPath, Workspace, canonical_form
+from tooltrace.policy._paths import REASONS
 
 LONG = os.environ.get("TOOLTRACE_LONG") == "1"
 RACE_ITERATIONS = 100_000 if LONG else 5_000

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tooltrace.paths import PathPolicyError, Workspace
+from tooltrace.policy import PathPolicyError, Workspace
 
 
 @pytest.fixture

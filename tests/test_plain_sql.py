@@ -22,7 +22,7 @@ from support.audit import make_record, run_real_workload
 from tooltrace.audit import compact
 from tooltrace.audit._sqlfiles import shipped_sql
 from tooltrace.cli import main
-from tooltrace.envelope import Step
+from tooltrace.model import Step
 from tooltrace.sinks import LateStep
 from tooltrace.telemetry import AuditSink
 

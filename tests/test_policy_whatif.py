@@ -13,7 +13,7 @@ from tooltrace import create_registry
 from tooltrace.audit import AuditStore
 from tooltrace.cli import main
 from tooltrace.demo import run_demo
-from tooltrace.envelope import ToolCall
+from tooltrace.model import ToolCall
 from tooltrace.telemetry.metrics import MetricsSink, serve_metrics
 
 TIGHT = """

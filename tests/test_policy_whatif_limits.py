@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from tooltrace import ApprovalDecision, ApprovalRequest, create_registry
 from tooltrace.audit import AuditStore
 from tooltrace.cli import main
-from tooltrace.envelope import ToolCall
+from tooltrace.model import ToolCall
 
 FAKE_KEY = "AKIA" + "Q7XF2EXAMPLE9LMT"  # a fake credential: recorded redacted
 

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from tooltrace import create_registry
 from tooltrace.audit import AuditStore
 from tooltrace.cli import main
-from tooltrace.envelope import Principal, Status, ToolCall
-from tooltrace.policyfile import PolicyFileError, check_policy, load_policy
+from tooltrace.model import Principal, Status, ToolCall
+from tooltrace.policy.file import PolicyFileError, check_policy, load_policy
 
 TOOLS = {"read_text", "write_text", "run_command"}
 
@@ -360,7 +360,7 @@ def test_limits_count_per_principal_per_minute_and_at_once(tmp_path: Path) -> No
 
 def test_a_call_decided_twice_counts_once(tmp_path: Path) -> None:
     from tooltrace.policy import PolicyRequest
-    from tooltrace.policyfile import LimitRule
+    from tooltrace.policy.file import LimitRule
 
     pf = load_policy(_write(tmp_path, LIMITS), tools=TOOLS)
     limit = next(x for x in pf.compiled.limits if x.name == "reads-per-principal")

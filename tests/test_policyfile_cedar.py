@@ -13,8 +13,8 @@ from support.components import extra, require_module
 from tooltrace import create_registry
 from tooltrace.cli import main
 from tooltrace.demo import run_demo
-from tooltrace.envelope import Principal, Status, ToolCall
-from tooltrace.policyfile import PolicyFileError, check_policy
+from tooltrace.model import Principal, Status, ToolCall
+from tooltrace.policy.file import PolicyFileError, check_policy
 from tooltrace.telemetry.metrics import MetricsSink, serve_metrics
 
 cedarpy = require_module("cedarpy", extra("cedar"))
@@ -308,7 +308,7 @@ def test_what_if_replays_the_trail_through_a_loosening_cedar_policy(
 def test_every_resolved_path_is_asked_and_unnamed_tools_skip_cedar(tmp_path: Path) -> None:
     from tooltrace import ToolDefinition
     from tooltrace.policy import PolicyRequest, Verdict
-    from tooltrace.policyfile import load_policy
+    from tooltrace.policy.file import load_policy
 
     schema = {"type": "object", "properties": {"src": {"type": "string"},
                                                "dst": {"type": "string"},
@@ -361,7 +361,7 @@ def test_only_cedar_policies_rules_and_limits_naming_an_entry_that_is_not_a_tool
     # forbid is about tools; a policy whose scope names the entry decides it.
     from tooltrace import ToolDefinition
     from tooltrace.policy import PolicyRequest, Verdict
-    from tooltrace.policyfile import load_policy
+    from tooltrace.policy.file import load_policy
 
     def entry(name: str) -> ToolDefinition:
         return ToolDefinition(name=name, description="", parameters={"type": "object"},

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from tooltrace import ToolRegistry, create_registry
 from tooltrace.builtins import register_builtins
 from tooltrace.cli import main
-from tooltrace.policyfile import check_policy, load_policy
-from tooltrace.tool import ToolDefinition
+from tooltrace.model import ToolDefinition
+from tooltrace.policy.file import check_policy, load_policy
 
 MISTAKES = """version = 1
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tooltrace import ApprovalDecision, ApprovalRequest, create_registry
-from tooltrace.envelope import Status, ToolCall
+from tooltrace.model import Status, ToolCall
 from tooltrace.registry import ToolRegistry
 
 WRITES_ONLY_IN_NOTES = """

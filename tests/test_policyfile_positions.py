@@ -12,8 +12,8 @@ from support.components import extra, require_module
 
 from tooltrace import ToolRegistry
 from tooltrace.builtins import register_builtins
-from tooltrace.policyfile import check_policy
-from tooltrace.tool import ToolDefinition
+from tooltrace.model import ToolDefinition
+from tooltrace.policy.file import check_policy
 
 
 @pytest.mark.parametrize(("text", "line", "col", "message"), [

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from tooltrace import create_registry
 from tooltrace.cli import main
-from tooltrace.envelope import ToolCall, ToolResultEnvelope
-from tooltrace.policyfile import PolicyFileError, check_policy
+from tooltrace.model import ToolCall, ToolResultEnvelope
+from tooltrace.policy.file import PolicyFileError, check_policy
 
 TOOLTRACE = Path(sys.executable).parent / "tooltrace"
 

@@ -11,8 +11,8 @@ import orjson
 from click.testing import CliRunner
 
 from tooltrace import Principal, Status, ToolCall, ToolRegistry, tool
-from tooltrace.adapters import acting_principal, make_call
 from tooltrace.cli import main
+from tooltrace.integrations._adapter import acting_principal, make_call
 from tooltrace.telemetry.audit import AuditSink
 
 

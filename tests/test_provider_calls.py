@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tooltrace import Status, ToolRegistry, providers, tool
+from tooltrace import Status, ToolRegistry, tool
+from tooltrace.integrations import providers
 
 
 def _registry(tmp_path: Path) -> ToolRegistry:

@@ -21,7 +21,7 @@ import pytest
 import uuid_utils
 
 from tooltrace import Status, ToolCall, ToolRegistry
-from tooltrace.envelope import Artifact
+from tooltrace.model import Artifact
 from tooltrace.redaction import ArtifactStore, Redactor, marker, preview
 from tooltrace.testing import RecordingSink
 
@@ -469,7 +469,7 @@ def test_random_tokens_seldom_read_as_names_in_code() -> None:
     generated password of 12 to 40 letters and digits does not take: none of 20,000 does
     (about one in a hundred once passed for a type name). A word of prose (which also needs
     two more words after it) or a dotted name takes one in several thousand at most."""
-    from tooltrace._validators import code_name, prose_word, type_name, variable_name
+    from tooltrace.redaction._benign import code_name, prose_word, type_name, variable_name
 
     rng = random.Random(32)
     tokens = [_rand_with(rng, ALNUM, rng.randint(12, 40)) for _ in range(20_000)]
@@ -1092,7 +1092,7 @@ def test_attributes_are_redacted_as_a_mapping_whether_or_not_their_verdicts_are_
     values (``is_plain_key``, ``is_clean``) gives what redacting them whole gives, and a value
     registered later is redacted in attributes that were clean before."""
     from tooltrace import ToolRegistry
-    from tooltrace._sanitise import clean_attributes
+    from tooltrace.pipeline._sanitise import clean_attributes
 
     reg = ToolRegistry()
     build = "0f3a9c2e4b5d6e7f8a9b0c1d2e3f4a5b"  # hex: a base64 run, decoded and scanned

@@ -514,7 +514,7 @@ def test_steps_behave_like_their_tuple_and_cost_the_collector_nothing(tmp_path: 
 
     import msgspec
 
-    from tooltrace.envelope import Step
+    from tooltrace.model import Step
 
     reg = ToolRegistry(workspace=tmp_path)
 

@@ -23,8 +23,8 @@ from support.otlp import OtlpHttpReceiver
 from support.runtime import wait_for
 
 from tooltrace import Status, ToolCall, ToolRegistry, create_registry
-from tooltrace import _landlock as ll
 from tooltrace.builtins import CommandConfig, register_builtins
+from tooltrace.runtime import _landlock as ll
 from tooltrace.runtime import landlock_abi
 from tooltrace.telemetry.tracing import TracingSink
 from tooltrace.testing import RecordingSink
@@ -478,7 +478,7 @@ def test_the_policy_file_turns_the_sandbox_off_and_autopsy_shows_it(tmp_path: Pa
 
 
 def test_the_policy_file_places_bad_command_settings(tmp_path: Path) -> None:
-    from tooltrace.policyfile import check_policy, command_settings
+    from tooltrace.policy.file import check_policy, command_settings
 
     f = tmp_path / "tooltrace.toml"
     f.write_text('version = 1\n\n[commands]\nsandbox = "of"\nnetwork = "yes"\nshell = 1\n')

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from jsonschema import SchemaError, validators
 
 from tooltrace import InvalidSchemaError, ToolCall, ToolRegistry, tool
-from tooltrace._schemacheck import plainly_valid
 from tooltrace.builtins import register_builtins
-from tooltrace.validation import CompiledSchema, compile_schema
+from tooltrace.model import CompiledSchema, compile_schema
+from tooltrace.model._schemacheck import plainly_valid
 
 _KEYS = st.sampled_from(["a", "b", "path", "é", "x y", "'", '"', "\\", "def", "$ref"])
 # Values of every JSON kind and a few that JSON has not (a tuple, a set, NaN, infinity, bytes):

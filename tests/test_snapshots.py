@@ -224,7 +224,7 @@ def test_a_symlink_swapped_in_before_the_snapshot_refuses_the_call(tmp_path: Pat
 
 
 def test_a_writer_refuses_a_file_other_than_the_snapshotted_one(tmp_path: Path) -> None:
-    from tooltrace.paths import Workspace
+    from tooltrace.policy import Workspace
 
     ws = Workspace(tmp_path)
     (tmp_path / "a.txt").write_text("one\n")

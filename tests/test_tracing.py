@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, TraceIdRat
 from support.otlp import OtlpGrpcReceiver, OtlpHttpReceiver, ReceivedSpan, closed_port
 from support.telemetry import make_record
 
-from tooltrace.envelope import Artifact, Stage, Status
+from tooltrace.model import Artifact, Stage, Status
 from tooltrace.telemetry import Sink, SpanOpener
 from tooltrace.telemetry.tracing import (
     CAPTURE_CONTENT_ENV,

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tooltrace import InvalidSchemaError, MalformedCallError, ToolCall
-from tooltrace.validation import compile_schema, parse_tool_call
+from tooltrace.model import compile_schema, parse_tool_call
 
 SCHEMA = {
     "type": "object",

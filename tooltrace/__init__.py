@@ -10,37 +10,17 @@ from ._lazy import lazy_exports
 
 # ``tool`` is also the name of a submodule: bind the decorator eagerly so the package attribute
 # is the function, whatever imports ``tooltrace.tool`` later (the module is light).
-from .tool import Capability as Capability
-from .tool import Effect as Effect
-from .tool import Execution as Execution
-from .tool import FunctionTool as FunctionTool
-from .tool import ToolDefinition as ToolDefinition
-from .tool import ToolResult as ToolResult
-from .tool import tool as tool
+from .model import Capability as Capability
+from .model import Effect as Effect
+from .model import Execution as Execution
+from .model import FunctionTool as FunctionTool
+from .model import ToolDefinition as ToolDefinition
+from .model import ToolResult as ToolResult
+from .model import tool as tool
 
 if TYPE_CHECKING:
-    from ._context import CallContext as CallContext
-    from ._current import current_context as current_context
     from ._ids import new_call_id as new_call_id
-    from ._listing import GroupLine as GroupLine
-    from ._listing import ToolListing as ToolListing
-    from ._registry import ToolRegistry as ToolRegistry
     from ._setup import create_registry as create_registry
-    from ._tooltable import Resolution as Resolution
-    from ._tooltable import Visibility as Visibility
-    from .artifacts import ArtifactStore as ArtifactStore
-    from .envelope import Artifact as Artifact
-    from .envelope import CallRecord as CallRecord
-    from .envelope import CallStatus as CallStatus
-    from .envelope import Principal as Principal
-    from .envelope import Retry as Retry
-    from .envelope import Stage as Stage
-    from .envelope import Status as Status
-    from .envelope import Step as Step
-    from .envelope import StepName as StepName
-    from .envelope import Timing as Timing
-    from .envelope import ToolCall as ToolCall
-    from .envelope import ToolResultEnvelope as ToolResultEnvelope
     from .exceptions import AuditUnavailableError as AuditUnavailableError
     from .exceptions import ConfigurationError as ConfigurationError
     from .exceptions import DeadlineExceeded as DeadlineExceeded
@@ -58,21 +38,41 @@ if TYPE_CHECKING:
     from .hooks import HookDecision as HookDecision
     from .hooks import HookView as HookView
     from .hooks import hook as hook
-    from .paths import PathPolicyError as PathPolicyError
-    from .paths import ResolvedPath as ResolvedPath
-    from .paths import Workspace as Workspace
+    from .model import Artifact as Artifact
+    from .model import CallRecord as CallRecord
+    from .model import CallStatus as CallStatus
+    from .model import GroupLine as GroupLine
+    from .model import Principal as Principal
+    from .model import Resolution as Resolution
+    from .model import Retry as Retry
+    from .model import Stage as Stage
+    from .model import Status as Status
+    from .model import Step as Step
+    from .model import StepName as StepName
+    from .model import Timing as Timing
+    from .model import ToolCall as ToolCall
+    from .model import ToolListing as ToolListing
+    from .model import ToolResultEnvelope as ToolResultEnvelope
+    from .model import Visibility as Visibility
     from .policy import ApprovalDecision as ApprovalDecision
     from .policy import ApprovalRequest as ApprovalRequest
     from .policy import DenyCommandPatterns as DenyCommandPatterns
     from .policy import DenyPrivateNetwork as DenyPrivateNetwork
     from .policy import Mode as Mode
+    from .policy import PathPolicyError as PathPolicyError
     from .policy import Policy as Policy
     from .policy import PolicyDecision as PolicyDecision
     from .policy import PolicyRequest as PolicyRequest
     from .policy import RequireApproval as RequireApproval
+    from .policy import ResolvedPath as ResolvedPath
     from .policy import Rule as Rule
     from .policy import Verdict as Verdict
+    from .policy import Workspace as Workspace
+    from .redaction import ArtifactStore as ArtifactStore
     from .redaction import Redactor as Redactor
+    from .registry import ToolRegistry as ToolRegistry
+    from .runtime import CallContext as CallContext
+    from .runtime import current_context as current_context
     from .sinks import LateStep as LateStep
 
 # The one list of public names, with the module each comes from. Those not bound above load on
@@ -80,28 +80,28 @@ if TYPE_CHECKING:
 # pays only for what it touches. ``__all__`` is built from it; a test checks that the imports
 # above (what type checkers see) name exactly the same.
 _PUBLIC: dict[str, str] = {
-    "Capability": ".tool",
-    "Effect": ".tool",
-    "Execution": ".tool",
-    "FunctionTool": ".tool",
-    "ToolDefinition": ".tool",
-    "ToolResult": ".tool",
-    "tool": ".tool",
+    "Capability": ".model",
+    "Effect": ".model",
+    "Execution": ".model",
+    "FunctionTool": ".model",
+    "ToolDefinition": ".model",
+    "ToolResult": ".model",
+    "tool": ".model",
     "ApprovalDecision": ".policy",
     "ApprovalRequest": ".policy",
-    "Artifact": ".envelope",
-    "ArtifactStore": ".artifacts",
+    "Artifact": ".model",
+    "ArtifactStore": ".redaction",
     "AuditUnavailableError": ".exceptions",
-    "CallContext": "._context",
-    "CallRecord": ".envelope",
-    "CallStatus": ".envelope",
+    "CallContext": ".runtime",
+    "CallRecord": ".model",
+    "CallStatus": ".model",
     "ConfigurationError": ".exceptions",
     "DeadlineExceeded": ".exceptions",
     "DenyCommandPatterns": ".policy",
     "DenyPrivateNetwork": ".policy",
     "DuplicateToolError": ".exceptions",
     "FunctionHook": ".hooks",
-    "GroupLine": "._listing",
+    "GroupLine": ".model",
     "Hook": ".hooks",
     "HookAction": ".hooks",
     "HookDecision": ".hooks",
@@ -111,35 +111,35 @@ _PUBLIC: dict[str, str] = {
     "MalformedCallError": ".exceptions",
     "Mode": ".policy",
     "OutcomeUnknown": ".exceptions",
-    "PathPolicyError": ".paths",
+    "PathPolicyError": ".policy",
     "Policy": ".policy",
     "PolicyDecision": ".policy",
     "PolicyRequest": ".policy",
-    "Principal": ".envelope",
+    "Principal": ".model",
     "Redactor": ".redaction",
     "RegistrationError": ".exceptions",
     "RequireApproval": ".policy",
-    "Resolution": "._tooltable",
-    "ResolvedPath": ".paths",
-    "Retry": ".envelope",
+    "Resolution": ".model",
+    "ResolvedPath": ".policy",
+    "Retry": ".model",
     "Rule": ".policy",
-    "Stage": ".envelope",
-    "Status": ".envelope",
-    "Step": ".envelope",
-    "StepName": ".envelope",
-    "Timing": ".envelope",
-    "ToolCall": ".envelope",
+    "Stage": ".model",
+    "Status": ".model",
+    "Step": ".model",
+    "StepName": ".model",
+    "Timing": ".model",
+    "ToolCall": ".model",
     "ToolCancelled": ".exceptions",
     "ToolInterrupt": ".exceptions",
-    "ToolListing": "._listing",
-    "ToolRegistry": "._registry",
-    "ToolResultEnvelope": ".envelope",
+    "ToolListing": ".model",
+    "ToolRegistry": ".registry",
+    "ToolResultEnvelope": ".model",
     "TooltraceError": ".exceptions",
     "Verdict": ".policy",
-    "Visibility": "._tooltable",
-    "Workspace": ".paths",
+    "Visibility": ".model",
+    "Workspace": ".policy",
     "create_registry": "._setup",
-    "current_context": "._current",
+    "current_context": ".runtime",
     "hook": ".hooks",
     "new_call_id": "._ids",
 }

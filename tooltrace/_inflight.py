@@ -3,7 +3,7 @@
 A call with ``execution="thread"`` is two hand-offs of the interpreter: the caller sleeps while a
 tool thread runs the tool, then the caller wakes up again. Whatever holds the interpreter when
 either of them wants it delays the call by as long as it keeps it. The registry's tool threads
-(``tooltrace._executors.ToolThreads``) note here when a job is submitted, and its caller notes
+(``tooltrace.runtime.ToolThreads``) note here when a job is submitted, and its caller notes
 when it has seen the job end (``Job.done``, ``Job.result``): it is awake again then, holding the
 interpreter. The sinks' workers (``tooltrace.telemetry``) ask ``calls_in_flight`` before each
 record of a batch and wait while it is true, up to bounds of their own, so that their work lands

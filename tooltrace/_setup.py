@@ -13,7 +13,7 @@ from .sinks import Sink, SpanOpener
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from .tool import FunctionTool
+    from .model import FunctionTool
 
 __all__ = ["create_registry"]
 
@@ -43,7 +43,7 @@ def create_registry(
     ``tooltrace where``), plus the built-in tools.
 
     The policy comes from ``policy=`` when given, else from the policy file: ``policy_file``
-    > ``TOOLTRACE_POLICY`` > ``./tooltrace.toml`` when it exists (``tooltrace.policyfile``); an
+    > ``TOOLTRACE_POLICY`` > ``./tooltrace.toml`` when it exists (``tooltrace.policy.file``); an
     invalid file raises ``PolicyFileError`` and no registry starts. The file's ``[commands]``
     table configures the built-in command tools (their sandbox and network). ``tools`` (``@tool``
     functions) are registered before the file is checked, so it may name them
@@ -56,7 +56,7 @@ def create_registry(
     home_path = _settings.resolve_home(home, workspace=workspace)
     policy_path = None if "policy" in registry_options else _settings.policy_path(policy_file)
     if policy_path is not None and not policy_path.is_file():
-        from .policyfile import PolicyFileError, Problem
+        from .policy.file import PolicyFileError, Problem
 
         raise PolicyFileError([Problem(str(policy_path), 1, 1, "no such policy file")])
     sinks: list[Sink] = default_sinks(
@@ -84,7 +84,7 @@ def create_registry(
         for t in tools:
             reg.register(t)
         if policy_path is not None:
-            from .policyfile import load_policy
+            from .policy.file import load_policy
 
             defs = {n: d for n in reg.tool_names() if (d := reg.definition(n)) is not None}
             load_policy(policy_path, tools=defs).apply(reg)
@@ -101,7 +101,7 @@ def _register_builtins(reg: ToolRegistry, policy_path: Path | None) -> None:
 
     commands = None
     if policy_path is not None:
-        from .policyfile import command_settings
+        from .policy.file import command_settings
 
         settings = command_settings(policy_path)
         commands = settings.config() if settings is not None else None

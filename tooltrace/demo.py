@@ -24,8 +24,8 @@ from typing import Any
 
 from . import _settings
 from ._setup import create_registry
-from .envelope import CallRecord, Status, ToolCall, ToolResultEnvelope
 from .hooks import HookDecision, HookView, hook
+from .model import CallRecord, Status, ToolCall, ToolResultEnvelope, tool
 from .policy import (
     ApprovalDecision,
     ApprovalRequest,
@@ -35,10 +35,9 @@ from .policy import (
     RequireApproval,
     Verdict,
 )
-from .policyfile import Match, PatternRule
+from .policy.file import Match, PatternRule
 from .registry import ToolRegistry
 from .runtime import CallContext
-from .tool import tool
 
 __all__ = ["DemoResult", "run_demo"]
 

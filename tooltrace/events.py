@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .envelope import CallRecord, ProgressMark, Step
+from .model import CallRecord, ProgressMark, Step
 
 if TYPE_CHECKING:
-    from ._eventhub import Subscription
+    from .pipeline import Subscription
 
 __all__ = [
     "EVENT_KINDS",
@@ -120,7 +120,7 @@ CallEvent = CallStarted | CallStep | CallProgress | CallFinished
 def __getattr__(name: str) -> Any:
     # Subscription lives with the hub that feeds it (which imports the event types above).
     if name == "Subscription":
-        from ._eventhub import Subscription
+        from .pipeline import Subscription
 
         return Subscription
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

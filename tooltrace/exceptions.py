@@ -9,7 +9,7 @@ tools that want to say something specific, and for sinks that cannot keep a prom
     │   ├── InvalidSchemaError     the arguments schema is not valid JSON Schema
     │   └── DuplicateToolError     the same name twice from one source
     ├── MalformedCallError         the tool call itself could not be parsed (fix the caller)
-    ├── PathPolicyError            a path was refused by the workspace policy (tooltrace.paths)
+    ├── PathPolicyError            a path was refused by the workspace policy (tooltrace.policy)
     ├── ConfigurationError         a setting or environment variable has a bad value
     │   └── SandboxUnavailableError  no command sandbox can run here (install one, or turn
     │                                the sandbox off knowingly)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from .envelope import CallRecord, Step
+from .model import CallRecord, Step
 
 __all__ = [
     "FIRST_LATE_SEQ",

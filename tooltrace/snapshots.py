@@ -30,8 +30,8 @@ from typing import Any
 import orjson
 
 from . import _settings
-from .artifacts import ArtifactStore
-from .paths import PathPolicyError, Workspace
+from .policy import PathPolicyError, Workspace
+from .redaction import ArtifactStore
 
 __all__ = [
     "FileSnapshot",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from .envelope import CallRecord
+from .model import CallRecord
 
 if TYPE_CHECKING:
     from .sinks import LateStep

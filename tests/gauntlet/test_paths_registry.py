@@ -22,7 +22,7 @@ from support.paths import ADVERSARIAL, SECRET, Racing, user_paths
 
 from tooltrace import Status, ToolCall, ToolRegistry
 from tooltrace.builtins import register_builtins
-from tooltrace.paths import PathPolicyError, canonical_form
+from tooltrace.policy import PathPolicyError, canonical_form
 
 from ._figures import LONG, record, size
 

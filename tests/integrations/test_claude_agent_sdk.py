@@ -49,7 +49,6 @@ from tooltrace import (  # noqa: E402
     hook,
     tool,
 )
-from tooltrace.envelope import Principal  # noqa: E402
 from tooltrace.integrations.claude_agent_sdk import (  # noqa: E402
     PASSED_THROUGH_TOOLS,
     REFUSAL,
@@ -57,6 +56,7 @@ from tooltrace.integrations.claude_agent_sdk import (  # noqa: E402
     adopt,
     sdk_schema,
 )
+from tooltrace.model import Principal  # noqa: E402
 from tooltrace.testing import RecordingSink  # noqa: E402
 
 CTX: HookContext = {"signal": None}

@@ -64,13 +64,13 @@ from tooltrace import (  # noqa: E402
     ToolRegistry,
     hook,
 )
-from tooltrace.envelope import Principal  # noqa: E402
 from tooltrace.integrations.langchain import (  # noqa: E402
     TooltraceMiddleware,
     adopt,
     as_langchain_tools,
     tool_node,
 )
+from tooltrace.model import Principal  # noqa: E402
 from tooltrace.telemetry.audit import AuditSink, AuditStore  # noqa: E402
 from tooltrace.testing import RecordingSink  # noqa: E402
 
@@ -310,7 +310,7 @@ def test_a_call_waits_in_the_approval_queue_until_another_process_answers(
     import sys
     import threading
 
-    from tooltrace.approvalqueue import ApprovalQueue
+    from tooltrace.policy import ApprovalQueue
 
     home = tmp_path / "home"
     reg = make_registry(add, policy=Policy(rules=[RequireApproval(tools=frozenset({"add"}))]),

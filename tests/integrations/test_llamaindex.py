@@ -25,22 +25,14 @@ from llama_index.core.tools import FunctionTool, ToolMetadata, ToolOutput  # noq
 from llama_index.core.tools.types import BaseTool  # noqa: E402
 from llama_index.core.workflow import Context  # noqa: E402
 
-from tooltrace import (  # noqa: E402
-    Mode,
-    Policy,
-    RegistrationError,
-    Stage,
-    Status,
-    ToolRegistry,
-    tool,
-)
-from tooltrace.envelope import Principal  # noqa: E402
+from tooltrace import Mode, Policy, RegistrationError, Stage, Status, ToolRegistry, tool  # noqa: E402
 from tooltrace.integrations.llamaindex import (  # noqa: E402
     TooltraceTool,
     adopt,
     as_llamaindex_tools,
     install_guard,
 )
+from tooltrace.model import Principal  # noqa: E402
 from tooltrace.testing import RecordingSink  # noqa: E402
 
 # FunctionAgent's constructor walks its members with inspect, reading pydantic's deprecated

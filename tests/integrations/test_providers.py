@@ -45,7 +45,6 @@ from tooltrace import (
     ToolRegistry,
     tool,
 )
-from tooltrace.envelope import Principal
 from tooltrace.integrations.providers import (
     ProviderCall,
     ProviderCallError,
@@ -56,6 +55,7 @@ from tooltrace.integrations.providers import (
     result_turn,
     tool_specs,
 )
+from tooltrace.model import Principal
 from tooltrace.telemetry.audit import AuditSink, AuditStore
 from tooltrace.testing import RecordingSink
 

@@ -65,7 +65,6 @@ from tooltrace import (  # noqa: E402
     Verdict,
     tool,
 )
-from tooltrace.envelope import Principal  # noqa: E402
 from tooltrace.integrations.pydantic_ai import (  # noqa: E402
     FrameworkApprover,
     SharedSpans,
@@ -73,6 +72,7 @@ from tooltrace.integrations.pydantic_ai import (  # noqa: E402
     adopt,
     as_toolset,
 )
+from tooltrace.model import Principal  # noqa: E402
 from tooltrace.testing import RecordingSink  # noqa: E402
 
 UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}$")

@@ -2,8 +2,9 @@
 upstream: one tool per kind of result the proxy must pass through unchanged.
 
 Tools return text (one block or several), images, audio, embedded resources (text and binary),
-resource links, a mix in a fixed order, and structured content with and without an output
-schema; ``n`` makes a result as long as a test needs (over or under the proxy's inline limit).
+resource links, a mix in a fixed order, structured content with and without an output schema,
+and an error result of several blocks; ``n`` makes a result as long as a test needs (over or
+under the proxy's inline limit).
 """
 
 from __future__ import annotations
@@ -109,6 +110,17 @@ def lone_text_with_meta() -> mt.CallToolResult:
     """One plain text block and a result ``_meta``: the proxy's short path must keep it."""
     return mt.CallToolResult(content=[mt.TextContent(type="text", text="plain")],
                              _meta={"example.org/trace": "t-0043"})
+
+
+@server.tool(structured_output=False)
+def several_errors() -> mt.CallToolResult:
+    """An error result of several blocks (two texts and an image), as a tool that explains
+    its failure and shows what it saw."""
+    return mt.CallToolResult(is_error=True, content=[
+        mt.TextContent(type="text", text="the build failed"),
+        mt.TextContent(type="text", text="step 3 of 3: 0 tests ran"),
+        mt.ImageContent(type="image", data=_b64(PNG), mime_type="image/png"),
+    ])
 
 
 @server.tool(structured_output=False)

@@ -4,13 +4,19 @@ starts in milliseconds and can misbehave in ways an SDK would not let it.
 Environment:
     TOY_LABEL              prefix of ``echo`` results (tells which server answered)
     TOY_ECHO_DESCRIPTION   description of ``echo`` (change it between runs: a "rug pull")
-    TOY_TOOLS              comma-separated subset of tools to expose (default: all)
+    TOY_TOOLS              comma-separated subset of tools to expose (default: all but the
+                           ones only named here: ``blocks_error``, ``numbers``)
+    TOY_RESOURCES          when set, also serve one resource (``toy://meta``) and one prompt
+                           (``meta``) whose contents are the ``_meta`` their request carried
 
 Tools: ``echo`` (read-only), ``write_marker`` (writes a file: a side effect), ``fail`` (an
 ``isError`` result), ``crash`` (the process exits mid-call), ``hang`` (the whole server stops
 answering), ``garbage`` (prints a non-JSON line on stdout instead of an answer), ``meta``
 (returns the ``_meta`` the request carried), ``mutate`` (changes ``echo``'s description and
-sends ``notifications/tools/list_changed``), ``big`` (returns ``n`` characters).
+sends ``notifications/tools/list_changed``), ``big`` (returns ``n`` characters). Named in
+``TOY_TOOLS`` only: ``blocks_error`` (an error result of several blocks, written as a server
+might: ``isError`` first) and ``numbers`` (no ``isError`` at all, integers and floats as
+written, a block annotation of priority ``1``).
 """
 
 from __future__ import annotations
@@ -50,9 +56,17 @@ TOOLS: list[dict[str, Any]] = [
     {"name": "big", "description": "Return n characters.", "annotations": READ_ONLY,
      "inputSchema": _schema({"n": {"type": "integer", "minimum": 0}}, ["n"])},
 ]
+# Listed only when TOY_TOOLS names them (other tests count the default tools).
+NAMED_ONLY: list[dict[str, Any]] = [
+    {"name": "blocks_error", "description": "An error result of several blocks.",
+     "inputSchema": _schema({}, [])},
+    {"name": "numbers", "description": "Numbers as written, and no isError.",
+     "inputSchema": _schema({}, []), "annotations": READ_ONLY},
+]
 _only = os.environ.get("TOY_TOOLS")
 if _only:
-    TOOLS = [t for t in TOOLS if t["name"] in _only.split(",")]
+    TOOLS = [t for t in TOOLS + NAMED_ONLY if t["name"] in _only.split(",")]
+RESOURCES = bool(os.environ.get("TOY_RESOURCES"))
 
 
 def send(obj: dict[str, Any]) -> None:
@@ -92,6 +106,16 @@ def call(name: str, args: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any
         return text("mutated")
     if name == "meta":
         return text(json.dumps(meta, sort_keys=True))
+    if name == "blocks_error":
+        return {"isError": True, "content": [
+            {"type": "text", "text": "first: the input was empty"},
+            {"type": "text", "text": "second: nothing was written", "annotations": {
+                "audience": ["user"], "priority": 1}},
+            {"type": "resource_link", "uri": "file:///tmp/toy.log", "name": "toy.log"}]}
+    if name == "numbers":
+        return {"content": [{"type": "text", "text": "0", "annotations": {"priority": 0}}],
+                "structuredContent": {"zero": 0, "half": 0.5, "big": 12345678901234,
+                                      "nested": {"list": [0, 1.0, -2]}}}
     if name == "big":
         line = "0123456789abcdefghijklmnopqrstuvwxyz" * 2 + "\n"
         n = int(args["n"])
@@ -109,17 +133,34 @@ def main() -> None:
         if mid is None:  # a notification
             continue
         params = msg.get("params") or {}
+        meta = params.get("_meta") or {}
         if method == "initialize":
+            caps: dict[str, Any] = {"tools": {"listChanged": True}}
+            if RESOURCES:
+                caps.update(resources={}, prompts={})
             send({"jsonrpc": "2.0", "id": mid, "result": {
                 "protocolVersion": params.get("protocolVersion", "2025-11-25"),
-                "capabilities": {"tools": {"listChanged": True}},
+                "capabilities": caps,
                 "serverInfo": {"name": f"toy-{LABEL}", "version": "1.0"}}})
+        elif RESOURCES and method == "resources/list":
+            send({"jsonrpc": "2.0", "id": mid, "result": {"resources": [
+                {"uri": "toy://meta", "name": "meta", "mimeType": "application/json"}]}})
+        elif RESOURCES and method == "resources/read" and params.get("uri") == "toy://meta":
+            send({"jsonrpc": "2.0", "id": mid, "result": {"contents": [
+                {"uri": "toy://meta", "mimeType": "application/json",
+                 "text": json.dumps(meta, sort_keys=True)}]}})
+        elif RESOURCES and method == "prompts/list":
+            send({"jsonrpc": "2.0", "id": mid, "result": {"prompts": [{"name": "meta"}]}})
+        elif RESOURCES and method == "prompts/get" and params.get("name") == "meta":
+            send({"jsonrpc": "2.0", "id": mid, "result": {"messages": [
+                {"role": "user", "content": {"type": "text",
+                                             "text": json.dumps(meta, sort_keys=True)}}]}})
         elif method == "ping":
             send({"jsonrpc": "2.0", "id": mid, "result": {}})
         elif method == "tools/list":
             send({"jsonrpc": "2.0", "id": mid, "result": {"tools": TOOLS}})
         elif method == "tools/call" and params.get("name") in names:
-            result = call(params["name"], params.get("arguments") or {}, params.get("_meta") or {})
+            result = call(params["name"], params.get("arguments") or {}, meta)
             if result is not None:
                 send({"jsonrpc": "2.0", "id": mid, "result": result})
         else:

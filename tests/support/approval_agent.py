@@ -14,8 +14,7 @@ from typing import Any
 import orjson
 
 from tooltrace import Policy, Principal, RequireApproval, ToolCall, create_registry, tool
-from tooltrace.approvalqueue import ApprovalQueue
-from tooltrace.webhooks import WebhookNotifier
+from tooltrace.policy import ApprovalQueue, WebhookNotifier
 
 #: A planted secret: no page of the console and no queue file may show it.
 CANARY = "ghp_" + "Zq8Wn3Rt6Yu1Io4Pa7Sd0Fg2Hj5Kl9Xc3Vb"

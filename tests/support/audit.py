@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tooltrace._ids import new_call_id
-from tooltrace.envelope import Artifact, CallRecord, Stage, Status, Step
+from tooltrace.model import Artifact, CallRecord, Stage, Status, Step
 
 TOOLS = ("read_text", "write_text", "run_command", "job_status", "git_status")
 

@@ -97,6 +97,7 @@ class ReceivedSpan:
     status_message: str
     resource: dict[str, Any] = field(default_factory=dict)
     scope: str = ""
+    trace_state: str = ""  # the W3C tracestate the span carries
 
     @property
     def is_error(self) -> bool:
@@ -129,6 +130,7 @@ def decode_request(req: trace_service_pb2.ExportTraceServiceRequest) -> list[Rec
                         status_message=sp.status.message,
                         resource=res,
                         scope=ss.scope.name,
+                        trace_state=sp.trace_state,
                     )
                 )
     return out

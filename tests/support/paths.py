@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import strategies as st
 
-from tooltrace.paths import Workspace
+from tooltrace.policy import Workspace
 
 SECRET = b"TOP-SECRET-OUTSIDE"
 #: What ``racing`` yields: the workspace, its root, the stop event and the swap count.

@@ -40,7 +40,7 @@ from tooltrace import (
     tool,
 )
 from tooltrace.policy import PolicyDecision, PolicyRequest, Verdict
-from tooltrace.policyfile import Match, PatternRule
+from tooltrace.policy.file import Match, PatternRule
 from tooltrace.telemetry import MetricsSink, TracingSink, serve_metrics
 
 __all__ = ["MIXES", "Workload", "running_workload"]

@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from tooltrace.envelope import Artifact, CallRecord, Stage, Status, Step
+from tooltrace.model import Artifact, CallRecord, Stage, Status, Step
 from tooltrace.telemetry.tracing import SpanHandle
 
 __all__ = ["make_record", "steps_for"]

@@ -48,7 +48,7 @@ from ..audit import (
     read_segment,
     recover_dead_segments,
 )
-from ..envelope import CallRecord
+from ..model import CallRecord
 from ._backends import _Lake as _Lake
 from ._backends import open_backend
 from ._connect import ArchiveError, first_line, parse_target

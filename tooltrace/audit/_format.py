@@ -37,7 +37,7 @@ import orjson
 
 from .._files import create_whole
 from .._settings import TOOLTRACE_AUDIT_KEY, audit_key
-from ..envelope import CallRecord, Step
+from ..model import CallRecord, Step
 from ..sinks import ApprovalRecord, LateStep
 
 __all__ = [

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..model import FunctionTool
 from ..registry import ToolRegistry
-from ..tool import FunctionTool
 from ._jobs import JobManager, register_command_tools
 from ._load_tools import build_load_tools
 from ._read_text import read_text

@@ -23,8 +23,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+from ..model import Capability, Effect, Execution, FunctionTool, ToolResult, tool
 from ..runtime import CallContext, Launch
-from ..tool import Capability, Effect, Execution, FunctionTool, ToolResult, tool
 from ._process import ProcessTree, report_output
 from ._run_command import CommandConfig, build_run_command
 

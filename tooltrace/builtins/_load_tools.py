@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from ..model import Capability, Effect, Execution, FunctionTool, ToolResult, tool
 from ..registry import ToolRegistry
 from ..runtime import CallContext
-from ..tool import Capability, Effect, Execution, FunctionTool, ToolResult, tool
 
 __all__ = ["build_load_tools"]
 

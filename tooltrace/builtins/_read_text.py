@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from ..model import Capability, Effect, Execution, ToolResult, tool
 from ..runtime import CallContext
-from ..tool import Capability, Effect, Execution, ToolResult, tool
 
 #: Files larger than this return only their head.
 LARGE_FILE_BYTES = 20 * 1024

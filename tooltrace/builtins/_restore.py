@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 from typing import Annotated
 
-from ..paths import PathPolicyError
+from ..model import Capability, Effect, FunctionTool, ToolResult, tool
+from ..policy import PathPolicyError
 from ..registry import ToolRegistry
 from ..runtime import CallContext
 from ..snapshots import FileSnapshot, FileState
-from ..tool import Capability, Effect, FunctionTool, ToolResult, tool
 from ._write_text import atomic_write
 
 __all__ = ["RestoreRefused", "build_restore"]

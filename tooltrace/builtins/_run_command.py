@@ -49,10 +49,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..exceptions import ConfigurationError, DeadlineExceeded, ToolCancelled
-from ..paths import ResolvedPath, Workspace
+from ..model import Capability, Effect, FunctionTool, ToolResult, tool
+from ..policy import ResolvedPath, Workspace
 from ..redaction import default_redactor
 from ..runtime import SANDBOX_MODES, CallContext, CommandSandbox, Grants, Launch, choose_sandbox
-from ..tool import Capability, Effect, FunctionTool, ToolResult, tool
 from ._process import _FD_DIR, OutputCapture, ProcessTree, report_output
 
 __all__ = [

@@ -20,10 +20,10 @@ import secrets
 import stat
 from typing import Annotated
 
-from ..paths import PathPolicyError, Workspace
+from ..model import Capability, Effect, ToolResult, tool
+from ..policy import PathPolicyError, Workspace
 from ..runtime import CallContext
 from ..snapshots import FileSnapshot
-from ..tool import Capability, Effect, ToolResult, tool
 
 __all__ = ["MAX_WRITE_BYTES", "write_text"]
 

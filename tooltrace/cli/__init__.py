@@ -12,7 +12,6 @@ from typing import Any
 
 import click
 
-
 __all__ = ["COMMANDS", "main"]
 
 #: command name -> "module:attribute" of its click command.

@@ -14,16 +14,26 @@ client imports numpy and pandas to bind a list: 100 MiB more for a command that 
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["MIN_PREFIX", "unique_prefixes"]
+__all__ = ["MIN_PREFIX", "AmbiguousPrefix", "SeenIds", "cut", "match_prefix", "unique_prefixes"]
 
 #: The shortest prefix shown: the UUIDv7's millisecond, ``01a24a57-c7f7``.
 MIN_PREFIX = 13
 
 _ID = re.compile(r"^[0-9a-f-]+$")
+
+
+class AmbiguousPrefix(LookupError):
+    """An id prefix names several ids; ``matches`` lists them (sorted)."""
+
+    def __init__(self, prefix: str, matches: Sequence[str]) -> None:
+        super().__init__(f"id prefix {prefix[:40]!r} matches {len(matches)} ids")
+        self.prefix = prefix
+        self.matches = list(matches)
 
 
 def _common(a: str, b: str | None) -> int:
@@ -35,6 +45,51 @@ def _common(a: str, b: str | None) -> int:
             break
         n += 1
     return n
+
+
+def cut(cid: str, near: Sequence[str]) -> str:
+    """``cid`` cut just after the character that tells it apart from its neighbours in the
+    sorted ``near`` (which holds it), never shorter than ``MIN_PREFIX``; whole when absent."""
+    k = bisect.bisect_left(near, cid)
+    if k == len(near) or near[k] != cid:
+        return cid
+    prev = near[k - 1] if k else None
+    nxt = near[k + 1] if k + 1 < len(near) else None
+    return cid[: max(MIN_PREFIX, max(_common(cid, prev), _common(cid, nxt)) + 1)]
+
+
+def match_prefix(prefix: str, ids: Iterable[str]) -> str | None:
+    """The one id among ``ids`` that starts with ``prefix`` (None when none does);
+    ``AmbiguousPrefix`` when several do and none is ``prefix`` itself."""
+    found = sorted({i for i in ids if i.startswith(prefix)})
+    if prefix in found or len(found) == 1:
+        return prefix if prefix in found else found[0]
+    if found:
+        raise AmbiguousPrefix(prefix, found)
+    return None
+
+
+class SeenIds:
+    """The ids a live view has seen so far, each shown as its shortest prefix unique among
+    them (``tail`` reads no database: a call of the same millisecond it never saw can
+    still share a prefix shown; ``autopsy`` then names both)."""
+
+    def __init__(self) -> None:
+        self._sorted: list[str] = []
+
+    def add(self, *ids: str) -> None:
+        """Remember these ids (once each)."""
+        for cid in ids:
+            k = bisect.bisect_left(self._sorted, cid)
+            if k == len(self._sorted) or self._sorted[k] != cid:
+                self._sorted.insert(k, cid)
+
+    def prefix(self, cid: str) -> str:
+        """``cid``'s shortest prefix unique among the ids seen (it is remembered first)."""
+        if not cid:
+            return cid
+        self.add(cid)
+        return cut(cid, self._sorted)
 
 
 def unique_prefixes(store: Any, ids: Sequence[str]) -> dict[str, str]:
@@ -51,13 +106,6 @@ def unique_prefixes(store: Any, ids: Sequence[str]) -> dict[str, str]:
                          for h in heads)
     near = sorted({str(r[0]) for r in store.sql(
         f"SELECT DISTINCT call_id FROM tool_calls WHERE {ranges}").rows})
-    at = {cid: k for k, cid in enumerate(near)}
     for cid in wanted:
-        k = at.get(cid)
-        if k is None:
-            continue
-        prev = near[k - 1] if k else None
-        nxt = near[k + 1] if k + 1 < len(near) else None
-        n = max(_common(cid, prev), _common(cid, nxt)) + 1
-        out[cid] = cid[: max(MIN_PREFIX, n)]
+        out[cid] = cut(cid, near)
     return out

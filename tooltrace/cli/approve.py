@@ -63,15 +63,17 @@ def _left(expires_at_us: int) -> str:
 def pending(home: Path | None, as_json: bool) -> None:
     """List the requests waiting in the approval queue, newest first.
 
-    Each names its id (what `approvals answer` takes), the tool, the rule that asked, whom the
+    Each names its id (its shortest prefix unique in the queue, which `approvals answer`
+    takes; --json has it whole), the tool, the rule that asked, whom the
     call acts for, the redacted arguments and how long it still waits before it is denied.
     """
-    from ..approvalqueue import ApprovalQueue
+    from ..policy import ApprovalQueue
     from ..redaction import default_redactor
 
     guard = OutputGuard(home)
     redact = default_redactor().redact_text
-    rows = ApprovalQueue(home).pending()
+    queue = ApprovalQueue(home)
+    rows = queue.pending()
     if as_json:
         from dataclasses import asdict
 
@@ -82,7 +84,11 @@ def pending(home: Path | None, as_json: bool) -> None:
         return
     import orjson
 
-    cells = [[p.approval_id, p.tool, p.rule, _principal(p.principal), _left(p.expires_at_us),
+    from ._idprefix import cut
+
+    every = sorted(r.approval_id for r, _ in queue.entries())
+    cells = [[cut(p.approval_id, every), p.tool, p.rule, _principal(p.principal),
+              _left(p.expires_at_us),
               redact(orjson.dumps(p.arguments, option=orjson.OPT_SORT_KEYS).decode())]
              for p in rows]
     print_table(None, ["id", "tool", "rule", "principal", "expires_in", "arguments"], cells,
@@ -101,19 +107,22 @@ def pending(home: Path | None, as_json: bool) -> None:
 @json_option
 def answer(approval_id: str, approve: bool | None, reason: str, ttl: str | None,
            home: Path | None, as_json: bool) -> None:
-    """Answer a waiting request (APPROVAL_ID from `approvals pending`).
+    """Answer a waiting request (APPROVAL_ID from `approvals pending`, or a unique prefix).
 
     The answer is recorded as <your user>@cli. The first answer wins: exit 1 when the request
-    was answered already or expired, or no request has this id.
+    was answered already or expired, or no request has this id; 2 when the prefix matches
+    several requests.
     """
-    from ..approvalqueue import AlreadyAnswered, ApprovalExpired, ApprovalNotFound, ApprovalQueue
-    from ..approvalqueue import answerer as who
+    from ..policy import AlreadyAnswered, ApprovalExpired, ApprovalNotFound, ApprovalQueue
+    from ..policy import answerer as who
 
     if approve is None:
         fail("say --approve or --deny", EXIT_USAGE)
     guard = OutputGuard(home)
+    queue = ApprovalQueue(home)
+    approval_id = _request_id(queue, approval_id, guard)
     try:
-        ans = ApprovalQueue(home).answer(approval_id, approved=approve, who=who("cli"),
+        ans = queue.answer(approval_id, approved=approve, who=who("cli"),
                                          reason=reason, ttl_s=parse_duration(ttl), via="cli")
     except AlreadyAnswered as exc:
         fail(f"request {approval_id} was already answered by {exc.answer.who}", EXIT_FAIL, guard)
@@ -127,3 +136,17 @@ def answer(approval_id: str, approve: bool | None, reason: str, ttl: str | None,
     at = dt.datetime.fromtimestamp(ans.answered_at_us / 1e6, dt.UTC).strftime("%H:%M:%S")
     click.echo(guard(f"{'approved' if ans.approved else 'denied'} {approval_id} as {ans.who}"
                      f" at {at} UTC"))
+
+
+def _request_id(queue: Any, given: str, guard: OutputGuard) -> str:
+    """The whole id of the one request ``given`` (an id or a prefix of one) names; exit 2 when
+    it names several. An id no request starts with is returned as given (the queue says)."""
+    from ._idprefix import AmbiguousPrefix, match_prefix
+
+    try:
+        found = match_prefix(given, (r.approval_id for r, _ in queue.entries()))
+    except AmbiguousPrefix as exc:
+        shown = ", ".join(exc.matches[:4]) + (" ..." if len(exc.matches) > 4 else "")
+        fail(f"request id prefix {given[:40]!r} is ambiguous; it matches {shown}"
+             " -- give more characters", EXIT_USAGE, guard)
+    return found or given

@@ -47,11 +47,10 @@ def call(name: str, arguments: str, home: Path | None, workspace: Path, mode: st
     audited like any other. Exit code 0 when the call is ok, 1 otherwise, 2 for bad usage.
     """
     from .. import create_registry
-    from ..envelope import ToolCall
     from ..exceptions import TooltraceError
     from ..mcp import load_object, resolve_hooks
-    from ..policyfile import PolicyFileError
-    from ..tool import FunctionTool
+    from ..model import FunctionTool, ToolCall
+    from ..policy.file import PolicyFileError
 
     guard = OutputGuard(home)
     raw = sys.stdin.read() if arguments == "-" else arguments

@@ -22,6 +22,7 @@ from ._common import (
     table,
     wide_option,
 )
+from ._idprefix import unique_prefixes
 
 __all__ = ["STATUSES", "demo"]
 
@@ -93,7 +94,7 @@ def demo(
 
     if metrics_port is not None:
         click.echo(f"demo: serving metrics on 127.0.0.1:{metrics_port or '<any port>'}", err=True)
-    from ..policyfile import PolicyFileError
+    from ..policy.file import PolicyFileError
 
     console, approver = _console(home, serve_port) if serve else (None, None)
     try:
@@ -120,7 +121,9 @@ def demo(
     # --home belongs to each command (the group has no such option), so it follows the name.
     tt = self_command()
     at = "" if home is None else f" --home {shlex.quote(str(home))}"
-    autopsies = [f"{tt} autopsy{at} {cid}" for _, cid, _ in spotlight]
+    # People get each id as its shortest prefix unique in the trail (what autopsy takes).
+    short = {} if as_json else _prefixes(result.home, list(result.highlights.values()))
+    autopsies = [f"{tt} autopsy{at} {short.get(cid, cid)}" for _, cid, _ in spotlight]
     more = [f"{tt} {cmd}{at}{rest}" for cmd, rest in (
         ("calls", " --status unknown"), ("stats", ""), ("tools", ""), ("verify", ""))]
     by_id = {e.call_id: e for e in result.envelopes}
@@ -143,14 +146,14 @@ def demo(
             guard,
         )
     else:
-        _print_summary(result, guard, wide, autopsies, more, spotlight)
+        _print_summary(result, guard, wide, autopsies, more, spotlight, short)
     if console is not None:
         _keep_serving(console)
 
 
 def _console(home: Path | None, port: int) -> tuple[Any, Any]:
     """The console on a thread, its URL printed, and the approval queue as the approver."""
-    from ..approvalqueue import ApprovalQueue
+    from ..policy import ApprovalQueue
     from .serve import start_background
 
     url, console = start_background(home, port)
@@ -170,8 +173,20 @@ def _keep_serving(console: Any) -> None:
         console.stop()
 
 
+def _prefixes(home: Path, ids: list[str]) -> dict[str, str]:
+    """The ids' shortest prefixes unique in the demo's trail (whole ids if it cannot be read)."""
+    from ..audit import AuditStore
+
+    try:
+        with AuditStore(home) as store:
+            return unique_prefixes(store, ids)
+    except Exception:  # the summary still prints, with whole ids
+        return {}
+
+
 def _print_summary(result: Any, guard: OutputGuard, wide: bool, autopsies: list[str],
-                   more: list[str], spotlight: list[tuple[str, str, str]]) -> None:
+                   more: list[str], spotlight: list[tuple[str, str, str]],
+                   short: dict[str, str]) -> None:
     """The tables for people, then the next steps, each a command that runs as printed."""
     by_id = {e.call_id: e for e in result.envelopes}
     rows = [
@@ -183,7 +198,7 @@ def _print_summary(result: Any, guard: OutputGuard, wide: bool, autopsies: list[
     table(f"tooltrace demo: {len(result.envelopes)} calls by status (what each returned)",
           ["tool", *STATUSES, "total"], rows, guard, wide=wide)
     click.echo(_outcome_line(result))
-    story = [[label, cid, _status(by_id, cid),
+    story = [[label, short.get(cid, cid), _status(by_id, cid),
               "" if _outcome(result, by_id, cid) == _status(by_id, cid)
               else _outcome(result, by_id, cid)]
              for label, cid in result.highlights.items()]

@@ -25,7 +25,7 @@ from ._common import (
 )
 
 if TYPE_CHECKING:
-    from ..tool import ToolDefinition
+    from ..model import ToolDefinition
 
 __all__ = ["policy"]
 
@@ -42,8 +42,8 @@ def _definitions(specs: tuple[str, ...]) -> dict[str, ToolDefinition]:
     from ..builtins import register_builtins
     from ..exceptions import TooltraceError
     from ..mcp import load_object
+    from ..model import FunctionTool
     from ..registry import ToolRegistry
-    from ..tool import FunctionTool
 
     reg = register_builtins(ToolRegistry())
     try:
@@ -79,7 +79,7 @@ def check(file: Path, tool_specs: tuple[str, ...], strict: bool, as_json: bool) 
 
     Exit 0 valid, 1 valid with warnings under --strict, 2 invalid.
     """
-    from ..policyfile import check_policy
+    from ..policy.file import check_policy
 
     guard = OutputGuard(None)
     found = check_policy(file, tools=_definitions(tool_specs), warnings=True)
@@ -115,7 +115,7 @@ def test_policy(file: Path, home: Path | None, archive: str | None, since: str |
     Exit 0 when no decision changes, 1 when any does, 2 for an invalid file, bad usage or no
     trail to replay (so a CI gate can tell "changes" from "could not test").
     """
-    from ..policyfile import PolicyFileError, load_policy, replay
+    from ..policy.file import PolicyFileError, load_policy, replay
 
     guard = OutputGuard(home)
     tools = _definitions(tool_specs)
@@ -151,7 +151,7 @@ def cedar_schema(mode: str | None, policy_file: Path | None,
     """
     from .. import _settings
     from ..policy import DEFAULT_MODES
-    from ..policyfile import PolicyFileError, cedar_schema, load_policy
+    from ..policy.file import PolicyFileError, cedar_schema, load_policy
 
     guard = OutputGuard(None)
     tools = _definitions(tool_specs)

@@ -36,7 +36,7 @@ def restore(call_id: str, force: bool, workspace: Path | None, mode: str, home: 
     """
     from .. import create_registry
     from .._settings import resolve_home
-    from ..envelope import ToolCall
+    from ..model import ToolCall
     from ..snapshots import SnapshotNotFound, SnapshotStore
 
     guard = OutputGuard(home)

@@ -54,7 +54,7 @@ def serve(home: Path | None, host: str, port: int, read_only: bool,
     except ImportError:
         fail("the console needs its extra: pip install 'tooltrace[console]'", EXIT_USAGE)
     from .._settings import resolve_home
-    from ..approvalqueue import answerer
+    from ..policy import answerer
 
     root = resolve_home(home)
     keys = _keys(callback_keys)
@@ -88,7 +88,7 @@ def start_background(home: Path | None, port: int) -> tuple[str, object]:
     except ImportError:
         fail("the console needs its extra: pip install 'tooltrace[console]'", EXIT_USAGE)
     from .._settings import resolve_home
-    from ..approvalqueue import answerer
+    from ..policy import answerer
 
     try:
         sock = bind("127.0.0.1", port)

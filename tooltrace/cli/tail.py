@@ -60,6 +60,9 @@ def tail(home: Path | None, as_json: bool, run_id: str | None, from_start: bool,
     try:
         while True:
             poll = follower.poll()
+            # Every id of this look first: two calls of one millisecond that finish in it are
+            # told apart from the first line on.
+            view.seen(poll.inflight, (str(ln.get("call_id") or "") for ln in poll.lines))
             for line in poll.lines:
                 if run_id is not None and line.get("run_id") != run_id:
                     continue
@@ -83,21 +86,25 @@ _STATUS_W = 9
 _TOOL_W = 14
 #: Width of the duration column ("35.7 ms", "1.30 s", "2m05s").
 _TIME_W = 8
-#: From this terminal width on the time has milliseconds. The call id is always whole: ids made
-#: in the same millisecond share long prefixes, and a whole id pastes into ``autopsy``.
+#: From this terminal width on the time has milliseconds.
 _MS_WIDTH = 100
+#: Width of the call id column: most ids are told apart by 13 to 18 characters (the
+#: millisecond, then the count within it); a longer prefix pushes its summary along.
+_ID_W = 18
 
 
 class _View:
     """What tail prints: finished calls as lines, calls in flight as bars (or JSON lines).
 
     For people every line fits the terminal (``COLUMNS`` when set) in aligned columns: time,
-    status, tool, duration (or progress), call id, then the summary cut to what is left. On a
+    status, tool, duration (or progress), call id (its shortest prefix unique among the calls
+    this view has seen, which ``autopsy`` takes), then the summary cut to what is left. On a
     terminal the calls in flight and a summary line stay at the bottom, redrawn only when they
     change; finished calls scroll above them.
     """
 
     def __init__(self, guard: OutputGuard, redact: Any, as_json: bool, tty: bool) -> None:
+        from ._idprefix import SeenIds
         from ._table import terminal_width
 
         self.guard = guard
@@ -111,6 +118,12 @@ class _View:
         self._footer: list[str] = []
         self._counts: dict[str, int] = {}
         self._started = time.monotonic()
+        self._ids = SeenIds()
+
+    def seen(self, *groups: Any) -> None:
+        """Remember call ids (in flight, or about to be shown) that prefixes must tell apart."""
+        for ids in groups:
+            self._ids.add(*(str(i) for i in ids if i))
 
     def _text(self, value: Any, limit: int = 200) -> str:
         return self.guard(self.redact(str(value or ""))[:limit])
@@ -159,7 +172,7 @@ class _View:
     def _row(self, at_us: Any, label: str, tool: Any, middle: str, call_id: Any, rest: str,
              style: dict[str, Any] | None = None) -> str:
         """One aligned line cut to the terminal width (the colour is added after the cut)."""
-        cid = str(call_id or "")
+        cid = f"{self._ids.prefix(str(call_id or '')):<{_ID_W}}"
         name = str(tool or "")
         if len(name) > _TOOL_W:
             name = name[: _TOOL_W - 1] + "~"

@@ -21,7 +21,7 @@ from ._common import (
 from ._common import table as print_table
 
 if TYPE_CHECKING:
-    from ..providers import Format
+    from ..integrations.providers import Format
 
 _FORMATS = ("openai", "openai-responses", "anthropic", "gemini", "mcp")
 
@@ -53,7 +53,7 @@ def tools(mode: str, fmt: str, listing: bool, expand: tuple[str, ...], native: b
     except ImportError:
         fail("the built-in tools are not available in this installation", EXIT_FAIL)
     from ..exceptions import RegistrationError
-    from ..providers import CHARS_PER_TOKEN, schema_sizes
+    from ..integrations.providers import CHARS_PER_TOKEN, schema_sizes
 
     reg = default_registry(home=home)
     try:

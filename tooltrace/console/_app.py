@@ -28,7 +28,7 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from ..approvalqueue import AlreadyAnswered, ApprovalExpired, ApprovalNotFound, ApprovalQueue
+from ..policy import AlreadyAnswered, ApprovalExpired, ApprovalNotFound, ApprovalQueue
 from ..redaction import default_redactor
 from . import _pages
 from ._auth import Guard
@@ -168,7 +168,7 @@ class _Console:
         return RedirectResponse(f"/approvals#{aid}", status_code=303)
 
     async def callback(self, request: Request) -> Response:
-        from ..webhooks import KEY_HEADER, SIGNATURE_HEADER, SignatureError, verify_signature
+        from ..policy import KEY_HEADER, SIGNATURE_HEADER, SignatureError, verify_signature
 
         if self.s.read_only:
             return JSONResponse({"error": "read-only"}, status_code=403)

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import orjson
 
-from ..approvalqueue import PendingApproval, QueueAnswer
+from ..policy import PendingApproval, QueueAnswer
 from ..redaction import default_redactor
 
 __all__ = ["APPROVALS_JS", "LIVE_JS", "approvals_page", "calls_page", "esc", "layout",

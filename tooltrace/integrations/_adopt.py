@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..tool import Capability, Effect, ToolDefinition
+from ..model import Capability, Effect, ToolDefinition
 
 if TYPE_CHECKING:
     from ..registry import ToolRegistry

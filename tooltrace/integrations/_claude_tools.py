@@ -18,7 +18,7 @@ from typing import Any
 from claude_agent_sdk import SdkMcpTool
 
 from .. import Capability, Effect, RegistrationError, ToolDefinition, ToolRegistry
-from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT
+from ._adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT
 from ._adopt import Adopted, register_adopted
 
 __all__ = [

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Span, StatusCode
 
 if TYPE_CHECKING:
-    from ..envelope import CallRecord
+    from ..model import CallRecord
     from ..registry import ToolRegistry
     from ..sinks import OpenSpan
     from ..telemetry.tracing import TracingSink

@@ -52,10 +52,9 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Span
 
-from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text, plain
-from ..envelope import Principal, Status, ToolResultEnvelope
 from ..exceptions import RegistrationError
-from ..tool import Capability, Effect, ToolDefinition
+from ..model import Capability, Effect, Principal, Status, ToolDefinition, ToolResultEnvelope
+from ._adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text, plain
 from ._adopt import Adopted, register_adopted
 from ._spans import SharedSpans, annotate, framework_span
 

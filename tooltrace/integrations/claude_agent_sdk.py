@@ -60,8 +60,8 @@ from .. import (
     ToolRegistry,
     ToolResultEnvelope,
 )
-from ..adapters import PROVIDER_NAME, acall, make_call, model_text
-from ..envelope import Principal
+from ..model import Principal
+from ._adapter import PROVIDER_NAME, acall, make_call, model_text
 from ._claude_mcp import sdk_server
 from ._claude_tools import (
     BUILTIN_TOOLS,

@@ -67,10 +67,9 @@ from crewai.tools.tool_failure import ToolFailure
 from crewai.utilities.pydantic_schema_utils import create_model_from_schema
 from pydantic import PrivateAttr
 
-from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, make_call, model_text, plain
-from ..envelope import Principal, Status, ToolResultEnvelope
 from ..exceptions import RegistrationError
-from ..tool import Capability, Effect, ToolDefinition
+from ..model import Capability, Effect, Principal, Status, ToolDefinition, ToolResultEnvelope
+from ._adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT, make_call, model_text, plain
 from ._adopt import Adopted, register_adopted
 
 if TYPE_CHECKING:
@@ -183,7 +182,7 @@ class TooltraceTool(BaseTool):
         return result_for(self._registry.call(self._call(kwargs)))
 
     async def _arun(self, **kwargs: Any) -> Any:
-        from ..adapters import acall
+        from ._adapter import acall
 
         return result_for(await acall(self._registry, self._call(kwargs)))
 

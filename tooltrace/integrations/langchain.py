@@ -48,12 +48,19 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 from pydantic import BaseModel
 
-from .. import adapters as _common
 from .. import current_context
-from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, model_text, plain, result_meta
-from ..envelope import Principal, Status, ToolCall, ToolResultEnvelope
 from ..exceptions import RegistrationError
-from ..tool import Capability, Effect, ToolDefinition
+from ..model import (
+    Capability,
+    Effect,
+    Principal,
+    Status,
+    ToolCall,
+    ToolDefinition,
+    ToolResultEnvelope,
+)
+from . import _adapter as _common
+from ._adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT, model_text, plain, result_meta
 from ._adopt import Adopted, register_adopted
 
 if TYPE_CHECKING:

@@ -45,8 +45,8 @@ from .. import (
     ToolRegistry,
     ToolResultEnvelope,
 )
-from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
-from ..envelope import Principal
+from ..model import Principal
+from ._adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
 from ._adopt import Adopted, register_adopted
 
 __all__ = ["LlamaIndexToolError", "TooltraceTool", "adopt", "as_llamaindex_tools",

@@ -53,12 +53,10 @@ from agents.strict_schema import ensure_strict_json_schema
 from agents.tool import ToolErrorFunction, set_function_tool_failure_error_function
 from agents.tool_context import ToolContext
 
-from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
-from ..envelope import Principal, ToolResultEnvelope
 from ..exceptions import MalformedCallError, RegistrationError
+from ..model import Capability, Effect, Principal, ToolResultEnvelope, parse_tool_call
 from ..registry import ToolRegistry
-from ..tool import Capability, Effect
-from ..validation import parse_tool_call
+from ._adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
 from ._adopt import Adopted, register_adopted
 from ._bridge import FrameworkApprover, approval_reason, jsonable
 

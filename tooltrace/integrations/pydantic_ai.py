@@ -52,11 +52,10 @@ from pydantic_ai.tools import ToolDefinition as PaiToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
-from ..adapters import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
-from ..envelope import Principal, Stage, Status, ToolResultEnvelope
 from ..exceptions import RegistrationError
+from ..model import Capability, Effect, Principal, Stage, Status, ToolDefinition, ToolResultEnvelope
 from ..registry import ToolRegistry
-from ..tool import Capability, Effect, ToolDefinition
+from ._adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
 from ._adopt import Adopted, register_adopted
 from ._bridge import FrameworkApprover, approval_reason, jsonable
 from ._spans import SharedSpans, annotate, framework_span, tool_span

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..envelope import ToolCall
+from ..model import ToolCall
 from ..runtime import current_context
 from ._serverrequests import (
     CAPABILITIES,

@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from ..exceptions import ConfigurationError
 from ..hooks import FunctionHook, Hook
+from ..model import Capability
 from ..policy import ApprovalDecision, ApprovalRequest, Rule
-from ..tool import Capability
 from ._serverrequests import SERVER_KINDS, server_request_name
 
 __all__ = [
@@ -58,7 +58,10 @@ class ServerConfig:
     ``trust_annotations`` a tool annotated ``readOnlyHint`` counts as read-only with no side
     effects, otherwise every tool has external effects. ``client_timeout_s`` is how long a
     sampling, elicitation or roots request of the server waits for the client's answer (default:
-    ``timeout_s``; one asked during a call also ends with that call).
+    ``timeout_s``; one asked during a call also ends with that call). ``protocol_version`` is
+    the revision the proxy speaks to the server: ``auto`` (the newest both support: a
+    ``server/discover`` first, the ``initialize`` handshake when the server does not answer
+    it), or one revision (``2025-11-25``, ``2026-07-28``, ...).
     """
 
     label: str
@@ -78,6 +81,7 @@ class ServerConfig:
     #: although they are private or local (the private-network rule lets them through).
     allow_private: tuple[str, ...] = ()
     client_timeout_s: float | None = None
+    protocol_version: str = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.label, str) or not _LABEL_RE.match(self.label):
@@ -106,6 +110,10 @@ class ServerConfig:
             raise ConfigurationError(f"server {self.label!r}: args must be strings")
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()):
             raise ConfigurationError(f"server {self.label!r}: env values must be strings")
+        if self.protocol_version != "auto" and self.protocol_version not in _revisions():
+            raise ConfigurationError(
+                f"server {self.label!r}: protocol_version must be 'auto' or one of "
+                f"{list(_revisions())}")
         if isinstance(self.priority, bool) or not isinstance(self.priority, int):
             raise ConfigurationError(f"server {self.label!r}: priority must be an integer")
         for name in ("timeout_s", "startup_timeout_s", "client_timeout_s"):
@@ -123,6 +131,13 @@ class ServerConfig:
             raise ConfigurationError(
                 f"server {self.label!r}: capability must be one of "
                 f"{[c.value for c in Capability]}") from None
+
+
+def _revisions() -> tuple[str, ...]:
+    """The protocol revisions the MCP SDK speaks, oldest first."""
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+    return (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +255,7 @@ _POLICY_KEYS = {"deny", "ask", "approval", "rules", "file"}
 _SERVER_KEYS = {
     "command", "args", "env", "cwd", "priority", "timeout_s", "tool_type", "capability",
     "trust_annotations", "startup_timeout_s", "url", "headers", "allow_private",
-    "client_timeout_s",
+    "client_timeout_s", "protocol_version",
 }
 
 
@@ -398,7 +413,7 @@ def _deny_all(request: ApprovalRequest) -> ApprovalDecision:
 
 def resolve_approver(spec: str, home: Path | None = None) -> Approver:
     """``deny`` / ``allow`` / ``queue`` or ``queue:<seconds>`` (the home's approval queue,
-    ``tooltrace.approvalqueue``: answered with ``tooltrace approvals answer``, the console or a
+    ``tooltrace.policy``: answered with ``tooltrace approvals answer``, the console or a
     webhook; 300 s by default) / ``module:function`` (or a ``tooltrace.approvers`` entry
     point)."""
     if spec == "deny":
@@ -406,7 +421,7 @@ def resolve_approver(spec: str, home: Path | None = None) -> Approver:
     if spec == "allow":
         return _allow_all
     if spec == "queue" or spec.startswith("queue:"):
-        from ..approvalqueue import ApprovalQueue
+        from ..policy import ApprovalQueue
 
         try:
             timeout = float(spec[6:]) if spec != "queue" else 300.0

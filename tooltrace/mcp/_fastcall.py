@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from ._lines import jsonrpc_message
+
 if TYPE_CHECKING:
     import mcp.types as mt
     from mcp import ClientSession
@@ -83,13 +85,8 @@ class FastCalls:
     def route(self, line: bytes) -> bool:
         """Take ``line`` if it answers a fast-path request or reports its progress; False
         leaves it to the SDK (everything else, and anything malformed)."""
-        if not self._pending or _MARK not in line:
-            return False
-        try:
-            msg = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            return False
-        if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
+        msg = jsonrpc_message(line, _MARK) if self._pending else None
+        if msg is None:
             return False
         if "method" in msg:
             return self._progress(msg)

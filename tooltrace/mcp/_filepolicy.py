@@ -36,7 +36,7 @@ def proxy_policy(own: Sequence[Rule], policy_file: str | None,
     path = _settings.policy_path(policy_file)
     if path is None:
         return Policy(own), lambda reg: None
-    from ..policyfile import load_policy
+    from ..policy.file import load_policy
 
     pf = load_policy(path, tools=None, expand=expand)
     rules = pf.compiled.policy.rules

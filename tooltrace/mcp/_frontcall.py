@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from ._lines import jsonrpc_message
+
 if TYPE_CHECKING:
     from mcp.server.lowlevel import Server
 
@@ -100,14 +102,10 @@ class FrontCalls:
     def take(self, line: bytes) -> bool:
         """Serve ``line`` here if it is a ``tools/call`` this path can answer as the SDK would,
         or a cancel of one of its requests; False leaves it to the SDK."""
-        if self._ctx is None or self._write is None or (
-                _CALL not in line and _CANCEL not in line):
+        if self._ctx is None or self._write is None:
             return False
-        try:
-            msg = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            return False
-        if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
+        msg = jsonrpc_message(line, _CALL, _CANCEL)
+        if msg is None:
             return False
         method = msg.get("method")
         if method == "notifications/cancelled" and "id" not in msg:
@@ -181,7 +179,10 @@ class FrontCalls:
                 from mcp.shared.exceptions import MCPError
 
                 raise MCPError.from_error_data(result)
-            dumped = (result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            # A mapping is a result already in wire form (the upstream's, handed on); the
+            # SDK's runner takes one the same way.
+            dumped = (dict(result) if isinstance(result, dict) else
+                      result.model_dump(by_alias=True, mode="json", exclude_none=True)
                       if result is not None else {})
             try:
                 return methods.serialize_server_result("tools/call", version, dumped)

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from typing import Any
 
 from .._ids import new_run_id
-from ..envelope import Principal
+from ..model import Principal
 
 __all__ = ["PrincipalRuns", "session_principal"]
 

@@ -5,7 +5,8 @@ the event loop's callback (the fast paths: the front's ``tools/call``, an upstre
 one), so a call's line reaches its handler with no reader task to wake on the way. A line
 ``take`` leaves goes to ``lines()``, the SDK's side, and so does every line behind it until the
 queue is empty again: ``take`` never overtakes a line that is still waiting, and each line is
-offered to it once. Reading pauses while the queue is full.
+offered to it once. Reading pauses while the queue is full. ``jsonrpc_message`` is how a fast
+path reads a line it may want: one parse, the same checks on both sides.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-__all__ = ["MAX_LINE_BYTES", "QUEUE_LINES", "LineReader", "LineTooLong"]
+import orjson
+
+__all__ = ["MAX_LINE_BYTES", "QUEUE_LINES", "LineReader", "LineTooLong", "jsonrpc_message"]
 
 log = logging.getLogger("tooltrace.mcp")
 
@@ -116,6 +119,21 @@ class LineReader(asyncio.Protocol):
                 await self._waiter
             finally:
                 self._waiter = None
+
+
+def jsonrpc_message(line: bytes, *marks: bytes) -> dict[str, Any] | None:
+    """The JSON-RPC 2.0 message (an object with ``"jsonrpc": "2.0"``) that ``line`` holds, or
+    None. With ``marks``, a line holding none of them is not parsed at all: a fast path names
+    the bytes every message it takes contains, and leaves the rest to the SDK unread."""
+    if marks and not any(m in line for m in marks):
+        return None
+    try:
+        msg = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0":
+        return None
+    return msg
 
 
 def _offer(take: Callable[[bytes], bool], line: bytes) -> bool:

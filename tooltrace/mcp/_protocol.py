@@ -5,13 +5,17 @@ Listings are merged over the servers that announce the capability (the first ser
 name or URI several offer). ``resources/read`` and ``prompts/get`` run through the registry as
 calls of per-server tools (``mcp.<server>.read_resource``, ``mcp.<server>.get_prompt``: their
 own kind in the audit trail, never listed as tools): policy and hooks decide, the path policy
-applies to a ``file://`` resource's path, and the answer is redacted in place. Notifications
-from upstream (resource updates, list changes, log messages) reach the clients that can want
-them; a changed tool list is announced only after its pins were checked.
+applies to a ``file://`` resource's path, and the answer is redacted in place. An upstream's
+JSON-RPC error reaches the client with its code, message and data as sent; each request sent
+upstream carries its CLIENT span's trace context in ``params._meta``. Notifications from
+upstream (resource updates, list changes, log messages, under the logger name the upstream
+gave) reach the clients that can want them; a changed tool list is announced only after its
+pins were checked.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import warnings
@@ -19,16 +23,18 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from ..envelope import Status, ToolCall
-from ..tool import Capability, Effect, ToolDefinition
+from ..model import Capability, Effect, Status, ToolCall, ToolDefinition
 from ._backchannel import Backchannel
 from ._errors import UpstreamError, UpstreamRPCError
+from ._results import upstream_error
 from ._serverrequests import server_request_definitions, server_request_name
+from ._telemetry import clock, mark_error
 
 if TYPE_CHECKING:
     import mcp.types as mt
 
     from ..registry import ToolRegistry
+    from ._telemetry import ProxyTelemetry
     from ._upstream import Upstream
 
 __all__ = ["Forwarder", "internal_tool_names"]
@@ -83,9 +89,12 @@ def _restore(value: Any, held: dict[str, str]) -> Any:
 class Forwarder:
     """Forwards everything but tools between the proxy's clients and its upstream servers."""
 
-    def __init__(self, registry: ToolRegistry, upstreams: dict[str, Upstream]) -> None:
+    def __init__(self, registry: ToolRegistry, upstreams: dict[str, Upstream],
+                 telemetry: ProxyTelemetry | None = None) -> None:
         self.registry = registry
         self.upstreams = upstreams
+        #: The CLIENT spans of reads and prompts (their context goes upstream in ``_meta``).
+        self.telemetry = telemetry
         #: Upstreams' server-to-client requests: a read or a prompt routes them to its client.
         self.backchannel = Backchannel()
         self.backchannel.registry = registry
@@ -103,6 +112,8 @@ class Forwarder:
         # from the registry, and the upstream's answer (for one the registry offloaded).
         self._held: dict[str, dict[str, str]] = {}
         self._raw: dict[str, Any] = {}
+        # By call id: the JSON-RPC error an upstream answered a read or prompt with.
+        self._refused: dict[str, UpstreamRPCError] = {}
         #: The registry names of the read_resource/get_prompt calls registered here.
         self.internal: set[str] = set()
 
@@ -254,7 +265,10 @@ class Forwarder:
         env = await self.registry.acall(call)
         held = self._held.pop(env.call_id, {})
         raw = self._raw.pop(env.call_id, None)
+        refused = self._refused.pop(env.call_id, None)
         if env.status is not Status.OK:
+            if refused is not None:  # the upstream's own answer, as it sent it
+                raise upstream_error(refused, self.registry.redactor)
             code = _INVALID_PARAMS if env.reject_stage is not None else _INTERNAL_ERROR
             raise _mcp_error(code, env.summary)
         # The answer is the whole result, redacted (an offloaded one is redacted again here:
@@ -271,23 +285,44 @@ class Forwarder:
         self._raw[call_id] = wire
         return shaped
 
+    async def _sent(self, call_id: str, label: str, method: str, target: str,
+                    fn: Callable[[Any, dict[str, Any] | None], Awaitable[Any]]) -> Any:
+        """One read or prompt sent upstream under a CLIENT span whose context goes in its
+        ``_meta``; the answer in wire form (the fields the upstream sent), or
+        ``UpstreamRPCError`` kept for ``_through``."""
+        tel = self.telemetry
+        meta: dict[str, Any] = {}
+        up, key = await self.pick(self.upstreams[label])
+        span_cm = (tel.client_span(label, method, target, meta) if tel is not None
+                   else contextlib.nullcontext())
+        t0 = clock()
+        error: str | None = None
+        with self.backchannel.serving_current(key), span_cm as span:
+            try:
+                res = await up.request(lambda s: fn(s, meta or None))
+            except BaseException as exc:
+                error = str(getattr(exc, "error_type", None) or type(exc).__qualname__)
+                mark_error(span, error)
+                if isinstance(exc, UpstreamRPCError):
+                    self._refused[call_id] = exc
+                raise
+            finally:
+                if tel is not None:
+                    tel.record_client(label, method, error, clock() - t0)
+        return self._keep(call_id, res.model_dump(by_alias=True, exclude_unset=True,
+                                                  mode="json"))
+
     def _reader(self, label: str) -> Any:
         async def read_resource(ctx: Any, /, uri: str, path: str | None = None) -> Any:
-            up, key = await self.pick(self.upstreams[label])
-            with self.backchannel.serving_current(key):
-                res = await up.request(lambda s: s.read_resource(uri))
-            return self._keep(ctx.call_id, res.model_dump(by_alias=True, exclude_none=True,
-                                                           mode="json"))
+            return await self._sent(ctx.call_id, label, "resources/read", uri,
+                                    lambda s, meta: s.read_resource(uri, meta=meta))
         return read_resource
 
     def _prompter(self, label: str) -> Any:
         async def get_prompt(ctx: Any, /, name: str, arguments: dict[str, Any]) -> Any:
             args = {str(k): str(v) for k, v in arguments.items()}
-            up, key = await self.pick(self.upstreams[label])
-            with self.backchannel.serving_current(key):
-                res = await up.request(lambda s: s.get_prompt(name, args))
-            return self._keep(ctx.call_id, res.model_dump(by_alias=True, exclude_none=True,
-                                                           mode="json"))
+            return await self._sent(ctx.call_id, label, "prompts/get", name,
+                                    lambda s, meta: s.get_prompt(name, args, meta=meta))
         return get_prompt
 
     # -- requests forwarded as they are --------------------------------------------------
@@ -366,7 +401,7 @@ class Forwarder:
                     await to[c].send_resource_updated(uri)
             elif isinstance(root, mt.LoggingMessageNotification):
                 data, _ = self.registry.redactor.redact(root.params.data)
-                logger = f"{up.label}/{root.params.logger}" if root.params.logger else up.label
+                logger = root.params.logger  # as the upstream named it (or did not)
                 for s in to.values():
                     with warnings.catch_warnings():  # deprecated by the newest protocol only
                         warnings.simplefilter("ignore", UserWarning)

@@ -4,7 +4,9 @@ Every ``tools/call`` the proxy receives goes through ``ToolRegistry.acall``: val
 the upstream's input schema, policy (including the pin rule) and approval, hooks, admission and
 deadline, then the upstream call, then redaction and offload of the result, span, metrics, log
 line and audit record. A rejected call never reaches the upstream server; the client gets an
-``isError`` result carrying the envelope's summary, never raw exception text.
+``isError`` result carrying the envelope's summary, never raw exception text. What the upstream
+answered reaches the client as it was sent (``_results``): its error results with every block,
+its JSON-RPC errors with their code, message and data.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import _settings
-from ..envelope import Principal, Stage, ToolCall
 from ..exceptions import ConfigurationError, RegistrationError
+from ..model import NAME_RE, Capability, Effect, Principal, Stage, Status, ToolCall, ToolDefinition
 from ..policy import (
     DenyCommandPatterns,
     PolicyDecision,
@@ -30,18 +32,17 @@ from ..policy import (
 from ..redaction import default_redactor
 from ..registry import ToolRegistry
 from ..runtime import CallContext
-from ..tool import NAME_RE, Capability, Effect, ToolDefinition
 from ._backchannel import Backchannel
 from ._clients import ClientUpstreams
 from ._config import ProxyConfig, resolve_approver, resolve_hooks, resolve_rules
-from ._errors import UpstreamToolError
+from ._errors import UpstreamRPCError, UpstreamToolError
 from ._filepolicy import proxy_policy
 from ._identity import PrincipalRuns
 from ._network import PrivateNetworkRule, allow_lists
 from ._pins import ChangedToolsRule, PinCheck, PinStore
 from ._protocol import Forwarder
 from ._reports import Collision, ProxyReport, ServerReport, ToolReport
-from ._results import HeldResult, _error_text, proxied_result, shape_result
+from ._results import HeldResult, _error_text, proxied_result, shape_result, upstream_error
 from ._telemetry import ProxyTelemetry, clock, mark_error
 from ._upstream import Upstream, until_cancelled
 
@@ -110,7 +111,7 @@ class McpProxy:
         self.session_id = uuid.uuid4().hex
         self.upstreams: dict[str, Upstream] = {}
         #: Resources, prompts, completion, logging and upstream notifications.
-        self.forwarder = fw = Forwarder(self.registry, self.upstreams)
+        self.forwarder = fw = Forwarder(self.registry, self.upstreams, self.telemetry)
         #: Upstreams' sampling, elicitation and roots requests, forwarded to the client.
         self.backchannel = fw.backchannel
         #: Each client session's own upstream connections (over HTTP).
@@ -124,8 +125,10 @@ class McpProxy:
         self._conflicts: list[str] = []
         self._errors: dict[str, str] = {}
         self._metrics_server: Any = None
-        # Upstream results by call id, from the handler until call_tool shapes the answer.
+        # Upstream results by call id, from the handler until call_tool shapes the answer;
+        # likewise the JSON-RPC errors upstreams answered calls with.
         self._held: dict[str, HeldResult] = {}
+        self._refused: dict[str, UpstreamRPCError] = {}
         self._runs = PrincipalRuns()
 
     # -- setup -------------------------------------------------------------------------------
@@ -346,6 +349,8 @@ class McpProxy:
                 except BaseException as exc:
                     error = str(getattr(exc, "error_type", None) or type(exc).__qualname__)
                     mark_error(span, error)
+                    if isinstance(exc, UpstreamRPCError):
+                        self._refused[ctx.call_id] = exc
                     raise
                 finally:
                     if error is not None:
@@ -354,10 +359,10 @@ class McpProxy:
                     error = "tool_error"
                     mark_error(span, error)
                 tel.record_client(label, "tools/call", error, clock() - t0)
-            if res.is_error:
-                raise UpstreamToolError(_error_text(res))
             held = shape_result(res, wire.get("outputSchema"), self.registry.redactor)
             self._held[ctx.call_id] = held
+            if res.is_error:  # the call failed; the client still gets the whole result
+                raise UpstreamToolError(_error_text(res))
             return held.shaped
 
         call_upstream.__name__ = f"mcp_{label}_{upstream_name}"[:100]
@@ -379,16 +384,20 @@ class McpProxy:
     # -- what the front end serves ---------------------------------------------------------
 
     def list_tools(self) -> list[mt.Tool]:
-        """The tools visible in the configured mode, as MCP ``Tool`` objects."""
+        """The tools visible in the configured mode, as MCP ``Tool`` objects, in the order of
+        the configured servers and, within one, the order the server listed them in."""
         import mcp.types as mt
 
         out: list[mt.Tool] = []
         changed = self.changed_rule.changed
-        for d in self.registry.visible_tools(self.config.mode).visible:
-            ex = self._exposed.get(d.name)
-            if ex is None:
+        visible = {d.name: d for d in self.registry.visible_tools(self.config.mode).visible}
+        for name in self._listed_order():
+            d = visible.get(name)
+            ex = self._exposed.get(name)
+            if d is None or ex is None:
                 continue
-            wire = {k: v for k, v in ex.wire.items() if k not in ("_meta", "execution")}
+            # Task execution is the one thing a listed tool loses: the proxy runs no tasks.
+            wire = {k: v for k, v in ex.wire.items() if k != "execution"}
             wire["name"] = d.name
             if d.name in changed and self.config.rug_pull != "allow":
                 wire["description"] = (
@@ -401,6 +410,16 @@ class McpProxy:
                                    input_schema=dict(d.parameters)))
         return out
 
+    def _listed_order(self) -> list[str]:
+        """Exposed tool names in the servers' order and each server's listing order."""
+        names: list[str] = []
+        for sc in self.config.servers:
+            for t in self._listings.get(sc.label, []):
+                exposed = self._exposed_by_upstream.get((sc.label, str(t.get("name"))))
+                if exposed is not None and exposed not in names:
+                    names.append(exposed)
+        return names
+
     async def call_tool(
         self,
         name: str,
@@ -410,11 +429,14 @@ class McpProxy:
         call_id: str | None = None,
         client: tuple[Any, Any] | None = None,
         principal: Principal | None = None,
-    ) -> mt.CallToolResult:
-        """Run one ``tools/call`` through the registry and shape the envelope as an MCP result
-        (``call_id``: the id to give the call, so its events can be told apart; ``client``: the
-        downstream session and request id that the upstream's sampling, elicitation and roots
-        requests go to while the call runs; ``principal``: whom it acts for, in its own run)."""
+    ) -> dict[str, Any]:
+        """Run one ``tools/call`` through the registry; return the ``CallToolResult`` the
+        client gets, in wire form (``_results.proxied_result``). An unknown tool, and a call
+        the upstream answered with a JSON-RPC error, raise ``MCPError`` (the latter with the
+        upstream's code, message and data). ``call_id``: the id to give the call, so its
+        events can be told apart; ``client``: the downstream session and request id that the
+        upstream's sampling, elicitation and roots requests go to while the call runs;
+        ``principal``: whom it acts for, in its own run."""
         attrs: dict[str, str | int | bool] = {"mcp.method.name": "tools/call"}
         if attributes:
             attrs.update(attributes)
@@ -433,13 +455,17 @@ class McpProxy:
         with Backchannel.serving_client(client):
             env = await self.registry.acall(call)
         held = self._held.pop(env.call_id, None)
+        refused = self._refused.pop(env.call_id, None)
         if env.reject_stage is Stage.RESOLVE:
             from mcp.shared.exceptions import MCPError
 
             # The spec's answer for a tool the server does not have (the call is audited).
             raise MCPError(INVALID_PARAMS, f"unknown tool: {name[:128]}")
+        if refused is not None and env.status is not Status.OK:
+            raise upstream_error(refused, self.registry.redactor)
         return proxied_result(env, held, redactor=self.registry.redactor,
-                              preview_chars=self.registry.preview_chars)
+                              preview_chars=self.registry.preview_chars,
+                              call_ids=self.config.call_ids)
 
     def report(self) -> ProxyReport:
         """Servers, tools with their pin state, collisions and the registry's shadow report."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..registry import Resolution
+from ..model import Resolution
 
 __all__ = ["Collision", "ProxyReport", "ServerReport", "ToolReport"]
 

@@ -1,19 +1,28 @@
-"""MCP results and registry envelopes: an upstream tool's result in, a ``CallToolResult`` out.
+"""MCP results and registry envelopes: an upstream tool's result in, the client's result out.
 
-An upstream's result is *shaped* for the registry (``shape_result``): one text block becomes
-its text; anything else becomes ``{"content": [...], "structuredContent": ..., "_meta": ...}``
-in wire form, so the registry redacts every block and the structured content in place, and
-what it audits or offloads is the whole result. Binary payloads (an image's or audio's
-``data``, a resource's ``blob``) are not text: the registry sees a placeholder naming their
-size and sha256, and the proxy puts the bytes back into the answer (``proxied_result``).
+The client gets the upstream's result as it arrived (every key, block and number as sent, and
+no ``isError`` the upstream did not send) unless tooltrace changed it. An upstream's result is
+*shaped* for the registry (``shape_result``): one text block becomes its text; anything else
+becomes ``{"content": [...], "structuredContent": ..., "_meta": ...}`` in wire form, so the
+registry redacts every block and the structured content in place, and what it audits or
+offloads is the whole result. Binary payloads (an image's or audio's ``data``, a resource's
+``blob``) are not text: the registry sees a placeholder naming their size and sha256, and the
+proxy puts the bytes back into the answer (``proxied_result``).
 
-An offloaded result keeps its shape: the structured content stays whole (redacted), every block
-stays where it was, and only long text is shortened to a preview, with the artifact named in
-``_meta`` and after the last text block.
+A change is marked in the result's ``_meta`` only: ``tooltrace/changed`` lists what changed
+(``redacted``, ``truncated``, ``withheld``) beside ``tooltrace/call_id`` and
+``tooltrace/status``; a result nothing changed carries no ``tooltrace/...`` key (unless the
+proxy names every call, ``call_ids``). An upstream's error result (``isError: true``) is handed
+on the same way, every block of it. An offloaded result keeps its shape: the structured content
+stays whole (redacted), every block stays where it was, and only long text is shortened to a
+preview, with the artifact named in ``_meta`` and after the last text block. A call the proxy
+refused, or that failed before the upstream answered, gets the proxy's own error result
+(``envelope_to_result``).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ..envelope import Status, ToolResultEnvelope
+from ..model import Status, ToolResultEnvelope
 from ..redaction import preview
 from ._schemasafe import redact_mirrors, retype_redacted, schema_errors
 
@@ -29,18 +38,27 @@ if TYPE_CHECKING:
     import mcp.types as mt
 
     from ..redaction import Redactor
+    from ._errors import UpstreamRPCError
 
-__all__ = ["HeldResult", "envelope_to_result", "proxied_result", "shape_result"]
+__all__ = ["CHANGES", "HeldResult", "envelope_to_result", "proxied_result", "shape_result",
+           "upstream_error"]
 
 _MAX_ERROR_CHARS = 1000
+
+#: What ``tooltrace/changed`` in a result's ``_meta`` may name: the result's text or structured
+#: content was redacted, long text was cut to a preview (the whole result is in an artifact),
+#: or the result was withheld (a redacted value its output schema has no room for).
+CHANGES = ("redacted", "truncated", "withheld")
 
 
 @dataclass(slots=True)
 class HeldResult:
     """What the proxy keeps of one upstream result while the registry finishes the call: the
-    shaped value (unredacted, for an offloaded result's shape), the binary payloads held
-    back from the registry, by block index, and the tool's output schema."""
+    result as it arrived (``wire``), the shaped value the registry redacts (unredacted here),
+    the binary payloads held back from the registry, by block index, and the tool's output
+    schema."""
 
+    wire: dict[str, Any]
     shaped: Any
     binaries: dict[int, tuple[str, str]] = field(default_factory=dict)
     output_schema: Mapping[str, Any] | None = None
@@ -62,15 +80,19 @@ def shape_result(res: mt.CallToolResult, output_schema: Any = None,
     """An upstream result as the value the registry redacts, measures and audits
     (``output_schema``: the tool's, which its redacted structured content must still meet;
     ``redactor``: the registry's, for the JSON text of structured content, see _schemasafe)."""
+    # The fields the upstream sent, and only those: the SDK's defaults (isError) stay out.
+    wire = res.model_dump(by_alias=True, mode="json", exclude_unset=True)
     blocks = res.content
     if (res.structured_content is None and not res.meta and len(blocks) == 1
             and blocks[0].type == "text" and blocks[0].annotations is None
             and blocks[0].meta is None):
-        return HeldResult(blocks[0].text)
-    content = [b.model_dump(by_alias=True, exclude_none=True, mode="json") for b in blocks]
+        return HeldResult(wire, blocks[0].text)
+    content: list[Any] = copy.deepcopy(wire.get("content", []))
     schema = output_schema if isinstance(output_schema, Mapping) else None
-    held = HeldResult({"content": content}, output_schema=schema)
+    held = HeldResult(wire, {"content": content}, output_schema=schema)
     for i, block in enumerate(content):
+        if not isinstance(block, dict):
+            continue
         holder, key = block, "data"
         if block.get("type") == "resource" and isinstance(block.get("resource"), dict):
             holder, key = block["resource"], "blob"
@@ -79,12 +101,13 @@ def shape_result(res: mt.CallToolResult, output_schema: Any = None,
             mark = _placeholder(payload)
             held.binaries[i] = (mark, payload)
             holder[key] = mark
-    if res.structured_content is not None:
-        held.shaped["structuredContent"] = res.structured_content
+    if "structuredContent" in wire and wire["structuredContent"] is not None:
+        structured = copy.deepcopy(wire["structuredContent"])
+        held.shaped["structuredContent"] = structured
         if redactor is not None:
-            redact_mirrors(content, res.structured_content, redactor)
-    if res.meta:
-        held.shaped["_meta"] = dict(res.meta)
+            redact_mirrors(content, structured, redactor)
+    if wire.get("_meta"):
+        held.shaped["_meta"] = copy.deepcopy(wire["_meta"])
     return held
 
 
@@ -118,38 +141,73 @@ def _shorten(content: list[Any], limit: int, note: str) -> None:
 
 
 def proxied_result(env: ToolResultEnvelope, held: HeldResult | None, *, redactor: Redactor,
-                   preview_chars: int) -> mt.CallToolResult:
-    """The MCP result for a proxied call: the upstream's result, redacted in place.
+                   preview_chars: int, call_ids: bool = False) -> dict[str, Any]:
+    """The result a proxied call answers with, in wire form: the upstream's result as it
+    arrived, or with what tooltrace changed in it (marked in ``_meta``).
 
     ``held`` is what ``shape_result`` made of the upstream's answer (``None`` when the call
-    never reached it). Anything but ``ok`` is answered as ``envelope_to_result`` does.
+    never got one). An upstream error result (``isError: true``) is handed on like any other;
+    a call that ended otherwise gets the proxy's own result (``envelope_to_result``).
+    ``call_ids``: name the call in ``_meta`` even when nothing changed.
     """
-    import mcp.types as mt
-
-    if env.status is not Status.OK or held is None:
-        return envelope_to_result(env)
-    meta = _meta(env)
+    tool_error = held is not None and held.wire.get("isError") is True
+    if held is None or not (env.status is Status.OK or (
+            env.status is Status.FAILED and tool_error)):
+        return _own(envelope_to_result(env))
+    if env.status is Status.FAILED:
+        # The registry keeps an error result out of the envelope (the trail has its text):
+        # it is redacted here, as an ok result is there.
+        data, _ = redactor.redact(held.shaped)
+    else:
+        data = env.data
     art = env.artifact
+    if art is None and data == held.shaped:  # nothing changed
+        if not call_ids:
+            return held.wire
+        return {**held.wire, "_meta": {**(held.wire.get("_meta") or {}), **_meta(env)}}
+    changed: list[str] = []
     note = "" if art is None else _artifact_note(env)
+    if art is not None:
+        changed.append("truncated")
     if isinstance(held.shaped, str):
-        text = env.data if isinstance(env.data, str) else str(env.data)
-        return mt.CallToolResult(content=[mt.TextContent(type="text", text=text + note)],
-                                 is_error=False, _meta=meta)
-    if art is None and isinstance(env.data, dict) and "content" in env.data:
-        shaped = orjson.loads(orjson.dumps(env.data))  # a private copy to restore into
+        if art is None or redactor.redact(held.shaped)[0] != held.shaped:
+            changed.insert(0, "redacted")
+        text = data if isinstance(data, str) else str(data)
+        out = copy.deepcopy(held.wire)
+        out["content"][0]["text"] = text + note
+        return _marked(out, env, changed)
+    if art is None and isinstance(data, dict) and "content" in data:
+        shaped = copy.deepcopy(data)  # a private copy to restore into
+        changed.insert(0, "redacted")
     else:
         # Offloaded (the envelope holds a preview of the JSON): redact the shape again.
-        shaped, _ = redactor.redact(held.shaped)
-        shaped = orjson.loads(orjson.dumps(shaped))
+        shaped, count = redactor.redact(held.shaped)
+        shaped = copy.deepcopy(shaped)
+        if count:
+            changed.insert(0, "redacted")
         _shorten(shaped["content"], preview_chars, note)
     _restore(shaped["content"], held)
     if not _typed_structure(shaped, held, redactor):
-        return _withheld(env, meta)
-    upstream_meta = shaped.pop("_meta", None)
-    if isinstance(upstream_meta, dict):
-        meta = {**upstream_meta, **meta}
-    return mt.CallToolResult.model_validate(
-        {**shaped, "isError": False, "_meta": meta}, by_alias=True)
+        return _withheld(env)
+    out = dict(held.wire)
+    for key in ("content", "structuredContent", "_meta"):
+        if key in shaped:
+            out[key] = shaped[key]
+    return _marked(out, env, changed)
+
+
+def _marked(out: dict[str, Any], env: ToolResultEnvelope, changed: list[str]
+            ) -> dict[str, Any]:
+    """``out`` with the call, its status and what changed in its ``_meta``."""
+    upstream = out.get("_meta")
+    out["_meta"] = {**(upstream if isinstance(upstream, dict) else {}), **_meta(env),
+                    "tooltrace/changed": changed}
+    return out
+
+
+def _own(result: mt.CallToolResult) -> dict[str, Any]:
+    """The proxy's own result, in wire form."""
+    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
 def _typed_structure(shaped: dict[str, Any], held: HeldResult, redactor: Redactor) -> bool:
@@ -164,14 +222,16 @@ def _typed_structure(shaped: dict[str, Any], held: HeldResult, redactor: Redacto
     return schema is None or schema_errors(shaped["structuredContent"], schema) == 0
 
 
-def _withheld(env: ToolResultEnvelope, meta: dict[str, Any]) -> mt.CallToolResult:
+def _withheld(env: ToolResultEnvelope) -> dict[str, Any]:
     import mcp.types as mt
 
     text = (f"tooltrace: the result of {env.tool} was withheld: it held a secret where the "
             "tool's output schema has no room for a redaction marker (the audit trail has the "
             f"redacted result, call {env.call_id})")
-    return mt.CallToolResult(content=[mt.TextContent(type="text", text=text)], is_error=True,
-                             _meta={**meta, "tooltrace/error_type": "redacted_invalid"})
+    return _own(mt.CallToolResult(
+        content=[mt.TextContent(type="text", text=text)], is_error=True,
+        _meta={**_meta(env), "tooltrace/error_type": "redacted_invalid",
+               "tooltrace/changed": ["withheld"]}))
 
 
 def _meta(env: ToolResultEnvelope) -> dict[str, Any]:
@@ -236,3 +296,22 @@ def envelope_to_result(env: ToolResultEnvelope) -> mt.CallToolResult:
         content = [mt.TextContent(type="text", text=text)]
     return mt.CallToolResult(content=content, structured_content=structured, is_error=False,
                              _meta=meta)
+
+
+def upstream_error(exc: UpstreamRPCError, redactor: Redactor) -> Exception:
+    """The JSON-RPC error an upstream answered a request with, as the ``MCPError`` the client
+    gets: its code, message and ``data`` as sent (a secret in them redacted; an error has no
+    ``_meta`` to mark that in)."""
+    from mcp.shared.exceptions import MCPError
+    from mcp.types import ErrorData
+
+    sent, _ = redactor.redact(exc.error)
+    code, message = sent.get("code"), sent.get("message")
+    if not isinstance(code, int) or isinstance(code, bool):
+        code = exc.code
+    if not isinstance(message, str):
+        message = str(exc)
+    err = MCPError(code, message)
+    if "data" in sent:  # as sent, an explicit null included
+        err.error = ErrorData(code=code, message=message, data=sent["data"])
+    return err

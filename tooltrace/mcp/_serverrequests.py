@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..tool import Capability, Effect, ToolDefinition
+from ..model import Capability, Effect, ToolDefinition
 
 __all__ = ["SERVER_KINDS", "ClientAnswerError", "ClientDeclined", "describe_answer",
            "describe_request", "server_request_definitions", "server_request_name"]

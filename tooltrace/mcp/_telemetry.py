@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..envelope import Stage
+from ..model import Stage
 from ..registry import ToolRegistry
 
 if TYPE_CHECKING:

@@ -35,8 +35,8 @@ from ..audit import (
     recover_dead_segments,
     secret_values,
 )
-from ..envelope import CallRecord
 from ..exceptions import AuditUnavailableError, ConfigurationError
+from ..model import CallRecord
 from ..sinks import ApprovalRecord, LateStep, RegistryState
 from ._worker import BatchWorker, on_fork_in_child
 

@@ -19,7 +19,7 @@ from opentelemetry.trace import SpanContext, SpanKind
 from opentelemetry.trace.status import Status as OtelStatus
 from opentelemetry.trace.status import StatusCode
 
-from ..envelope import Status, StepName
+from ..model import Status, StepName
 from ..runtime import sandbox_label
 from ._propagation import SAMPLED
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import Event, ReadableSpan
 
-    from ..envelope import CallRecord
+    from ..model import CallRecord
 
 __all__ = ["CAPTURE_CONTENT_ENV", "ERROR_STATUSES", "SpanBuilder", "capture_flag"]
 
@@ -154,7 +154,7 @@ class SpanBuilder:
             if content and st.detail:
                 ev["tooltrace.detail"] = _json(st.detail, min(limit, _MAX_DETAIL_CHARS))
             events.append(event_cls(st.step, ev, st.started_at_us * 1000))
-        for m in rec.progress:  # bounded by the registry (tooltrace._eventhub.MAX_MARKS)
+        for m in rec.progress:  # bounded by the registry (tooltrace.runtime.MAX_MARKS)
             pev: dict[str, Any] = {"tooltrace.progress.done": m.done,
                                    "tooltrace.progress.seq": m.seq}
             if m.total is not None:

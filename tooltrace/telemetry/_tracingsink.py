@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
-from ..envelope import CallRecord, Stage
+from ..model import CallRecord, Stage
 from ._otlp import PROTOCOLS, otlp_exporter
 from ._propagation import TRACEPARENT_ENV, SpanHandle, SpanMinter, context_from_traceparent
 from ._spanbuild import CAPTURE_CONTENT_ENV, ERROR_STATUSES, SpanBuilder, capture_flag

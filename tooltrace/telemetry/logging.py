@@ -25,7 +25,7 @@ import orjson
 import structlog
 
 from .._settings import TOOLTRACE_LOG_FORMAT, TOOLTRACE_LOG_LEVEL, log_format, log_level
-from ..envelope import CallRecord, Status
+from ..model import CallRecord, Status
 from ._worker import BatchWorker
 
 __all__ = [

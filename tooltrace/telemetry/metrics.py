@@ -64,7 +64,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, values
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..envelope import CallRecord, Stage, Status, StepName
+from ..model import CallRecord, Stage, Status, StepName
 from ..sinks import LateStep
 from ._metricsserver import MetricsServer, multiprocess_registry, serve_metrics
 from ._worker import BatchWorker

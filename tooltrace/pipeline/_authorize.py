@@ -1,0 +1,337 @@
+"""The policy stage: may this call run, with these arguments, in this mode? And when a rule asks,
+the approval.
+
+Path arguments (``ToolDefinition.path_params``) must resolve inside the workspace; a hook that
+changed one may only narrow it, within the directory the original named. The policy's rules then
+decide on the arguments: the first ``deny`` wins, else the first ``ask`` goes to the approver
+(``Approve``, an operation the pipeline yields to its driver), else the call is allowed.
+
+An approval is bound to the digest of the arguments it was asked about (``tooltrace.policy``):
+a hook that changes them re-authorises, and the new arguments are asked about again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from .. import _settings
+from .._ids import new_call_id
+from ..model import Capability, Entry, Stage, StepName, ToolDefinition, ToolResultEnvelope
+from ..policy import (
+    ApprovalDecision,
+    ApprovalRequest,
+    PathPolicyError,
+    PolicyDecision,
+    PolicyRequest,
+    Reusable,
+    Verdict,
+    arguments_sha256,
+    reads_only,
+    ttl_seconds,
+)
+from ..sinks import ApprovalRecord
+from ._record import Builder, detached, error_text, redact_args, redact_detail, scrub
+
+if TYPE_CHECKING:
+    from ..registry import ToolRegistry
+
+__all__ = ["AllowDetails", "Approve", "Ask", "approve", "authorize"]
+
+
+@dataclass(slots=True)
+class Approve:
+    """Ask the approver (the operation the pipeline yields to its driver for approval)."""
+
+    request: ApprovalRequest
+
+
+class Ask(NamedTuple):
+    """A policy rule asked for approval (``t``: when the approval step begins)."""
+
+    decision: PolicyDecision
+    reason: str
+    decider: str
+    t: int
+
+
+class AllowDetails:
+    """The allow step's detail for each set of rules that passed, made and redacted once and
+    shared by every call that passes the same rules (up to 64 sets; records are read-only
+    downstream). ``vetted`` holds their ids: the record builder need not redact them again."""
+
+    __slots__ = ("by_rules", "vetted")
+
+    def __init__(self) -> None:
+        self.by_rules: dict[tuple[str, ...], Mapping[str, Any]] = {}
+        self.vetted: set[int] = set()
+
+    def make(self, reg: ToolRegistry, rules: tuple[str, ...]) -> Mapping[str, Any]:
+        """The detail of ``rules``, kept and shared from now on while the table has room."""
+        detail: Mapping[str, Any] = {"rules": list(rules)}
+        if len(self.by_rules) < 64:
+            detail = redact_detail(reg, detail)
+            self.by_rules[rules] = detail
+            self.vetted.add(id(detail))
+        return detail
+
+
+# The hot step's name as a plain string (equal to StepName.POLICY; see tooltrace.pipeline._stages).
+_POLICY = str(StepName.POLICY)
+_HOOK_STAGE, _POLICY_STAGE = Stage.HOOK, Stage.POLICY
+# No path is longer (PATH_MAX); a longer word is only looked at word by word, as a script.
+_MAX_PATH_CHARS = 4096
+# What separates the words of a shell script, its quotes and redirections included, so
+# `cat<.tooltrace/k`, `"$(cat .tooltrace/k)"` and `--key=.tooltrace/k` each yield the path.
+_SHELL_SPLIT = re.compile(r"""[\s;&|<>()`'"=$]+""")
+_NO_PATHS: dict[str, str] = {}  # shared by calls of tools without path arguments, never mutated
+_WHO = re.compile(r"[^A-Za-z0-9@._-]")
+
+
+def authorize(
+    reg: ToolRegistry,
+    b: Builder,
+    entry: Entry,
+    args: Mapping[str, Any],
+    mode: str,
+    t: int,
+    hook: tuple[str, Mapping[str, Any]] | None,
+) -> ToolResultEnvelope | Ask | None:
+    """The policy step (begun at ``t``): the mode, resource scope and argument rules. None
+    when allowed, the refusal, or ``Ask``. ``hook`` = (name, arguments before) when a hook
+    changed the arguments (the mode was checked the first time, and a hook cannot change it).
+
+    A plain function (no generator on the common path): a rule that asks returns ``Ask`` and
+    the pipeline then runs ``approve``, which may yield to the approver."""
+    d = entry.definition
+    if b.depth > reg.max_depth:
+        why = f"nested {b.depth} calls deep; the maximum is {reg.max_depth}"
+        detail = {"reason": why, "depth": b.depth, "parent_tool": b.parent_tool}
+        b.step(StepName.POLICY, t, "policy:max_depth", "deny", detail)
+        return b.reject(Stage.POLICY, f"denied by policy rule max_depth: {why}", d.name)
+    if hook is None:
+        ok, why = reg.policy.mode_allows(d, mode)
+        if not ok:
+            b.step(StepName.POLICY, t, "policy:mode", "deny", {"reason": why})
+            return b.reject(Stage.POLICY, f"not allowed in this mode ({why})", d.name)
+    stage = _HOOK_STAGE if hook else _POLICY_STAGE
+    resolved = _scope(reg, b, d, args, t, stage, hook) if d.path_params else _NO_PATHS
+    if resolved is None:
+        return b.refused()
+    if d.capability == Capability.EXECUTE and reg.workspace.protected_roots:
+        found = _names_protected(reg, args, resolved.get("cwd", ""))
+        if found is not None:
+            param, why = found
+            b.step(StepName.POLICY, t, "policy:protected", "deny", {"param": param, "reason": why})
+            what = "names tooltrace's own files" if why == "protected" else "changed while checked"
+            return b.reject(stage, f"argument {param} {what} ({why})", d.name)
+    req = PolicyRequest(
+        d, args, mode, b.run_id, b.call_id, resolved, b.depth, b.parent_tool, b.principal
+    )
+    decision, rules = reg.policy.evaluate(req)
+    rebound = _rebound(reg, b, args) if hook is not None else None
+    if decision is None:
+        if rebound is not None or resolved:
+            detail = _detail(rebound, rules=list(rules), paths=resolved)
+            b.step(StepName.POLICY, t, "policy", "allow", detail)
+        else:
+            allow = reg._allow
+            b.step(
+                _POLICY, t, "policy", "allow", allow.by_rules.get(rules) or allow.make(reg, rules)
+            )
+        return None
+    reason = scrub(reg, decision.reason)[:300]
+    decider = f"policy:{decision.rule}"
+    verdict = decision.verdict
+    if verdict is Verdict.OBSERVE_DENY or verdict is Verdict.OBSERVE_ASK:
+        # A rule being rolled out: the call goes on; the step says what it would have done.
+        detail = _detail(rebound, reason=reason, paths=resolved, rules=list(rules))
+        b.step(StepName.POLICY, t, decider, str(verdict), detail)
+        return None
+    if verdict is Verdict.DENY:
+        b.step(StepName.POLICY, t, decider, "deny", _detail(rebound, reason=reason, paths=resolved))
+        return b.reject(stage, f"denied by policy rule {decision.rule}: {reason}", d.name)
+    t = b.step(StepName.POLICY, t, decider, "ask", {"reason": reason, "paths": resolved})
+    return Ask(decision, reason, decider, t)
+
+
+def _detail(rebound: str | None, **fields: Any) -> dict[str, Any]:
+    """A policy step's detail: ``fields``, then the digest of arguments a hook changed after
+    they were approved (``_rebound``), when there is one."""
+    if rebound is not None:
+        fields["args_sha256"] = rebound
+    return fields
+
+
+def _rebound(reg: ToolRegistry, b: Builder, args: Mapping[str, Any]) -> str | None:
+    """After a hook changed the arguments of a call already approved: the new arguments'
+    digest, recorded in the policy step so the earlier approval (bound to the old digest) is
+    not counted as covering the call (the ``approvals`` view); else None."""
+    if not any(s.step == "approval" and s.decision == "approve" for s in b.steps):
+        return None
+    return arguments_sha256(redact_args(reg, args))
+
+
+def _scope(
+    reg: ToolRegistry,
+    b: Builder,
+    d: ToolDefinition,
+    args: Mapping[str, Any],
+    t: int,
+    stage: Stage,
+    hook: tuple[str, Mapping[str, Any]] | None,
+) -> dict[str, str] | None:
+    """Each path argument resolved in the workspace (relative); None if refused."""
+    resolved: dict[str, str] = {}
+    for p in d.path_params:
+        value = args.get(p)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            b.step(StepName.POLICY, t, "policy:path_scope", "deny", {"param": p})
+            b.reject(stage, f"argument {p} must be a path string", d.name)
+            return None
+        try:
+            rp = reg.workspace.resolve(value, must_exist=False)
+        except PathPolicyError as exc:
+            detail = {"param": p, "reason": exc.reason}
+            b.step(StepName.POLICY, t, "policy:path_scope", "deny", detail)
+            b.reject(stage, f"path not allowed ({exc.reason}): {exc}", d.name)
+            return None
+        if rp.read_only and not reads_only(d):
+            b.step(StepName.POLICY, t, "policy:path_scope", "deny",
+                   {"param": p, "reason": "read_only"})
+            b.reject(stage, f"path not allowed (read_only): {p} is in a read-only root", d.name)
+            return None
+        resolved[p] = rp.relative
+        if hook is not None:
+            before = hook[1].get(p)
+            if (
+                isinstance(before, str)
+                and before != value
+                and not narrows(reg, before, rp.relative)
+            ):
+                detail = {"param": p, "reason": "widened path scope", "hook": hook[0]}
+                b.step(StepName.POLICY, t, "policy:hook_scope", "deny", detail)
+                b.reject(Stage.HOOK, f"hook {hook[0]} tried to widen a path's scope", d.name)
+                return None
+    return resolved
+
+
+def _names_protected(
+    reg: ToolRegistry, args: Mapping[str, Any], cwd: str
+) -> tuple[str, str] | None:
+    """(argument, reason) for the first argument of a command whose words name a path in a
+    protected root (the home), taken from the command's ``cwd``; None when no word does. A
+    command's program can open any path it is handed, so its words are checked beside the path
+    arguments: each word, the value of an ``--option=value`` word and each word of a shell
+    script, with symlinks resolved. A word whose links change while they are resolved is
+    refused too (reason ``symlink_race``): fail closed."""
+    ws = reg.workspace
+    base = os.path.join(ws.root, cwd)
+    for name, value in args.items():
+        for word in value if isinstance(value, list) else [value]:
+            if not isinstance(word, str) or "\x00" in word:
+                continue
+            for candidate in (word, *_SHELL_SPLIT.split(word)):
+                if not candidate or len(candidate) > _MAX_PATH_CHARS:
+                    continue
+                try:
+                    real = os.path.realpath(os.path.join(base, candidate))
+                except OSError:
+                    return str(name), "symlink_race"
+                if ws.is_protected(real):
+                    return str(name), "protected"
+    return None
+
+
+def narrows(reg: ToolRegistry, before: str, after_relative: str) -> bool:
+    """A hook may move a path only within the directory the original path named."""
+    try:
+        orig = reg.workspace.resolve(before, must_exist=False).relative
+    except PathPolicyError:
+        return False
+    scope = orig.rsplit("/", 1)[0] if "/" in orig else ""
+    if orig == after_relative:
+        return True
+    return (scope == "" and "/" not in after_relative) or after_relative.startswith(scope + "/")
+
+
+def approve(
+    reg: ToolRegistry, b: Builder, d: ToolDefinition, args: Mapping[str, Any], ask: Ask
+) -> Generator[Approve, Any, ToolResultEnvelope | None]:
+    """Ask the approver about exactly these arguments (or apply TOOLTRACE_APPROVAL when there
+    is none); None if approved. An unexpired approval of the same tool, principal and argument
+    digest is reused without asking; a new answer becomes an ``ApprovalRecord``."""
+    decision, reason, decider, t = ask
+    redacted = redact_args(reg, args)
+    digest = arguments_sha256(redacted)
+    if reg.approver is None:
+        allow = _settings.approval_allows()
+        detail: dict[str, Any] = {"reason": "no approver configured", "args_sha256": digest}
+        b.step(StepName.APPROVAL, t, decider, "approve" if allow else "deny", detail)
+        if not allow:
+            return b.reject(
+                Stage.APPROVAL, "approval required and no approver is configured", d.name
+            )
+        return None
+    hit = reg._approvals.find(d.name, b.principal, digest, reg._approvals.now_us())
+    if hit is not None:
+        detail = {
+            "rule": decision.rule, "approval_id": hit.approval_id, "args_sha256": digest,
+            "expires_at_us": hit.expires_at_us, "reused": True}
+        b.step(StepName.APPROVAL, t, f"approval:{hit.approval_id}", "approve", detail)
+        return None
+    kept = detached(redacted)  # what the record keeps: shares nothing the approver or tool holds
+    areq = ApprovalRequest(
+        b.call_id, b.run_id, d.name, redacted, decision.rule, reason, digest, b.principal
+    )
+    kind, res = yield Approve(areq)
+    if kind != "ok" or not isinstance(res, ApprovalDecision):
+        error = error_text(reg, res) if isinstance(res, BaseException) else "no answer"
+        detail = {"error": error, "args_sha256": digest}
+        b.step(StepName.APPROVAL, t, "user:unknown", "deny", detail)
+        return b.reject(Stage.APPROVAL, "the approver failed to answer", d.name)
+    rec = _record(reg, b, d, decision, res, kept, digest)
+    detail = {"reason": rec.reason, "rule": decision.rule, "approval_id": rec.approval_id,
+              "args_sha256": digest}
+    if rec.expires_at_us is not None:
+        detail["expires_at_us"] = rec.expires_at_us
+    b.step(StepName.APPROVAL, t, f"user:{rec.who}", "approve" if res.approved else "deny", detail)
+    if not res.approved:
+        return b.reject(Stage.APPROVAL, f"denied by {rec.who}", d.name)
+    return None
+
+
+def _record(
+    reg: ToolRegistry,
+    b: Builder,
+    d: ToolDefinition,
+    decision: PolicyDecision,
+    res: ApprovalDecision,
+    redacted: Any,
+    digest: str,
+) -> ApprovalRecord:
+    """The approver's answer as a record, handed to every ``ApprovalSink``; an approval with a
+    time to live (the answer's, else the rule's) is kept for later calls to reuse."""
+    at = reg._approvals.now_us()
+    try:
+        ttl = ttl_seconds(res.ttl) if res.ttl is not None else ttl_seconds(decision.approval_ttl_s)
+    except (TypeError, ValueError, OverflowError):
+        ttl = None  # an approver's malformed ttl: the approval covers this call only
+    expires = at + int(ttl * 1_000_000) if (ttl and res.approved) else None
+    principal = b.principal.to_dict() if b.principal is not None else None
+    rec = ApprovalRecord(
+        new_call_id(), b.call_id, b.run_id, d.name, decision.rule, bool(res.approved),
+        _WHO.sub("_", res.who or "unknown")[:64], scrub(reg, res.reason)[:300], digest, at,
+        expires, principal, redacted,
+    )
+    reg._emit_approval(rec)
+    if expires is not None:
+        reg._approvals.keep(
+            d.name, b.principal, digest, Reusable(rec.approval_id, decision.rule, expires), at
+        )
+    return rec

@@ -1,0 +1,428 @@
+"""The record builder: the steps and facts of one call, made into its envelope and record, and
+handed to the sinks.
+
+The builder owns redaction of what a record holds: every step detail and the summary pass the
+redactor when the record is made, whichever stage wrote them (``recorded_steps``, ``scrub``).
+The only details it skips are those the registry built once from fixed text and numbers and
+shares between calls (their ids are in ``VETTED``, or in the registry's own vetted set).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..model import (
+    Artifact,
+    CallRecord,
+    Principal,
+    ProgressMark,
+    Retry,
+    Stage,
+    Status,
+    Step,
+    Timing,
+    ToolResultEnvelope,
+)
+from ..redaction import Redactor
+
+if TYPE_CHECKING:
+    from ..model import Entry
+    from ..registry import ToolRegistry
+    from ..sinks import OpenSpan
+
+__all__ = [
+    "UNREGISTERED",
+    "VETTED",
+    "Builder",
+    "WatchedBuilder",
+    "detached",
+    "error_text",
+    "recorded_steps",
+    "redact_args",
+    "redact_detail",
+    "safe_name",
+    "scrub",
+    "scrub_made",
+]
+
+#: The ``tool`` of a call that names no registered tool (a closed metric label value).
+UNREGISTERED = "_unregistered"
+# Identities of the step details the registry builds once from fixed text and numbers and
+# shares between calls. They live as long as the module (so an id is never reused) and are
+# the only details the record builder need not redact.
+VETTED: set[int] = set()
+
+_RECORD_FIELDS = (
+    "call_id",
+    "run_id",
+    "tool",
+    "source",
+    "status",
+    "reject_stage",
+    "summary",
+    "error_type",
+    "started_at_us",
+    "elapsed_us",
+    "execution_started",
+    "args_redacted",
+    "result_preview",
+    "artifact",
+    "steps",
+    "mode",
+    "tool_type",
+    "description",
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "trace_sampled",
+    "hook_modified",
+    "attributes",
+    "parent_call_id",
+    "depth",
+    "progress",
+    "principal",
+    "capability",
+    "effect",
+)
+if CallRecord.__struct_fields__ != _RECORD_FIELDS:  # Builder.envelope builds it positionally
+    raise ImportError("CallRecord's fields changed: update Builder.envelope and _RECORD_FIELDS")
+_SUMMARY_CHARS = 500
+# How many scrubbed texts of the registry's own making a registry remembers (scrub_made).
+_MADE_TEXTS = 1024
+_perf_ns = time.perf_counter_ns
+_OK = Status.OK
+_NO_ATTRIBUTES: Mapping[str, str | int | bool] = {}  # shared, never mutated
+_ABS_PATH = re.compile(r"(?<![\w.:/])/(?:[^\s'\"`:,;()\[\]{}<>]+/)+[^\s'\"`:,;()\[\]{}<>]*")
+_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+class Builder:
+    """Collects the steps and facts of one call and makes its envelope and record."""
+
+    __slots__ = (
+        "args_redacted",
+        "attributes",
+        "call_id",
+        "depth",
+        "entry",
+        "error_type",
+        "execution_started",
+        "hook_modified",
+        "last",
+        "mode",
+        "parent_call_id",
+        "parent_tool",
+        "principal",
+        "progress",
+        "refusal",
+        "reg",
+        "run_id",
+        "span",
+        "steps",
+        "t0",
+        "t_wall",
+    )
+
+    def __init__(self, reg: ToolRegistry, t_wall: int, t0: int) -> None:
+        self.reg = reg
+        self.t_wall = t_wall
+        self.t0 = t0
+        self.steps: list[Step] = []
+        self.last = t0  # when the last step ended (perf ns)
+        self.call_id = ""
+        self.run_id = reg.run_id
+        self.mode = "default"
+        self.principal: Principal | None = None
+        self.attributes: Mapping[str, str | int | bool] = _NO_ATTRIBUTES
+        self.args_redacted: Any = None
+        self.entry: Entry | None = None
+        self.span: OpenSpan | None = None
+        self.execution_started = False
+        self.hook_modified = False
+        self.error_type: str | None = None
+        #: The envelope of the refusal, once a stage refused the call (``reject``).
+        self.refusal: ToolResultEnvelope | None = None
+        #: Nesting: 0 and None unless a tool made this call through its context.
+        self.depth = 0
+        self.parent_call_id: str | None = None
+        self.parent_tool: str | None = None
+        #: The progress marks the tool reported (set when it returns).
+        self.progress: tuple[ProgressMark, ...] = ()
+
+    def us(self, perf_ns: int) -> int:
+        """Wall-clock microseconds of a ``perf_counter_ns`` reading."""
+        return self.t_wall + (perf_ns - self.t0) // 1000
+
+    def us_mono(self, mono_ns: int) -> int:
+        """Wall-clock microseconds of a ``monotonic_ns`` reading (via the perf counter)."""
+        delta = mono_ns - time.monotonic_ns()
+        return self.us(time.perf_counter_ns() + delta)
+
+    def step(
+        self, name: str, t: int, decider: str, decision: str, detail: Mapping[str, Any] | None
+    ) -> int:
+        """Append a step that began at ``t`` (perf ns) and ends now; return now, which is
+        where the next step begins."""
+        now = self.last = _perf_ns()
+        steps = self.steps
+        steps.append(
+            Step(
+                len(steps),
+                name,
+                self.t_wall + (t - self.t0) // 1000,
+                (now - t) // 1000,
+                decider,
+                decision,
+                detail,
+            )
+        )
+        return now
+
+    def reject(
+        self,
+        stage: Stage,
+        why: str,
+        tool: str,
+        *,
+        shown_name: Any = None,
+        retry: Retry | None = None,
+    ) -> ToolResultEnvelope:
+        """The envelope of a call refused at ``stage`` (execution never started), emitted."""
+        # Redacted and cut once, with the whole summary, in envelope().
+        label = tool if tool != UNREGISTERED else safe_name(shown_name)
+        summary = f"{label} was rejected ({stage.value}): {why}"
+        self.error_type = stage.value
+        if retry is None:
+            retry = Retry(
+                stage in (Stage.PARAMS, Stage.RESOLVE, Stage.ADMISSION),
+                after_ms=250 if stage is Stage.ADMISSION else 0,
+                requires_inspection=stage in (Stage.AUDIT, Stage.HOOK),
+            )
+        env = self.envelope(
+            Status.REJECTED, summary, None, None, stage, None, retry=retry, tool_override=tool
+        )
+        self.refusal = env
+        return self.emit(env)
+
+    def refused(self) -> ToolResultEnvelope:
+        """The refusal a stage made (a stage that makes a product returns None instead)."""
+        assert self.refusal is not None
+        return self.refusal
+
+    def envelope(
+        self,
+        status: Status,
+        summary: str,
+        data: Any,
+        artifact: Artifact | None,
+        stage: Stage | None,
+        result_preview: str | None,
+        *,
+        retry: Retry,
+        tool_override: str | None = None,
+        made: bool = False,
+    ) -> ToolResultEnvelope:
+        """The call's envelope and record as they stand now (not emitted); ``made``: the
+        registry made the summary from its own parts (``scrub_made``)."""
+        e = self.entry
+        d = e.definition if e is not None else None
+        tool = tool_override or (d.name if d else UNREGISTERED)
+        elapsed = (time.perf_counter_ns() - self.t0) // 1000
+        span = self.span
+        reg = self.reg
+        # Nothing a stage wrote (a step's detail, a summary) reaches a record, and so any sink,
+        # before the redactor has seen all of it. Redact, then cut: a secret cut first is no
+        # longer recognised.
+        summary = (scrub_made(reg, summary) if made else scrub(reg, summary))[:_SUMMARY_CHARS]
+        # Positional: this runs on every call. The order is checked against CallRecord's
+        # fields at import (_RECORD_FIELDS).
+        record = CallRecord(
+            self.call_id,
+            self.run_id,
+            tool,
+            d.source if d else "",
+            status,
+            stage,
+            summary,
+            self.error_type if status is not _OK else None,
+            self.t_wall,
+            elapsed,
+            self.execution_started,
+            self.args_redacted,
+            result_preview,
+            artifact,
+            recorded_steps(reg, self.steps),
+            self.mode,
+            d.tool_type if d else "function",
+            d.description[:500] if d else None,
+            span.trace_id if span else None,
+            span.span_id if span else None,
+            span.parent_span_id if span else None,
+            span.sampled if span else False,
+            self.hook_modified,
+            self.attributes,
+            self.parent_call_id,
+            self.depth,
+            self.progress,
+            self.principal,
+            # The members themselves: StrEnum values are strings (``.value`` costs a lookup).
+            d.capability if d else None,
+            d.effect if d else None,
+        )
+        return ToolResultEnvelope(
+            self.call_id,
+            tool,
+            status,
+            summary,
+            data,
+            artifact,
+            retry,
+            Timing(self.t_wall, elapsed / 1000.0),
+            record,
+        )
+
+    def emit(self, env: ToolResultEnvelope) -> ToolResultEnvelope:
+        """Hand the record to every sink (a sink's error is counted, never raised) and
+        remember the call's status; return the envelope."""
+        reg = self.reg
+        rec = env.record
+        for sink in reg._sinks:
+            try:
+                sink.emit(rec)
+            except Exception:
+                reg.sink_errors += 1
+        reg._statuses.remember(env)
+        if reg._hub.finished:
+            reg._hub.call_finished(rec)
+        return env
+
+
+class WatchedBuilder(Builder):
+    """A ``Builder`` that also publishes each step to the registry's step subscribers (the
+    pipeline makes one only when someone subscribed to steps, so a call nobody watches does
+    not check for them at every step)."""
+
+    __slots__ = ()
+
+    def step(
+        self, name: str, t: int, decider: str, decision: str, detail: Mapping[str, Any] | None
+    ) -> int:
+        """``Builder.step``, then the step handed to the subscribers."""
+        now = Builder.step(self, name, t, decider, decision, detail)
+        e = self.entry
+        self.reg._hub.call_step(
+            self.call_id, self.run_id, e.definition.name if e else UNREGISTERED, self.steps[-1]
+        )
+        return now
+
+
+def recorded_steps(reg: ToolRegistry, steps: list[Step]) -> tuple[Step, ...]:
+    """The steps as a record holds them: every detail has been through the redactor.
+
+    Details the registry itself made once from fixed text and numbers (``VETTED``) are
+    skipped; everything else (paths, reasons, errors, diffs) is redacted here, whichever
+    stage wrote it."""
+    redact = reg.redactor.redact
+    vetted = reg._allow.vetted
+    for i, s in enumerate(steps):
+        detail = s.detail
+        if detail is None or id(detail) in VETTED or id(detail) in vetted:
+            continue
+        try:
+            red, n = redact(detail)
+        except Exception:
+            red, n = {"_redaction_error": True}, 1
+        if n:
+            steps[i] = s._replace(detail=detached(red))
+    return tuple(steps)
+
+
+def redact_args(reg: ToolRegistry, args: Any) -> Any:
+    """Arguments as records and hooks see them (a redactor failure hides them all)."""
+    try:
+        red, _ = reg.redactor.redact(args)
+    except Exception:
+        return {"_redaction_error": True}
+    return red
+
+
+def redact_detail(reg: ToolRegistry, detail: Mapping[str, Any]) -> Any:
+    """A redacted, detached copy of a detail a tool, a hook or a rule handed over."""
+    return detached(reg.redactor.redact(detail)[0])
+
+
+def scrub(reg: ToolRegistry, text: str | None) -> str:
+    """Redact secrets and hide host paths in readable text."""
+    if not text:
+        return ""
+    text = reg.redactor.redact_text(str(text))
+    root, home = reg._root_text, reg._home_text
+    if root in text:
+        text = text.replace(root + os.sep, "").replace(root, ".")
+    if home in text:
+        text = text.replace(home, "<home>")
+    return _ABS_PATH.sub("<path>", text)
+
+
+def scrub_made(reg: ToolRegistry, text: str) -> str:
+    """``scrub`` of a text the registry made from its own parts (a registered tool's name and
+    numbers, never a tool's or a caller's text), remembered per text while the redactor's
+    rules stand: the same text always scrubs to the same result, and tools return results of
+    the same size again and again."""
+    red = reg.redactor
+    if type(red) is not Redactor:  # a subclass's redaction may depend on more than the text
+        return scrub(reg, text)
+    memo = reg._made_texts
+    hit = memo.get(text)
+    gen = red.generation
+    if hit is not None and hit[0] is red and hit[1] == gen:
+        return hit[2]
+    # The generation read before scrubbing: a value registered meanwhile makes the entry stale.
+    out = scrub(reg, text)
+    if len(memo) >= _MADE_TEXTS:
+        memo.clear()
+    memo[text] = (red, gen, out)
+    return out
+
+
+def error_text(reg: ToolRegistry, exc: BaseException | None) -> str:
+    """An error as records show it: redacted, host paths hidden, cut to 500 characters."""
+    if exc is None:
+        return "error"
+    return scrub(reg, reg.redactor.redact_exception(exc))[:500]
+
+
+def safe_name(name: Any) -> str:
+    """A requested tool name fit to show, or a neutral phrase."""
+    if isinstance(name, str) and _NAME_RE.fullmatch(name):
+        return name
+    return "the requested tool"
+
+
+def detached(value: Any, depth: int = 0) -> Any:
+    """A copy of a step detail that shares no container with the caller or the tool.
+
+    Steps are not tracked by the garbage collector, so nothing they hold may refer back to a
+    record or an envelope; redaction shares unchanged sub-objects with its input, and a tool's
+    or hook's list could later be given the envelope. Mappings and sequences are copied (as dict
+    and list, what the detail encodes as anyway); values other than JSON scalars become text.
+    """
+    t = type(value)
+    if t is str or t is int or t is float or t is bool or value is None:
+        return value
+    if depth > 64:
+        return "<too deep>"
+    if isinstance(value, Mapping):
+        return {str(k): detached(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [detached(v, depth + 1) for v in value]
+    if isinstance(value, str | int | float):  # subclasses (StrEnum members, IntEnums)
+        return value
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__}>"

@@ -1,0 +1,267 @@
+"""What-if: replay recorded calls against a candidate policy, offline, and say what changes.
+
+Each call in the audit trail (its tool, redacted arguments, mode, principal, run, resolved
+paths and times) is decided again by the candidate policy and compared with the decision it
+got: ``allow`` (a policy step allowed it or only observed), ``deny`` or ``ask``. Calls stopped
+before the policy step (malformed, unknown tool) and calls the workspace's path scope refused
+are not policy decisions and are left out. A rule that reads argument values cannot be replayed
+exactly on arguments the trail holds redacted: such a call is ``undecidable``, never a guess.
+
+The trail is read once into a DuckDB temporary table. A file's rules read only the tool, mode,
+principal, arguments and resolved paths, and recorded calls repeat those facts a lot: they are
+decided once per distinct set (DuckDB groups the calls). Limits count calls one by one, in the
+order they started, with their recorded durations, as the engine counts them: every call no
+rule denies (one that asks counts too). An undecidable call counts as the recorded run decided
+it, and the result says how many such calls the limits counted (``WhatIf.approximate``): only
+the calls a limit can count are read back, in start order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ...model import ToolDefinition
+from ._compile import Compiled
+from ._limits import limit_key
+from ._replay import Decider, Ruling, principal_of, recorded_decision
+
+if TYPE_CHECKING:
+    import duckdb
+
+__all__ = ["Change", "WhatIf", "replay"]
+
+_EXAMPLES = 3
+#: The facts a candidate's rules read, and the recorded decision: calls alike in all of these
+#: are decided once.
+_KEY = ("tool", "mode", "principal_user", "principal_agent", "principal_tenant",
+        "principal_roles", "args_redacted", "decider", "decision", "detail")
+_CALLS = """
+CREATE OR REPLACE TEMP TABLE whatif_calls AS
+SELECT c.call_id, c.run_id, c.tool, c.mode, epoch_us(c.started_at) AS t_us, c.elapsed_ms,
+       c.args_redacted, c.principal_user, c.principal_agent, c.principal_tenant,
+       c.principal_roles, s.p.decider AS decider, s.p.decision AS decision,
+       s.p.detail AS detail
+FROM tool_calls c
+LEFT JOIN (SELECT call_id, arg_max(struct_pack(decider, decision, detail), seq) AS p
+           FROM tool_call_steps WHERE step = 'policy' GROUP BY call_id) s
+  ON s.call_id = c.call_id
+WHERE $since IS NULL OR c.started_at >= CAST($since AS TIMESTAMP)
+"""
+_FIRST = "struct_pack(t := t_us, id := call_id)"
+_GROUPS = f"""
+CREATE OR REPLACE TEMP TABLE whatif_groups AS
+SELECT row_number() OVER () AS g, {", ".join(_KEY)}, count(*) AS n,
+       min_by({_FIRST}, {_FIRST}, {_EXAMPLES}) AS first, list(rowid) AS members
+FROM whatif_calls GROUP BY {", ".join(_KEY)}
+"""
+#: The calls a limit can count, with their group's principal key (from whatif_keys).
+_ROWS = """
+CREATE OR REPLACE TEMP TABLE whatif_rows AS
+SELECT u.g, k.pkey, c.run_id, c.t_us, c.elapsed_ms, c.call_id, NULL::VARCHAR AS denied_by
+FROM (SELECT g, unnest(members) AS r FROM whatif_groups
+      WHERE g IN (SELECT g FROM whatif_keys)) u
+JOIN whatif_keys k ON k.g = u.g
+JOIN whatif_calls c ON c.rowid = u.r
+"""
+#: A limit of calls in all, for every key at once: past the first ``$max`` calls that reach
+#: it (no earlier limit denied them), it denies.
+_MAX_CALLS = """
+UPDATE whatif_rows AS w SET denied_by = $name
+FROM (SELECT rowid AS r, row_number() OVER (PARTITION BY {key} ORDER BY t_us, call_id) AS rn
+      FROM whatif_rows WHERE denied_by IS NULL AND g IN (SELECT unnest($groups))) x
+WHERE w.rowid = x.r AND x.rn > $max
+"""
+_COUNTED = f"""
+SELECT g, denied_by, count(*), min_by({_FIRST}, {_FIRST}, {_EXAMPLES})
+FROM whatif_rows GROUP BY g, denied_by
+"""
+
+
+@dataclass(slots=True)
+class Change:
+    """Calls of one tool whose decision one rule changes the same way."""
+
+    tool: str
+    """The tool."""
+    rule: str
+    """The rule that decides now (for a loosening: the rule that decided before)."""
+    before: str
+    """The recorded decision: ``allow``, ``deny`` or ``ask``."""
+    after: str
+    """The candidate's decision, or ``undecidable``."""
+    count: int = 0
+    """How many calls."""
+    examples: list[str] = field(default_factory=list)
+    """Up to three of their call ids, the earliest first."""
+    _first: list[tuple[int, str]] = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {"tool": self.tool, "rule": self.rule, "before": self.before,
+                "after": self.after, "count": self.count, "examples": self.examples}
+
+
+@dataclass(slots=True)
+class WhatIf:
+    """The outcome of a replay."""
+
+    calls: int = 0
+    """Calls read from the trail."""
+    replayed: int = 0
+    """Calls decided again (the rest were not policy decisions, or their tool is unknown)."""
+    unknown_tools: dict[str, int] = field(default_factory=dict)
+    """Calls of tools with no definition to replay with, by tool."""
+    changes: dict[tuple[str, str, str, str], Change] = field(default_factory=dict)
+    """Changed (and undecidable) calls, by (tool, rule, before, after)."""
+    approximate: int = 0
+    """Undecidable calls the limits counted (as the recorded run decided them: one the rule
+    that cannot be decided denied then is not counted), so the limits' decisions on the calls
+    after them are approximate."""
+
+    @property
+    def changed(self) -> int:
+        """Calls whose decision would change."""
+        return sum(c.count for c in self.changes.values() if c.after != "undecidable")
+
+    @property
+    def undecidable(self) -> int:
+        """Calls a rule cannot decide on redacted arguments."""
+        return sum(c.count for c in self.changes.values() if c.after == "undecidable")
+
+    def add(self, tool: str, rule: str, before: str, after: str, count: int,
+            first: list[tuple[int, str]]) -> None:
+        """Count ``count`` changed or undecidable calls; ``first``: the earliest of them as
+        (start in microseconds, call id)."""
+        key = (tool, rule, before, after)
+        c = self.changes.get(key)
+        if c is None:
+            c = self.changes[key] = Change(tool, rule, before, after)
+        c.count += count
+        if len(c._first) < _EXAMPLES or first[0] < c._first[-1]:
+            c._first = sorted(c._first + first)[:_EXAMPLES]
+            c.examples = [i for _t, i in c._first]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, groups sorted by tool, rule and size."""
+        groups = sorted(self.changes.values(), key=lambda c: (c.tool, c.rule, -c.count))
+        return {"calls": self.calls, "replayed": self.replayed, "changed": self.changed,
+                "undecidable": self.undecidable, "approximate": self.approximate,
+                "unknown_tools": dict(self.unknown_tools),
+                "changes": [c.to_dict() for c in groups if c.after != "undecidable"],
+                "undecidable_calls": [c.to_dict() for c in groups if c.after == "undecidable"]}
+
+
+@dataclass(slots=True)
+class _Group:
+    tool: str
+    before: str
+    old_rule: str
+    principal: Any
+    ruling: Ruling
+
+
+def replay(con: duckdb.DuckDBPyConnection, compiled: Compiled,
+           tools: Mapping[str, ToolDefinition], *, since: Any = None) -> WhatIf:
+    """Decide every call recorded in ``con``'s ``tool_calls`` and ``tool_call_steps`` (those
+    started at or after ``since``, when given) again with ``compiled``."""
+    try:
+        con.execute(_CALLS, {"since": since})
+        con.execute(_GROUPS)
+        groups = con.execute(f"SELECT g, {', '.join(_KEY)}, n, first FROM whatif_groups"
+                             ).fetchall()
+        out = WhatIf()
+        decider = Decider(compiled)
+        counted = _decide_groups(groups, decider, tools, out)
+        if counted:
+            _count(con, counted, decider, out)
+        return out
+    finally:
+        for t in ("whatif_rows", "whatif_groups", "whatif_calls"):
+            con.execute(f"DROP TABLE IF EXISTS {t}")
+
+
+def _decide_groups(groups: list[tuple[Any, ...]], decider: Decider,
+                   tools: Mapping[str, ToolDefinition], out: WhatIf) -> dict[int, _Group]:
+    """Decide each group of alike calls; return those whose calls a limit must count."""
+    counted: dict[int, _Group] = {}
+    for g, tool, mode, user, agent, tenant, roles, args, old, decision, detail, n, first \
+            in groups:
+        out.calls += n
+        before = recorded_decision(old, decision)
+        if before is None:
+            continue
+        d = tools.get(tool)
+        if d is None:
+            out.unknown_tools[tool] = out.unknown_tools.get(tool, 0) + n
+            continue
+        out.replayed += n
+        principal = principal_of(user, agent, tenant, roles)
+        ruling = decider.rules(d, mode, principal, args, detail, call_id=first[0]["id"])
+        old_rule = str(old or "").removeprefix("policy:")
+        if ruling.after == "undecidable" and ruling.limits:
+            # The engine counted such a call unless the rule that cannot be decided now denied
+            # it: the recorded decision says whether it did.
+            if before == "deny" and old_rule == ruling.rule:
+                ruling = Ruling(ruling.after, ruling.rule)
+            else:
+                out.approximate += n
+        if ruling.limits:
+            counted[g] = _Group(tool, before, old_rule, principal, ruling)
+        elif ruling.after != before:
+            out.add(tool, ruling.rule or old_rule, before, ruling.after, n,
+                    [(f["t"], f["id"]) for f in first])
+    return counted
+
+
+def _count(con: duckdb.DuckDBPyConnection, counted: dict[int, _Group], decider: Decider,
+           out: WhatIf) -> None:
+    """Replay the limits on every call they can count, in start order."""
+    import pyarrow as pa
+
+    keys = pa.table({"g": list(counted),
+                     "pkey": [limit_key("principal", "", grp.principal)
+                              for grp in counted.values()]})
+    con.register("whatif_keys", keys)
+    try:
+        con.execute(_ROWS)
+    finally:
+        con.unregister("whatif_keys")
+    if all(x.per_minute is None and x.max_concurrent is None for x in decider.limits):
+        _count_in_sql(con, counted, decider, out)
+    else:
+        _count_in_order(con, counted, out)
+
+
+def _count_in_sql(con: duckdb.DuckDBPyConnection, counted: dict[int, _Group],
+                  decider: Decider, out: WhatIf) -> None:
+    """Limits of calls in all only: each limit in turn denies, for every key at once, the
+    calls past its first ``max_calls`` among those that reach it."""
+    for lim in decider.limits:
+        gs = [g for g, grp in counted.items() if lim in grp.ruling.limits]
+        if gs and lim.max_calls is not None:
+            con.execute(_MAX_CALLS.format(key="run_id" if lim.per == "run" else "pkey"),
+                        {"name": lim.name, "groups": gs, "max": lim.max_calls})
+    for g, denied_by, n, first in con.execute(_COUNTED).fetchall():
+        grp = counted[g]
+        after = grp.ruling.after if denied_by is None else "deny"
+        if after != grp.before:
+            rule = grp.ruling.rule if denied_by is None else denied_by
+            out.add(grp.tool, rule or grp.old_rule, grp.before, after, n,
+                    [(f["t"], f["id"]) for f in first])
+
+
+def _count_in_order(con: duckdb.DuckDBPyConnection, counted: dict[int, _Group],
+                    out: WhatIf) -> None:
+    """Any limits: each call they can count, decided one by one in start order."""
+    limit = Decider.limit
+    cur = con.execute("SELECT g, run_id, t_us, elapsed_ms, call_id FROM whatif_rows"
+                      " ORDER BY t_us, call_id")
+    for batch in cur.to_arrow_reader(65536):
+        gs, runs, ts, elapsed, ids = (c.to_pylist() for c in batch.columns)
+        for g, run_id, t_us, ms, call_id in zip(gs, runs, ts, elapsed, ids, strict=True):
+            grp = counted[g]
+            after, rule = limit(grp.ruling, grp.principal, run_id, call_id, t_us, ms)
+            if after != grp.before:
+                out.add(grp.tool, rule or grp.old_rule, grp.before, after, 1, [(t_us, call_id)])

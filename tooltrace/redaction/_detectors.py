@@ -1,0 +1,357 @@
+"""The detectors: one entry per well-known credential format, and the scan that runs them.
+
+Cloud keys, VCS and SaaS tokens, JWTs, PEM private key blocks, passwords in URLs,
+``Authorization`` headers and cookies each have a :class:`_Detector`: a regex, the literal
+anchors that must be in the text before the regex runs, and a check that vetoes a well-formed
+but benign match. :func:`detect` runs the table and the key rules' search for values assigned
+to key-like names, and replaces each find with a :func:`marker`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tooltrace.redaction._benign import (
+    basic_credentials,
+    benign_value,
+    char_classes,
+    mixed,
+    placeholder,
+    random_looking,
+)
+from tooltrace.redaction._keyrules import KEYWORDS, find_assignments
+
+__all__ = ["ASCII_LOWER", "CS_ANCHORS", "LC_ANCHORS", "detect", "marker"]
+
+
+def marker(kind: str) -> str:
+    """The replacement text for a secret of ``kind``."""
+    return f"[REDACTED:{kind}]"
+
+
+@dataclass(frozen=True, slots=True)
+class _Detector:
+    """One credential format.
+
+    ``regex`` group ``s`` (when present) is the secret, else the whole match is. The detector
+    runs only when one of its anchors is in the text (``cs``: case-sensitive literals) or in
+    its lower-cased copy (``lc``). ``check`` vetoes a match that is well-formed but benign.
+    ``rank`` orders overlapping finds: the most specific format names the marker.
+    """
+
+    kind: str
+    regex: re.Pattern[str]
+    cs: tuple[str, ...] = ()
+    lc: tuple[str, ...] = ()
+    check: Callable[[re.Match[str], str], bool] | None = None
+    rank: int = 2
+
+
+def _check_random(_m: re.Match[str], value: str) -> bool:
+    return mixed(value)
+
+
+def _check_not_placeholder(_m: re.Match[str], value: str) -> bool:
+    return not placeholder(value)
+
+
+def _check_bearer(m: re.Match[str], value: str) -> bool:
+    if benign_value(value):
+        return False
+    if m.group("hdr"):
+        return True
+    # Outside a header, "bearer <word>" is often prose: the token must look machine-made
+    # (a digit is one sign of that, mixed case in a long token another).
+    return random_looking(value) or (
+        len(value) >= 16 and char_classes(value) >= 2 and any(c.isdigit() for c in value)
+    )
+
+
+# A header value is credentials when it is one token (a raw key), ``name=value`` pairs
+# (cookies), or an auth scheme followed by a token or by ``name=value`` parameters (RFC 9110
+# 11.4: Negotiate <token68>, Digest username="..", AWS4-HMAC-SHA256 Credential=..). After the
+# header name in documentation comes prose instead: "see the docs at ...", "see below".
+_PARAM_START = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+[ \t]*=")
+# A word of prose: not longer than "authentication" (a long lower-case token is a
+# credential), or a link.
+_PROSE_WORD = re.compile(
+    r"[(\"']*(?:[A-Za-z][a-z]{0,13}|[A-Z]{2,5})[.,:;!?)\"']*|[A-Za-z][A-Za-z0-9+.\-]*://\S*"
+)
+
+
+def _check_header_value(_m: re.Match[str], value: str) -> bool:
+    # The header may sit in a quoted string: "Cookie: none",
+    value = value.strip(" \t\"',")
+    if placeholder(value):
+        return False
+    if _PARAM_START.match(value) is not None:
+        return True
+    words = value.split(None, 2)
+    if len(words) < 2:
+        return bool(words) and _PROSE_WORD.fullmatch(words[0]) is None
+    # "<scheme> <credentials>": prose when a plain word follows the first one.
+    return _PARAM_START.match(words[1]) is not None or _PROSE_WORD.fullmatch(words[1]) is None
+
+
+def _check_basic(m: re.Match[str], value: str) -> bool:
+    return bool(m.group("hdr")) or basic_credentials(value)
+
+
+# Where a prefixed token may start: not inside a run of letters and digits, but right after
+# "_" or "-" (file names glue words so: backup_ghp_..., notes-AKIA...), which \b would refuse.
+_GLUE = r"(?<![A-Za-z0-9])"
+_HDR = r"(?P<hdr>(?i:authorization|proxy-authorization)[\"']?\s*[:=]\s*[\"']?)?"
+_AWS_PREFIXES = ("AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AIPA", "ANPA", "ANVA", "AROA")
+
+_PEM_RE = re.compile(
+    r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----"
+    r"(?s:.*?)(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
+)
+
+_DETECTORS: tuple[_Detector, ...] = (
+    _Detector(
+        "private_key",
+        _PEM_RE,
+        cs=("PRIVATE KEY",),
+        rank=3,
+    ),
+    _Detector(
+        "jwt",
+        re.compile(_GLUE + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
+        cs=("eyJ",),
+    ),
+    _Detector(
+        "aws_access_key",
+        re.compile(_GLUE + r"(?:" + "|".join(_AWS_PREFIXES) + r"|APKA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+        cs=(*_AWS_PREFIXES, "APKA"),
+    ),
+    _Detector(
+        "aws_secret_key",
+        re.compile(
+            r"(?i:aws)[A-Za-z0-9_\-]{0,20}(?i:secret|key)[A-Za-z0-9_\-]{0,20}[\"']?\s*[:=]+\s*"
+            r"[\"']?(?P<s>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"
+        ),
+        lc=("aws",),
+        check=_check_random,
+    ),
+    _Detector(
+        "gcp_api_key", re.compile(_GLUE + r"AIza[0-9A-Za-z_\-]{35,40}(?![0-9A-Za-z_\-])"), ("AIza",)
+    ),
+    _Detector("gcp_oauth_token", re.compile(_GLUE + r"ya29\.[0-9A-Za-z_\-]{20,}"), ("ya29.",)),
+    _Detector("gcp_client_secret", re.compile(_GLUE + r"GOCSPX-[0-9A-Za-z_\-]{20,}"), ("GOCSPX-",)),
+    _Detector(
+        "azure_key",
+        re.compile(
+            r"(?i:AccountKey|SharedAccessKey|SharedAccessSignature|[?&;]sig)="
+            r"(?P<s>[A-Za-z0-9%/+]{20,}(?:={1,2}|%3[Dd]){0,2})"
+        ),
+        lc=("accountkey=", "sharedaccess", "sig="),
+    ),
+    _Detector(
+        "azure_client_secret",
+        re.compile(
+            # Anchored by its "<digit>Q~": it may follow "-" or "_" and be followed by "."
+            # (a file name: notes-<secret>.txt).
+            r"(?<![A-Za-z0-9])[A-Za-z0-9_~.\-]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}"
+            r"(?![A-Za-z0-9_~\-])"
+        ),
+        cs=("Q~",),
+    ),
+    _Detector(
+        "github_token",
+        re.compile(
+            _GLUE + r"(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})"
+            r"(?![A-Za-z0-9])"
+        ),
+        cs=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    ),
+    _Detector(
+        "gitlab_token",
+        re.compile(_GLUE + r"gl(?:pat|dt|rt|cbt|ptt|ft|imt|oas|soat)-[A-Za-z0-9_\-]{20,}"),
+        cs=("glpat-", "gldt-", "glrt-", "glcbt-", "glptt-", "glft-", "glimt-", "gloas-", "glsoat-"),
+    ),
+    _Detector(
+        "slack_token",
+        re.compile(_GLUE + r"(?:xox[abposre]-[A-Za-z0-9\-]{10,}|xapp-\d-[A-Za-z0-9\-]{10,})"),
+        cs=("xox", "xapp-"),
+    ),
+    _Detector(
+        "slack_webhook",
+        re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<s>[A-Za-z0-9/_\-]{8,})"),
+        cs=("hooks.slack.com",),
+    ),
+    _Detector(
+        "stripe_key",
+        re.compile(
+            _GLUE + r"(?:(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}|whsec_[A-Za-z0-9]{24,})"
+        ),
+        cs=("_live_", "_test_", "whsec_"),
+    ),
+    _Detector(
+        "anthropic_key", re.compile(_GLUE + r"sk-ant-[A-Za-z0-9_\-]{20,}"), ("sk-ant-",), rank=3
+    ),
+    _Detector(
+        "openai_key",
+        re.compile(_GLUE + r"sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,}"),
+        cs=("sk-",),
+        check=_check_random,
+    ),
+    _Detector(
+        "twilio_key",
+        re.compile(_GLUE + r"(?:SK|AC)[0-9a-f]{32}(?![A-Za-z0-9])"
+                   r"|(?i:twilio)[A-Za-z_]*[\"']?\s*[:=]\s*[\"']?"
+                   r"(?P<s>[0-9a-f]{32})\b"),
+        cs=("SK",),
+        lc=("twilio",),
+    ),
+    _Detector(
+        "sendgrid_key",
+        re.compile(_GLUE + r"SG\.[A-Za-z0-9_\-]{16,32}\.[A-Za-z0-9_\-]{16,64}"),
+        cs=("SG.",),
+    ),
+    _Detector("npm_token", re.compile(_GLUE + r"npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])"), ("npm_",)),
+    _Detector("pypi_token", re.compile(_GLUE + r"pypi-[A-Za-z0-9_\-]{50,}"), ("pypi-",)),
+    _Detector(
+        "huggingface_token", re.compile(_GLUE + r"hf_[A-Za-z0-9]{30,}(?![A-Za-z0-9])"), ("hf_",)
+    ),
+    _Detector(
+        "url_password",
+        re.compile(
+            r"\b[A-Za-z][A-Za-z0-9+.\-]{1,20}://[^\s:/@\"'<>]{1,256}:"
+            r"(?P<s>[^\s@/\"'<>]{1,256})@"
+        ),
+        cs=("://",),
+        check=_check_not_placeholder,
+        rank=3,
+    ),
+    _Detector(
+        "authorization",
+        re.compile(_HDR + r"(?i:bearer|token)\s+(?P<s>[A-Za-z0-9_\-.~+/]{8,}=*)"),
+        lc=("bearer", "token "),
+        check=_check_bearer,
+        rank=1,
+    ),
+    _Detector(
+        "authorization",
+        re.compile(_HDR + r"(?i:basic)\s+(?P<s>[A-Za-z0-9+/]{8,}={0,2})"),
+        lc=("basic",),
+        check=_check_basic,
+        rank=1,
+    ),
+    _Detector(
+        # Any other scheme (Digest, AWS4-HMAC-SHA256, Negotiate ...): the whole header value.
+        "authorization",
+        re.compile(
+            r"(?im:^[ \t\"']*(?:proxy-)?authorization[ \t]*:[ \t]*"
+            r"(?!(?:bearer|basic|token)\s)(?P<s>[^\s][^\r\n]*))"
+        ),
+        lc=("authorization",),
+        check=_check_header_value,
+        rank=1,
+    ),
+    _Detector(
+        "cookie",
+        re.compile(r"(?im:^[ \t\"']*(?:set-)?cookie[ \t]*:[ \t]*(?P<s>[^\r\n]+))"),
+        lc=("cookie",),
+        check=_check_header_value,
+        rank=1,
+    ),
+    _Detector(
+        "cookie",
+        re.compile(
+            r"(?i:(?:set-)?cookie)[\"']?[ \t]*[:=][ \t]*[\"']"
+            r"(?P<s>[^\"'\r\n\s,;)+][^\"'\r\n]*=[^\"'\r\n]*)[\"']"
+        ),
+        lc=("cookie",),
+        rank=1,
+    ),
+)
+
+# Text without any anchor skips the detectors: one scan per case (the lower-case anchors
+# include the key rules' keywords).
+CS_ANCHORS = re.compile("|".join(re.escape(a) for d in _DETECTORS for a in d.cs))
+LC_ANCHORS = re.compile(
+    "|".join(
+        [KEYWORDS.pattern, "aws|twilio|accountkey=|sharedaccess|bearer|basic"]
+    )
+)
+ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+# In long text a detector's regex runs only on the lines around its anchors (a scan of the
+# whole text costs a few ms per detector; the anchors are found with str.find). A window is the
+# anchor's line, cut to _WINDOW_REACH characters either side: every format's secret lies within
+# a few hundred characters of its anchor. The multi-line PEM block is always scanned whole.
+_WINDOW_MIN_TEXT = 4096
+_WINDOW_REACH = 8192
+
+
+def _anchor_windows(text: str, low: str, det: _Detector) -> list[tuple[int, int]]:
+    hits: list[int] = []
+    for source, anchors in ((text, det.cs), (low, det.lc)):
+        for a in anchors:
+            i = source.find(a)
+            while i >= 0:
+                hits.append(i)
+                i = source.find(a, i + 1)
+    hits.sort()
+    windows: list[tuple[int, int]] = []
+    n = len(text)
+    for i in hits:
+        start = max(text.rfind("\n", 0, i) + 1, i - _WINDOW_REACH)
+        end = text.find("\n", i)
+        end = min(n if end < 0 else end, i + _WINDOW_REACH)
+        if windows and start <= windows[-1][1]:
+            windows[-1] = (windows[-1][0], max(windows[-1][1], end))
+        else:
+            windows.append((start, end))
+    return windows
+
+
+def detect(text: str) -> tuple[str, int]:
+    """Run the detectors whose anchors occur in ``text``; replace what they find."""
+    low = text.lower() if text.isascii() else text.translate(ASCII_LOWER)
+    found: list[tuple[int, int, int, str]] = []  # (start, end, rank, kind)
+    small = len(text) <= _WINDOW_MIN_TEXT
+    for det in _DETECTORS:
+        if not (any(a in text for a in det.cs) or any(a in low for a in det.lc)):
+            continue
+        if small or det.regex is _PEM_RE:
+            spans: list[tuple[int, int]] = [(0, len(text))]
+        else:
+            spans = _anchor_windows(text, low, det)
+        for w_start, w_end in spans:
+            for m in det.regex.finditer(text, w_start, w_end):
+                if m.groupdict().get("s") is not None:
+                    start, end = m.span("s")
+                else:
+                    start, end = m.span()
+                if det.check is not None and not det.check(m, text[start:end]):
+                    continue
+                found.append((start, end, det.rank, det.kind))
+    if KEYWORDS.search(low) is not None:
+        find_assignments(text, low, found)
+    if not found:
+        return text, 0
+    # Merge overlapping finds into one redaction named by the most specific detector.
+    found.sort()
+    merged: list[list[Any]] = []
+    for start, end, rank, kind in found:
+        if merged and start < merged[-1][1]:
+            last = merged[-1]
+            last[1] = max(last[1], end)
+            if rank > last[2]:
+                last[2], last[3] = rank, kind
+        else:
+            merged.append([start, end, rank, kind])
+    out: list[str] = []
+    pos = 0
+    for start, end, _rank, kind in merged:
+        out.append(text[pos:start])
+        out.append(marker(kind))
+        pos = end
+    out.append(text[pos:])
+    return "".join(out), len(merged)
