@@ -53,7 +53,14 @@ def toy_server(label: str, *, env: dict[str, str] | None = None, extra: str = ""
             f"args = [{_toml_str(TOY)}]\nenv = {{ {env_toml} }}\n{extra}\n")
 
 
-def write_config(tmp: Path, body: str, name: str = "servers.toml") -> Path:
+def write_config(tmp: Path, body: str, name: str = "servers.toml", *,
+                 call_ids: bool = True) -> Path:
+    """The proxy configuration ``body`` in ``tmp/name``; with ``call_ids`` (as the tests that
+    look calls up in the audit trail need) every result names its call in ``_meta``."""
+    if call_ids and "[proxy]\n" in body:
+        body = body.replace("[proxy]\n", "[proxy]\ncall_ids = true\n", 1)
+    elif call_ids:
+        body = "[proxy]\ncall_ids = true\n" + body
     path = tmp / name
     path.write_text(body)
     return path
@@ -384,7 +391,7 @@ collisions = "priority"
 
     # Equal priorities: no silent winner. The report says so and the proxy refuses to start.
     tie = write_config(tmp_path, config.read_text().replace("priority = 5", "priority = 1"),
-                       "tie.toml")
+                       "tie.toml", call_ids=False)
     out = CliRunner().invoke(mcp_cli, ["report", "--config", str(tie), "--json"])
     assert out.exit_code == 1
     assert json.loads(out.output)["conflicts"] == ["echo from beta: equal priorities"]
@@ -480,7 +487,7 @@ home = "home"
             await proxy.aclose()
 
     res = asyncio.run(after_accept())
-    assert not res.is_error and text_of(res) == "toy:y"
+    assert res["content"] == [{"type": "text", "text": "toy:y"}] and res["isError"] is False
 
 
 # -- crash, hang, garbage ------------------------------------------------------------------------
@@ -590,7 +597,7 @@ def test_streamable_http_on_loopback(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=30)
-    row = audit_rows(tmp_path / "home")[call_id(res)]
+    row = next(r for r in audit_rows(tmp_path / "home").values() if r["tool"] == "echo")
     attrs = json.loads(row["attributes"])
     assert attrs["network.transport"] == "tcp"
     assert attrs["mcp.session.id"]

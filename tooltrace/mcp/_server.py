@@ -60,7 +60,9 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
                             ) -> mt.ListToolsResult:
         return mt.ListToolsResult(tools=proxy.list_tools())
 
-    async def on_call_tool(ctx: Any, params: mt.CallToolRequestParams) -> mt.CallToolResult:
+    # Answers the upstream's result in wire form (a mapping, which the SDK sends as it is
+    # after checking it against the client's revision), or the proxy's own result.
+    async def on_call_tool(ctx: Any, params: mt.CallToolRequestParams) -> Any:
         attrs: dict[str, str | int | bool] = {"network.transport": network}
         if ctx.request_id is not None:
             attrs["jsonrpc.request.id"] = str(ctx.request_id)
