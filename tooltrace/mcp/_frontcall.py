@@ -229,6 +229,16 @@ class FrontCalls:
         await self._send(mt.JSONRPCNotification(jsonrpc="2.0", method=data["method"],
                                                 params=data["params"]))
 
+    async def send_notification(self, notification: Any,
+                                related_request_id: str | None = None) -> None:
+        """A notification about the call (its wire form from ``notification.model_dump``),
+        written as the SDK's session would send it, on the transport its answer goes out on."""
+        import mcp.types as mt
+
+        data = notification.model_dump(by_alias=True, mode="json", exclude_none=True)
+        await self._send(mt.JSONRPCNotification(jsonrpc="2.0", method=data["method"],
+                                                params=data.get("params")))
+
     async def _send(self, message: Any) -> None:
         assert self._write is not None
         data = (message if isinstance(message, bytes) else
