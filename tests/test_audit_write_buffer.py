@@ -115,13 +115,13 @@ def test_every_write_ends_at_the_end_of_a_line(
     tmp_path: Path, small_buffer: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     writes: list[bytes] = []
-    real = _writer._write_all
+    real = _writer.write_all
 
     def recording(fd: int, data: bytes | bytearray | memoryview) -> None:
         writes.append(bytes(data))
         real(fd, data)
 
-    monkeypatch.setattr(_writer, "_write_all", recording)
+    monkeypatch.setattr(_writer, "write_all", recording)
     w = _writer_in(tmp_path)
     recs = [_rec(i, pad=small_buffer * 2 if i % 50 == 7 else (i * 37) % 700) for i in range(600)]
     with w.lock:

@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from .._files import replace_whole
 from .._settings import TOOLTRACE_ANCHORS, anchor_retention_days, anchors_uri, resolve_home
 from ..audit import ParsedAnchors, anchors_path, parse_anchors
 from ..exceptions import ConfigurationError
@@ -135,12 +136,7 @@ def _read_cursor(path: Path) -> int:
 
 
 def _write_cursor(path: Path, offset: int, key: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(orjson.dumps({"offset": offset, "last_object": key}))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    replace_whole(path, orjson.dumps({"offset": offset, "last_object": key}))
 
 
 def _batches(data: bytes, start: int) -> list[tuple[int, int]]:

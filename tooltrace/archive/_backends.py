@@ -5,13 +5,13 @@ names and a ``_shipped`` marker written last."""
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._files import replace_written
 from ..audit import ParsedSegment
 from ._connect import Target, connect
 from ._layout import DATA_TABLES, LedgerEntry, archive_tables, empty_archive_tables
@@ -185,20 +185,17 @@ class _Plain(_Backend):
         dest = f"{self.root}/{rel}"
         opts = (f"FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {_ROW_GROUP}"
                 if fmt == "parquet" else "FORMAT json")
+
+        def copy_to(target: str | Path) -> None:
+            self.con.execute(f"COPY ({query}) TO '{target}' ({opts})")
+
         if not self.local:
-            self.con.execute(f"COPY ({query}) TO '{dest}' ({opts})")
+            copy_to(dest)
             return
         # Locally, write aside and rename: a reader never sees half a file.
         path = Path(dest)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        self.con.execute(f"COPY ({query}) TO '{tmp}' ({opts})")
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        replace_written(path, copy_to)
 
     def ship(self, segs: Sequence[ParsedSegment], entries: Sequence[LedgerEntry]) -> list[
             LedgerEntry]:

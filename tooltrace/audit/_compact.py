@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._files import fsync_path
+from .._files import replace_written
 from .._ids import new_call_id
 from .._settings import resolve_home
 from ._format import load_key
@@ -214,11 +214,8 @@ def _writer(adir: Path, manifest: dict[str, Any], row_group_size: int,
         rel = f"parquet/{t}/{new_call_id()}.parquet"
         out = adir / rel
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp")
-        pq.write_table(tbl, tmp, row_group_size=row_group_size, compression="zstd",
-                       write_statistics=True)
-        fsync_path(tmp)
-        os.replace(tmp, out)
+        replace_written(out, lambda tmp: pq.write_table(
+            tbl, tmp, row_group_size=row_group_size, compression="zstd", write_statistics=True))
         write_lookup_for(adir, manifest, rel, t, key, tbl)
         # An empty file gets a range no id falls in, so lookups never open it.
         manifest.setdefault("ranges", {})[rel] = _id_range(tbl) or ["", ""]

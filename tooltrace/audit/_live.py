@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .._files import replace_whole
+
 if TYPE_CHECKING:
     from ..events import CallProgress
 
@@ -145,9 +147,8 @@ class LiveProgress:
                 if not self._written:
                     self._dir.mkdir(parents=True, exist_ok=True)
                     self._sweep()
-                tmp = self._path.with_name("." + self._path.name + ".tmp")
-                tmp.write_bytes(orjson.dumps(doc))
-                os.replace(tmp, self._path)
+                # Not synced: the file only says what runs now and goes with the process.
+                replace_whole(self._path, orjson.dumps(doc), sync=False)
                 self._written = True
             except OSError:
                 self.errors += 1

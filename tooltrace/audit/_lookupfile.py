@@ -68,7 +68,6 @@ __all__ = [
     "lookup_rel",
     "read_key",
     "row_values",
-    "write_lookup",
 ]
 
 #: The tables that get a lookup file (what ``autopsy`` reads; approvals are listed elsewhere).
@@ -209,21 +208,6 @@ def _assemble(blocks: list[bytes], firsts: list[str], t: str, rel: str, key: byt
         off += len(blob)
     head = _HEAD.pack(_MAGIC, n, ID_WIDTH, rows, off)
     return b"".join([head, *blocks, *index])
-
-
-def write_lookup(path: Path, data: bytes) -> None:
-    """Write a lookup file whole or not at all (aside, fsynced, renamed into place)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        with memoryview(data) as view:
-            done = 0
-            while done < len(view):
-                done += os.write(fd, view[done:])
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
 
 
 def row_values(t: str, row: list[Any]) -> tuple[Any, ...]:

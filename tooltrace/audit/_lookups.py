@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._files import replace_whole
 from ._findings import Finding
 from ._lookupfile import (
     LOOKUP_TABLES,
@@ -20,7 +21,6 @@ from ._lookupfile import (
     LookupFile,
     encode_lookup,
     lookup_rel,
-    write_lookup,
 )
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def write_lookup_for(adir: Path, manifest: dict[str, Any], rel: str, t: str, key
     data = encode_lookup(tbl, t, rel, key)
     if data is None:
         return False
-    write_lookup(adir / lookup_rel(rel), data)
+    replace_whole(adir / lookup_rel(rel), data)
     listed = manifest.setdefault("lookups", [])
     if rel not in listed:
         listed.append(rel)

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .._files import fsync_path, write_all
+from .._files import fsync_path, replace_whole, write_all
 
 if TYPE_CHECKING:
     from ._segments import ParsedSegment
@@ -329,12 +329,7 @@ def read_manifest(adir: Path) -> dict[str, Any]:
 
 
 def write_manifest(adir: Path, manifest: dict[str, Any]) -> None:
-    """Replace the manifest atomically (write aside, fsync, rename)."""
+    """Replace the manifest whole (``replace_whole``)."""
     path = manifest_path(adir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".manifest.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(orjson.dumps(manifest, option=orjson.OPT_INDENT_2))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    replace_whole(path, orjson.dumps(manifest, option=orjson.OPT_INDENT_2))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .._files import fsync_path
+from .._files import fsync_path, write_all
 from ._anchors import PendingAnchors
 from ._format import FORMAT_VERSION, checkpoint_mac, dumps, genesis_hash
 from ._manifest import DROPPED, OPENED, SEALED, append_digest
@@ -75,13 +75,6 @@ def _now_us() -> int:
 #: keeps a default batch to two or three ``write`` calls (each lets the call path take the
 #: GIL for a switch interval, which slows the writer down).
 WRITE_BUFFER = 1024 * 1024
-
-
-def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
-    with memoryview(data) as view:
-        off, end = 0, len(view)
-        while off < end:
-            off += os.write(fd, view[off:])
 
 
 class SegmentWriter:
@@ -203,7 +196,7 @@ class SegmentWriter:
 
     def _write_direct(self, data: bytes | bytearray | memoryview) -> None:
         assert self._fd is not None
-        _write_all(self._fd, data)
+        write_all(self._fd, data)
         self._size += len(data)
         self._unsynced = True
 
@@ -256,7 +249,7 @@ class SegmentWriter:
     def _write(self, data: bytes, mark: tuple[int, str, int, int]) -> None:
         assert self._fd is not None
         try:
-            _write_all(self._fd, data)
+            write_all(self._fd, data)
         except OSError:
             self._rollback(mark)
             raise
@@ -293,7 +286,7 @@ class SegmentWriter:
                 "ts": _now_us(),
             }
             data = self._line(header)
-            _write_all(fd, data)
+            write_all(fd, data)
             sync = self.fsync is not FsyncPolicy.NONE
             if sync:
                 os.fsync(fd)
