@@ -7,7 +7,8 @@ Environment:
     TOY_TOOLS              comma-separated subset of tools to expose (default: all but the
                            ones only named here: ``blocks_error``, ``numbers``)
     TOY_RESOURCES          when set, also serve one resource (``toy://meta``) and one prompt
-                           (``meta``) whose contents are the ``_meta`` their request carried
+                           (``meta``) whose contents are the ``_meta`` their request carried;
+                           any other is a -32602 error with ``data``
 
 Tools: ``echo`` (read-only), ``write_marker`` (writes a file: a side effect), ``fail`` (an
 ``isError`` result), ``crash`` (the process exits mid-call), ``hang`` (the whole server stops
@@ -155,6 +156,11 @@ def main() -> None:
             send({"jsonrpc": "2.0", "id": mid, "result": {"messages": [
                 {"role": "user", "content": {"type": "text",
                                              "text": json.dumps(meta, sort_keys=True)}}]}})
+        elif RESOURCES and method in ("resources/read", "prompts/get"):
+            what = "uri" if method == "resources/read" else "name"
+            send({"jsonrpc": "2.0", "id": mid, "error": {
+                "code": -32602, "message": f"no such {what}: {params.get(what)}",
+                "data": {what: params.get(what), "known": 0}}})
         elif method == "ping":
             send({"jsonrpc": "2.0", "id": mid, "result": {}})
         elif method == "tools/list":

@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlparse
 from ..model import Capability, Effect, Status, ToolCall, ToolDefinition
 from ._backchannel import Backchannel
 from ._errors import UpstreamError, UpstreamRPCError
-from ._results import upstream_error
+from ._results import from_upstream, upstream_error
 from ._serverrequests import server_request_definitions, server_request_name
 from ._telemetry import clock, mark_error
 
@@ -309,8 +309,7 @@ class Forwarder:
             finally:
                 if tel is not None:
                     tel.record_client(label, method, error, clock() - t0)
-        return self._keep(call_id, res.model_dump(by_alias=True, exclude_unset=True,
-                                                  mode="json"))
+        return self._keep(call_id, from_upstream(res))
 
     def _reader(self, label: str) -> Any:
         async def read_resource(ctx: Any, /, uri: str, path: str | None = None) -> Any:
@@ -329,6 +328,8 @@ class Forwarder:
 
     async def complete(self, params: mt.CompleteRequestParams) -> mt.CompleteResult:
         """``completion/complete``, routed by the prompt or template it completes."""
+        import mcp.types as mt
+
         ref = params.ref
         if getattr(ref, "type", "") == "ref/prompt":
             up = await self._route("prompts", "prompt", str(getattr(ref, "name", "")))
@@ -338,7 +339,7 @@ class Forwarder:
         argument = {"name": params.argument.name, "value": params.argument.value}
         res: mt.CompleteResult = await self._forward(
             up, lambda s: s.complete(ref, argument, ctx_args))
-        return res
+        return mt.CompleteResult.model_validate(from_upstream(res), by_alias=True)
 
     async def subscribe(self, client: str, uri: str, on: bool) -> None:
         """``resources/subscribe`` and ``unsubscribe``: the owner of ``uri`` is told."""

@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from ..redaction import Redactor
     from ._errors import UpstreamRPCError
 
-__all__ = ["CHANGES", "HeldResult", "envelope_to_result", "proxied_result", "shape_result",
-           "upstream_error"]
+__all__ = ["CHANGES", "SERVER_INFO_META", "HeldResult", "envelope_to_result", "from_upstream",
+           "proxied_result", "shape_result", "upstream_error"]
 
 _MAX_ERROR_CHARS = 1000
 
@@ -49,6 +49,10 @@ _MAX_ERROR_CHARS = 1000
 #: content was redacted, long text was cut to a preview (the whole result is in an artifact),
 #: or the result was withheld (a redacted value its output schema has no room for).
 CHANGES = ("redacted", "truncated", "withheld")
+
+#: The ``_meta`` key a 2026-07-28 server stamps its identity on every result with: it names
+#: the server the client is talking to, which for the proxy's client is the proxy.
+SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
 
 
 @dataclass(slots=True)
@@ -80,10 +84,9 @@ def shape_result(res: mt.CallToolResult, output_schema: Any = None,
     """An upstream result as the value the registry redacts, measures and audits
     (``output_schema``: the tool's, which its redacted structured content must still meet;
     ``redactor``: the registry's, for the JSON text of structured content, see _schemasafe)."""
-    # The fields the upstream sent, and only those: the SDK's defaults (isError) stay out.
-    wire = res.model_dump(by_alias=True, mode="json", exclude_unset=True)
+    wire = from_upstream(res)
     blocks = res.content
-    if (res.structured_content is None and not res.meta and len(blocks) == 1
+    if (res.structured_content is None and not wire.get("_meta") and len(blocks) == 1
             and blocks[0].type == "text" and blocks[0].annotations is None
             and blocks[0].meta is None):
         return HeldResult(wire, blocks[0].text)
@@ -109,6 +112,22 @@ def shape_result(res: mt.CallToolResult, output_schema: Any = None,
     if wire.get("_meta"):
         held.shaped["_meta"] = copy.deepcopy(wire["_meta"])
     return held
+
+
+def from_upstream(result: Any) -> dict[str, Any]:
+    """An upstream's result (a model of the SDK's client) in wire form: the fields the upstream
+    sent and only those (the SDK's defaults, such as ``isError``, stay out), without the
+    upstream's own identity stamp (``SERVER_INFO_META``: the proxy's client is served by the
+    proxy, whose front stamps its own where the client's revision has one)."""
+    wire: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_unset=True)
+    meta = wire.get("_meta")
+    if isinstance(meta, dict) and SERVER_INFO_META in meta:
+        rest = {k: v for k, v in meta.items() if k != SERVER_INFO_META}
+        if rest:
+            wire["_meta"] = rest
+        else:
+            del wire["_meta"]
+    return wire
 
 
 def _restore(content: list[Any], held: HeldResult) -> None:
