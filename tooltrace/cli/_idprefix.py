@@ -19,7 +19,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["MIN_PREFIX", "AmbiguousPrefix", "SeenIds", "cut", "match_prefix", "unique_prefixes"]
+__all__ = ["MIN_PREFIX", "AmbiguousPrefix", "SeenIds", "ambiguous", "cut", "match_prefix",
+           "unique_prefixes"]
 
 #: The shortest prefix shown: the UUIDv7's millisecond, ``01a24a57-c7f7``.
 MIN_PREFIX = 13
@@ -34,6 +35,13 @@ class AmbiguousPrefix(LookupError):
         super().__init__(f"id prefix {prefix[:40]!r} matches {len(matches)} ids")
         self.prefix = prefix
         self.matches = list(matches)
+
+
+def ambiguous(prefix: str, matches: Sequence[str], what: str = "call id") -> str:
+    """The error every command gives for a prefix that names several ids (it exits 2)."""
+    shown = ", ".join(matches[:4]) + (" ..." if len(matches) > 4 else "")
+    return (f"{what} prefix {prefix[:40]!r} is ambiguous; it matches {shown}"
+            " -- give more characters")
 
 
 def _common(a: str, b: str | None) -> int:

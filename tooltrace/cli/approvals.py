@@ -46,10 +46,10 @@ def _short(t: dt.datetime | None) -> str:
     return "" if t is None else t.strftime("%Y-%m-%d %H:%M")
 
 
-def _calls(ids: list[str]) -> str:
-    """The covered calls' id prefixes (milliseconds apart: the first two, then how many more),
-    without spaces so the cell never wraps (``--json`` has every id whole)."""
-    shown = ",".join(i[:13] for i in ids[:2])
+def _calls(ids: list[str], short: dict[str, str]) -> str:
+    """The covered calls' shortest id prefixes unique in the trail (the first two, then how
+    many more), without spaces so the cell never wraps (``--json`` has every id whole)."""
+    shown = ",".join(short.get(i, i) for i in ids[:2])
     return shown + (f",+{len(ids) - 2}" if len(ids) > 2 else "")
 
 
@@ -62,11 +62,11 @@ def _principal(r: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _row(r: dict[str, Any], redact: Any) -> tuple[str, ...]:
+def _row(r: dict[str, Any], redact: Any, short: dict[str, str]) -> tuple[str, ...]:
     return (
         _short(r["approved_at"]), r["approver"] or "", r["decision"], r["tool"] or "",
         redact(r["reason"] or ""), _short(r["expires_at"]) or "-", _principal(r),
-        (r["args_sha256"] or "")[:10], _calls(r["covered_calls"] or []),
+        (r["args_sha256"] or "")[:10], _calls(r["covered_calls"] or [], short),
     )
 
 
@@ -120,6 +120,7 @@ def approvals(tool: str | None, since: str | None, limit: int, home: Path | None
     """
     from ..audit import list_approvals
     from ..redaction import default_redactor
+    from ._idprefix import unique_prefixes
     from ._table import fit, terminal_width
 
     guard = OutputGuard(home)
@@ -127,6 +128,8 @@ def approvals(tool: str | None, since: str | None, limit: int, home: Path | None
         rows = list_approvals(store, tool=tool, since=parse_since(since), limit=limit).dicts()
         if rows:
             _with_roles(store, rows)
+        short = {} if as_json or not rows else unique_prefixes(
+            store, [i for r in rows for i in (r["covered_calls"] or [])[:2]])
     redact = default_redactor().redact_text
     if as_json:
         for r in rows:
@@ -136,7 +139,7 @@ def approvals(tool: str | None, since: str | None, limit: int, home: Path | None
     if not rows:
         click.echo("no approvals match")
         return
-    cells = [_row(r, redact) for r in rows]
+    cells = [_row(r, redact, short) for r in rows]
     if not wide:
         shown = [[guard(cell(v, 60)) for v in c] for c in cells]
         if _ESSENTIAL & set(fit(_COLUMNS, shown, terminal_width(), _PRIORITY).left_out):

@@ -141,12 +141,10 @@ def answer(approval_id: str, approve: bool | None, reason: str, ttl: str | None,
 def _request_id(queue: Any, given: str, guard: OutputGuard) -> str:
     """The whole id of the one request ``given`` (an id or a prefix of one) names; exit 2 when
     it names several. An id no request starts with is returned as given (the queue says)."""
-    from ._idprefix import AmbiguousPrefix, match_prefix
+    from ._idprefix import AmbiguousPrefix, ambiguous, match_prefix
 
     try:
         found = match_prefix(given, (r.approval_id for r, _ in queue.entries()))
     except AmbiguousPrefix as exc:
-        shown = ", ".join(exc.matches[:4]) + (" ..." if len(exc.matches) > 4 else "")
-        fail(f"request id prefix {given[:40]!r} is ambiguous; it matches {shown}"
-             " -- give more characters", EXIT_USAGE, guard)
+        fail(ambiguous(given, exc.matches, "request id"), EXIT_USAGE, guard)
     return found or given

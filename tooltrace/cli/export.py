@@ -20,7 +20,7 @@ from typing import IO, Any
 import click
 import orjson
 
-from ._common import EXIT_FAIL, OutputGuard, fail, home_option, parse_since
+from ._common import EXIT_FAIL, EXIT_USAGE, OutputGuard, fail, home_option, parse_since
 
 
 @click.command()
@@ -52,6 +52,7 @@ def export(home: Path | None, fmt: str, since: str | None, follow: bool, output:
     from .._settings import resolve_home
     from ..audit import AmbiguousCallId, CallNotFound, OtlpLogShipper, audit_dir, ocsf_batches
     from ..exceptions import TooltraceError
+    from ._idprefix import ambiguous
 
     if output is not None and otlp_endpoint is not None:
         raise click.UsageError("-o and --otlp-endpoint are exclusive: choose one destination")
@@ -82,7 +83,9 @@ def export(home: Path | None, fmt: str, since: str | None, follow: bool, output:
                 if (max_events is not None and written >= max_events) or stopped() or (
                         end is not None and time.monotonic() >= end):
                     break
-    except (CallNotFound, AmbiguousCallId) as exc:
+    except AmbiguousCallId as exc:
+        fail(f"--since: {ambiguous(exc.prefix, exc.matches)}", EXIT_USAGE, guard)
+    except CallNotFound as exc:
         fail(f"--since: {exc}", EXIT_FAIL, guard)
     except TooltraceError as exc:  # the OTLP endpoint refused, or the otlp extra is missing
         fail(str(exc), EXIT_FAIL, guard)

@@ -16,6 +16,11 @@ from ._common import (
     trail_options,
 )
 from ._common import table as print_table
+from ._idprefix import unique_prefixes
+from ._table import note
+
+#: Result columns that hold call ids: shown as their shortest prefix unique in the trail.
+_ID_COLUMNS = frozenset({"call_id", "parent_call_id"})
 
 
 def _params(values: tuple[str, ...]) -> dict[str, str]:
@@ -93,10 +98,19 @@ def query(source: str | None, params: tuple[str, ...], list_: bool, home: Path |
             res = store.sql(sql.text, bound)
         except (duckdb.Error, ValueError) as exc:
             fail(f"query failed: {(str(exc).splitlines() or [''])[0][:300]}", EXIT_FAIL, guard)
+        id_cols = [] if as_json or wide else [
+            i for i, c in enumerate(res.columns) if c in _ID_COLUMNS]
+        short = unique_prefixes(store, [r[i] for r in res.rows for i in id_cols
+                                        if isinstance(r[i], str)]) if id_cols else {}
     if as_json:
         print_json(res.dicts(), guard)
         return
     if not res.rows:
         click.echo("no rows")
         return
-    print_table(None, res.columns, res.rows, guard, wide=wide)
+    rows = [[short.get(v, v) if i in id_cols and isinstance(v, str) else v
+             for i, v in enumerate(r)] for r in res.rows]
+    print_table(None, res.columns, rows, guard, wide=wide)
+    if any(short.get(v) != v for v in short):
+        note("(call ids cut to their shortest prefix unique in the trail, which autopsy takes;"
+             " --wide or --json shows them whole)")

@@ -36,6 +36,7 @@ def report(call_id: str | None, run_id: str | None, output: Path | None, fmt: st
     """
     from ..audit import AmbiguousCallId, CallNotFound, DuplicateCallId
     from ..report import build_call_report, build_run_report, render_html, render_markdown
+    from ._idprefix import ambiguous
 
     if (call_id is None) == (run_id is None):
         fail("give either a CALL_ID or --run RUN_ID", EXIT_USAGE)
@@ -45,8 +46,7 @@ def report(call_id: str | None, run_id: str | None, output: Path | None, fmt: st
             rep = (build_call_report(store, call_id) if call_id is not None
                    else build_run_report(store, str(run_id)))
         except AmbiguousCallId as exc:
-            fail(f"call id prefix {str(call_id)[:40]!r} is ambiguous; it matches "
-                 f"{', '.join(exc.matches[:4])} -- give more characters", EXIT_USAGE)
+            fail(ambiguous(str(call_id), exc.matches), EXIT_USAGE, guard)
         except (CallNotFound, LookupError) as exc:
             if isinstance(exc, DuplicateCallId):
                 fail(f"call id {exc.call_id} was recorded for {len(exc.records)} different "

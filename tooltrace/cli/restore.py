@@ -46,7 +46,10 @@ def restore(call_id: str, force: bool, workspace: Path | None, mode: str, home: 
         full = store.find(call_id)
         rec = store.load(full)
     except SnapshotNotFound as exc:
-        fail(guard(str(exc)), EXIT_USAGE if " calls with" in str(exc) else EXIT_FAIL)
+        # The store says "<n> calls with snapshots match <prefix>" for a prefix of several.
+        several = " calls with" in str(exc)
+        fail(guard(f"call id prefix {call_id[:40]!r} is ambiguous: {exc} -- give more characters"
+                   if several else str(exc)), EXIT_USAGE if several else EXIT_FAIL)
     log_dir = root / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     with (log_dir / "cli.jsonl").open("a", encoding="utf-8") as log_stream:
