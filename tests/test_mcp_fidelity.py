@@ -5,19 +5,19 @@ compared byte for byte as the JSON text after the JSON-RPC id.
 The upstream is ``tests/mcp_servers/rich.py`` (the official SDK's ``MCPServer``): every kind of
 content block, structured content with and without an output schema, ``_meta`` on a result and
 on a block, an error result of several blocks, the tool, resource, template and prompt listings,
-a read, a prompt, a completion, and the JSON-RPC error of an unknown resource (its code,
-message and ``data``). The clients are plain JSON-RPC clients (lines over stdio, ``httpx`` over HTTP), so what
-is compared is what arrived on the wire. Over stdio the proxy starts the upstream itself; over
-HTTP the proxy serves streamable HTTP and reaches the upstream over streamable HTTP, with a
+a read, a prompt, a completion, and the JSON-RPC error of an unknown resource (its code, message
+and ``data``). The clients are plain JSON-RPC clients (lines over stdio, ``httpx`` over HTTP), so
+what is compared is what arrived on the wire. Over stdio the proxy starts the upstream itself;
+over HTTP the proxy serves streamable HTTP and reaches the upstream over streamable HTTP, with a
 bearer token.
 
 A second upstream written against the wire (``tests/mcp_servers/toy.py``) sends what an SDK
 would not: ``isError`` first, no ``isError`` at all, an annotation's priority as the integer
-``1``, JSON-RPC errors of its own choosing for an unknown resource and an unknown prompt (an
-SDK server words the latter differently by revision, so it is compared here, where the upstream
-answers alike at every revision). Its results come back with the same keys, values and number types except where the
-guide's "What the proxy changes" says otherwise (``test_mcp_changes.py`` holds that list to the
-tests).
+``1``, JSON-RPC errors of its own choosing for an unknown resource and an unknown prompt (an SDK
+server words the latter differently by revision, so it is compared here, where the upstream
+answers alike at every revision). Its results come back with the same keys, values and number
+types except where the guide's "What the proxy changes" says otherwise (``test_mcp_changes.py``
+holds that list to the tests).
 """
 
 from __future__ import annotations
