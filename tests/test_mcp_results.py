@@ -86,8 +86,8 @@ def test_results_under_the_limit_are_byte_identical(results: dict[str, Any], too
                                                     n: int) -> None:
     direct, proxied = results["direct"][tool, n], results["proxied"][tool, n]
     assert wire(proxied) == wire(direct)
-    assert proxied.meta["tooltrace/status"] == "ok"
-    assert "tooltrace/artifact" not in proxied.meta
+    assert proxied.meta["tooltrace/status"] == "ok"  # named because the config asks (call_ids)
+    assert "tooltrace/artifact" not in proxied.meta and "tooltrace/changed" not in proxied.meta
 
 
 @pytest.mark.parametrize(("tool", "n"), [c for c in CASES if c[1] == BIG])
@@ -95,6 +95,7 @@ def test_offloaded_results_keep_their_shape(results: dict[str, Any], tool: str,
                                             n: int) -> None:
     direct, proxied = results["direct"][tool, n], results["proxied"][tool, n]
     art = proxied.meta["tooltrace/artifact"]
+    assert proxied.meta["tooltrace/changed"] == ["truncated"]
     # Structured content stays whole: the result is still valid for the tool's schema.
     assert json.dumps(proxied.structured_content) == json.dumps(direct.structured_content)
     schema = results["proxy_tools"][tool].output_schema
@@ -150,6 +151,9 @@ def test_secrets_are_redacted_in_place(results: dict[str, Any]) -> None:
     assert res.content[0].text.endswith("\nok")
     assert res.structured_content["password"].startswith("[REDACTED")
     assert set(res.structured_content) == {"note", "password"}
+    # The change is marked in _meta, and only there.
+    assert res.meta["tooltrace/changed"] == ["redacted"]
+    assert res.meta["tooltrace/status"] == "ok"
 
 
 def test_unknown_tool_is_a_json_rpc_error_and_is_audited(results: dict[str, Any]) -> None:

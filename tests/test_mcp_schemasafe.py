@@ -80,4 +80,5 @@ def test_a_schema_with_no_room_for_a_marker_gets_the_result_withheld(out: dict[s
     assert res.is_error
     assert "withheld" in res.content[0].text
     assert res.meta["tooltrace/error_type"] == "redacted_invalid"
+    assert res.meta["tooltrace/changed"] == ["withheld"]
     assert res.structured_content is None
