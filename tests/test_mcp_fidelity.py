@@ -358,3 +358,38 @@ def test_a_read_or_prompt_error_keeps_the_upstreams_code_message_and_data(
     direct, proxied = toy
     assert "error" in direct[name]
     assert _typed(proxied[name]["error"]) == _typed(direct[name]["error"])
+
+
+def test_a_listing_comes_whole_in_the_upstreams_order(tmp: Path) -> None:
+    """An upstream that pages its tools: the proxy lists them all in one page, in the order
+    of the upstream's pages."""
+    env = {"TOY_TOOLS": "echo,meta,big,fail,numbers", "TOY_PAGE": "2"}
+    direct = StdioWire([sys.executable, TOY], env=env)
+    pages, cursor = [], None
+    try:
+        while True:
+            page = json.loads(direct.request("tools/list", {"cursor": cursor} if cursor else {}))
+            pages.append(page["result"])
+            cursor = page["result"].get("nextCursor")
+            if cursor is None:
+                break
+    finally:
+        direct.close()
+    config = write_config(tmp, f"""
+[proxy]
+home = "home-pages"
+[servers.toy]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(TOY)}]
+env = {{ TOY_TOOLS = "{env["TOY_TOOLS"]}", TOY_PAGE = "2" }}
+""", "pages.toml", call_ids=False)
+    proxy = StdioWire([sys.executable, "-m", "tooltrace.mcp", "proxy", "--config", str(config)],
+                      env={"PYTHONPATH": str(REPO), "TOOLTRACE_LOG_LEVEL": "error"}, cwd=tmp)
+    try:
+        listed = json.loads(proxy.request("tools/list", {}))["result"]
+    finally:
+        proxy.close()
+    assert len(pages) == 3
+    assert [t["name"] for t in listed["tools"]] == [
+        t["name"] for p in pages for t in p["tools"]] == ["echo", "fail", "meta", "big", "numbers"]
+    assert "nextCursor" not in listed

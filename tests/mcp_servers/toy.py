@@ -9,6 +9,8 @@ Environment:
     TOY_RESOURCES          when set, also serve one resource (``toy://meta``) and one prompt
                            (``meta``) whose contents are the ``_meta`` their request carried;
                            any other is a -32602 error with ``data``
+    TOY_PAGE               when set, ``tools/list`` answers pages of this many tools, with a
+                           ``nextCursor`` while more follow
 
 Tools: ``echo`` (read-only), ``write_marker`` (writes a file: a side effect), ``fail`` (an
 ``isError`` result), ``crash`` (the process exits mid-call), ``hang`` (the whole server stops
@@ -68,6 +70,18 @@ _only = os.environ.get("TOY_TOOLS")
 if _only:
     TOOLS = [t for t in TOOLS + NAMED_ONLY if t["name"] in _only.split(",")]
 RESOURCES = bool(os.environ.get("TOY_RESOURCES"))
+PAGE = int(os.environ.get("TOY_PAGE") or 0)
+
+
+def page(cursor: Any) -> dict[str, Any]:
+    """One page of ``tools/list`` (all of it without TOY_PAGE)."""
+    if not PAGE:
+        return {"tools": TOOLS}
+    start = int(cursor or 0)
+    out: dict[str, Any] = {"tools": TOOLS[start:start + PAGE]}
+    if start + PAGE < len(TOOLS):
+        out["nextCursor"] = str(start + PAGE)
+    return out
 
 
 def send(obj: dict[str, Any]) -> None:
@@ -164,7 +178,7 @@ def main() -> None:
         elif method == "ping":
             send({"jsonrpc": "2.0", "id": mid, "result": {}})
         elif method == "tools/list":
-            send({"jsonrpc": "2.0", "id": mid, "result": {"tools": TOOLS}})
+            send({"jsonrpc": "2.0", "id": mid, "result": page(params.get("cursor"))})
         elif method == "tools/call" and params.get("name") in names:
             result = call(params["name"], params.get("arguments") or {}, meta)
             if result is not None:
