@@ -362,7 +362,7 @@ def test_a_read_or_prompt_error_keeps_the_upstreams_code_message_and_data(
 
 def test_a_listing_comes_whole_in_the_upstreams_order(tmp: Path) -> None:
     """An upstream that pages its tools: the proxy lists them all in one page, in the order
-    of the upstream's pages."""
+    of the upstream's pages, each as the upstream listed it but for its task support."""
     env = {"TOY_TOOLS": "echo,meta,big,fail,numbers", "TOY_PAGE": "2"}
     direct = StdioWire([sys.executable, TOY], env=env)
     pages, cursor = [], None
@@ -393,3 +393,8 @@ env = {{ TOY_TOOLS = "{env["TOY_TOOLS"]}", TOY_PAGE = "2" }}
     assert [t["name"] for t in listed["tools"]] == [
         t["name"] for p in pages for t in p["tools"]] == ["echo", "fail", "meta", "big", "numbers"]
     assert "nextCursor" not in listed
+    # A tool's task support is the one thing its listing loses: the proxy runs no tasks.
+    sent = next(t for p in pages for t in p["tools"] if t["name"] == "numbers")
+    got = next(t for t in listed["tools"] if t["name"] == "numbers")
+    assert sent["execution"] == {"taskSupport": "optional"} and "execution" not in got
+    assert {k: v for k, v in sent.items() if k != "execution"} == got

@@ -64,7 +64,8 @@ NAMED_ONLY: list[dict[str, Any]] = [
     {"name": "blocks_error", "description": "An error result of several blocks.",
      "inputSchema": _schema({}, [])},
     {"name": "numbers", "description": "Numbers as written, and no isError.",
-     "inputSchema": _schema({}, []), "annotations": READ_ONLY},
+     "inputSchema": _schema({}, []), "annotations": READ_ONLY,
+     "execution": {"taskSupport": "optional"}},
 ]
 _only = os.environ.get("TOY_TOOLS")
 if _only:
