@@ -29,7 +29,6 @@ from tooltrace import (
 )
 from tooltrace.audit import list_approvals, open_store, verify
 from tooltrace.policy import arguments_sha256
-from tooltrace.policy._approvals import ApprovalCache
 
 SECRET = "ghp_" + "Q7wE9rT2yU4iO6pA8sD0fG1hJ3kL5zX7cV9b"
 
@@ -139,7 +138,7 @@ def test_an_approval_with_a_time_to_live_covers_the_same_arguments_only(tmp_path
                   ApprovalDecision(True, who="alice"))
     reg = _registry(tmp_path, ap)
     now = [time.time_ns() // 1000]  # the clock approvals expire by, moved by the test
-    reg._approvals = ApprovalCache(clock=lambda: now[0])
+    reg.environment.approvals.now_us = lambda: now[0]
     a = ToolCall("send", {"to": "bob"})
     first = reg.call(a)
     again = reg.call(ToolCall("send", {"to": "bob"}))  # same arguments: not asked

@@ -1099,28 +1099,28 @@ def test_attributes_are_redacted_as_a_mapping_whether_or_not_their_verdicts_are_
     plain = {"build.digest": build, "network.transport": "pipe", "jsonrpc.request.id": "12",
              "retry": 3, "cached": True}
     for _ in range(2):  # the second time from the remembered verdicts
-        assert clean_attributes(reg, plain) == plain
+        assert clean_attributes(reg.environment, plain) == plain
     aws = "AKIA" + "Q3EGRIT5NLKW7XPA"
     tainted = {**plain, "note": f"key {aws}", "aws_secret_access_key": "looks-harmless",
                "mcp.session.id": "s-1", "pin_code": 1234, f"x_{aws}": "y"}
     for _ in range(2):
-        got = clean_attributes(reg, tainted)
+        got = clean_attributes(reg.environment, tainted)
         whole = reg.redactor.redact(tainted)[0]
         assert got == {k: v for k, v in whole.items() if k in tainted}  # less the secret key
         assert aws not in got["note"] and got["aws_secret_access_key"] != "looks-harmless"
         assert got["mcp.session.id"] != "s-1" and len(got) == len(tainted) - 1
         assert {k: got[k] for k in plain} == plain
     reg.redactor.register_value(build)
-    assert clean_attributes(reg, plain)["build.digest"] != build
+    assert clean_attributes(reg.environment, plain)["build.digest"] != build
     reg.redactor = Redactor()  # another redactor, other rules: nothing remembered carries over
-    assert clean_attributes(reg, plain) == plain
+    assert clean_attributes(reg.environment, plain) == plain
     reg.redactor = r = Redactor(extra_values=["pipe-secret"])
-    assert clean_attributes(reg, {"network.transport": "pipe-secret"}) == {
+    assert clean_attributes(reg.environment, {"network.transport": "pipe-secret"}) == {
         "network.transport": r.redact_text("pipe-secret")}
     for i in range(5000):  # request ids never repeat: a full memory starts over
-        assert clean_attributes(reg, {"jsonrpc.request.id": f"r-{i}"}) == {
+        assert clean_attributes(reg.environment, {"jsonrpc.request.id": f"r-{i}"}) == {
             "jsonrpc.request.id": f"r-{i}"}
-    assert 0 < len(reg._attributes.for_redactor(r)) <= 4096
+    assert 0 < len(reg.environment.attributes.for_redactor(r)) <= 4096
     reg.redactor.register_value(build)
     r = reg.redactor
     assert r.is_plain_key("build.digest") and not r.is_plain_key("aws_secret_access_key")

@@ -507,7 +507,7 @@ def test_an_async_tool_stopped_before_it_started_gives_its_slot_back(
 ) -> None:
     """A blocking caller's async tool whose deadline passes before the registry's loop gets to
     start it: the call times out at its deadline and the admission slot comes back."""
-    loop = reg._loop.loop()
+    loop = reg.environment.loop.loop()
     for _ in range(3):
         loop.call_soon_threadsafe(time.sleep, 0.3)  # the loop is busy: the tool cannot start
         env = reg.call(ToolCall("async_sleep", {"seconds": 0}, timeout_s=0.05))

@@ -214,7 +214,7 @@ def test_validators_are_compiled_when_a_call_first_needs_them(tmp_path: Path) ->
     registry = ToolRegistry(workspace=tmp_path)
     try:
         registry.register(typical)
-        entry = registry._table.active["typical"]
+        entry = registry.environment.tools.active["typical"]
         assert entry.schema._validate is None  # registered, not yet compiled
         env = registry.call(ToolCall("typical", {"path": "a", "count": "many"}))
         assert env.status == "rejected" and env.reject_stage == "params"

@@ -1,17 +1,11 @@
-"""The tool registry's front: registration, the shadow report, the one execution entry
+"""The tool registry: registration, the shadow report, the one execution entry
 (``call``/``acall``), cancellation, status, flush and shutdown.
 
-Each concern of the call path lives in its own private module:
-
-- ``_tooltable``: registered definitions by name and source, shadowing, the shadow report
-- ``_stages``: the pipeline of one call, one function per stage, written once as a generator
-  that yields the operations that block; ``_sanitise``, ``_authorize`` (policy and approval),
-  ``_hookstages``, ``_execute`` (and the deadline wait) and ``_result`` hold the other stages
-- ``_drivers``: the blocking driver (``call``) and the asyncio driver (``acall``)
-- ``_outcome``: the outcome rules (``ok``, ``failed``, ``cancelled``, ``unknown``)
-- ``_record``: the record builder, which owns redaction of step details and summaries
-- ``_statuses``: what the registry remembers of recent calls, and the call ids taken
-- ``tooltrace.sinks``: the protocols the registry emits to
+The registry holds what outlives a call (the tool table, the sinks, the runtime's threads, the
+book of active calls) and hands each call's pipeline (``tooltrace.pipeline``) a frozen
+``Environment`` of it; the pipeline never sees the registry. A setting changed on the registry
+(``policy``, ``approver``, ``redactor``, ...) makes a new environment for the calls that
+start after it.
 """
 
 from __future__ import annotations
@@ -19,6 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from . import _settings
@@ -31,7 +26,6 @@ from .model import (
     Resolution,
     RunPrincipals,
     Status,
-    Step,
     ToolDefinition,
     ToolListing,
     ToolResultEnvelope,
@@ -41,26 +35,24 @@ from .model import (
     tool_listing,
 )
 from .pipeline import (
-    AllowDetails,
     AttributeMemo,
+    Book,
+    Emitter,
+    Environment,
     EventHub,
     RawCall,
-    StatusTable,
     Subscription,
     arun,
-    redact_detail,
     run,
 )
 from .policy import ApprovalCache, ApprovalDecision, ApprovalRequest, Policy, Workspace
 from .redaction import ArtifactStore, Redactor
 from .runtime import Admission, CallContext, LoopThread, RenewablePool, ToolThreads
 from .sinks import (
-    ApprovalRecord,
     ApprovalSink,
     BindingSink,
     DurableSink,
     LateSink,
-    LateStep,
     Sink,
     SpanOpener,
     TrailSink,
@@ -73,7 +65,6 @@ __all__ = ["Approver", "ToolRegistry"]
 Approver = Callable[[ApprovalRequest], ApprovalDecision]
 
 
-# Python subclasses of the compiled class are allowed (it is public API).
 class ToolRegistry:
     """Registered tools and the one way to run them.
 
@@ -144,58 +135,152 @@ class ToolRegistry:
     ) -> None:
         ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace or os.getcwd())
         self.home = _settings.resolve_home(home, workspace=ws.root)
-        self.workspace = ws.with_protected(_settings.protected_paths(self.home, ws.root))
-        self.artifacts = ArtifactStore(self.home / "artifacts")
-        self.snapshots = SnapshotStore(self.home, snapshot_max_bytes)
+        workspace_ = ws.with_protected(_settings.protected_paths(self.home, ws.root))
         self.group_descriptions: dict[str, str] = {}  # see describe_group
-        self.policy = policy if policy is not None else Policy()
-        self.redactor = redactor if redactor is not None else Redactor()
-        self.approver = approver
-        self.run_id = run_id or new_run_id()
-        self._principals = RunPrincipals.starting(self.run_id, principal, self.redactor)
-        self.max_timeout_s = _settings.max_timeout_s(max_timeout_s)
-        self.admission_timeout_s = admission_timeout_s
-        self.cancel_grace_s = cancel_grace_s
-        self.max_inline_chars = max_inline_chars
-        self.preview_chars = preview_chars
-        #: Sink (and shutdown callback) errors: counted, never raised into a call.
-        self.sink_errors = 0
-        #: How deeply tools may nest calls through their context (deeper: refused).
-        self.max_depth = _settings.max_depth(max_depth)
-        self._hub = EventHub(self, progress_interval_s)
-        self._pre_hooks, self._post_hooks = by_phase(tuple(hooks))
+        redactor = redactor if redactor is not None else Redactor()
+        run_id = run_id or new_run_id()
+        pre_hooks, post_hooks = by_phase(tuple(hooks))
         sinks = tuple(sinks)
         # A tracing sink is also the span opener: callers need not pass it twice.
         opener = next((s for s in sinks if isinstance(s, SpanOpener)), None)
-        self._tracer = tracer if tracer is not None else opener
-        self._sinks: tuple[Sink, ...] = ()
-        self._durable: tuple[DurableSink, ...] = ()
-        self._late_sinks: tuple[LateSink, ...] = ()
-        self._trail_sinks: tuple[TrailSink, ...] = ()
-        self._approval_sinks: tuple[ApprovalSink, ...] = ()
-        self._approvals = ApprovalCache()  # approvals with a time to live
-        # A caller's UUIDv7 id below this (clock skew allowed) may be in an earlier process's trail.
-        self._trail_from = id_prefix(time.time() + CLOCK_SKEW_S)
-        self._table = ToolTable()
-        self._admission = Admission(max_concurrency, max_queue, tool_concurrency)
-        self._pool = ToolThreads(max_concurrency, "tooltrace-tool")
-        self._hook_threads = RenewablePool(hook_threads, "tooltrace-hook")
-        self._loop = LoopThread()
-        # Running calls by id; a context's _done/_final say when and how its call returned.
-        self._active: dict[str, CallContext] = {}
-        self._cancelled_runs: set[str] = set()
-        self._cancel_early: dict[str, None] = {}
-        self._statuses = StatusTable()
-        self._attributes = AttributeMemo()
-        self._allow = AllowDetails()
-        self._emit_late_fn = self._emit_late  # bound once, shared by every call's context
+        self._emitter = Emitter()
         self._shutdown_callbacks: list[Callable[[float], None]] = []
         self._closed = False
-        self._root_text = str(self.workspace.root)  # records show these for host paths (scrub)
-        self._home_text = str(self.home.resolve())
-        self._made_texts: dict[str, tuple[Redactor, int, str]] = {}  # see _record.scrub_made
+        self._env = Environment(
+            run_id=run_id,
+            workspace=workspace_,
+            artifacts=ArtifactStore(self.home / "artifacts"),
+            snapshots=SnapshotStore(self.home, snapshot_max_bytes),
+            policy=policy if policy is not None else Policy(),
+            approver=approver,
+            redactor=redactor,
+            tools=ToolTable(),
+            principals=RunPrincipals.starting(run_id, principal, redactor),
+            pre_hooks=pre_hooks,
+            post_hooks=post_hooks,
+            tracer=tracer if tracer is not None else opener,
+            admission=Admission(max_concurrency, max_queue, tool_concurrency),
+            pool=ToolThreads(max_concurrency, "tooltrace-tool"),
+            hook_threads=RenewablePool(hook_threads, "tooltrace-hook"),
+            loop=LoopThread(),
+            hub=EventHub(redactor, progress_interval_s),
+            book=Book(),
+            emitter=self._emitter,
+            approvals=ApprovalCache(),
+            attributes=AttributeMemo(),
+            max_timeout_s=_settings.max_timeout_s(max_timeout_s),
+            admission_timeout_s=admission_timeout_s,
+            cancel_grace_s=cancel_grace_s,
+            max_inline_chars=max_inline_chars,
+            preview_chars=preview_chars,
+            max_depth=_settings.max_depth(max_depth),
+            # A caller's UUIDv7 id below this (clock skew allowed) may be in an earlier
+            # process's trail.
+            trail_from=id_prefix(time.time() + CLOCK_SKEW_S),
+            # Records show these for host paths (scrub).
+            root_text=str(workspace_.root),
+            home_text=str(self.home.resolve()),
+        )
         for sink in sinks:
             self.add_sink(sink)
+
+    # -- settings: each change makes a new environment for the calls that start after it ------
+
+    def _replace(self, **changes: Any) -> None:
+        self._env = replace(self._env, **changes)
+
+    @property
+    def environment(self) -> Environment:
+        """What the pipeline of a call starting now is handed (``tooltrace.pipeline``)."""
+        return self._env
+
+    @property
+    def run_id(self) -> str:
+        """The run a call belongs to unless it names its own."""
+        return self._env.run_id
+
+    @property
+    def workspace(self) -> Workspace:
+        """The directory tools work in (the home and its files are protected in it)."""
+        return self._env.workspace
+
+    @workspace.setter
+    def workspace(self, value: Workspace) -> None:
+        ws = value.with_protected(_settings.protected_paths(self.home, value.root))
+        self._replace(workspace=ws, root_text=str(ws.root))
+
+    @property
+    def artifacts(self) -> ArtifactStore:
+        """Where results too big to keep inline go."""
+        return self._env.artifacts
+
+    @property
+    def snapshots(self) -> SnapshotStore:
+        """What files held before a tool that declares ``writes`` ran."""
+        return self._env.snapshots
+
+    @property
+    def policy(self) -> Policy:
+        """The rules that decide whether a call may run."""
+        return self._env.policy
+
+    @policy.setter
+    def policy(self, value: Policy) -> None:
+        self._replace(policy=value)
+
+    @property
+    def approver(self) -> Approver | None:
+        """Decides a call a policy rule asked about (None: ``TOOLTRACE_APPROVAL`` decides)."""
+        return self._env.approver
+
+    @approver.setter
+    def approver(self, value: Approver | None) -> None:
+        self._replace(approver=value)
+
+    @property
+    def redactor(self) -> Redactor:
+        """Hides secrets in records, hook views, summaries and results."""
+        return self._env.redactor
+
+    @redactor.setter
+    def redactor(self, value: Redactor) -> None:
+        self._env.hub.redactor = value
+        self._replace(redactor=value, made_texts={})
+
+    @property
+    def max_timeout_s(self) -> float:
+        """The longest timeout a call may ask for."""
+        return self._env.max_timeout_s
+
+    @property
+    def admission_timeout_s(self) -> float:
+        """How long a call waits for a concurrency slot before it is refused."""
+        return self._env.admission_timeout_s
+
+    @property
+    def cancel_grace_s(self) -> float:
+        """How long a tool told to stop has to confirm it."""
+        return self._env.cancel_grace_s
+
+    @property
+    def max_inline_chars(self) -> int:
+        """A result longer than this (as text) goes to an artifact."""
+        return self._env.max_inline_chars
+
+    @property
+    def preview_chars(self) -> int:
+        """How much of a result the record keeps."""
+        return self._env.preview_chars
+
+    @property
+    def max_depth(self) -> int:
+        """How deeply tools may nest calls through their context (deeper: refused)."""
+        return self._env.max_depth
+
+    @property
+    def sink_errors(self) -> int:
+        """Sink (and shutdown callback) errors: counted, never raised into a call."""
+        return self._emitter.errors
 
     # -- registration -------------------------------------------------------------------------
 
@@ -211,22 +296,22 @@ class ToolRegistry:
         """
         entry = make_entry(tool, handler)
         definition = entry.definition
-        self._table.add(entry)
+        self._env.tools.add(entry)
         if definition.max_concurrency is not None:
-            self._admission.tool_caps.setdefault(definition.name, definition.max_concurrency)
+            self._env.admission.tool_caps.setdefault(definition.name, definition.max_concurrency)
         return definition
 
     def unregister(self, name: str, source: str) -> None:
         """Remove one source's definition of ``name`` (the next one becomes active)."""
-        self._table.remove(name, source)
+        self._env.tools.remove(name, source)
 
     def resolution(self) -> list[Resolution]:
         """The shadow report: every name, its active source and what it shadows (sorted)."""
-        return self._table.resolution()
+        return self._env.tools.resolution()
 
     def definition(self, name: str) -> ToolDefinition | None:
         """The active (effective) definition of ``name``, or None."""
-        e = self._table.active.get(name)
+        e = self._env.tools.active.get(name)
         return e.definition if e is not None else None
 
     def visible_tools(self, mode: str = "default") -> Visibility:
@@ -234,7 +319,7 @@ class ToolRegistry:
         that are not tools, ``ToolDefinition.listed`` False, are in neither)."""
         visible: list[ToolDefinition] = []
         hidden: list[tuple[str, str]] = []
-        active = self._table.active
+        active = self._env.tools.active
         for name in sorted(active):
             d = active[name].definition
             if not d.listed:
@@ -261,33 +346,34 @@ class ToolRegistry:
     ) -> Principal | None:
         """Whom a call of ``run_id`` (default: this registry's run) naming ``principal`` would
         act as, the run's binding applied; binds nothing (for judging a call before it runs)."""
-        return self._principals.peek(run_id or self.run_id, principal)
+        return self._env.principals.peek(run_id or self.run_id, principal)
 
     def tool_names(self) -> frozenset[str]:
         """Names of the registered tools: the closed set of metric label values."""
-        return frozenset(self._table.active)
+        return frozenset(self._env.tools.active)
 
     # -- sinks and runtime state --------------------------------------------------------------
 
     @property
     def sinks(self) -> tuple[Sink, ...]:
         """The attached telemetry sinks."""
-        return self._sinks
+        return self._emitter.sinks
 
     def add_sink(self, sink: Sink) -> None:
         """Attach a sink and take note of the other roles it takes on (``tooltrace.sinks``):
         a ``LateSink`` also gets late steps, a ``BindingSink`` is bound here, a strict
         ``DurableSink`` makes each call's intent durable before the call runs, a ``TrailSink``
         is asked about caller-supplied call ids the registry cannot vouch for."""
-        self._sinks = (*self._sinks, sink)
+        em = self._emitter
+        em.sinks = (*em.sinks, sink)
         if isinstance(sink, DurableSink) and sink.strict:
-            self._durable = (*self._durable, sink)
+            em.durable = (*em.durable, sink)
         if isinstance(sink, LateSink):
-            self._late_sinks = (*self._late_sinks, sink)
+            em.late_sinks = (*em.late_sinks, sink)
         if isinstance(sink, TrailSink):
-            self._trail_sinks = (*self._trail_sinks, sink)
+            em.trail_sinks = (*em.trail_sinks, sink)
         if isinstance(sink, ApprovalSink):
-            self._approval_sinks = (*self._approval_sinks, sink)
+            em.approval_sinks = (*em.approval_sinks, sink)
         if isinstance(sink, BindingSink):
             sink.bind(self)
 
@@ -298,15 +384,15 @@ class ToolRegistry:
 
     def inflight(self) -> dict[str, int]:
         """Calls holding a concurrency slot now, by tool."""
-        return self._admission.inflight()
+        return self._env.admission.inflight()
 
     def queue_depth(self) -> dict[str, int]:
         """Calls waiting for admission now, by tool."""
-        return self._admission.queue_depth()
+        return self._env.admission.queue_depth()
 
     def concurrency_limits(self) -> tuple[int, dict[str, int]]:
         """``(global cap, {tool: cap})``."""
-        return self._admission.global_cap, dict(self._admission.tool_caps)
+        return self._env.admission.global_cap, dict(self._env.admission.tool_caps)
 
     def on_shutdown(self, callback: Callable[[float], None]) -> None:
         """Run ``callback(timeout_s)`` at shutdown (background jobs register here)."""
@@ -316,19 +402,11 @@ class ToolRegistry:
 
     def call(self, call: RawCall) -> ToolResultEnvelope:
         """Run one tool call through the whole pipeline and return its envelope (blocking)."""
-        return run(self, call)
+        return run(self._env, call)
 
     async def acall(self, call: RawCall) -> ToolResultEnvelope:
         """Run one tool call through the same pipeline on the running event loop."""
-        return await arun(self, call)
-
-    def _call_child(self, call: RawCall, parent: CallContext) -> ToolResultEnvelope:
-        """``call`` for a call a running tool makes (``CallContext.call``)."""
-        return run(self, call, parent)
-
-    async def _acall_child(self, call: RawCall, parent: CallContext) -> ToolResultEnvelope:
-        """``acall`` for a call a running tool makes (``CallContext.acall``)."""
-        return await arun(self, call, parent)
+        return await arun(self._env, call)
 
     def subscribe(
         self,
@@ -346,7 +424,7 @@ class ToolRegistry:
         that raises is counted in ``errors``; neither slows or breaks a call. ``close()`` the
         returned ``Subscription`` to stop; ``shutdown`` closes them all.
         """
-        return self._hub.subscribe(subscriber, kinds, max_queue)
+        return self._env.hub.subscribe(subscriber, kinds, max_queue)
 
     def tool_specs(self, mode: str = "default", format: str = "openai", *,
                    collapse: bool = False, expand: Iterable[str] = ()) -> list[dict[str, Any]]:
@@ -381,37 +459,37 @@ class ToolRegistry:
         """A fresh call id to give a call (``ToolCall(call_id=...)``) so it can be named before
         it runs (``cancel_call``, its events): one made here is known new, so unlike other
         supplied ids it is never looked up in the audit trail."""
-        return self._statuses.mint()
+        return self._env.book.statuses.mint()
 
     def status(self, call_id: str) -> CallStatus | None:
         """What the registry knows of a call: the last 4,096 calls, and the last 10,000 that
         ended ``unknown`` (None if it is not remembered; the audit trail has every call)."""
-        return self._statuses.get(call_id)
+        return self._env.book.statuses.get(call_id)
 
     def cancel(self, run_id: str, *, wait: bool = True) -> dict[str, Status | None]:
         """Cancel a run: admit no more of its calls, signal each active one, wait the grace.
 
         Returns each affected call's final status (None if still undecided when the wait ends).
         """
-        self._cancelled_runs.add(run_id)
-        self._admission.cancel_run(run_id)
-        targets = {cid: c for cid, c in list(self._active.items()) if c.run_id == run_id}
+        self._env.book.cancelled_runs.add(run_id)
+        self._env.admission.cancel_run(run_id)
+        targets = {cid: c for cid, c in list(self._env.book.active.items()) if c.run_id == run_id}
         return self._cancel_targets(targets, wait)
 
     def cancel_call(self, call_id: str, *, wait: bool = True) -> Status | None:
         """Cancel one call by id; return its final status (None if unknown or undecided)."""
-        a = self._active.get(call_id)
+        a = self._env.book.active.get(call_id)
         if a is None:
-            if self._admission.cancel_call(call_id):
+            if self._env.admission.cancel_call(call_id):
                 return Status.REJECTED  # it was waiting for a slot: refused with stage cancel
             st = self.status(call_id)
             if st is not None:
                 return st.status
             # Not started yet (still validating, in policy or hooks): refuse it when it gets to
             # admission. Bounded: ids that never show up are forgotten oldest first.
-            self._cancel_early[call_id] = None
-            if len(self._cancel_early) > 10_000:
-                self._cancel_early.pop(next(iter(self._cancel_early)))
+            self._env.book.cancel_early[call_id] = None
+            if len(self._env.book.cancel_early) > 10_000:
+                self._env.book.cancel_early.pop(next(iter(self._env.book.cancel_early)))
             return None
         return self._cancel_targets({call_id: a}, wait).get(call_id)
 
@@ -423,38 +501,10 @@ class ToolRegistry:
         if wait:
             # Cancels are rare: poll rather than give every call an event to wait on.
             deadline = time.monotonic() + self.cancel_grace_s + 1.0
-            while time.monotonic() < deadline and not all(c._done for c in targets.values()):
+            while time.monotonic() < deadline and not all(c.has_returned
+                                                          for c in targets.values()):
                 time.sleep(0.002)
-        return {cid: c._final for cid, c in targets.items()}
-
-    def _emit_late(
-        self,
-        call_id: str,
-        run_id: str,
-        tool: str,
-        step: str,
-        decision: str,
-        detail: Mapping[str, Any] | None,
-    ) -> None:
-        """Record a step after its call returned (a job's end, a late resolution): numbered
-        after the call's own steps, redacted, and handed to every ``LateSink``."""
-        red = redact_detail(self, dict(detail)) if detail else None
-        seq = self._statuses.next_late_seq(call_id)
-        s = Step(seq, step, time.time_ns() // 1000, 0, "runtime", decision, red)
-        late = LateStep(call_id, run_id, tool, s)
-        for sink in self._late_sinks:
-            try:
-                sink.emit_late(late)
-            except Exception:
-                self.sink_errors += 1
-
-    def _emit_approval(self, approval: ApprovalRecord) -> None:
-        """Hand an approver's answer to every ``ApprovalSink`` (errors counted, never raised)."""
-        for sink in self._approval_sinks:
-            try:
-                sink.emit_approval(approval)
-            except Exception:
-                self.sink_errors += 1
+        return {cid: c.final_status for cid, c in targets.items()}
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -464,34 +514,35 @@ class ToolRegistry:
             return
         self._closed = True
         deadline = time.monotonic() + timeout_s
-        self._admission.close()
+        self._env.admission.close()
         # Give calls still running (abandoned ones included) part of the time to end, so their
         # late resolutions reach the sinks before those close.
-        while self._admission.inflight() and time.monotonic() < deadline - timeout_s / 2:
+        while self._env.admission.inflight() and time.monotonic() < deadline - timeout_s / 2:
             time.sleep(0.01)
         for cb in self._shutdown_callbacks:
             try:
                 cb(max(0.0, deadline - time.monotonic()))
             except Exception:
-                self.sink_errors += 1
-        for sink in self._sinks:
+                self._emitter.errors += 1
+        for sink in self._emitter.sinks:
             try:
                 sink.shutdown(max(0.1, deadline - time.monotonic()))
             except Exception:
-                self.sink_errors += 1
-        self._hub.close(max(0.1, deadline - time.monotonic()))
-        self._pool.shutdown()
-        self._hook_threads.shutdown()
-        self._loop.stop()
+                self._emitter.errors += 1
+        env = self._env
+        env.hub.close(max(0.1, deadline - time.monotonic()))
+        env.pool.shutdown()
+        env.hook_threads.shutdown()
+        env.loop.stop()
 
     def flush(self, timeout_s: float = 5.0) -> bool:
         """Flush every sink; False if any missed the deadline."""
         ok = True
-        for sink in self._sinks:
+        for sink in self._emitter.sinks:
             try:
                 ok = bool(sink.flush(timeout_s)) and ok
             except Exception:
-                self.sink_errors += 1
+                self._emitter.errors += 1
                 ok = False
         return ok
 

@@ -34,12 +34,12 @@ from ..policy import (
     ttl_seconds,
 )
 from ..sinks import ApprovalRecord
-from ._record import Builder, detached, error_text, redact_args, redact_detail, scrub
+from ._record import Builder, detached, error_text, redact_args, scrub
 
 if TYPE_CHECKING:
-    from ..registry import ToolRegistry
+    from ._environment import Environment
 
-__all__ = ["AllowDetails", "Approve", "Ask", "approve", "authorize"]
+__all__ = ["Approve", "Ask", "approve", "authorize"]
 
 
 @dataclass(slots=True)
@@ -58,30 +58,6 @@ class Ask(NamedTuple):
     t: int
 
 
-class AllowDetails:
-    """The allow step's detail for each set of rules that passed, made and redacted once and
-    shared by every call that passes the same rules (up to 64 sets; records are read-only
-    downstream). ``vetted`` holds their ids: the record builder need not redact them again."""
-
-    __slots__ = ("by_rules", "vetted")
-
-    def __init__(self) -> None:
-        self.by_rules: dict[tuple[str, ...], Mapping[str, Any]] = {}
-        self.vetted: set[int] = set()
-
-    def make(self, reg: ToolRegistry, rules: tuple[str, ...]) -> Mapping[str, Any]:
-        """The detail of ``rules``, kept and shared from now on while the table has room."""
-        detail: Mapping[str, Any] = {"rules": list(rules)}
-        if len(self.by_rules) < 64:
-            detail = redact_detail(reg, detail)
-            self.by_rules[rules] = detail
-            self.vetted.add(id(detail))
-        return detail
-
-
-# The hot step's name as a plain string (equal to StepName.POLICY; see tooltrace.pipeline._stages).
-_POLICY = str(StepName.POLICY)
-_HOOK_STAGE, _POLICY_STAGE = Stage.HOOK, Stage.POLICY
 # No path is longer (PATH_MAX); a longer word is only looked at word by word, as a script.
 _MAX_PATH_CHARS = 4096
 # What separates the words of a shell script, its quotes and redirections included, so
@@ -92,7 +68,7 @@ _WHO = re.compile(r"[^A-Za-z0-9@._-]")
 
 
 def authorize(
-    reg: ToolRegistry,
+    env: Environment,
     b: Builder,
     entry: Entry,
     args: Mapping[str, Any],
@@ -107,22 +83,22 @@ def authorize(
     A plain function (no generator on the common path): a rule that asks returns ``Ask`` and
     the pipeline then runs ``approve``, which may yield to the approver."""
     d = entry.definition
-    if b.depth > reg.max_depth:
-        why = f"nested {b.depth} calls deep; the maximum is {reg.max_depth}"
+    if b.depth > env.max_depth:
+        why = f"nested {b.depth} calls deep; the maximum is {env.max_depth}"
         detail = {"reason": why, "depth": b.depth, "parent_tool": b.parent_tool}
         b.step(StepName.POLICY, t, "policy:max_depth", "deny", detail)
         return b.reject(Stage.POLICY, f"denied by policy rule max_depth: {why}", d.name)
     if hook is None:
-        ok, why = reg.policy.mode_allows(d, mode)
+        ok, why = env.policy.mode_allows(d, mode)
         if not ok:
             b.step(StepName.POLICY, t, "policy:mode", "deny", {"reason": why})
             return b.reject(Stage.POLICY, f"not allowed in this mode ({why})", d.name)
-    stage = _HOOK_STAGE if hook else _POLICY_STAGE
-    resolved = _scope(reg, b, d, args, t, stage, hook) if d.path_params else _NO_PATHS
+    stage = Stage.HOOK if hook else Stage.POLICY
+    resolved = _scope(env, b, d, args, t, stage, hook) if d.path_params else _NO_PATHS
     if resolved is None:
         return b.refused()
-    if d.capability == Capability.EXECUTE and reg.workspace.protected_roots:
-        found = _names_protected(reg, args, resolved.get("cwd", ""))
+    if d.capability == Capability.EXECUTE and env.workspace.protected_roots:
+        found = _names_protected(env, args, resolved.get("cwd", ""))
         if found is not None:
             param, why = found
             b.step(StepName.POLICY, t, "policy:protected", "deny", {"param": param, "reason": why})
@@ -131,19 +107,16 @@ def authorize(
     req = PolicyRequest(
         d, args, mode, b.run_id, b.call_id, resolved, b.depth, b.parent_tool, b.principal
     )
-    decision, rules = reg.policy.evaluate(req)
-    rebound = _rebound(reg, b, args) if hook is not None else None
+    decision, rules = env.policy.evaluate(req)
+    rebound = _rebound(env, b, args) if hook is not None else None
     if decision is None:
         if rebound is not None or resolved:
             detail = _detail(rebound, rules=list(rules), paths=resolved)
-            b.step(StepName.POLICY, t, "policy", "allow", detail)
         else:
-            allow = reg._allow
-            b.step(
-                _POLICY, t, "policy", "allow", allow.by_rules.get(rules) or allow.make(reg, rules)
-            )
+            detail = {"rules": list(rules)}
+        b.step(StepName.POLICY, t, "policy", "allow", detail)
         return None
-    reason = scrub(reg, decision.reason)[:300]
+    reason = scrub(env, decision.reason)[:300]
     decider = f"policy:{decision.rule}"
     verdict = decision.verdict
     if verdict is Verdict.OBSERVE_DENY or verdict is Verdict.OBSERVE_ASK:
@@ -166,17 +139,17 @@ def _detail(rebound: str | None, **fields: Any) -> dict[str, Any]:
     return fields
 
 
-def _rebound(reg: ToolRegistry, b: Builder, args: Mapping[str, Any]) -> str | None:
+def _rebound(env: Environment, b: Builder, args: Mapping[str, Any]) -> str | None:
     """After a hook changed the arguments of a call already approved: the new arguments'
     digest, recorded in the policy step so the earlier approval (bound to the old digest) is
     not counted as covering the call (the ``approvals`` view); else None."""
     if not any(s.step == "approval" and s.decision == "approve" for s in b.steps):
         return None
-    return arguments_sha256(redact_args(reg, args))
+    return arguments_sha256(redact_args(env, args))
 
 
 def _scope(
-    reg: ToolRegistry,
+    env: Environment,
     b: Builder,
     d: ToolDefinition,
     args: Mapping[str, Any],
@@ -195,7 +168,7 @@ def _scope(
             b.reject(stage, f"argument {p} must be a path string", d.name)
             return None
         try:
-            rp = reg.workspace.resolve(value, must_exist=False)
+            rp = env.workspace.resolve(value, must_exist=False)
         except PathPolicyError as exc:
             detail = {"param": p, "reason": exc.reason}
             b.step(StepName.POLICY, t, "policy:path_scope", "deny", detail)
@@ -212,7 +185,7 @@ def _scope(
             if (
                 isinstance(before, str)
                 and before != value
-                and not narrows(reg, before, rp.relative)
+                and not narrows(env, before, rp.relative)
             ):
                 detail = {"param": p, "reason": "widened path scope", "hook": hook[0]}
                 b.step(StepName.POLICY, t, "policy:hook_scope", "deny", detail)
@@ -222,7 +195,7 @@ def _scope(
 
 
 def _names_protected(
-    reg: ToolRegistry, args: Mapping[str, Any], cwd: str
+    env: Environment, args: Mapping[str, Any], cwd: str
 ) -> tuple[str, str] | None:
     """(argument, reason) for the first argument of a command whose words name a path in a
     protected root (the home), taken from the command's ``cwd``; None when no word does. A
@@ -230,7 +203,7 @@ def _names_protected(
     arguments: each word, the value of an ``--option=value`` word and each word of a shell
     script, with symlinks resolved. A word whose links change while they are resolved is
     refused too (reason ``symlink_race``): fail closed."""
-    ws = reg.workspace
+    ws = env.workspace
     base = os.path.join(ws.root, cwd)
     for name, value in args.items():
         for word in value if isinstance(value, list) else [value]:
@@ -248,10 +221,10 @@ def _names_protected(
     return None
 
 
-def narrows(reg: ToolRegistry, before: str, after_relative: str) -> bool:
+def narrows(env: Environment, before: str, after_relative: str) -> bool:
     """A hook may move a path only within the directory the original path named."""
     try:
-        orig = reg.workspace.resolve(before, must_exist=False).relative
+        orig = env.workspace.resolve(before, must_exist=False).relative
     except PathPolicyError:
         return False
     scope = orig.rsplit("/", 1)[0] if "/" in orig else ""
@@ -261,15 +234,15 @@ def narrows(reg: ToolRegistry, before: str, after_relative: str) -> bool:
 
 
 def approve(
-    reg: ToolRegistry, b: Builder, d: ToolDefinition, args: Mapping[str, Any], ask: Ask
+    env: Environment, b: Builder, d: ToolDefinition, args: Mapping[str, Any], ask: Ask
 ) -> Generator[Approve, Any, ToolResultEnvelope | None]:
     """Ask the approver about exactly these arguments (or apply TOOLTRACE_APPROVAL when there
     is none); None if approved. An unexpired approval of the same tool, principal and argument
     digest is reused without asking; a new answer becomes an ``ApprovalRecord``."""
     decision, reason, decider, t = ask
-    redacted = redact_args(reg, args)
+    redacted = redact_args(env, args)
     digest = arguments_sha256(redacted)
-    if reg.approver is None:
+    if env.approver is None:
         allow = _settings.approval_allows()
         detail: dict[str, Any] = {"reason": "no approver configured", "args_sha256": digest}
         b.step(StepName.APPROVAL, t, decider, "approve" if allow else "deny", detail)
@@ -278,7 +251,7 @@ def approve(
                 Stage.APPROVAL, "approval required and no approver is configured", d.name
             )
         return None
-    hit = reg._approvals.find(d.name, b.principal, digest, reg._approvals.now_us())
+    hit = env.approvals.find(d.name, b.principal, digest, env.approvals.now_us())
     if hit is not None:
         detail = {
             "rule": decision.rule, "approval_id": hit.approval_id, "args_sha256": digest,
@@ -291,11 +264,11 @@ def approve(
     )
     kind, res = yield Approve(areq)
     if kind != "ok" or not isinstance(res, ApprovalDecision):
-        error = error_text(reg, res) if isinstance(res, BaseException) else "no answer"
+        error = error_text(env, res) if isinstance(res, BaseException) else "no answer"
         detail = {"error": error, "args_sha256": digest}
         b.step(StepName.APPROVAL, t, "user:unknown", "deny", detail)
         return b.reject(Stage.APPROVAL, "the approver failed to answer", d.name)
-    rec = _record(reg, b, d, decision, res, kept, digest)
+    rec = _record(env, b, d, decision, res, kept, digest)
     detail = {"reason": rec.reason, "rule": decision.rule, "approval_id": rec.approval_id,
               "args_sha256": digest}
     if rec.expires_at_us is not None:
@@ -307,7 +280,7 @@ def approve(
 
 
 def _record(
-    reg: ToolRegistry,
+    env: Environment,
     b: Builder,
     d: ToolDefinition,
     decision: PolicyDecision,
@@ -317,7 +290,7 @@ def _record(
 ) -> ApprovalRecord:
     """The approver's answer as a record, handed to every ``ApprovalSink``; an approval with a
     time to live (the answer's, else the rule's) is kept for later calls to reuse."""
-    at = reg._approvals.now_us()
+    at = env.approvals.now_us()
     try:
         ttl = ttl_seconds(res.ttl) if res.ttl is not None else ttl_seconds(decision.approval_ttl_s)
     except (TypeError, ValueError, OverflowError):
@@ -326,12 +299,12 @@ def _record(
     principal = b.principal.to_dict() if b.principal is not None else None
     rec = ApprovalRecord(
         new_call_id(), b.call_id, b.run_id, d.name, decision.rule, bool(res.approved),
-        _WHO.sub("_", res.who or "unknown")[:64], scrub(reg, res.reason)[:300], digest, at,
+        _WHO.sub("_", res.who or "unknown")[:64], scrub(env, res.reason)[:300], digest, at,
         expires, principal, redacted,
     )
-    reg._emit_approval(rec)
+    env.emitter.emit_approval(rec)
     if expires is not None:
-        reg._approvals.keep(
+        env.approvals.keep(
             d.name, b.principal, digest, Reusable(rec.approval_id, decision.rule, expires), at
         )
     return rec

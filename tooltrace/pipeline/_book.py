@@ -54,13 +54,13 @@ class StatusTable:
         """The call's status, if it is still remembered."""
         return self._unknowns.get(call_id) or self._recent.get(call_id)
 
-    def remember(self, env: ToolResultEnvelope) -> None:
+    def remember(self, envelope: ToolResultEnvelope) -> None:
         """Store a finished call's status (lock-free on the common path)."""
-        call_id = env.call_id
+        call_id = envelope.call_id
         # get() looks in _unknowns first, so an unknown is stored there first: a resolution
         # landing between the two stores then updates the table get() reads.
-        st = CallStatus(call_id, env.tool, env.status, None, env.summary)
-        if env.status is _UNKNOWN:
+        st = CallStatus(call_id, envelope.tool, envelope.status, None, envelope.summary)
+        if envelope.status is _UNKNOWN:
             self._unknowns[call_id] = st
             if len(self._unknowns) > self._unknown_cap:
                 self._forget(self._unknowns.popitem(last=False)[0])
@@ -72,7 +72,8 @@ class StatusTable:
             with self._lock:
                 resolved = self._pending.pop(call_id, None)
                 if resolved is not None:
-                    self._store(CallStatus(call_id, env.tool, env.status, resolved, env.summary))
+                    self._store(CallStatus(call_id, envelope.tool, envelope.status, resolved,
+                                           envelope.summary))
 
     def resolve(self, call_id: str, resolved: Status) -> None:
         """Record how a call that ended ``unknown`` really ended."""

@@ -22,90 +22,90 @@ from ._hooks import RunHook
 from ._stages import Admit, Intent, Op, RawCall, pipeline
 
 if TYPE_CHECKING:
-    from ..registry import ToolRegistry
     from ..runtime import CallContext
+    from ._environment import Environment
 
 __all__ = ["arun", "aserve", "boxed", "run", "serve"]
 
 
 def boxed(
-    reg: ToolRegistry,
+    env: Environment,
     raw: RawCall,
     box: list[ToolResultEnvelope],
     parent: CallContext | None = None,
 ) -> Generator[Op, Any, None]:
     """The blocking driver's pipeline: the envelope goes in ``box`` and the generator returns
     None, so ``next(gen, None)`` ends it without raising (most calls never yield at all)."""
-    box.append((yield from pipeline(reg, raw, True, parent)))
+    box.append((yield from pipeline(env, raw, True, parent)))
 
 
-def run(reg: ToolRegistry, raw: RawCall, parent: CallContext | None = None
+def run(env: Environment, raw: RawCall, parent: CallContext | None = None
         ) -> ToolResultEnvelope:
     """Drive one call's pipeline on this thread (``ToolRegistry.call``, and a nested call's)."""
     box: list[ToolResultEnvelope] = []
-    gen = boxed(reg, raw, box, parent)
+    gen = boxed(env, raw, box, parent)
     # next(gen, None) ends without raising when the generator returns None: most calls
     # (inline tools, no hooks or approval) never yield, and pay for no StopIteration.
     op = next(gen, None)
     while op is not None:
         try:
-            op = gen.send(serve(reg, op))
+            op = gen.send(serve(env, op))
         except StopIteration:
             break
     return box[0]
 
 
-async def arun(reg: ToolRegistry, raw: RawCall, parent: CallContext | None = None
+async def arun(env: Environment, raw: RawCall, parent: CallContext | None = None
                ) -> ToolResultEnvelope:
     """Drive one call's pipeline on the running loop (``ToolRegistry.acall``, and a nested
     call's)."""
-    gen = pipeline(reg, raw, False, parent)
+    gen = pipeline(env, raw, False, parent)
     try:
         op = next(gen)
         while True:
-            op = gen.send(await aserve(reg, op))
+            op = gen.send(await aserve(env, op))
     except StopIteration as stop:
-        env: ToolResultEnvelope = stop.value
-        return env
+        envelope: ToolResultEnvelope = stop.value
+        return envelope
 
 
-def serve(reg: ToolRegistry, op: Op) -> Any:
+def serve(env: Environment, op: Op) -> Any:
     """Carry out one operation on this thread; return what the pipeline receives."""
     if isinstance(op, Execute):
-        return execute_blocking(reg, op)
+        return execute_blocking(env, op)
     if isinstance(op, Admit):
-        return reg._admission.acquire(op.tool, op.run_id, op.timeout_s, op.call_id)
+        return env.admission.acquire(op.tool, op.run_id, op.timeout_s, op.call_id)
     if isinstance(op, RunHook):
-        fut = reg._hook_threads.pool.submit(_guard, op.hook, op.view)
+        fut = env.hook_threads.pool.submit(_guard, op.hook, op.view)
         try:
             res: tuple[str, Any] = fut.result(op.hook.timeout_s)
             return res
         except concurrent.futures.TimeoutError:
-            reg._hook_threads.renew()
+            env.hook_threads.renew()
             return "timeout", None
     if isinstance(op, Approve):
-        assert reg.approver is not None
-        return _guard(reg.approver, op.request)
+        assert env.approver is not None
+        return _guard(env.approver, op.request)
     return _write_intent(op)
 
 
-async def aserve(reg: ToolRegistry, op: Op) -> Any:
+async def aserve(env: Environment, op: Op) -> Any:
     """Carry out one operation on the running loop; return what the pipeline receives."""
     loop = asyncio.get_running_loop()
     if isinstance(op, Execute):
-        return await execute_async(reg, op)
+        return await execute_async(env, op)
     if isinstance(op, Admit):
-        return await reg._admission.acquire_async(op.tool, op.run_id, op.timeout_s, op.call_id)
-    pool = reg._hook_threads.pool
+        return await env.admission.acquire_async(op.tool, op.run_id, op.timeout_s, op.call_id)
+    pool = env.hook_threads.pool
     if isinstance(op, RunHook):
         fut = loop.run_in_executor(pool, _guard, op.hook, op.view)
         try:
             return await asyncio.wait_for(fut, op.hook.timeout_s)
         except TimeoutError:
-            reg._hook_threads.renew()
+            env.hook_threads.renew()
             return "timeout", None
     if isinstance(op, Approve):
-        approver = reg.approver
+        approver = env.approver
         assert approver is not None
         return await loop.run_in_executor(pool, _guard, approver, op.request)
     return await loop.run_in_executor(pool, _write_intent, op)

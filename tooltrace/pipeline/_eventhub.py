@@ -8,9 +8,9 @@ over: a thread for a plain function, a task on the subscriber's event loop for a
 function. Step details are redacted on that worker, off the call path. A subscriber that raises
 is counted, never heard of by a call; one that is slow only loses its own events.
 
-Progress reports (``CallContext.progress``) come here too: the hub redacts and bounds the
-message, keeps a bounded list of marks on the call's context (the record and the span get
-them), and publishes a ``CallProgress`` to the subscribers of that kind.
+Progress reports (``CallContext.progress``) reach the call's environment, which redacts and
+bounds the message and keeps a bounded list of marks on the call's context (the record and the
+span get them); the hub publishes a ``CallProgress`` to the subscribers of that kind.
 """
 
 from __future__ import annotations
@@ -24,13 +24,12 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..events import EVENT_KINDS, CallFinished, CallProgress, CallStarted, CallStep
-from ..model import CallRecord, ProgressMark, Step, ToolCall, ToolResultEnvelope
-from ..runtime import MESSAGE_CHARS, keep_marks
-from ._record import detached, scrub
+from ..model import CallRecord, ProgressMark, Step
+from ._record import detached
 
 if TYPE_CHECKING:
     from ..events import CallEvent
-    from ..registry import ToolRegistry
+    from ..redaction import Redactor
     from ..runtime import CallContext
 
 __all__ = ["EventHub", "Subscription"]
@@ -137,7 +136,7 @@ class Subscription:
         if self._closed:
             return
         self._closed = True
-        self._hub._remove(self)
+        self._hub.remove(self)
         self._idle.wait(timeout_s)
         if self._loop is None:
             self._wake.set()
@@ -189,13 +188,14 @@ class Subscription:
 class EventHub:
     """The subscriptions of one registry, by kind, and the progress reports of its calls."""
 
-    __slots__ = ("_reg", "_subs", "finished", "progress", "progress_interval_s", "started",
+    __slots__ = ("_subs", "finished", "progress", "progress_interval_s", "redactor", "started",
                  "step")
 
-    def __init__(self, reg: ToolRegistry, progress_interval_s: float) -> None:
+    def __init__(self, redactor: Redactor, progress_interval_s: float) -> None:
         if progress_interval_s < 0:
             raise ValueError("progress_interval_s must not be negative")
-        self._reg = reg
+        #: Redacts step details on the subscribers' workers (the registry's redactor).
+        self.redactor = redactor
         #: Shortest time between two progress reports of one call that are published.
         self.progress_interval_s = progress_interval_s
         self._subs: tuple[Subscription, ...] = ()
@@ -204,11 +204,6 @@ class EventHub:
         self.step: tuple[Subscription, ...] = ()
         self.progress: tuple[Subscription, ...] = ()
         self.finished: tuple[Subscription, ...] = ()
-
-    @property
-    def registry(self) -> ToolRegistry:
-        """The registry whose calls this hub reports."""
-        return self._reg
 
     def subscribe(
         self,
@@ -239,7 +234,8 @@ class EventHub:
         self._index()
         return sub
 
-    def _remove(self, sub: Subscription) -> None:
+    def remove(self, sub: Subscription) -> None:
+        """Stop handing events to ``sub`` (its ``close`` calls this)."""
         self._subs = tuple(s for s in self._subs if s is not sub)
         self._index()
 
@@ -281,36 +277,12 @@ class EventHub:
         """An event as a subscriber may see it: a step's detail redacted (on the worker)."""
         if type(ev) is CallStep and ev.step.detail:
             try:
-                red = detached(self._reg.redactor.redact(ev.step.detail)[0])
+                red = detached(self.redactor.redact(ev.step.detail)[0])
             except Exception:
                 red = {"_redaction_error": True}
             return CallStep(ev.call_id, ev.run_id, ev.tool, ev.step._replace(detail=red))
         return ev
 
-    # -- progress ----------------------------------------------------------------------------
-
-    def call_child(self, call: ToolCall, parent: CallContext) -> ToolResultEnvelope:
-        """Run a tool's nested call through the registry's pipeline (blocking)."""
-        return self._reg._call_child(call, parent)
-
-    async def acall_child(self, call: ToolCall, parent: CallContext) -> ToolResultEnvelope:
-        """Run a tool's nested call on the running event loop."""
-        return await self._reg._acall_child(call, parent)
-
-    def report_progress(
-        self,
-        ctx: CallContext,
-        seq: int,
-        at_us: int,
-        done: float,
-        total: float | None,
-        message: str | None,
-    ) -> None:
-        """Keep one progress report on ``ctx`` (redacted, bounded) and publish it."""
-        text = scrub(self._reg, message)[:MESSAGE_CHARS] if message else None
-        mark = ProgressMark(seq, at_us, done, total, text)
-        keep_marks(ctx, mark)
-        if self.progress:
-            self._offer(self.progress, CallProgress(ctx.call_id, ctx.run_id, ctx.tool, mark))
-
-
+    def call_progress(self, ctx: CallContext, mark: ProgressMark) -> None:
+        """Publish a progress report the pipeline kept on ``ctx``."""
+        self._offer(self.progress, CallProgress(ctx.call_id, ctx.run_id, ctx.tool, mark))

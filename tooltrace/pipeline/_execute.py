@@ -32,8 +32,8 @@ from ._outcome import Outcome, error_type, resolved_status
 if TYPE_CHECKING:
     from _thread import LockType
 
-    from ..registry import ToolRegistry
     from ..sinks import OpenSpan
+    from ._environment import Environment
 
 __all__ = [
     "GRACE",
@@ -63,7 +63,7 @@ class Execute:
 
 
 def execute_inline(
-    reg: ToolRegistry, e: Entry, ctx: CallContext, args: dict[str, Any], span: OpenSpan | None
+    env: Environment, e: Entry, ctx: CallContext, args: dict[str, Any], span: OpenSpan | None
 ) -> Outcome:
     """Run a plain inline tool on this thread (both drivers: it is the caller's)."""
     token = span.attach() if span is not None else None
@@ -75,8 +75,8 @@ def execute_inline(
         except Exception as exc:
             out = Outcome("raised", None, exc)
         finally:
-            reg._admission.release(e.definition.name)
-        if ctx._stopped:
+            env.admission.release(e.definition.name)
+        if ctx.signalled:
             out.signal = ctx.reason
             out.signal_at = ctx.signalled_at or time.monotonic()
         elif out.kind == "returned":
@@ -90,7 +90,7 @@ def execute_inline(
             span.detach(token)
 
 
-def execute_blocking(reg: ToolRegistry, op: Execute) -> Outcome:
+def execute_blocking(env: Environment, op: Execute) -> Outcome:
     """Run the tool off this thread and wait for it here (the driver of ``call()``)."""
     e, ctx = op.entry, op.ctx
     tool = e.definition.name
@@ -102,23 +102,23 @@ def execute_blocking(reg: ToolRegistry, op: Execute) -> Outcome:
         # signal (the context releases it): one C call to wait, no callbacks on the way.
         wake = _allocate_lock()
         wake.acquire()
-        ctx._wake = wake
+        ctx.wake_on_signal(wake)
         fut: concurrent.futures.Future[Any] | Job
         cancel: Callable[[], object] | None = None
         if e.is_async:
             cfut = _start_on_loop(
-                reg._loop.loop(), _invoke(op), functools.partial(_release, reg, tool)
+                env.loop.loop(), _invoke(op), functools.partial(_release, env, tool)
             )
             cfut.add_done_callback(lambda _f: release_quietly(wake))
             fut, cancel = cfut, cfut.cancel
         else:
             try:
-                fut = _submit(reg, op, wake)
+                fut = _submit(env, op, wake)
             except RuntimeError as exc:  # the pool is shut down: the tool never started
-                reg._admission.release(tool)
+                env.admission.release(tool)
                 return Outcome("raised", None, exc)
         box: list[Outcome] = []
-        wait = deadline_wait(reg, op, fut, cancel, box)
+        wait = deadline_wait(env, op, fut, cancel, box)
         # next(wait, None) ends without raising when the wait is over (no StopIteration).
         s = next(wait, None)
         while s is not None:
@@ -135,7 +135,7 @@ def execute_blocking(reg: ToolRegistry, op: Execute) -> Outcome:
             op.span.detach(token)
 
 
-async def execute_async(reg: ToolRegistry, op: Execute) -> Outcome:
+async def execute_async(env: Environment, op: Execute) -> Outcome:
     """Run the tool and await it on the running loop (the driver of ``acall()``)."""
     e, ctx = op.entry, op.ctx
     tool = e.definition.name
@@ -149,13 +149,13 @@ async def execute_async(reg: ToolRegistry, op: Execute) -> Outcome:
             # The slot is given back when the task is done, which a task cancelled before
             # it ever ran also is (a finally in its coroutine would never run then).
             fut = loop.create_task(_invoke(op)())
-            fut.add_done_callback(functools.partial(_release, reg, tool))
+            fut.add_done_callback(functools.partial(_release, env, tool))
         else:
             fut = loop.create_future()
             try:
-                job = _submit(reg, op)
+                job = _submit(env, op)
             except RuntimeError as exc:  # shut down: the tool never started
-                reg._admission.release(tool)
+                env.admission.release(tool)
                 fut.set_exception(exc)
             else:
                 job.add_done_callback(functools.partial(_to_loop, loop, fut))
@@ -170,7 +170,7 @@ async def execute_async(reg: ToolRegistry, op: Execute) -> Outcome:
 
     ctx.on_cancel(poke)
     box: list[Outcome] = []
-    wait = deadline_wait(reg, op, fut, fut.cancel if e.is_async else None, box)
+    wait = deadline_wait(env, op, fut, fut.cancel if e.is_async else None, box)
     s = next(wait, None)
     while s is not None:
         if s > 0.0:
@@ -208,7 +208,7 @@ async def _first(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[Any],
 
 
 def deadline_wait(
-    reg: ToolRegistry,
+    env: Environment,
     op: Execute,
     fut: _Future,
     cancel: Callable[[], object] | None,
@@ -226,7 +226,7 @@ def deadline_wait(
     """
     ctx = op.ctx
     while not fut.done():
-        if ctx._stopped:
+        if ctx.signalled:
             break
         left = ctx.deadline - time.monotonic()
         if left <= 0:
@@ -239,7 +239,7 @@ def deadline_wait(
         signal_at = ctx.signalled_at or time.monotonic()
         yield GRACE
         if not fut.done():
-            _on_late_done(reg, fut, ctx)
+            _on_late_done(env, fut, ctx)
             box.append(Outcome("abandoned", signal=ctx.reason, signal_at=signal_at))
             return
     box.append(_outcome_of(fut, ctx))
@@ -265,7 +265,7 @@ def _outcome_of(fut: _Future, ctx: CallContext) -> Outcome:
     return Outcome("returned", fut.result(), None, sig, sig_at)
 
 
-def _on_late_done(reg: ToolRegistry, fut: _Future, ctx: CallContext) -> None:
+def _on_late_done(env: Environment, fut: _Future, ctx: CallContext) -> None:
     """When an abandoned tool finally ends, record how (status table and a late step)."""
 
     def done(f: Any) -> None:
@@ -275,12 +275,12 @@ def _on_late_done(reg: ToolRegistry, fut: _Future, ctx: CallContext) -> None:
             detail: dict[str, Any] = {"outcome": resolved.value}
             if out.error is not None and resolved is Status.FAILED:
                 detail["error_type"] = error_type(out.error)
-            reg._statuses.resolve(ctx.call_id, resolved)
-            reg._emit_late(
+            env.book.statuses.resolve(ctx.call_id, resolved)
+            env.emit_late(
                 ctx.call_id, ctx.run_id, ctx.tool, StepName.RESOLVED, resolved.value, detail
             )
         except Exception:
-            reg.sink_errors += 1
+            env.emitter.errors += 1
 
     fut.add_done_callback(done)
 
@@ -291,19 +291,19 @@ def _invoke(op: Execute) -> Callable[[], Any]:
     return (lambda: fn(ctx, **args)) if e.wants_ctx else (lambda: fn(**args))
 
 
-def _submit(reg: ToolRegistry, op: Execute, wake: LockType | None = None) -> Job:
+def _submit(env: Environment, op: Execute, wake: LockType | None = None) -> Job:
     """Queue a synchronous tool on the tool threads, in a copy of this thread's context (the
     call's span and ``CallContext`` stay current inside the tool); ``wake`` is released
     when it ends. ``RuntimeError`` once the threads are shut down."""
     e = op.entry
-    return reg._pool.submit(
+    return env.pool.submit(
         contextvars.copy_context().run,
         _run_tool,
         e.fn,
         op.ctx,
         op.arguments,
         e.wants_ctx,
-        reg._admission.release,
+        env.admission.release,
         e.definition.name,
         wake=wake,
     )
@@ -324,9 +324,9 @@ def _run_tool(
         release(tool)
 
 
-def _release(reg: ToolRegistry, tool: str, _done: object = None) -> None:
+def _release(env: Environment, tool: str, _done: object = None) -> None:
     """Give an async tool's admission slot back (a done callback of its task)."""
-    reg._admission.release(tool)
+    env.admission.release(tool)
 
 
 def _start_on_loop(

@@ -20,7 +20,7 @@ from ._authorize import Approve, approve, authorize
 from ._record import Builder, detached, error_text, redact_args, redact_detail, scrub
 
 if TYPE_CHECKING:
-    from ..registry import ToolRegistry
+    from ._environment import Environment
 
 __all__ = ["RunHook", "arguments_diff", "post_hooks", "pre_hooks"]
 
@@ -34,23 +34,23 @@ class RunHook:
 
 
 def pre_hooks(
-    reg: ToolRegistry, b: Builder, entry: Entry, args: dict[str, Any], mode: str
+    env: Environment, b: Builder, entry: Entry, args: dict[str, Any], mode: str
 ) -> Generator[RunHook | Approve, Any, dict[str, Any] | None]:
     """Each pre-hook that applies, in order; the arguments to run with, None if refused."""
     d = entry.definition
     hook_args: Any = None  # the redacted arguments hooks see, made once per version of them
-    for h in reg._pre_hooks:
+    for h in env.pre_hooks:
         if not h.applies_to(d.name):
             continue
         if hook_args is None:
-            hook_args = redact_args(reg, args)
+            hook_args = redact_args(env, args)
         view = _view(b, d, hook_args)
         t = time.perf_counter_ns()
         kind, res = yield RunHook(h, view)
         decider = f"hook:{h.name}"
         if kind != "ok":
             what = "timed out" if kind == "timeout" else "raised an error"
-            detail = {"required": h.required, "error": error_text(reg, res) if res else what}
+            detail = {"required": h.required, "error": error_text(env, res) if res else what}
             if h.required:
                 b.step(StepName.PRE_HOOK, t, decider, "block", detail)
                 b.reject(Stage.HOOK, f"required hook {h.name} {what}", d.name)
@@ -58,18 +58,18 @@ def pre_hooks(
             b.step(StepName.PRE_HOOK, t, decider, "warn", detail)
             continue
         dec: HookDecision = res
-        reason = scrub(reg, dec.reason)[:300]
+        reason = scrub(env, dec.reason)[:300]
         if _overreach(b, d, h, dec, mode, reason, t) is not None:
             return None
         if dec.action is not HookAction.MODIFY or dec.arguments is None:
             shown = {"reason": reason} if reason else None
             b.step(StepName.PRE_HOOK, t, decider, dec.action.value, shown)
             continue
-        checked = yield from _modify(reg, b, entry, h, args, view, dec.arguments, mode, reason, t)
+        checked = yield from _modify(env, b, entry, h, args, view, dec.arguments, mode, reason, t)
         if checked is None:
             return None
         args = checked
-        b.args_redacted = hook_args = redact_args(reg, args)
+        b.args_redacted = hook_args = redact_args(env, args)
     return args
 
 
@@ -97,7 +97,7 @@ def _overreach(
 
 
 def _modify(
-    reg: ToolRegistry,
+    env: Environment,
     b: Builder,
     entry: Entry,
     h: Hook,
@@ -112,7 +112,7 @@ def _modify(
     None if refused."""
     d = entry.definition
     new_args = _merge(args, view.arguments, new)
-    diff = arguments_diff(view.arguments, redact_args(reg, new_args))
+    diff = arguments_diff(view.arguments, redact_args(env, new_args))
     detail = {"reason": reason, "diff": detached(diff)}
     b.step(StepName.PRE_HOOK, t, f"hook:{h.name}", "modify", detail)
     b.hook_modified = True
@@ -123,25 +123,26 @@ def _modify(
         b.reject(Stage.HOOK, f"hook {h.name} produced invalid arguments: {err.message}", d.name)
         return None
     b.step(StepName.REVALIDATE, t, "schema", "accept", None)
-    verdict = authorize(reg, b, entry, checked, mode, t, (h.name, args))
+    verdict = authorize(env, b, entry, checked, mode, t, (h.name, args))
     if verdict is not None:
         if isinstance(verdict, ToolResultEnvelope):
             return None
-        refused = yield from approve(reg, b, d, checked, verdict)
+        refused = yield from approve(env, b, d, checked, verdict)
         if refused is not None:
             return None
     return checked
 
 
 def post_hooks(
-    reg: ToolRegistry, b: Builder, entry: Entry, env: ToolResultEnvelope
+    env: Environment, b: Builder, entry: Entry, envelope: ToolResultEnvelope
 ) -> Generator[RunHook, Any, ToolResultEnvelope]:
     """Each post-hook that applies, on the finished envelope; emit the final one."""
     d = entry.definition
-    posts = [h for h in reg._post_hooks if h.applies_to(d.name)]
+    posts = [h for h in env.post_hooks if h.applies_to(d.name)]
     if not posts:
-        return b.emit(env)
-    data, status, summary, error_type = env.data, env.status, env.summary, b.error_type
+        return b.emit(envelope)
+    data, status, summary = envelope.data, envelope.status, envelope.summary
+    error_type = b.error_type
     for h in posts:
         view = _view(b, d, b.args_redacted or {}, "post", status.value, data)
         t = time.perf_counter_ns()
@@ -160,25 +161,26 @@ def post_hooks(
                 b.step(StepName.POST_HOOK, t, decider, "warn", {"error": what})
             continue
         dec: HookDecision = res
-        reason = scrub(reg, dec.reason)[:300]
+        reason = scrub(env, dec.reason)[:300]
         if dec.action is HookAction.BLOCK and ok:
             b.step(StepName.POST_HOOK, t, decider, "block", {"reason": reason})
             status, data, error_type = Status.FAILED, None, "post_hook_block"
             summary = f"{d.name} ran, but hook {h.name} withheld its result: {reason}"
         elif dec.action is HookAction.MODIFY and ok:
-            data, _ = reg.redactor.redact(dec.result)
+            data, _ = env.redactor.redact(dec.result)
             b.step(StepName.POST_HOOK, t, decider, "modify", {"reason": reason})
             b.hook_modified = True
         else:
-            ann = redact_detail(reg, dict(dec.annotations)) if dec.annotations else None
+            ann = redact_detail(env, dict(dec.annotations)) if dec.annotations else None
             detail = {"reason": reason, "annotations": ann} if (reason or ann) else None
             b.step(StepName.POST_HOOK, t, decider, dec.action.value, detail)
     b.error_type = error_type
-    rec = env.record
-    env = b.envelope(
-        status, summary, data, env.artifact, rec.reject_stage, rec.result_preview, retry=env.retry
+    rec = envelope.record
+    envelope = b.envelope(
+        status, summary, data, envelope.artifact, rec.reject_stage, rec.result_preview,
+        retry=envelope.retry,
     )
-    return b.emit(env)
+    return b.emit(envelope)
 
 
 def _merge(

@@ -3,8 +3,6 @@ handed to the sinks.
 
 The builder owns redaction of what a record holds: every step detail and the summary pass the
 redactor when the record is made, whichever stage wrote them (``recorded_steps``, ``scrub``).
-The only details it skips are those the registry built once from fixed text and numbers and
-shares between calls (their ids are in ``VETTED``, or in the registry's own vetted set).
 """
 
 from __future__ import annotations
@@ -31,12 +29,11 @@ from ..redaction import Redactor
 
 if TYPE_CHECKING:
     from ..model import Entry
-    from ..registry import ToolRegistry
     from ..sinks import OpenSpan
+    from ._environment import Environment
 
 __all__ = [
     "UNREGISTERED",
-    "VETTED",
     "Builder",
     "WatchedBuilder",
     "detached",
@@ -51,50 +48,10 @@ __all__ = [
 
 #: The ``tool`` of a call that names no registered tool (a closed metric label value).
 UNREGISTERED = "_unregistered"
-# Identities of the step details the registry builds once from fixed text and numbers and
-# shares between calls. They live as long as the module (so an id is never reused) and are
-# the only details the record builder need not redact.
-VETTED: set[int] = set()
 
-_RECORD_FIELDS = (
-    "call_id",
-    "run_id",
-    "tool",
-    "source",
-    "status",
-    "reject_stage",
-    "summary",
-    "error_type",
-    "started_at_us",
-    "elapsed_us",
-    "execution_started",
-    "args_redacted",
-    "result_preview",
-    "artifact",
-    "steps",
-    "mode",
-    "tool_type",
-    "description",
-    "trace_id",
-    "span_id",
-    "parent_span_id",
-    "trace_sampled",
-    "hook_modified",
-    "attributes",
-    "parent_call_id",
-    "depth",
-    "progress",
-    "principal",
-    "capability",
-    "effect",
-)
-if CallRecord.__struct_fields__ != _RECORD_FIELDS:  # Builder.envelope builds it positionally
-    raise ImportError("CallRecord's fields changed: update Builder.envelope and _RECORD_FIELDS")
 _SUMMARY_CHARS = 500
 # How many scrubbed texts of the registry's own making a registry remembers (scrub_made).
 _MADE_TEXTS = 1024
-_perf_ns = time.perf_counter_ns
-_OK = Status.OK
 _NO_ATTRIBUTES: Mapping[str, str | int | bool] = {}  # shared, never mutated
 _ABS_PATH = re.compile(r"(?<![\w.:/])/(?:[^\s'\"`:,;()\[\]{}<>]+/)+[^\s'\"`:,;()\[\]{}<>]*")
 _NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
@@ -109,6 +66,7 @@ class Builder:
         "call_id",
         "depth",
         "entry",
+        "env",
         "error_type",
         "execution_started",
         "hook_modified",
@@ -119,7 +77,6 @@ class Builder:
         "principal",
         "progress",
         "refusal",
-        "reg",
         "run_id",
         "span",
         "steps",
@@ -127,14 +84,14 @@ class Builder:
         "t_wall",
     )
 
-    def __init__(self, reg: ToolRegistry, t_wall: int, t0: int) -> None:
-        self.reg = reg
+    def __init__(self, env: Environment, t_wall: int, t0: int) -> None:
+        self.env = env
         self.t_wall = t_wall
         self.t0 = t0
         self.steps: list[Step] = []
         self.last = t0  # when the last step ended (perf ns)
         self.call_id = ""
-        self.run_id = reg.run_id
+        self.run_id = env.run_id
         self.mode = "default"
         self.principal: Principal | None = None
         self.attributes: Mapping[str, str | int | bool] = _NO_ATTRIBUTES
@@ -167,7 +124,7 @@ class Builder:
     ) -> int:
         """Append a step that began at ``t`` (perf ns) and ends now; return now, which is
         where the next step begins."""
-        now = self.last = _perf_ns()
+        now = self.last = time.perf_counter_ns()
         steps = self.steps
         steps.append(
             Step(
@@ -202,11 +159,11 @@ class Builder:
                 after_ms=250 if stage is Stage.ADMISSION else 0,
                 requires_inspection=stage in (Stage.AUDIT, Stage.HOOK),
             )
-        env = self.envelope(
+        envelope = self.envelope(
             Status.REJECTED, summary, None, None, stage, None, retry=retry, tool_override=tool
         )
-        self.refusal = env
-        return self.emit(env)
+        self.refusal = envelope
+        return self.emit(envelope)
 
     def refused(self) -> ToolResultEnvelope:
         """The refusal a stage made (a stage that makes a product returns None instead)."""
@@ -233,72 +190,65 @@ class Builder:
         tool = tool_override or (d.name if d else UNREGISTERED)
         elapsed = (time.perf_counter_ns() - self.t0) // 1000
         span = self.span
-        reg = self.reg
+        env = self.env
         # Nothing a stage wrote (a step's detail, a summary) reaches a record, and so any sink,
         # before the redactor has seen all of it. Redact, then cut: a secret cut first is no
         # longer recognised.
-        summary = (scrub_made(reg, summary) if made else scrub(reg, summary))[:_SUMMARY_CHARS]
-        # Positional: this runs on every call. The order is checked against CallRecord's
-        # fields at import (_RECORD_FIELDS).
+        summary = (scrub_made(env, summary) if made else scrub(env, summary))[:_SUMMARY_CHARS]
         record = CallRecord(
-            self.call_id,
-            self.run_id,
-            tool,
-            d.source if d else "",
-            status,
-            stage,
-            summary,
-            self.error_type if status is not _OK else None,
-            self.t_wall,
-            elapsed,
-            self.execution_started,
-            self.args_redacted,
-            result_preview,
-            artifact,
-            recorded_steps(reg, self.steps),
-            self.mode,
-            d.tool_type if d else "function",
-            d.description[:500] if d else None,
-            span.trace_id if span else None,
-            span.span_id if span else None,
-            span.parent_span_id if span else None,
-            span.sampled if span else False,
-            self.hook_modified,
-            self.attributes,
-            self.parent_call_id,
-            self.depth,
-            self.progress,
-            self.principal,
-            # The members themselves: StrEnum values are strings (``.value`` costs a lookup).
-            d.capability if d else None,
-            d.effect if d else None,
+            call_id=self.call_id,
+            run_id=self.run_id,
+            tool=tool,
+            source=d.source if d else "",
+            status=status,
+            reject_stage=stage,
+            summary=summary,
+            error_type=self.error_type if status is not Status.OK else None,
+            started_at_us=self.t_wall,
+            elapsed_us=elapsed,
+            execution_started=self.execution_started,
+            args_redacted=self.args_redacted,
+            result_preview=result_preview,
+            artifact=artifact,
+            steps=recorded_steps(env, self.steps),
+            mode=self.mode,
+            tool_type=d.tool_type if d else "function",
+            description=d.description[:500] if d else None,
+            trace_id=span.trace_id if span else None,
+            span_id=span.span_id if span else None,
+            parent_span_id=span.parent_span_id if span else None,
+            trace_sampled=span.sampled if span else False,
+            hook_modified=self.hook_modified,
+            attributes=self.attributes,
+            parent_call_id=self.parent_call_id,
+            depth=self.depth,
+            progress=self.progress,
+            principal=self.principal,
+            capability=d.capability if d else None,
+            effect=d.effect if d else None,
         )
         return ToolResultEnvelope(
-            self.call_id,
-            tool,
-            status,
-            summary,
-            data,
-            artifact,
-            retry,
-            Timing(self.t_wall, elapsed / 1000.0),
-            record,
+            call_id=self.call_id,
+            tool=tool,
+            status=status,
+            summary=summary,
+            data=data,
+            artifact=artifact,
+            retry=retry,
+            timing=Timing(self.t_wall, elapsed / 1000.0),
+            record=record,
         )
 
-    def emit(self, env: ToolResultEnvelope) -> ToolResultEnvelope:
+    def emit(self, envelope: ToolResultEnvelope) -> ToolResultEnvelope:
         """Hand the record to every sink (a sink's error is counted, never raised) and
         remember the call's status; return the envelope."""
-        reg = self.reg
-        rec = env.record
-        for sink in reg._sinks:
-            try:
-                sink.emit(rec)
-            except Exception:
-                reg.sink_errors += 1
-        reg._statuses.remember(env)
-        if reg._hub.finished:
-            reg._hub.call_finished(rec)
-        return env
+        env = self.env
+        rec = envelope.record
+        env.emitter.emit(rec)
+        env.book.statuses.remember(envelope)
+        if env.hub.finished:
+            env.hub.call_finished(rec)
+        return envelope
 
 
 class WatchedBuilder(Builder):
@@ -314,23 +264,19 @@ class WatchedBuilder(Builder):
         """``Builder.step``, then the step handed to the subscribers."""
         now = Builder.step(self, name, t, decider, decision, detail)
         e = self.entry
-        self.reg._hub.call_step(
+        self.env.hub.call_step(
             self.call_id, self.run_id, e.definition.name if e else UNREGISTERED, self.steps[-1]
         )
         return now
 
 
-def recorded_steps(reg: ToolRegistry, steps: list[Step]) -> tuple[Step, ...]:
-    """The steps as a record holds them: every detail has been through the redactor.
-
-    Details the registry itself made once from fixed text and numbers (``VETTED``) are
-    skipped; everything else (paths, reasons, errors, diffs) is redacted here, whichever
-    stage wrote it."""
-    redact = reg.redactor.redact
-    vetted = reg._allow.vetted
+def recorded_steps(env: Environment, steps: list[Step]) -> tuple[Step, ...]:
+    """The steps as a record holds them: every detail (paths, reasons, errors, diffs) has been
+    through the redactor here, whichever stage wrote it."""
+    redact = env.redactor.redact
     for i, s in enumerate(steps):
         detail = s.detail
-        if detail is None or id(detail) in VETTED or id(detail) in vetted:
+        if detail is None:
             continue
         try:
             red, n = redact(detail)
@@ -341,26 +287,26 @@ def recorded_steps(reg: ToolRegistry, steps: list[Step]) -> tuple[Step, ...]:
     return tuple(steps)
 
 
-def redact_args(reg: ToolRegistry, args: Any) -> Any:
+def redact_args(env: Environment, args: Any) -> Any:
     """Arguments as records and hooks see them (a redactor failure hides them all)."""
     try:
-        red, _ = reg.redactor.redact(args)
+        red, _ = env.redactor.redact(args)
     except Exception:
         return {"_redaction_error": True}
     return red
 
 
-def redact_detail(reg: ToolRegistry, detail: Mapping[str, Any]) -> Any:
+def redact_detail(env: Environment, detail: Mapping[str, Any]) -> Any:
     """A redacted, detached copy of a detail a tool, a hook or a rule handed over."""
-    return detached(reg.redactor.redact(detail)[0])
+    return detached(env.redactor.redact(detail)[0])
 
 
-def scrub(reg: ToolRegistry, text: str | None) -> str:
+def scrub(env: Environment, text: str | None) -> str:
     """Redact secrets and hide host paths in readable text."""
     if not text:
         return ""
-    text = reg.redactor.redact_text(str(text))
-    root, home = reg._root_text, reg._home_text
+    text = env.redactor.redact_text(str(text))
+    root, home = env.root_text, env.home_text
     if root in text:
         text = text.replace(root + os.sep, "").replace(root, ".")
     if home in text:
@@ -368,32 +314,32 @@ def scrub(reg: ToolRegistry, text: str | None) -> str:
     return _ABS_PATH.sub("<path>", text)
 
 
-def scrub_made(reg: ToolRegistry, text: str) -> str:
+def scrub_made(env: Environment, text: str) -> str:
     """``scrub`` of a text the registry made from its own parts (a registered tool's name and
     numbers, never a tool's or a caller's text), remembered per text while the redactor's
     rules stand: the same text always scrubs to the same result, and tools return results of
     the same size again and again."""
-    red = reg.redactor
+    red = env.redactor
     if type(red) is not Redactor:  # a subclass's redaction may depend on more than the text
-        return scrub(reg, text)
-    memo = reg._made_texts
+        return scrub(env, text)
+    memo = env.made_texts
     hit = memo.get(text)
     gen = red.generation
     if hit is not None and hit[0] is red and hit[1] == gen:
         return hit[2]
     # The generation read before scrubbing: a value registered meanwhile makes the entry stale.
-    out = scrub(reg, text)
+    out = scrub(env, text)
     if len(memo) >= _MADE_TEXTS:
         memo.clear()
     memo[text] = (red, gen, out)
     return out
 
 
-def error_text(reg: ToolRegistry, exc: BaseException | None) -> str:
+def error_text(env: Environment, exc: BaseException | None) -> str:
     """An error as records show it: redacted, host paths hidden, cut to 500 characters."""
     if exc is None:
         return "error"
-    return scrub(reg, reg.redactor.redact_exception(exc))[:500]
+    return scrub(env, env.redactor.redact_exception(exc))[:500]
 
 
 def safe_name(name: Any) -> str:

@@ -26,11 +26,11 @@ from ..model import (
 from ..redaction import preview
 from ..runtime import CallContext
 from ._outcome import Outcome, error_type, outcome_rules
-from ._record import VETTED, Builder, error_text, redact_detail
+from ._record import Builder, error_text, redact_detail
 from ._snapshots import snapshot_after
 
 if TYPE_CHECKING:
-    from ..registry import ToolRegistry
+    from ._environment import Environment
 
 __all__ = ["finish"]
 
@@ -38,20 +38,17 @@ __all__ = ["finish"]
 _EXECUTE, _REDACT = str(StepName.EXECUTE), str(StepName.REDACT)
 _OK, _NO_EFFECT = Status.OK, Effect.NONE
 _perf_ns = time.perf_counter_ns
-# The execute step's detail when it holds only the timeout: one per timeout, shared by calls
-# and never mutated (records are read-only downstream).
-_EXEC_DETAILS: dict[float, Mapping[str, Any]] = {}
 
 
 def finish(
-    reg: ToolRegistry, b: Builder, entry: Entry, ctx: CallContext, out: Outcome, t: int
+    env: Environment, b: Builder, entry: Entry, ctx: CallContext, out: Outcome, t: int
 ) -> ToolResultEnvelope:
     """Record the execute step (begun at ``t``), map the outcome to a status, and make the
     envelope (not emitted: post-hooks come first). A tool that writes files has what it left
     noted first (``_snapshotstage``)."""
     d = entry.definition
     if ctx.snapshots:
-        snapshot_after(reg, b, d.name, tuple(ctx.snapshots.values()), out.kind != "abandoned")
+        snapshot_after(env, b, d.name, tuple(ctx.snapshots.values()), out.kind != "abandoned")
     signal = out.signal
     value = out.value
     tool_summary: str | None = None
@@ -60,64 +57,55 @@ def finish(
         tool_summary = value.summary
         result_detail = value.detail
         value = value.data
-    # The common detail (only the timeout) is shared: one per timeout, made once.
-    detail = None if ctx.detail or signal or result_detail else _EXEC_DETAILS.get(ctx.timeout_s)
-    if detail is None:
-        detail = _execute_detail(reg, ctx, signal, result_detail)
+    detail = _execute_detail(env, ctx, signal, result_detail)
     now = b.step(_EXECUTE, t, "tool", out.kind, detail)
     if signal is not None:
-        _signal_steps(reg, b, d, out, signal)
-    # Positional (this runs on every call): how execution ended, then the summary's texts.
+        _signal_steps(env, b, d, out, signal)
     status, summary, retry, etype = outcome_rules(
         out.kind,
         signal,
         out.error,
-        d.effect is not _NO_EFFECT,
-        d.name,
+        side_effects=d.effect is not _NO_EFFECT,
+        tool=d.name,
         # Raw: the record builder redacts the summary, then cuts it (Builder.envelope).
-        str(tool_summary) if tool_summary else "",
-        error_text(reg, out.error) if out.error is not None else "",
-        ctx.timeout_s,
-        reg.cancel_grace_s,
-        b.call_id,
+        tool_summary=str(tool_summary) if tool_summary else "",
+        error_text=error_text(env, out.error) if out.error is not None else "",
+        timeout_s=ctx.timeout_s,
+        grace_s=env.cancel_grace_s,
+        call_id=b.call_id,
     )
     b.error_type = etype
     if status is not _OK:
         return b.envelope(status, summary, None, None, None, None, retry=retry)
-    return _deliver(reg, b, d, value, summary, retry, now)
+    return _deliver(env, b, d, value, summary, retry, now)
 
 
 def _execute_detail(
-    reg: ToolRegistry,
+    env: Environment,
     ctx: CallContext,
     signal: str | None,
     result_detail: Mapping[str, Any] | None,
 ) -> Mapping[str, Any]:
     """The execute step's detail: the timeout, and what the tool and the runtime added."""
     out: dict[str, Any] = {"timeout_s": ctx.timeout_s}
-    if not (ctx.detail or signal or result_detail):
-        if len(_EXEC_DETAILS) < 256:  # shared from now on (see finish)
-            _EXEC_DETAILS[ctx.timeout_s] = out
-            VETTED.add(id(out))
-        return out
     if ctx.detail:
-        out.update(redact_detail(reg, ctx.detail))
+        out.update(redact_detail(env, ctx.detail))
     if signal is not None:
         out["signal"] = signal
     if result_detail:
-        out.update(redact_detail(reg, dict(result_detail)))
+        out.update(redact_detail(env, dict(result_detail)))
     return out
 
 
 def _signal_steps(
-    reg: ToolRegistry, b: Builder, d: ToolDefinition, out: Outcome, signal: str
+    env: Environment, b: Builder, d: ToolDefinition, out: Outcome, signal: str
 ) -> None:
     """The steps of a tool told to stop: when it was told (a deadline or a cancel request) and
     whether it confirmed (a confirmed cancel is its own step, ``cancelled``)."""
     steps = b.steps
     if out.signal_at is not None:
         name = StepName.DEADLINE if signal == "deadline" else StepName.CANCEL_REQUESTED
-        detail = {"cancellable": d.cancellable, "grace_s": reg.cancel_grace_s}
+        detail = {"cancellable": d.cancellable, "grace_s": env.cancel_grace_s}
         steps.append(
             Step(
                 len(steps),
@@ -138,7 +126,7 @@ def _signal_steps(
 
 
 def _deliver(
-    reg: ToolRegistry,
+    env: Environment,
     b: Builder,
     d: ToolDefinition,
     value: Any,
@@ -149,22 +137,22 @@ def _deliver(
     """An ``ok`` result redacted and trimmed (offloaded when long); ``summary`` is the tool's
     own, or a note to follow the one made here."""
     artifact: Artifact | None = None
-    data, n = reg.redactor.redact(value)
+    data, n = env.redactor.redact(value)
     text = data if type(data) is str else _to_text(data)
-    result_preview = text[: reg.preview_chars] if text is not None else None
+    result_preview = text[: env.preview_chars] if text is not None else None
     t = b.step(
         _REDACT, t, "redactor", "redacted" if n else "clean", {"redactions": n} if n else None
     )
-    if text is not None and len(text) > reg.max_inline_chars:
+    if text is not None and len(text) > env.max_inline_chars:
         try:
-            artifact = reg.artifacts.put(text)
+            artifact = env.artifacts.put(text)
         except OSError as exc:
             b.step(StepName.OFFLOAD, _perf_ns(), "runtime", "error", {"error": error_type(exc)})
             artifact = None
         else:
             stored = {"chars": artifact.chars, "sha256": artifact.sha256, "path": artifact.path}
             b.step(StepName.OFFLOAD, t, "runtime", "offloaded", stored)
-        data = preview(text, reg.preview_chars)
+        data = preview(text, env.preview_chars)
         result_preview = data
     # Made here from the tool's name and numbers alone (no tool text, no artifact's digest):
     # the same text recurs, and its scrubbed form is remembered.

@@ -21,7 +21,7 @@ from ._record import UNREGISTERED, Builder, redact_args, safe_name
 
 if TYPE_CHECKING:
     from ..redaction import Redactor
-    from ..registry import ToolRegistry
+    from ._environment import Environment
 
 __all__ = ["AttributeMemo", "check_call", "clean_attributes", "sanitise"]
 
@@ -33,7 +33,7 @@ _TOKEN_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 def sanitise(
-    reg: ToolRegistry, b: Builder, raw: ToolCall | Mapping[str, Any] | str | bytes
+    env: Environment, b: Builder, raw: ToolCall | Mapping[str, Any] | str | bytes
 ) -> ToolCall | None:
     """The call, with its id, run, mode and attributes on the builder; None if refused."""
     if type(raw) is ToolCall or isinstance(raw, ToolCall):
@@ -42,51 +42,50 @@ def sanitise(
         try:
             call = ToolCall.parse(raw)
         except MalformedCallError as exc:
-            _malformed(reg, b, {"reason": exc.reason}, str(exc))
+            _malformed(env, b, {"reason": exc.reason}, str(exc))
             return None
-    bad = check_call(reg, call)
+    bad = check_call(env, call)
     if bad is not None:
-        _malformed(reg, b, {"reason": bad}, bad)
+        _malformed(env, b, {"reason": bad}, bad)
         return None
     if call.call_id:
         cid = call.call_id.lower()
-        why = _taken(reg, cid)
+        why = _taken(env, cid)
         if why is not None:
-            _malformed(reg, b, {"reason": why, "call_id": cid}, f"call_id {_WHY[why]} ({why})")
+            _malformed(env, b, {"reason": why, "call_id": cid}, f"call_id {_WHY[why]} ({why})")
             return None
         b.call_id = cid
     else:
         # str(uuid7()) is new_call_id() without a function call, on every call.
         b.call_id = str(_uuid7())
-    b.run_id = call.run_id or reg.run_id
+    b.run_id = call.run_id or env.run_id
     b.mode = call.mode
     if call.attributes:
-        b.attributes = clean_attributes(reg, call.attributes)
-    if call.principal is not None or reg._principals.used:
-        principal, ok = reg._principals.bind(b.run_id, call.principal)
+        b.attributes = clean_attributes(env, call.attributes)
+    if call.principal is not None or env.principals.used:
+        principal, ok = env.principals.bind(b.run_id, call.principal)
         if not ok:
-            _switch_refused(reg, b, call, principal)
+            _switch_refused(env, b, call, principal)
             return None
         b.principal = principal
     return call
 
 
-def _switch_refused(reg: ToolRegistry, b: Builder, call: ToolCall, bound: Any) -> None:
+def _switch_refused(env: Environment, b: Builder, call: ToolCall, bound: Any) -> None:
     """Refuse a call that names another user, tenant or roles than its run is bound to, and
     keep the evidence: the tool it named, whom it asked to act for, its redacted arguments and
     whom the run is bound to (the call is well formed: it keeps its own id)."""
-    untyped: Any = call
     b.principal = call.principal
-    b.args_redacted = redact_args(reg, untyped.arguments)
-    name = untyped.name
-    entry = reg._table.active.get(name) if type(name) is str else None
+    b.args_redacted = redact_args(env, call.arguments)
+    name = call.name
+    entry = env.tools.active.get(name) if type(name) is str else None
     if entry is not None:
         b.entry = entry  # the record names the tool and where it came from
     tool = entry.definition.name if entry is not None else UNREGISTERED
-    if reg._tracer is not None:
-        b.span = reg._tracer.open_span(tool)
+    if env.tracer is not None:
+        b.span = env.tracer.open_span(tool)
     shown = safe_name(name)
-    if reg.redactor.redact_text(shown) != shown:  # a name may itself be a secret
+    if env.redactor.redact_text(shown) != shown:  # a name may itself be a secret
         shown = "the requested tool"
     run = {"user": bound.user, "tenant": bound.tenant, "roles": list(bound.roles)} \
         if bound is not None else None
@@ -104,7 +103,7 @@ _WHY = {
 }
 
 
-def _taken(reg: ToolRegistry, cid: str) -> str | None:
+def _taken(env: Environment, cid: str) -> str | None:
     """Why a caller-supplied call id cannot be used, or None (and it is now taken).
 
     The registry remembers the ids of its own recent calls and of the caller-supplied ids it
@@ -113,41 +112,42 @@ def _taken(reg: ToolRegistry, cid: str) -> str | None:
     looked up in the trail (``TrailSink``), unless the registry minted it
     (``ToolRegistry.new_call_id``). A trail that cannot be read refuses the id: a call without
     an id of its own still runs."""
-    st = reg._statuses
-    if not st.claim(cid, reg._active):
+    st = env.book.statuses
+    if not st.claim(cid, env.book.active):
         return "duplicate_call_id"
-    if not st.vouched(cid) and reg._trail_sinks and (
-            cid[14] != "7" or cid <= st.forgotten or cid < reg._trail_from):
+    if not st.vouched(cid) and env.emitter.trail_sinks and (
+            cid[14] != "7" or cid <= st.forgotten or cid < env.trail_from):
         try:
-            if any(sink.recorded(cid) for sink in reg._trail_sinks):
+            if any(sink.recorded(cid) for sink in env.emitter.trail_sinks):
                 return "duplicate_call_id"
         except OSError:
             return "call_id_unverifiable"
     return None
 
 
-def _malformed(reg: ToolRegistry, b: Builder, detail: dict[str, Any], why: str) -> None:
+def _malformed(env: Environment, b: Builder, detail: dict[str, Any], why: str) -> None:
     """Refuse a malformed call, recorded under an id of its own (so no reader can take the
     refusal, or another call with the id it named, for the other)."""
     b.call_id = new_call_id()
-    if reg._tracer is not None:
-        b.span = reg._tracer.open_span(UNREGISTERED)
+    if env.tracer is not None:
+        b.span = env.tracer.open_span(UNREGISTERED)
     b.step(StepName.RESOLVE, b.t0, "registry", "reject", detail)
     b.reject(Stage.PARAMS, f"malformed tool call: {why}", UNREGISTERED)
 
 
-def check_call(reg: ToolRegistry, call: ToolCall) -> str | None:
+def check_call(env: Environment, call: ToolCall) -> str | None:
     """Why a ToolCall's own fields are unusable, or None."""
-    c: Any = call  # untyped reads: compiled code would check the declared types first
+    # A caller may have put anything in a ToolCall's fields: each is checked here.
+    c = call
     cid, rid, mode = c.call_id, c.run_id, c.mode
     if cid is not None and (type(cid) is not str or not _UUID_RE.match(cid)):
         return "call_id must be a UUID string"
     if rid is not None and (
-        type(rid) is not str or not _TOKEN_RE.match(rid) or not reg.redactor.is_clean(rid)
+        type(rid) is not str or not _TOKEN_RE.match(rid) or not env.redactor.is_clean(rid)
     ):
         return "run_id must be 1-128 characters of [A-Za-z0-9._:-] and not a secret"
-    if mode not in reg.policy.modes and (
-        type(mode) is not str or not _TOKEN_RE.match(mode) or not reg.redactor.is_clean(mode)
+    if mode not in env.policy.modes and (
+        type(mode) is not str or not _TOKEN_RE.match(mode) or not env.redactor.is_clean(mode)
     ):
         return "mode must be 1-128 characters of [A-Za-z0-9._:-] and not a secret"
     t = c.timeout_s
@@ -159,11 +159,11 @@ def check_call(reg: ToolRegistry, call: ToolCall) -> str | None:
     if type(attrs) is not dict and not isinstance(attrs, Mapping):
         return "attributes must be a mapping"
     if c.principal is not None:
-        return principal_problem(c.principal, reg.redactor.is_clean)
+        return principal_problem(c.principal, env.redactor.is_clean)
     return None
 
 
-def clean_attributes(reg: ToolRegistry, attrs: Mapping[str, Any]) -> dict[str, str | int | bool]:
+def clean_attributes(env: Environment, attrs: Mapping[str, Any]) -> dict[str, str | int | bool]:
     """Extra span attributes, bounded and redacted (they reach every sink).
 
     Each attribute is redacted as a mapping's item is, so key rules apply (a value under
@@ -171,8 +171,8 @@ def clean_attributes(reg: ToolRegistry, attrs: Mapping[str, Any]) -> dict[str, s
     secret is dropped. Values are redacted, then cut to 256 characters. The same attributes
     come with call after call (a transport, a server's name): what became of a key with a
     short text value is remembered (``AttributeMemo``), not worked out again."""
-    redactor = reg.redactor
-    memo = reg._attributes.for_redactor(redactor)
+    redactor = env.redactor
+    memo = env.attributes.for_redactor(redactor)
     out: dict[str, str | int | bool] = {}
     for k, v in list(attrs.items())[:32]:
         short = type(v) is str and len(v) <= _REMEMBERED_CHARS

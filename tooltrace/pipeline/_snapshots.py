@@ -19,7 +19,7 @@ from ..snapshots import FileSnapshot, FileState, SnapshotRecord, read_state
 from ._record import Builder, error_text
 
 if TYPE_CHECKING:
-    from ..registry import ToolRegistry
+    from ._environment import Environment
 
 __all__ = ["snapshot_after", "snapshot_before"]
 
@@ -27,11 +27,11 @@ _perf_ns = time.perf_counter_ns
 
 
 def snapshot_before(
-    reg: ToolRegistry, b: Builder, d: ToolDefinition, args: Mapping[str, Any]
+    env: Environment, b: Builder, d: ToolDefinition, args: Mapping[str, Any]
 ) -> tuple[FileSnapshot, ...] | None:
     """One ``snapshot`` step per written file, its previous content kept as an artifact;
     None when a file cannot be snapshotted safely (the call is refused)."""
-    store = reg.snapshots
+    store = env.snapshots
     taken: list[FileSnapshot] = []
     for param in d.writes:
         value = args.get(param)
@@ -39,13 +39,13 @@ def snapshot_before(
             continue  # an optional path left out: nothing is written there
         t = _perf_ns()
         try:
-            rel = reg.workspace.resolve(value, must_exist=False).relative
-            state, data, (dev, ino) = read_state(reg.workspace, rel, store.max_bytes)
+            rel = env.workspace.resolve(value, must_exist=False).relative
+            state, data, (dev, ino) = read_state(env.workspace, rel, store.max_bytes)
             if data is not None:
                 store.keep(data)
         except (PathPolicyError, OSError) as exc:
             reason = exc.reason if isinstance(exc, PathPolicyError) else "not_saved"
-            _refuse(reg, b, d, t, {"param": param, "reason": reason}, exc)
+            _refuse(env, b, d, t, {"param": param, "reason": reason}, exc)
             return None
         b.step(StepName.SNAPSHOT, t, "runtime", _decision(state), _detail(param, rel, state,
                                                                             store.max_bytes))
@@ -55,17 +55,17 @@ def snapshot_before(
         # crash) can still be restored; what it left is then unknown (restore needs --force).
         t = _perf_ns()
         try:
-            store.save(SnapshotRecord(b.call_id, d.name, reg.workspace.root, tuple(taken)))
+            store.save(SnapshotRecord(b.call_id, d.name, env.workspace.root, tuple(taken)))
         except OSError as exc:
-            _refuse(reg, b, d, t, {"reason": "not_saved"}, exc)
+            _refuse(env, b, d, t, {"reason": "not_saved"}, exc)
             return None
     return tuple(taken)
 
 
-def _refuse(reg: ToolRegistry, b: Builder, d: ToolDefinition, t: int,
+def _refuse(env: Environment, b: Builder, d: ToolDefinition, t: int,
             detail: dict[str, Any], exc: BaseException) -> None:
     """Record the refused snapshot and refuse the call: the write could not be undone."""
-    detail["error"] = error_text(reg, exc)
+    detail["error"] = error_text(env, exc)
     b.step(StepName.SNAPSHOT, t, "runtime", "reject", detail)
     b.reject(Stage.POLICY, f"the file it writes cannot be snapshotted safely before the write "
              f"({detail['reason']})", d.name)
@@ -89,19 +89,19 @@ def _detail(param: str, rel: str, state: FileState, limit: int) -> dict[str, Any
     return detail
 
 
-def snapshot_after(reg: ToolRegistry, b: Builder, tool: str,
+def snapshot_after(env: Environment, b: Builder, tool: str,
                    taken: tuple[FileSnapshot, ...], ended: bool) -> None:
     """Read each written file again and save the call's manifest (never raises: a failure
     leaves the after-state unknown). A tool that did not end (abandoned at its deadline) may
     still be writing: what it leaves is unknown, and the manifest stays as it was."""
     if not ended:
         return
-    store = reg.snapshots
+    store = env.snapshots
     files = []
     for snap in taken:
         after: FileState | None
         try:
-            after, data, _ident = read_state(reg.workspace, snap.path, store.max_bytes)
+            after, data, _ident = read_state(env.workspace, snap.path, store.max_bytes)
             if data is not None:
                 store.keep(data)
         except (PathPolicyError, OSError):
@@ -109,7 +109,7 @@ def snapshot_after(reg: ToolRegistry, b: Builder, tool: str,
         files.append(FileSnapshot(snap.param, snap.path, snap.before, after,
                                   snap.device, snap.inode))
     try:
-        store.save(SnapshotRecord(b.call_id, tool, reg.workspace.root, tuple(files)))
+        store.save(SnapshotRecord(b.call_id, tool, env.workspace.root, tuple(files)))
     except OSError:
-        reg.sink_errors += 1
+        env.emitter.errors += 1
 

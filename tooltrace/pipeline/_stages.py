@@ -32,7 +32,6 @@ from ._hooks import RunHook, post_hooks, pre_hooks
 from ._outcome import Outcome
 from ._record import (
     UNREGISTERED,
-    VETTED,
     Builder,
     WatchedBuilder,
     error_text,
@@ -44,7 +43,7 @@ from ._sanitise import sanitise
 from ._snapshots import snapshot_before
 
 if TYPE_CHECKING:
-    from ..registry import ToolRegistry
+    from ._environment import Environment
 
 __all__ = ["Admit", "Intent", "Op", "Pipeline", "RawCall", "pipeline"]
 
@@ -76,14 +75,7 @@ Pipeline = Generator[Op, Any, ToolResultEnvelope]
 RawCall = ToolCall | Mapping[str, Any] | str | bytes
 
 _perf_ns = time.perf_counter_ns
-# The hot steps' names as plain strings (equal to the StepName members): a dict holding only
-# plain values can be untracked by the garbage collector, an enum member keeps it tracked, and
-# every span event's attributes hold the step's name.
-_RESOLVE, _VALIDATE = str(StepName.RESOLVE), str(StepName.VALIDATE)
-_ADMISSION = str(StepName.ADMISSION)
 _FREE = AdmissionResult(True, 0.0, "free")
-_FREE_INFO: Mapping[str, Any] = {"waited_ms": 0.0, "reason": "free"}  # shared, never mutated
-VETTED.add(id(_FREE_INFO))
 _ADMISSION_TEXT = {
     "queue_full": "too many calls waiting for a slot (queue full)",
     "timeout": "no concurrency slot became free in time",
@@ -93,120 +85,117 @@ _ADMISSION_TEXT = {
 
 
 def pipeline(
-    reg: ToolRegistry, raw: RawCall, blocking: bool = False, parent: CallContext | None = None
+    env: Environment, raw: RawCall, blocking: bool = False, parent: CallContext | None = None
 ) -> Pipeline:
     """One call's pipeline (``blocking``: driven by ``call()``; ``parent``: see ``nested``)."""
     t_wall, t0 = time.time_ns() // 1000, _perf_ns()
-    b = WatchedBuilder(reg, t_wall, t0) if reg._hub.step else Builder(reg, t_wall, t0)
-    call = sanitise(reg, b, raw)
+    b = WatchedBuilder(env, t_wall, t0) if env.hub.step else Builder(env, t_wall, t0)
+    call = sanitise(env, b, raw)
     if call is None:
         return b.refused()
-    # As Any: a ToolCall may hold anything here (the stages check), compiled code would raise.
-    untyped: Any = call
-    raw_args = arguments(reg, b, untyped.arguments)
-    entry = resolve(reg, b, untyped.name) if not parent else nested(reg, b, parent, untyped.name)
+    raw_args = arguments(env, b, call.arguments)
+    entry = resolve(env, b, call.name) if not parent else nested(env, b, parent, call.name)
     if entry is None:
         return b.refused()
     args = validate(b, entry, raw_args)
     if args is None:
         return b.refused()
-    verdict = authorize(reg, b, entry, args, b.mode, b.last, None)
+    verdict = authorize(env, b, entry, args, b.mode, b.last, None)
     if verdict is not None:
         if isinstance(verdict, ToolResultEnvelope):
             return verdict
-        refused = yield from approve(reg, b, entry.definition, args, verdict)
+        refused = yield from approve(env, b, entry.definition, args, verdict)
         if refused is not None:
             return refused
-    if reg._pre_hooks:
-        hooked = yield from pre_hooks(reg, b, entry, args, b.mode)
+    if env.pre_hooks:
+        hooked = yield from pre_hooks(env, b, entry, args, b.mode)
         if hooked is None:
             return b.refused()
         args = hooked
     d = entry.definition
-    if b.call_id in reg._cancel_early or b.run_id in reg._cancelled_runs:
+    if b.call_id in env.book.cancel_early or b.run_id in env.book.cancelled_runs:
         return _cancelled(b, d, StepName.ADMISSION, _perf_ns())
     timeout, asked = d.timeout_s, None
-    if untyped.timeout_s is not None:
-        timeout, asked = deadline(reg, untyped.timeout_s)
+    if call.timeout_s is not None:
+        timeout, asked = deadline(env, call.timeout_s)
     t = b.last  # admission begins where the last step ended (one clock read less)
-    if reg._admission.try_acquire(d.name):
+    if env.admission.try_acquire(d.name):
         adm: AdmissionResult = _FREE
     else:
-        adm = yield Admit(d.name, b.run_id, reg.admission_timeout_s, b.call_id)
+        adm = yield Admit(d.name, b.run_id, env.admission_timeout_s, b.call_id)
     refused = admission(b, d, adm, asked, t)
     if refused is not None:
         return refused
     released = False
     try:
-        if reg._durable:
-            refused = yield from intents(reg, b, d)
+        if env.emitter.durable:
+            refused = yield from intents(env, b, d)
             if refused is not None:
                 return refused
-        ctx = start(reg, b, d, timeout, call.background and d.background, parent, args)
+        ctx = start(env, b, d, timeout, call.background and d.background, parent, args)
         if ctx is None:  # a file it writes could not be snapshotted safely
             return b.refused()
         t = b.last
         released = True  # from here the executor's finally gives the slot back
         out: Outcome
         if entry.inline:
-            out = execute_inline(reg, entry, ctx, args, b.span)
+            out = execute_inline(env, entry, ctx, args, b.span)
         elif blocking:
             # The blocking driver would only hand the operation back to this thread.
-            out = execute_blocking(reg, Execute(entry, ctx, args, b.span, reg.cancel_grace_s))
+            out = execute_blocking(env, Execute(entry, ctx, args, b.span, env.cancel_grace_s))
         else:
-            out = yield Execute(entry, ctx, args, b.span, reg.cancel_grace_s)
+            out = yield Execute(entry, ctx, args, b.span, env.cancel_grace_s)
     finally:
         if not released:
-            reg._admission.release(d.name)
-    if ctx._pseq:  # the tool reported progress
+            env.admission.release(d.name)
+    if ctx.progress_reported:
         keep_progress(b, ctx)
-    env: ToolResultEnvelope | None = None
+    envelope: ToolResultEnvelope | None = None
     try:
-        env = finish(reg, b, entry, ctx, out, t)
-        if reg._post_hooks:
-            env = yield from post_hooks(reg, b, entry, env)
+        envelope = finish(env, b, entry, ctx, out, t)
+        if env.post_hooks:
+            envelope = yield from post_hooks(env, b, entry, envelope)
         else:
-            env = b.emit(env)
+            envelope = b.emit(envelope)
     finally:
-        reg._active.pop(b.call_id, None)
-        ctx._final = env.status if env is not None else None
-        ctx._done = True
-    return env
+        env.book.active.pop(b.call_id, None)
+        ctx.returned(envelope.status if envelope is not None else None)
+    return envelope
 
 
-def arguments(reg: ToolRegistry, b: Builder, raw_args: Any) -> Any:
+def arguments(env: Environment, b: Builder, raw_args: Any) -> Any:
     """The call's own copy of its arguments; their redacted view goes on the record."""
     if type(raw_args) is dict:
         # Records keep (redacted views of) these arguments and sinks read them later, so a
         # caller reusing its dict must not change what was recorded.
         raw_args = raw_args.copy()
-    b.args_redacted = redact_args(reg, raw_args)
+    b.args_redacted = redact_args(env, raw_args)
     return raw_args
 
 
-def resolve(reg: ToolRegistry, b: Builder, name: Any) -> Entry | None:
+def resolve(env: Environment, b: Builder, name: Any) -> Entry | None:
     """The active entry of the tool the call names (its span opens here); None if refused."""
     t = _perf_ns()
-    entry = reg._table.active.get(name) if type(name) is str else None
-    if reg._tracer is not None:
+    entry = env.tools.active.get(name) if type(name) is str else None
+    if env.tracer is not None:
         # Every call gets its span, rejected ones included, so all sinks share its ids.
-        b.span = reg._tracer.open_span(entry.definition.name if entry else UNREGISTERED)
+        b.span = env.tracer.open_span(entry.definition.name if entry else UNREGISTERED)
     if entry is None:
         shown = safe_name(name)
-        if reg.redactor.redact_text(shown) != shown:  # a name may itself be a secret
+        if env.redactor.redact_text(shown) != shown:  # a name may itself be a secret
             shown = "the requested tool"
         b.step(StepName.RESOLVE, t, "registry", "reject", {"requested": shown})
         b.reject(Stage.RESOLVE, "unknown tool", UNREGISTERED, shown_name=shown)
         return None
     b.entry = entry
-    if b.run_id in reg._cancelled_runs or b.call_id in reg._cancel_early:
+    if b.run_id in env.book.cancelled_runs or b.call_id in env.book.cancel_early:
         _cancelled(b, entry.definition, StepName.RESOLVE, t)
         return None
-    b.step(_RESOLVE, t, "registry", "accept", None)
+    b.step(StepName.RESOLVE, t, "registry", "accept", None)
     return entry
 
 
-def nested(reg: ToolRegistry, b: Builder, parent: CallContext, name: Any) -> Entry | None:
+def nested(env: Environment, b: Builder, parent: CallContext, name: Any) -> Entry | None:
     """``resolve`` for a call a tool made: the child stays in its parent's run and mode, one
     level deeper, and its span opens under the parent's."""
     b.depth = parent.depth + 1
@@ -217,10 +206,10 @@ def nested(reg: ToolRegistry, b: Builder, parent: CallContext, name: Any) -> Ent
     b.parent_tool = parent.tool
     b.run_id = parent.run_id
     b.mode = parent.mode
-    span = parent._span
+    span = parent.span
     token = span.attach() if span is not None else None
     try:
-        return resolve(reg, b, name)
+        return resolve(env, b, name)
     finally:
         if span is not None:
             span.detach(token)
@@ -241,15 +230,15 @@ def validate(b: Builder, entry: Entry, raw_args: Any) -> dict[str, Any] | None:
         b.step(StepName.VALIDATE, t, "schema", "reject", detail)
         b.reject(Stage.PARAMS, err.message, d.name)
         return None
-    b.step(_VALIDATE, t, "schema", "accept", None)
+    b.step(StepName.VALIDATE, t, "schema", "accept", None)
     return args
 
 
-def deadline(reg: ToolRegistry, requested: Any) -> tuple[float, dict[str, Any] | None]:
+def deadline(env: Environment, requested: Any) -> tuple[float, dict[str, Any] | None]:
     """The timeout a call asked for, within the registry's limits; and, when it had to be
     changed, what the admission step records about that (without one, the tool's applies)."""
     asked = float(requested)  # an int passes check_call too
-    timeout = min(max(asked, 0.001), reg.max_timeout_s)
+    timeout = min(max(asked, 0.001), env.max_timeout_s)
     if timeout != asked:
         return timeout, {"timeout_requested_s": asked, "timeout_s": timeout}
     return timeout, None
@@ -263,38 +252,35 @@ def admission(
     t: int,
 ) -> ToolResultEnvelope | None:
     """Record the admission step (begun at ``t``); the refusal if no slot was had."""
-    if adm is _FREE and not extra:
-        info = _FREE_INFO
-    else:
-        info = {"waited_ms": round(adm.waited_s * 1000, 3), "reason": adm.reason}
-        if extra:
-            info.update(extra)
+    info = {"waited_ms": round(adm.waited_s * 1000, 3), "reason": adm.reason}
+    if extra:
+        info.update(extra)
     if not adm.admitted:
         b.step(StepName.ADMISSION, t, "runtime", "reject", info)
         stage = Stage.CANCEL if adm.reason == "cancelled" else Stage.ADMISSION
         why = _ADMISSION_TEXT.get(adm.reason, adm.reason)
         return b.reject(stage, why, d.name, retry=Retry(adm.reason != "shutdown", after_ms=250))
-    b.step(_ADMISSION, t, "runtime", "accept", info)
+    b.step(StepName.ADMISSION, t, "runtime", "accept", info)
     return None
 
 
 def intents(
-    reg: ToolRegistry, b: Builder, d: ToolDefinition
+    env: Environment, b: Builder, d: ToolDefinition
 ) -> Generator[Intent, Any, ToolResultEnvelope | None]:
     """Strict audit: each durable sink makes the call's intent durable, or the call is
     refused (``stage=audit``)."""
-    for sink in reg._durable:
+    for sink in env.emitter.durable:
         t = _perf_ns()
         failure = yield Intent(sink, b.call_id, b.run_id, d.name, b.t_wall, b.args_redacted)
         if failure is not None:
-            b.step(StepName.AUDIT_INTENT, t, "audit", "reject", {"error": error_text(reg, failure)})
+            b.step(StepName.AUDIT_INTENT, t, "audit", "reject", {"error": error_text(env, failure)})
             return b.reject(Stage.AUDIT, "the audit record could not be made durable", d.name)
         b.step(StepName.AUDIT_INTENT, t, "audit", "durable", None)
     return None
 
 
 def start(
-    reg: ToolRegistry,
+    env: Environment,
     b: Builder,
     d: ToolDefinition,
     timeout: float,
@@ -306,22 +292,22 @@ def start(
     nested call's deadline is at most its parent's, and it is signalled with its parent. The
     files a tool declares it writes are snapshotted first: None if one cannot be (refused)."""
     span = b.span
-    ctx = CallContext(  # positional: this runs on every call
+    ctx = CallContext(
         b.call_id,
         b.run_id,
         d.name,
         timeout,
-        reg.workspace,
-        reg.artifacts,
-        None if span is None else _traceparent(span),
-        background,
-        reg._emit_late_fn,
-        reg._hub,
-        b.mode,
+        env.workspace,
+        env.artifacts,
+        traceparent=None if span is None else _traceparent(span),
+        background=background,
+        late=env.emit_late,
+        hub=env,
+        mode=b.mode,
     )
-    ctx._span = span
+    ctx.span = span
     if d.writes and args is not None:
-        taken = snapshot_before(reg, b, d, args)
+        taken = snapshot_before(env, b, d, args)
         if taken is None:
             return None
         if taken:
@@ -330,12 +316,12 @@ def start(
     if parent is not None:
         nest(ctx, parent, b)
     # Plain dict operations are atomic under the GIL; cancel() copies before iterating.
-    reg._active[b.call_id] = ctx
-    if b.call_id in reg._cancel_early:  # cancelled while it was being admitted
+    env.book.active[b.call_id] = ctx
+    if b.call_id in env.book.cancel_early:  # cancelled while it was being admitted
         ctx.signal("cancel")
     b.execution_started = True
-    if reg._hub.started:
-        reg._hub.call_started(ctx)
+    if env.hub.started:
+        env.hub.call_started(ctx)
     return ctx
 
 

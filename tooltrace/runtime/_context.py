@@ -35,7 +35,9 @@ class CallHost(Protocol):
     """What a context needs of the pipeline that runs its call: where progress goes, and how
     a tool's nested call is made."""
 
-    progress_interval_s: float
+    @property
+    def progress_interval_s(self) -> float:
+        """The shortest time between two published progress reports of one call."""
 
     def report_progress(self, ctx: CallContext, seq: int, at_us: int, done: float,
                         total: float | None, message: str | None) -> None:
@@ -83,7 +85,6 @@ class CallContext:
         "_pnext",
         "_pseq",
         "_reason",
-        "_span",
         "_stopped",
         "_wake",
         "artifacts",
@@ -98,6 +99,7 @@ class CallContext:
         "run_id",
         "signalled_at",
         "snapshots",
+        "span",
         "timeout_s",
         "tool",
         "traceparent",
@@ -145,7 +147,7 @@ class CallContext:
         #: releases it, so the wait ends at once (set by the registry, None otherwise).
         self._wake: LockType | None = None
         self._late = late
-        # Set by the registry when the call has returned (what cancel() waits for).
+        # Set by the pipeline when the call has returned (``returned``; what cancel() waits for).
         self._done = False
         self._final: Any = None
         #: ``time.monotonic()`` when the call was signalled (or marked), so the deadline and
@@ -163,12 +165,37 @@ class CallContext:
         # How many reports the tool made; the rate limit's fields (``_pnext``, ``_pending``)
         # are set by the first report, so a call that reports none pays for them not at all.
         self._pseq = 0
-        #: The call's span, made current around a nested call's start (set by the registry).
-        self._span: OpenSpan | None = None
+        #: The call's span, made current around a nested call's start (set by the pipeline).
+        self.span: OpenSpan | None = None
         #: The files the registry snapshotted before the call, by argument (set by the
         #: registry for a tool that declares ``writes``): a writer checks it replaces the
         #: very file that was snapshotted.
         self.snapshots: Mapping[str, FileSnapshot] | None = None
+
+    def returned(self, status: Any) -> None:
+        """Note that the call has returned, with its final status (the pipeline calls this)."""
+        self._final = status
+        self._done = True
+
+    @property
+    def has_returned(self) -> bool:
+        """True once the call has returned (its envelope is made)."""
+        return self._done
+
+    @property
+    def final_status(self) -> Any:
+        """The status the call returned with (None until it has returned, or if none)."""
+        return self._final
+
+    @property
+    def progress_reported(self) -> bool:
+        """True once the tool reported progress (``progress``)."""
+        return self._pseq > 0
+
+    def wake_on_signal(self, lock: LockType) -> None:
+        """Release the held ``lock`` when the call is signalled: the pipeline waits on it
+        while the tool runs on a worker, so the wait ends at once."""
+        self._wake = lock
 
     def start_clock(self) -> None:
         """Start the deadline now (at execution start, after admission)."""
