@@ -123,3 +123,24 @@ def test_approval_requests_are_listed_and_answered_by_unique_prefix(tmp_path: Pa
     assert answer is not None and not answer.approved
     unknown = cli("approvals", "answer", "0" * 13, "--approve", "--home", str(home))
     assert unknown.exit_code == 1, unknown.output
+
+
+def test_a_live_view_tells_apart_the_ids_it_has_seen() -> None:
+    from tooltrace.cli._idprefix import SeenIds
+
+    # UUIDv7 ids of one millisecond from one process differ only near their end.
+    a, b = "01a24ab8-b7c6-77ec-8d9d-196200000000", "01a24ab8-b7c6-77ec-8d9d-196300000000"
+    seen = SeenIds()
+    assert seen.prefix(a) == "01a24ab8-b7c6"  # alone so far
+    seen.add(b)  # in flight, or in the same look at the trail
+    assert seen.prefix(a) == "01a24ab8-b7c6-77ec-8d9d-1962"
+    assert seen.prefix(b) == "01a24ab8-b7c6-77ec-8d9d-1963"
+    assert seen.prefix("01a24ab8-b7c7-7000-8000-000000000000") == "01a24ab8-b7c7"
+
+
+def test_an_ambiguous_prefix_names_each_call_s_tool_and_start(
+        trail: tuple[Path, list[str]]) -> None:
+    home, ids = trail
+    res = cli("autopsy", _several(ids), "--home", str(home))
+    assert res.exit_code == 2
+    assert f"{ids[0]} (write_text, started " in res.output, res.output

@@ -37,10 +37,23 @@ class AmbiguousPrefix(LookupError):
         self.matches = list(matches)
 
 
-def ambiguous(prefix: str, matches: Sequence[str], what: str = "call id") -> str:
-    """The error every command gives for a prefix that names several ids (it exits 2)."""
-    shown = ", ".join(matches[:4]) + (" ..." if len(matches) > 4 else "")
-    return (f"{what} prefix {prefix[:40]!r} is ambiguous; it matches {shown}"
+def ambiguous(prefix: str, matches: Sequence[str], what: str = "call id",
+              store: Any = None) -> str:
+    """The error every command gives for a prefix that names several ids (it exits 2). With
+    the trail's ``store``, each call is named with its tool and start time, so whoever copied
+    the prefix from a line can tell which call was theirs."""
+    facts: dict[str, str] = {}
+    listed = [m for m in matches[:4] if isinstance(m, str) and _ID.match(m)]
+    if store is not None and listed:
+        try:
+            rows = store.sql("SELECT call_id, tool, started_at FROM tool_calls WHERE call_id IN ("
+                             + ", ".join(f"'{m}'" for m in listed) + ")").rows
+            facts = {str(r[0]): f" ({r[1]}, started {str(r[2])[11:23]})" for r in rows}
+        except Exception:  # the ids alone still answer
+            facts = {}
+    shown = ", ".join(m + facts.get(m, "") for m in matches[:4])
+    more = " ..." if len(matches) > 4 else ""
+    return (f"{what} prefix {prefix[:40]!r} is ambiguous; it matches {shown}{more}"
             " -- give more characters")
 
 

@@ -47,7 +47,7 @@ def autopsy(call_id: str, home: Path | None, as_json: bool, wide: bool,
         try:
             detail = store.call(call_id)
         except AmbiguousCallId as exc:
-            fail(ambiguous(call_id, exc.matches), EXIT_USAGE, guard)
+            fail(ambiguous(call_id, exc.matches, store=store), EXIT_USAGE, guard)
         except CallNotFound:
             fail(f"no call with id {call_id[:40]!r} in this audit trail", EXIT_FAIL)
         except DuplicateCallId as exc:

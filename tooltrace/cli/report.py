@@ -46,7 +46,7 @@ def report(call_id: str | None, run_id: str | None, output: Path | None, fmt: st
             rep = (build_call_report(store, call_id) if call_id is not None
                    else build_run_report(store, str(run_id)))
         except AmbiguousCallId as exc:
-            fail(ambiguous(str(call_id), exc.matches), EXIT_USAGE, guard)
+            fail(ambiguous(str(call_id), exc.matches, store=store), EXIT_USAGE, guard)
         except (CallNotFound, LookupError) as exc:
             if isinstance(exc, DuplicateCallId):
                 fail(f"call id {exc.call_id} was recorded for {len(exc.records)} different "
