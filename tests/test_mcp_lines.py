@@ -1,16 +1,18 @@
 """The proxy's stdio sides split their pipes into lines as bytes arrive (``_lines``): the fast
 paths take their lines in the event loop's callback, and never ahead of a line still waiting
-for the SDK's side."""
+for the SDK's side; both read a line they may want with one parser (``jsonrpc_message``)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from tooltrace.mcp._lines import QUEUE_LINES, LineReader, LineTooLong
+from tooltrace.mcp import _fastcall, _frontcall
+from tooltrace.mcp._lines import QUEUE_LINES, LineReader, LineTooLong, jsonrpc_message
 
 
 async def _read(chunks: list[bytes], take: Callable[[bytes], bool], max_bytes: int = 1 << 20,
@@ -116,3 +118,26 @@ def test_reading_pauses_while_the_queue_is_full_and_nothing_is_lost() -> None:
     got, paused = asyncio.run(run())
     assert got == [b'{"n":%d}' % i for i in range(n)]
     assert QUEUE_LINES <= paused < n
+
+
+@pytest.mark.parametrize(("line", "marks", "message"), [
+    (b'{"jsonrpc":"2.0","id":"tt-1","result":{}}', (b'"tt-',), {
+        "jsonrpc": "2.0", "id": "tt-1", "result": {}}),
+    (b'{"jsonrpc":"2.0","id":1,"result":{}}', (b'"tt-',), None),  # no mark: never parsed
+    (b'{"jsonrpc":"2.0","id":1,"method":"tools/call"}', (b'"ping"', b'"tools/call"'), {
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call"}),
+    (b'{"jsonrpc":"1.0","id":"tt-1","result":{}}', (b'"tt-',), None),  # not JSON-RPC 2.0
+    (b'["tt-", 1]', (b'"tt-',), None),  # not an object
+    (b'{"jsonrpc":"2.0", "id": "tt-', (b'"tt-',), None),  # not JSON
+    (b'{"jsonrpc":"2.0","method":"x"}', (), {"jsonrpc": "2.0", "method": "x"}),  # no marks
+])
+def test_one_parser_reads_a_line_for_either_fast_path(
+        line: bytes, marks: tuple[bytes, ...], message: dict[str, object] | None) -> None:
+    assert jsonrpc_message(line, *marks) == message
+
+
+def test_both_fast_paths_read_lines_with_the_one_parser() -> None:
+    assert _fastcall.jsonrpc_message is jsonrpc_message
+    assert _frontcall.jsonrpc_message is jsonrpc_message
+    for module in (_fastcall, _frontcall):
+        assert "orjson.loads" not in Path(module.__file__ or "").read_text()
