@@ -208,7 +208,7 @@ def test_bypass_every_entry_point_gets_the_same_rejection(workspace: Path, tmp_p
     assert {(e.status, e.reject_stage) for e in envs} == {(Status.REJECTED, Stage.HOOK)}
     assert len({e.summary for e in envs}) == 1
     # No public attribute of the registry, or of what it returns, reaches the raw function.
-    fn = touch._fn
+    fn = touch.fn
     roots = [reg, reg.definition("touch"), *reg.resolution(), reg.visible_tools()]
     assert not _reaches(roots, fn)
     assert _reaches([touch], fn)  # the walk does find it where it is public-ish

@@ -42,9 +42,9 @@ def _rows(store: AuditStore, t: str, cols: list[str], cid: str
     """Rows of table ``t`` for call ``cid`` (columns ``cols``), or None when nothing can hold
     it (no file whose range holds the id and no segment not compacted yet). Read from the
     lookup files and the segment lines when they can answer (``_direct``), else with DuckDB."""
-    assert store._files is not None
+    assert store.files_by_table is not None
     hi = cid + "\x00"
-    files = [f for f in store._files[t] if f.overlaps(cid, hi)]
+    files = [f for f in store.files_by_table[t] if f.overlaps(cid, hi)]
     paths = [f.path for f in files]
     store.lookup_files.extend(paths)
     live = bool(store.uncompacted)
@@ -74,13 +74,13 @@ def _duckdb_rows(store: AuditStore, t: str, cols: list[str], cid: str, paths: li
         store.load_hits(cid, cid + "\x00")
         parts.append(f"SELECT {select} FROM _hit_{t} {where}")
     try:
-        return store._con.execute(" UNION ALL ".join(parts)).fetchall()
+        return store.connection.execute(" UNION ALL ".join(parts)).fetchall()
     except duckdb.BinderException:  # a file without one of the columns: read them by name
         src = f"read_parquet([{files}], union_by_name = true)"
         by_name = read_by_name(t, src)
         if live:
             by_name += f" UNION ALL SELECT {_SELECT[t]} FROM _hit_{t}"
-        return store._con.execute(f"SELECT {select} FROM ({by_name}) {where}").fetchall()
+        return store.connection.execute(f"SELECT {select} FROM ({by_name}) {where}").fetchall()
 
 
 def _nulls_last(*vals: Any) -> tuple[Any, ...]:

@@ -169,7 +169,7 @@ class AuditStore:
         self.lookup_files: list[str] = []
         # Per table: the compacted files with their call-id ranges. None (a store whose _load
         # does not fill them) means: look up through the views.
-        self._files: dict[str, list[_ParquetFile]] | None = None
+        self.files_by_table: dict[str, list[_ParquetFile]] | None = None
         self._stamp: tuple[int, int, int] | None = None
         #: The segments not compacted yet, read when a question needs them.
         self.uncompacted = LiveSegments([])
@@ -193,7 +193,7 @@ class AuditStore:
         return list(self.uncompacted.issues or ())
 
     @property
-    def _con(self) -> duckdb.DuckDBPyConnection:
+    def connection(self) -> duckdb.DuckDBPyConnection:
         """The DuckDB connection, opened on first use: a lookup answered from the lookup files
         and the segments never imports DuckDB."""
         if self._db is None:
@@ -215,7 +215,7 @@ class AuditStore:
         """The connection with tables ``_live_<table>`` of the rows not compacted yet, at least
         for ``tables`` (read when first asked for; every line is read again for tables asked
         for later)."""
-        con = self._con
+        con = self.connection
         missing = [t for t in TABLES if t in tables and t not in self._live_loaded]
         if missing and self.uncompacted:
             self._live_tables.load(con, self.uncompacted.pieces(), _cores(), tables=missing)
@@ -230,7 +230,7 @@ class AuditStore:
         # no literal can hold it: such a query reads every table.
         if "\x00" in query:
             return frozenset(TABLES)
-        row = self._con.execute(f"SELECT json_serialize_sql({_quote(query)})").fetchone()
+        row = self.connection.execute(f"SELECT json_serialize_sql({_quote(query)})").fetchone()
         try:
             tree = orjson.loads(row[0]) if row else {"error": True}
         except orjson.JSONDecodeError:
@@ -263,7 +263,7 @@ class AuditStore:
         """Tables ``_hit_<table>`` of the rows not compacted yet with a call id in
         ``[lo, hi_excl)`` (for a lookup that DuckDB answers); ``ids``: of the first that many
         calls found (enough to name the first matches of a prefix)."""
-        self._live_tables.load_columns(self._con, self.uncompacted.matching(lo, hi_excl, ids),
+        self._live_tables.load_columns(self.connection, self.uncompacted.matching(lo, hi_excl, ids),
                                        "_hit_")
 
     @property
@@ -276,7 +276,7 @@ class AuditStore:
     def _views(self) -> duckdb.DuckDBPyConnection:
         """The connection with every view in place and every core in use (the tables of rows
         not compacted yet as loaded so far)."""
-        con = self._con
+        con = self.connection
         if self._single:
             self._single = False
             con.execute(f"SET threads = {_cores()}")
@@ -293,7 +293,7 @@ class AuditStore:
         files = manifest.get("files") or {}
         ranges = manifest.get("ranges") or {}
         lookups = set(manifest.get("lookups") or ())
-        self._files = {}
+        self.files_by_table = {}
         for t in TABLES:
             listed: list[_ParquetFile] = []
             for rel in files.get(t, []):
@@ -306,7 +306,7 @@ class AuditStore:
                     listed.append(_ParquetFile(str(path), r[0], r[1], rel, rel in lookups))
                 else:  # a manifest from before ranges: this file is read for every lookup
                     listed.append(_ParquetFile(str(path), None, None, rel, rel in lookups))
-            self._files[t] = listed
+            self.files_by_table[t] = listed
             self.parquet_files += len(listed)
             src = self._source(t, [f.path for f in listed], "_live_") or f"_live_{t}"
             self._pending.append(f"CREATE OR REPLACE VIEW _all_{t} AS SELECT * FROM {src}")
@@ -331,8 +331,8 @@ class AuditStore:
         """A FROM item over only what can hold a call id in ``[lo, hi_excl)``: the files whose
         recorded range overlaps it (every file without a range) and the segment lines not
         compacted yet that do (``load_hits`` first)."""
-        assert self._files is not None
-        paths = [f.path for f in self._files[t] if f.overlaps(lo, hi_excl)]
+        assert self.files_by_table is not None
+        paths = [f.path for f in self.files_by_table[t] if f.overlaps(lo, hi_excl)]
         self.lookup_files.extend(paths)
         return self._source(t, paths, "_hit_")
 
@@ -371,9 +371,9 @@ class AuditStore:
         """Whether compaction replaced a file this store listed: the file is gone and the
         manifest changed since the store read it (a file removed by anyone else stays an
         error)."""
-        if self._files is None or self._manifest_stamp() == self._stamp:
+        if self.files_by_table is None or self._manifest_stamp() == self._stamp:
             return False
-        return any(not os.path.exists(f.path) for listed in self._files.values()
+        return any(not os.path.exists(f.path) for listed in self.files_by_table.values()
                    for f in listed)
 
     def _manifest_stamp(self) -> tuple[int, int, int] | None:
@@ -403,7 +403,7 @@ class AuditStore:
         found = self._direct_ids(p, upper)
         if found is not None:
             return self._one_id(prefix, found)
-        if self._files is None:
+        if self.files_by_table is None:
             calls: str | None = "_all_calls"
             intents: str | None = "_all_intents"
         else:
@@ -416,7 +416,7 @@ class AuditStore:
         parts = [f"SELECT call_id FROM {src} WHERE {where}" for src in (calls, intents) if src]
         if not parts:
             raise CallNotFound(f"no call with id {prefix[:40]!r}")
-        con = self.con if self._files is None else self._con
+        con = self.con if self.files_by_table is None else self.connection
         rows = con.execute(
             f"SELECT DISTINCT call_id FROM ({' UNION '.join(parts)}) ORDER BY call_id LIMIT 5"
         ).fetchall()
@@ -445,9 +445,9 @@ class AuditStore:
         """Table ``t``'s stored rows with a call id in ``[lo, hi_excl)`` from the lookup files
         and the rows not compacted yet, or None when only DuckDB can answer (``ids``: see
         ``LookupFiles.between``)."""
-        if self._files is None:
+        if self.files_by_table is None:
             return None
-        files = [f for f in self._files[t] if f.overlaps(lo, hi_excl)]
+        files = [f for f in self.files_by_table[t] if f.overlaps(lo, hi_excl)]
         self.lookup_files.extend(f.path for f in files)
         return self.lookups.between(t, files, lo, hi_excl, ids)
 
@@ -456,7 +456,7 @@ class AuditStore:
         p = call_id.strip().lower()
         # A full id needs no resolution query: each query over Parquet costs a pruned scan.
         cid = p if len(p) == 36 and _PREFIX_OK.match(p) else self.resolve_call_id(call_id)
-        if self._files is None:
+        if self.files_by_table is None:
             return self._call_via_views(call_id, cid)
         return self._again_if_replaced(lambda: find_call(self, call_id, cid))
 

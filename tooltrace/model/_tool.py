@@ -229,8 +229,10 @@ class FunctionTool:
 
     definition: ToolDefinition
     """The tool's metadata, checked and policed by the registry."""
-    _fn: Callable[..., Any] = field(repr=False)
-    _wants_ctx: bool = field(default=False, repr=False)
+    fn: Callable[..., Any] = field(repr=False)
+    """The function (the registry runs it; called directly it bypasses every check)."""
+    wants_ctx: bool = field(default=False, repr=False)
+    """Whether the function takes the call's ``CallContext`` as its first parameter."""
 
 
 _JSON_TYPES: dict[Any, str] = {

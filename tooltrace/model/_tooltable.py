@@ -81,7 +81,7 @@ def make_entry(
     if isinstance(tool, FunctionTool):
         if handler is not None:
             raise RegistrationError("pass either a @tool function or a definition + handler")
-        definition, fn, wants_ctx = tool.definition, tool._fn, tool._wants_ctx
+        definition, fn, wants_ctx = tool.definition, tool.fn, tool.wants_ctx
     elif isinstance(tool, ToolDefinition):
         if handler is None or not callable(handler):
             raise RegistrationError(f"tool {tool.name!r}: a callable handler is required")

@@ -131,18 +131,20 @@ class Job:
         # submitter may release it too (a cancel), so a second release is ignored.
         self._wake = wake
 
-    def _call(self) -> None:
+    def run(self) -> None:
+        """Run the function on this (worker) thread, keeping its value or error."""
         try:
             self._value = self._fn(*self._args)
         except BaseException as exc:  # like a Future: the waiter decides what it means
             self._error = exc
 
-    def _cancel(self) -> None:
+    def drop(self) -> None:
         """Never ran (its pool shut down first)."""
         self._cancelled = True
-        self._finish()
+        self.finish()
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
+        """Mark the job done and wake whoever waits on it."""
         self._fn = self._args = None  # type: ignore[assignment]  # drop references early
         _JOB_LOCK.acquire()
         try:
@@ -263,14 +265,14 @@ class ToolThreads:
             job = get()
             if job is None:
                 return
-            job._call()
+            job.run()
             # Idle again *before* the submitter is woken: its next job then finds this worker
             # (no new thread), and nothing is left to do here but go back to waiting, which
             # frees the interpreter for the woken caller at once.
             lock.acquire()
             self._idle += 1
             lock.release()
-            job._finish()
+            job.finish()
             del job
 
     def shutdown(self) -> None:
@@ -286,6 +288,6 @@ class ToolThreads:
             except queue.Empty:
                 break
             if job is not None:
-                job._cancel()
+                job.drop()
         for _ in range(n):
             self._queue.put(None)

@@ -97,6 +97,14 @@ class Change:
     """Up to three of their call ids, the earliest first."""
     _first: list[tuple[int, str]] = field(default_factory=list, repr=False)
 
+    def note(self, count: int, first: list[tuple[int, str]]) -> None:
+        """Count ``count`` more calls; keep the earliest of them (``first``: start in
+        microseconds, call id) as examples."""
+        self.count += count
+        if len(self._first) < _EXAMPLES or first[0] < self._first[-1]:
+            self._first = sorted(self._first + first)[:_EXAMPLES]
+            self.examples = [i for _t, i in self._first]
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
         return {"tool": self.tool, "rule": self.rule, "before": self.before,
@@ -138,10 +146,7 @@ class WhatIf:
         c = self.changes.get(key)
         if c is None:
             c = self.changes[key] = Change(tool, rule, before, after)
-        c.count += count
-        if len(c._first) < _EXAMPLES or first[0] < c._first[-1]:
-            c._first = sorted(c._first + first)[:_EXAMPLES]
-            c.examples = [i for _t, i in c._first]
+        c.note(count, first)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, groups sorted by tool, rule and size."""
