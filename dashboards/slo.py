@@ -10,6 +10,14 @@ The objectives live in a YAML file (``dashboards/slos.yml`` is the shipped examp
         latency:                # share of calls (not rejected) faster than threshold_s
           threshold_s: 0.25     # one of the duration histogram's bucket bounds
           target: 0.99
+      - tool: deploy_service
+        latency:
+          threshold_s: 1.3
+          target: 0.95
+          buckets: [0.5, 1.0, 1.1, 1.2, 1.25, 1.3, 1.35, 1.4, 1.5, 2.0, 5.0]
+
+``buckets`` is a tool's own duration buckets when its metrics sink gives it some
+(``MetricsSink(tool_buckets=...)``): the threshold must be one of them instead.
 
 Two SLIs, as error ratios per tool over a window W:
 
@@ -140,8 +148,18 @@ def _objectives(i: int, entry: Any, buckets: tuple[float, ...]) -> Iterable[Obje
         yield Objective(tool, "availability", target)
     if "latency" in entry:
         lat = entry["latency"]
-        if not isinstance(lat, dict) or set(lat) != {"threshold_s", "target"}:
-            raise SloConfigError(f"{where}.latency ({tool}): needs exactly threshold_s and target")
+        if not isinstance(lat, dict) or not {"threshold_s", "target"} <= set(lat) or \
+                set(lat) - {"threshold_s", "target", "buckets"}:
+            raise SloConfigError(f"{where}.latency ({tool}): needs exactly threshold_s and target"
+                                 " (and the tool's own buckets, when it has some)")
+        if "buckets" in lat:
+            own = lat["buckets"]
+            if not isinstance(own, list) or not own or not all(
+                    isinstance(b, int | float) and not isinstance(b, bool) and 0 < b < math.inf
+                    for b in own):
+                raise SloConfigError(f"{where}.latency.buckets ({tool}): a list of positive "
+                                     f"bucket bounds in seconds; got {own!r}")
+            buckets = tuple(sorted(float(b) for b in own))
         thr = lat["threshold_s"]
         if not isinstance(thr, int | float) or not any(math.isclose(thr, b) for b in buckets):
             raise SloConfigError(

@@ -61,6 +61,12 @@ def _config(tmp_path: Path, text: str) -> Path:
         ("objectives: [{tool: t, availability: true}]", "between 0 and 1"),
         ("objectives: [{tool: t, latency: {threshold_s: 0.3, target: 0.9}}]", "bucket bound"),
         ("objectives: [{tool: t, latency: {target: 0.9}}]", "threshold_s and target"),
+        ("objectives: [{tool: t, latency: {threshold_s: 0.3, target: 0.9, buckets: [0.2, 0.4]}}]",
+         "bucket bound"),
+        ("objectives: [{tool: t, latency: {threshold_s: 0.3, target: 0.9, buckets: [0, 0.3]}}]",
+         "positive bucket bounds"),
+        ("objectives: [{tool: t, latency: {threshold_s: 0.3, target: 0.9, le: [0.3]}}]",
+         "threshold_s and target"),
         ("objectives: [{tool: t, avail: 0.9}]", "unknown keys ['avail']"),
         ("objectives: [{tool: t}]", "give 'availability' and/or 'latency'"),
         ("objectives: [{tool: t, availability: 0.9}, {tool: t, availability: 0.8}]",
@@ -106,3 +112,16 @@ def test_the_unit_tests_depend_on_the_objectives(tmp_path: Path) -> None:
     proc = promtool("test", "rules", "slo.test.yml", cwd=tests_dir)
     assert proc.returncode != 0
     assert "ToolErrorBudgetBurnFast, time: 2h" in proc.stdout + proc.stderr
+
+
+def test_a_tool_with_its_own_buckets_takes_a_threshold_among_them(tmp_path: Path) -> None:
+    cfg = slo.load_slos(_config(tmp_path, (
+        "objectives:\n  - tool: deploy_service\n    latency:\n      threshold_s: 1.3\n"
+        "      target: 0.95\n      buckets: [0.5, 1.0, 1.2, 1.3, 1.4, 2.0]\n")))
+    (o,) = cfg.objectives
+    assert (o.tool, o.kind, o.threshold_s) == ("deploy_service", "latency", 1.3)
+    # 1.3 s is no default bound: without its own buckets the tool cannot have this threshold.
+    with pytest.raises(slo.SloConfigError, match="bucket bound"):
+        slo.load_slos(_config(tmp_path, (
+            "objectives:\n  - tool: deploy_service\n"
+            "    latency: {threshold_s: 1.3, target: 0.95}\n")))
