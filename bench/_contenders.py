@@ -9,7 +9,6 @@ others.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,14 +18,12 @@ from bench._common import DropExporter, scratch
 
 __all__ = [
     "CONTENDERS",
-    "EVENT_CONFIGS",
-    "EVENT_CONTENDERS",
-    "EVENT_VARIANTS",
-    "TAIL_ONLY",
+    "OPT_IN",
+    "PEERS",
+    "REFERENCE",
     "Contender",
     "Unavailable",
     "build",
-    "event_contender",
 ]
 
 TOOL = "noop"
@@ -111,25 +108,7 @@ def _provider() -> tuple[Any, Any]:
     return provider, exporter
 
 
-def _unsliced(reg: Any) -> None:
-    """Turn off the sinks' work slices (``BatchWorker.paced``): what the tail was before them."""
-    for sink in reg.sinks:
-        worker = getattr(sink, "_worker", None)
-        if worker is not None:
-            worker._slice_s = 0.0
-
-
-def _unyielding(reg: Any) -> None:
-    """Make the sinks' workers work while tool calls are in flight: what they did before they
-    waited for calls in flight (``tooltrace._inflight``)."""
-    for sink in reg.sinks:
-        worker = getattr(sink, "_worker", None)
-        if worker is not None:
-            worker._yield_max_s = 0.0
-
-
-def _registry(execution: str, full: bool, sliced: bool = True, group: str | None = None,
-              yields: bool = True) -> Contender:
+def _registry(execution: str, full: bool, group: str | None = None) -> Contender:
     from tooltrace import ToolCall, tool
 
     home = scratch("tooltrace-bench-")
@@ -151,12 +130,6 @@ def _registry(execution: str, full: bool, sliced: bool = True, group: str | None
         )
         extra["exporter"] = exporter
         note = "tracing (batch -> dropping exporter), metrics, log line, audit (grouped fsync)"
-        if not sliced:
-            _unsliced(reg)
-            note += "; sink workers not sliced"
-        if not yields:
-            _unyielding(reg)
-            note += "; sink workers do not wait for calls in flight"
 
         def close() -> None:
             reg.shutdown(10.0)
@@ -181,13 +154,10 @@ def _registry(execution: str, full: bool, sliced: bool = True, group: str | None
     if env.status != "ok":
         raise RuntimeError(f"the no-op tool did not succeed: {env.summary}")
     extra["registry"] = reg
-    from tooltrace._build import BUILD
-
-    build_note = "compiled" if BUILD.compiled else f"source: {BUILD.reason}"
     if group is not None:
         note += f"; the tool is in group {group!r}"
-    return Contender(call, lambda: reg.flush(30.0), close,
-                     note=f"{execution}; {build_note}; {note}", extra=extra)
+    return Contender(call, lambda: reg.flush(30.0), close, note=f"{execution}; {note}",
+                     extra=extra)
 
 
 def _step_names() -> list[str]:
@@ -359,54 +329,14 @@ def _subscribed(kinds: tuple[str, ...]) -> Contender:
 
     sub = reg.subscribe(count, kinds=list(kinds))
     c.flush = lambda: sub.flush(30.0)
-    c.note = f"one subscriber of {', '.join(kinds)}"
+    c.note += f"; one subscriber of {', '.join(kinds)}"
     c.extra["subscription"] = sub
     return c
 
 
-#: The events section's configurations (bench/events_cost.py): name -> (execution, everything on).
-EVENT_CONFIGS = {
-    "telemetry off (inline)": ("inline", False),
-    "telemetry off (thread)": ("thread", False),
-    "everything on (inline)": ("inline", True),
-    "everything on (thread)": ("thread", True),
-}
-#: Its variants of each configuration: the features whose call-path code is taken out
-#: (``bench._stripped``; None: the code as shipped, not recompiled) and whether the tool is in
-#: a group.
-EVENT_VARIANTS: dict[str, tuple[tuple[str, ...] | None, bool]] = {
-    "as shipped": (None, False),
-    "recompiled, nothing removed": ((), False),
-    "without call events and progress": (("events",), False),
-    "without snapshots before writes": (("snapshots",), False),
-    "without nested calls": (("nested",), False),
-    "without all three": (("events", "snapshots", "nested"), False),
-    "tool in a group": (None, True),
-}
-
-
-def event_contender(config: str, variant: str) -> str:
-    """The contender name of one configuration and variant of the events section."""
-    return f"events: {config}, {variant}"
-
-
-def _variant(config: str, variant: str) -> Contender:
-    """The no-op registry of ``config`` with ``variant``'s call path (see ``EVENT_VARIANTS``)."""
-    execution, full = EVENT_CONFIGS[config]
-    stripped, grouped = EVENT_VARIANTS[variant]
-    if stripped is not None:
-        from bench._stripped import Stale, strip
-
-        try:
-            strip(stripped)
-        except Stale as exc:
-            raise Unavailable(f"its call-path code cannot be taken out: {exc}") from None
-    c = _registry(execution, full, group="bench" if grouped else None)
-    if stripped:
-        c.note += f"; call path without: {', '.join(stripped)}"
-    elif stripped is not None:
-        c.note += "; call path recompiled, nothing removed"
-    return c
+def _grouped() -> Contender:
+    """The telemetry-off inline registry with the tool in a group (``tool(group=...)``)."""
+    return _registry("inline", False, group="bench")
 
 
 #: name -> builder; the order is the table's order.
@@ -420,41 +350,21 @@ CONTENDERS: dict[str, Callable[[], Contender]] = {
     # The same with background compaction off: what the compactor process costs the calls.
     "tooltrace, everything on (inline, compaction off)": lambda: _compaction_off("inline"),
     "tooltrace, everything on (thread, compaction off)": lambda: _compaction_off("thread"),
-    # The same registries with the call path run from the checkout's Python source; the rows
-    # above run the compiled wheel when .venv-compiled has one (see bench/overhead.py).
-    "tooltrace, telemetry off (inline, from source)": lambda: _registry("inline", False),
-    "tooltrace, everything on (inline, from source)": lambda: _registry("inline", True),
-    # Call events (bench/events_cost.py): an idle subscriber (no tool reports progress) and
-    # one that gets every event.
+    # Opt-in rows (``OPT_IN``): what a subscriber and a tool group cost a call, each against
+    # "telemetry off (inline)" in the same rounds.
     "tooltrace, telemetry off (inline), idle progress subscriber": lambda: _subscribed(
         ("progress",)),
     "tooltrace, telemetry off (inline), subscriber of every event": lambda: _subscribed(
         ("started", "step", "progress", "finished")),
-    # The same with the sink workers' slices off: what the slices buy, in the same run.
-    "tooltrace, everything on (inline, unsliced)": lambda: _registry("inline", True, False),
-    "tooltrace, everything on (thread, unsliced)": lambda: _registry("thread", True, False),
-    # The same with the workers working while calls are in flight: what waiting for them buys.
-    "tooltrace, everything on (thread, not yielding)": lambda: _registry(
-        "thread", True, yields=False),
+    "tooltrace, telemetry off (inline), tool in a group": lambda: _grouped(),
     "reference: SDK span + counter + histogram": _reference,
     "OpenLLMetry @tool": _openllmetry,
     "Logfire logfire.span": _logfire,
     "OpenInference tool span": _openinference,
 }
-CONTENDERS.update({
-    event_contender(c, v): functools.partial(_variant, c, v)
-    for c in EVENT_CONFIGS for v in EVENT_VARIANTS
-})
-
 REFERENCE = "reference: SDK span + counter + histogram"
-#: Contenders only the events section runs (bench/events_cost.py), not the overhead table.
-EVENT_CONTENDERS = frozenset(n for n in CONTENDERS
-                             if "subscriber" in n or n.startswith("events: "))
-#: Contenders only the tail section runs by default.
-TAIL_ONLY = frozenset(n for n in CONTENDERS
-                      if n.endswith(", unsliced)") or n.endswith(", not yielding)"))
-#: Contenders whose worker always runs tooltrace's call path from the checkout's source.
-SOURCE_BUILD = frozenset(n for n in CONTENDERS if n.endswith(", from source)"))
+#: Contenders the overhead section runs only when ``--contenders`` names them.
+OPT_IN = frozenset(n for n in CONTENDERS if n.startswith("tooltrace, telemetry off (inline), "))
 PEERS = ("OpenLLMetry @tool", "Logfire logfire.span", "OpenInference tool span")
 
 

@@ -1,6 +1,7 @@
 """A contender's process: set it up, then run timed rounds on request (JSON lines on stdio).
 
-Protocol: the worker prints one line ``{"ok": true, "note": ...}`` or ``{"ok": false,
+Protocol: the worker prints one line ``{"ok": true, "note": ..., "tooltrace": <the
+``__init__.py`` of the tooltrace it runs, or null>}`` or ``{"ok": false,
 "reason": ...}`` after set-up; then for each request line ``{"n": N}`` it runs N calls, timing
 each, flushes, and answers ``{"samples": [...ns...], "cpu_loop_ns", "cpu_total_ns",
 "wall_ns", "dropped", "exported"}``; ``{"close": true}`` ends it.
@@ -86,7 +87,10 @@ def main(name: str, tail: bool = False) -> int:
         out.write(json.dumps({"ok": False, "reason": f"{type(exc).__name__}: {exc}"[:300]}) + "\n")
         out.flush()
         return 0
-    out.write(json.dumps({"ok": True, "note": c.note}) + "\n")
+    # Which tree's tooltrace this process runs (a ``--baseline`` worker's is that tree's).
+    loaded = sys.modules.get("tooltrace")
+    tree = getattr(loaded, "__file__", None)
+    out.write(json.dumps({"ok": True, "note": c.note, "tooltrace": tree}) + "\n")
     out.flush()
     call, flush = c.call, c.flush
     pc, cpu = time.perf_counter_ns, time.process_time_ns

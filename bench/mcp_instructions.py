@@ -3,7 +3,7 @@
 On a shared VM the time a call takes drifts between runs by more than most changes to the proxy
 are worth; the instructions a process executes per call do not. Each contender of the ``mcp``
 section that is a process of its own (the line relay, the SDK passthrough, the proxy, and the
-proxy from source or from a ``--baseline`` checkout where the timing table has them) is started
+proxy from a ``--baseline`` tree where the timing table has it) is started
 under ``valgrind --tool=callgrind`` twice and driven over stdio by a raw JSON-RPC client with
 ``few`` and then ``many`` calls of the toy server's ``echo``: ``(total(many) - total(few)) /
 (many - few)`` is what one call costs, start-up excluded. Every thread of the contender counts
@@ -28,7 +28,6 @@ from typing import Any
 
 from bench._common import Table, scratch
 from bench.mcp_proxy import TOY, commands, pythonpath
-from bench.overhead import COMPILED_PYTHON
 
 __all__ = ["run"]
 
@@ -48,11 +47,10 @@ def _config(home: str) -> str:
     return str(path)
 
 
-def _commands(home: str, baseline: Path | None, compiled: bool, config: str
-              ) -> dict[str, list[str]]:
+def _commands(home: str, baseline: Path | None, config: str) -> dict[str, list[str]]:
     """The timing table's contenders that are a process of their own, the proxies given the
     toy server by ``config``."""
-    out = commands(home, baseline, compiled, upstream=["--config", config])
+    out = commands(home, baseline, upstream=["--config", config])
     del out["direct"]  # the toy server alone, the child the other counts leave out
     return out
 
@@ -119,7 +117,7 @@ def check(only: set[str] | None, baseline: Path | None) -> None:
     contender in ``only`` that this run does not have."""
     if shutil.which("valgrind") is None:
         raise SystemExit("--mcp-instructions needs valgrind (Debian package valgrind)")
-    names = list(_commands("", baseline, COMPILED_PYTHON.exists(), "-"))
+    names = list(_commands("", baseline, "-"))
     unknown = sorted((only or set()) - set(names))
     if unknown:
         raise SystemExit(f"--mcp-instructions: no contender {', '.join(unknown)} here "
@@ -135,15 +133,14 @@ def run(few: int = 50, many: int = 550, baseline: Path | None = None,
     if not 0 < few < many:
         raise SystemExit("--mcp-instructions needs 0 < few < many calls")
     home = scratch("mcp-instructions-")
-    compiled = COMPILED_PYTHON.exists()
-    contenders = _commands(home, baseline, compiled, _config(home))
+    contenders = _commands(home, baseline, _config(home))
     base = {"TOOLTRACE_LOG_LEVEL": "error", "TOY_TOOLS": "echo", "PATH": os.environ.get("PATH", "")}
     per_call: dict[str, float] = {}
     main_thread: dict[str, float] = {}
     for name, cmd in contenders.items():
         if only is not None and name not in only and name != "relay":
             continue
-        env = {**base, "PYTHONPATH": pythonpath(name, compiled, baseline)}
+        env = {**base, "PYTHONPATH": pythonpath(name, baseline)}
         try:
             (lo, lo_main), (hi, hi_main) = (_count(cmd, env, home, n) for n in (few, many))
         except InstructionsError as exc:

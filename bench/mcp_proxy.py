@@ -11,15 +11,12 @@ machine load:
   ``stdio_server``, ``ClientSession`` over ``stdio_client``), no tooltrace in it: the least a
   proxy built on the SDK does;
 - ``proxy``: ``python -m tooltrace.mcp proxy`` with its default sinks (audit, logs at error level;
-  no tracing, no metrics endpoint), on its default event loop (uvloop when installed), in the
-  compiled wheel's venv when ``.venv-compiled`` exists (``bash .ci/compiled-wheel`` builds it:
-  what a wheel install runs), else from the checkout's source;
+  no tracing, no metrics endpoint), on its default event loop (uvloop when installed), from this
+  checkout;
 - ``proxy asyncio``: the same with ``--loop asyncio``, the standard library's event loop;
-- ``proxy (from source)`` (only beside a compiled ``proxy``): the same proxy from the checkout's
-  source, as an editable install runs it;
-- ``proxy [baseline]`` (with ``--baseline DIR``): the proxy run from another checkout's source,
-  in the same rounds, so a change to the proxy is measured against what it replaces (against
-  ``proxy (from source)`` when there is one: source against source).
+- ``proxy [baseline]`` (with ``--baseline``): the same command run with another tree's
+  ``tooltrace``, in the same rounds, so a change to the proxy is measured against what it
+  replaces.
 
 Printed: p50/p90/p99 of each, what each adds to ``direct`` at p50, the aim (what the proxy adds
 at most half what the SDK's own passthrough adds, ``sdk``, in the same rounds; the former
@@ -38,19 +35,17 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import Table, percentile, scratch
-from bench.overhead import BASELINE_MARK, COMPILED_PYTHON
+from bench.overhead import BASELINE_MARK
 
-__all__ = ["CONTENDERS", "SOURCE", "TOY", "commands", "pythonpath", "run"]
+__all__ = ["CONTENDERS", "TOY", "commands", "pythonpath", "run"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = str(ROOT / "tests" / "mcp_servers" / "toy.py")
 #: The contenders in the order they are measured and printed.
 CONTENDERS = ("direct", "relay", "sdk", "proxy", "proxy asyncio")
-#: The proxy from the checkout's source, measured beside a compiled ``proxy``.
-SOURCE = "proxy (from source)"
 
 
-def commands(home: str, baseline: Path | None, compiled: bool, *,
+def commands(home: str, baseline: Path | None, *,
              upstream: list[str] | None = None) -> dict[str, list[str]]:
     """Each contender's command line, in the order measured. ``upstream``: how the proxies are
     given the toy server (default ``--name toy -- <toy>``; a ``--config FILE`` instead leaves
@@ -58,7 +53,7 @@ def commands(home: str, baseline: Path | None, compiled: bool, *,
     toy = [sys.executable, TOY]
     args = upstream or ["--name", "toy", "--", *toy]
     proxy = ["-m", "tooltrace.mcp", "proxy", "--home", home]
-    main = [str(COMPILED_PYTHON) if compiled else sys.executable, *proxy]
+    main = [sys.executable, *proxy]
     out = {
         "direct": toy,
         "relay": [sys.executable, "-m", "bench._mcp_relays", "relay", "--", *toy],
@@ -67,20 +62,15 @@ def commands(home: str, baseline: Path | None, compiled: bool, *,
     }
     if upstream is None:
         out["proxy asyncio"] = [*main, "--loop", "asyncio", *args]
-    if compiled:
-        out[SOURCE] = [sys.executable, *proxy, *args]
     if baseline is not None:
         out["proxy" + BASELINE_MARK] = [sys.executable, *proxy, *args]
     return out
 
 
-def pythonpath(key: str, compiled: bool, baseline: Path | None) -> str:
-    """``PYTHONPATH`` of a contender: the baseline's tree, none for the compiled wheel (its
-    venv has tooltrace installed; the checkout's source would shadow it), else this checkout."""
+def pythonpath(key: str, baseline: Path | None) -> str:
+    """``PYTHONPATH`` of a contender: the baseline's tree, else this checkout."""
     if key.endswith(BASELINE_MARK):
         return str(Path(baseline or ".").resolve())
-    if compiled and key in ("proxy", "proxy asyncio"):
-        return ""
     return str(ROOT)
 
 
@@ -119,8 +109,7 @@ async def _measure(rounds: int, calls: int, warmup: int, baseline: Path | None
 
     home = scratch("mcp-bench-")  # also every process's working directory: not the checkout
     env = {"TOOLTRACE_LOG_LEVEL": "error", "TOY_TOOLS": "echo", "PATH": os.environ.get("PATH", "")}
-    compiled = COMPILED_PYTHON.exists()
-    contenders = commands(home, baseline, compiled)
+    contenders = commands(home, baseline)
     times: dict[str, list[float]] = {k: [] for k in contenders}
     cpu: dict[str, float] = {}
     async with contextlib.AsyncExitStack() as stack:
@@ -130,7 +119,7 @@ async def _measure(rounds: int, calls: int, warmup: int, baseline: Path | None
             before = set(_children())
             params = StdioServerParameters(
                 command=cmd[0], args=cmd[1:],
-                env={**env, "PYTHONPATH": pythonpath(key, compiled, baseline)}, cwd=home)
+                env={**env, "PYTHONPATH": pythonpath(key, baseline)}, cwd=home)
             r, w = await stack.enter_async_context(stdio_client(params))
             s = await stack.enter_async_context(ClientSession(r, w))
             await asyncio.wait_for(s.initialize(), 60)
@@ -178,28 +167,21 @@ def run(rounds: int = 10, calls: int = 200, warmup: int = 200,
     added = res["proxy"][50] - direct
     over_sdk = res["proxy"][50] - res["sdk"][50]
     sdk_added = res["sdk"][50] - direct
-    build = "compiled wheel" if SOURCE in res else "from source"
     relative = added / sdk_added if sdk_added > 0 else None
     print(f"- aim: the proxy adds at most 0.5x what the SDK's passthrough adds at p50: "
           f"{added:.3f} ms vs {sdk_added:.3f} ms = "
           + (f"{relative:.2f}x ({'met' if relative <= 0.5 else 'MISSED'})" if relative is not None
              else "not measurable (the SDK passthrough added nothing)"))
-    print(f"- proxy ({build}) / direct at p50: {res['proxy'][50] / direct:.2f}x; aim: at most "
+    print(f"- proxy / direct at p50: {res['proxy'][50] / direct:.2f}x; aim: at most "
           f"0.5 ms added ({'met' if added <= 0.5 else 'MISSED'}); of the {added:.3f} ms, "
           f"{res['relay'][50] - direct:.3f} ms is one more process (relay), "
           f"{res['sdk'][50] - res['relay'][50]:.3f} ms the SDK's server and client (sdk - relay), "
           f"{over_sdk:.3f} ms tooltrace's pipeline and proxy (proxy - sdk)\n")
-    source = res.get(SOURCE)
-    if source is not None:
-        print(f"- proxy (compiled wheel) against {SOURCE}: p50 {res['proxy'][50] - source[50]:+.3f}"
-              f" ms, CPU per call {res['proxy']['cpu_ms'] - source['cpu_ms']:+.3f} ms\n")
     base = res.get("proxy" + BASELINE_MARK)
     if base is not None:
-        mine = SOURCE if source is not None else "proxy"
-        print(f"- {mine} against proxy{BASELINE_MARK} in the same rounds: p50 "
-              f"{res[mine][50] - base[50]:+.3f} ms, CPU per call "
-              f"{res[mine]['cpu_ms'] - base['cpu_ms']:+.3f} ms\n")
-    res["proxy_build"] = build
+        print(f"- proxy against proxy{BASELINE_MARK} in the same rounds: p50 "
+              f"{res['proxy'][50] - base[50]:+.3f} ms, CPU per call "
+              f"{res['proxy']['cpu_ms'] - base['cpu_ms']:+.3f} ms\n")
     res["added_p50_ms"] = added
     res["ratio_p50"] = res["proxy"][50] / direct
     res["over_sdk_p50_ms"] = over_sdk

@@ -21,16 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import Table, percentile, scratch
-from bench._contenders import (
-    CONTENDERS,
-    EVENT_CONTENDERS,
-    PEERS,
-    REFERENCE,
-    SOURCE_BUILD,
-    TAIL_ONLY,
-)
+from bench._contenders import CONTENDERS, OPT_IN, PEERS, REFERENCE
 
-__all__ = ["BASELINE_MARK", "Result", "Worker", "bench_only_path", "run"]
+__all__ = ["BASELINE_MARK", "Result", "Worker", "baseline_tree", "bench_only_path", "run"]
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Appended to a contender's name for its run from the ``--baseline`` checkout.
@@ -52,6 +45,7 @@ class Result:
     dropped: int | None = None
     exported: int | None = None
     round_p50: list[float] = field(default_factory=list)
+    tooltrace: str | None = None
 
     def p(self, q: float) -> float:
         """Percentile of per-call time, microseconds."""
@@ -77,41 +71,55 @@ class Result:
             "cpu_call_loop_per_call_us": self.cpu_loop_ns / n / 1000.0,
             "calls_per_s": self.calls / (self.wall_ns / 1e9) if self.wall_ns else None,
             "dropped": self.dropped, "exported_spans": self.exported,
-            "round_p50_us": self.round_p50,
+            "round_p50_us": self.round_p50, "tooltrace": self.tooltrace,
         }
 
 
-#: The interpreter of the compiled wheel's venv (``bash .ci/compiled-wheel`` builds it); the
-#: tooltrace rows not marked "from source" run there when it exists.
-COMPILED_PYTHON = Path(
-    os.environ.get("TOOLTRACE_BENCH_COMPILED_PYTHON") or ROOT / ".venv-compiled" / "bin" / "python"
-)
+def baseline_tree(spec: str) -> Path:
+    """The tree a ``--baseline`` names: a directory holding ``tooltrace/`` as it is, else a
+    git revision of this repository, whose ``tooltrace/`` is extracted into the run's scratch
+    space (``git archive``: no worktree is registered, nothing in the checkout changes)."""
+    given = Path(spec)
+    if given.is_dir():
+        return given.resolve()
+    git = ["git", "-C", str(ROOT)]
+    rev = subprocess.run([*git, "rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}"],
+                         capture_output=True, text=True)
+    if rev.returncode != 0:
+        raise SystemExit(f"--baseline {spec}: neither a directory nor a git revision here")
+    tree = Path(scratch("tooltrace-bench-baseline-"))
+    archive = subprocess.run([*git, "archive", "--format=tar", rev.stdout.strip(), "tooltrace"],
+                             capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return tree
 
 
 def bench_only_path() -> str:
-    """A directory holding only ``bench`` (a link): on ``sys.path`` it makes the benchmark
-    importable without the checkout's ``tooltrace``, which would shadow the installed wheel."""
+    """A directory holding only ``bench`` (a link to this checkout's): as a worker's working
+    directory it runs this checkout's contenders against the ``tooltrace`` of another tree
+    on ``PYTHONPATH`` (a ``--baseline``), so both trees are driven by the same code."""
     d = Path(scratch("tooltrace-bench-path-"))  # removed with the run's scratch directory
     (d / "bench").symlink_to(ROOT / "bench", target_is_directory=True)
     return str(d)
 
 
 class Worker:
-    """One contender's process (``bench/_worker.py``); ``path`` (``PYTHONPATH``) and ``cwd``
-    run another tree's ``tooltrace`` (the events section's baseline); ``tail`` starts it in
-    the tail section's recording mode."""
+    """One contender's process (``bench/_worker.py``), running this checkout's ``tooltrace``
+    or, with ``tree``, the ``tooltrace`` of that tree (a ``--baseline``) driven by this
+    checkout's contenders; ``tail`` starts it in the tail section's recording mode."""
 
-    def __init__(self, name: str, python: str, path: str | None = None,
-                 cwd: str | None = None, *, tail: bool = False) -> None:
+    def __init__(self, name: str, python: str, tree: str | None = None, *,
+                 tail: bool = False) -> None:
         self.name = name
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         env = dict(os.environ)
-        own_tree = path is None
-        path, cwd = path or str(ROOT), cwd or str(ROOT)
-        if (own_tree and name.startswith("tooltrace") and name not in SOURCE_BUILD
-                and COMPILED_PYTHON.exists()):
-            python = str(COMPILED_PYTHON)
-            path = cwd = bench_only_path()
+        if tree is None:
+            cwd = path = str(ROOT)
+        else:
+            # ``python -m`` puts the working directory first on ``sys.path``: there, only
+            # ``bench`` is found; ``tooltrace`` comes from the tree.
+            cwd = bench_only_path()
+            path = cwd + os.pathsep + tree
         env["PYTHONPATH"] = path + os.pathsep + env.get("PYTHONPATH", "")
         # Peers must not reach any network: no endpoints, no API keys, no SDK telemetry.
         for k in list(env):
@@ -155,15 +163,14 @@ def run(
     only: list[str] | None = None, seed: int = 1, baseline: Path | None = None,
 ) -> dict[str, Any]:
     """Measure every contender; print the table; return the figures. ``baseline``: another
-    checkout whose tooltrace contenders run beside this one's (from its source), so a change is
-    measured against what it changes in the same rounds."""
+    tree (``baseline_tree``) whose tooltrace the same contenders also drive, beside this
+    checkout's, so a change is measured against what it changes in the same rounds."""
     # Names hold commas, so a selection is a list of case-insensitive substrings of them.
     wanted = [w.strip().lower() for w in only or () if w.strip()]
     names = [
         n for n in CONTENDERS
-        if n not in EVENT_CONTENDERS
-        and (n == REFERENCE or (any(w in n.lower() for w in wanted) if wanted
-                                else n not in TAIL_ONLY))
+        if n == REFERENCE or (any(w in n.lower() for w in wanted) if wanted
+                              else n not in OPT_IN)
     ]
     py = python or sys.executable
     workers: dict[str, Worker] = {}
@@ -179,7 +186,7 @@ def run(
         # Start all at once (imports overlap), then read each one's ready line.
         for n in names:
             if runs[n] != n:
-                workers[n] = Worker(runs[n], py, path=tree, cwd=tree)
+                workers[n] = Worker(runs[n], py, tree)
             else:
                 workers[n] = Worker(n, py)
         for n in names:
@@ -188,7 +195,8 @@ def run(
             except RuntimeError as exc:
                 hello = {"ok": False, "reason": str(exc)}
             if hello.get("ok"):
-                results[n] = Result(n, True, hello.get("note", ""))
+                results[n] = Result(n, True, hello.get("note", ""),
+                                    tooltrace=hello.get("tooltrace"))
             else:
                 results[n] = Result(n, False, str(hello.get("reason", "?")))
                 workers.pop(n).close()

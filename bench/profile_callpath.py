@@ -3,8 +3,7 @@
 Profiles ``ToolRegistry.call`` of the no-op tool with telemetry off (no sinks, no tracer), the
 path whose target is <= 10 us, and prints the functions with the most own time, as
 microseconds per call. cProfile's own cost inflates every figure (roughly 2-3x here); read
-the shares, not the absolute numbers. It sees inside the call path only in the source build
-(a checkout's ``.venv``): compiled functions are invisible to it.
+the shares, not the absolute numbers.
 """
 
 from __future__ import annotations
@@ -55,14 +54,9 @@ def run(*, calls: int, execution: str = "inline", top: int = 25, full: bool = Fa
         rows.append((tt, ct, nc, f"{_short(file)}:{line}({fn})"))
     rows.sort(reverse=True)
     what = "everything on" if full else "telemetry off"
-    from tooltrace._build import BUILD
-
-    # cProfile sees compiled functions only where Python code calls them.
-    build = ("compiled build: run it from a checkout's .venv to see the split"
-             if BUILD.compiled else "source build")
     t = Table(
         f"Registry call path profile, {what}, {execution} ({calls} calls; unprofiled "
-        f"{plain_us:.1f} us/call; {build})",
+        f"{plain_us:.1f} us/call)",
         ["function", "calls/call", "own us/call", "own %", "cumulative us/call"],
     )
     out = []

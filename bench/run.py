@@ -8,9 +8,7 @@ Usage (from the repository root)::
     .venv-bench/bin/python -m bench                # the same, with the peers installed
 
 Sections: ``overhead`` (per-call cost vs a hand-rolled reference and peers), ``tail`` (p99,
-p99.9 and max per contender, and what ran during the slowest calls), ``events`` (what call
-events and progress, snapshots before writes, nested calls and tool groups cost a call that uses
-none of them, measured by taking their code out of this checkout's call path), ``ingest`` (audit
+p99.9 and max per contender, and what ran during the slowest calls), ``ingest`` (audit
 writer throughput, queue depth and drops at a paced rate), ``autopsy`` (find one call among
 1M/10M), ``live`` (``autopsy``, ``calls`` and ``stats`` on a live trail of 100k and 1M calls
 written at 5,000 calls/s, after background compaction caught up, and with it off, against the
@@ -44,10 +42,9 @@ from bench._common import SCRATCH_ENV, Table, machine
 
 __all__ = ["main"]
 
-SECTIONS = ("overhead", "tail", "events", "ingest", "autopsy", "live", "memory", "profile",
+SECTIONS = ("overhead", "tail", "ingest", "autopsy", "live", "memory", "profile",
             "frameworks", "mcp", "whatif", "policy", "startup", "sandbox")
-DEFAULT_SECTIONS = ("overhead", "tail", "events", "ingest", "autopsy", "live", "memory",
-                    "startup")
+DEFAULT_SECTIONS = ("overhead", "tail", "ingest", "autopsy", "live", "memory", "startup")
 
 
 def _ints(text: str) -> list[int]:
@@ -71,12 +68,13 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--warmup", type=int, help="warm-up calls per contender (default 2000)")
     g.add_argument("--contenders",
                    help="comma-separated substrings of contender names, e.g. 'bare,(inline)' "
-                   "(the reference always runs)")
-    g.add_argument("--baseline", type=Path,
-                   help="another checkout (e.g. `git archive main | tar -x -C DIR`): each "
-                   "tooltrace contender of the overhead section, and the proxy of the mcp "
-                   "section, also runs from its source, in the same rounds, as "
-                   "'<name> [baseline]'")
+                   "(the reference always runs; the subscriber and tool-group rows run only "
+                   "when named, e.g. 'subscriber,group')")
+    g.add_argument("--baseline", metavar="REV_OR_DIR",
+                   help="a git revision of this repository (e.g. main, HEAD~3) or a directory "
+                   "holding a tooltrace/ tree: each tooltrace contender of the overhead "
+                   "section, and the proxy of the mcp section, also runs that tooltrace, "
+                   "driven by this checkout's bench, in the same rounds, as '<name> [baseline]'")
     g = ap.add_argument_group("tail")
     g.add_argument("--tail-rounds", type=int, help="interleaved rounds (default 12; quick 1)")
     g.add_argument("--tail-calls", type=int,
@@ -84,14 +82,6 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--tail-contenders",
                    help="comma-separated substrings of contender names (default: the reference, "
                    "tooltrace telemetry off and everything on, inline and thread)")
-    g = ap.add_argument_group("events")
-    g.add_argument("--events-rounds", type=int, help="interleaved rounds (default 15; quick 2)")
-    g.add_argument("--events-calls", type=int,
-                   help="calls per contender per round (default 2000; quick 200)")
-    g.add_argument("--events-configs",
-                   help="comma-separated substrings of the configurations, e.g. 'inline' or "
-                   "'telemetry off (inline)' (default: telemetry off and everything on, inline "
-                   "and thread)")
     g = ap.add_argument_group("ingest")
     g.add_argument("--ingest-records", type=int,
                    help="records per writer process (default 200000; quick 2000)")
@@ -140,17 +130,6 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _call_path_build() -> str:
-    """Which build of tooltrace's call path this run measures (and why)."""
-    from bench.overhead import COMPILED_PYTHON
-    from tooltrace._build import BUILD
-
-    compiled = (f"; the overhead rows not marked 'from source' run the compiled wheel of "
-                f"{COMPILED_PYTHON}" if COMPILED_PYTHON.exists() else
-                "; no compiled wheel to compare (bash .ci/compiled-wheel builds .venv-compiled)")
-    return BUILD.reason + compiled
-
-
 def _pick(v: Any, default: Any, quick: Any, is_quick: bool) -> Any:
     if v is not None:
         return v
@@ -171,18 +150,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# tooltrace bench ({'quick' if q else 'full'} run)\n")
     print(f"- machine: {machine()}")
     print(f"- python: {sys.executable}")
-    print(f"- tooltrace call path: {_call_path_build()}")
     print(f"- load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"- started: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}\n")
     sys.stdout.flush()
     results: dict[str, Any] = {"machine": machine(), "python": sys.executable,
-                               "call_path_build": _call_path_build(),
                                "load_start": load, "quick": q}
     # Every temporary home (audit trails of millions of records) lives under one directory
     # that child processes inherit through the environment and that is removed at the end.
     scratch_dir = tempfile.mkdtemp(prefix="tooltrace-bench-run-")
     os.environ[SCRATCH_ENV] = scratch_dir
     try:
+        if ns.baseline is not None:
+            from bench.overhead import baseline_tree
+
+            tree = baseline_tree(ns.baseline)
+            print(f"- baseline: {ns.baseline} ({tree})\n")
+            results["baseline"] = ns.baseline
+            ns.baseline = tree
         _sections(ns, sections, results)
     finally:
         os.environ.pop(SCRATCH_ENV, None)
@@ -209,14 +193,6 @@ def _sections(ns: argparse.Namespace, sections: list[str], results: dict[str, An
             rounds=_pick(ns.tail_rounds, 12, 1, q), calls=_pick(ns.tail_calls, 2500, 300, q),
             warmup=_pick(ns.warmup, 2000, 100, q),
             only=ns.tail_contenders.split(",") if ns.tail_contenders else None)
-    if "events" in sections:
-        from bench import events_cost
-
-        results["events"] = events_cost.run(
-            rounds=_pick(ns.events_rounds, 15, 2, q),
-            calls=_pick(ns.events_calls, 2000, _pick(ns.round_calls, 200, 200, q), q),
-            warmup=_pick(ns.warmup, 1000, 100, q),
-            configs=ns.events_configs.split(",") if ns.events_configs else None)
     if "ingest" in sections:
         from bench import ingest
 
@@ -386,14 +362,6 @@ def _targets(r: dict[str, Any]) -> None:
                   f"{full['p99_over_reference']:.2f}x ({full['p99_us']:.0f} us)",
                   _verdict(full["p99_over_reference"] <= 1.0))
             # The thread path's p50 is held to the hand-off it needs (``_live_and_settled``).
-    ev = r.get("events")
-    for cfg, f in (ev or {}).get("configs", {}).items():
-        row = f["rows"].get("all three together", {})
-        if row.get("available"):
-            t.add(f"unused events, snapshots, nested calls: nothing measurable ({cfg})",
-                  f"{row['diff_ns_median']:+.0f} ns (round IQR {row['diff_ns_q25']:.0f} .. "
-                  f"{row['diff_ns_q75']:.0f}; A/A noise {f['noise_ns']:.0f} ns; tooltrace "
-                  f"overhead {f['overhead_us']:.1f} us)", _verdict(not row["measurable"]))
     ing = r.get("ingest")
     if ing:
         one = ing["one_core"]

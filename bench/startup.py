@@ -142,7 +142,7 @@ def _child(code: str, *args: str, pycache: Path,
 
     The child runs in the scratch directory beside ``pycache``, not in the checkout: ``python
     -c`` puts its working directory first on ``sys.path``, where the checkout's sources would
-    shadow the tooltrace the interpreter has installed (a compiled wheel, say)."""
+    shadow the tooltrace the interpreter has installed (a wheel, say)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("OTEL_") and k != "TOOLTRACE_HOME"}
     env.update(extra_env or {})

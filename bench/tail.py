@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench._common import Table, percentile
-from bench._contenders import CONTENDERS, EVENT_CONTENDERS, REFERENCE
+from bench._contenders import CONTENDERS, REFERENCE
 from bench.overhead import Worker
 
 __all__ = ["DEFAULT_CONTENDERS", "run"]
@@ -33,9 +33,6 @@ DEFAULT_CONTENDERS = (
     "tooltrace, everything on (thread)",
     "tooltrace, everything on (inline, compaction off)",
     "tooltrace, everything on (thread, compaction off)",
-    "tooltrace, everything on (inline, unsliced)",
-    "tooltrace, everything on (thread, unsliced)",
-    "tooltrace, everything on (thread, not yielding)",
 )
 #: A call slower than this counts as a long wait.
 LONG_NS = 1_000_000
@@ -135,8 +132,8 @@ def run(*, rounds: int, calls: int, warmup: int, only: list[str] | None = None,
         seed: int = 2) -> dict[str, Any]:
     """Measure the tail of each contender; print the tables; return the figures."""
     wanted = [w.strip().lower() for w in only or () if w.strip()]
-    names = [n for n in CONTENDERS if n == REFERENCE or (n not in EVENT_CONTENDERS and (
-        any(w in n.lower() for w in wanted) if wanted else n in DEFAULT_CONTENDERS))]
+    names = [n for n in CONTENDERS if n == REFERENCE or (
+        any(w in n.lower() for w in wanted) if wanted else n in DEFAULT_CONTENDERS)]
     workers: dict[str, Worker] = {}
     tails: dict[str, _Tail] = {}
     try:

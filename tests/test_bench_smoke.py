@@ -39,12 +39,6 @@ TABLES = {
         "contender", "thread", "slices", "CPU us per call", "longest wall ms", "its CPU ms",
         "longest CPU ms", "p99 slice wall ms", "p99 slice CPU ms",
     ],
-    "Features unused: what they cost a call": [
-        "configuration", "compared", "with p50 us", "without p50 us",
-        "difference ns (median of rounds)", "IQR of round differences ns", "A/A noise ns",
-        "tooltrace overhead us", "difference / overhead", "verdict",
-        "CPU/call difference ns (median; IQR)",
-    ],
     "Audit ingest: sustained writer throughput": [
         "writer processes", "pinned to one core", "records/s", "step records/s", "steps/record",
         "CPU us/record", "dropped",
@@ -80,8 +74,6 @@ CORE = [
     "tooltrace, telemetry off (thread)",
     "tooltrace, everything on (inline)",
     "tooltrace, everything on (thread)",
-    "tooltrace, telemetry off (inline, from source)",
-    "tooltrace, everything on (inline, from source)",
     "reference: SDK span + counter + histogram",
 ]
 
@@ -123,8 +115,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, scratch: Path) -> Run:
     env.pop("TOOLTRACE_HOME", None)
     p = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--rounds", "1", "--round-calls", "200",
-         "--paced-seconds", "0.3", "--events-configs", "telemetry off (inline)",
-         "--json", str(out)],
+         "--paced-seconds", "0.3", "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=240, env=env,
     )
     assert p.returncode == 0, p.stderr[-2000:]
@@ -143,26 +134,6 @@ def test_every_table_prints_its_columns(run: Run) -> None:
         header, rows = _find(tables, prefix)
         assert header == columns, prefix
         assert rows, f"{prefix}: no rows"
-
-
-def test_events_rows_compare_each_feature_taken_out_in_the_same_run(run: Run) -> None:
-    tables, figures = run
-    header, rows = _find(tables, "Features unused: what they cost a call")
-    by_name = {r[1]: dict(zip(header, r, strict=True)) for r in rows}
-    assert {r[0] for r in rows} == {"telemetry off (inline)"}
-    for name in ("A/A: as shipped vs recompiled, nothing removed", "call events and progress",
-                 "snapshots before writes", "nested calls", "all three together",
-                 "tool groups: tool in a group vs none", "idle progress subscriber vs none",
-                 "subscriber of every event vs none"):
-        row = by_name[name]
-        assert _num(row["with p50 us"]) > 0 and _num(row["without p50 us"]) > 0, name
-        _num(row["difference ns (median of rounds)"])
-        assert _num(row["tooltrace overhead us"]) > 0
-        assert row["verdict"].startswith(("the run's noise", "not measurable", "measurable"))
-    assert len(rows) == 8
-    cfg = figures["events"]["configs"]["telemetry off (inline)"]
-    assert all(r["available"] for r in cfg["rows"].values())
-    assert math.isfinite(cfg["noise_ns"])
 
 
 def test_overhead_rows_are_measured(run: Run) -> None:
@@ -184,17 +155,8 @@ def test_overhead_rows_are_measured(run: Run) -> None:
         if name != "reference: SDK span + counter + histogram":
             got = figures["overhead"]["contenders"][name]["round_ratio_median"]
             assert abs(_num(by_name[name]["per-round p50 / reference (median)"]) - got) < 0.01
-    # The "from source" rows run the checkout's Python source; the others run the compiled
-    # wheel of .venv-compiled when there is one.
-    from bench.overhead import COMPILED_PYTHON
-
-    for name in CORE:
-        if name.startswith("tooltrace"):
-            note = by_name[name]["notes"]
-            if name.endswith(", from source)"):
-                assert "; source: Python source;" in note, note
-            else:
-                assert ("; compiled;" in note) == COMPILED_PYTHON.exists(), note
+    # The opt-in rows run only when named.
+    assert not [n for n in by_name if n.startswith("tooltrace, telemetry off (inline), ")]
     # A registry call does real work: it cannot be as cheap as a bare function call.
     bare = _num(by_name["bare function call"]["p50 us"])
     assert _num(by_name["tooltrace, telemetry off (inline)"]["p50 us"]) > bare
@@ -210,6 +172,45 @@ def test_overhead_rows_are_measured(run: Run) -> None:
         assert full["dropped"] == 0
 
 
+def test_overhead_runs_a_baseline_revision_beside_this_checkout(tmp_path: Path) -> None:
+    """``--baseline REV`` extracts that revision's tooltrace and runs each tooltrace contender
+    on it too, in the same rounds, driven by this checkout's contenders."""
+    out = tmp_path / "figures.json"
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    env.pop("TOOLTRACE_HOME", None)
+    p = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--sections", "overhead", "--rounds", "1",
+         "--round-calls", "50", "--warmup", "20", "--contenders", "everything on (inline)",
+         "--baseline", "HEAD", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=240, env=env,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    _header, rows = _find(_tables(p.stdout), "Per-call cost around a no-op tool")
+    assert [r[0] for r in rows] == [
+        "tooltrace, everything on (inline)", "tooltrace, everything on (inline) [baseline]",
+        "reference: SDK span + counter + histogram"]
+    c = json.loads(out.read_text())["overhead"]["contenders"]
+    mine, base = c["tooltrace, everything on (inline)"], c[
+        "tooltrace, everything on (inline) [baseline]"]
+    for fig in (mine, base):
+        assert fig["p50_us"] > 0 and fig["exported_spans"] == 20 + 50 + 1 and fig["dropped"] == 0
+    assert Path(mine["tooltrace"]) == ROOT / "tooltrace" / "__init__.py"
+    assert not Path(base["tooltrace"]).is_relative_to(ROOT)
+    assert list(tmp_path.glob("tooltrace-bench-run-*")) == []  # the extracted tree is gone
+
+
+def test_a_baseline_that_is_neither_a_directory_nor_a_revision_is_refused(
+    tmp_path: Path,
+) -> None:
+    p = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--sections", "overhead", "--baseline",
+         "no-such-revision-here"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, TMPDIR=str(tmp_path)))
+    assert p.returncode != 0
+    assert "--baseline no-such-revision-here: neither a directory nor a git revision" in p.stderr
+    assert "### Per-call cost" not in p.stdout
+
+
 def test_tail_rows_are_measured(run: Run) -> None:
     tables, figures = run
     header, rows = _find(tables, "Tail latency and what ran during the slowest calls")
@@ -217,7 +218,7 @@ def test_tail_rows_are_measured(run: Run) -> None:
     tail = figures["tail"]["contenders"]
     for name in ("reference: SDK span + counter + histogram",
                  "tooltrace, everything on (inline)", "tooltrace, everything on (thread)",
-                 "tooltrace, everything on (inline, unsliced)"):
+                 "tooltrace, everything on (inline, compaction off)"):
         row = by_name[name]
         p99, p999, top = (_num(row[c]) for c in ("p99 us", "p99.9 us", "max us"))
         assert 0 < p99 <= p999 <= top, (name, row)
@@ -373,22 +374,19 @@ def test_policy_section_measures_toml_and_cedar_beside_the_reference(tmp_path: P
     assert figs["reference: SDK span + counter + histogram"]["vs_reference"] == 1.0
 
 
-@pytest.mark.parametrize("compiled", [False, True], ids=["from source", "compiled venv"])
 def test_mcp_section_measures_the_proxy_beside_a_relay_and_an_sdk_passthrough(
-    tmp_path: Path, compiled: bool,
+    tmp_path: Path,
 ) -> None:
     """`--sections mcp` (not in the default run) times a tools/call directly and through the
     line relay, the SDK-only passthrough and tooltrace's proxy (on its default loop and on the
-    standard library's, and from a ``--baseline`` checkout: a copy of this one), each a real
-    stdio process. With a compiled wheel's venv (here this interpreter stands in for one) the
-    proxy runs there, without the checkout on its path, and again from source beside it."""
+    standard library's, and from a ``--baseline`` tree: a copy of this one's), each a real
+    stdio process."""
     out = tmp_path / "figures.json"
-    env = dict(os.environ, TMPDIR=str(tmp_path), TOOLTRACE_BENCH_COMPILED_PYTHON=(
-        sys.executable if compiled else str(tmp_path / "no-venv" / "python")))
+    env = dict(os.environ, TMPDIR=str(tmp_path))
     env.pop("TOOLTRACE_HOME", None)
     base = tmp_path / "base"
     shutil.copytree(ROOT / "tooltrace", base / "tooltrace",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+                    ignore=shutil.ignore_patterns("__pycache__"))
     p = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--sections", "mcp", "--json", str(out),
          "--baseline", str(base)],
@@ -397,20 +395,15 @@ def test_mcp_section_measures_the_proxy_beside_a_relay_and_an_sdk_passthrough(
     assert p.returncode == 0, p.stderr[-2000:]
     header, rows = _find(_tables(p.stdout), "MCP tools/call round trip over stdio")
     assert header == ["path", "p50", "p90", "p99", "added at p50", "front process CPU per call"]
-    source = ["proxy (from source)"] if compiled else []
     assert [r[0] for r in rows] == ["direct", "relay", "sdk", "proxy", "proxy asyncio",
-                                    *source, "proxy [baseline]"]
-    build = "compiled wheel" if compiled else "from source"
-    assert f"- proxy ({build}) / direct at p50: " in p.stdout
-    mine = "proxy (from source)" if compiled else "proxy"
-    assert f"{mine} against proxy [baseline] in the same rounds: p50 " in p.stdout
-    assert ("proxy (compiled wheel) against proxy (from source): p50 " in p.stdout) == compiled
+                                    "proxy [baseline]"]
+    assert "- proxy / direct at p50: " in p.stdout
+    assert "proxy against proxy [baseline] in the same rounds: p50 " in p.stdout
     for r in rows:
         assert 0 < _num(r[1]) <= _num(r[2]) <= _num(r[3])
     fig = json.loads(out.read_text())["mcp"]
-    assert fig["proxy_build"] == build
     assert fig["added_p50_ms"] == pytest.approx(fig["proxy"]["50"] - fig["direct"]["50"])
-    for key in ("proxy asyncio", "proxy [baseline]", *source):
+    for key in ("proxy asyncio", "proxy [baseline]"):
         assert fig[key]["50"] > 0 and fig[key]["cpu_ms"] > 0
 
 
@@ -422,8 +415,7 @@ def test_mcp_instructions_count_what_one_call_costs_the_relay_and_the_proxy(
     more than the relay, which copies lines."""
     require_binary("valgrind", "apt install valgrind")
     out = tmp_path / "figures.json"
-    env = dict(os.environ, TMPDIR=str(tmp_path),
-               TOOLTRACE_BENCH_COMPILED_PYTHON=str(tmp_path / "no-venv" / "python"))
+    env = dict(os.environ, TMPDIR=str(tmp_path))
     env.pop("TOOLTRACE_HOME", None)
     p = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--sections", "mcp", "--json", str(out),
@@ -447,8 +439,7 @@ def test_mcp_instructions_count_what_one_call_costs_the_relay_and_the_proxy(
 def test_mcp_instructions_name_only_contenders_there_are() -> None:
     p = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--sections", "mcp", "--mcp-instructions",
-         "relay,nosuch"], cwd=ROOT, capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, TOOLTRACE_BENCH_COMPILED_PYTHON="/nonexistent"))
+         "relay,nosuch"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode != 0
     assert "--mcp-instructions: no contender nosuch here (there are: relay, sdk, proxy)" in p.stderr
     assert "### MCP tools/call round trip" not in p.stdout  # refused before anything ran
