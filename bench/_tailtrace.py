@@ -122,21 +122,21 @@ class Recorder:
 def install() -> Recorder:
     """Wrap the background work functions of this process; return the recorder."""
     rec = Recorder()
-    from tooltrace.telemetry import _auditsink, _worker
+    from tooltrace.telemetry import AuditSink, BatchWorker
 
-    bw = _worker.BatchWorker
+    bw = BatchWorker
     bw._drain = rec.wrap("sink worker", bw._drain)  # type: ignore[method-assign]
     # A pause, and the wait for the process's background turn, hold no interpreter lock.
     for name in ("pause", "_take_turn"):
         fn = getattr(bw, name, None)
         if fn is not None:
             setattr(bw, name, rec.cut(fn))
-    sink = _auditsink.AuditSink
+    sink = AuditSink
     sink._tick = rec.wrap("audit ticker", sink._tick)  # type: ignore[method-assign]
     from bench._common import DropExporter
 
     cls = type(DropExporter())
-    cls.export = rec.wrap("SDK batch span processor", cls.export)  # type: ignore[method-assign]
+    cls.export = rec.wrap("SDK batch span processor", cls.export)
     import os
 
     os.fsync = rec.cut(os.fsync)

@@ -23,8 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from support.audit import acked_ids, collect, start_writer
 
-from tooltrace.audit import AuditStore, recover_dead_segments, verify
-from tooltrace.audit._format import load_key
+from tooltrace.audit import AuditStore, load_key, recover_dead_segments, verify
 
 
 def main() -> int:

@@ -1,11 +1,10 @@
 """Section ``autopsy``: find and render one call among millions.
 
-The bench writes the audit trail itself, fast: N calls (6 steps each, like a real no-op call)
-generated in DuckDB and written as Parquet with compaction's own schema, sort order, row-group
-size and compression, one file per table per "compaction batch" (as many calls as 512 MiB of
-segment lines hold), and registered in the compaction manifest. So ``AuditStore`` and
-``tooltrace autopsy`` take their real path: manifest -> ``read_parquet`` over the listed
-files -> min/max pruning on the time-ordered call id.
+The bench writes the audit trail through the public API: N synthetic calls (8 tools, runs of
+1,000 calls, principals on every call, the six steps of a real no-op call; ``_record``) emitted
+through an ``AuditSink`` and moved into Parquet by ``tooltrace.audit.compact`` as they are
+written, so the trail is laid out as compaction lays out any trail (its files, lookup files and
+manifest). ``AuditStore`` and ``tooltrace autopsy`` then take their real path.
 
 Measured:
 - in process: ``AuditStore(home)`` open, then ``store.call(id)`` + ``explain(...)`` +
@@ -20,6 +19,7 @@ Measured:
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -37,168 +37,106 @@ from bench._common import Table, scratch
 __all__ = ["generate", "run"]
 
 ROOT = Path(__file__).resolve().parent.parent
-_STEPS = [
-    (0, "resolve", "registry", "accept"),
-    (1, "validate", "schema", "accept"),
-    (2, "policy", "policy:default", "allow"),
-    (3, "admission", "runtime", "accept"),
-    (4, "execute", "tool", "returned"),
-    (5, "redact", "redactor", "clean"),
-]
-
-
 _BASE_MS = 1_780_000_000_000  # 2026-05-28
-_CALL_COLUMNS = f"""
-    cid(i) AS call_id,
-    'run-' || (i // 1000)::VARCHAR AS run_id,
-    'tool_' || (i % 8)::VARCHAR AS tool,
-    'user' AS source,
-    CASE WHEN i % 50 = 7 THEN 'rejected' WHEN i % 97 = 3 THEN 'failed' ELSE 'ok' END AS status,
-    CASE WHEN i % 50 = 7 THEN 'params' END AS reject_stage,
-    'tool_' || (i % 8)::VARCHAR || ' succeeded (1 chars)' AS summary,
-    CASE WHEN i % 97 = 3 THEN 'ValueError' END AS error_type,
-    make_timestamp(({_BASE_MS} + i * 10) * 1000) AS started_at,
-    0.05 + (i % 13) * 0.01 AS elapsed_ms,
-    i % 50 <> 7 AS execution_started,
-    md5('t' || i::VARCHAR) AS trace_id,
-    substr(md5('s' || i::VARCHAR), 1, 16) AS span_id,
-    NULL::VARCHAR AS parent_span_id,
-    true AS trace_sampled,
-    '{{"x":"value ' || (i % 1000)::VARCHAR || '"}}' AS args_redacted,
-    'value ' || (i % 1000)::VARCHAR AS result_preview,
-    NULL::VARCHAR AS artifact_path, NULL::VARCHAR AS artifact_sha256,
-    NULL::BIGINT AS artifact_chars, NULL::BIGINT AS artifact_bytes,
-    'default' AS mode, 'function' AS tool_type, false AS hook_modified,
-    NULL::VARCHAR AS attributes,
-    'bench-writer-' || (i % 4)::VARCHAR AS writer,
-    'bench-writer.' || lpad((i // 100000)::VARCHAR, 6, '0') || '.jsonl' AS segment,
-    (i % 100000)::BIGINT + 2 AS line,
-    NULL::VARCHAR AS parent_call_id, 0::INTEGER AS depth, NULL::VARCHAR AS progress,
-    'user-' || (i % 20)::VARCHAR AS principal_user, NULL::VARCHAR AS principal_agent,
-    CASE WHEN i % 3 = 0 THEN 'acme' ELSE 'globex' END AS principal_tenant,
-    CASE WHEN i % 10 = 0 THEN '["intern"]' ELSE '["dev"]' END AS principal_roles,
-    'read' AS capability, 'none' AS effect
-"""
+#: Calls emitted between two compactions: their segments (about 1.5 KB a call) are the most
+#: disk the generator holds beyond the Parquet files.
+_CHUNK = 250_000
 
 
-def _table(rel: Any) -> Any:
-    import pyarrow as pa
+def _call_id(i: int) -> str:
+    """Call ``i``'s id: UUIDv7 text whose 48-bit timestamp is the call's start (calls 10 ms
+    apart), a 12-bit counter and a tail hashed from ``i``, so ids sort in generation order."""
+    ms = f"{_BASE_MS + i * 10:012x}"
+    h = hashlib.md5(str(i).encode()).hexdigest()
+    return f"{ms[:8]}-{ms[8:]}-7{i % 4096:03x}-8{h[:3]}-{h[3:15]}"
 
-    tab = rel.arrow()
-    return tab if isinstance(tab, pa.Table) else tab.read_all()
+
+def _record(tpl: Any, i: int) -> Any:
+    """Call ``i`` of the synthetic trail, from the record of a real call: 8 tools, runs of 1,000
+    calls, 20 users in two tenants (every tenth call an intern's), 1 in 50 rejected and 1 in 97
+    failed, the same six steps as a real no-op call."""
+    from msgspec.structs import replace
+
+    from tooltrace import Principal, Stage, Status
+
+    start_us = (_BASE_MS + i * 10) * 1000
+    rejected, failed = i % 50 == 7, i % 97 == 3
+    tool = f"tool_{i % 8}"
+    value = f"value {i % 1000}"
+    steps = tuple(replace(s, started_at_us=start_us + s.seq * 7, elapsed_us=2)
+                  for s in tpl.steps)
+    return replace(
+        tpl, call_id=_call_id(i), run_id=f"run-{i // 1000}", tool=tool,
+        status=Status.REJECTED if rejected else Status.FAILED if failed else Status.OK,
+        reject_stage=Stage.PARAMS if rejected else None,
+        summary=f"{tool} succeeded (1 chars)", error_type="ValueError" if failed else None,
+        started_at_us=start_us, elapsed_us=50 + (i % 13) * 10, execution_started=not rejected,
+        args_redacted={"x": value}, result_preview=value, steps=steps,
+        trace_id=hashlib.md5(f"t{i}".encode()).hexdigest(),
+        span_id=hashlib.md5(f"s{i}".encode()).hexdigest()[:16], trace_sampled=True,
+        principal=Principal(user=f"user-{i % 20}",
+                            tenant="acme" if i % 3 == 0 else "globex",
+                            roles=("intern",) if i % 10 == 0 else ("dev",)),
+    )
 
 
-def _line_bytes() -> int:
-    """Bytes of one audit segment line of a real no-op call (to size compaction batches)."""
+def generate(home: Path, calls: int) -> dict[str, Any]:
+    """Write ``calls`` synthetic calls (``_record``) into ``home``'s audit trail and compact
+    them into Parquet, all through the public API: an ``AuditSink`` writes the segments and
+    ``tooltrace.audit.compact`` moves them into Parquet (with its lookup files and manifest),
+    every ``_CHUNK`` calls and once more after the sink's shutdown sealed the last segment."""
     from bench.ingest import _template
-    from tooltrace.audit._format import dumps, encode_call
-
-    return len(dumps(encode_call(_template()))) + 80
-
-
-def generate(
-    home: Path, calls: int, *, per_file: int | None = None, with_ranges: bool = True,
-    with_lookups: bool = True,
-) -> dict[str, Any]:
-    """Write ``calls`` calls as compacted Parquet (with lookup files unless ``with_lookups``
-    is false) under ``home``; return what was written.
-
-    ``with_ranges=False`` writes a manifest without per-file call-id ranges (as compaction did
-    before it recorded them): lookups then read every file's footer."""
-    import duckdb
-    import pyarrow.parquet as pq
-
-    from tooltrace.audit._format import load_key
-    from tooltrace.audit._lookups import write_lookup_for
-    from tooltrace.audit._manifest import write_manifest
-    from tooltrace.audit._segments import audit_dir
-    from tooltrace.audit._tables import schemas
+    from tooltrace.audit import audit_dir, compact
+    from tooltrace.telemetry import AuditSink
 
     t0 = time.perf_counter()
-    if per_file is None:
-        per_file = max(1000, (512 * 1024 * 1024) // _line_bytes())
-    adir = audit_dir(home)
-    sch = schemas()
-    con = duckdb.connect()
-    con.execute("SET preserve_insertion_order = true")
-    con.execute("SET enable_progress_bar = false")
-    base_ms = _BASE_MS
-    # Time-ordered UUIDv7 text: 48-bit ms timestamp, version 7, 12-bit counter, variant, random
-    # tail; calls 10 ms apart, so ids sort in generation order.
-    con.execute(f"CREATE MACRO hx(i) AS lpad(lower(to_hex({base_ms} + i * 10)), 12, '0')")
-    con.execute(
-        "CREATE MACRO cid(i) AS substr(hx(i), 1, 8) || '-' || substr(hx(i), 9, 4) || '-7' "
-        "|| lpad(lower(to_hex(i % 4096)), 3, '0') || '-8' || substr(md5(i::VARCHAR), 1, 3) "
-        "|| '-' || substr(md5(i::VARCHAR), 4, 12)"
-    )
-    steps_values = ", ".join(f"({s}, '{n}', '{d}', '{v}')" for s, n, d, v in _STEPS)
-    files: dict[str, list[str]] = {"calls": [], "steps": []}
-    ranges: dict[str, list[str]] = {}
-    key = load_key(home, create=True)
-    assert key is not None
-    manifest: dict[str, Any] = {"version": 1, "segments": [], "files": files}
-    file_no = 0
-    for start in range(0, calls, per_file):
-        n = min(per_file, calls - start)
-        # Generated already in call-id order (ids grow with i): ORDER BY the integer is cheap.
-        ctab = _table(con.sql(f"""
-          SELECT {_CALL_COLUMNS}
-          FROM range({start}, {start + n}) t(i) ORDER BY i
-        """)).cast(sch["calls"])
-        stab = _table(con.sql(f"""
-          SELECT cid(i) AS call_id, s.seq::INTEGER AS seq, s.step,
-                 make_timestamp(({base_ms} + i * 10) * 1000 + s.seq * 7) AS started_at,
-                 0.002 AS elapsed_ms, s.decider, s.decision, NULL::VARCHAR AS detail
-          FROM range({start}, {start + n}) t(i), (VALUES {steps_values}) s(seq, step, decider,
-               decision)
-          ORDER BY i, s.seq
-        """)).cast(sch["steps"])
-        # Same writer settings as compaction (sorted by call id, 16k-row groups, zstd).
-        for t, tab in (("calls", ctab), ("steps", stab)):
-            rel = f"parquet/{t}/bench-{file_no:05d}.parquet"
-            out = adir / rel
-            out.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(tab, out, row_group_size=16384, compression="zstd",
-                           write_statistics=True)
-            files[t].append(rel)
-            # Sorted by call id: the file's range, as compaction records it.
-            ranges[rel] = [tab["call_id"][0].as_py(), tab["call_id"][-1].as_py()]
-            if with_lookups:  # and its lookup file, as compaction writes it
-                write_lookup_for(adir, manifest, rel, t, key, tab)
-        file_no += 1
-    if with_ranges:
-        manifest["ranges"] = ranges
-    write_manifest(adir, manifest)
-    con.close()
-    size = sum(p.stat().st_size for p in (adir / "parquet").rglob("*.parquet"))
-    lookups = sum(p.stat().st_size for p in (adir / "parquet").rglob("*.lookup"))
-    return {"calls": calls, "steps": calls * len(_STEPS), "files_per_table": file_no,
-            "calls_per_file": per_file, "bytes": size, "lookup_bytes": lookups,
-            "seconds": time.perf_counter() - t0}
+    tpl = _template()
+    sink = AuditSink(home, fsync="none", compact=False)
+    half = 65536 // 2
+    try:
+        for i in range(calls):
+            sink.emit(_record(tpl, i))
+            # Wait for the writer rather than let the queue drop records.
+            if sink.depth >= half:
+                while sink.depth >= half // 2:
+                    time.sleep(0.0005)
+            if (i + 1) % _CHUNK == 0:
+                sink.flush(120.0)
+                compact(home, prune=True)
+        sink.flush(120.0)
+        if sink.dropped or sink.acked_records != calls:
+            raise RuntimeError(f"the audit sink kept {sink.acked_records} of {calls} calls "
+                               f"({sink.dropped} dropped; {sink.last_error})")
+    finally:
+        sink.shutdown(120.0)
+    compact(home, prune=True)
+    parquet = audit_dir(home) / "parquet"
+    size = sum(p.stat().st_size for p in parquet.rglob("*.parquet"))
+    lookups = sum(p.stat().st_size for p in parquet.rglob("*.lookup"))
+    return {"calls": calls, "steps": calls * len(tpl.steps),
+            "files_per_table": len(list((parquet / "calls").glob("*.parquet"))),
+            "bytes": size, "lookup_bytes": lookups, "seconds": time.perf_counter() - t0}
 
 
 def _pick_ids(home: Path, k: int, seed: int = 7) -> list[str]:
-    import duckdb
+    from tooltrace.audit import AuditStore
 
-    from tooltrace.audit._manifest import read_manifest
-    from tooltrace.audit._segments import audit_dir
-
-    adir = audit_dir(home)
-    files = [str(adir / f) for f in read_manifest(adir)["files"]["calls"]]
-    con = duckdb.connect()
-    n = con.execute("SELECT count(*) FROM read_parquet($f)", {"f": files}).fetchone()
-    assert n is not None
-    total = int(n[0])
-    rng = random.Random(seed)
-    offs = sorted({0, total // 2, total - 1, *(rng.randrange(total) for _ in range(k))})
-    ids = []
-    for o in offs:
-        row = con.execute(
-            "SELECT call_id FROM read_parquet($f) LIMIT 1 OFFSET $o", {"f": files, "o": o}
-        ).fetchone()
-        assert row is not None
-        ids.append(str(row[0]))
-    con.close()
+    store = AuditStore(home)
+    try:
+        n = store.con.execute("SELECT count(*) FROM tool_calls").fetchone()
+        assert n is not None
+        total = int(n[0])
+        rng = random.Random(seed)
+        offs = sorted({0, total // 2, total - 1, *(rng.randrange(total) for _ in range(k))})
+        ids = []
+        for o in offs:
+            row = store.con.execute(
+                "SELECT call_id FROM tool_calls ORDER BY call_id LIMIT 1 OFFSET $o", {"o": o}
+            ).fetchone()
+            assert row is not None
+            ids.append(str(row[0]))
+    finally:
+        store.close()
     rng.shuffle(ids)
     return ids
 

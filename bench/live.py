@@ -145,7 +145,6 @@ def child_next(home: str, timeout_s: float) -> None:
     """The next process to write: open the home and wait until background compaction has
     taken every sealed segment; print how long that took."""
     from tooltrace.audit import BackgroundCompaction, list_segments, load_key
-    from tooltrace.audit._autocompact import CompactedNames
     from tooltrace.telemetry import AuditSink
 
     adir = Path(home) / "audit"
@@ -155,11 +154,10 @@ def child_next(home: str, timeout_s: float) -> None:
     key = load_key(Path(home), create=False)
     assert key is not None
     now = BackgroundCompaction(Path(home), key, after_s=0.0)
-    names = CompactedNames(adir)
     done = False
     while time.perf_counter() - t0 < timeout_s:
-        sealed = {s.name for s in list_segments(adir) if not s.live}
-        if sealed <= names.get():
+        sealed = {(s.writer, s.n) for s in list_segments(adir) if not s.live}
+        if sealed <= _compacted(adir):
             done = True
             break
         now.poke()
@@ -231,16 +229,25 @@ def _stop(p: subprocess.Popen[str]) -> None:
         raise RuntimeError(f"the writer failed at shutdown ({p.returncode})")
 
 
+def _compacted(adir: Path) -> set[tuple[str, int]]:
+    """(writer, number) of every segment the digest says compaction took (it says so once
+    the rows are in Parquet)."""
+    from tooltrace.audit import COMPACTED, read_digest
+
+    return {(ln.writer, ln.n) for ln in read_digest(adir).lines if ln.kind == COMPACTED}
+
+
 def _trail_state(home: str) -> dict[str, Any]:
     from tooltrace.audit import list_segments
-    from tooltrace.audit._manifest import read_manifest
 
     adir = Path(home) / "audit"
-    m = read_manifest(adir)
-    done = {s["name"] for s in m.get("segments", [])}
+    done = _compacted(adir)
     segs = list_segments(adir)
-    return {"segments": len(segs), "compacted": len([s for s in segs if s.name in done]),
-            "parquet_files": {t: len(v) for t, v in (m.get("files") or {}).items()},
+    tables = adir / "parquet"
+    files = {t.name: len(list(t.glob("*.parquet")))
+             for t in sorted(tables.iterdir()) if t.is_dir()} if tables.is_dir() else {}
+    return {"segments": len(segs), "compacted": len([s for s in segs if (s.writer, s.n) in done]),
+            "parquet_files": {t: n for t, n in files.items() if n},
             "segment_mib": sum(s.path.stat().st_size for s in segs if s.path.exists()) / 2**20}
 
 

@@ -5,9 +5,8 @@ policy step's cost with a 50-rule policy file.
    principals on every call), then ``tooltrace policy test``'s path runs in process: open the
    store, group alike calls, decide each group again with a candidate file (a principal rule,
    an argument rule and a per-run limit) and count the limit's calls in start order. In the
-   same run, two references: the row-at-a-time path what-if used before (every call read as a
-   Python row and decided alone; on the first 100k calls, it is slow), and DuckDB alone reading
-   every call with its last policy step (the floor). Reported: calls/s and seconds per million.
+   same run, the floor: DuckDB alone reading every call with its last policy step. Reported:
+   calls/s and seconds per million.
 2. Policy step: ``Policy.evaluate`` per call, and a whole ``registry.call`` of a no-op tool
    (telemetry off, inline), with the default policy and with a 50-rule file compiled from TOML,
    in the same run (the default policy is the reference).
@@ -24,7 +23,7 @@ from typing import Any
 
 from bench._common import Table, scratch
 
-__all__ = ["CANDIDATE", "TOOLS", "replay_trail", "row_at_a_time", "run"]
+__all__ = ["CANDIDATE", "TOOLS", "replay_trail", "run"]
 
 TOOLS = tuple(f"tool_{i}" for i in range(8))
 #: The candidate policy the trail is replayed against.
@@ -72,19 +71,6 @@ def replay_trail(home: Path, policy_file: Path) -> tuple[dict[str, Any], float]:
     return result.to_dict(), time.perf_counter() - t0
 
 
-#: The reference contender: every call read as a Python row, decided one by one (what-if
-#: before it grouped alike calls), on the first ``limit`` calls of the trail.
-_ROW_QUERY = """
-SELECT c.call_id, c.run_id, c.tool, c.mode, epoch_us(c.started_at) AS t_us, c.elapsed_ms,
-       c.args_redacted, c.principal_user, c.principal_agent, c.principal_tenant,
-       c.principal_roles, s.decider, s.decision, s.detail
-FROM tool_calls c
-LEFT JOIN (SELECT * FROM tool_call_steps WHERE step = 'policy'
-           QUALIFY row_number() OVER (PARTITION BY call_id ORDER BY seq DESC) = 1) s
-  ON s.call_id = c.call_id
-ORDER BY c.started_at, c.call_id
-LIMIT $limit
-"""
 #: The floor: DuckDB reading every call with its last policy step, nothing else.
 _FLOOR_QUERY = """
 SELECT count(*), count(s.p) FROM tool_calls c
@@ -92,38 +78,6 @@ LEFT JOIN (SELECT call_id, arg_max(struct_pack(decider, decision, detail), seq) 
            FROM tool_call_steps WHERE step = 'policy' GROUP BY call_id) s
   ON s.call_id = c.call_id
 """
-
-
-def row_at_a_time(home: Path, policy_file: Path, limit: int) -> tuple[int, int, float]:
-    """The reference: (calls read, changed, seconds) deciding each of ``limit`` calls alone."""
-    from tooltrace.audit import AuditStore
-    from tooltrace.policy.file import load_policy
-    from tooltrace.policy.file._replay import Decider, principal_of, recorded_decision
-
-    t0 = time.perf_counter()
-    tools = _definitions()
-    decider = Decider(load_policy(policy_file, tools=tools).compiled)
-    n = changed = 0
-    store = AuditStore(home)
-    try:
-        cur = store.con.execute(_ROW_QUERY, {"limit": limit})
-        while batch := cur.fetchmany(50_000):
-            for (call_id, run_id, tool, mode, t_us, ms, args, user, agent, tenant, roles,
-                 old, decision, detail) in batch:
-                n += 1
-                before = recorded_decision(old, decision)
-                if before is None or (d := tools.get(tool)) is None:
-                    continue
-                who = principal_of(user, agent, tenant, roles)
-                ruling = decider.rules(d, mode, who, args, detail, run_id=run_id,
-                                       call_id=call_id)
-                after = ruling.after
-                if ruling.limits:
-                    after = decider.limit(ruling, who, run_id, call_id, t_us, ms)[0]
-                changed += after != before
-    finally:
-        store.close()
-    return n, changed, time.perf_counter() - t0
 
 
 def _floor(home: Path) -> float:
@@ -176,8 +130,7 @@ def _policy_step(tmp: Path, n: int) -> list[tuple[str, int, float, float]]:
     return out
 
 
-def run(*, calls: int, step_calls: int = 20_000, reference_calls: int = 100_000
-        ) -> dict[str, Any]:
+def run(*, calls: int, step_calls: int = 20_000) -> dict[str, Any]:
     """Both measurements; print their tables and return the figures."""
     from bench.autopsy import generate
 
@@ -189,19 +142,15 @@ def run(*, calls: int, step_calls: int = 20_000, reference_calls: int = 100_000
         cand.write_text(CANDIDATE)
         report, seconds = replay_trail(home, cand)
         floor = _floor(home)
-        ref_n, ref_changed, ref_s = row_at_a_time(home, cand, min(calls, reference_calls))
         t = Table("What-if: replay recorded calls against a candidate policy",
                   ["path", "calls", "seconds", "calls/s", "s per million", "changed"])
         t.add("grouped (tooltrace policy test)", calls, seconds, calls / seconds,
               seconds * 1e6 / calls, report["changed"])
-        t.add("row at a time (reference)", ref_n, ref_s, ref_n / ref_s, ref_s * 1e6 / ref_n,
-              ref_changed)
         t.add("DuckDB floor: read calls + policy step", calls, floor, calls / floor,
               floor * 1e6 / calls, "")
         t.print()
-        print(f"generated {calls} calls in {gen['seconds']:.1f} s; grouped is"
-              f" {(ref_s / ref_n) / (seconds / calls):.1f}x the reference's speed;"
-              f" undecidable {report['undecidable']}")
+        print(f"generated {calls} calls in {gen['seconds']:.1f} s; grouped takes"
+              f" {seconds / floor:.1f}x the floor's time; undecidable {report['undecidable']}")
         steps = _policy_step(tmp, step_calls)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -212,7 +161,7 @@ def run(*, calls: int, step_calls: int = 20_000, reference_calls: int = 100_000
         t2.add(label, n_rules, ev, full, ev / base, digits=2)
     t2.print()
     return {"calls": calls, "replay_seconds": seconds, "report": report,
-            "reference": {"calls": ref_n, "seconds": ref_s}, "floor_seconds": floor,
+            "floor_seconds": floor,
             "policy_step": [{"policy": s[0], "rules": s[1], "evaluate_us": s[2],
                              "call_us": s[3]} for s in steps]}
 
@@ -221,10 +170,8 @@ def _main() -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.whatif")
     ap.add_argument("--calls", type=int, default=1_000_000)
     ap.add_argument("--step-calls", type=int, default=20_000)
-    ap.add_argument("--reference-calls", type=int, default=100_000,
-                    help="calls the row-at-a-time reference decides (it is slow)")
     ns = ap.parse_args()
-    run(calls=ns.calls, step_calls=ns.step_calls, reference_calls=ns.reference_calls)
+    run(calls=ns.calls, step_calls=ns.step_calls)
     return 0
 
 
