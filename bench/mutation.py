@@ -49,15 +49,16 @@ class Target:
 
 
 TARGETS: dict[str, Target] = {
-    "policy": Target("tooltrace/policy.py", ("tests/test_policy.py", "tests/test_fail_closed.py")),
-    "authorize": Target("tooltrace/_authorize.py", (
+    "policy": Target("tooltrace/policy/_rules.py", (
+        "tests/test_policy.py", "tests/test_fail_closed.py")),
+    "authorize": Target("tooltrace/pipeline/_authorize.py", (
         "tests/test_fail_closed.py", "tests/test_hooks.py", "tests/test_approvals.py",
         "tests/test_home.py", "tests/test_policy.py")),
-    "approvals": Target("tooltrace/_approvals.py", (
+    "approvals": Target("tooltrace/policy/_approvals.py", (
         "tests/test_approvals.py", "tests/test_approval_ttl.py")),
-    "paths": Target("tooltrace/paths.py", ("tests/test_paths.py", "tests/test_home.py")),
-    "redactor": Target("tooltrace/_redactor.py", ("tests/test_redaction.py",)),
-    "detectors": Target("tooltrace/_detectors.py", ("tests/test_redaction.py",)),
+    "paths": Target("tooltrace/policy/_paths.py", ("tests/test_paths.py", "tests/test_home.py")),
+    "redactor": Target("tooltrace/redaction/_redactor.py", ("tests/test_redaction.py",)),
+    "detectors": Target("tooltrace/redaction/_detectors.py", ("tests/test_redaction.py",)),
     "chain": Target("tooltrace/audit/_format.py", (
         "tests/test_known_answers.py", "tests/test_audit_verify.py")),
     "segmentcheck": Target("tooltrace/audit/_segmentcheck.py", (
@@ -66,8 +67,8 @@ TARGETS: dict[str, Target] = {
     "signing": Target("tooltrace/audit/_signing.py", (
         "tests/test_known_answers.py", "tests/test_audit_signing.py")),
     "anchors": Target("tooltrace/audit/_anchors.py", ("tests/test_anchors.py",)),
-    "sandbox": Target("tooltrace/_sandbox.py", ("tests/test_sandbox.py",), 120.0),
-    "landlock": Target("tooltrace/_landlock.py", ("tests/test_sandbox.py",), 120.0),
+    "sandbox": Target("tooltrace/runtime/_sandbox.py", ("tests/test_sandbox.py",), 120.0),
+    "landlock": Target("tooltrace/runtime/_landlock.py", ("tests/test_sandbox.py",), 120.0),
 }
 
 # (module, text of the mutated line as it reads after the mutation, stripped) -> why no test
@@ -80,8 +81,6 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "every link-local address (169.254/16, fe80::/10) is also is_private, the test before",
     ("segmentcheck", "missing = sorted(set(range(first, top + 0)) - set(counts))"):
         "top is max(counts): the one value the shorter range leaves out is never missing",
-    ("*", "-@mypyc_attr(allow_interpreted_subclasses=True)"):
-        "a no-op when the module is interpreted (it only tells mypyc how to compile the class)",
 }
 
 
@@ -194,8 +193,12 @@ def _mutated_line(diff: str) -> str:
 
 def run_module(work: Path, name: str, t: Target, sample: int | None, seed: int) -> Score:
     """Init, (sample), exec and read back one module's session."""
-    from cosmic_ray.work_db import WorkDB, use_db
-    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+    from cosmic_ray.work_db import WorkDB, use_db  # type: ignore[import-untyped]
+    from cosmic_ray.work_item import (  # type: ignore[import-untyped]
+        TestOutcome,
+        WorkerOutcome,
+        WorkResult,
+    )
 
     t0 = time.monotonic()
     failing = _baseline(work, t)

@@ -17,9 +17,10 @@ def test_every_target_and_its_tests_exist() -> None:
         assert (REPO / t.path).is_file(), name
         assert t.tests and all((REPO / f).is_file() for f in t.tests), name
     core = {t.path for t in mutation.TARGETS.values()}
-    assert {"tooltrace/_sandbox.py", "tooltrace/_landlock.py", "tooltrace/audit/_signing.py",
-            "tooltrace/audit/_anchors.py", "tooltrace/_authorize.py",
-            "tooltrace/paths.py"} <= core
+    assert {"tooltrace/runtime/_sandbox.py", "tooltrace/runtime/_landlock.py",
+            "tooltrace/audit/_signing.py", "tooltrace/audit/_anchors.py",
+            "tooltrace/pipeline/_authorize.py", "tooltrace/policy/_paths.py",
+            "tooltrace/redaction/_detectors.py"} <= core
 
 
 def test_annotation_lines_are_only_annotations(tmp_path: Path) -> None:
@@ -38,7 +39,8 @@ def test_list_prints_the_selection() -> None:
                           "policy,segmentcheck", "--list"], cwd=REPO, capture_output=True,
                          text=True, check=True).stdout
     assert [ln.split()[:2] for ln in out.splitlines()] == [
-        ["policy", "tooltrace/policy.py"], ["segmentcheck", "tooltrace/audit/_segmentcheck.py"]]
+        ["policy", "tooltrace/policy/_rules.py"],
+        ["segmentcheck", "tooltrace/audit/_segmentcheck.py"]]
 
 
 def test_an_unknown_module_is_a_clear_error() -> None:
@@ -49,6 +51,6 @@ def test_an_unknown_module_is_a_clear_error() -> None:
 
 def test_the_mutated_line_of_a_diff() -> None:
     changed = "--- a/m.py\n+++ b/m.py\n@@ -1 +1 @@\n-    x = a - 1\n+    x = a & 1\n"
-    removed = "--- a/m.py\n+++ b/m.py\n@@ -1,2 +1 @@\n-@mypyc_attr(x=True)\n class A:\n"
+    removed = "--- a/m.py\n+++ b/m.py\n@@ -1,2 +1 @@\n-@functools.cache\n def f():\n"
     assert mutation._mutated_line(changed) == "x = a & 1"
-    assert mutation._mutated_line(removed) == "-@mypyc_attr(x=True)"
+    assert mutation._mutated_line(removed) == "-@functools.cache"
