@@ -9,7 +9,9 @@ raw HTTP requests play the other clients:
 - without ``Mcp-Session-Id`` on the 2025 protocol: the SDK's front end answers 400;
 - without one on the session-less 2026-07-28 protocol: served on the proxy's shared upstream
   connection, never on a session's; a server-to-client request made for it is declined
-  with a message naming why (the proxy's own backstop), never sent to the other client;
+  with a message naming why (the proxy's own backstop), never sent to the other client. (The
+  upstream is held at the 2025-11-25 revision here, as a server that speaks no later one
+  would be: speaking 2026-07-28, it could not ask its client during a call at all.)
 - a session left idle: its upstream process ends, and its session id then gets 404;
 - a session ended with ``DELETE``: its upstream process ends.
 """
@@ -110,10 +112,12 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("sessions")
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
+    config = tmp / "proxy.toml"
+    config.write_text(f"[servers.asking]\ncommand = {json.dumps(sys.executable)}\n"
+                      f"args = [{json.dumps(str(ASKING))}]\nprotocol_version = \"2025-11-25\"\n")
     proc = subprocess.Popen(
         [sys.executable, "-m", "tooltrace.mcp", "proxy", "--home", str(tmp / "home"),
-         "--http", f"127.0.0.1:{port}", "--idle-timeout", str(IDLE_S), "--name", "asking", "--",
-         sys.executable, ASKING],
+         "--http", f"127.0.0.1:{port}", "--idle-timeout", str(IDLE_S), "--config", str(config)],
         cwd=tmp, env={**os.environ, "PYTHONPATH": str(REPO), "TOOLTRACE_LOG_LEVEL": "info"},
         stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     out: dict[str, Any] = {"asked": []}
@@ -184,11 +188,11 @@ def test_a_sessionless_request_never_reaches_another_clients_upstream(run: dict[
     # Served on the proxy's shared connection, not on A's.
     assert run["modern_pid"] != run["pid_a"]
     assert run["pid_a_after"] == run["pid_a"]
+    # The upstream answers its tool's failed request with a JSON-RPC error, which the client
+    # gets as the upstream sent it (the proxy's refusal is its message).
     r = run["modern_sample"]
-    assert r.status_code == 200, r.text
-    result = _message(r)["result"]
-    assert result["isError"] is True
-    assert "client without an MCP session id" in result["content"][0]["text"], result
+    error = _message(r)["error"]
+    assert "client without an MCP session id" in error["message"], r.text
     # The upstream's sampling request went to nobody: not to A, which could have answered.
     assert run["asked"] == []
     assert "refused (the calls in flight come from clients without a session id)" in (

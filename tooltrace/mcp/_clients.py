@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._backchannel import current_request
+from ._carry import carried
 from ._errors import UpstreamUnavailable
 from ._upstream import Upstream
 
@@ -66,11 +67,11 @@ class ClientUpstreams:
         its key for ``Backchannel.serving``; ``primary`` itself unless enabled."""
         req = current_request()
         if not self.enabled or req is None:
-            return primary, primary.label
+            return primary.era_for(carried()), primary.label
         if not req.client:
             # No session id: the shared connection, under a key its callbacks never route to
             # (its server-to-client requests are declined, never sent to another client).
-            return primary, f"{primary.label}\0"
+            return primary.era_for(carried()), f"{primary.label}\0"
         key = f"{primary.label}\0{req.client}"
         conns = self._clients.get(req.client)
         if conns is None:
@@ -98,8 +99,11 @@ class ClientUpstreams:
         async def notify(up: Upstream, message: Any) -> None:
             await fw.on_notify(up, message, client=client)
 
+        # A client with a session speaks a handshake revision: its connection does too, when
+        # the server does.
         up = Upstream(primary.config, on_tools=self.on_tools, on_notify=notify,
-                      callbacks=self.backchannel.callbacks(key, lambda: fw.session_of(client)))
+                      callbacks=self.backchannel.callbacks(key, lambda: fw.session_of(client)),
+                      prefer="handshake")
         try:
             await up.start()
         except BaseException:
@@ -113,7 +117,7 @@ class ClientUpstreams:
         enabled; a client that opened none has none)."""
         req = current_request()
         if not self.enabled or req is None or not req.client:
-            return list(primaries.values())
+            return [p.era_for(carried()) for p in primaries.values()]
         tasks = self._clients.get(req.client, {}).values()
         return [t.result() for t in tasks if t.done() and not t.cancelled()
                 and t.exception() is None]

@@ -1,27 +1,37 @@
-"""Progress to MCP clients: a call made with a ``progressToken`` in its ``_meta`` gets
-``notifications/progress`` for every progress report its tool publishes (``ctx.progress``).
+"""Progress through the proxy: a ``tools/call`` made with a ``progressToken`` in its ``_meta``
+goes upstream with that same token, and every ``notifications/progress`` the upstream sends for
+it reaches the client as sent (the token, the numbers, an int stays an int; the message
+redacted like everything else the proxy hands on). A tool of the registry that is not an
+upstream's reports through ``ctx.progress``: the reports the registry publishes (redacted, at
+most one per ``progress_interval_s``) reach the client the same way.
 
-One subscription to the registry's ``progress`` events serves every session; it is made on the
-first call that asks (on the server's event loop) and looks each event's call id up among the
-calls that asked. A call that did not ask costs nothing more than a dictionary lookup in that
-subscriber, and a server whose clients never ask has no subscription at all.
+Each call that asked gets a ``ProgressStream``: a bounded queue and a task that writes it to
+the client, in order. A client that reads slower than the upstream reports fills the queue;
+only then are reports coalesced (the newest queued one is replaced by the one that arrives, so
+the client still sees the latest), and each coalesced report is counted in
+``tooltrace_mcp_progress_coalesced_total``. Nothing is held back by a clock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..events import CallProgress, Subscription
     from ..registry import ToolRegistry
 
-__all__ = ["ProgressRelay", "progress_token"]
+__all__ = ["ProgressRelay", "ProgressStream", "progress_token"]
 
 log = logging.getLogger("tooltrace.mcp")
+
+#: Reports queued per call before new ones are coalesced into the newest queued one.
+QUEUE_SIZE = 256
+#: How long the answer of a call waits for its queued reports to be written.
+_DRAIN_S = 5.0
 
 
 def progress_token(params: Mapping[str, Any] | None) -> str | int | None:
@@ -33,47 +43,152 @@ def progress_token(params: Mapping[str, Any] | None) -> str | int | None:
     return token
 
 
-@dataclass(frozen=True, slots=True)
-class _Asked:
-    session: Any
-    token: str | int
-    request_id: str | None
+class _Wire:
+    """A notification in wire form, for a session's ``send_notification`` (which dumps what
+    it is given): the upstream's params are sent unchanged, not re-typed (a typed model would
+    make every number a float)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, method: str, params: Mapping[str, Any]) -> None:
+        self._data = {"method": method, "params": dict(params)}
+
+    def model_dump(self, **_kw: Any) -> dict[str, Any]:
+        return self._data
+
+
+class ProgressStream:
+    """One call's progress to its client: ``put`` the upstream's params, ``close`` when the
+    call answers (what is queued is written first, so no report follows the answer)."""
+
+    def __init__(self, relay: ProgressRelay, session: Any, token: str | int,
+                 request_id: Any) -> None:
+        self.token = token
+        self._relay = relay
+        self._session = session
+        self._request_id = None if request_id is None else str(request_id)
+        self._queue: collections.deque[dict[str, Any]] = collections.deque()
+        self._wake = asyncio.Event()
+        self._closed = False
+        #: Set once the call's upstream sends its progress here itself (``_carry``): the
+        #: registry's reports of the call are then not sent too.
+        self.direct = False
+        self._task = asyncio.get_running_loop().create_task(self._write())
+
+    def put(self, params: Mapping[str, Any]) -> None:
+        """Queue one report (params as the upstream sent them, under the client's token)."""
+        if self._closed:
+            return
+        report = {**params, "progressToken": self.token}
+        note = report.get("message")
+        if isinstance(note, str):
+            report["message"] = self._relay.redact(note)
+        if len(self._queue) >= QUEUE_SIZE:
+            self._queue[-1] = report  # back-pressure: the newest report stands for both
+            self._relay.coalesced_one()
+        else:
+            self._queue.append(report)
+        self._wake.set()
+
+    async def _write(self) -> None:
+        while True:
+            while self._queue:
+                report = self._queue.popleft()
+                try:
+                    await self._session.send_notification(
+                        _Wire("notifications/progress", report), self._request_id)
+                except Exception:
+                    self._relay.send_errors += 1
+                    log.debug("mcp proxy: a progress notification could not be sent",
+                              exc_info=True)
+            if self._closed:
+                return
+            self._wake.clear()
+            await self._wake.wait()
+
+    def cancel(self) -> None:
+        """Stop at once (the client cancelled the call: it expects nothing more of it)."""
+        self._closed = True
+        self._queue.clear()
+        self._task.cancel()
+
+    async def close(self) -> None:
+        """Write what is queued (bounded: a stuck client must not hold the answer back)."""
+        if self._task.done():
+            return
+        self._closed = True
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), _DRAIN_S)
+        except (TimeoutError, asyncio.CancelledError):
+            self._task.cancel()
 
 
 class ProgressRelay:
-    """Sends the progress of the calls that asked for it to their clients."""
+    """The proxy's progress streams and their counters (one per front end)."""
 
     def __init__(self, registry: ToolRegistry) -> None:
-        self._registry = registry
-        self._sub: Subscription | None = None
-        self._asked: dict[str, _Asked] = {}
         #: Notifications that could not be sent (the client went away): counted, not raised.
         self.send_errors = 0
+        #: Reports coalesced under back-pressure (also ``tooltrace_mcp_progress_coalesced_total``).
+        self.coalesced = 0
+        self._registry = registry
+        self._counter = _counter(registry)
+        self._sub: Subscription | None = None
+        self._calls: dict[str, ProgressStream] = {}
 
-    def watch(self, call_id: str, session: Any, token: str | int, request_id: Any) -> None:
-        """Relay the progress of ``call_id`` to ``session`` under ``token`` (call on the loop)."""
+    def open(self, call_id: str, session: Any, token: str | int,
+             request_id: Any) -> ProgressStream:
+        """A stream of the progress of ``call_id`` to ``session`` under the client's ``token``
+        (on the loop); ``forget(call_id)`` when the call answered."""
         if self._sub is None:
-            self._sub = self._registry.subscribe(self._relay, kinds=["progress"])
-        rid = None if request_id is None else str(request_id)
-        self._asked[call_id] = _Asked(session, token, rid)
+            self._sub = self._registry.subscribe(self._published, kinds=["progress"])
+        stream = self._calls[call_id] = ProgressStream(self, session, token, request_id)
+        return stream
 
-    async def forget(self, call_id: str) -> None:
-        """The call returned: send what is still queued for it, then stop relaying."""
-        sub = self._sub
-        for _ in range(50):  # bounded: a stuck client must not hold the answer back
-            if sub is None or not sub.pending:
-                break
-            await asyncio.sleep(0.002)
-        self._asked.pop(call_id, None)
+    def forget(self, call_id: str) -> None:
+        """Stop taking the registry's reports of ``call_id``."""
+        self._calls.pop(call_id, None)
 
-    async def _relay(self, ev: CallProgress) -> None:
-        asked = self._asked.get(ev.call_id)
-        if asked is None:
+    def redact(self, text: str) -> str:
+        """``text`` with the secrets the registry's redactor finds replaced."""
+        return self._registry.redactor.redact_text(text)
+
+    async def _published(self, ev: CallProgress) -> None:
+        stream = self._calls.get(ev.call_id)
+        if stream is None or stream.direct:
             return
         m = ev.mark
-        try:
-            await asked.session.send_progress_notification(
-                asked.token, m.done, m.total, m.message, related_request_id=asked.request_id)
-        except Exception:
-            self.send_errors += 1
-            log.debug("mcp proxy: a progress notification could not be sent", exc_info=True)
+        report: dict[str, Any] = {"progress": m.done}
+        if m.total is not None:
+            report["total"] = m.total
+        if m.message is not None:
+            report["message"] = m.message
+        stream.put(report)
+
+    def coalesced_one(self) -> None:
+        """Count one report coalesced into a newer one."""
+        self.coalesced += 1
+        if self._counter is not None:
+            self._counter.inc()
+
+
+def _counter(registry: ToolRegistry) -> Any:
+    """``tooltrace_mcp_progress_coalesced_total`` in the registry's Prometheus registry (None
+    without a metrics sink; the one already there when another proxy registered it)."""
+    from ..telemetry.metrics import MetricsSink
+
+    sink = next((s for s in registry.sinks if isinstance(s, MetricsSink)), None)
+    if sink is None:
+        return None
+    from prometheus_client import Counter
+
+    try:
+        return Counter("tooltrace_mcp_progress_coalesced",
+                       "Progress notifications the MCP proxy coalesced into a newer one because "
+                       "the client read slower than the upstream reported.",
+                       registry=sink.registry)
+    except ValueError:  # registered by another proxy in this registry: count there
+        collector = getattr(sink.registry, "_names_to_collectors", {}).get(
+            "tooltrace_mcp_progress_coalesced_total")
+        return collector

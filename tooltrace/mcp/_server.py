@@ -17,10 +17,12 @@ import logging
 import signal
 import sys
 import warnings
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConfigurationError
 from ._backchannel import Backchannel, ClientRequest
+from ._carry import Carried, carried, serving
 from ._config import ProxyConfig
 from ._frontcall import FRONT_CANCEL, FRONT_PROGRESS, FrontCalls
 from ._identity import session_principal
@@ -28,6 +30,7 @@ from ._progress import ProgressRelay, progress_token
 from ._proxy import McpProxy
 from ._stdio import stdio_streams
 from ._telemetry import clock, mark_error
+from ._upstream import Upstream
 
 if TYPE_CHECKING:
     import mcp.types as mt
@@ -70,15 +73,17 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
             attrs["mcp.protocol.version"] = str(ctx.protocol_version)[:32]
         attrs["mcp.session.id"] = _session_id(ctx) or proxy.session_id
         token = progress_token(ctx.params)
+        c = carried()
         # Named here so that a client's cancel can be passed on (cancel_call) to this call.
         call_id = proxy.registry.new_call_id()
         try:
-            if token is not None:  # the client asked for progress: relay this call's
-                relay.watch(call_id, FRONT_PROGRESS.get() or ctx.session, token, ctx.request_id)
-            call = proxy.call_tool(
+            if token is not None and c is not None:  # the client asked for progress
+                c.progress = relay.open(call_id, FRONT_PROGRESS.get() or ctx.session, token,
+                                        ctx.request_id)
+            call = _answer(c, proxy.call_tool(
                 params.name, params.arguments, attributes=attrs, call_id=call_id,
                 client=(ctx.session, ctx.request_id),
-                principal=session_principal(ctx, proxy.config.principal_header))
+                principal=session_principal(ctx, proxy.config.principal_header)))
             front_cancel = FRONT_CANCEL.get()
             if front_cancel is not None:  # the fast path cancels by calling this, not the task
                 front_cancel.append(lambda: proxy.registry.cancel_call(call_id, wait=False))
@@ -93,7 +98,8 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
                 proxy.registry.cancel_call(call_id, wait=False)
                 _pending.add(task)
                 task.add_done_callback(_pending.discard)
-                token = None
+                if c is not None and c.progress is not None:
+                    c.progress.cancel()
                 raise
         except MCPError:
             raise  # a protocol answer (an unknown tool): the SDK sends it as a JSON-RPC error
@@ -102,8 +108,9 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
             return mt.CallToolResult(content=[mt.TextContent(type="text", text=_INTERNAL)],
                                      is_error=True)
         finally:
-            if token is not None:
-                await relay.forget(call_id)
+            if c is not None and c.progress is not None:
+                relay.forget(call_id)
+                await c.progress.close()
 
     with warnings.catch_warnings():
         # logging/setLevel is deprecated by the newest protocol, and still forwarded for the
@@ -123,6 +130,19 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
     return server
 
 
+async def _answer(c: Carried | None, work: Awaitable[Any]) -> Any:
+    """The answer to a client request: ``work``'s, or the upstream's request for input (an
+    ``InputRequiredResult``, as the upstream sent it) when it asked for some instead."""
+    result = await work
+    if c is not None and c.interim is not None:
+        return dict(c.interim)
+    if c is not None and c.modern and isinstance(result, dict) and "resultType" not in result:
+        # An upstream at a handshake revision answered: the client's revision requires the
+        # result to say what it is.
+        return {**result, "resultType": "complete"}
+    return result
+
+
 def _protocol_handlers(proxy: McpProxy) -> dict[str, Any]:
     """Handlers for what the upstreams offer besides tools (each only when one offers it)."""
     import mcp.types as mt
@@ -138,8 +158,8 @@ def _protocol_handlers(proxy: McpProxy) -> dict[str, Any]:
         async def list_templates(ctx: Any, params: Any) -> mt.ListResourceTemplatesResult:
             return mt.ListResourceTemplatesResult(resource_templates=await fw.list_templates())
 
-        async def read_resource(ctx: Any, params: Any) -> mt.ReadResourceResult:
-            return await fw.read_resource(str(params.uri))
+        async def read_resource(ctx: Any, params: Any) -> Any:
+            return await _answer(carried(), fw.read_resource(str(params.uri)))
 
         async def subscribe(ctx: Any, params: Any) -> mt.EmptyResult:
             await fw.subscribe(_session_id(ctx) or "", str(params.uri), True)
@@ -151,15 +171,15 @@ def _protocol_handlers(proxy: McpProxy) -> dict[str, Any]:
 
         out.update(on_list_resources=list_resources, on_list_resource_templates=list_templates,
                    on_read_resource=read_resource)
-        if any(getattr(u.capabilities.resources, "subscribe", False)  # type: ignore[union-attr]
-               for u in ups if u.supports("resources")):
+        if any(_subscribable(u) or (u.twin is not None and _subscribable(u.twin))
+               for u in ups):
             out.update(on_subscribe_resource=subscribe, on_unsubscribe_resource=unsubscribe)
     if any(u.supports("prompts") for u in ups):
         async def list_prompts(ctx: Any, params: Any) -> mt.ListPromptsResult:
             return mt.ListPromptsResult(prompts=await fw.list_prompts())
 
-        async def get_prompt(ctx: Any, params: Any) -> mt.GetPromptResult:
-            return await fw.get_prompt(params.name, params.arguments)
+        async def get_prompt(ctx: Any, params: Any) -> Any:
+            return await _answer(carried(), fw.get_prompt(params.name, params.arguments))
 
         out.update(on_list_prompts=list_prompts, on_get_prompt=get_prompt)
     if any(u.supports("completions") for u in ups):
@@ -181,6 +201,12 @@ def _protocol_handlers(proxy: McpProxy) -> dict[str, Any]:
     return out
 
 
+def _subscribable(up: Upstream) -> bool:
+    """Whether the server announced resource subscriptions (on this connection)."""
+    resources = up.capabilities.resources if up.capabilities is not None else None
+    return bool(getattr(resources, "subscribe", False))
+
+
 class _Telemetry:
     """Server middleware: a SERVER span and a duration for every client request."""
 
@@ -194,7 +220,8 @@ class _Telemetry:
         self.forwarder.seen(client, getattr(ctx, "session", None), str(ctx.method))
         # What the request's handler sends upstream, and what the upstream asks back while it
         # runs, belongs to this client.
-        with Backchannel.request(ClientRequest(client, ctx.session, ctx.request_id)):
+        with Backchannel.request(ClientRequest(client, ctx.session, ctx.request_id)), \
+                serving(Carried(str(ctx.protocol_version or "") or None, ctx.params or {})):
             return await self._serve(ctx, call_next)
 
     async def _serve(self, ctx: Any, call_next: Any) -> Any:

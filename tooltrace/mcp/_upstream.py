@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..redaction import default_redactor
+from ._carry import Carried, carried, carry_streams, is_modern
 from ._config import ServerConfig
 from ._errors import (
     UpstreamCancelled,
@@ -47,6 +48,8 @@ _BACKOFF_MIN_S = 0.2
 _BACKOFF_MAX_S = 10.0
 _STABLE_S = 30.0
 _CONNECTION_CLOSED = -32000
+# Rounds of input the proxy asks a client of an older revision for, for one request.
+_INPUT_ROUNDS = 10
 _ENDED = {"protocol": "wrote a line that is not JSON-RPC", "exited": "the process exited",
           "hung": "it stopped answering"}
 
@@ -66,8 +69,15 @@ class Upstream:
         on_tools: Callable[[Upstream, list[dict[str, Any]]], None] | None = None,
         on_notify: Callable[[Upstream, Any], Awaitable[None]] | None = None,
         callbacks: Mapping[str, Any] | None = None,
+        prefer: str = "newest",
     ) -> None:
         self.config = config
+        self._prefer = prefer
+        #: With ``protocol_version = "auto"``, a server that speaks a stateless revision and
+        #: the handshake too gets a second connection at the handshake's revision, for the
+        #: clients that speak it (``era_for``): the session state they rely on (subscriptions,
+        #: the logging level, requests of the server during a call) exists only there.
+        self.twin: Upstream | None = None
         self.label = config.label
         self._on_tools, self._on_notify = on_tools, on_notify
         self._callbacks = dict(callbacks or {})
@@ -111,14 +121,40 @@ class Upstream:
         self._task = loop.create_task(self._supervise(), name=f"mcp-upstream-{self.label}")
         timeout = self.config.startup_timeout_s + 2.0
         try:
-            return await asyncio.wait_for(asyncio.shield(self._first), timeout)
+            tools = await asyncio.wait_for(asyncio.shield(self._first), timeout)
         except TimeoutError:
             raise UpstreamUnavailable(
                 f"server {self.label} did not finish its handshake within "
                 f"{self.config.startup_timeout_s:g} s") from None
+        if self._prefer == "newest" and self.config.protocol_version == "auto" and is_modern(
+                self.protocol_version):
+            await self._start_twin()
+        return tools
+
+    async def _start_twin(self) -> None:
+        twin = Upstream(self.config, on_notify=self._on_notify, callbacks=self._callbacks,
+                        prefer="handshake")
+        try:
+            await twin.start()
+        except UpstreamError:
+            await twin.aclose()
+            return
+        if is_modern(twin.protocol_version):  # the server speaks stateless revisions only
+            await twin.aclose()
+            return
+        self.twin = twin
+
+    def era_for(self, request: Carried | None) -> Upstream:
+        """The connection for a client request: the twin at the handshake's revision for a
+        client that speaks one (or no client), when there is a twin; else this one."""
+        if self.twin is not None and (request is None or not request.modern):
+            return self.twin
+        return self
 
     async def aclose(self) -> None:
         """Stop the server and the supervisor."""
+        if self.twin is not None:
+            await self.twin.aclose()
         self._closing = True
         self._broken.set()
         task = self._task
@@ -163,7 +199,6 @@ class Upstream:
             self.restarts += 1
 
     async def _run_once(self) -> None:
-        import anyio
         from mcp import ClientSession
 
         cfg = self.config
@@ -172,32 +207,42 @@ class Upstream:
         self._served = False
         transport = (_http_transport(cfg) if cfg.url is not None else stdio_process(
             cfg, self._break, lambda: self._broken_reason in ("", "exited")))
-        async with (
-            transport as (read, write, fast),
-            ClientSession(read, write, message_handler=self._on_message,
-                          **self._callbacks) as session,
-        ):
-            with anyio.fail_after(cfg.startup_timeout_s):
-                init = await session.initialize()
-                tools = await _list_all(session)
-            self.server_name = init.server_info.name if init.server_info else None
-            self.protocol_version = str(init.protocol_version)
-            self.capabilities = init.capabilities
-            self.instructions = init.instructions
-            self.tools = tools
-            if self._on_tools is not None:
-                self._on_tools(self, [_wire(t) for t in tools])
-            self._session = session
-            self._fast = fast if fast is not None and FastCalls.serves(
-                self.protocol_version) else None
-            self._ready.set()
-            self.last_error = None
-            if self._first is not None and not self._first.done():
-                self._first.set_result(tools)
-            await self._broken.wait()
-            self._session, self._fast = None, None
-            self._ready.clear()
+        opened: list[ClientSession] = []
+        async with transport as (read, write, fast):
+            read, write = carry_streams(read, write, lambda: opened[0].protocol_version
+                                        if opened else None)
+            async with ClientSession(read, write, message_handler=self._on_message,
+                                     **self._callbacks) as session:
+                opened.append(session)
+                await self._serve(session, fast)
         self.last_error = _ENDED.get(self._broken_reason, self._broken_reason or "closed")
+
+    async def _serve(self, session: ClientSession, fast: FastCalls | None) -> None:
+        """Negotiate, list, and serve calls on ``session`` until the connection breaks."""
+        import anyio
+
+        cfg = self.config
+        with anyio.fail_after(cfg.startup_timeout_s):
+            await _negotiate(session, cfg.protocol_version, self._prefer)
+            tools = await _list_all(session)
+        info = session.server_info
+        self.server_name = info.name if info is not None else None
+        self.protocol_version = session.protocol_version
+        self.capabilities = session.server_capabilities
+        self.instructions = session.instructions
+        self.tools = tools
+        if self._on_tools is not None:
+            self._on_tools(self, [_wire(t) for t in tools])
+        self._session = session
+        self._fast = fast if fast is not None and FastCalls.serves(
+            self.protocol_version) else None
+        self._ready.set()
+        self.last_error = None
+        if self._first is not None and not self._first.done():
+            self._first.set_result(tools)
+        await self._broken.wait()
+        self._session, self._fast = None, None
+        self._ready.clear()
 
     async def _on_message(self, message: Any) -> None:
         import mcp.types as mt
@@ -240,7 +285,9 @@ class Upstream:
     def supports(self, capability: str) -> bool:
         """Whether the server announced ``capability`` (``resources``, ``prompts``, ...)."""
         caps = self.capabilities
-        return caps is not None and getattr(caps, capability, None) is not None
+        if caps is not None and getattr(caps, capability, None) is not None:
+            return True
+        return self.twin is not None and self.twin.supports(capability)
 
     async def request(self, fn: Callable[[ClientSession], Awaitable[Any]],
                       wait_s: float | None = None) -> Any:
@@ -256,11 +303,52 @@ class Upstream:
         if session is None:
             raise UpstreamUnavailable(f"server {self.label} is not running")
         try:
-            return await asyncio.wait_for(fn(session), wait)
+            result = await asyncio.wait_for(fn(session), wait)
+            c = carried()
+            for _ in range(_INPUT_ROUNDS):
+                if c is None or c.interim is None or c.modern:
+                    return result
+                # The client speaks a revision without InputRequiredResult: the proxy asks it
+                # (as server requests) and retries with its answers.
+                await self._answer_inputs(c)
+                result = await asyncio.wait_for(fn(session), wait)
+            raise UpstreamProtocolError(
+                f"server {self.label} asked for input more than {_INPUT_ROUNDS} times")
         except TimeoutError:
             raise UpstreamTimeout(f"server {self.label} did not answer within {wait:g} s") from None
+        except UpstreamError:
+            raise
         except Exception as exc:
             raise self._map_error(exc) from None
+
+    async def _answer_inputs(self, c: Carried) -> None:
+        """Ask the client, as server requests, what the upstream's ``InputRequiredResult``
+        asks for (elicitation, sampling, roots), and carry the answers into the retry."""
+        import mcp.types as mt
+
+        interim, c.interim = c.interim or {}, None
+        asked = interim.get("inputRequests")
+        answers: dict[str, Any] = {}
+        for key, req in (asked.items() if isinstance(asked, Mapping) else ()):
+            method = req.get("method") if isinstance(req, Mapping) else None
+            params = req.get("params") or {}
+            if method == "elicitation/create":
+                answer = await self._callbacks["elicitation_callback"](
+                    None, mt.ElicitRequest.model_validate(req).params)
+            elif method == "sampling/createMessage":
+                answer = await self._callbacks["sampling_callback"](
+                    None, mt.CreateMessageRequestParams.model_validate(params))
+            elif method == "roots/list":
+                answer = await self._callbacks["list_roots_callback"](None)
+            else:
+                raise UpstreamProtocolError(
+                    f"server {self.label} asked for input the proxy cannot ask for")
+            if isinstance(answer, mt.ErrorData):
+                raise UpstreamRPCError(answer.code, f"the client refused {method}: "
+                                       f"{default_redactor().bounded(answer.message, 200)}")
+            answers[str(key)] = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+        state = interim.get("requestState")
+        c.retry = (answers, state if isinstance(state, str) else None)
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -273,8 +361,33 @@ class Upstream:
         After ``suspect_after_s`` without an answer (the call's deadline), new calls wait for
         the server to answer or be replaced instead of queueing behind a server that may hang;
         after ``wait_s`` the server is declared hung, killed and restarted. ``progress``
-        receives the server's progress notifications for this call.
+        receives the server's progress notifications for this call (for the call's record).
+
+        Serving a client request (``_carry``), the call goes with the client's own progress
+        token when it gave one (its progress goes to the client as sent), and with none when
+        it did not; an ``InputRequiredResult`` is kept for the client, or, when the client
+        speaks an older revision, answered by asking the client (server requests) and retried.
         """
+        c = carried()
+        if c is not None:
+            if c.progress is not None:
+                c.on_progress = progress
+            progress = None
+        result = await self._call_once(name, arguments, meta, wait_s, suspect_after_s,
+                                       progress, c)
+        for _ in range(_INPUT_ROUNDS):
+            if c is None or c.interim is None or c.modern:
+                return result
+            await self._answer_inputs(c)
+            result = await self._call_once(name, arguments, meta, wait_s, suspect_after_s,
+                                           progress, c)
+        raise UpstreamProtocolError(
+            f"server {self.label} asked for input more than {_INPUT_ROUNDS} times")
+
+    async def _call_once(self, name: str, arguments: Mapping[str, Any],
+                         meta: Mapping[str, Any] | None, wait_s: float,
+                         suspect_after_s: float | None, progress: Any,
+                         c: Carried | None) -> mt.CallToolResult:
         start = time.monotonic()
         deadline = start + wait_s
         if not self._ready.is_set():
@@ -287,7 +400,8 @@ class Upstream:
         session, broken, fast = self._session, self._broken, self._fast
         if session is None:
             raise UpstreamUnavailable(f"server {self.label} is not running")
-        if fast is not None:
+        if fast is not None and (c is None or c.progress is None):
+            # (The fast path writes past the carrying streams: not for a progress stream.)
             return await self._call_fast(fast, session, broken, name, arguments, meta, progress,
                                          start, wait_s, suspect_after_s)
         call = asyncio.ensure_future(session.call_tool(
@@ -428,6 +542,61 @@ def _expand(value: str) -> str:
         return got
 
     return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", var, value)
+
+
+async def _negotiate(session: ClientSession, pinned: str, prefer: str) -> None:
+    """Agree on a revision with the server: the one ``pinned``, or (``auto``) the newest both
+    support. A ``server/discover`` comes first; a server that does not answer it with a
+    stateless revision the SDK speaks gets the ``initialize`` handshake (the newest handshake
+    revision it accepts). Only a server that speaks stateless revisions alone, none of them the
+    SDK's, is refused (the SDK's error). ``prefer="handshake"`` (a twin, ``era_for``) tries the
+    handshake first."""
+    import mcp_types
+    from mcp.shared.exceptions import MCPError
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+    if prefer == "handshake" and pinned == "auto":
+        try:
+            await session.initialize()
+            return
+        except MCPError as exc:
+            if exc.code != mcp_types.UNSUPPORTED_PROTOCOL_VERSION:
+                raise
+    if pinned in HANDSHAKE_PROTOCOL_VERSIONS:
+        await session.initialize()
+        if session.protocol_version != pinned:
+            raise UpstreamUnavailable(
+                f"the server answered the handshake at {session.protocol_version}, "
+                f"not {pinned}")
+        return
+    version = pinned if pinned in MODERN_PROTOCOL_VERSIONS else MODERN_PROTOCOL_VERSIONS[-1]
+    try:
+        raw = await session.send_discover(version)
+        found = mcp_types.DiscoverResult.model_validate(raw)
+    except MCPError as exc:
+        supported = (exc.error.data or {}).get("supported") if isinstance(
+            exc.error.data, dict) else None
+        mutual = [v for v in MODERN_PROTOCOL_VERSIONS if v in (supported or ())]
+        if exc.code == mcp_types.UNSUPPORTED_PROTOCOL_VERSION and mutual and pinned == "auto":
+            found = mcp_types.DiscoverResult.model_validate(
+                await session.send_discover(mutual[-1]))
+        elif (exc.code == mcp_types.UNSUPPORTED_PROTOCOL_VERSION and supported
+              and not any(v in HANDSHAKE_PROTOCOL_VERSIONS for v in supported)) or pinned != "auto":
+            raise
+        else:
+            await session.initialize()
+            return
+    except ValueError:  # not a discover result: not a stateless server
+        if pinned != "auto":
+            raise
+        await session.initialize()
+        return
+    if not any(v in found.supported_versions for v in MODERN_PROTOCOL_VERSIONS):
+        if pinned != "auto":
+            raise UpstreamUnavailable(f"the server does not speak {pinned}")
+        await session.initialize()
+        return
+    session.adopt(found)
 
 
 async def _list_all(session: ClientSession) -> list[mt.Tool]:
