@@ -17,7 +17,8 @@ from support.trail import CountingTrail, assert_ids_were_minted
 from tooltrace import Stage, Status, ToolCall, ToolRegistry, tool
 from tooltrace.audit import compact, recorded
 from tooltrace.builtins import register_builtins
-from tooltrace.integrations._adapter import make_call
+from tooltrace.integrations import providers
+from tooltrace.integrations.adapter import make_call
 from tooltrace.pipeline._book import StatusTable
 from tooltrace.telemetry import AuditSink
 
@@ -203,7 +204,7 @@ def test_adapters_name_their_calls_with_ids_the_registry_made(tmp_path: Path) ->
         assert env.status is Status.OK and env.call_id == call.call_id
         raw = {"id": "call_1", "type": "function",
                "function": {"name": "write_text", "arguments": '{"path": "b.txt", "text": "y"}'}}
-        env = reg.call_from(raw)
+        env = providers.call_from(reg, raw)
         assert env.status is Status.OK and env.call_id != "call_1"
         assert_ids_were_minted(reg, trail, "write_text", {"path": "c.txt", "text": "z"})
     finally:

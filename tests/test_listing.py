@@ -17,6 +17,7 @@ import pytest
 from tooltrace import Capability, Effect, ToolCall, ToolDefinition, ToolRegistry, tool
 from tooltrace.builtins import default_registry, register_registry_tools
 from tooltrace.exceptions import RegistrationError
+from tooltrace.integrations import providers
 from tooltrace.integrations.providers import CHARS_PER_TOKEN, schema_size, schema_sizes
 from tooltrace.policy import Mode, Policy, PolicyDecision, Verdict
 
@@ -158,9 +159,9 @@ def test_collapsing_needs_load_tools(tmp_path: Path) -> None:
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_provider_formats_collapse_too(tmp_path: Path, fmt: str) -> None:
     with make_registry(tmp_path) as reg:
-        specs = reg.tool_specs("default", fmt, collapse=True)
-        expanded = reg.tool_specs("default", fmt, collapse=True, expand=["git"])
-        plain = reg.tool_specs("default", fmt)
+        specs = providers.tool_specs(reg, "default", fmt, collapse=True)
+        expanded = providers.tool_specs(reg, "default", fmt, collapse=True, expand=["git"])
+        plain = providers.tool_specs(reg, "default", fmt)
     text = orjson.dumps(specs).decode()
     assert "git_status" not in text and "Version control of the workspace" in text
     assert len(specs) == 2 and len(expanded) == 4 and len(plain) == 8
@@ -170,7 +171,7 @@ def test_provider_formats_collapse_too(tmp_path: Path, fmt: str) -> None:
 def test_schema_sizes_count_characters_and_estimate_tokens(tmp_path: Path) -> None:
     with make_registry(tmp_path) as reg:
         sizes = schema_sizes(reg, "default", "anthropic")
-        git_specs = [s for s in reg.tool_specs("default", "anthropic")
+        git_specs = [s for s in providers.tool_specs(reg, "default", "anthropic")
                      if s["name"].startswith("git_")]
     full, collapsed, git = sizes["full"], sizes["collapsed"], sizes["group:git"]
     assert full is not None and collapsed is not None and git is not None
@@ -240,7 +241,7 @@ def test_tools_cli_reports_schema_sizes(tmp_path: Path) -> None:
     assert "characters / 4" in out["schema_sizes"]["estimate"]
     with default_registry(tmp_path, home=tmp_path / "h2") as reg:
         for mode in ("default", "plan"):
-            want = schema_size(reg.tool_specs(mode, "openai"))
+            want = schema_size(providers.tool_specs(reg, mode, "openai"))
             assert (sizes[(mode, "full")]["chars"], sizes[(mode, "full")]["tokens"]) == (
                 want.chars, want.tokens)
             assert sizes[(mode, "collapsed")]["chars"] < want.chars

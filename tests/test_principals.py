@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from tooltrace import Principal, Status, ToolCall, ToolRegistry, tool
 from tooltrace.cli import main
-from tooltrace.integrations._adapter import acting_principal, make_call
+from tooltrace.integrations.adapter import acting_principal, make_call
 from tooltrace.telemetry.audit import AuditSink
 
 

@@ -23,11 +23,12 @@ def _registry(tmp_path: Path) -> ToolRegistry:
 def test_tool_specs_are_the_visible_tools_in_each_format(tmp_path: Path) -> None:
     reg = _registry(tmp_path)
     for fmt in ("openai", "openai-responses", "anthropic", "gemini", "mcp"):
-        specs = reg.tool_specs("default", fmt)
+        specs = providers.tool_specs(reg, "default", fmt)
         assert specs == providers.tool_specs(reg, "default", fmt)  # type: ignore[arg-type]
-        assert json.dumps(specs) == json.dumps(reg.tool_specs("default", fmt))  # stable bytes
+        again = providers.tool_specs(reg, "default", fmt)  # type: ignore[arg-type]
+        assert json.dumps(specs) == json.dumps(again)  # stable bytes
         assert len(specs) == len(reg.visible_tools("default").visible)
-    assert reg.tool_specs(format="openai")[0]["function"]["name"] == "add"
+    assert providers.tool_specs(reg, format="openai")[0]["function"]["name"] == "add"
     reg.shutdown()
 
 
@@ -35,14 +36,15 @@ def test_a_provider_tool_call_runs_and_its_result_message_answers_it(tmp_path: P
     reg = _registry(tmp_path)
     openai_call = {"id": "call_1", "type": "function",
                    "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
-    env = reg.call_from(openai_call)
+    env = providers.call_from(reg, openai_call)
     assert env.status is Status.OK and env.data == 5
     assert env.record.attributes["provider.tool_call_id"] == "call_1"
-    assert env.result_message() == {"role": "tool", "tool_call_id": "call_1", "content": "5"}
-    bad = reg.call_from({"type": "tool_use", "id": "toolu_1", "name": "add",
+    want = {"role": "tool", "tool_call_id": "call_1", "content": "5"}
+    assert providers.result_message(env) == want
+    bad = providers.call_from(reg, {"type": "tool_use", "id": "toolu_1", "name": "add",
                          "input": {"a": "two", "b": 3}})
     assert bad.status is Status.REJECTED
-    msg = bad.result_message()
+    msg = providers.result_message(bad)
     assert msg["is_error"] is True and msg["tool_use_id"] == "toolu_1"
     assert msg["content"].startswith("Error:")
     reg.shutdown()

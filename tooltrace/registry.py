@@ -426,35 +426,6 @@ class ToolRegistry:
         """
         return self._env.hub.subscribe(subscriber, kinds, max_queue)
 
-    def tool_specs(self, mode: str = "default", format: str = "openai", *,
-                   collapse: bool = False, expand: Iterable[str] = ()) -> list[dict[str, Any]]:
-        """The tools ``mode`` exposes in a model API's format (``openai``, ``openai-responses``,
-        ``anthropic``, ``gemini``, ``mcp``): same set and order as ``visible_tools(mode)``
-        (with ``collapse``: as ``tool_listing(mode, expand)``), stable bytes. See
-        ``tooltrace.integrations.providers``."""
-        from .integrations.providers import tool_specs
-
-        fmt: Any = format  # checked there
-        return tool_specs(self, mode, fmt, collapse=collapse, expand=expand)
-
-    def call_from(self, provider_call: object, *, mode: str = "default") -> ToolResultEnvelope:
-        """Run a model API's tool call as it comes (an OpenAI ``tool_call`` with JSON-string
-        arguments, an Anthropic ``tool_use`` block, a Gemini ``functionCall``, an MCP
-        ``tools/call``), keeping the provider's call id on the record; render the answer with
-        ``envelope.result_message()``. See ``tooltrace.integrations.providers``."""
-        from .integrations.providers import call_from
-
-        return call_from(self, provider_call, mode=mode)
-
-    async def acall_from(
-        self, provider_call: object, *, mode: str = "default"
-    ) -> ToolResultEnvelope:
-        """``call_from`` on the running event loop; cancelling the awaiting task cancels the
-        call, which is recorded before the ``CancelledError`` goes on."""
-        from .integrations.providers import acall_from
-
-        return await acall_from(self, provider_call, mode=mode)
-
     def new_call_id(self) -> str:
         """A fresh call id to give a call (``ToolCall(call_id=...)``) so it can be named before
         it runs (``cancel_call``, its events): one made here is known new, so unlike other

@@ -53,14 +53,17 @@ def tools(mode: str, fmt: str, listing: bool, expand: tuple[str, ...], native: b
     except ImportError:
         fail("the built-in tools are not available in this installation", EXIT_FAIL)
     from ..exceptions import RegistrationError
+    from ..integrations import providers
     from ..integrations.providers import CHARS_PER_TOKEN, schema_sizes
 
     reg = default_registry(home=home)
     try:
         if listing:
             try:
-                body = (reg.tool_listing(mode, expand).to_json() if native else
-                        _canonical(reg.tool_specs(mode, fmt, collapse=True, expand=expand)))
+                specs = None if native else providers.tool_specs(
+                    reg, mode, cast("Format", fmt), collapse=True, expand=expand)
+                body = (reg.tool_listing(mode, expand).to_json() if specs is None
+                        else _canonical(specs))
             except RegistrationError as exc:
                 fail(guard(str(exc)), EXIT_FAIL)
             sys.stdout.buffer.write(body + b"\n")

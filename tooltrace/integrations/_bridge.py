@@ -1,4 +1,4 @@
-"""What the Pydantic AI and OpenAI Agents adapters share beyond ``_adapter``: a
+"""What the Pydantic AI and OpenAI Agents adapters share beyond ``adapter``: a
 framework's own approval flow as tooltrace's approver, whether policy would ask a person about
 a call, and a framework tool's return value as plain JSON types. No framework is imported here.
 """
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..model import Principal
 from ..policy import ApprovalDecision, ApprovalRequest, PolicyRequest, Verdict
-from ._adapter import acting_principal
+from .adapter import acting_principal
 
 if TYPE_CHECKING:
     from ..registry import ToolRegistry

@@ -18,8 +18,8 @@ from typing import Any
 from claude_agent_sdk import SdkMcpTool
 
 from .. import Capability, Effect, RegistrationError, ToolDefinition, ToolRegistry
-from ._adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT
 from ._adopt import Adopted, register_adopted
+from .adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT
 
 __all__ = [
     "BUILTIN_TOOLS",

@@ -54,9 +54,9 @@ from opentelemetry.trace import Span
 
 from ..exceptions import RegistrationError
 from ..model import Capability, Effect, Principal, Status, ToolDefinition, ToolResultEnvelope
-from ._adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text, plain
 from ._adopt import Adopted, register_adopted
 from ._spans import SharedSpans, annotate, framework_span
+from .adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text, plain
 
 if TYPE_CHECKING:
     from google.adk.tools.tool_context import ToolContext

@@ -61,7 +61,6 @@ from .. import (
     ToolResultEnvelope,
 )
 from ..model import Principal
-from ._adapter import PROVIDER_NAME, acall, make_call, model_text
 from ._claude_mcp import sdk_server
 from ._claude_tools import (
     BUILTIN_TOOLS,
@@ -74,6 +73,7 @@ from ._claude_tools import (
     sdk_schema,
 )
 from ._claude_transcript import Refused, Transcripts
+from .adapter import PROVIDER_NAME, acall, make_call, model_text
 
 __all__ = [
     "BUILTIN_TOOLS",

@@ -69,8 +69,8 @@ from pydantic import PrivateAttr
 
 from ..exceptions import RegistrationError
 from ..model import Capability, Effect, Principal, Status, ToolDefinition, ToolResultEnvelope
-from ._adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT, make_call, model_text, plain
 from ._adopt import Adopted, register_adopted
+from .adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT, make_call, model_text, plain
 
 if TYPE_CHECKING:
     from crewai import Crew
@@ -182,7 +182,7 @@ class TooltraceTool(BaseTool):
         return result_for(self._registry.call(self._call(kwargs)))
 
     async def _arun(self, **kwargs: Any) -> Any:
-        from ._adapter import acall
+        from .adapter import acall
 
         return result_for(await acall(self._registry, self._call(kwargs)))
 

@@ -59,9 +59,9 @@ from ..model import (
     ToolDefinition,
     ToolResultEnvelope,
 )
-from . import _adapter as _common
-from ._adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT, model_text, plain, result_meta
+from . import adapter as _common
 from ._adopt import Adopted, register_adopted
+from .adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT, model_text, plain, result_meta
 
 if TYPE_CHECKING:
     from ..registry import ToolRegistry

@@ -46,8 +46,8 @@ from .. import (
     ToolResultEnvelope,
 )
 from ..model import Principal
-from ._adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
 from ._adopt import Adopted, register_adopted
+from .adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
 
 __all__ = ["LlamaIndexToolError", "TooltraceTool", "adopt", "as_llamaindex_tools",
            "install_guard"]

@@ -56,9 +56,9 @@ from agents.tool_context import ToolContext
 from ..exceptions import MalformedCallError, RegistrationError
 from ..model import Capability, Effect, Principal, ToolResultEnvelope, parse_tool_call
 from ..registry import ToolRegistry
-from ._adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
 from ._adopt import Adopted, register_adopted
 from ._bridge import FrameworkApprover, approval_reason, jsonable
+from .adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
 
 __all__ = [
     "FrameworkApprover",

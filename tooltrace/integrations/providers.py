@@ -3,15 +3,15 @@
 No provider SDK is needed: everything here reads and writes the providers' JSON shapes (an
 SDK's pydantic objects are read through their ``model_dump()``)::
 
-    from tooltrace import providers
+    from tooltrace.integrations import providers
 
-    tools = registry.tool_specs("default", format="openai")  # providers.tool_specs(registry, ...)
+    tools = providers.tool_specs(registry, "default", format="openai")
     reply = client.chat.completions.create(model=..., messages=messages, tools=tools)
     msg = reply.choices[0].message
     messages.append(msg)
     for tc in msg.tool_calls or ():
-        env = registry.call_from(tc)                   # or: await registry.acall_from(tc)
-        messages.append(env.result_message("openai"))  # = providers.result_message(env, ...)
+        env = providers.call_from(registry, tc)  # or: await providers.acall_from(registry, tc)
+        messages.append(providers.result_message(env, "openai"))
 
 Formats: ``openai`` (Chat Completions), ``openai-responses`` (the Responses API),
 ``anthropic`` (Messages), ``gemini`` (``generateContent``; ``parametersJsonSchema``, so the
@@ -31,8 +31,8 @@ import orjson
 
 from ..exceptions import MalformedCallError, RegistrationError
 from ..model import Principal, Status, ToolCall, ToolResultEnvelope, parse_tool_call
-from . import _adapter as _common
-from ._adapter import INTEGRATION, PROVIDER_ID, PROVIDER_NAME, model_text, plain
+from . import adapter as _common
+from .adapter import INTEGRATION, PROVIDER_ID, PROVIDER_NAME, model_text, plain
 
 if TYPE_CHECKING:
     from ..model import ToolDefinition

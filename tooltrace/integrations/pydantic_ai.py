@@ -55,10 +55,10 @@ from pydantic_core import SchemaValidator, core_schema
 from ..exceptions import RegistrationError
 from ..model import Capability, Effect, Principal, Stage, Status, ToolDefinition, ToolResultEnvelope
 from ..registry import ToolRegistry
-from ._adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
 from ._adopt import Adopted, register_adopted
 from ._bridge import FrameworkApprover, approval_reason, jsonable
 from ._spans import SharedSpans, annotate, framework_span, tool_span
+from .adapter import ADOPTED_CAPABILITY, ADOPTED_EFFECT, acall, make_call, model_text
 
 __all__ = [
     "FrameworkApprover",

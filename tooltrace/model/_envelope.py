@@ -431,16 +431,6 @@ class ToolResultEnvelope(msgspec.Struct, frozen=True):
         """The pipeline steps of this call."""
         return self.record.steps
 
-    def result_message(
-        self, format: str | None = None, *, tool_call_id: str | None = None
-    ) -> dict[str, Any]:
-        """The model API's tool-result message for this call (``is_error`` where the API has
-        one), in ``format`` or the one the call was read from by ``registry.call_from``. See
-        ``tooltrace.integrations.providers.result_message``."""
-        from ..integrations.providers import result_message
-
-        return result_message(self, format, tool_call_id=tool_call_id)  # type: ignore[arg-type]
-
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable form (what the CLI and the MCP proxy send)."""
         art = self.artifact
