@@ -1,12 +1,14 @@
 """Section ``profile`` (second part): what each sink costs per record, on and off the call path.
 
-For a batch of real records (the no-op tool's record, with trace ids), times each sink's
-``emit`` (what the call path pays) and its deferred work (what its background worker pays:
-building SDK spans and handing them to a BatchSpanProcessor, rendering log lines, encoding and
-appending audit lines with grouped fsync), then profiles the deferred work with cProfile and
-lists the hottest functions of each. Last, the cyclic garbage collector's share with everything
-on: records and spans waiting in queues survive young collections, and every collection of an
-older generation walks them.
+For a batch of real records (the no-op tool's record, with trace ids), each sink is fed through
+its public ``emit`` and ``flush``: ``emit`` is what the call path pays; the deferred work
+(building SDK spans and handing them to a BatchSpanProcessor, counting metrics, rendering log
+lines, encoding and appending audit lines with grouped fsync) is the CPU time every other thread
+of the process used meanwhile (process CPU time less the calling thread's). A second, profiled
+run of a fresh sink gives the hottest functions of its background threads (cProfile started in
+each thread the sink starts, through ``threading.setprofile``), waits and pauses left out. Last,
+the cyclic garbage collector's share with everything on: records and spans waiting in queues
+survive young collections, and every collection of an older generation walks them.
 """
 
 from __future__ import annotations
@@ -14,104 +16,145 @@ from __future__ import annotations
 import cProfile
 import os
 import pstats
+import sys
+import threading
 import time
-from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from bench._common import Table, scratch
 
 __all__ = ["run"]
 
+#: Sinks in the order they are measured.
+SINKS = ("tracing", "metrics", "logging", "audit")
+#: Where a background thread waits or pauses rather than works (builtins' pstats keys).
+_WAITS = frozenset({
+    "<method 'acquire' of '_thread.lock' objects>",
+    "<method 'acquire' of '_thread.RLock' objects>",
+    "<built-in method time.sleep>",
+    "<method 'get' of '_queue.SimpleQueue' objects>",
+})
+#: Records the profiled run of each sink is fed.
+_PROFILED = 5120
 
-def _sinks() -> dict[str, Any]:
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from bench._common import DropExporter
+def _sink(name: str) -> tuple[Any, Any, Any]:
+    """A fresh sink ``name``, the tracer provider it exports to (or None) and the stream it
+    writes (or None)."""
     from tooltrace.telemetry import AuditSink, LoggingSink, MetricsSink, TracingSink
 
-    provider = TracerProvider(shutdown_on_exit=False)
-    provider.add_span_processor(BatchSpanProcessor(DropExporter()))
-    home = scratch("tooltrace-bench-sinks-")
-    return {
-        "tracing": TracingSink(provider),
-        "metrics": MetricsSink(tool_names=["noop"]),
-        "logging": LoggingSink(open(os.devnull, "wb")),
-        "audit": AuditSink(home),
-    }
-
-
-def _deferred(name: str, sink: Any) -> Callable[[list[Any]], None]:
     if name == "tracing":
-        return sink._export_batch  # type: ignore[no-any-return]
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        from bench._common import DropExporter
+
+        provider = TracerProvider(shutdown_on_exit=False)
+        provider.add_span_processor(BatchSpanProcessor(DropExporter()))
+        return TracingSink(provider), provider, None
+    if name == "metrics":
+        return MetricsSink(tool_names=["noop"]), None, None
     if name == "logging":
-        return sink._write_batch  # type: ignore[no-any-return]
-    if name == "audit":
-        return sink._export  # type: ignore[no-any-return]
+        stream = open(os.devnull, "wb")  # noqa: SIM115 - closed by _feed
+        return LoggingSink(stream), None, stream
+    return AuditSink(scratch("tooltrace-bench-sinks-")), None, None
 
-    def count(batch: list[Any]) -> None:  # metrics: the worker's updates, without its pauses
-        for record in batch:
-            sink._count(record)
 
-    return count
+class _ThreadProfiles:
+    """cProfile in every thread started while this is installed: the first event a new thread
+    reports hands the thread to a profiler of its own."""
+
+    def __init__(self) -> None:
+        self.profiles: list[cProfile.Profile] = []
+
+    def __enter__(self) -> _ThreadProfiles:
+        threading.setprofile(self._start)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        threading.setprofile(None)
+
+    def _start(self, _frame: FrameType, _event: str, _arg: Any) -> None:
+        prof = cProfile.Profile()
+        self.profiles.append(prof)
+        sys.setprofile(None)
+        prof.enable()
+
+
+def _feed(name: str, recs: list[Any], profiled: bool) -> tuple[float, float, list[Any]]:
+    """Emit ``recs`` into a fresh sink, flush it and shut it down: (emit us per record, deferred
+    CPU us per record, the profiles of its threads when ``profiled``)."""
+    with _ThreadProfiles() if profiled else _NoProfiles() as threads:
+        sink, provider, stream = _sink(name)
+        n = len(recs)
+        c0, m0, w0 = time.process_time(), time.thread_time(), time.perf_counter()
+        for r in recs:
+            sink.emit(r)
+        emit_us = (time.perf_counter() - w0) / n * 1e6
+        sink.flush(60.0)
+        if provider is not None:
+            provider.force_flush(30_000)
+        # What the other threads used: the calling thread's share (emit, the flush's waits) out.
+        deferred_us = ((time.process_time() - c0) - (time.thread_time() - m0)) / n * 1e6
+        sink.shutdown(10.0)
+        if provider is not None:
+            provider.shutdown()
+        if stream is not None:
+            stream.close()
+    return emit_us, max(0.0, deferred_us), threads.profiles
+
+
+class _NoProfiles:
+    """The unprofiled run's stand-in for ``_ThreadProfiles``."""
+
+    profiles: list[cProfile.Profile] = []
+
+    def __enter__(self) -> _NoProfiles:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
 
 
 def run(*, records: int = 20000, top: int = 8) -> dict[str, Any]:
-    """Time and profile every sink over ``records`` records; print two tables."""
+    """Time and profile every sink over ``records`` records; print their tables."""
     from bench.ingest import _records
 
     recs = _records(records)
-    sinks = _sinks()
     out: dict[str, Any] = {}
     t = Table(
         f"Sink cost per record ({records} records of the no-op call, {len(recs[0].steps)} steps)",
         ["sink", "emit us (call path)", "deferred us (worker)", "deferred share of total %"],
     )
-    batch = 512
-    profiles: dict[str, pstats.Stats] = {}
-    for name, sink in sinks.items():
-        # emit: what the caller pays (the worker is kept from running by a huge interval only
-        # for the queue-based sinks, so this is the enqueue cost alone).
-        w = getattr(sink, "_worker", None)
-        c0 = time.perf_counter()
-        for r in recs:
-            sink.emit(r)
-        emit_us = (time.perf_counter() - c0) / records * 1e6
-        if w is not None:
-            sink.flush(60.0)
-        fn = _deferred(name, sink)
-        c0 = time.process_time()
-        for i in range(0, records, batch):
-            fn(recs[i:i + batch])
-        if name == "tracing":
-            sink.tracer_provider.force_flush(30_000)
-        deferred_us = (time.process_time() - c0) / records * 1e6
-        prof = cProfile.Profile()
-        prof.enable()
-        for i in range(0, min(records, 5120), batch):
-            fn(recs[i:i + batch])
-        prof.disable()
-        profiles[name] = pstats.Stats(prof)
+    profiles: dict[str, list[Any]] = {}
+    for name in SINKS:
+        emit_us, deferred_us, _none = _feed(name, recs, profiled=False)
+        profiles[name] = _feed(name, recs[:_PROFILED], profiled=True)[2]
         total = emit_us + deferred_us
         t.add(name, emit_us, deferred_us, 100.0 * deferred_us / total if total else 0.0,
               digits=2)
         out[name] = {"emit_us": emit_us, "deferred_us": deferred_us}
     t.print()
-    for name, st in profiles.items():
-        tt_total = sum(v[2] for v in st.stats.values())  # type: ignore[attr-defined]
-        rows = sorted(
-            ((v[2], v[3], v[1], k) for k, v in st.stats.items()),  # type: ignore[attr-defined]
-            reverse=True,
-        )[:top]
-        pt = Table(f"Deferred work of the {name} sink: hottest functions (cProfile, own time)",
-                   ["function", "own %", "cumulative % "])
-        for tt, ct, _nc, (file, line, fn) in rows:
+    for name, profs in profiles.items():
+        if not profs:
+            continue
+        st = pstats.Stats(profs[0])
+        for prof in profs[1:]:
+            st.add(prof)
+        work = {k: v for k, v in st.stats.items()  # type: ignore[attr-defined]
+                if k[2] not in _WAITS}
+        tt_total = sum(v[2] for v in work.values()) or 1.0
+        rows = sorted(((v[2], v[3], v[1], k) for k, v in work.items()), reverse=True)[:top]
+        pt = Table(f"Deferred work of the {name} sink: hottest functions (cProfile, own time "
+                   "in its background threads, waits and pauses left out)",
+                   ["function", "own %", "calls per record"])
+        n = min(records, _PROFILED)
+        for tt, _ct, nc, (file, line, fn) in rows:
             short = file.split("site-packages/")[-1].split("/main/")[-1]
-            pt.add(f"{short}:{line}({fn})", 100 * tt / tt_total, 100 * ct / tt_total)
+            pt.add(f"{short}:{line}({fn})", 100 * tt / tt_total, nc / n, digits=2)
         pt.print()
         out[f"{name}_hot"] = [f"{r[3][0]}:{r[3][1]}({r[3][2]})" for r in rows]
-    for sink in sinks.values():
-        sink.shutdown(10.0)
     return out
 
 
