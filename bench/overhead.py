@@ -81,6 +81,9 @@ def baseline_tree(spec: str) -> Path:
     space (``git archive``: no worktree is registered, nothing in the checkout changes)."""
     given = Path(spec)
     if given.is_dir():
+        # Without one, the workers would silently import this checkout's tooltrace instead.
+        if not (given / "tooltrace" / "__init__.py").is_file():
+            raise SystemExit(f"--baseline {spec}: no tooltrace/ in it (a checkout's root?)")
         return given.resolve()
     git = ["git", "-C", str(ROOT)]
     rev = subprocess.run([*git, "rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}"],

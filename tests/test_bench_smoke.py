@@ -449,12 +449,14 @@ def test_mcp_instructions_name_only_contenders_there_are() -> None:
     assert p.returncode == 2 and "--mcp-instructions is part of the mcp section" in p.stderr
 
 
-def test_mcp_section_refuses_a_baseline_that_is_no_checkout(tmp_path: Path) -> None:
-    p = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--sections", "mcp", "--baseline",
-         str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert p.returncode != 0
-    assert f"--baseline {tmp_path}: no tooltrace/mcp in it" in p.stderr
+def test_a_baseline_directory_without_tooltrace_is_refused(tmp_path: Path) -> None:
+    for section in ("mcp", "overhead"):
+        p = subprocess.run(
+            [sys.executable, "-m", "bench", "--quick", "--sections", section, "--baseline",
+             str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert p.returncode != 0
+        assert f"--baseline {tmp_path}: no tooltrace/ in it" in p.stderr
+        assert "### " not in p.stdout  # refused before anything ran
 
 
 def test_sandbox_section_measures_each_backend_beside_the_unsandboxed_command(
