@@ -65,7 +65,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ..model import CallRecord, Stage, Status, StepName
-from ..sinks import LateStep
+from ..sinks import LateStep, RegistryState
 from ._metricsserver import MetricsServer, multiprocess_registry, serve_metrics
 from ._worker import BatchWorker
 
@@ -157,12 +157,13 @@ class MetricsSink:
         self._exemplar_every_ns = max(0, int(exemplar_interval_s * 1e9))
         self._failed = 0  # records whose metrics could not be updated (never raised)
         self._known: frozenset[str] = frozenset(tool_names or ())
-        self._names_fn: Callable[[], Iterable[str]] | None = None
-        self._bound: Any = None
+        self._bound: RegistryState | None = None
         self._watched: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()
         if deferred is None:
-            deferred = not getattr(values.ValueClass, "_multiprocess", False)
+            # prometheus-client picks its value class once, at import: anything but the
+            # in-memory one keeps values in files another process reads.
+            deferred = values.ValueClass is values.MutexValue
         #: Whether the metrics are updated on a worker thread (else inline in ``emit``).
         self.deferred = deferred
         self._worker: BatchWorker[CallRecord] | None = BatchWorker(
@@ -221,11 +222,9 @@ class MetricsSink:
 
     # -- wiring ---------------------------------------------------------------------------------
 
-    def bind(self, registry: Any) -> None:
+    def bind(self, registry: RegistryState) -> None:
         """Read tool names, in-flight counts, queue depths, caps and sinks from ``registry``."""
         self._bound = registry
-        fn = getattr(registry, "tool_names", None)
-        self._names_fn = fn if callable(fn) else None
         self._refresh_names()
 
     def watch(self, *sinks: Any) -> None:
@@ -234,10 +233,10 @@ class MetricsSink:
             self._watched.add(s)
 
     def _refresh_names(self) -> frozenset[str]:
-        fn = self._names_fn
-        if fn is not None:
+        reg = self._bound
+        if reg is not None:
             try:
-                names = frozenset(fn())
+                names = frozenset(reg.tool_names())
             except Exception:
                 names = self._known  # keep the last good set; a scrape or call must not fail
             if names != self._known:
@@ -256,7 +255,7 @@ class MetricsSink:
         if tool in self._known:
             return tool
         # A tool registered after bind(): ask the registry once more before giving up.
-        if self._names_fn is not None and tool in self._refresh_names():
+        if self._bound is not None and tool in self._refresh_names():
             return tool
         return UNREGISTERED
 
@@ -406,8 +405,8 @@ class MetricsSink:
         reg = self._bound
         if reg is not None:
             try:
-                seen.extend(s for s in getattr(reg, "sinks", ()) if s is not self)
-            except Exception:
+                seen.extend(s for s in reg.sinks if s is not self)
+            except Exception:  # a scrape reports what it can
                 pass
         seen.extend(s for s in list(self._watched) if all(s is not x for x in seen))
         return seen
@@ -420,9 +419,9 @@ class MetricsSink:
         reg = self._bound
         if reg is not None:
             names = sorted(self._refresh_names())
-            self._per_tool(inflight, names, _call(reg, "inflight"))
-            self._per_tool(queue, names, _call(reg, "queue_depth"))
-            limits = _call(reg, "concurrency_limits")
+            self._per_tool(inflight, names, _read(reg.inflight))
+            self._per_tool(queue, names, _read(reg.queue_depth))
+            limits = _read(reg.concurrency_limits)
             if isinstance(limits, tuple) and len(limits) == 2:
                 cap, per_tool = limits
                 # Every tool's cap: its own, else the global one (so a panel's cap line and
@@ -533,10 +532,8 @@ def _backlog(sink: Any) -> tuple[int, int, float] | None:
         return None
 
 
-def _call(reg: Any, method: str) -> Any:
-    fn = getattr(reg, method, None)
-    if not callable(fn):
-        return None
+def _read(fn: Callable[[], Any]) -> Any:
+    """What a registry read returns, or None when it fails (a scrape never does)."""
     try:
         return fn()
     except Exception:
