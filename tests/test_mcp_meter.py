@@ -91,8 +91,11 @@ def test_server_histogram_counts_each_method_with_closed_labels(exported: dict[s
 
 def test_client_histogram_labels_name_the_configured_server(exported: dict[str, Any]) -> None:
     points = list(_last(exported["client"]).values())
-    assert [(p.attributes, p.count) for p in points] == [
-        ({"mcp.method.name": "tools/call", "tooltrace.mcp.server": "notifying"}, 1)]
+    # The scenario's call and its read, each sent upstream once.
+    assert sorted((p.attributes["mcp.method.name"], p.attributes, p.count) for p in points) == [
+        ("resources/read", {"mcp.method.name": "resources/read",
+                            "tooltrace.mcp.server": "notifying"}, 1),
+        ("tools/call", {"mcp.method.name": "tools/call", "tooltrace.mcp.server": "notifying"}, 1)]
 
 
 def test_no_otlp_metrics_unless_the_environment_asks(monkeypatch: pytest.MonkeyPatch) -> None:
