@@ -125,3 +125,112 @@ def test_the_checker_sees_what_it_must_refuse() -> None:
     assert _package_of("tooltrace.mcp._config.load_object") == "tooltrace.mcp"
     seen = dict(_imports(PKG / "cli" / "verify.py"))
     assert any(d.startswith("tooltrace.audit.") for d in seen.values())
+
+
+# -- the layers: every import points down (or stays in its layer) ---------------------------
+
+#: Each unit of tooltrace (a folder, or a top-level module) and its layer; an import may name a
+#: unit of its own layer or a lower one, never a higher one: module-level, type-only and
+#: function-local imports alike. ``tooltrace`` is the facade (``tooltrace/__init__.py``).
+LAYERS: dict[str, int] = {
+    # Foundation: errors, settings, ids, lazy names, whole-file writes, calls in flight.
+    "exceptions": 0, "_settings": 0, "_ids": 0, "_lazy": 0, "_files": 0, "_inflight": 0,
+    # Records and redaction know each other: an artifact is a record, a validation error is
+    # redacted before it is cut.
+    "model": 1, "redaction": 1,
+    # What a call is checked against and emitted to.
+    "policy": 2, "sinks": 2, "hooks": 2,
+    "snapshots": 3,
+    "runtime": 4,
+    "events": 5,
+    "pipeline": 6,
+    "registry": 7,
+    # Built on the registry: the built-in tools, the trail and everything that reads it.
+    "builtins": 8,
+    "audit": 9,
+    "telemetry": 10, "archive": 10, "report": 10, "policy.file": 10,
+    "console": 11, "_setup": 11, "demo": 11, "integrations": 11, "mcp": 11, "testing": 11,
+    "cli": 12, "tooltrace": 12,
+}
+#: Imports allowed against the layers, each with its reason.
+EXEMPT = {
+    # The version string the facade holds: what every report and export names.
+    "tooltrace.__version__": "version",
+    # `python -m tooltrace.mcp` runs the CLI's mcp command.
+    "tooltrace.cli.mcp.mcp": "entry point",
+}
+
+
+def _unit(dotted: str) -> str:
+    parts = dotted.split(".")
+    if parts[1:3] == ["policy", "file"]:
+        return "policy.file"
+    if len(parts) > 1 and ((PKG / parts[1] / "__init__.py").is_file()
+                           or (PKG / f"{parts[1]}.py").is_file()):
+        return parts[1]
+    return "tooltrace"
+
+
+def test_every_unit_has_a_layer() -> None:
+    units = {_unit(_module_name(p)) for p in PKG.rglob("*.py")}
+    assert units - set(LAYERS) == set()
+
+
+def test_imports_point_down_the_layers() -> None:
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        mine = _unit(_module_name(path))
+        for line, dotted in _imports(path):
+            theirs = _unit(dotted)
+            # The facade re-exports the core (layers up to the registry): what lies above it
+            # may use its public names.
+            facade_ok = theirs == "tooltrace" and LAYERS[mine] > LAYERS["registry"]
+            if LAYERS[theirs] > LAYERS[mine] and dotted not in EXEMPT and not facade_ok:
+                found.append(f"{path.relative_to(PKG.parent)}:{line} ({mine}, layer "
+                             f"{LAYERS[mine]}) imports {dotted} ({theirs}, layer {LAYERS[theirs]})")
+    assert found == []
+
+
+def test_the_pipeline_never_imports_the_registry() -> None:
+    found = [f"{path.relative_to(PKG.parent)}:{line} imports {dotted}"
+             for path in sorted((PKG / "pipeline").rglob("*.py"))
+             for line, dotted in _imports(path)
+             if _unit(dotted) in ("registry", "tooltrace")]
+    assert found == []
+
+
+def test_the_registry_imports_nothing_built_on_it() -> None:
+    above = {u for u, n in LAYERS.items() if n > LAYERS["registry"]}
+    found = [f"registry.py:{line} imports {dotted}"
+             for line, dotted in _imports(PKG / "registry.py") if _unit(dotted) in above]
+    assert found == []
+
+
+# -- no reading another object's private attributes -------------------------------------------
+
+#: ``obj._name`` reads where ``obj`` is not ``self`` or ``cls``, each with its reason; the
+#: count is held here. A namedtuple's own API (``_replace``, ``_asdict``) is not private.
+PRIVATE_READS = {
+    # os._exit: the Landlock helper ends its child without running Python's exit handlers.
+    "runtime/_landlock.py": 2,
+    # LangChain has no public flag for "this tool overrides _arun"; its BaseTool.arun makes
+    # the same check.
+    "integrations/langchain.py": 2,
+}
+_NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make"}
+
+
+def _private_reads(path: Path) -> int:
+    count = 0
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                and not node.attr.startswith("__") and node.attr not in _NAMEDTUPLE_API
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+            count += 1
+    return count
+
+
+def test_no_module_reads_another_objects_private_attributes() -> None:
+    found = {p.relative_to(PKG).as_posix(): n for p in sorted(PKG.rglob("*.py"))
+             if (n := _private_reads(p))}
+    assert found == PRIVATE_READS

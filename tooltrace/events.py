@@ -17,13 +17,14 @@ reaches a call. With no subscriber the registry makes no event at all.
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from .model import CallRecord, ProgressMark, Step
-
-if TYPE_CHECKING:
-    from .pipeline import Subscription
 
 __all__ = [
     "EVENT_KINDS",
@@ -117,10 +118,162 @@ class CallFinished:
 CallEvent = CallStarted | CallStep | CallProgress | CallFinished
 
 
-def __getattr__(name: str) -> Any:
-    # Subscription lives with the hub that feeds it (which imports the event types above).
-    if name == "Subscription":
-        from .pipeline import Subscription
+class Feed(Protocol):
+    """What feeds a subscription (the registry's event hub)."""
 
-        return Subscription
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def remove(self, sub: Subscription) -> None:
+        """Stop handing events to ``sub``."""
+
+    def prepare(self, ev: CallEvent) -> CallEvent:
+        """An event as a subscriber may see it (a step's detail redacted)."""
+
+
+_START_LOCK = threading.Lock()
+
+
+class Subscription:
+    """One subscriber's stream of call events: its queue, its worker and its counters.
+
+    Returned by ``registry.subscribe``; ``close()`` ends it (events still queued are handed
+    over first, within the deadline).
+    """
+
+    def __init__(
+        self,
+        hub: Feed,
+        fn: Callable[[CallEvent], Any],
+        kinds: frozenset[str],
+        max_queue: int,
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> None:
+        self._hub = hub
+        self._fn = fn
+        #: The kinds of event this subscriber gets.
+        self.kinds = kinds
+        #: Most events waiting at once; one more is dropped.
+        self.max_queue = max_queue
+        #: Events dropped because the queue was full (the subscriber was too slow).
+        self.dropped = 0
+        #: Events handed to the subscriber.
+        self.delivered = 0
+        #: Times the subscriber raised (each counted, never passed on).
+        self.errors = 0
+        self._queue: collections.deque[CallEvent] = collections.deque()
+        self._closed = False
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread: threading.Thread | None = None
+        if loop is None:
+            # The thread starts with the first event: a registry whose subscriber never gets
+            # one (no tool reports progress) keeps no thread for it.
+            self._wake = threading.Event()
+        else:
+            self._awake = asyncio.Event()
+            self._task = loop.create_task(self._run_task())
+
+    @property
+    def pending(self) -> int:
+        """Events queued and not yet handed over."""
+        return len(self._queue)
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` was called."""
+        return self._closed
+
+    def offer(self, event: CallEvent) -> None:
+        """Queue one event (never blocks, never raises; a full queue drops it)."""
+        q = self._queue
+        # Under the lock, "the queue was empty" and "the worker went idle" agree, so the one
+        # producer that makes the queue non-empty wakes the worker (calls on many threads).
+        with self._lock:
+            if self._closed or len(q) >= self.max_queue:
+                self.dropped += 1
+                return
+            q.append(event)
+            if len(q) != 1:
+                return
+            self._idle.clear()
+        self._poke()
+
+    def _poke(self) -> None:
+        if self._loop is None:
+            if self._thread is None and not self._closed:
+                self._start_thread()
+            self._wake.set()
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._awake.set)
+        except RuntimeError:  # the subscriber's loop is closed: nobody will take these
+            with self._lock:
+                self.dropped += len(self._queue)
+                self._queue.clear()
+                self._idle.set()
+
+    def _start_thread(self) -> None:
+        with _START_LOCK:
+            if self._thread is None:
+                t = threading.Thread(target=self._run_thread, name="tooltrace-subscriber",
+                                     daemon=True)
+                t.start()
+                self._thread = t
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Wait until every queued event was handed over; False if the deadline came first.
+        (An async subscriber's loop must be running elsewhere for this to finish.)"""
+        return self._idle.wait(timeout_s)
+
+    def close(self, timeout_s: float = 1.0) -> None:
+        """Unsubscribe: no new events; those queued are handed over within ``timeout_s``."""
+        if self._closed:
+            return
+        self._closed = True
+        self._hub.remove(self)
+        self._idle.wait(timeout_s)
+        if self._loop is None:
+            self._wake.set()
+        else:
+            self._poke()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+    def _next(self) -> CallEvent | None:
+        q = self._queue
+        with self._lock:
+            if not q:
+                self._idle.set()
+                return None
+            ev = q.popleft()
+        return self._hub.prepare(ev)
+
+    def _run_thread(self) -> None:
+        fn, wake = self._fn, self._wake
+        while True:
+            wake.wait(0.5)
+            wake.clear()
+            while (ev := self._next()) is not None:
+                try:
+                    fn(ev)
+                    self.delivered += 1
+                except Exception:
+                    self.errors += 1
+            if self._closed and not self._queue:
+                self._idle.set()
+                return
+
+    async def _run_task(self) -> None:
+        fn, awake = self._fn, self._awake
+        while True:
+            await awake.wait()
+            awake.clear()
+            while (ev := self._next()) is not None:
+                try:
+                    await fn(ev)
+                    self.delivered += 1
+                except Exception:
+                    self.errors += 1
+            if self._closed and not self._queue:
+                self._idle.set()
+                return

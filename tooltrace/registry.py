@@ -18,6 +18,7 @@ from typing import Any
 
 from . import _settings
 from ._ids import CLOCK_SKEW_S, id_prefix, new_run_id
+from .events import Subscription
 from .hooks import Hook, by_phase
 from .model import (
     CallStatus,
@@ -41,7 +42,6 @@ from .pipeline import (
     Environment,
     EventHub,
     RawCall,
-    Subscription,
     arun,
     run,
 )

@@ -71,11 +71,9 @@ class ProxyTelemetry:
                  meter_provider: Any = None) -> None:
         self.servers = frozenset(servers)
         self.tracer: Tracer | None = _tracer(registry)
-        self._prom_server: Any = None
-        self._prom_client: Any = None
+        self._prom_server, self._prom_client = _prometheus(registry)
         self._otel_server: Any = None
         self._otel_client: Any = None
-        _prometheus(self, registry)
         if meter_provider is not None:
             meter = meter_provider.get_meter("tooltrace.mcp")
             self._otel_server = meter.create_histogram(
@@ -210,18 +208,19 @@ def _tracer(registry: ToolRegistry) -> Tracer | None:
     return provider.get_tracer("tooltrace.mcp", __version__)
 
 
-def _prometheus(tel: ProxyTelemetry, registry: ToolRegistry) -> None:
+def _prometheus(registry: ToolRegistry) -> tuple[Any, Any]:
+    """The server and client histograms in the registry's metrics sink, or Nones."""
     from ..telemetry.metrics import MetricsSink
 
     sink = next((s for s in registry.sinks if isinstance(s, MetricsSink)), None)
     if sink is None:
-        return
+        return None, None
     from prometheus_client import Histogram
 
     try:
-        tel._prom_server, tel._prom_client = _histograms(Histogram, sink.registry)
+        return _histograms(Histogram, sink.registry)
     except ValueError:  # another proxy registered them in this registry: it records there
-        pass
+        return None, None
 
 
 def _histograms(histogram: Any, registry: Any) -> tuple[Any, Any]:

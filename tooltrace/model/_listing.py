@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -22,9 +22,24 @@ from ..exceptions import RegistrationError
 from ._tool import ToolDefinition
 
 if TYPE_CHECKING:
-    from ..registry import ToolRegistry
+    from ._tooltable import Visibility
 
-__all__ = ["LOAD_TOOLS", "GroupLine", "ToolListing", "group_members", "tool_listing"]
+
+class Listed(Protocol):
+    """What a listing is made from (a ``ToolRegistry``): the tools a mode shows, the active
+    definitions, and what each group is for."""
+
+    @property
+    def group_descriptions(self) -> Mapping[str, str]:
+        """The line each group is described by (``describe_group``)."""
+
+    def visible_tools(self, mode: str = "default") -> Visibility:
+        """Tools the mode exposes and the hidden ones with reasons."""
+
+    def definition(self, name: str) -> ToolDefinition | None:
+        """The active definition of ``name``, or None."""
+
+__all__ = ["LOAD_TOOLS", "GroupLine", "Listed", "ToolListing", "group_members", "tool_listing"]
 
 #: The name of the built-in tool that expands a collapsed group.
 LOAD_TOOLS = "load_tools"
@@ -77,7 +92,7 @@ class ToolListing:
 
 
 def group_members(
-    reg: ToolRegistry, group: str, mode: str
+    reg: Listed, group: str, mode: str
 ) -> tuple[list[ToolDefinition], list[tuple[str, str]]]:
     """The tools of ``group`` that ``mode`` shows and those it hides (name, reason), sorted."""
     vis = reg.visible_tools(mode)
@@ -90,7 +105,7 @@ def group_members(
     return shown, hidden
 
 
-def tool_listing(reg: ToolRegistry, mode: str, expand: Iterable[str] = ()) -> ToolListing:
+def tool_listing(reg: Listed, mode: str, expand: Iterable[str] = ()) -> ToolListing:
     """The listing of ``mode`` with every group collapsed except those in ``expand``.
 
     ``RegistrationError`` when a group would be collapsed but ``load_tools`` is not registered
@@ -133,7 +148,7 @@ def tool_listing(reg: ToolRegistry, mode: str, expand: Iterable[str] = ()) -> To
     return ToolListing(mode, tuple(full), lines, vis.hidden, hidden_groups)
 
 
-def _describe(reg: ToolRegistry, group: str, members: list[ToolDefinition]) -> str:
+def _describe(reg: Listed, group: str, members: list[ToolDefinition]) -> str:
     text = reg.group_descriptions.get(group)
     if text is None:
         text = "Tools: " + ", ".join(d.name for d in members)

@@ -8,9 +8,8 @@ from ._environment import Book as Book
 from ._environment import Emitter as Emitter
 from ._environment import Environment as Environment
 from ._eventhub import EventHub as EventHub
-from ._eventhub import Subscription as Subscription
 from ._sanitise import AttributeMemo as AttributeMemo
 from ._stages import RawCall as RawCall
 
-__all__ = ["AttributeMemo", "Book", "Emitter", "Environment", "EventHub", "RawCall",
-           "Subscription", "arun", "run"]
+__all__ = ["AttributeMemo", "Book", "Emitter", "Environment", "EventHub", "RawCall", "arun",
+           "run"]
