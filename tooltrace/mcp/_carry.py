@@ -172,6 +172,11 @@ class _Routes:
             return None
         if method is not None or not hasattr(message, "id"):
             return message
+        result = getattr(message, "result", None)
+        if isinstance(result, dict) and "resultType" not in result and is_modern(self.version()):
+            # A result that does not say what it is, is complete (the reading the revision
+            # gives older servers' results); the SDK's checks of the revision require it said.
+            message = message.model_copy(update={"result": {**result, "resultType": "complete"}})
         sent = self.requests.pop(message.id, None)
         if sent is None:
             return message

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import ipaddress
 import logging
@@ -52,12 +53,17 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
     """A low-level MCP server whose tools are the proxy's."""
     import mcp.types as mt
     from mcp.server.lowlevel import Server
+    from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
     from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
     from .. import __version__
 
     network = "pipe" if transport == "stdio" else "tcp"
     relay = ProgressRelay(proxy.registry)
+    # subscriptions/listen (2026-07-28): what the upstreams announce reaches the streams.
+    bus = InMemorySubscriptionBus()
+    for up in proxy.upstreams.values():
+        up.listeners.append(bus.publish)
 
     async def on_list_tools(ctx: Any, params: mt.PaginatedRequestParams | None
                             ) -> mt.ListToolsResult:
@@ -123,10 +129,15 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
             or "Tools of upstream MCP servers, run through tooltrace's audited pipeline.",
             on_list_tools=on_list_tools,
             on_call_tool=on_call_tool,
+            on_subscriptions_listen=ListenHandler(bus),
             **_protocol_handlers(proxy),
         )
     # The proxy's own SERVER spans and duration histograms replace the SDK's spans.
     server.middleware = [_Telemetry(proxy, network)]
+    # listChanged as the upstreams advertise it (the proxy passes their list changes on); the
+    # SDK takes the flags only as an argument, which its HTTP sessions never pass.
+    server.create_initialization_options = functools.partial(  # type: ignore[method-assign]
+        server.create_initialization_options, proxy.forwarder.notification_options())
     return server
 
 
@@ -153,10 +164,12 @@ def _protocol_handlers(proxy: McpProxy) -> dict[str, Any]:
 
     if any(u.supports("resources") for u in ups):
         async def list_resources(ctx: Any, params: Any) -> mt.ListResourcesResult:
-            return mt.ListResourcesResult(resources=await fw.list_resources())
+            return mt.ListResourcesResult(resources=await fw.list_resources(),
+                                          **fw.cache_hint("resource"))
 
         async def list_templates(ctx: Any, params: Any) -> mt.ListResourceTemplatesResult:
-            return mt.ListResourceTemplatesResult(resource_templates=await fw.list_templates())
+            return mt.ListResourceTemplatesResult(resource_templates=await fw.list_templates(),
+                                                  **fw.cache_hint("template"))
 
         async def read_resource(ctx: Any, params: Any) -> Any:
             return await _answer(carried(), fw.read_resource(str(params.uri)))
@@ -176,7 +189,8 @@ def _protocol_handlers(proxy: McpProxy) -> dict[str, Any]:
             out.update(on_subscribe_resource=subscribe, on_unsubscribe_resource=unsubscribe)
     if any(u.supports("prompts") for u in ups):
         async def list_prompts(ctx: Any, params: Any) -> mt.ListPromptsResult:
-            return mt.ListPromptsResult(prompts=await fw.list_prompts())
+            return mt.ListPromptsResult(prompts=await fw.list_prompts(),
+                                        **fw.cache_hint("prompt"))
 
         async def get_prompt(ctx: Any, params: Any) -> Any:
             return await _answer(carried(), fw.get_prompt(params.name, params.arguments))

@@ -50,6 +50,8 @@ _STABLE_S = 30.0
 _CONNECTION_CLOSED = -32000
 # Rounds of input the proxy asks a client of an older revision for, for one request.
 _INPUT_ROUNDS = 10
+# The pause before a subscriptions/listen stream that ended is opened again.
+_RELISTEN_S = 1.0
 _ENDED = {"protocol": "wrote a line that is not JSON-RPC", "exited": "the process exited",
           "hung": "it stopped answering"}
 
@@ -78,6 +80,11 @@ class Upstream:
         #: clients that speak it (``era_for``): the session state they rely on (subscriptions,
         #: the logging level, requests of the server during a call) exists only there.
         self.twin: Upstream | None = None
+        #: Called with each change the server announces (``mcp.shared.subscriptions`` events:
+        #: a tool, prompt or resource list changed, a resource updated), from a
+        #: ``subscriptions/listen`` stream at a stateless revision or a notification at a
+        #: handshake revision; the front end's listen streams are fed from here.
+        self.listeners: list[Callable[[Any], Awaitable[None]]] = []
         self.label = config.label
         self._on_tools, self._on_notify = on_tools, on_notify
         self._callbacks = dict(callbacks or {})
@@ -134,6 +141,7 @@ class Upstream:
     async def _start_twin(self) -> None:
         twin = Upstream(self.config, on_notify=self._on_notify, callbacks=self._callbacks,
                         prefer="handshake")
+        twin.listeners = self.listeners
         try:
             await twin.start()
         except UpstreamError:
@@ -240,12 +248,61 @@ class Upstream:
         self.last_error = None
         if self._first is not None and not self._first.done():
             self._first.set_result(tools)
-        await self._broken.wait()
+        listening = (asyncio.get_running_loop().create_task(self._listen(session))
+                     if is_modern(self.protocol_version) else None)
+        try:
+            await self._broken.wait()
+        finally:
+            if listening is not None:
+                listening.cancel()
         self._session, self._fast = None, None
         self._ready.clear()
 
+    async def _listen(self, session: ClientSession) -> None:
+        """Hear the changes the server announces at a stateless revision: one
+        ``subscriptions/listen`` stream for the lists it says change, opened again (after a
+        pause) when it ends, while the connection lasts."""
+        from mcp.client.subscriptions import ToolsListChanged, listen
+
+        caps = self.capabilities
+        kinds = {name: bool(getattr(getattr(caps, name, None), "list_changed", False))
+                 for name in ("tools", "prompts", "resources")}
+        if not any(kinds.values()):
+            return
+        while True:
+            try:
+                async with listen(session, tools_list_changed=kinds["tools"],
+                                  prompts_list_changed=kinds["prompts"],
+                                  resources_list_changed=kinds["resources"]) as events:
+                    async for event in events:
+                        if isinstance(event, ToolsListChanged):
+                            self._spawn(self._relist())
+                        await self._publish(event)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug("mcp upstream %s: subscriptions/listen ended (%s)", self.label,
+                          type(exc).__name__)
+            await asyncio.sleep(_RELISTEN_S)
+
+    async def _publish(self, event: Any) -> None:
+        for listener in list(self.listeners):
+            try:
+                await listener(event)
+            except Exception:  # a listener's failure is its own, not the connection's
+                log.debug("mcp upstream %s: a change listener failed", self.label,
+                          exc_info=True)
+
     async def _on_message(self, message: Any) -> None:
         import mcp.types as mt
+        from mcp.shared.subscriptions import event_from_wire
+
+        if self.listeners and isinstance(message, mt.ServerNotification):
+            root = getattr(message, "root", message)
+            event = event_from_wire(str(getattr(root, "method", "")), root.model_dump(
+                by_alias=True, mode="json", exclude_none=True).get("params"))
+            if event is not None:  # a change announced at a handshake revision
+                self._spawn(self._publish(event))
 
         if isinstance(message, mt.ToolListChangedNotification):
             # A server may change a tool mid-session: check the new listing against the pins
