@@ -10,8 +10,8 @@ through the proxy, but for the few named in ``KNOWN`` with the reason, and the c
 tasks extension (``tasks-*``), which the proxy does not carry.
 
 The suite, Node 22 and the reference server (vendored unchanged in
-``tests/mcp_servers/reference/``) are installed by ``.ci/setup.d/42-mcp-conformance.sh``. One reference server serves the whole module; each
-suite runs once per mode.
+``tests/mcp_servers/reference/``) are installed by ``.ci/setup.d/42-mcp-conformance.sh``. One
+reference server serves the whole module; each suite runs once per mode.
 """
 
 from __future__ import annotations
