@@ -17,12 +17,10 @@ live under the tooltrace home, owner-only, and nothing of them is shown unredact
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from typing import Any
 import orjson
 
 from . import _settings
+from ._files import replace_whole
 from .policy import PathPolicyError, Workspace
 from .redaction import ArtifactStore
 
@@ -184,17 +183,7 @@ class SnapshotStore:
         })
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         final = self._path(record.call_id)
-        fd, tmp = tempfile.mkstemp(prefix=".manifest.", suffix=".tmp", dir=self.root)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(body)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        replace_whole(final, body, mode=0o600)
 
     def find(self, prefix: str) -> str:
         """The full call id of the one manifest whose id starts with ``prefix``

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -20,6 +19,7 @@ from typing import Any, Literal
 
 import orjson
 
+from .._files import replace_whole
 from ..policy import PolicyDecision, PolicyRequest, Verdict
 
 __all__ = ["ChangedToolsRule", "PinCheck", "PinStore", "fingerprint"]
@@ -77,16 +77,7 @@ class PinStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         blob = orjson.dumps({"version": 1, "servers": self._data},
                             option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
-        fd, tmp = tempfile.mkstemp(prefix=".mcp-pins.", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(blob)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        replace_whole(self.path, blob, mode=0o600)
 
     def check(self, server: str, tools: Iterable[Mapping[str, Any]], *,
               pin_new: bool = True) -> list[PinCheck]:

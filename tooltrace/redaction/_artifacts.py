@@ -6,13 +6,14 @@ a :func:`preview` of it stays in the envelope.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
-import tempfile
+from pathlib import Path
 
 from tooltrace.model import Artifact
+
+from .._files import replace_whole
 
 __all__ = ["ArtifactStore", "preview"]
 
@@ -86,18 +87,7 @@ class ArtifactStore:
             pass
         directory = os.path.dirname(final)
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{digest[:16]}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                if self._fsync:
-                    os.fsync(fh.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        replace_whole(Path(final), data, mode=0o600, sync=self._fsync)
         return art
 
     def read(self, sha256: str) -> str:
