@@ -19,7 +19,9 @@ registry see a complete result that says input was required (the call's record s
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import inspect
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -123,6 +125,7 @@ class _Routes:
         self.requests: dict[Any, tuple[str, Carried, Any]] = {}
         self.tokens: dict[Any, Carried] = {}
         self._minted = itertools.count(1)
+        self._recording: set[asyncio.Future[Any]] = set()
 
     def outgoing(self, request: Any) -> Any:
         """The request as it goes upstream (``request`` itself when nothing is carried)."""
@@ -157,6 +160,19 @@ class _Routes:
         self.requests[request.id] = (request.method, c, token)
         return request.model_copy(update={"params": params})
 
+    def _record(self, on_progress: Callable[..., Any], params: Mapping[str, Any]) -> None:
+        """The report for the call's record (the registry checks and rate-limits it)."""
+        done, total, note = params.get("progress"), params.get("total"), params.get("message")
+        if not isinstance(done, int | float) or isinstance(done, bool):
+            return
+        total = total if isinstance(total, int | float) and not isinstance(total, bool) else None
+        got = on_progress(float(done), float(total) if total is not None else None,
+                          note if isinstance(note, str) else None)
+        if inspect.isawaitable(got):
+            task = asyncio.ensure_future(got)
+            self._recording.add(task)
+            task.add_done_callback(self._recording.discard)
+
     def incoming(self, message: Any) -> Any:
         """The message as the SDK gets it; None when it was taken here (progress)."""
         method = getattr(message, "method", None)
@@ -168,7 +184,7 @@ class _Routes:
             if c.progress is not None:
                 c.progress.put(params)
             if c.on_progress is not None:
-                _record(c.on_progress, params)
+                self._record(c.on_progress, params)
             return None
         if method is not None or not hasattr(message, "id"):
             return message
@@ -191,13 +207,6 @@ class _Routes:
         return message
 
 
-def _record(on_progress: Callable[..., Any], params: Mapping[str, Any]) -> None:
-    """The report for the call's record (the registry checks and rate-limits it)."""
-    done, total, note = params.get("progress"), params.get("total"), params.get("message")
-    if isinstance(done, int | float) and not isinstance(done, bool):
-        total = total if isinstance(total, int | float) and not isinstance(total, bool) else None
-        on_progress(float(done), float(total) if total is not None else None,
-                    note if isinstance(note, str) else None)
 
 
 class _Read:
