@@ -1,6 +1,6 @@
-"""Call ids for people: the commands show each id as its shortest prefix unique in the trail
-(``autopsy``'s header, ``query``, ``approvals pending``), and every command that takes an id
-takes any unique prefix and exits 2, naming the matches, for one that names several."""
+"""Call ids for people: the tables show each id as its shortest prefix unique in the trail
+(``query``, ``approvals pending``), ``autopsy`` names its call whole, and every command that
+takes an id takes any unique prefix and exits 2, naming the matches, for one that names several."""
 
 from __future__ import annotations
 
@@ -74,11 +74,10 @@ def test_every_command_taking_a_call_id_takes_its_unique_prefix(
         assert lines and any(ids[-1] in ln for ln in lines)
 
 
-def test_autopsy_names_the_call_by_its_unique_prefix_and_keeps_the_whole_id_once(
-        trail: tuple[Path, list[str]]) -> None:
+def test_autopsy_names_the_call_whole(trail: tuple[Path, list[str]]) -> None:
     home, ids = trail
-    out = cli("autopsy", ids[1], "--home", str(home)).output.splitlines()
-    assert out[0].startswith(f"─── call {shortest(ids[1], ids)} ─")
+    out = cli("autopsy", shortest(ids[1], ids), "--home", str(home)).output.splitlines()
+    assert out[0].startswith(f"─── call {ids[1]} ─")
     assert out[1].split() == ["call", "id", ids[1]]
 
 

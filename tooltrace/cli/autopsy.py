@@ -40,7 +40,7 @@ def autopsy(call_id: str, home: Path | None, as_json: bool, wide: bool,
     Exit 1 when no call has this id, 2 when the prefix matches several calls.
     """
     from ..audit import AmbiguousCallId, CallNotFound, DuplicateCallId, call_family, explain
-    from ._idprefix import ambiguous, unique_prefixes
+    from ._idprefix import ambiguous
 
     guard = OutputGuard(home)
     with open_store(home, guard, archive) as store:
@@ -58,7 +58,6 @@ def autopsy(call_id: str, home: Path | None, as_json: bool, wide: bool,
             fail(f"call id {exc.call_id} was recorded for {len(exc.records)} different calls "
                  f"({where}); they are not merged into one", EXIT_FAIL)
         a = explain(detail, call_family(store, detail))
-        short = {} if as_json else unique_prefixes(store, _family_ids(a))
         for w in dict.fromkeys(store.warnings):
             click.echo(f"warning: {guard(w)}", err=True)
     diffs = _diffs(a.call_id, home) if show_diff else None
@@ -68,7 +67,7 @@ def autopsy(call_id: str, home: Path | None, as_json: bool, wide: bool,
             out["diff"] = diffs
         print_json(out, guard)
         return
-    _render(a, guard, wide, short)
+    _render(a, guard, wide)
     if diffs is not None:
         _render_diffs(diffs, guard)
 
@@ -168,22 +167,15 @@ def _status_lines(a: Any, guard: OutputGuard) -> None:
     _line("outcome", outcome, guard)
 
 
-def _family_ids(a: Any) -> list[str]:
-    """The call's id and those of the calls above and below it: the ids the report shows."""
-    fam = a.family
-    return [a.call_id, *(str(c.get("call_id")) for c in (
-        *(fam.get("ancestors") or ()), *(fam.get("descendants") or ())))]
-
-
-def _render(a: Any, guard: OutputGuard, wide: bool, short: dict[str, str]) -> None:
+def _render(a: Any, guard: OutputGuard, wide: bool) -> None:
     rec = a.record or {}
-    # The header names the call by its shortest prefix unique in the trail (what autopsy
-    # takes); the whole id, as spans and logs carry it, is the first fact.
-    title = f" call {short.get(a.call_id, a.call_id)} "
+    # Whole ids: unique whatever the trail holds, and found without reading every id (autopsy
+    # answers from the lookup files and the segments, without DuckDB).
+    title = f" call {a.call_id} "
     click.echo("─" * 3 + title + "─" * max(3, min(100, terminal_width()) - 3 - len(title)))
     _line("call id", a.call_id, guard)
     _who(a, rec, guard)
-    _ancestors(a, guard, short)
+    _ancestors(a, guard)
     _line("started", iso(rec.get("started_at")), guard)
     res = a.result
     _status_lines(a, guard)
@@ -239,7 +231,7 @@ def _render(a: Any, guard: OutputGuard, wide: bool, short: dict[str, str]) -> No
     if a.resolution:
         _line("resolution", f"{a.resolution['status']} at {iso(a.resolution['at'])}: "
               f"{a.resolution['summary']}", guard)
-    _progress_and_children(a, guard, short)
+    _progress_and_children(a, guard)
     tr = a.trace
     if tr.get("trace_id"):
         _line("trace", tr["trace_id"] + (f"  {tr['url']}" if tr.get("url") else ""), guard)
@@ -259,16 +251,16 @@ def _render(a: Any, guard: OutputGuard, wide: bool, short: dict[str, str]) -> No
 
 
 
-def _ancestors(a: Any, guard: OutputGuard, short: dict[str, str]) -> None:
+def _ancestors(a: Any, guard: OutputGuard) -> None:
     """The calls above a nested call, root first (the last is its parent)."""
     ups = a.family.get("ancestors") or ()
     for i, up in enumerate(ups):
         cid = str(up.get("call_id"))
         _line("parent" if i == len(ups) - 1 else "ancestor",
-              f"{short.get(cid, cid)}  {up.get('tool')} ({up.get('status')})", guard)
+              f"{cid}  {up.get('tool')} ({up.get('status')})", guard)
 
 
-def _progress_and_children(a: Any, guard: OutputGuard, short: dict[str, str]) -> None:
+def _progress_and_children(a: Any, guard: OutputGuard) -> None:
     """The progress the tool reported, then the calls it made (a tree, depth first)."""
     for m in a.progress:
         total = f" of {m['total']:g}" if m.get("total") is not None else ""
@@ -276,6 +268,6 @@ def _progress_and_children(a: Any, guard: OutputGuard, short: dict[str, str]) ->
               + (f": {m['message']}" if m.get("message") else ""), guard)
     for c in a.family.get("descendants") or ():
         _line("called" if c.get("level") == 1 else "",
-              f"{'  ' * (int(c.get('level') or 1) - 1)}└ {short.get(c['call_id'], c['call_id'])}"
+              f"{'  ' * (int(c.get('level') or 1) - 1)}└ {c['call_id']}"
               f"  {c['tool']}"
               f" ({c['status']}, depth {c['depth']})", guard)
