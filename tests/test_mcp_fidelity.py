@@ -40,7 +40,7 @@ from support.otlp import free_port
 from test_mcp_proxy import REPO, TOY, write_config
 
 RICH = str(REPO / "tests" / "mcp_servers" / "rich.py")
-VERSION = "2025-11-25"
+VERSION, MODERN = "2025-11-25", "2026-07-28"
 TOKEN = "tok-" + "1c0ffee5eed5a1e5"
 
 #: (name, method, params): the requests both sides get, in this order.
@@ -141,23 +141,63 @@ class HttpWire:
         r = self.client.post(self.url, json={"jsonrpc": "2.0", "id": self._n, "method": method,
                                              "params": params})
         assert r.status_code == 200, r.text
+        return self.answer(r, self._n)
+
+    @staticmethod
+    def answer(r: httpx.Response, n: int) -> bytes:
+        """The answer to request ``n``: the body, or the data of the SSE event carrying it."""
         if not r.headers.get("content-type", "").startswith("text/event-stream"):
             return r.content.strip()
         for line in r.content.splitlines():
             if line.startswith(b"data:"):
                 data = line[5:].strip()
-                if data and json.loads(data).get("id") == self._n:
+                if data and json.loads(data).get("id") == n:
                     return data
-        raise AssertionError(f"no answer to {method} in the event stream")
+        raise AssertionError(f"no answer to request {n} in the event stream")
 
     def close(self) -> None:
         self.client.delete(self.url)
         self.client.close()
 
 
-def _exchange(client: StdioWire | HttpWire) -> dict[str, bytes]:
+class ModernWire:
+    """A JSON-RPC client of a streamable HTTP endpoint at the session-less 2026-07-28 revision:
+    no handshake; each request says who sends it in ``_meta`` and names itself in headers."""
+
+    def __init__(self, url: str, headers: dict[str, str] | None = None) -> None:
+        self.url = url
+        self.client = httpx.Client(timeout=60, headers={
+            "accept": "application/json, text/event-stream", "mcp-protocol-version": MODERN,
+            **(headers or {})})
+        self._n = 0
+        #: The HTTP status of each answer (an error answer's is 4xx at this revision).
+        self.statuses: list[int] = []
+
+    def request(self, method: str, params: dict[str, Any]) -> bytes:
+        self._n += 1
+        params = {**params, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "wire-client", "version": "1"}}}
+        headers = {"mcp-method": method}
+        name = params.get("name", params.get("uri"))
+        if isinstance(name, str):
+            headers["mcp-name"] = name
+        r = self.client.post(self.url, headers=headers, json={
+            "jsonrpc": "2.0", "id": self._n, "method": method, "params": params})
+        self.statuses.append(r.status_code)
+        return HttpWire.answer(r, self._n)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _exchange(client: StdioWire | HttpWire | ModernWire) -> dict[str, bytes]:
     try:
-        return {name: client.request(method, params) for name, method, params in REQUESTS}
+        out = {name: client.request(method, params) for name, method, params in REQUESTS}
+        if isinstance(client, ModernWire):
+            out["http statuses"] = repr(client.statuses).encode()
+        return out
     finally:
         client.close()
 
@@ -208,16 +248,18 @@ def rich_http() -> Iterator[int]:
         server.wait(timeout=30)
 
 
-def _http(tmp: Path, upstream: int) -> tuple[dict[str, bytes], dict[str, bytes]]:
+def _http(tmp: Path, upstream: int, *, modern: bool = False
+          ) -> tuple[dict[str, bytes], dict[str, bytes]]:
     auth = {"authorization": f"Bearer {TOKEN}"}
-    direct = _exchange(HttpWire(f"http://127.0.0.1:{upstream}/mcp", auth))
+    wire = ModernWire if modern else HttpWire
+    direct = _exchange(wire(f"http://127.0.0.1:{upstream}/mcp", auth))
     config = write_config(tmp, f"""
 [proxy]
-home = "home-http"
+home = "home-http-{modern}"
 [servers.rich]
 url = "http://127.0.0.1:{upstream}/mcp"
 headers = {{ Authorization = "Bearer ${{RICH_TEST_TOKEN}}" }}
-""", "http.toml", call_ids=False)
+""", f"http-{modern}.toml", call_ids=False)
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "tooltrace.mcp", "proxy", "--config", str(config),
@@ -234,26 +276,41 @@ headers = {{ Authorization = "Bearer ${{RICH_TEST_TOKEN}}" }}
                 break
         else:
             pytest.fail("the proxy exited before listening:\n" + "".join(seen))
-        proxied = _exchange(HttpWire(f"http://127.0.0.1:{port}/mcp"))
+        proxied = _exchange(wire(f"http://127.0.0.1:{port}/mcp"))
     finally:
         proc.terminate()
         proc.wait(timeout=60)
     return direct, proxied
 
 
-@pytest.fixture(scope="module", params=["stdio", "http"])
+@pytest.fixture(scope="module", params=["stdio", "http", "http-2026-07-28"])
 def answers(request: pytest.FixtureRequest, tmp: Path
             ) -> tuple[dict[str, bytes], dict[str, bytes]]:
     if request.param == "stdio":
         return _stdio(tmp)
-    return _http(tmp, request.getfixturevalue("rich_http"))
+    return _http(tmp, request.getfixturevalue("rich_http"), modern=request.param != "http")
+
+
+_STAMP = re.compile(rb'"io\.modelcontextprotocol/serverInfo":\{"name":"[^"]*","version":"[^"]*"\}')
+
+
+def _unstamped(text: bytes) -> bytes:
+    """``text`` with a 2026-07-28 result's ``serverInfo`` stamp blanked: it names the server
+    the client talks to, which through the proxy is the proxy."""
+    return _STAMP.sub(b'"io.modelcontextprotocol/serverInfo":{}', text)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_proxy_answers_byte_for_byte_what_the_upstream_answered(
         answers: tuple[dict[str, bytes], dict[str, bytes]], name: str) -> None:
     direct, proxied = answers
-    assert after_id(proxied[name]) == after_id(direct[name])
+    assert _unstamped(after_id(proxied[name])) == _unstamped(after_id(direct[name]))
+
+
+def test_the_http_statuses_are_the_upstreams(
+        answers: tuple[dict[str, bytes], dict[str, bytes]]) -> None:
+    direct, proxied = answers
+    assert proxied.get("http statuses") == direct.get("http statuses")
 
 
 def test_the_comparison_covers_every_content_type_and_both_kinds_of_error(
@@ -268,6 +325,9 @@ def test_the_comparison_covers_every_content_type_and_both_kinds_of_error(
     assert error["isError"] is True and len(error["content"]) == 3
     unknown = json.loads(direct["unknown_resource"])["error"]
     assert unknown["code"] == -32602 and unknown["data"] == {"uri": "note://nope"}
+    if "http statuses" in direct:  # 2026-07-28: listings carry the upstream's cache hints
+        hinted = json.loads(direct["resources_list"])["result"]
+        assert (hinted["ttlMs"], hinted["cacheScope"]) == (300000, "public")
 
 
 # -- a server written against the wire ---------------------------------------------------------

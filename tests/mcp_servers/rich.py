@@ -16,12 +16,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import mcp_types as mt
+from mcp.server.caching import CacheHint
 from mcp.server.mcpserver import Context, MCPServer
 
 # Nested TypedDicts as output schemas need typing_extensions' TypedDict before Python 3.12.
 from typing_extensions import TypedDict
 
-server = MCPServer("rich", instructions="Rich test server: one tool per kind of result.")
+# Cache hints its listings carry at 2026-07-28 (a revision without them leaves them out).
+server = MCPServer("rich", instructions="Rich test server: one tool per kind of result.",
+                   cache_hints={"resources/list": CacheHint(ttl_ms=300000, scope="public"),
+                                "prompts/list": CacheHint(ttl_ms=60000, scope="public"),
+                                "resources/templates/list": CacheHint(ttl_ms=5000)})
 
 # A real 1x1 PNG, and bytes that look like nothing in particular for audio and blobs.
 PNG = base64.b64decode(

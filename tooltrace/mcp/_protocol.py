@@ -116,6 +116,8 @@ class Forwarder:
         self._refused: dict[str, UpstreamRPCError] = {}
         #: The registry names of the read_resource/get_prompt calls registered here.
         self.internal: set[str] = set()
+        # The latest listing's cache hint, by kind (cache_hint).
+        self._hints: dict[str, _Hint | None] = {}
 
     # -- setup ---------------------------------------------------------------------------
 
@@ -160,6 +162,24 @@ class Forwarder:
                  if u.instructions and u.instructions.strip()]
         return "\n\n".join(parts) or None
 
+    def notification_options(self) -> Any:
+        """The front's ``listChanged`` flags for a handshake-era client (an SDK
+        ``NotificationOptions``): a kind of list may change when an upstream connected at a
+        handshake-era revision says its own may, as the proxy passes its notifications on.
+        (At 2026-07-28 the flag means a ``subscriptions/listen`` stream instead, which the SDK
+        derives from the front's own listen handler.)"""
+        from mcp.server.lowlevel.server import NotificationOptions
+        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+        def changes(kind: str) -> bool:
+            return any(getattr(getattr(u.capabilities, kind, None), "list_changed", None) is True
+                       for u in self.upstreams.values()
+                       if u.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS)
+
+        return NotificationOptions(prompts_changed=changes("prompts"),
+                                   resources_changed=changes("resources"),
+                                   tools_changed=changes("tools"))
+
     def seen(self, client: str, session: Any, method: str = "") -> None:
         """Remember a client's session (notifications go to the clients seen)."""
         if session is None:
@@ -187,17 +207,29 @@ class Forwarder:
 
     # -- listings ------------------------------------------------------------------------
 
+    def cache_hint(self, kind: str) -> dict[str, Any]:
+        """The cache hint of the latest listing of ``kind`` (``resource``, ``template``,
+        ``prompt``) as the upstreams gave it, as a listing result's fields (``ttl_ms``,
+        ``cache_scope``); empty when an upstream gave none. Over several servers: the shortest
+        time, and ``private`` when any says so."""
+        hint = self._hints.get(kind)
+        if hint is None:
+            return {}
+        return {"ttl_ms": hint[0], "cache_scope": hint[1]}
+
     async def _merged(self, capability: str, kind: str, key: str,
                       fetch: Callable[[Any], Awaitable[Any]], field: str) -> list[Any]:
         out: list[Any] = []
         taken: set[str] = set()
+        hints: list[_Hint | None] = []
         for up in self._with(capability):
             try:
                 conn, _ = await self.pick(up)
-                items = await conn.request(lambda s: _all_pages(s, fetch, field))
+                items, hint = await conn.request(lambda s: _all_pages(s, fetch, field))
             except UpstreamError as exc:
                 log.warning("mcp upstream %s: listing %s failed: %s", up.label, kind, exc)
                 continue
+            hints.append(hint)
             for item in items:
                 name = str(getattr(item, key))
                 if name in taken:
@@ -205,6 +237,7 @@ class Forwarder:
                 taken.add(name)
                 self._owner[(kind, name)] = up.label
                 out.append(item)
+        self._hints[kind] = _combined(hints) if hints else None
         return out
 
     async def list_resources(self) -> list[mt.Resource]:
@@ -424,16 +457,36 @@ async def _same(up: Upstream) -> tuple[Upstream, str]:
     return up, up.label
 
 
-async def _all_pages(session: Any, fetch: Callable[[Any], Any], field: str) -> list[Any]:
+#: A listing's cache hint (2026-07-28): its time to live in milliseconds and its scope.
+_Hint = tuple[int, str]
+
+
+def _combined(hints: list[_Hint | None]) -> _Hint | None:
+    """One hint for what several pages or servers listed: the shortest time, ``private`` when
+    any says so; None when any gave no hint."""
+    if not hints or any(h is None for h in hints):
+        return None
+    given = [h for h in hints if h is not None]
+    scope = "private" if any(h[1] != "public" for h in given) else "public"
+    return min(h[0] for h in given), scope
+
+
+async def _all_pages(session: Any, fetch: Callable[[Any], Any], field: str
+                     ) -> tuple[list[Any], _Hint | None]:
     import mcp.types as mt
 
     items: list[Any] = []
+    hints: list[_Hint | None] = []
     cursor: str | None = None
     for _ in range(100):
         params = mt.PaginatedRequestParams(cursor=cursor) if cursor else None
         res = await fetch(session)(params=params)
         items.extend(getattr(res, field))
+        sent = res.model_fields_set  # a hint the upstream gave, not the SDK's default
+        ttl, scope = getattr(res, "ttl_ms", None), getattr(res, "cache_scope", None)
+        hints.append((ttl, str(scope)) if {"ttl_ms", "cache_scope"} <= sent
+                     and isinstance(ttl, int) and scope is not None else None)
         cursor = res.next_cursor
         if not cursor:
             break
-    return items
+    return items, _combined(hints)
