@@ -80,6 +80,8 @@ class Upstream:
         #: clients that speak it (``era_for``): the session state they rely on (subscriptions,
         #: the logging level, requests of the server during a call) exists only there.
         self.twin: Upstream | None = None
+        # A twin's primary: it serves the tools only the stateless revision lists.
+        self._primary: Upstream | None = None
         #: Called with each change the server announces (``mcp.shared.subscriptions`` events:
         #: a tool, prompt or resource list changed, a resource updated), from a
         #: ``subscriptions/listen`` stream at a stateless revision or a notification at a
@@ -142,6 +144,7 @@ class Upstream:
         twin = Upstream(self.config, on_notify=self._on_notify, callbacks=self._callbacks,
                         prefer="handshake")
         twin.listeners = self.listeners
+        twin._primary = self
         try:
             await twin.start()
         except UpstreamError:
@@ -425,6 +428,13 @@ class Upstream:
         it did not; an ``InputRequiredResult`` is kept for the client, or, when the client
         speaks an older revision, answered by asking the client (server requests) and retried.
         """
+        primary = self._primary
+        if primary is not None and all(t.name != name for t in self.tools) and any(
+                t.name == name for t in primary.tools):
+            # A tool the server offers at its stateless revision only: called there, for a
+            # client of a handshake revision too (what it asks for is asked of the client).
+            return await primary.call(name, arguments, meta=meta, wait_s=wait_s,
+                                      suspect_after_s=suspect_after_s, progress=progress)
         c = carried()
         if c is not None:
             if c.progress is not None:
