@@ -92,7 +92,8 @@ class StdioWire:
                                      stderr=subprocess.DEVNULL, cwd=cwd,
                                      env={**os.environ, **(env or {})})
         self._n = 0
-        self.request("initialize", _initialize(0)["params"])
+        #: The server's answer to ``initialize``.
+        self.initialized = json.loads(self.request("initialize", _initialize(0)["params"]))
         self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
     def _send(self, msg: dict[str, Any]) -> None:
@@ -307,6 +308,16 @@ def test_the_proxy_answers_byte_for_byte_what_the_upstream_answered(
     assert _unstamped(after_id(proxied[name])) == _unstamped(after_id(direct[name]))
 
 
+def test_a_2026_result_names_the_proxy_as_its_server(
+        answers: tuple[dict[str, bytes], dict[str, bytes]]) -> None:
+    direct, proxied = answers
+    if "http statuses" not in direct:
+        pytest.skip("a handshake-era result carries no serverInfo stamp")
+    stamp = b'"io.modelcontextprotocol/serverInfo":{"name":"%s"'
+    assert stamp % b"rich" in direct["several_texts"]
+    assert stamp % b"tooltrace-mcp-proxy" in proxied["several_texts"]
+
+
 def test_the_http_statuses_are_the_upstreams(
         answers: tuple[dict[str, bytes], dict[str, bytes]]) -> None:
     direct, proxied = answers
@@ -345,6 +356,7 @@ def toy(tmp: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         try:
             out = {t: json.loads(client.request("tools/call", {"name": t, "arguments": {}}))
                    for t in TOY_CALLS}
+            out["initialize"] = client.initialized
             for name, (method, params) in TOY_ERRORS.items():
                 out[name] = json.loads(client.request(method, params))
             return out
@@ -458,3 +470,13 @@ env = {{ TOY_TOOLS = "{env["TOY_TOOLS"]}", TOY_PAGE = "2" }}
     got = next(t for t in listed["tools"] if t["name"] == "numbers")
     assert sent["execution"] == {"taskSupport": "optional"} and "execution" not in got
     assert {k: v for k, v in sent.items() if k != "execution"} == got
+
+
+def test_list_changed_is_advertised_as_the_upstream_advertises_it(
+        toy: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    direct, proxied = toy
+    sent = direct["initialize"]["result"]["capabilities"]
+    got = proxied["initialize"]["result"]["capabilities"]
+    assert sent["tools"] == {"listChanged": True}
+    for kind in ("tools", "resources", "prompts"):
+        assert got[kind]["listChanged"] is sent[kind].get("listChanged", False), kind
