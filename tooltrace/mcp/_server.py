@@ -29,6 +29,7 @@ from ._frontcall import FRONT_CANCEL, FRONT_PROGRESS, FrontCalls
 from ._identity import session_principal
 from ._progress import ProgressRelay, progress_token
 from ._proxy import McpProxy
+from ._resume import RETRY_MS, event_store
 from ._stdio import stdio_streams
 from ._telemetry import clock, mark_error
 from ._upstream import Upstream
@@ -370,8 +371,11 @@ async def serve_http(proxy: McpProxy, host: str, port: int, *,
     # Each client session gets upstream connections of its own (see _clients).
     proxy.clients.enabled = proxy.forwarder.isolated = True
     # A session idle this long ends (its id then gets 404); its upstream connections close.
+    # Every SSE stream is primed (an event id and the retry wait) and kept (_resume): a client
+    # whose stream broke reconnects with Last-Event-ID and gets what it missed.
     app = proxy.clients.watch(server.streamable_http_app(
-        host=host, session_idle_timeout=proxy.config.idle_timeout_s))
+        host=host, session_idle_timeout=proxy.config.idle_timeout_s,
+        event_store=event_store(), retry_interval=RETRY_MS))
     # uvicorn catches SIGTERM while it serves: open streams are ended, then the sessions.
     # A request still running after the grace is cancelled.
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
