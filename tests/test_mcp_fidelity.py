@@ -337,8 +337,10 @@ def test_the_comparison_covers_every_content_type_and_both_kinds_of_error(
     unknown = json.loads(direct["unknown_resource"])["error"]
     assert unknown["code"] == -32602 and unknown["data"] == {"uri": "note://nope"}
     if "http statuses" in direct:  # 2026-07-28: listings carry the upstream's cache hints
-        hinted = json.loads(direct["resources_list"])["result"]
-        assert (hinted["ttlMs"], hinted["cacheScope"]) == (300000, "public")
+        for name, hint in (("tools_list", (120000, "public")),
+                           ("resources_list", (300000, "public"))):
+            hinted = json.loads(direct[name])["result"]
+            assert (hinted["ttlMs"], hinted["cacheScope"]) == hint
 
 
 # -- a server written against the wire ---------------------------------------------------------

@@ -24,7 +24,8 @@ from typing_extensions import TypedDict
 
 # Cache hints its listings carry at 2026-07-28 (a revision without them leaves them out).
 server = MCPServer("rich", instructions="Rich test server: one tool per kind of result.",
-                   cache_hints={"resources/list": CacheHint(ttl_ms=300000, scope="public"),
+                   cache_hints={"tools/list": CacheHint(ttl_ms=120000, scope="public"),
+                                "resources/list": CacheHint(ttl_ms=300000, scope="public"),
                                 "prompts/list": CacheHint(ttl_ms=60000, scope="public"),
                                 "resources/templates/list": CacheHint(ttl_ms=5000)})
 

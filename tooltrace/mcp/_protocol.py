@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlparse
 from ..model import Capability, Effect, Status, ToolCall, ToolDefinition
 from ._backchannel import Backchannel
 from ._errors import UpstreamError, UpstreamRPCError
+from ._listing import Hint, all_pages, combined, hint_fields
 from ._results import from_upstream, upstream_error
 from ._serverrequests import server_request_definitions, server_request_name
 from ._telemetry import clock, mark_error
@@ -117,7 +118,7 @@ class Forwarder:
         #: The registry names of the read_resource/get_prompt calls registered here.
         self.internal: set[str] = set()
         # The latest listing's cache hint, by kind (cache_hint).
-        self._hints: dict[str, _Hint | None] = {}
+        self._hints: dict[str, Hint | None] = {}
 
     # -- setup ---------------------------------------------------------------------------
 
@@ -212,20 +213,17 @@ class Forwarder:
         ``prompt``) as the upstreams gave it, as a listing result's fields (``ttl_ms``,
         ``cache_scope``); empty when an upstream gave none. Over several servers: the shortest
         time, and ``private`` when any says so."""
-        hint = self._hints.get(kind)
-        if hint is None:
-            return {}
-        return {"ttl_ms": hint[0], "cache_scope": hint[1]}
+        return hint_fields(self._hints.get(kind))
 
     async def _merged(self, capability: str, kind: str, key: str,
                       fetch: Callable[[Any], Awaitable[Any]], field: str) -> list[Any]:
         out: list[Any] = []
         taken: set[str] = set()
-        hints: list[_Hint | None] = []
+        hints: list[Hint | None] = []
         for up in self._with(capability):
             try:
                 conn, _ = await self.pick(up)
-                items, hint = await conn.request(lambda s: _all_pages(s, fetch, field))
+                items, hint = await conn.request(lambda s: all_pages(s, fetch, field))
             except UpstreamError as exc:
                 log.warning("mcp upstream %s: listing %s failed: %s", up.label, kind, exc)
                 continue
@@ -237,7 +235,7 @@ class Forwarder:
                 taken.add(name)
                 self._owner[(kind, name)] = up.label
                 out.append(item)
-        self._hints[kind] = _combined(hints) if hints else None
+        self._hints[kind] = combined(hints)
         return out
 
     async def list_resources(self) -> list[mt.Resource]:
@@ -456,37 +454,3 @@ class Forwarder:
 async def _same(up: Upstream) -> tuple[Upstream, str]:
     return up, up.label
 
-
-#: A listing's cache hint (2026-07-28): its time to live in milliseconds and its scope.
-_Hint = tuple[int, str]
-
-
-def _combined(hints: list[_Hint | None]) -> _Hint | None:
-    """One hint for what several pages or servers listed: the shortest time, ``private`` when
-    any says so; None when any gave no hint."""
-    if not hints or any(h is None for h in hints):
-        return None
-    given = [h for h in hints if h is not None]
-    scope = "private" if any(h[1] != "public" for h in given) else "public"
-    return min(h[0] for h in given), scope
-
-
-async def _all_pages(session: Any, fetch: Callable[[Any], Any], field: str
-                     ) -> tuple[list[Any], _Hint | None]:
-    import mcp.types as mt
-
-    items: list[Any] = []
-    hints: list[_Hint | None] = []
-    cursor: str | None = None
-    for _ in range(100):
-        params = mt.PaginatedRequestParams(cursor=cursor) if cursor else None
-        res = await fetch(session)(params=params)
-        items.extend(getattr(res, field))
-        sent = res.model_fields_set  # a hint the upstream gave, not the SDK's default
-        ttl, scope = getattr(res, "ttl_ms", None), getattr(res, "cache_scope", None)
-        hints.append((ttl, str(scope)) if {"ttl_ms", "cache_scope"} <= sent
-                     and isinstance(ttl, int) and scope is not None else None)
-        cursor = res.next_cursor
-        if not cursor:
-            break
-    return items, _combined(hints)

@@ -38,6 +38,7 @@ from ._config import ProxyConfig, resolve_approver, resolve_hooks, resolve_rules
 from ._errors import UpstreamRPCError, UpstreamToolError
 from ._filepolicy import proxy_policy
 from ._identity import PrincipalRuns
+from ._listing import combined, hint_fields
 from ._network import PrivateNetworkRule, allow_lists
 from ._pins import ChangedToolsRule, PinCheck, PinStore
 from ._protocol import Forwarder
@@ -409,6 +410,13 @@ class McpProxy:
                 out.append(mt.Tool(name=d.name, description=d.description,
                                    input_schema=dict(d.parameters)))
         return out
+
+    def tools_cache_hint(self) -> dict[str, Any]:
+        """The cache hint of ``tools/list`` (2026-07-28) as the servers gave it, as a listing
+        result's fields: over several servers the shortest time, ``private`` when any says
+        so; empty when a server gave none (``_listing``)."""
+        return hint_fields(combined([u.tools_hint for u in self.upstreams.values()
+                                     if u.capabilities is not None]))
 
     def _listed_order(self) -> list[str]:
         """Exposed tool names in the servers' order and each server's listing order."""

@@ -68,7 +68,7 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
 
     async def on_list_tools(ctx: Any, params: mt.PaginatedRequestParams | None
                             ) -> mt.ListToolsResult:
-        return mt.ListToolsResult(tools=proxy.list_tools())
+        return mt.ListToolsResult(tools=proxy.list_tools(), **proxy.tools_cache_hint())
 
     # Answers the upstream's result in wire form (a mapping, which the SDK sends as it is
     # after checking it against the client's revision), or the proxy's own result.

@@ -32,6 +32,7 @@ from ._errors import (
     UpstreamUnavailable,
 )
 from ._fastcall import FastCalls
+from ._listing import Hint, all_pages
 from ._process import stdio_process
 
 if TYPE_CHECKING:
@@ -103,6 +104,8 @@ class Upstream:
         self._tasks: set[asyncio.Task[None]] = set()
         #: Tools as listed by the last successful connect (SDK models).
         self.tools: list[mt.Tool] = []
+        #: The cache hint the server's tool listing came with (2026-07-28), or None.
+        self.tools_hint: Hint | None = None
         #: How many times the server was (re)started after the first start.
         self.restarts = 0
         #: Why the last connection ended or failed (short, no upstream output).
@@ -235,7 +238,7 @@ class Upstream:
         cfg = self.config
         with anyio.fail_after(cfg.startup_timeout_s):
             await _negotiate(session, cfg.protocol_version, self._prefer)
-            tools = await _list_all(session)
+            tools, self.tools_hint = await _list_all(session)
         info = session.server_info
         self.server_name = info.name if info is not None else None
         self.protocol_version = session.protocol_version
@@ -324,11 +327,12 @@ class Upstream:
         if session is None:
             return
         try:
-            tools = await asyncio.wait_for(_list_all(session), self.config.startup_timeout_s)
+            tools, hint = await asyncio.wait_for(_list_all(session),
+                                                 self.config.startup_timeout_s)
         except Exception:  # a failed re-list leaves the last listing in force
             log.warning("mcp upstream %s: re-listing tools after list_changed failed", self.label)
             return
-        self.tools = tools
+        self.tools, self.tools_hint = tools, hint
         if self._on_tools is not None:
             self._on_tools(self, [_wire(t) for t in tools])
         if self._on_notify is not None:
@@ -714,19 +718,9 @@ async def _negotiate(session: ClientSession, pinned: str, prefer: str) -> None:
     session.adopt(found)
 
 
-async def _list_all(session: ClientSession) -> list[mt.Tool]:
-    import mcp.types as mt
-
-    tools: list[mt.Tool] = []
-    cursor: str | None = None
-    for _ in range(100):  # a server paging forever is a broken server
-        params = mt.PaginatedRequestParams(cursor=cursor) if cursor else None
-        res = await session.list_tools(params=params)
-        tools.extend(res.tools)
-        cursor = res.next_cursor
-        if not cursor:
-            break
-    return tools
+async def _list_all(session: ClientSession) -> tuple[list[mt.Tool], Hint | None]:
+    """Every page of the server's tools, and the listing's cache hint (``_listing``)."""
+    return await all_pages(session, lambda s: s.list_tools, "tools")
 
 
 def _wire(tool: mt.Tool) -> dict[str, Any]:
