@@ -245,7 +245,7 @@ class ToolRegistry:
     @redactor.setter
     def redactor(self, value: Redactor) -> None:
         self._env.hub.redactor = value
-        self._replace(redactor=value, made_texts={})
+        self._replace(redactor=value, made_texts={}, allowed_rules={})
 
     @property
     def max_timeout_s(self) -> float:

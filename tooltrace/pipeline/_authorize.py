@@ -33,8 +33,9 @@ from ..policy import (
     reads_only,
     ttl_seconds,
 )
+from ..redaction import Redactor
 from ..sinks import ApprovalRecord
-from ._record import Builder, detached, error_text, redact_args, scrub
+from ._record import Builder, detached, error_text, redact_args, redact_detail, scrub
 
 if TYPE_CHECKING:
     from ._environment import Environment
@@ -112,9 +113,9 @@ def authorize(
     if decision is None:
         if rebound is not None or resolved:
             detail = _detail(rebound, rules=list(rules), paths=resolved)
+            b.step(StepName.POLICY, t, "policy", "allow", detail)
         else:
-            detail = {"rules": list(rules)}
-        b.step(StepName.POLICY, t, "policy", "allow", detail)
+            b.step(StepName.POLICY, t, "policy", "allow", _allowed(env, rules), clean=True)
         return None
     reason = scrub(env, decision.reason)[:300]
     decider = f"policy:{decision.rule}"
@@ -129,6 +130,23 @@ def authorize(
         return b.reject(stage, f"denied by policy rule {decision.rule}: {reason}", d.name)
     t = b.step(StepName.POLICY, t, decider, "ask", {"reason": reason, "paths": resolved})
     return Ask(decision, reason, decider, t)
+
+
+def _allowed(env: Environment, rules: tuple[str, ...]) -> dict[str, Any]:
+    """The allow step's detail: the rules that passed, their names redacted once for each
+    set of rules while the redactor's rules stand (every call that passes them names them)."""
+    red = env.redactor
+    if type(red) is not Redactor:  # a subclass's redaction may depend on more than the text
+        return dict(redact_detail(env, {"rules": list(rules)}))
+    memo = env.allowed_rules
+    hit = memo.get(rules)
+    if hit is None or hit[0] is not red or hit[1] != red.generation:
+        gen = red.generation  # read first: a value registered meanwhile makes the entry stale
+        names = tuple(redact_detail(env, {"rules": list(rules)})["rules"])
+        if len(memo) >= 256:
+            memo.clear()
+        hit = memo[rules] = (red, gen, names)
+    return {"rules": list(hit[2])}
 
 
 def _detail(rebound: str | None, **fields: Any) -> dict[str, Any]:

@@ -138,6 +138,9 @@ class Environment:
     home_text: str
     #: Texts the registry made from its own parts, scrubbed once (``_record.scrub_made``).
     made_texts: dict[str, tuple[Redactor, int, str]] = field(default_factory=dict)
+    #: The allow step's rule names, redacted once per set of rules (``_authorize._allowed``).
+    allowed_rules: dict[tuple[str, ...], tuple[Redactor, int, tuple[str, ...]]] = field(
+        default_factory=dict)
 
     # -- the host of a running call's context (tooltrace.runtime.CallHost) ---------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..model import (
@@ -64,6 +64,7 @@ class Builder:
         "args_redacted",
         "attributes",
         "call_id",
+        "clean",
         "depth",
         "entry",
         "env",
@@ -89,6 +90,9 @@ class Builder:
         self.t_wall = t_wall
         self.t0 = t0
         self.steps: list[Step] = []
+        #: The positions of steps whose detail needs no redaction when the record is made
+        #: (``step(..., clean=True)``); every other detail is redacted then.
+        self.clean: list[int] = []
         self.last = t0  # when the last step ended (perf ns)
         self.call_id = ""
         self.run_id = env.run_id
@@ -120,12 +124,17 @@ class Builder:
         return self.us(time.perf_counter_ns() + delta)
 
     def step(
-        self, name: str, t: int, decider: str, decision: str, detail: Mapping[str, Any] | None
+        self, name: str, t: int, decider: str, decision: str, detail: Mapping[str, Any] | None,
+        *, clean: bool = False,
     ) -> int:
         """Append a step that began at ``t`` (perf ns) and ends now; return now, which is
-        where the next step begins."""
+        where the next step begins. ``clean``: the detail holds only what the pipeline made of
+        numbers, words from a closed set, and text already redacted (``redact_detail``), so it
+        is recorded as it is; any other detail is redacted when the record is made."""
         now = self.last = time.perf_counter_ns()
         steps = self.steps
+        if clean:
+            self.clean.append(len(steps))
         steps.append(
             Step(
                 len(steps),
@@ -210,7 +219,7 @@ class Builder:
             args_redacted=self.args_redacted,
             result_preview=result_preview,
             artifact=artifact,
-            steps=recorded_steps(env, self.steps),
+            steps=recorded_steps(env, self.steps, self.clean),
             mode=self.mode,
             tool_type=d.tool_type if d else "function",
             description=d.description[:500] if d else None,
@@ -259,10 +268,11 @@ class WatchedBuilder(Builder):
     __slots__ = ()
 
     def step(
-        self, name: str, t: int, decider: str, decision: str, detail: Mapping[str, Any] | None
+        self, name: str, t: int, decider: str, decision: str, detail: Mapping[str, Any] | None,
+        *, clean: bool = False,
     ) -> int:
         """``Builder.step``, then the step handed to the subscribers."""
-        now = Builder.step(self, name, t, decider, decision, detail)
+        now = Builder.step(self, name, t, decider, decision, detail, clean=clean)
         e = self.entry
         self.env.hub.call_step(
             self.call_id, self.run_id, e.definition.name if e else UNREGISTERED, self.steps[-1]
@@ -270,13 +280,15 @@ class WatchedBuilder(Builder):
         return now
 
 
-def recorded_steps(env: Environment, steps: list[Step]) -> tuple[Step, ...]:
+def recorded_steps(env: Environment, steps: list[Step], clean: Sequence[int] = ()
+                   ) -> tuple[Step, ...]:
     """The steps as a record holds them: every detail (paths, reasons, errors, diffs) has been
-    through the redactor here, whichever stage wrote it."""
+    through the redactor here, whichever stage wrote it, but those at the ``clean`` positions
+    (see ``Builder.step``)."""
     redact = env.redactor.redact
     for i, s in enumerate(steps):
         detail = s.detail
-        if detail is None:
+        if detail is None or i in clean:
             continue
         try:
             red, n = redact(detail)

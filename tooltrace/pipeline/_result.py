@@ -58,7 +58,7 @@ def finish(
         result_detail = value.detail
         value = value.data
     detail = _execute_detail(env, ctx, signal, result_detail)
-    now = b.step(_EXECUTE, t, "tool", out.kind, detail)
+    now = b.step(_EXECUTE, t, "tool", out.kind, detail, clean=True)
     if signal is not None:
         _signal_steps(env, b, d, out, signal)
     status, summary, retry, etype = outcome_rules(
@@ -86,7 +86,8 @@ def _execute_detail(
     signal: str | None,
     result_detail: Mapping[str, Any] | None,
 ) -> Mapping[str, Any]:
-    """The execute step's detail: the timeout, and what the tool and the runtime added."""
+    """The execute step's detail: the timeout, the signal (a closed set), and what the tool and
+    the runtime added, redacted here."""
     out: dict[str, Any] = {"timeout_s": ctx.timeout_s}
     if ctx.detail:
         out.update(redact_detail(env, ctx.detail))

@@ -251,16 +251,17 @@ def admission(
     extra: dict[str, Any] | None,
     t: int,
 ) -> ToolResultEnvelope | None:
-    """Record the admission step (begun at ``t``); the refusal if no slot was had."""
+    """Record the admission step (begun at ``t``); the refusal if no slot was had. Its detail
+    is numbers and the admission's reason (a closed set)."""
     info = {"waited_ms": round(adm.waited_s * 1000, 3), "reason": adm.reason}
     if extra:
         info.update(extra)
     if not adm.admitted:
-        b.step(StepName.ADMISSION, t, "runtime", "reject", info)
+        b.step(StepName.ADMISSION, t, "runtime", "reject", info, clean=True)
         stage = Stage.CANCEL if adm.reason == "cancelled" else Stage.ADMISSION
         why = _ADMISSION_TEXT.get(adm.reason, adm.reason)
         return b.reject(stage, why, d.name, retry=Retry(adm.reason != "shutdown", after_ms=250))
-    b.step(StepName.ADMISSION, t, "runtime", "accept", info)
+    b.step(StepName.ADMISSION, t, "runtime", "accept", info, clean=True)
     return None
 
 
