@@ -290,7 +290,7 @@ def test_an_older_trail_gets_its_lookup_files_from_compact(trail: dict[str, Any]
 
 _KILLED = """
 import os, signal, sys
-from tooltrace.audit import _lookups, compact
+from tooltrace.audit import _lookupfile, compact
 
 def write_half(path, data):
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -299,7 +299,7 @@ def write_half(path, data):
         f.flush()
     os.kill(os.getpid(), signal.SIGKILL)
 
-_lookups.replace_whole = write_half
+_lookupfile.replace_whole = write_half
 compact(sys.argv[1])
 """
 

@@ -70,6 +70,7 @@ if TYPE_CHECKING:
         load_key,
     )
     from ._live import LiveProgress, live_dir, read_live
+    from ._lookup import recorded
     from ._manifest import (
         COMPACTED,
         PRUNED,
@@ -83,7 +84,6 @@ if TYPE_CHECKING:
         read_digest,
     )
     from ._ocsf import OCSF_VERSION
-    from ._recorded import recorded
     from ._recover import Recovered, recover_dead_segments
     from ._segments import (
         ParsedSegment,
@@ -202,7 +202,7 @@ _LAZY = {
     "DuplicateCallId": "_storerecords",
     "CallDetail": "_storerecords",
     "open_store": "_store",
-    "recorded": "_recorded",
+    "recorded": "_lookup",
     "explain": "_autopsy",
     "LiveProgress": "_live",
     "Follower": "_follow",

@@ -34,7 +34,7 @@ from .._files import replace_written
 from .._ids import new_call_id
 from .._settings import resolve_home
 from ._format import load_key
-from ._lookups import backfill_lookups, drop_unlisted_lookups, write_lookup_for
+from ._lookupfile import backfill_lookups, drop_unlisted_lookups, write_lookup_for
 from ._manifest import (
     COMPACTED,
     PRUNED,
@@ -204,7 +204,7 @@ def _batches(todo: list[SegmentInfo], max_batch_bytes: int) -> Iterator[list[Par
 def _writer(adir: Path, manifest: dict[str, Any], row_group_size: int,
             key: bytes) -> Callable[[pa.Table, str], str]:
     """A function that writes a table of kind ``t`` to a new Parquet file (fsynced, then renamed
-    into place) with its lookup file (``_lookups``), notes its call-id range in ``manifest``
+    into place) with its lookup file (``_lookupfile``), notes its call-id range in ``manifest``
     and returns the file's relative path."""
 
     def write(tbl: pa.Table, t: str) -> str:

@@ -38,10 +38,9 @@ import orjson
 
 from .._settings import resolve_home
 from ._approvalrows import APPROVALS_VIEW
-from ._direct import LookupFiles
 from ._livescan import LiveSegments
 from ._livetables import LiveTables
-from ._lookup import find_call
+from ._lookup import LookupFiles, find_call
 from ._manifest import manifest_path, read_manifest
 from ._segments import audit_dir, list_segments
 from ._storerecords import (

@@ -356,7 +356,7 @@ def verify_audit(adir: Path, key: bytes | None, *, expect: str | None = None,
     if expect is not None:
         _check_expect(digest, expect, report)
     if key is not None and not in_archive:
-        from ._lookups import check_lookups
+        from ._lookupfile import check_lookups
         from ._manifest import read_manifest
 
         report.lookups, found = check_lookups(adir, read_manifest(adir), key,
