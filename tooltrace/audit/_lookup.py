@@ -1,6 +1,6 @@
-"""Finding one call in the trail: its rows by id (``AuditStore.call``), read without DuckDB
-where the lookup files and the segment lines can answer (``LookupFiles``), and whether a
-call id is already recorded (``recorded``).
+"""Finding one call in the trail: its rows by id (``AuditStore.call``), read without DuckDB where
+the lookup files and the segment lines can answer (``LookupFiles``), and whether a call id is
+already recorded (``recorded``).
 
 Each table is read from the compacted files whose recorded call-id range holds the id plus the
 rows not compacted yet: from those files' lookup files and the segment lines that hold the id
@@ -8,21 +8,23 @@ when they can answer (``LookupFiles``, no DuckDB), else with one plain statement
 (``read_parquet`` of those files, the stored columns by name, filtered on the id, and the
 segment lines that hold the id, copied into DuckDB). Steps are ordered and the latest
 resolution picked here, in Python, the same way for both. The row of ``tool_calls`` (its final
-``outcome``, when and how a late step resolved it) is put together here from the stored row and the call's latest
-resolution, not by a join in SQL: DuckDB plans and runs a plain scan of one file faster than the
-same scan under ``UNION ALL BY NAME``, a join and JSON casts, and the rows are the views' rows.
+``outcome``, when and how a late step resolved it) is put together here from the stored row and
+the call's latest resolution, not by a join in SQL: DuckDB plans and runs a plain scan of one
+file faster than the same scan under ``UNION ALL BY NAME``, a join and JSON casts, and the rows
+are the views' rows.
 
 A file compacted before one of the columns existed fails to bind the plain statement; that
-table is then read through ``read_by_name`` (the missing column reads as NULL), as the views do.
+table is then read through ``read_by_name`` (the missing column reads as NULL), as the views
+do.
 
 ``LookupFiles`` reads the rows of one call (or one call-id range) without DuckDB: from the
-lookup files beside the compacted Parquet files (``_lookupfile``) and from the segment lines not
-compacted yet that hold the id (``_livescan``), as parsed.
+lookup files beside the compacted Parquet files (``_lookupfile``) and from the segment lines
+not compacted yet that hold the id (``_livescan``), as parsed.
 
 Every answer is the one DuckDB would give over the same files: the stored columns in order,
 timestamps as naive UTC datetimes, and the rows not compacted yet converted the way the store's
-SQL casts them. When that cannot be promised, the answer is None and the caller asks DuckDB:
-a Parquet file without a lookup file (a trail compacted before they existed), no audit key to
+SQL casts them. When that cannot be promised, the answer is None and the caller asks DuckDB: a
+Parquet file without a lookup file (a trail compacted before they existed), no audit key to
 authenticate one with, a value not compacted yet whose cast only DuckDB can say, or a lookup
 file that is not what compaction wrote (``LookupDamaged``: it is then never read again by this
 store, and ``warnings`` says so).
@@ -31,8 +33,8 @@ store, and ``warnings`` says so).
 refuse a caller-supplied call id that an earlier process recorded.
 
 A call id is an identity: the registry refuses an id it remembers (its own recent calls and
-caller-supplied ids), and asks the trail about the ids it cannot vouch for. ``recorded`` answers
-without DuckDB for the segments and without parsing a line that does not match:
+caller-supplied ids), and asks the trail about the ids it cannot vouch for. ``recorded``
+answers without DuckDB for the segments and without parsing a line that does not match:
 
 - **Segments** (live and sealed): a record's line starts with ``{"k":"c","call_id":"<id>"``
   (a call) or ``{"k":"i","call_id":"<id>"`` (a strict-mode intent) right after a newline; the
