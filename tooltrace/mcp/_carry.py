@@ -24,7 +24,7 @@ import contextvars
 import inspect
 import itertools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class Carried:
     interim: dict[str, Any] | None = None
     on_progress: Callable[[float, float | None, str | None], Any] | None = None
     #: ``inputResponses`` and ``requestState`` the proxy itself sends (a translated round).
-    retry: tuple[Mapping[str, Any], str | None] | None = field(default=None)
+    retry: tuple[Mapping[str, Any], str | None] | None = None
 
     @property
     def meta(self) -> Mapping[str, Any]:

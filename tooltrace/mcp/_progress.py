@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -175,20 +176,22 @@ class ProgressRelay:
 
 def _counter(registry: ToolRegistry) -> Any:
     """``tooltrace_mcp_progress_coalesced_total`` in the registry's Prometheus registry (None
-    without a metrics sink; the one already there when another proxy registered it)."""
+    without a metrics sink); one per Prometheus registry, shared by the proxies that use it."""
     from ..telemetry.metrics import MetricsSink
 
     sink = next((s for s in registry.sinks if isinstance(s, MetricsSink)), None)
     if sink is None:
         return None
-    from prometheus_client import Counter
+    counter = _COUNTERS.get(sink.registry)
+    if counter is None:
+        from prometheus_client import Counter
 
-    try:
-        return Counter("tooltrace_mcp_progress_coalesced",
-                       "Progress notifications the MCP proxy coalesced into a newer one because "
-                       "the client read slower than the upstream reported.",
-                       registry=sink.registry)
-    except ValueError:  # registered by another proxy in this registry: count there
-        collector = getattr(sink.registry, "_names_to_collectors", {}).get(
-            "tooltrace_mcp_progress_coalesced_total")
-        return collector
+        counter = _COUNTERS[sink.registry] = Counter(
+            "tooltrace_mcp_progress_coalesced",
+            "Progress notifications the MCP proxy coalesced into a newer one because the client "
+            "read slower than the upstream reported.", registry=sink.registry)
+    return counter
+
+
+# Registering the counter twice in one Prometheus registry is an error: the one made for it.
+_COUNTERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()

@@ -49,6 +49,7 @@ _BACKOFF_MIN_S = 0.2
 _BACKOFF_MAX_S = 10.0
 _STABLE_S = 30.0
 _CONNECTION_CLOSED = -32000
+_METHOD_NOT_FOUND = -32601
 # Rounds of input the proxy asks a client of an older revision for, for one request.
 _INPUT_ROUNDS = 10
 # The pause before a subscriptions/listen stream that ended is opened again.
@@ -393,20 +394,22 @@ class Upstream:
         interim, c.interim = c.interim or {}, None
         asked = interim.get("inputRequests")
         answers: dict[str, Any] = {}
+        callbacks = {"elicitation/create": "elicitation_callback",
+                     "sampling/createMessage": "sampling_callback",
+                     "roots/list": "list_roots_callback"}
         for key, req in (asked.items() if isinstance(asked, Mapping) else ()):
             method = req.get("method") if isinstance(req, Mapping) else None
-            params = req.get("params") or {}
+            ask = self._callbacks.get(callbacks.get(str(method), ""))
+            if ask is None:
+                raise UpstreamRPCError(_METHOD_NOT_FOUND, f"server {self.label} asked for input "
+                                       f"({str(method)[:40]}) the proxy cannot ask its client for")
             if method == "elicitation/create":
-                answer = await self._callbacks["elicitation_callback"](
-                    None, mt.ElicitRequest.model_validate(req).params)
+                answer = await ask(None, mt.ElicitRequest.model_validate(req).params)
             elif method == "sampling/createMessage":
-                answer = await self._callbacks["sampling_callback"](
-                    None, mt.CreateMessageRequestParams.model_validate(params))
-            elif method == "roots/list":
-                answer = await self._callbacks["list_roots_callback"](None)
+                answer = await ask(None, mt.CreateMessageRequestParams.model_validate(
+                    req.get("params") or {}))
             else:
-                raise UpstreamProtocolError(
-                    f"server {self.label} asked for input the proxy cannot ask for")
+                answer = await ask(None)
             if isinstance(answer, mt.ErrorData):
                 raise UpstreamRPCError(answer.code, f"the client refused {method}: "
                                        f"{default_redactor().bounded(answer.message, 200)}")
