@@ -34,9 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = ["finish"]
 
-# The hot steps' names as plain strings (see tooltrace.pipeline._stages).
-_EXECUTE, _REDACT = str(StepName.EXECUTE), str(StepName.REDACT)
-_OK, _NO_EFFECT = Status.OK, Effect.NONE
 _perf_ns = time.perf_counter_ns
 
 
@@ -58,14 +55,14 @@ def finish(
         result_detail = value.detail
         value = value.data
     detail = _execute_detail(env, ctx, signal, result_detail)
-    now = b.step(_EXECUTE, t, "tool", out.kind, detail, clean=True)
+    now = b.step(StepName.EXECUTE, t, "tool", out.kind, detail, clean=True)
     if signal is not None:
         _signal_steps(env, b, d, out, signal)
     status, summary, retry, etype = outcome_rules(
         out.kind,
         signal,
         out.error,
-        side_effects=d.effect is not _NO_EFFECT,
+        side_effects=d.effect is not Effect.NONE,
         tool=d.name,
         # Raw: the record builder redacts the summary, then cuts it (Builder.envelope).
         tool_summary=str(tool_summary) if tool_summary else "",
@@ -75,7 +72,7 @@ def finish(
         call_id=b.call_id,
     )
     b.error_type = etype
-    if status is not _OK:
+    if status is not Status.OK:
         return b.envelope(status, summary, None, None, None, None, retry=retry)
     return _deliver(env, b, d, value, summary, retry, now)
 
@@ -141,9 +138,8 @@ def _deliver(
     data, n = env.redactor.redact(value)
     text = data if type(data) is str else _to_text(data)
     result_preview = text[: env.preview_chars] if text is not None else None
-    t = b.step(
-        _REDACT, t, "redactor", "redacted" if n else "clean", {"redactions": n} if n else None
-    )
+    t = b.step(StepName.REDACT, t, "redactor", "redacted" if n else "clean",
+               {"redactions": n} if n else None)
     if text is not None and len(text) > env.max_inline_chars:
         try:
             artifact = env.artifacts.put(text)
@@ -163,7 +159,7 @@ def _deliver(
         where = f"; full output in artifact sha256:{artifact.sha256[:12]}" if artifact else ""
         summary = f"{d.name} succeeded ({size} chars{where})" + summary
     return b.envelope(
-        _OK, summary, data, artifact, None, result_preview, retry=retry, made=made
+        Status.OK, summary, data, artifact, None, result_preview, retry=retry, made=made
     )
 
 

@@ -58,7 +58,6 @@ class Admission:
         self.tool_caps: dict[str, int] = dict(tool_caps or {})
         self._lock = threading.Lock()
         self._total = 0
-        # A plain dict: Counter's Python-level __delitem__ showed up on the hot path.
         self._inflight: dict[str, int] = {}
         self._waiters: collections.deque[_Waiter] = collections.deque()
         self._closed = False
@@ -90,8 +89,6 @@ class Admission:
 
     def try_acquire(self, tool: str) -> bool:
         """Take a slot if one is free and nobody is queued (never waits)."""
-        # _fits and _take, written out: this runs on every call. acquire()/release() in a
-        # try/finally cost half of a with-block on a lock.
         lock = self._lock
         lock.acquire()
         try:

@@ -64,8 +64,8 @@ _ISO_SECOND: tuple[int, str] = (-1, "")
 
 
 def _iso(us: int) -> str:
-    """RFC 3339 UTC with microseconds (``2026-12-02T17:20:17.123456Z``), a quarter of the cost
-    of ``datetime.isoformat`` when the second repeats."""
+    """RFC 3339 UTC with microseconds (``2026-12-02T17:20:17.123456Z``); the text of the
+    second is kept, since log lines come many to a second."""
     global _ISO_SECOND
     sec, micro = divmod(us, 1_000_000)
     cached = _ISO_SECOND
@@ -257,7 +257,7 @@ class LoggingSink:
             "call_id": rec.call_id,
             "run_id": rec.run_id,
             "tool": rec.tool,
-            "status": str(rec.status),  # a StrEnum's str() is its value, minus .value's cost
+            "status": str(rec.status),
             "stage": None if rec.reject_stage is None else str(rec.reject_stage),
             "elapsed_ms": round(rec.elapsed_us / 1000.0, 3),
             "trace_id": rec.trace_id,
