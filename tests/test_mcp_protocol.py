@@ -106,9 +106,12 @@ def test_resources_and_templates_pass_through(out: dict[str, Any]) -> None:
     assert [c.text for c in out["greeting"].contents] == ["hello from rich"]
     assert [c.text for c in out["templated"].contents] == ["note alpha"]
     assert [c.text for c in out["inside"].contents] == ["a file in the workspace"]
-    # Redacted in place.
+    # Redacted in place, and said so in _meta; an unchanged read says nothing.
     secret = out["secret"].contents[0].text
     assert "AKIA" not in secret and secret.startswith("aws_access_key_id = [REDACTED")
+    assert out["secret"].meta["tooltrace/changed"] == ["redacted"]
+    assert out["secret"].meta["tooltrace/status"] == "ok"
+    assert out["greeting"].meta is None
 
 
 def test_reads_and_prompts_are_audited_as_their_own_kind(out: dict[str, Any]) -> None:

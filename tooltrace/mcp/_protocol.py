@@ -27,7 +27,7 @@ from ..model import Capability, Effect, Status, ToolCall, ToolDefinition
 from ._backchannel import Backchannel
 from ._errors import UpstreamError, UpstreamRPCError
 from ._listing import Hint, all_pages, combined, hint_fields
-from ._results import from_upstream, upstream_error
+from ._results import from_upstream, marked, upstream_error
 from ._serverrequests import server_request_definitions, server_request_name
 from ._telemetry import clock, mark_error
 
@@ -307,6 +307,8 @@ class Forwarder:
         data = env.data
         if env.artifact is not None and raw is not None:
             data, _ = self.registry.redactor.redact(_hold(raw, {}))
+        if raw is not None and isinstance(data, dict) and data != _hold(raw, {}):
+            data = marked(dict(data), env, ["redacted"])  # said in _meta, as for a call
         return _restore(data, held)
 
     def _keep(self, call_id: str, wire: dict[str, Any]) -> Any:

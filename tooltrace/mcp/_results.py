@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ._errors import UpstreamRPCError
 
 __all__ = ["CHANGES", "SERVER_INFO_META", "HeldResult", "envelope_to_result", "from_upstream",
-           "proxied_result", "shape_result", "upstream_error"]
+           "marked", "proxied_result", "shape_result", "upstream_error"]
 
 _MAX_ERROR_CHARS = 1000
 
@@ -194,7 +194,7 @@ def proxied_result(env: ToolResultEnvelope, held: HeldResult | None, *, redactor
         text = data if isinstance(data, str) else str(data)
         out = copy.deepcopy(held.wire)
         out["content"][0]["text"] = text + note
-        return _marked(out, env, changed)
+        return marked(out, env, changed)
     if art is None and isinstance(data, dict) and "content" in data:
         shaped = copy.deepcopy(data)  # a private copy to restore into
         changed.insert(0, "redacted")
@@ -212,12 +212,13 @@ def proxied_result(env: ToolResultEnvelope, held: HeldResult | None, *, redactor
     for key in ("content", "structuredContent", "_meta"):
         if key in shaped:
             out[key] = shaped[key]
-    return _marked(out, env, changed)
+    return marked(out, env, changed)
 
 
-def _marked(out: dict[str, Any], env: ToolResultEnvelope, changed: list[str]
-            ) -> dict[str, Any]:
-    """``out`` with the call, its status and what changed in its ``_meta``."""
+def marked(out: dict[str, Any], env: ToolResultEnvelope, changed: list[str]
+           ) -> dict[str, Any]:
+    """``out`` (a result in wire form) with the call, its status and what changed
+    (``CHANGES``) in its ``_meta``, beside the upstream's own keys."""
     upstream = out.get("_meta")
     out["_meta"] = {**(upstream if isinstance(upstream, dict) else {}), **_meta(env),
                     "tooltrace/changed": changed}
