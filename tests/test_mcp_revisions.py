@@ -157,3 +157,62 @@ def _message(text: str) -> dict[str, Any]:
         return dict(json.loads(text))
     data = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
     return dict(json.loads(data[-1]))
+
+
+def test_a_change_the_server_announces_reaches_a_listen_stream(reference: str,
+                                                             tmp_path: Path) -> None:
+    # The proxy listens to the server (2026-07-28) for changes; a change made on the server
+    # (its hook called directly, not through the proxy) reaches a client's listen stream on
+    # the proxy, tagged with that stream's subscription id.
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    meta = {"io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"}}
+    headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": MODERN}
+
+    async def scenario() -> list[dict[str, Any]]:
+        proxy = McpProxy(_config(tmp_path, reference))
+        await proxy.start()
+        stop = asyncio.Event()
+        serving = asyncio.ensure_future(serve_http(proxy, "127.0.0.1", port, stop=stop))
+        frames: list[dict[str, Any]] = []
+        try:
+            async with httpx.AsyncClient(timeout=30) as http:
+                for _ in range(500):
+                    try:
+                        await http.get(url)
+                        break
+                    except httpx.TransportError:
+                        await asyncio.sleep(0.02)
+                listen = {"jsonrpc": "2.0", "id": "sub-1", "method": "subscriptions/listen",
+                          "params": {"notifications": {"toolsListChanged": True},
+                                     "_meta": meta}}
+                async with http.stream("POST", url, json=listen, headers={
+                        **headers, "mcp-method": "subscriptions/listen"}) as stream:
+                    lines = stream.aiter_lines()
+                    async for line in lines:
+                        if line.startswith("data:"):
+                            frames.append(json.loads(line[5:]))
+                            break  # the acknowledgment
+                    await proxy.upstreams["ref"].listening.wait()
+                    trigger = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                        "name": "test_trigger_tool_change", "arguments": {}, "_meta": meta}}
+                    await http.post(reference, json=trigger, headers={
+                        **headers, "mcp-method": "tools/call",
+                        "mcp-name": "test_trigger_tool_change"})
+                    async for line in lines:
+                        if line.startswith("data:"):
+                            frames.append(json.loads(line[5:]))
+                            break
+        finally:
+            stop.set()
+            await serving
+            await proxy.aclose()
+        return frames
+
+    ack, change = asyncio.run(scenario())
+    assert ack["method"] == "notifications/subscriptions/acknowledged"
+    assert ack["params"]["notifications"] == {"toolsListChanged": True}
+    assert change["method"] == "notifications/tools/list_changed"
+    assert change["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "sub-1"

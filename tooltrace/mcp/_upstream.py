@@ -89,6 +89,9 @@ class Upstream:
         #: ``subscriptions/listen`` stream at a stateless revision or a notification at a
         #: handshake revision; the front end's listen streams are fed from here.
         self.listeners: list[Callable[[Any], Awaitable[None]]] = []
+        #: Set while the proxy's own ``subscriptions/listen`` stream to the server is open
+        #: (acknowledged), at a stateless revision.
+        self.listening = asyncio.Event()
         self.label = config.label
         self._on_tools, self._on_notify = on_tools, on_notify
         self._callbacks = dict(callbacks or {})
@@ -281,6 +284,7 @@ class Upstream:
                 async with listen(session, tools_list_changed=kinds["tools"],
                                   prompts_list_changed=kinds["prompts"],
                                   resources_list_changed=kinds["resources"]) as events:
+                    self.listening.set()
                     async for event in events:
                         if isinstance(event, ToolsListChanged):
                             self._spawn(self._relist())
@@ -290,6 +294,8 @@ class Upstream:
             except Exception as exc:
                 log.debug("mcp upstream %s: subscriptions/listen ended (%s)", self.label,
                           type(exc).__name__)
+            finally:
+                self.listening.clear()
             await asyncio.sleep(_RELISTEN_S)
 
     async def _publish(self, event: Any) -> None:
