@@ -387,7 +387,7 @@ def _typed(value: Any) -> str:
 
 
 def _priority_as_float(result: dict[str, Any]) -> dict[str, Any]:
-    out = json.loads(json.dumps(result))
+    out: dict[str, Any] = json.loads(json.dumps(result))
     for block in out.get("content", []):
         ann = block.get("annotations")
         if isinstance(ann, dict) and isinstance(ann.get("priority"), int):

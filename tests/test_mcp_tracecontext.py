@@ -29,7 +29,7 @@ TRACE_ID, SPAN_ID = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 TRACEPARENT = f"00-{TRACE_ID}-{SPAN_ID}-01"
 TRACESTATE = "vendor=opaque-7,other=x"
 SERVER, CLIENT = 2, 3  # the OTLP proto's SpanKind numbers
-SENT = {"traceparent": TRACEPARENT, "tracestate": TRACESTATE}
+SENT: Any = {"traceparent": TRACEPARENT, "tracestate": TRACESTATE}  # a request's _meta
 
 
 @asynccontextmanager
