@@ -1,4 +1,5 @@
-"""One upstream MCP server over stdio: start, list tools, call, detect failure, restart.
+"""One upstream MCP server (stdio or streamable HTTP): start, agree on a revision, list tools,
+call, detect failure, restart.
 
 A supervisor task owns the connection (the process and the ``ClientSession`` must be entered
 and left by the same task). The transport reads the server's stdout itself: a line that is not
@@ -6,6 +7,13 @@ JSON-RPC, or the end of the output, breaks the connection at once, so in-flight 
 promptly instead of waiting out their deadline. A call that outlives its wait also breaks the
 connection (a hung server is killed). The supervisor then restarts the server with
 exponential backoff.
+
+The revision is the newest both speak (``_negotiate``: ``server/discover`` first, the
+``initialize`` handshake otherwise). A server that speaks a stateless revision and the handshake
+too gets a second connection at the handshake's revision (``twin``) for the clients of that
+revision (``era_for``); at a stateless revision the connection keeps a ``subscriptions/listen``
+stream open for the changes the server announces (``listeners``). What a client request carries
+across (its progress token, its per-request ``_meta``, a request for input) is ``_carry``'s.
 """
 
 from __future__ import annotations
