@@ -37,7 +37,7 @@ from typing import Any
 
 from bench._common import Table, percentile, scratch
 
-__all__ = ["COMMANDS", "run", "targets"]
+__all__ = ["COMMANDS", "backlog_over_time", "run", "targets"]
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What each timed process prints last on standard error: its peak RSS in KiB.
@@ -124,6 +124,7 @@ def child_writer(home: str, calls: int, rate: float) -> None:
     sink.flush(120.0)
     lat.sort()
     b = sink.compaction_backlog
+    backlog.append((time.perf_counter() - t0, b.calls, b.bytes, b.oldest_age_s))
     half = len(backlog) // 2
     out = {"calls": calls, "rate": rate, "achieved": calls / elapsed, "seconds": elapsed,
            "p50_us": percentile(lat, 50) / 1000, "p999_us": percentile(lat, 99.9) / 1000,
@@ -134,6 +135,8 @@ def child_writer(home: str, calls: int, rate: float) -> None:
            "backlog_max_mib_first_half": max((s[2] for s in backlog[:half]), default=0) / 2**20,
            "backlog_max_mib_second_half": max((s[2] for s in backlog[half:]), default=0) / 2**20,
            "backlog_end_calls": b.calls, "backlog_end_mib": b.bytes / 2**20,
+           "backlog_end_age_s": b.oldest_age_s,
+           "backlog_samples": [[round(t, 1), c, n, round(age, 1)] for t, c, n, age in backlog],
            "compactors_started": sink.compaction.started if sink.compaction else 0}
     sys.stdout.write(json.dumps(out) + "\n")
     sys.stdout.flush()
@@ -173,6 +176,52 @@ def child_next(home: str, timeout_s: float) -> None:
 # -- the coordinator ------------------------------------------------------------------------
 
 
+def _status(pid: int) -> dict[str, str]:
+    """The lines of ``/proc/<pid>/status`` by name; empty once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return dict(ln.rstrip("\n").split(":\t", 1) for ln in f if ":\t" in ln)
+    except OSError:
+        return {}
+
+
+class _Peaks:
+    """The peak RSS (VmHWM, MiB) of one process and of each of its children, read from
+    ``/proc`` every second by a thread of this process, so the writer's own loop is not
+    touched. A child's peak is its last reading (at most a second before it exited)."""
+
+    def __init__(self, pid: int) -> None:
+        import threading
+
+        self.pid = pid
+        self.peaks: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            for entry in os.listdir("/proc"):
+                if not entry.isdigit():
+                    continue
+                pid = int(entry)
+                st = _status(pid)
+                if pid != self.pid and st.get("PPid", "").strip() != str(self.pid):
+                    continue
+                hwm = st.get("VmHWM", "").split()
+                if hwm:
+                    self.peaks[pid] = max(self.peaks.get(pid, 0.0), int(hwm[0]) / 1024)
+            self._stop.wait(1.0)
+
+    def stop(self) -> dict[str, Any]:
+        """Stop watching: the process's peak, its children's largest and how many were seen."""
+        self._stop.set()
+        self._thread.join()
+        children = [m for pid, m in self.peaks.items() if pid != self.pid]
+        return {"writer_peak_mib": self.peaks.get(self.pid, 0.0),
+                "child_peak_mib": max(children, default=0.0), "children_seen": len(children)}
+
+
 def _env(compaction: bool) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
@@ -208,25 +257,30 @@ def _measure(home: str, ids: dict[str, str], repeats: int, env: dict[str, str]
 
 
 def _write(home: str, calls: int, rate: float, compaction: bool
-           ) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+           ) -> tuple[subprocess.Popen[str], dict[str, Any], _Peaks]:
     p = subprocess.Popen([sys.executable, "-m", "bench.live", "writer", "--home", home,
                           "--calls", str(calls), "--rate", str(rate)], cwd=ROOT,
                          env=_env(compaction), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          text=True)
+    peaks = _Peaks(p.pid)
     assert p.stdout is not None
     line = p.stdout.readline()
     if not line:
         p.wait()
+        peaks.stop()
         raise RuntimeError(f"the writer of {calls} calls failed ({p.returncode})")
-    return p, json.loads(line)
+    return p, json.loads(line), peaks
 
 
-def _stop(p: subprocess.Popen[str]) -> None:
+def _stop(p: subprocess.Popen[str], peaks: _Peaks, wrote: dict[str, Any]) -> None:
+    """Shut the writer down; add its peak RSS and its compactors' to ``wrote``."""
     assert p.stdin is not None
     p.stdin.write("stop\n")
     p.stdin.flush()
-    if p.wait(300) != 0:
-        raise RuntimeError(f"the writer failed at shutdown ({p.returncode})")
+    code = p.wait(300)
+    wrote.update(peaks.stop())
+    if code != 0:
+        raise RuntimeError(f"the writer failed at shutdown ({code})")
 
 
 def _compacted(adir: Path) -> set[tuple[str, int]]:
@@ -254,13 +308,13 @@ def _trail_state(home: str) -> dict[str, Any]:
 def _size(calls: int, rate: float, repeats: int, off: bool) -> dict[str, Any]:
     home = scratch(f"tooltrace-bench-live-{calls}-")
     try:
-        writer, wrote = _write(home, calls, rate, True)
+        writer, wrote, peaks = _write(home, calls, rate, True)
         ids = dict(zip(("first", "middle", "last"), wrote["ids"], strict=True))
         try:
             state_live = _trail_state(home)
             live = _measure(home, ids, repeats, _env(True))
         finally:
-            _stop(writer)
+            _stop(writer, peaks, wrote)
         nxt = subprocess.run([sys.executable, "-m", "bench.live", "next", "--home", home],
                              cwd=ROOT, env=_env(True), capture_output=True, text=True)
         if nxt.returncode != 0:
@@ -277,13 +331,13 @@ def _size(calls: int, rate: float, repeats: int, off: bool) -> dict[str, Any]:
     if off:
         home = scratch(f"tooltrace-bench-live-off-{calls}-")
         try:
-            writer, wrote_off = _write(home, calls, rate, False)
+            writer, wrote_off, peaks = _write(home, calls, rate, False)
             ids = dict(zip(("first", "middle", "last"), wrote_off["ids"], strict=True))
             try:
                 out["off"] = _measure(home, ids, repeats, _env(False))
                 out["state_off"] = _trail_state(home)
             finally:
-                _stop(writer)
+                _stop(writer, peaks, wrote_off)
         finally:
             shutil.rmtree(home, ignore_errors=True)
             shutil.rmtree(home + "-ws", ignore_errors=True)
@@ -292,11 +346,34 @@ def _size(calls: int, rate: float, repeats: int, off: bool) -> dict[str, Any]:
 
 def run(*, sizes: list[int], rate: float, repeats: int, off_max: int) -> dict[str, Any]:
     """Measure each size; print the tables; return the figures."""
-    out: dict[str, Any] = {"sizes": [], "rate": rate, "repeats": repeats}
+    # Other work on the host slows the writer and the compactor alike: say how busy it was.
+    out: dict[str, Any] = {"sizes": [], "rate": rate, "repeats": repeats,
+                           "load_start": os.getloadavg()}
     for n in sizes:
         res = _size(n, rate, repeats, n <= off_max)
         out["sizes"].append(res)
         _print(res, rate, repeats)
+    out["load_end"] = os.getloadavg()
+    print("- load average (1, 5, 15 min) before: {:.2f} {:.2f} {:.2f}; after: {:.2f} {:.2f} {:.2f}"
+          .format(*out["load_start"], *out["load_end"]))
+    return out
+
+
+def backlog_over_time(samples: list[list[float]], rows: int = 10) -> list[list[float]]:
+    """The writer's backlog samples ``[s, calls, bytes, oldest age s]`` cut into at most
+    ``rows`` equal spans of the run: ``[span end s, max calls, max MiB, max age s]`` each."""
+    if not samples:
+        return []
+    span = max(1.0, samples[-1][0] / rows)
+    out: list[list[float]] = []
+    for t, calls, size, age in samples:
+        end = span * (int(t // span) + 1)
+        if out and out[-1][0] == end:
+            last = out[-1]
+            last[1], last[2], last[3] = max(last[1], calls), max(last[2], size / 2**20), max(
+                last[3], age)
+        else:
+            out.append([end, calls, size / 2**20, age])
     return out
 
 
@@ -322,7 +399,17 @@ def _print(res: dict[str, Any], rate: float, repeats: int) -> None:
           f"{w['backlog_max_calls']:,} calls, {w['backlog_max_mib']:.1f} MiB (first half "
           f"{w['backlog_max_mib_first_half']:.1f}, second half "
           f"{w['backlog_max_mib_second_half']:.1f}), oldest {w['backlog_max_age_s']:.0f} s; "
-          f"at the end {w['backlog_end_calls']:,} calls, {w['backlog_end_mib']:.1f} MiB")
+          f"at the end {w['backlog_end_calls']:,} calls, {w['backlog_end_mib']:.1f} MiB, oldest "
+          f"{w.get('backlog_end_age_s', 0.0):.0f} s")
+    if "writer_peak_mib" in w:
+        print(f"- peak RSS: the writer {w['writer_peak_mib']:.0f} MiB, its compactor processes "
+              f"at most {w['child_peak_mib']:.0f} MiB ({w['children_seen']} seen)")
+    if w.get("backlog_samples"):
+        bt = Table(f"Compaction backlog over time ({n:,} calls, max in each span)",
+                   ["up to s", "calls", "MiB", "oldest s"])
+        for row in backlog_over_time(w["backlog_samples"]):
+            bt.add(*row, digits=1)
+        bt.print()
     print(f"- live: {sl['compacted']} of {sl['segments']} segments compacted "
           f"({sl['segment_mib']:.0f} MiB of segments), Parquet files {sl['parquet_files']}")
     print(f"- compacted: the next writer's background compaction caught up in "
