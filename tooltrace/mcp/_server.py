@@ -54,17 +54,12 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
     """A low-level MCP server whose tools are the proxy's."""
     import mcp.types as mt
     from mcp.server.lowlevel import Server
-    from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
     from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
     from .. import __version__
 
     network = "pipe" if transport == "stdio" else "tcp"
     relay = ProgressRelay(proxy.registry)
-    # subscriptions/listen (2026-07-28): what the upstreams announce reaches the streams.
-    bus = InMemorySubscriptionBus()
-    for up in proxy.upstreams.values():
-        up.listeners.append(bus.publish)
 
     async def on_list_tools(ctx: Any, params: mt.PaginatedRequestParams | None
                             ) -> mt.ListToolsResult:
@@ -73,12 +68,7 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
     # Answers the upstream's result in wire form (a mapping, which the SDK sends as it is
     # after checking it against the client's revision), or the proxy's own result.
     async def on_call_tool(ctx: Any, params: mt.CallToolRequestParams) -> Any:
-        attrs: dict[str, str | int | bool] = {"network.transport": network}
-        if ctx.request_id is not None:
-            attrs["jsonrpc.request.id"] = str(ctx.request_id)
-        if ctx.protocol_version:
-            attrs["mcp.protocol.version"] = str(ctx.protocol_version)[:32]
-        attrs["mcp.session.id"] = _session_id(ctx) or proxy.session_id
+        attrs = _call_attributes(ctx, network, proxy.session_id)
         token = progress_token(ctx.params)
         c = carried()
         # Named here so that a client's cancel can be passed on (cancel_call) to this call.
@@ -130,7 +120,7 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
             or "Tools of upstream MCP servers, run through tooltrace's audited pipeline.",
             on_list_tools=on_list_tools,
             on_call_tool=on_call_tool,
-            on_subscriptions_listen=ListenHandler(bus),
+            on_subscriptions_listen=_listen_handler(proxy),
             **_protocol_handlers(proxy),
         )
     # The proxy's own SERVER spans and duration histograms replace the SDK's spans.
@@ -140,6 +130,27 @@ def build_server(proxy: McpProxy, transport: str) -> Server[Any]:
     server.create_initialization_options = functools.partial(  # type: ignore[method-assign]
         server.create_initialization_options, proxy.forwarder.notification_options())
     return server
+
+
+def _call_attributes(ctx: Any, network: str, session: str) -> dict[str, str | int | bool]:
+    """A ``tools/call``'s attributes for its record (MCP semantic conventions)."""
+    attrs: dict[str, str | int | bool] = {"network.transport": network}
+    if ctx.request_id is not None:
+        attrs["jsonrpc.request.id"] = str(ctx.request_id)
+    if ctx.protocol_version:
+        attrs["mcp.protocol.version"] = str(ctx.protocol_version)[:32]
+    attrs["mcp.session.id"] = _session_id(ctx) or session
+    return attrs
+
+
+def _listen_handler(proxy: McpProxy) -> Any:
+    """``subscriptions/listen`` (2026-07-28): what the upstreams announce reaches the streams."""
+    from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+
+    bus = InMemorySubscriptionBus()
+    for up in proxy.upstreams.values():
+        up.listeners.append(bus.publish)
+    return ListenHandler(bus)
 
 
 async def _answer(c: Carried | None, work: Awaitable[Any]) -> Any:

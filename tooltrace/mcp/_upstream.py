@@ -72,6 +72,8 @@ class Upstream:
     ``on_tools(upstream, tools)`` is called with the wire form of the tool listing after every
     (re)connect, so pins are checked again when a restarted server changes its tools;
     ``callbacks`` are the session's sampling, elicitation and roots callbacks (``Backchannel``).
+    ``prefer="handshake"`` tries the handshake before ``server/discover`` (a client session's
+    connection, a twin); ``primary`` is a twin's connection at the stateless revision.
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class Upstream:
         on_notify: Callable[[Upstream, Any], Awaitable[None]] | None = None,
         callbacks: Mapping[str, Any] | None = None,
         prefer: str = "newest",
+        primary: Upstream | None = None,
     ) -> None:
         self.config = config
         self._prefer = prefer
@@ -91,7 +94,7 @@ class Upstream:
         #: the logging level, requests of the server during a call) exists only there.
         self.twin: Upstream | None = None
         # A twin's primary: it serves the tools only the stateless revision lists.
-        self._primary: Upstream | None = None
+        self._primary = primary
         #: Called with each change the server announces (``mcp.shared.subscriptions`` events:
         #: a tool, prompt or resource list changed, a resource updated), from a
         #: ``subscriptions/listen`` stream at a stateless revision or a notification at a
@@ -157,9 +160,8 @@ class Upstream:
 
     async def _start_twin(self) -> None:
         twin = Upstream(self.config, on_notify=self._on_notify, callbacks=self._callbacks,
-                        prefer="handshake")
+                        prefer="handshake", primary=self)
         twin.listeners = self.listeners
-        twin._primary = self
         try:
             await twin.start()
         except UpstreamError:
