@@ -617,3 +617,38 @@ def test_tool_buckets_hold_in_multiprocess_mode(tmp_path: Path) -> None:
     assert les[("grep", "ok")] == [*(str(b) for b in DURATION_BUCKETS), "+Inf"]
     proc = promtool_check_metrics(out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_tool_definition_s_latency_buckets_are_its_series_buckets(tmp_path: Path) -> None:
+    @tool("deploy_service", execution="inline", latency_buckets=reversed(DEPLOY_BUCKETS))
+    def deploy_service() -> str:
+        return "done"
+
+    @tool("grep", execution="inline")
+    def grep() -> str:
+        return "found"
+
+    sink = MetricsSink(deferred=False)
+    reg = ToolRegistry(workspace=tmp_path, home=tmp_path / "home", sinks=[sink])
+    try:
+        reg.register(deploy_service)
+        reg.register(grep)
+        assert reg.definition("deploy_service").latency_buckets == tuple(  # type: ignore[union-attr]
+            reversed(DEPLOY_BUCKETS))
+        assert reg.call(ToolCall("deploy_service", {})).ok
+        assert reg.call(ToolCall("grep", {})).ok
+    finally:
+        reg.shutdown()
+    assert sink.buckets_of("deploy_service") == DEPLOY_BUCKETS
+    assert sink.buckets_of("grep") == DURATION_BUCKETS
+    les = _le_sets(generate_latest(sink.registry).decode())
+    assert les[("deploy_service", "ok")] == [*(str(b) for b in DEPLOY_BUCKETS), "+Inf"]
+    assert les[("grep", "ok")] == [*(str(b) for b in DURATION_BUCKETS), "+Inf"]
+
+
+@pytest.mark.parametrize("bad", [(), (0.0, 1.0), (-1.0,), (float("nan"),), ("soon",), (True,)])
+def test_a_bad_latency_bucket_set_is_refused_at_registration(bad: tuple[Any, ...]) -> None:
+    from tooltrace import RegistrationError
+
+    with pytest.raises(RegistrationError, match="latency_buckets"):
+        tool("deploy_service", latency_buckets=bad)(lambda: "done")

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from .model import CallRecord, Step
+from .model import CallRecord, Step, ToolDefinition
 
 __all__ = [
     "FIRST_LATE_SEQ",
@@ -134,6 +134,9 @@ class RegistryState(Protocol):
 
     def tool_names(self) -> frozenset[str]:
         """Names of the registered tools: the closed set of metric label values."""
+
+    def definition(self, name: str) -> ToolDefinition | None:
+        """The active definition of ``name``, or None."""
 
     def inflight(self) -> dict[str, int]:
         """Calls holding a concurrency slot now, by tool."""

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import enum
 import inspect
+import math
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -144,6 +145,9 @@ class ToolDefinition:
     that is not a tool a model calls but is run through the registry to be policed and audited
     (an MCP server's sampling, elicitation and roots requests): no listing shows it, no mode
     hides it, and only policy rules that name it decide its calls."""
+    latency_buckets: tuple[float, ...] | None = None
+    """The upper bounds (seconds) of this tool's call duration histogram buckets, fitted to how
+    long its calls take (``None``: the metrics sink's defaults, 1 ms to 10 min)."""
 
     @property
     def group_name(self) -> str | None:
@@ -189,6 +193,12 @@ class ToolDefinition:
             raise RegistrationError(
                 f"tool {self.name!r}: group must match ^[A-Za-z0-9._-]{{1,128}}$"
             )
+        lb = self.latency_buckets
+        if lb is not None and (not lb or not all(
+                isinstance(b, int | float) and not isinstance(b, bool) and 0 < b < math.inf
+                for b in lb)):
+            raise RegistrationError(f"tool {self.name!r}: latency_buckets must be positive, "
+                                    "finite numbers of seconds (at least one)")
         for p in self.writes:
             if p not in self.path_params:
                 raise RegistrationError(
@@ -349,6 +359,7 @@ def tool(
     parameters: Mapping[str, Any] | None = None,
     group: str | None = None,
     writes: tuple[str, ...] = (),
+    latency_buckets: Iterable[float] | None = None,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
@@ -369,15 +380,17 @@ def tool(
     parameters: Mapping[str, Any] | None = None,
     group: str | None = None,
     writes: tuple[str, ...] = (),
+    latency_buckets: Iterable[float] | None = None,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Build a ``FunctionTool`` from a typed function: ``@tool`` with the defaults, or
     ``@tool(...)`` with options (``@tool()`` is the same as ``@tool``).
 
     The schema comes from the signature (a parameter annotated ``CallContext`` receives the call
     context and is not part of the schema) unless ``parameters`` is given; the description
-    defaults to the docstring's first paragraph. ``group`` and ``writes`` are the
-    definition's fields of those names (a group a listing can collapse; the path arguments
-    whose files are snapshotted before each call).
+    defaults to the docstring's first paragraph. ``group``, ``writes`` and
+    ``latency_buckets`` are the definition's fields of those names (a group a listing can
+    collapse; the path arguments whose files are snapshotted before each call; the tool's own
+    call duration buckets).
     """
 
     if name is not None and not callable(name) and not isinstance(name, str):
@@ -409,6 +422,7 @@ def tool(
             max_concurrency=max_concurrency,
             group=group,
             writes=tuple(writes),
+            latency_buckets=None if latency_buckets is None else tuple(latency_buckets),
         )
         return FunctionTool(definition, fn, wants_ctx)
 

@@ -270,8 +270,11 @@ class MetricsSink:
         return ch
 
     def _new_children(self, tool: str) -> _ToolChildren:
-        bset = self._tool_buckets.get(tool, self._default_buckets)
-        duration = self._durations[bset]
+        bset = self._buckets_for(tool)
+        duration = self._durations.get(bset)
+        if duration is None:
+            duration = self._durations[bset] = Histogram(
+                _DURATION, _DURATION_HELP, ["tool", "status"], buckets=bset, registry=None)
         return _ToolChildren(
             tool=tool,
             # Keyed by the plain string: a StrEnum member hashes and compares equal to it.
@@ -285,10 +288,21 @@ class MetricsSink:
             admission=self._admission.labels(tool),
         )
 
+    def _buckets_for(self, tool: str) -> tuple[float, ...]:
+        """``tool_buckets``' set for the tool, else its definition's ``latency_buckets``, else
+        the default buckets."""
+        mine = self._tool_buckets.get(tool)
+        if mine is not None:
+            return mine
+        d = self._bound.definition(tool) if self._bound is not None else None
+        if d is not None and d.latency_buckets:
+            return _bucket_set(d.latency_buckets, f"tool {tool!r} latency_buckets")
+        return self._default_buckets
+
     def buckets_of(self, tool: str) -> tuple[float, ...]:
         """The call duration buckets (upper bounds, seconds, without +Inf) that ``tool``'s
         series use."""
-        return self._tool_buckets.get(self.tool_label(tool), self._default_buckets)
+        return self._buckets_for(self.tool_label(tool))
 
     # -- sink -----------------------------------------------------------------------------------
 
