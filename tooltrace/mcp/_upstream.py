@@ -19,12 +19,9 @@ across (its progress token, its per-request ``_meta``, a request for input) is `
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..redaction import default_redactor
@@ -40,6 +37,7 @@ from ._errors import (
     UpstreamUnavailable,
 )
 from ._fastcall import FastCalls
+from ._http import http_transport
 from ._listing import Hint, all_pages
 from ._process import stdio_process
 
@@ -233,7 +231,7 @@ class Upstream:
         self._broken = asyncio.Event()
         self._broken_reason = ""
         self._served = False
-        transport = (_http_transport(cfg) if cfg.url is not None else stdio_process(
+        transport = (http_transport(cfg) if cfg.url is not None else stdio_process(
             cfg, self._break, lambda: self._broken_reason in ("", "exited")))
         opened: list[ClientSession] = []
         async with transport as (read, write, fast):
@@ -606,80 +604,6 @@ class Upstream:
         return UpstreamProtocolError(
             f"server {self.label} answered with a result that could not be accepted "
             f"({type(exc).__name__})")
-
-
-@contextlib.asynccontextmanager
-async def _http_transport(cfg: ServerConfig) -> AsyncIterator[tuple[Any, Any, None]]:
-    """Streamable HTTP to ``cfg.url`` with the configured headers (``${NAME}`` expanded from
-    the environment here, so the values are only ever in the HTTP client)."""
-    import httpx2
-    from mcp.client.streamable_http import streamable_http_client
-
-    headers = {k: _expand(v) for k, v in cfg.headers.items()}
-    timeout = httpx2.Timeout(30.0, read=300.0)
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=timeout,
-                           transport=_line_streams(httpx2.AsyncHTTPTransport())) as client,
-        streamable_http_client(str(cfg.url), http_client=client) as (read, write, *_),
-    ):
-        yield read, write, None
-
-
-def _line_streams(inner: Any) -> Any:
-    """An HTTP transport that hands the SDK a streamed ``application/json`` answer (chunked:
-    no ``Content-Length``) as the server-sent events it reads: servers that stream a request's
-    messages (progress, then the result; a ``subscriptions/listen`` stream) write them as JSON
-    lines, one message a line, which the SDK would read as one malformed document."""
-    import httpx2
-
-    class EventLines(httpx2.AsyncByteStream):
-        """JSON lines as server-sent events (one ``message`` event a line)."""
-
-        def __init__(self, lines: Any) -> None:
-            self._lines = lines
-
-        async def __aiter__(self) -> AsyncIterator[bytes]:
-            pending = b""
-            async for chunk in self._lines:
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        yield b"event: message\ndata: " + line.strip() + b"\n\n"
-            if pending.strip():
-                yield b"event: message\ndata: " + pending.strip() + b"\n\n"
-
-        async def aclose(self) -> None:
-            await self._lines.aclose()
-
-    class LineStreams(httpx2.AsyncBaseTransport):
-        async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-            response: httpx2.Response = await inner.handle_async_request(request)
-            kind = response.headers.get("content-type", "")
-            if not (kind.startswith("application/json") and 200 <= response.status_code < 300
-                    and "content-length" not in response.headers):
-                return response
-            headers = [(k, v) for k, v in response.headers.multi_items()
-                       if k.lower() not in ("content-type", "transfer-encoding")]
-            headers.append(("content-type", "text/event-stream"))
-            return httpx2.Response(response.status_code, headers=headers,
-                                   stream=EventLines(response.stream),
-                                   extensions=response.extensions)
-
-        async def aclose(self) -> None:
-            await inner.aclose()
-
-    return LineStreams()
-
-
-def _expand(value: str) -> str:
-    def var(m: re.Match[str]) -> str:
-        got = os.environ.get(m.group(1))
-        if got is None:
-            raise UpstreamUnavailable(f"environment variable {m.group(1)} is not set")
-        return got
-
-    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", var, value)
 
 
 async def _negotiate(session: ClientSession, pinned: str, prefer: str) -> None:
