@@ -167,6 +167,18 @@ def _status_lines(a: Any, guard: OutputGuard) -> None:
     _line("outcome", outcome, guard)
 
 
+def _checks(a: Any, guard: OutputGuard) -> None:
+    """The schema checks and the path arguments as resolved (or refused)."""
+    for s in a.schema:
+        _line(f"schema ({s['step']})", f"{s['decision']}"
+              + (f": {s['error']}" if s.get("error") else ""), guard)
+    for param, where in a.paths.items():
+        where = where or "."  # the workspace root itself
+        _line("path", f"{param} -> {where} (within the workspace)", guard)
+    for param, why in a.refused_paths.items():
+        _line("path", f"{param} refused: {why}", guard)
+
+
 def _render(a: Any, guard: OutputGuard, wide: bool) -> None:
     rec = a.record or {}
     # Whole ids: unique whatever the trail holds, and found without reading every id (autopsy
@@ -184,14 +196,7 @@ def _render(a: Any, guard: OutputGuard, wide: bool) -> None:
     _line("arguments", a.arguments, guard)
     if a.final_arguments != a.arguments:
         _line("arguments (final)", a.final_arguments, guard)
-    for s in a.schema:
-        _line(f"schema ({s['step']})", f"{s['decision']}"
-              + (f": {s['error']}" if s.get("error") else ""), guard)
-    for param, where in a.paths.items():
-        where = where or "."  # the workspace root itself
-        _line("path", f"{param} -> {where} (within the workspace)", guard)
-    for param, why in a.refused_paths.items():
-        _line("path", f"{param} refused: {why}", guard)
+    _checks(a, guard)
     for p in a.policy:
         if p.get("rule"):
             txt = f"{p['decision']} by rule {p['rule']}"
