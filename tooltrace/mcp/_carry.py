@@ -160,6 +160,12 @@ class _Routes:
         self.requests[request.id] = (request.method, c, token)
         return request.model_copy(update={"params": params})
 
+    def forget(self, request_id: Any) -> None:
+        """A request that will get no answer (cancelled): stop routing for it."""
+        sent = self.requests.pop(request_id, None)
+        if sent is not None and sent[2] is not None:
+            self.tokens.pop(sent[2], None)
+
     def _record(self, on_progress: Callable[..., Any], params: Mapping[str, Any]) -> None:
         """The report for the call's record (the registry checks and rate-limits it)."""
         done, total, note = params.get("progress"), params.get("total"), params.get("message")
@@ -264,11 +270,15 @@ class _Write:
     async def send(self, item: Any) -> None:
         """Send one message (a carried request as it goes upstream)."""
         message = getattr(item, "message", None)
-        if message is not None and getattr(message, "method", None) in CARRIED_METHODS \
-                and getattr(message, "id", None) is not None:
+        method = getattr(message, "method", None)
+        if method in CARRIED_METHODS and getattr(message, "id", None) is not None:
             out = self._routes.outgoing(message)
             if out is not message:
                 item = type(item)(message=out, metadata=item.metadata)
+        elif method == "notifications/cancelled":
+            params = getattr(message, "params", None)
+            if isinstance(params, dict):
+                self._routes.forget(params.get("requestId"))
         await self._inner.send(item)
 
     async def aclose(self) -> None:
