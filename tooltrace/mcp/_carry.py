@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import inspect
 import itertools
 from collections.abc import Callable, Mapping
@@ -53,6 +54,7 @@ _STAND_INS: dict[str, dict[str, Any]] = {
 }
 
 
+@functools.lru_cache(maxsize=16)
 def is_modern(version: str | None) -> bool:
     """Whether ``version`` is a stateless revision (2026-07-28 and later)."""
     from mcp_types.version import MODERN_PROTOCOL_VERSIONS
