@@ -312,8 +312,7 @@ def test_a_2026_result_names_the_proxy_as_its_server(
         answers: tuple[dict[str, bytes], dict[str, bytes]]) -> None:
     direct, proxied = answers
     stamp = b'"io.modelcontextprotocol/serverInfo":{"name":"%s"'
-    if "http statuses" not in direct:  # a handshake-era result carries no stamp, the
-        # upstream's (at 2026-07-28 on the proxy's side) included
+    if "http statuses" not in direct:  # a handshake-era result carries none
         assert b"io.modelcontextprotocol/serverInfo" not in proxied["several_texts"]
         return
     assert stamp % b"rich" in direct["several_texts"]
