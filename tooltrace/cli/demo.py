@@ -6,6 +6,7 @@ import collections
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,23 @@ SPOTLIGHT = (
     ("unknown", "a side-effecting call that returned unknown; its outcome came later"),
     ("offload", "a big output moved to an artifact with its sha256"),
 )
+
+
+def _progress_printer() -> Callable[[int, int], None]:
+    """Progress on stderr: a line redrawn five times a second on a terminal, else one every
+    two seconds."""
+    tty = sys.stderr.isatty()
+    last = [0.0]
+
+    def progress(done: int, total: int) -> None:
+        now = time.monotonic()
+        if done == total or now - last[0] >= (0.2 if tty else 2.0):
+            last[0] = now
+            end = "\r" if tty and done < total else "\n"
+            click.echo(f"demo: {done}/{total} calls ({100 * done // total}%)", err=True, nl=False)
+            click.echo(end, err=True, nl=False)
+
+    return progress
 
 
 @click.command()
@@ -81,17 +99,7 @@ def demo(
     from ..demo import run_demo
 
     guard = OutputGuard(home)
-    tty = sys.stderr.isatty()
-    last = [0.0]
-
-    def progress(done: int, total: int) -> None:
-        now = time.monotonic()
-        if done == total or now - last[0] >= (0.2 if tty else 2.0):
-            last[0] = now
-            end = "\r" if tty and done < total else "\n"
-            click.echo(f"demo: {done}/{total} calls ({100 * done // total}%)", err=True, nl=False)
-            click.echo(end, err=True, nl=False)
-
+    progress = _progress_printer()
     if metrics_port is not None:
         click.echo(f"demo: serving metrics on 127.0.0.1:{metrics_port or '<any port>'}", err=True)
     from ..policy.file import PolicyFileError

@@ -188,15 +188,7 @@ class MetricsSink:
             "tooltrace_tool_offloads", "Calls whose result was offloaded to an artifact.",
             ["tool"], registry=reg,
         )
-        # One unregistered Histogram per distinct bucket set, rendered as one family.
-        self._default_buckets = _bucket_set(buckets, "buckets")
-        self._tool_buckets = {str(tool): _bucket_set(b, f"tool_buckets[{tool!r}]")
-                              for tool, b in (tool_buckets or {}).items()}
-        self._durations: dict[tuple[float, ...], Histogram] = {}
-        for bset in (self._default_buckets, *self._tool_buckets.values()):
-            if bset not in self._durations:
-                self._durations[bset] = Histogram(
-                    _DURATION, _DURATION_HELP, ["tool", "status"], buckets=bset, registry=None)
+        self._durations_by_buckets(buckets, tool_buckets)
         reg.register(_Collect(self._duration_family, _duration_described))
         self._observed = Counter(
             "tooltrace_policy_observed",
@@ -219,6 +211,19 @@ class MetricsSink:
         self._children: dict[str, _ToolChildren] = {}
         reg.register(_Collect(self._state_families, _state_described))
         self._prime(self._known)
+
+    def _durations_by_buckets(self, buckets: Iterable[float],
+                              tool_buckets: Mapping[str, Iterable[float]] | None) -> None:
+        """One unregistered Histogram per distinct bucket set, rendered as one family (a
+        tool's definition may bring another set later: ``_new_children``)."""
+        self._default_buckets = _bucket_set(buckets, "buckets")
+        self._tool_buckets = {str(tool): _bucket_set(b, f"tool_buckets[{tool!r}]")
+                              for tool, b in (tool_buckets or {}).items()}
+        self._durations: dict[tuple[float, ...], Histogram] = {}
+        for bset in (self._default_buckets, *self._tool_buckets.values()):
+            if bset not in self._durations:
+                self._durations[bset] = Histogram(
+                    _DURATION, _DURATION_HELP, ["tool", "status"], buckets=bset, registry=None)
 
     # -- wiring ---------------------------------------------------------------------------------
 
