@@ -19,7 +19,7 @@ answering), ``garbage`` (prints a non-JSON line on stdout instead of an answer),
 sends ``notifications/tools/list_changed``), ``big`` (returns ``n`` characters). Named in
 ``TOY_TOOLS`` only: ``blocks_error`` (an error result of several blocks, written as a server
 might: ``isError`` first) and ``numbers`` (no ``isError`` at all, integers and floats as
-written, a block annotation of priority ``1``).
+written, a block annotation of priority ``0`` and a block key no revision defines).
 """
 
 from __future__ import annotations
@@ -129,7 +129,8 @@ def call(name: str, args: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any
                 "audience": ["user"], "priority": 1}},
             {"type": "resource_link", "uri": "file:///tmp/toy.log", "name": "toy.log"}]}
     if name == "numbers":
-        return {"content": [{"type": "text", "text": "0", "annotations": {"priority": 0}}],
+        return {"content": [{"type": "text", "text": "0", "annotations": {"priority": 0},
+                             "x-toy": "a key no revision defines"}],
                 "structuredContent": {"zero": 0, "half": 0.5, "big": 12345678901234,
                                       "nested": {"list": [0, 1.0, -2]}}}
     if name == "big":
