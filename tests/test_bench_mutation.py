@@ -19,6 +19,7 @@ def test_every_target_and_its_tests_exist() -> None:
     core = {t.path for t in mutation.TARGETS.values()}
     assert {"tooltrace/runtime/_sandbox.py", "tooltrace/runtime/_landlock.py",
             "tooltrace/audit/_signing.py", "tooltrace/audit/_anchors.py",
+            "tooltrace/audit/_anchorcheck.py",
             "tooltrace/pipeline/_authorize.py", "tooltrace/policy/_paths.py",
             "tooltrace/redaction/_detectors.py"} <= core
 

@@ -45,15 +45,8 @@ use, so a reader does not pay for the writer (nor the writer for the reader).
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._anchors import (
-        Anchor,
-        AnchorGap,
-        AnchorLog,
-        ParsedAnchors,
-        anchors_path,
-        check_anchors,
-        parse_anchors,
-    )
+    from ._anchorcheck import Anchor, AnchorGap, ParsedAnchors, check_anchors, parse_anchors
+    from ._anchors import AnchorLog, anchors_path
     from ._approvalrows import list_approvals
     from ._autocompact import BackgroundCompaction, CompactionBacklog, WriterBacklog
     from ._autopsy import Autopsy, explain
@@ -245,13 +238,13 @@ _LAZY = {
     "load_public_key": "_signing",
     "secret_values": "_signing",
     "signing_key_path": "_signing",
-    "Anchor": "_anchors",
-    "AnchorGap": "_anchors",
+    "Anchor": "_anchorcheck",
+    "AnchorGap": "_anchorcheck",
     "AnchorLog": "_anchors",
-    "ParsedAnchors": "_anchors",
+    "ParsedAnchors": "_anchorcheck",
     "anchors_path": "_anchors",
-    "check_anchors": "_anchors",
-    "parse_anchors": "_anchors",
+    "check_anchors": "_anchorcheck",
+    "parse_anchors": "_anchorcheck",
     # writing (the audit sink)
     "TOOLTRACE_AUDIT_KEY": "_format",
     "encode_call_bytes": "_format",

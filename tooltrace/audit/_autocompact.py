@@ -28,7 +28,6 @@ yet (its live segment and its sealed ones compaction has not taken), and the age
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import subprocess
@@ -309,6 +308,8 @@ def run(home: Path, key: bytes, *, poll_s: float = POLL_S,
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m tooltrace.audit._autocompact --home H``: the audit key on standard input."""
+    import argparse  # only the compaction process parses arguments; a writer imports this too
+
     ap = argparse.ArgumentParser(prog="python -m tooltrace.audit._autocompact")
     ap.add_argument("--home", required=True, type=Path)
     ap.add_argument("--poll-s", type=float, default=POLL_S)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._anchors import AnchorGap
+    from ._anchorcheck import AnchorGap
 
 __all__ = ["Finding", "VerifyReport"]
 

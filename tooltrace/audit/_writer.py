@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .._files import fsync_path, write_all
-from ._anchors import PendingAnchors
 from ._format import FORMAT_VERSION, checkpoint_mac, dumps, genesis_hash
 from ._manifest import DROPPED, OPENED, SEALED, append_digest
 from ._segments import opening_name, segment_name
@@ -123,6 +122,8 @@ class SegmentWriter:
         self._opened_at = 0.0
         self._since_ckpt = 0
         self._seg_records = 0
+        from ._anchors import PendingAnchors  # with the anchors file, at the first record
+
         self._pending = PendingAnchors(self._signer.anchors if self._signer else None)
         self._unsynced = False
         self.acked_seq = 0

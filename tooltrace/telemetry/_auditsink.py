@@ -17,12 +17,10 @@ from .._settings import (
     resolve_home,
 )
 from ..audit import (
-    Ack,
     BackgroundCompaction,
     CompactionBacklog,
     FsyncPolicy,
     LiveProgress,
-    Recovered,
     SegmentWriter,
     WriterBacklog,
     audit_dir,
@@ -31,8 +29,6 @@ from ..audit import (
     encode_late,
     load_key,
     load_signer,
-    recorded,
-    recover_dead_segments,
     secret_values,
 )
 from ..exceptions import AuditUnavailableError, ConfigurationError
@@ -41,7 +37,7 @@ from ..sinks import ApprovalRecord, LateStep, RegistryState
 from ._worker import BatchWorker, on_fork_in_child
 
 if TYPE_CHECKING:
-    from ..audit import Signer
+    from ..audit import Ack, Recovered, Signer
 
 __all__ = [
     "TOOLTRACE_AUDIT_FSYNC",
@@ -201,6 +197,9 @@ class AuditSink:
     def recorded(self, call_id: str) -> bool:
         """Whether this home's trail already holds a call (or an intent) with ``call_id``
         (``tooltrace.audit.recorded``; raises ``OSError`` when the trail cannot be read)."""
+        # The lookup modules are loaded by the first call that names its own id, not at start.
+        from ..audit import recorded
+
         return recorded(self.audit_dir, call_id)
 
     def _note_error(self, exc: BaseException) -> None:
@@ -371,6 +370,8 @@ class AuditSink:
         # Then: seal segments that crashed writers left behind (off the call path).
         key = self._key
         if key is not None:
+            from ..audit import recover_dead_segments  # on the ticker, not at start
+
             try:
                 self.recovered = recover_dead_segments(self.audit_dir, key, self._signer)
             except Exception as exc:
