@@ -9,6 +9,7 @@ to key-like names, and replaces each find with a :func:`marker`.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,14 +37,14 @@ def marker(kind: str) -> str:
 class _Detector:
     """One credential format.
 
-    ``regex`` group ``s`` (when present) is the secret, else the whole match is. The detector
+    ``pattern``'s group ``s`` (when present) is the secret, else the whole match is. The detector
     runs only when one of its anchors is in the text (``cs``: case-sensitive literals) or in
     its lower-cased copy (``lc``). ``check`` vetoes a match that is well-formed but benign.
     ``rank`` orders overlapping finds: the most specific format names the marker.
     """
 
     kind: str
-    regex: re.Pattern[str]
+    pattern: str
     cs: tuple[str, ...] = ()
     lc: tuple[str, ...] = ()
     check: Callable[[re.Match[str], str], bool] | None = None
@@ -106,7 +107,7 @@ _GLUE = r"(?<![A-Za-z0-9])"
 _HDR = r"(?P<hdr>(?i:authorization|proxy-authorization)[\"']?\s*[:=]\s*[\"']?)?"
 _AWS_PREFIXES = ("AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AIPA", "ANPA", "ANVA", "AROA")
 
-_PEM_RE = re.compile(
+_PEM = (
     r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----"
     r"(?s:.*?)(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z)"
 )
@@ -114,37 +115,35 @@ _PEM_RE = re.compile(
 _DETECTORS: tuple[_Detector, ...] = (
     _Detector(
         "private_key",
-        _PEM_RE,
+        _PEM,
         cs=("PRIVATE KEY",),
         rank=3,
     ),
     _Detector(
         "jwt",
-        re.compile(_GLUE + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*"),
+        _GLUE + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
         cs=("eyJ",),
     ),
     _Detector(
         "aws_access_key",
-        re.compile(_GLUE + r"(?:" + "|".join(_AWS_PREFIXES) + r"|APKA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+        _GLUE + r"(?:" + "|".join(_AWS_PREFIXES) + r"|APKA)[A-Z0-9]{16}(?![A-Za-z0-9])",
         cs=(*_AWS_PREFIXES, "APKA"),
     ),
     _Detector(
         "aws_secret_key",
-        re.compile(
+        (
             r"(?i:aws)[A-Za-z0-9_\-]{0,20}(?i:secret|key)[A-Za-z0-9_\-]{0,20}[\"']?\s*[:=]+\s*"
             r"[\"']?(?P<s>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"
         ),
         lc=("aws",),
         check=_check_random,
     ),
-    _Detector(
-        "gcp_api_key", re.compile(_GLUE + r"AIza[0-9A-Za-z_\-]{35,40}(?![0-9A-Za-z_\-])"), ("AIza",)
-    ),
-    _Detector("gcp_oauth_token", re.compile(_GLUE + r"ya29\.[0-9A-Za-z_\-]{20,}"), ("ya29.",)),
-    _Detector("gcp_client_secret", re.compile(_GLUE + r"GOCSPX-[0-9A-Za-z_\-]{20,}"), ("GOCSPX-",)),
+    _Detector("gcp_api_key", _GLUE + r"AIza[0-9A-Za-z_\-]{35,40}(?![0-9A-Za-z_\-])", ("AIza",)),
+    _Detector("gcp_oauth_token", _GLUE + r"ya29\.[0-9A-Za-z_\-]{20,}", ("ya29.",)),
+    _Detector("gcp_client_secret", _GLUE + r"GOCSPX-[0-9A-Za-z_\-]{20,}", ("GOCSPX-",)),
     _Detector(
         "azure_key",
-        re.compile(
+        (
             r"(?i:AccountKey|SharedAccessKey|SharedAccessSignature|[?&;]sig)="
             r"(?P<s>[A-Za-z0-9%/+]{20,}(?:={1,2}|%3[Dd]){0,2})"
         ),
@@ -152,7 +151,7 @@ _DETECTORS: tuple[_Detector, ...] = (
     ),
     _Detector(
         "azure_client_secret",
-        re.compile(
+        (
             # Anchored by its "<digit>Q~": it may follow "-" or "_" and be followed by "."
             # (a file name: notes-<secret>.txt).
             r"(?<![A-Za-z0-9])[A-Za-z0-9_~.\-]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}"
@@ -162,7 +161,7 @@ _DETECTORS: tuple[_Detector, ...] = (
     ),
     _Detector(
         "github_token",
-        re.compile(
+        (
             _GLUE + r"(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})"
             r"(?![A-Za-z0-9])"
         ),
@@ -170,56 +169,52 @@ _DETECTORS: tuple[_Detector, ...] = (
     ),
     _Detector(
         "gitlab_token",
-        re.compile(_GLUE + r"gl(?:pat|dt|rt|cbt|ptt|ft|imt|oas|soat)-[A-Za-z0-9_\-]{20,}"),
+        _GLUE + r"gl(?:pat|dt|rt|cbt|ptt|ft|imt|oas|soat)-[A-Za-z0-9_\-]{20,}",
         cs=("glpat-", "gldt-", "glrt-", "glcbt-", "glptt-", "glft-", "glimt-", "gloas-", "glsoat-"),
     ),
     _Detector(
         "slack_token",
-        re.compile(_GLUE + r"(?:xox[abposre]-[A-Za-z0-9\-]{10,}|xapp-\d-[A-Za-z0-9\-]{10,})"),
+        _GLUE + r"(?:xox[abposre]-[A-Za-z0-9\-]{10,}|xapp-\d-[A-Za-z0-9\-]{10,})",
         cs=("xox", "xapp-"),
     ),
     _Detector(
         "slack_webhook",
-        re.compile(r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<s>[A-Za-z0-9/_\-]{8,})"),
+        r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<s>[A-Za-z0-9/_\-]{8,})",
         cs=("hooks.slack.com",),
     ),
     _Detector(
         "stripe_key",
-        re.compile(
-            _GLUE + r"(?:(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}|whsec_[A-Za-z0-9]{24,})"
-        ),
+        _GLUE + r"(?:(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}|whsec_[A-Za-z0-9]{24,})",
         cs=("_live_", "_test_", "whsec_"),
     ),
-    _Detector(
-        "anthropic_key", re.compile(_GLUE + r"sk-ant-[A-Za-z0-9_\-]{20,}"), ("sk-ant-",), rank=3
-    ),
+    _Detector("anthropic_key", _GLUE + r"sk-ant-[A-Za-z0-9_\-]{20,}", ("sk-ant-",), rank=3),
     _Detector(
         "openai_key",
-        re.compile(_GLUE + r"sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,}"),
+        _GLUE + r"sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,}",
         cs=("sk-",),
         check=_check_random,
     ),
     _Detector(
         "twilio_key",
-        re.compile(_GLUE + r"(?:SK|AC)[0-9a-f]{32}(?![A-Za-z0-9])"
-                   r"|(?i:twilio)[A-Za-z_]*[\"']?\s*[:=]\s*[\"']?"
-                   r"(?P<s>[0-9a-f]{32})\b"),
+        (
+            _GLUE + r"(?:SK|AC)[0-9a-f]{32}(?![A-Za-z0-9])"
+            r"|(?i:twilio)[A-Za-z_]*[\"']?\s*[:=]\s*[\"']?"
+            r"(?P<s>[0-9a-f]{32})\b"
+        ),
         cs=("SK",),
         lc=("twilio",),
     ),
     _Detector(
         "sendgrid_key",
-        re.compile(_GLUE + r"SG\.[A-Za-z0-9_\-]{16,32}\.[A-Za-z0-9_\-]{16,64}"),
+        _GLUE + r"SG\.[A-Za-z0-9_\-]{16,32}\.[A-Za-z0-9_\-]{16,64}",
         cs=("SG.",),
     ),
-    _Detector("npm_token", re.compile(_GLUE + r"npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])"), ("npm_",)),
-    _Detector("pypi_token", re.compile(_GLUE + r"pypi-[A-Za-z0-9_\-]{50,}"), ("pypi-",)),
-    _Detector(
-        "huggingface_token", re.compile(_GLUE + r"hf_[A-Za-z0-9]{30,}(?![A-Za-z0-9])"), ("hf_",)
-    ),
+    _Detector("npm_token", _GLUE + r"npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])", ("npm_",)),
+    _Detector("pypi_token", _GLUE + r"pypi-[A-Za-z0-9_\-]{50,}", ("pypi-",)),
+    _Detector("huggingface_token", _GLUE + r"hf_[A-Za-z0-9]{30,}(?![A-Za-z0-9])", ("hf_",)),
     _Detector(
         "url_password",
-        re.compile(
+        (
             r"\b[A-Za-z][A-Za-z0-9+.\-]{1,20}://[^\s:/@\"'<>]{1,256}:"
             r"(?P<s>[^\s@/\"'<>]{1,256})@"
         ),
@@ -229,14 +224,14 @@ _DETECTORS: tuple[_Detector, ...] = (
     ),
     _Detector(
         "authorization",
-        re.compile(_HDR + r"(?i:bearer|token)\s+(?P<s>[A-Za-z0-9_\-.~+/]{8,}=*)"),
+        _HDR + r"(?i:bearer|token)\s+(?P<s>[A-Za-z0-9_\-.~+/]{8,}=*)",
         lc=("bearer", "token "),
         check=_check_bearer,
         rank=1,
     ),
     _Detector(
         "authorization",
-        re.compile(_HDR + r"(?i:basic)\s+(?P<s>[A-Za-z0-9+/]{8,}={0,2})"),
+        _HDR + r"(?i:basic)\s+(?P<s>[A-Za-z0-9+/]{8,}={0,2})",
         lc=("basic",),
         check=_check_basic,
         rank=1,
@@ -244,7 +239,7 @@ _DETECTORS: tuple[_Detector, ...] = (
     _Detector(
         # Any other scheme (Digest, AWS4-HMAC-SHA256, Negotiate ...): the whole header value.
         "authorization",
-        re.compile(
+        (
             r"(?im:^[ \t\"']*(?:proxy-)?authorization[ \t]*:[ \t]*"
             r"(?!(?:bearer|basic|token)\s)(?P<s>[^\s][^\r\n]*))"
         ),
@@ -254,14 +249,14 @@ _DETECTORS: tuple[_Detector, ...] = (
     ),
     _Detector(
         "cookie",
-        re.compile(r"(?im:^[ \t\"']*(?:set-)?cookie[ \t]*:[ \t]*(?P<s>[^\r\n]+))"),
+        r"(?im:^[ \t\"']*(?:set-)?cookie[ \t]*:[ \t]*(?P<s>[^\r\n]+))",
         lc=("cookie",),
         check=_check_header_value,
         rank=1,
     ),
     _Detector(
         "cookie",
-        re.compile(
+        (
             r"(?i:(?:set-)?cookie)[\"']?[ \t]*[:=][ \t]*[\"']"
             r"(?P<s>[^\"'\r\n\s,;)+][^\"'\r\n]*=[^\"'\r\n]*)[\"']"
         ),
@@ -270,13 +265,22 @@ _DETECTORS: tuple[_Detector, ...] = (
     ),
 )
 
+
+# Compiled by the first scan that finds an anchor, not at import: compiling the table took
+# 3.4 ms of CPU, the largest part of this package's import (2026-12-06, measured for
+# ``python -m bench --sections startup``; docs/performance/figures.md). A process that never
+# meets an anchor never compiles it.
+@functools.cache
+def _compiled() -> tuple[tuple[_Detector, re.Pattern[str]], ...]:
+    """The table, each detector with its regex compiled."""
+    return tuple((det, re.compile(det.pattern)) for det in _DETECTORS)
+
+
 # Text without any anchor skips the detectors: one scan per case (the lower-case anchors
 # include the key rules' keywords).
 CS_ANCHORS = re.compile("|".join(re.escape(a) for d in _DETECTORS for a in d.cs))
 LC_ANCHORS = re.compile(
-    "|".join(
-        [KEYWORDS.pattern, "aws|twilio|accountkey=|sharedaccess|bearer|basic"]
-    )
+    "|".join([KEYWORDS.pattern, "aws|twilio|accountkey=|sharedaccess|bearer|basic"])
 )
 ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
@@ -316,15 +320,15 @@ def detect(text: str) -> tuple[str, int]:
     low = text.lower() if text.isascii() else text.translate(ASCII_LOWER)
     found: list[tuple[int, int, int, str]] = []  # (start, end, rank, kind)
     small = len(text) <= _WINDOW_MIN_TEXT
-    for det in _DETECTORS:
+    for det, regex in _compiled():
         if not (any(a in text for a in det.cs) or any(a in low for a in det.lc)):
             continue
-        if small or det.regex is _PEM_RE:
+        if small or det.kind == "private_key":
             spans: list[tuple[int, int]] = [(0, len(text))]
         else:
             spans = _anchor_windows(text, low, det)
         for w_start, w_end in spans:
-            for m in det.regex.finditer(text, w_start, w_end):
+            for m in regex.finditer(text, w_start, w_end):
                 if m.groupdict().get("s") is not None:
                     start, end = m.span("s")
                 else:
