@@ -10,6 +10,7 @@ MCP semantic conventions: ``mcp.method.name``, ``jsonrpc.request.id``, ``mcp.ses
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import gc
@@ -144,13 +145,35 @@ def _call_attributes(ctx: Any, network: str, session: str) -> dict[str, str | in
 
 
 def _listen_handler(proxy: McpProxy) -> Any:
-    """``subscriptions/listen`` (2026-07-28): what the upstreams announce reaches the streams."""
+    """``subscriptions/listen`` (2026-07-28): what the upstreams announce reaches the streams;
+    the resources the open streams ask for are asked of the upstreams (``Upstream.watch``)."""
     from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 
     bus = InMemorySubscriptionBus()
     for up in proxy.upstreams.values():
         up.listeners.append(bus.publish)
-    return ListenHandler(bus)
+    handler = ListenHandler(bus)
+    asked: collections.Counter[str] = collections.Counter()
+
+    def watch() -> None:
+        uris = frozenset(asked)
+        for up in proxy.upstreams.values():
+            up.watch(uris)
+
+    async def listen(ctx: Any, params: Any) -> Any:
+        uris = list(params.notifications.resource_subscriptions or ())
+        asked.update(uris)
+        watch()
+        try:
+            return await handler(ctx, params)
+        finally:
+            asked.subtract(uris)
+            for uri in set(uris):
+                if asked[uri] <= 0:
+                    asked.pop(uri, None)
+            watch()
+
+    return listen
 
 
 async def _answer(c: Carried | None, work: Awaitable[Any]) -> Any:

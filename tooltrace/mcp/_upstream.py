@@ -101,6 +101,12 @@ class Upstream:
         #: Set while the proxy's own ``subscriptions/listen`` stream to the server is open
         #: (acknowledged), at a stateless revision.
         self.listening = asyncio.Event()
+        # The resources the front end's listen streams asked for (``watch``), and the signal
+        # that the proxy's own listen stream must be opened again to ask for them.
+        self._watched: frozenset[str] = frozenset()
+        self._rewatch = asyncio.Event()
+        #: The resources the proxy's open listen stream asked the server for (once it is open).
+        self.watching: frozenset[str] = frozenset()
         self.label = config.label
         self._on_tools, self._on_notify = on_tools, on_notify
         self._callbacks = dict(callbacks or {})
@@ -276,35 +282,63 @@ class Upstream:
         self._session, self._fast = None, None
         self._ready.clear()
 
+    def watch(self, uris: frozenset[str]) -> None:
+        """Ask the server, on the proxy's listen stream (a stateless revision), for the updates
+        of ``uris`` (the resources the clients' listen streams asked for), instead of the last
+        ones asked."""
+        if uris != self._watched:
+            self._watched = uris
+            self._rewatch.set()
+
     async def _listen(self, session: ClientSession) -> None:
         """Hear the changes the server announces at a stateless revision: one
-        ``subscriptions/listen`` stream for the lists it says change, opened again (after a
-        pause) when it ends, while the connection lasts."""
-        from mcp.client.subscriptions import ToolsListChanged, listen
-
+        ``subscriptions/listen`` stream for the lists it says change and the resources watched
+        (``watch``), opened again when the resources watched change, and after a pause when it
+        ends, while the connection lasts."""
         caps = self.capabilities
         kinds = {name: bool(getattr(getattr(caps, name, None), "list_changed", False))
                  for name in ("tools", "prompts", "resources")}
-        if not any(kinds.values()):
-            return
         while True:
+            self._rewatch.clear()
+            uris = self._watched
+            if not any(kinds.values()) and not uris:
+                await self._rewatch.wait()
+                continue
+            once = asyncio.ensure_future(self._listen_once(session, kinds, uris))
+            rewatch = asyncio.ensure_future(self._rewatch.wait())
             try:
-                async with listen(session, tools_list_changed=kinds["tools"],
-                                  prompts_list_changed=kinds["prompts"],
-                                  resources_list_changed=kinds["resources"]) as events:
-                    self.listening.set()
-                    async for event in events:
-                        if isinstance(event, ToolsListChanged):
-                            self._spawn(self._relist())
-                        await self._publish(event)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.debug("mcp upstream %s: subscriptions/listen ended (%s)", self.label,
-                          type(exc).__name__)
+                await asyncio.wait({once, rewatch}, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                self.listening.clear()
-            await asyncio.sleep(_RELISTEN_S)
+                rewatch.cancel()
+                if not once.done():
+                    once.cancel()
+                    await asyncio.gather(once, return_exceptions=True)
+            if not self._rewatch.is_set():
+                await asyncio.sleep(_RELISTEN_S)  # it ended by itself: a pause first
+
+    async def _listen_once(self, session: ClientSession, kinds: Mapping[str, bool],
+                           uris: frozenset[str]) -> None:
+        from mcp.client.subscriptions import ToolsListChanged, listen
+
+        try:
+            async with listen(session, tools_list_changed=kinds["tools"],
+                              prompts_list_changed=kinds["prompts"],
+                              resources_list_changed=kinds["resources"],
+                              resource_subscriptions=sorted(uris)) as events:
+                self.watching = uris
+                self.listening.set()
+                async for event in events:
+                    if isinstance(event, ToolsListChanged):
+                        self._spawn(self._relist())
+                    await self._publish(event)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.debug("mcp upstream %s: subscriptions/listen ended (%s)", self.label,
+                      type(exc).__name__)
+        finally:
+            self.listening.clear()
+            self.watching = frozenset()
 
     async def _publish(self, event: Any) -> None:
         for listener in list(self.listeners):
