@@ -51,6 +51,28 @@ def test_import_does_not_pull_heavy_dependencies() -> None:
     assert out.stdout.strip() == ""
 
 
+def test_a_registry_that_starts_and_stops_loads_no_reader_and_compiles_no_detector(
+    tmp_path: Path,
+) -> None:
+    # What serves a later or a rarer path loads there: checking anchors, looking a call up,
+    # recovering dead segments, compaction's command line, the detectors' regexes.
+    later = ("tooltrace.audit._anchorcheck", "tooltrace.audit._findings",
+             "tooltrace.audit._lookup", "tooltrace.audit._recover", "argparse")
+    code = (
+        "import os, sys, tooltrace\n"
+        "from tooltrace.redaction import _detectors\n"
+        "tooltrace.create_registry(workspace=sys.argv[1], home=sys.argv[2],"
+        " log_stream=open(os.devnull, 'w')).shutdown()\n"
+        f"print(','.join(m for m in {later!r} if m in sys.modules))\n"
+        "print(_detectors._compiled.cache_info().currsize)\n"
+    )
+    (tmp_path / "ws").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TOOLTRACE_"))}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ws"), str(tmp_path / "home")],
+                         capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split("\n")[:2] == ["", "0"]
+
+
 def test_cli_commands_do_not_import_the_registry() -> None:
     # The audit readers start fast: `tooltrace autopsy` needs DuckDB, not the call pipeline.
     code = (
