@@ -360,3 +360,37 @@ def test_a_tool_summary_with_a_secret_is_redacted_every_time(tmp_path: Path) -> 
         assert env.status is Status.OK
         assert not _leaks(_record_text(env), token)
     reg.shutdown(1.0)
+
+
+def test_the_record_builder_s_field_order_is_the_records(tmp_path: Path) -> None:
+    """The builder makes CallRecord and ToolResultEnvelope from positional arguments: their
+    fields must stay in this order (a change here is a change to Builder.envelope)."""
+    from tooltrace.model import CallRecord, ToolResultEnvelope
+
+    assert CallRecord.__struct_fields__ == (
+        "call_id", "run_id", "tool", "source", "status", "reject_stage", "summary",
+        "error_type", "started_at_us", "elapsed_us", "execution_started", "args_redacted",
+        "result_preview", "artifact", "steps", "mode", "tool_type", "description", "trace_id",
+        "span_id", "parent_span_id", "trace_sampled", "hook_modified", "attributes",
+        "parent_call_id", "depth", "progress", "principal", "capability", "effect")
+    assert ToolResultEnvelope.__struct_fields__ == (
+        "call_id", "tool", "status", "summary", "data", "artifact", "retry", "timing", "record")
+
+    @tool("echo_back", capability="write", effect="local", execution="inline")
+    def echo_back(text: str) -> str:
+        """Echo the text."""
+        return text
+
+    reg = ToolRegistry(workspace=tmp_path, home=tmp_path / "home")
+    reg.register(echo_back)
+    env = reg.call(ToolCall("echo_back", {"text": "hi"}, mode="default"))
+    rec = env.record
+    assert (env.tool, env.status, env.data, env.call_id) == ("echo_back", Status.OK, "hi",
+                                                             rec.call_id)
+    assert (rec.tool, rec.source, rec.status, rec.mode, rec.tool_type) == (
+        "echo_back", "user", Status.OK, "default", "function")
+    assert (rec.capability, rec.effect, rec.depth, rec.reject_stage) == ("write", "local", 0, None)
+    assert rec.description == "Echo the text." and rec.execution_started is True
+    assert rec.args_redacted == {"text": "hi"} and rec.result_preview == "hi"
+    assert env.timing.started_at_us == rec.started_at_us and rec.elapsed_us >= 0
+    reg.shutdown()

@@ -132,7 +132,7 @@ def authorize(
     return Ask(decision, reason, decider, t)
 
 
-def _allowed(env: Environment, rules: tuple[str, ...]) -> dict[str, Any]:
+def _allowed(env: Environment, rules: tuple[str, ...]) -> Mapping[str, Any]:
     """The allow step's detail: the rules that passed, their names redacted once for each
     set of rules while the redactor's rules stand (every call that passes them names them)."""
     red = env.redactor
@@ -142,11 +142,12 @@ def _allowed(env: Environment, rules: tuple[str, ...]) -> dict[str, Any]:
     hit = memo.get(rules)
     if hit is None or hit[0] is not red or hit[1] != red.generation:
         gen = red.generation  # read first: a value registered meanwhile makes the entry stale
-        names = tuple(redact_detail(env, {"rules": list(rules)})["rules"])
+        detail = redact_detail(env, {"rules": list(rules)})
         if len(memo) >= 256:
             memo.clear()
-        hit = memo[rules] = (red, gen, names)
-    return {"rules": list(hit[2])}
+        hit = memo[rules] = (red, gen, detail)
+    # Shared by the calls that pass the same rules: records are read-only downstream.
+    return hit[2]
 
 
 def _detail(rebound: str | None, **fields: Any) -> dict[str, Any]:

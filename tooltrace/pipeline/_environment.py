@@ -139,7 +139,7 @@ class Environment:
     #: Texts the registry made from its own parts, scrubbed once (``_record.scrub_made``).
     made_texts: dict[str, tuple[Redactor, int, str]] = field(default_factory=dict)
     #: The allow step's rule names, redacted once per set of rules (``_authorize._allowed``).
-    allowed_rules: dict[tuple[str, ...], tuple[Redactor, int, tuple[str, ...]]] = field(
+    allowed_rules: dict[tuple[str, ...], tuple[Redactor, int, Mapping[str, Any]]] = field(
         default_factory=dict)
 
     # -- the host of a running call's context (tooltrace.runtime.CallHost) ---------------------

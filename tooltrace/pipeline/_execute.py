@@ -76,7 +76,7 @@ def execute_inline(
             out = Outcome("raised", None, exc)
         finally:
             env.admission.release(e.definition.name)
-        if ctx.signalled:
+        if ctx.signalled_at is not None:  # signalled (or marked) while it ran
             out.signal = ctx.reason
             out.signal_at = ctx.signalled_at or time.monotonic()
         elif out.kind == "returned":

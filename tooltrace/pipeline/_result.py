@@ -54,7 +54,10 @@ def finish(
         tool_summary = value.summary
         result_detail = value.detail
         value = value.data
-    detail = _execute_detail(env, ctx, signal, result_detail)
+    if ctx.detail or signal or result_detail:
+        detail: Mapping[str, Any] = _execute_detail(env, ctx, signal, result_detail)
+    else:
+        detail = {"timeout_s": ctx.timeout_s}
     now = b.step(StepName.EXECUTE, t, "tool", out.kind, detail, clean=True)
     if signal is not None:
         _signal_steps(env, b, d, out, signal)

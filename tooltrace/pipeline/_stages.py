@@ -76,6 +76,8 @@ RawCall = ToolCall | Mapping[str, Any] | str | bytes
 
 _perf_ns = time.perf_counter_ns
 _FREE = AdmissionResult(True, 0.0, "free")
+# The admission step's detail when a slot was free: shared by those calls, never mutated.
+_FREE_INFO: Mapping[str, Any] = {"waited_ms": 0.0, "reason": "free"}
 _ADMISSION_TEXT = {
     "queue_full": "too many calls waiting for a slot (queue full)",
     "timeout": "no concurrency slot became free in time",
@@ -148,7 +150,7 @@ def pipeline(
     finally:
         if not released:
             env.admission.release(d.name)
-    if ctx.progress_reported:
+    if ctx.reports:  # the tool reported progress
         keep_progress(b, ctx)
     envelope: ToolResultEnvelope | None = None
     try:
@@ -159,7 +161,8 @@ def pipeline(
             envelope = b.emit(envelope)
     finally:
         env.book.active.pop(b.call_id, None)
-        ctx.returned(envelope.status if envelope is not None else None)
+        ctx.final_status = envelope.status if envelope is not None else None
+        ctx.has_returned = True
     return envelope
 
 
@@ -253,9 +256,10 @@ def admission(
 ) -> ToolResultEnvelope | None:
     """Record the admission step (begun at ``t``); the refusal if no slot was had. Its detail
     is numbers and the admission's reason (a closed set)."""
-    info = {"waited_ms": round(adm.waited_s * 1000, 3), "reason": adm.reason}
-    if extra:
-        info.update(extra)
+    if adm is _FREE and not extra:
+        info: Mapping[str, Any] = _FREE_INFO
+    else:
+        info = {"waited_ms": round(adm.waited_s * 1000, 3), "reason": adm.reason, **(extra or {})}
     if not adm.admitted:
         b.step(StepName.ADMISSION, t, "runtime", "reject", info, clean=True)
         stage = Stage.CANCEL if adm.reason == "cancelled" else Stage.ADMISSION

@@ -76,14 +76,11 @@ class CallContext:
 
     __slots__ = (
         "_callbacks",
-        "_done",
         "_event",
-        "_final",
         "_hub",
         "_late",
         "_pending",
         "_pnext",
-        "_pseq",
         "_reason",
         "_stopped",
         "_wake",
@@ -93,9 +90,12 @@ class CallContext:
         "deadline",
         "depth",
         "detail",
+        "final_status",
+        "has_returned",
         "marks",
         "mode",
         "parent_call_id",
+        "reports",
         "run_id",
         "signalled_at",
         "snapshots",
@@ -106,7 +106,7 @@ class CallContext:
         "workspace",
     )
 
-    # Set by the first progress report (read only once ``_pseq`` is not 0).
+    # Set by the first progress report (read only once ``reports`` is not 0).
     _pnext: float
     _pending: tuple[int, int, float, float | None, str | None] | None
 
@@ -148,8 +148,10 @@ class CallContext:
         self._wake: LockType | None = None
         self._late = late
         # Set by the pipeline when the call has returned (``returned``; what cancel() waits for).
-        self._done = False
-        self._final: Any = None
+        #: True once the call has returned (the pipeline sets it; what ``cancel()`` waits for).
+        self.has_returned = False
+        #: The status the call returned with (set with ``has_returned``; None until then).
+        self.final_status: Any = None
         #: ``time.monotonic()`` when the call was signalled (or marked), so the deadline and
         #: cancel-request steps carry the moment of the request, not of the confirmation.
         self.signalled_at: float | None = None
@@ -162,35 +164,15 @@ class CallContext:
         self.parent_call_id = parent_call_id
         #: The progress reports kept for the record (bounded; None until the first).
         self.marks: list[ProgressMark] | None = None
-        # How many reports the tool made; the rate limit's fields (``_pnext``, ``_pending``)
-        # are set by the first report, so a call that reports none pays for them not at all.
-        self._pseq = 0
+        #: How many progress reports the tool made (``progress``). The rate limit's fields
+        #: (``_pnext``, ``_pending``) are set by the first report.
+        self.reports = 0
         #: The call's span, made current around a nested call's start (set by the pipeline).
         self.span: OpenSpan | None = None
         #: The files the registry snapshotted before the call, by argument (set by the
         #: registry for a tool that declares ``writes``): a writer checks it replaces the
         #: very file that was snapshotted.
         self.snapshots: Mapping[str, FileSnapshot] | None = None
-
-    def returned(self, status: Any) -> None:
-        """Note that the call has returned, with its final status (the pipeline calls this)."""
-        self._final = status
-        self._done = True
-
-    @property
-    def has_returned(self) -> bool:
-        """True once the call has returned (its envelope is made)."""
-        return self._done
-
-    @property
-    def final_status(self) -> Any:
-        """The status the call returned with (None until it has returned, or if none)."""
-        return self._final
-
-    @property
-    def progress_reported(self) -> bool:
-        """True once the tool reported progress (``progress``)."""
-        return self._pseq > 0
 
     def wake_on_signal(self, lock: LockType) -> None:
         """Release the held ``lock`` when the call is signalled: the pipeline waits on it
@@ -289,8 +271,8 @@ class CallContext:
                 raise ValueError("progress: total must be a finite number > 0")
         if message is not None and not isinstance(message, str):
             raise TypeError("progress: message must be a string or None")
-        seq = self._pseq
-        self._pseq = seq + 1
+        seq = self.reports
+        self.reports = seq + 1
         at_us = time.time_ns() // 1000
         now = time.monotonic()
         if seq and now < self._pnext and (total is None or done < total):
@@ -304,7 +286,7 @@ class CallContext:
     def flush_progress(self) -> None:
         """Publish the report the rate limit held back, if any (the registry calls this when
         the call returns)."""
-        if not self._pseq:  # no report yet: nothing held back
+        if not self.reports:  # no report yet: nothing held back
             return
         pending, self._pending = self._pending, None
         if pending is not None:
