@@ -53,29 +53,30 @@ _FIRST = "struct_pack(t := t_us, id := call_id)"
 _GROUPS = f"""
 CREATE OR REPLACE TEMP TABLE whatif_groups AS
 SELECT row_number() OVER () AS g, {", ".join(_KEY)}, count(*) AS n,
-       min_by({_FIRST}, {_FIRST}, {_EXAMPLES}) AS first, list(rowid) AS members
+       min_by({_FIRST}, {_FIRST}, {_EXAMPLES}) AS first
 FROM whatif_calls GROUP BY {", ".join(_KEY)}
 """
-#: The calls a limit can count, with their group's principal key (from whatif_keys).
-_ROWS = """
-CREATE OR REPLACE TEMP TABLE whatif_rows AS
-SELECT u.g, k.pkey, c.run_id, c.t_us, c.elapsed_ms, c.call_id, NULL::VARCHAR AS denied_by
-FROM (SELECT g, unnest(members) AS r FROM whatif_groups
-      WHERE g IN (SELECT g FROM whatif_keys)) u
-JOIN whatif_keys k ON k.g = u.g
-JOIN whatif_calls c ON c.rowid = u.r
+#: The calls a limit can count: those of the groups in ``whatif_keys`` (a group's number, its
+#: principal key and, for each limit, whether it counts the group's calls), found by their
+#: facts (a NULL matches a NULL, as in the grouping).
+_ROWS = f"""
+SELECT k.* EXCLUDE ({", ".join(_KEY)}), c.run_id, c.t_us, c.elapsed_ms, c.call_id
+FROM whatif_calls c
+JOIN (SELECT {", ".join(f"w.{col}" for col in _KEY)}, k.*
+      FROM whatif_groups w JOIN whatif_keys k ON k.g = w.g) k
+  ON {" AND ".join(f"c.{col} IS NOT DISTINCT FROM k.{col}" for col in _KEY)}
 """
-#: A limit of calls in all, for every key at once: past the first ``$max`` calls that reach
-#: it (no earlier limit denied them), it denies.
+#: One limit (the ``i``-th) of calls in all, for every key at once: past the first ``$max<i>``
+#: calls that reach it (calls it counts that no earlier limit denied), it denies.
 _MAX_CALLS = """
-UPDATE whatif_rows AS w SET denied_by = $name
-FROM (SELECT rowid AS r, row_number() OVER (PARTITION BY {key} ORDER BY t_us, call_id) AS rn
-      FROM whatif_rows WHERE denied_by IS NULL AND g IN (SELECT unnest($groups))) x
-WHERE w.rowid = x.r AND x.rn > $max
+SELECT * EXCLUDE (reach, denied_by),
+       CASE WHEN reach AND row_number() OVER (PARTITION BY {key}, reach ORDER BY t_us, call_id)
+                 > $max{i} THEN $name{i} ELSE denied_by END AS denied_by
+FROM (SELECT *, denied_by IS NULL AND l{i} AS reach FROM {prev})
 """
 _COUNTED = f"""
 SELECT g, denied_by, count(*), min_by({_FIRST}, {_FIRST}, {_EXAMPLES})
-FROM whatif_rows GROUP BY g, denied_by
+FROM {{last}} GROUP BY g, denied_by
 """
 
 
@@ -183,7 +184,7 @@ def replay(con: duckdb.DuckDBPyConnection, compiled: Compiled,
             _count(con, counted, decider, out)
         return out
     finally:
-        for t in ("whatif_rows", "whatif_groups", "whatif_calls"):
+        for t in ("whatif_groups", "whatif_calls"):
             con.execute(f"DROP TABLE IF EXISTS {t}")
 
 
@@ -225,30 +226,36 @@ def _count(con: duckdb.DuckDBPyConnection, counted: dict[int, _Group], decider: 
     """Replay the limits on every call they can count, in start order."""
     import pyarrow as pa
 
-    keys = pa.table({"g": list(counted),
-                     "pkey": [limit_key("principal", "", grp.principal)
-                              for grp in counted.values()]})
-    con.register("whatif_keys", keys)
+    keys = {"g": list(counted),
+            "pkey": [limit_key("principal", "", grp.principal) for grp in counted.values()]}
+    for i, lim in enumerate(decider.limits):
+        keys[f"l{i}"] = [lim in grp.ruling.limits for grp in counted.values()]
+    con.register("whatif_keys", pa.table(keys))
     try:
-        con.execute(_ROWS)
+        if all(x.per_minute is None and x.max_concurrent is None for x in decider.limits):
+            _count_in_sql(con, counted, decider, out)
+        else:
+            _count_in_order(con, counted, out)
     finally:
         con.unregister("whatif_keys")
-    if all(x.per_minute is None and x.max_concurrent is None for x in decider.limits):
-        _count_in_sql(con, counted, decider, out)
-    else:
-        _count_in_order(con, counted, out)
 
 
 def _count_in_sql(con: duckdb.DuckDBPyConnection, counted: dict[int, _Group],
                   decider: Decider, out: WhatIf) -> None:
-    """Limits of calls in all only: each limit in turn denies, for every key at once, the
-    calls past its first ``max_calls`` among those that reach it."""
-    for lim in decider.limits:
-        gs = [g for g, grp in counted.items() if lim in grp.ruling.limits]
-        if gs and lim.max_calls is not None:
-            con.execute(_MAX_CALLS.format(key="run_id" if lim.per == "run" else "pkey"),
-                        {"name": lim.name, "groups": gs, "max": lim.max_calls})
-    for g, denied_by, n, first in con.execute(_COUNTED).fetchall():
+    """Limits of calls in all only, in one query: each limit in turn denies, for every key at
+    once, the calls past its first ``max_calls`` among those that reach it."""
+    steps = [f"d0 AS (SELECT *, NULL::VARCHAR AS denied_by FROM ({_ROWS}))"]
+    params: dict[str, Any] = {}
+    for i, lim in enumerate(decider.limits):
+        if lim.max_calls is None or not any(lim in grp.ruling.limits
+                                            for grp in counted.values()):
+            continue
+        n = len(steps)
+        key = "run_id" if lim.per == "run" else "pkey"
+        steps.append(f"d{n} AS ({_MAX_CALLS.format(key=key, i=i, prev=f'd{n - 1}')})")
+        params |= {f"name{i}": lim.name, f"max{i}": lim.max_calls}
+    sql = "WITH " + ",\n".join(steps) + _COUNTED.format(last=f"d{len(steps) - 1}")
+    for g, denied_by, n, first in con.execute(sql, params).fetchall():
         grp = counted[g]
         after = grp.ruling.after if denied_by is None else "deny"
         if after != grp.before:
@@ -261,7 +268,7 @@ def _count_in_order(con: duckdb.DuckDBPyConnection, counted: dict[int, _Group],
                     out: WhatIf) -> None:
     """Any limits: each call they can count, decided one by one in start order."""
     limit = Decider.limit
-    cur = con.execute("SELECT g, run_id, t_us, elapsed_ms, call_id FROM whatif_rows"
+    cur = con.execute(f"SELECT g, run_id, t_us, elapsed_ms, call_id FROM ({_ROWS})"
                       " ORDER BY t_us, call_id")
     for batch in cur.to_arrow_reader(65536):
         gs, runs, ts, elapsed, ids = (c.to_pylist() for c in batch.columns)
