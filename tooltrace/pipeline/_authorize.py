@@ -115,7 +115,7 @@ def authorize(
             detail = _detail(rebound, rules=list(rules), paths=resolved)
             b.step(StepName.POLICY, t, "policy", "allow", detail)
         else:
-            b.step(StepName.POLICY, t, "policy", "allow", _allowed(env, rules), clean=True)
+            b.step_clean(StepName.POLICY, t, "policy", "allow", _allowed(env, rules))
         return None
     reason = scrub(env, decision.reason)[:300]
     decider = f"policy:{decision.rule}"
@@ -136,16 +136,17 @@ def _allowed(env: Environment, rules: tuple[str, ...]) -> Mapping[str, Any]:
     """The allow step's detail: the rules that passed, their names redacted once for each
     set of rules while the redactor's rules stand (every call that passes them names them)."""
     red = env.redactor
-    if type(red) is not Redactor:  # a subclass's redaction may depend on more than the text
-        return dict(redact_detail(env, {"rules": list(rules)}))
     memo = env.allowed_rules
     hit = memo.get(rules)
-    if hit is None or hit[0] is not red or hit[1] != red.generation:
-        gen = red.generation  # read first: a value registered meanwhile makes the entry stale
-        detail = redact_detail(env, {"rules": list(rules)})
-        if len(memo) >= 256:
-            memo.clear()
-        hit = memo[rules] = (red, gen, detail)
+    if hit is not None and hit[0] is red and hit[1] == red.generation:
+        return hit[2]
+    gen = red.generation  # read first: a value registered meanwhile makes the entry stale
+    detail: Mapping[str, Any] = redact_detail(env, {"rules": list(rules)})
+    if type(red) is not Redactor:  # a subclass's redaction may depend on more than the text
+        return detail
+    if len(memo) >= 256:
+        memo.clear()
+    hit = memo[rules] = (red, gen, detail)
     # Shared by the calls that pass the same rules: records are read-only downstream.
     return hit[2]
 

@@ -91,7 +91,7 @@ class Builder:
         self.t0 = t0
         self.steps: list[Step] = []
         #: The positions of steps whose detail needs no redaction when the record is made
-        #: (``step(..., clean=True)``); every other detail is redacted then.
+        #: (``step_clean``); every other detail is redacted then.
         self.clean: list[int] = []
         self.last = t0  # when the last step ended (perf ns)
         self.call_id = ""
@@ -124,17 +124,12 @@ class Builder:
         return self.us(time.perf_counter_ns() + delta)
 
     def step(
-        self, name: str, t: int, decider: str, decision: str, detail: Mapping[str, Any] | None,
-        *, clean: bool = False,
+        self, name: str, t: int, decider: str, decision: str, detail: Mapping[str, Any] | None
     ) -> int:
         """Append a step that began at ``t`` (perf ns) and ends now; return now, which is
-        where the next step begins. ``clean``: the detail holds only what the pipeline made of
-        numbers, words from a closed set, and text already redacted (``redact_detail``), so it
-        is recorded as it is; any other detail is redacted when the record is made."""
+        where the next step begins. Its detail is redacted when the record is made."""
         now = self.last = time.perf_counter_ns()
         steps = self.steps
-        if clean:
-            self.clean.append(len(steps))
         steps.append(
             Step(
                 len(steps),
@@ -147,6 +142,14 @@ class Builder:
             )
         )
         return now
+
+    def step_clean(
+        self, name: str, t: int, decider: str, decision: str, detail: Mapping[str, Any] | None
+    ) -> int:
+        """``step`` for a detail that holds only what the pipeline made of numbers, words from a
+        closed set and text already redacted (``redact_detail``): recorded as it is."""
+        self.clean.append(len(self.steps))
+        return self.step(name, t, decider, decision, detail)
 
     def reject(
         self,
@@ -271,11 +274,10 @@ class WatchedBuilder(Builder):
     __slots__ = ()
 
     def step(
-        self, name: str, t: int, decider: str, decision: str, detail: Mapping[str, Any] | None,
-        *, clean: bool = False,
+        self, name: str, t: int, decider: str, decision: str, detail: Mapping[str, Any] | None
     ) -> int:
         """``Builder.step``, then the step handed to the subscribers."""
-        now = Builder.step(self, name, t, decider, decision, detail, clean=clean)
+        now = Builder.step(self, name, t, decider, decision, detail)
         e = self.entry
         self.env.hub.call_step(
             self.call_id, self.run_id, e.definition.name if e else UNREGISTERED, self.steps[-1]
@@ -287,7 +289,7 @@ def recorded_steps(env: Environment, steps: list[Step], clean: Sequence[int] = (
                    ) -> tuple[Step, ...]:
     """The steps as a record holds them: every detail (paths, reasons, errors, diffs) has been
     through the redactor here, whichever stage wrote it, but those at the ``clean`` positions
-    (see ``Builder.step``)."""
+    (see ``Builder.step_clean``)."""
     redact = env.redactor.redact
     for i, s in enumerate(steps):
         detail = s.detail

@@ -58,7 +58,7 @@ def finish(
         detail: Mapping[str, Any] = _execute_detail(env, ctx, signal, result_detail)
     else:
         detail = {"timeout_s": ctx.timeout_s}
-    now = b.step(StepName.EXECUTE, t, "tool", out.kind, detail, clean=True)
+    now = b.step_clean(StepName.EXECUTE, t, "tool", out.kind, detail)
     if signal is not None:
         _signal_steps(env, b, d, out, signal)
     status, summary, retry, etype = outcome_rules(

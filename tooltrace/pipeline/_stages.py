@@ -261,11 +261,11 @@ def admission(
     else:
         info = {"waited_ms": round(adm.waited_s * 1000, 3), "reason": adm.reason, **(extra or {})}
     if not adm.admitted:
-        b.step(StepName.ADMISSION, t, "runtime", "reject", info, clean=True)
+        b.step_clean(StepName.ADMISSION, t, "runtime", "reject", info)
         stage = Stage.CANCEL if adm.reason == "cancelled" else Stage.ADMISSION
         why = _ADMISSION_TEXT.get(adm.reason, adm.reason)
         return b.reject(stage, why, d.name, retry=Retry(adm.reason != "shutdown", after_ms=250))
-    b.step(StepName.ADMISSION, t, "runtime", "accept", info, clean=True)
+    b.step_clean(StepName.ADMISSION, t, "runtime", "accept", info)
     return None
 
 
