@@ -5,8 +5,10 @@ policy step's cost with a 50-rule policy file.
    principals on every call), then ``tooltrace policy test``'s path runs in process: open the
    store, group alike calls, decide each group again with a candidate file (a principal rule,
    an argument rule and a per-run limit) and count the limit's calls in start order. In the
-   same run, the floor: DuckDB alone reading every call with its last policy step. Reported:
-   calls/s and seconds per million.
+   same run, the floor: DuckDB alone reading every call with its last policy step, each
+   opening the store afresh. The two run in turns (``--repeats``, 3): the medians of their
+   wall times and of their process CPU times (on a host other work keeps busy, CPU time moves
+   less). Reported: calls/s, seconds per million and the ratio to the floor.
 2. Policy step: ``Policy.evaluate`` per call, and a whole ``registry.call`` of a no-op tool
    (telemetry off, inline), with the default policy and with a 50-rule file compiled from TOML,
    in the same run (the default policy is the reference).
@@ -130,7 +132,7 @@ def _policy_step(tmp: Path, n: int) -> list[tuple[str, int, float, float]]:
     return out
 
 
-def run(*, calls: int, step_calls: int = 20_000) -> dict[str, Any]:
+def run(*, calls: int, step_calls: int = 20_000, repeats: int = 3) -> dict[str, Any]:
     """Both measurements; print their tables and return the figures."""
     from bench.autopsy import generate
 
@@ -140,17 +142,29 @@ def run(*, calls: int, step_calls: int = 20_000) -> dict[str, Any]:
         gen = generate(home, calls)
         cand = tmp / "candidate.toml"
         cand.write_text(CANDIDATE)
-        report, seconds = replay_trail(home, cand)
-        floor = _floor(home)
-        t = Table("What-if: replay recorded calls against a candidate policy",
-                  ["path", "calls", "seconds", "calls/s", "s per million", "changed"])
-        t.add("grouped (tooltrace policy test)", calls, seconds, calls / seconds,
+        walls: dict[str, list[float]] = {"whatif": [], "floor": []}
+        cpus: dict[str, list[float]] = {"whatif": [], "floor": []}
+        for _ in range(repeats):
+            c0 = time.process_time()
+            walls["floor"].append(_floor(home))
+            c1 = time.process_time()
+            report, s = replay_trail(home, cand)
+            walls["whatif"].append(s)
+            cpus["floor"].append(c1 - c0)
+            cpus["whatif"].append(time.process_time() - c1)
+        seconds, floor = statistics.median(walls["whatif"]), statistics.median(walls["floor"])
+        cpu, floor_cpu = statistics.median(cpus["whatif"]), statistics.median(cpus["floor"])
+        t = Table(f"What-if: replay recorded calls against a candidate policy (median of "
+                  f"{repeats}, in turns)",
+                  ["path", "calls", "seconds", "CPU s", "calls/s", "s per million", "changed"])
+        t.add("grouped (tooltrace policy test)", calls, seconds, cpu, calls / seconds,
               seconds * 1e6 / calls, report["changed"])
-        t.add("DuckDB floor: read calls + policy step", calls, floor, calls / floor,
-              floor * 1e6 / calls, "")
+        t.add("DuckDB floor: read calls + policy step", calls, floor, floor_cpu,
+              calls / floor, floor * 1e6 / calls, "")
         t.print()
         print(f"generated {calls} calls in {gen['seconds']:.1f} s; grouped takes"
-              f" {seconds / floor:.1f}x the floor's time; undecidable {report['undecidable']}")
+              f" {seconds / floor:.2f}x the floor's time ({cpu / floor_cpu:.2f}x its CPU time);"
+              f" undecidable {report['undecidable']}")
         steps = _policy_step(tmp, step_calls)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -161,7 +175,9 @@ def run(*, calls: int, step_calls: int = 20_000) -> dict[str, Any]:
         t2.add(label, n_rules, ev, full, ev / base, digits=2)
     t2.print()
     return {"calls": calls, "replay_seconds": seconds, "report": report,
-            "floor_seconds": floor,
+            "floor_seconds": floor, "replay_cpu_seconds": cpu, "floor_cpu_seconds": floor_cpu,
+            "repeats": repeats, "replay_seconds_all": walls["whatif"],
+            "floor_seconds_all": walls["floor"],
             "policy_step": [{"policy": s[0], "rules": s[1], "evaluate_us": s[2],
                              "call_us": s[3]} for s in steps]}
 
@@ -170,8 +186,9 @@ def _main() -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.whatif")
     ap.add_argument("--calls", type=int, default=1_000_000)
     ap.add_argument("--step-calls", type=int, default=20_000)
+    ap.add_argument("--repeats", type=int, default=3)
     ns = ap.parse_args()
-    run(calls=ns.calls, step_calls=ns.step_calls)
+    run(calls=ns.calls, step_calls=ns.step_calls, repeats=ns.repeats)
     return 0
 
 
