@@ -6,10 +6,10 @@ functions where background threads do their work, and records each slice's inter
 ``time.perf_counter_ns`` (one clock for every thread) and its thread CPU time
 (``time.thread_time_ns``):
 
-- ``BatchWorker._drain`` (every sink's worker: tracing, logging, audit), cut into slices at
+- ``BatchWorker.drain`` (every sink's worker: tracing, logging, audit), cut into slices at
   each ``BatchWorker.pause`` and wait for the background turn (a slice ends where the worker
   hands the interpreter back and a new one starts when it has it again);
-- ``AuditSink._tick`` (the audit ticker's checkpoints);
+- ``AuditSink.tick`` (the audit ticker's checkpoints);
 - ``export`` of every exporter class the contenders use (the OpenTelemetry SDK's batch span
   processor thread calls it), wrapped at the class of ``bench._common.DropExporter``;
 - ``os.fsync`` cuts the slice it runs in (the disk wait holds no interpreter lock).
@@ -125,14 +125,14 @@ def install() -> Recorder:
     from tooltrace.telemetry import AuditSink, BatchWorker
 
     bw = BatchWorker
-    bw._drain = rec.wrap("sink worker", bw._drain)  # type: ignore[method-assign]
+    bw.drain = rec.wrap("sink worker", bw.drain)  # type: ignore[method-assign]
     # A pause, and the wait for the process's background turn, hold no interpreter lock.
-    for name in ("pause", "_take_turn"):
+    for name in ("pause", "take_turn"):
         fn = getattr(bw, name, None)
         if fn is not None:
             setattr(bw, name, rec.cut(fn))
     sink = AuditSink
-    sink._tick = rec.wrap("audit ticker", sink._tick)  # type: ignore[method-assign]
+    sink.tick = rec.wrap("audit ticker", sink.tick)  # type: ignore[method-assign]
     from bench._common import DropExporter
 
     cls = type(DropExporter())

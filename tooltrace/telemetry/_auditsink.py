@@ -380,7 +380,7 @@ class AuditSink:
         if self.compaction is not None:
             self.compaction.poke(force=True)
         while not self._stop.wait(self._ckpt_interval):
-            self._tick()
+            self.tick()
             if self.compaction is not None:
                 self.compaction.poke()
 
@@ -395,7 +395,9 @@ class AuditSink:
         except Exception as exc:
             self.last_error = type(exc).__name__
 
-    def _tick(self) -> None:
+    def tick(self) -> None:
+        """The audit ticker's periodic work: the live file, the idle checkpoint, rolling and
+        sealing segments (run on the ticker thread)."""
         if self.live is not None:
             self.live.write()
         w = self._writer
@@ -414,7 +416,7 @@ class AuditSink:
     def flush(self, timeout_s: float = 5.0) -> bool:
         """Write and sync everything queued, then checkpoint it; False if the deadline passed."""
         ok = self._worker.flush(timeout_s)
-        self._tick()
+        self.tick()
         return ok
 
     def shutdown(self, timeout_s: float = 5.0) -> None:

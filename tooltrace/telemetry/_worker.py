@@ -166,7 +166,7 @@ class BatchWorker(Generic[T]):
                     return
                 self._busy = True
             try:
-                self._drain()
+                self.drain()
             finally:
                 with self._cond:
                     self._busy = False
@@ -186,7 +186,7 @@ class BatchWorker(Generic[T]):
             return
         clock = time.perf_counter
         bound = self._yield_bound if self._yield_max_s else 0
-        self._take_turn()
+        self.take_turn()
         try:
             for item in items:
                 now = clock()
@@ -231,7 +231,9 @@ class BatchWorker(Generic[T]):
             time.sleep(_YIELD_STEP_S)
             now = clock()
 
-    def _take_turn(self) -> None:
+    def take_turn(self) -> None:
+        """Wait for the background turn (the workers of a process take turns), then start a
+        slice of work."""
         # Waits in short steps: a worker whose backlog grows past its bound meanwhile goes
         # ahead without the turn rather than fall further behind.
         turn, clock = _TURN, time.perf_counter
@@ -248,7 +250,9 @@ class BatchWorker(Generic[T]):
         if turn is not None:
             turn.release()
 
-    def _drain(self) -> None:
+    def drain(self) -> None:
+        """Hand what is queued to the sink in batches, in slices of work that pause for the
+        calls (the worker thread's body)."""
         q = self._queue
         while q:
             n = min(len(q), self._max_batch)
