@@ -1027,15 +1027,13 @@ def test_no_rule_finds_anything_in_text_shorter_than_a_registered_value() -> Non
     """_redact_text skips text of 1-3 characters; this is why that is safe."""
     import itertools
 
-    from tooltrace.redaction import (
-        _ASCII_LOWER,
-        _B64_RUN,
-        _CS_ANCHORS,
-        _LC_ANCHORS,
-        _MIN_REGISTERED_CHARS,
-        _PCT_TOKEN,
-        _detect,
-    )
+    from tooltrace.redaction._detectors import ASCII_LOWER as _ASCII_LOWER
+    from tooltrace.redaction._detectors import CS_ANCHORS as _CS_ANCHORS
+    from tooltrace.redaction._detectors import LC_ANCHORS as _LC_ANCHORS
+    from tooltrace.redaction._detectors import detect as _detect
+    from tooltrace.redaction._encoded import B64_RUN as _B64_RUN
+    from tooltrace.redaction._encoded import PCT_TOKEN as _PCT_TOKEN
+    from tooltrace.redaction._redactor import MIN_REGISTERED_CHARS as _MIN_REGISTERED_CHARS
 
     assert _MIN_REGISTERED_CHARS == 4
     with pytest.raises(ValueError):

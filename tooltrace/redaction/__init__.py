@@ -23,15 +23,13 @@ never treated as secrets, not even next to a key-like name; nor is code after su
 (``private_key: ec.EllipticCurvePrivateKey``, ``password = get_password()``), in shapes a
 generated password does not take (``docs/guide/redaction.md`` lists them).
 
-Where the rules live: the detector table in ``tooltrace/_detectors.py`` (its validators in
-``_validators.py``), the key rules in ``_keyrules.py``, encoded secrets in ``_encoded.py`` and
-:class:`Redactor` in ``_redactor.py``. Bounded previews and the artifact store are in
-:mod:`tooltrace.redaction` (also offered here, as before).
+Where the rules live: the detector table in ``_detectors`` (its validators of benign text in
+``_benign``), the key rules in ``_keyrules``, encoded secrets in ``_encoded`` and
+:class:`Redactor` in ``_redactor``; bounded previews and the artifact store in ``_artifacts``.
 """
 
 from __future__ import annotations
 
-from tooltrace.redaction import _detectors, _encoded, _redactor
 from tooltrace.redaction._artifacts import ArtifactStore, preview
 from tooltrace.redaction._detectors import marker
 from tooltrace.redaction._keyrules import DEFAULT_KEY_PATTERNS
@@ -45,13 +43,3 @@ __all__ = [
     "marker",
     "preview",
 ]
-
-# tests/test_redaction.py checks the scan's pre-filters against every string shorter than a
-# registered value, by the names they had when they lived here.
-_ASCII_LOWER = _detectors.ASCII_LOWER
-_CS_ANCHORS = _detectors.CS_ANCHORS
-_LC_ANCHORS = _detectors.LC_ANCHORS
-_detect = _detectors.detect
-_B64_RUN = _encoded.B64_RUN
-_PCT_TOKEN = _encoded.PCT_TOKEN
-_MIN_REGISTERED_CHARS = _redactor.MIN_REGISTERED_CHARS
