@@ -402,8 +402,10 @@ def _print(res: dict[str, Any], rate: float, repeats: int) -> None:
           f"at the end {w['backlog_end_calls']:,} calls, {w['backlog_end_mib']:.1f} MiB, oldest "
           f"{w.get('backlog_end_age_s', 0.0):.0f} s")
     if "writer_peak_mib" in w:
-        print(f"- peak RSS: the writer {w['writer_peak_mib']:.0f} MiB, its compactor processes "
-              f"at most {w['child_peak_mib']:.0f} MiB ({w['children_seen']} seen)")
+        kids = (f"its compactor processes at most {w['child_peak_mib']:.0f} MiB "
+                f"({w['children_seen']} seen)" if w["children_seen"] else
+                "no compactor process seen")
+        print(f"- peak RSS: the writer {w['writer_peak_mib']:.0f} MiB, {kids}")
     if w.get("backlog_samples"):
         bt = Table(f"Compaction backlog over time ({n:,} calls, max in each span)",
                    ["up to s", "calls", "MiB", "oldest s"])
