@@ -125,7 +125,7 @@ def test_approval_requests_are_listed_and_answered_by_unique_prefix(tmp_path: Pa
 
 
 def test_a_live_view_tells_apart_the_ids_it_has_seen() -> None:
-    from tooltrace.cli._idprefix import SeenIds
+    from tooltrace.audit._idprefix import SeenIds
 
     # UUIDv7 ids of one millisecond from one process differ only near their end.
     a, b = "01a24ab8-b7c6-77ec-8d9d-196200000000", "01a24ab8-b7c6-77ec-8d9d-196300000000"

@@ -62,6 +62,15 @@ if TYPE_CHECKING:
         encode_late,
         load_key,
     )
+    from ._idprefix import (
+        MIN_PREFIX,
+        AmbiguousPrefix,
+        SeenIds,
+        ambiguous,
+        cut,
+        match_prefix,
+        unique_prefixes,
+    )
     from ._live import LiveProgress, live_dir, read_live
     from ._lookup import recorded
     from ._manifest import (
@@ -104,6 +113,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMPACTED",
+    "MIN_PREFIX",
     "OCSF_VERSION",
     "PRUNED",
     "SHIPPED",
@@ -111,6 +121,7 @@ __all__ = [
     "TOOLTRACE_AUDIT_KEY",
     "Ack",
     "AmbiguousCallId",
+    "AmbiguousPrefix",
     "Anchor",
     "AnchorGap",
     "AnchorLog",
@@ -136,6 +147,7 @@ __all__ = [
     "Poll",
     "PublicKey",
     "Recovered",
+    "SeenIds",
     "SegmentFate",
     "SegmentInfo",
     "SegmentWriter",
@@ -144,6 +156,7 @@ __all__ = [
     "Trust",
     "VerifyReport",
     "WriterBacklog",
+    "ambiguous",
     "anchors_path",
     "append_digest",
     "audit_dir",
@@ -151,6 +164,7 @@ __all__ = [
     "call_family",
     "check_anchors",
     "compact",
+    "cut",
     "digest_entry",
     "digest_path",
     "empty_tables",
@@ -166,6 +180,7 @@ __all__ = [
     "load_public_key",
     "load_signer",
     "load_sql",
+    "match_prefix",
     "ocsf_batches",
     "open_store",
     "parse_anchors",
@@ -181,6 +196,7 @@ __all__ = [
     "shipped_sql",
     "signing_key_path",
     "trust_for",
+    "unique_prefixes",
     "verify",
     "verify_audit",
 ]
@@ -189,6 +205,13 @@ from .._lazy import lazy_exports
 
 _LAZY = {
     # reading
+    "MIN_PREFIX": "_idprefix",
+    "AmbiguousPrefix": "_idprefix",
+    "SeenIds": "_idprefix",
+    "ambiguous": "_idprefix",
+    "cut": "_idprefix",
+    "match_prefix": "_idprefix",
+    "unique_prefixes": "_idprefix",
     "AuditStore": "_store",
     "CallNotFound": "_storerecords",
     "AmbiguousCallId": "_storerecords",

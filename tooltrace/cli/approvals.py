@@ -118,9 +118,8 @@ def approvals(tool: str | None, since: str | None, limit: int, home: Path | None
     was asked about and the later calls that reused it. A terminal too narrow for the table
     gets one block per approval (--wide: the whole table).
     """
-    from ..audit import list_approvals
+    from ..audit import list_approvals, unique_prefixes
     from ..redaction import default_redactor
-    from ._idprefix import unique_prefixes
     from ._table import fit, terminal_width
 
     guard = OutputGuard(home)

@@ -84,7 +84,7 @@ def pending(home: Path | None, as_json: bool) -> None:
         return
     import orjson
 
-    from ._idprefix import cut
+    from ..audit import cut
 
     every = sorted(r.approval_id for r, _ in queue.entries())
     cells = [[cut(p.approval_id, every), p.tool, p.rule, _principal(p.principal),
@@ -141,7 +141,7 @@ def answer(approval_id: str, approve: bool | None, reason: str, ttl: str | None,
 def _request_id(queue: Any, given: str, guard: OutputGuard) -> str:
     """The whole id of the one request ``given`` (an id or a prefix of one) names; exit 2 when
     it names several. An id no request starts with is returned as given (the queue says)."""
-    from ._idprefix import AmbiguousPrefix, ambiguous, match_prefix
+    from ..audit import AmbiguousPrefix, ambiguous, match_prefix
 
     try:
         found = match_prefix(given, (r.approval_id for r, _ in queue.entries()))

@@ -39,8 +39,14 @@ def autopsy(call_id: str, home: Path | None, as_json: bool, wide: bool,
 
     Exit 1 when no call has this id, 2 when the prefix matches several calls.
     """
-    from ..audit import AmbiguousCallId, CallNotFound, DuplicateCallId, call_family, explain
-    from ._idprefix import ambiguous
+    from ..audit import (
+        AmbiguousCallId,
+        CallNotFound,
+        DuplicateCallId,
+        ambiguous,
+        call_family,
+        explain,
+    )
 
     guard = OutputGuard(home)
     with open_store(home, guard, archive) as store:

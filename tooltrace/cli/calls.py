@@ -51,7 +51,7 @@ def calls(tool: str | None, status: str | None, outcome: str | None, run_id: str
     call that returned unknown, `--status unknown --outcome unknown` those still unresolved.
     Each call names the user it acted for and the agent that made it, when its principal did.
     """
-    from ._idprefix import unique_prefixes
+    from ..audit import unique_prefixes
 
     guard = OutputGuard(home)
     with open_store(home, guard, archive) as store:

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from ..audit import unique_prefixes
 from ._common import (
     EXIT_USAGE,
     OutputGuard,
@@ -23,7 +24,6 @@ from ._common import (
     table,
     wide_option,
 )
-from ._idprefix import unique_prefixes
 
 __all__ = ["STATUSES", "demo"]
 

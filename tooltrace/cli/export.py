@@ -50,9 +50,15 @@ def export(home: Path | None, fmt: str, since: str | None, follow: bool, output:
            interval: float) -> None:
     """Export the audit trail as OCSF events: JSON lines, or OTLP logs."""
     from .._settings import resolve_home
-    from ..audit import AmbiguousCallId, CallNotFound, OtlpLogShipper, audit_dir, ocsf_batches
+    from ..audit import (
+        AmbiguousCallId,
+        CallNotFound,
+        OtlpLogShipper,
+        ambiguous,
+        audit_dir,
+        ocsf_batches,
+    )
     from ..exceptions import TooltraceError
-    from ._idprefix import ambiguous
 
     if output is not None and otlp_endpoint is not None:
         raise click.UsageError("-o and --otlp-endpoint are exclusive: choose one destination")

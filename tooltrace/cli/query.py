@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..audit import unique_prefixes
 from ._common import (
     EXIT_FAIL,
     EXIT_USAGE,
@@ -16,7 +17,6 @@ from ._common import (
     trail_options,
 )
 from ._common import table as print_table
-from ._idprefix import unique_prefixes
 from ._table import note
 
 #: Result columns that hold call ids: shown as their shortest prefix unique in the trail.

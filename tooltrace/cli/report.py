@@ -34,9 +34,8 @@ def report(call_id: str | None, run_id: str | None, output: Path | None, fmt: st
     it); set TOOLTRACE_TRACE_URL (a template with {trace_id}) to link each call to its trace.
     Exit 1 when no call or run has this id, 2 on a usage error.
     """
-    from ..audit import AmbiguousCallId, CallNotFound, DuplicateCallId
+    from ..audit import AmbiguousCallId, CallNotFound, DuplicateCallId, ambiguous
     from ..report import build_call_report, build_run_report, render_html, render_markdown
-    from ._idprefix import ambiguous
 
     if (call_id is None) == (run_id is None):
         fail("give either a CALL_ID or --run RUN_ID", EXIT_USAGE)

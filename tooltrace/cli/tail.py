@@ -104,7 +104,7 @@ class _View:
     """
 
     def __init__(self, guard: OutputGuard, redact: Any, as_json: bool, tty: bool) -> None:
-        from ._idprefix import SeenIds
+        from ..audit import SeenIds
         from ._table import terminal_width
 
         self.guard = guard

@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from html import escape
 
+from ..audit import cut
 from ._model import CallReport, NeighbourRow, Report, StepRow
 from ._svg import ticks
 
@@ -87,7 +88,8 @@ def _section(c: CallReport, level: int) -> list[str]:
 
 
 def _run(rows: Sequence[NeighbourRow]) -> list[str]:
-    out = _bars([(f"{'> ' if r.current else ''}{r.tool} {r.call_id[:13]}", r.offset_ms,
+    near = sorted(r.call_id for r in rows)  # each id cut where it differs from the others
+    out = _bars([(f"{'> ' if r.current else ''}{r.tool} {cut(r.call_id, near)}", r.offset_ms,
                   r.elapsed_ms) for r in rows])
     return out + _table(
         ["call", "started", "+ms", "tool", "status", "outcome", "elapsed ms", "summary"],

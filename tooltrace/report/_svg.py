@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from html import escape
 
+from ..audit import cut
 from ._model import NeighbourRow, StepRow
 
 __all__ = ["COLOURS", "call_timeline", "run_timeline", "ticks"]
@@ -117,11 +118,12 @@ def run_timeline(calls: Sequence[NeighbourRow]) -> str:
     scale = _PLOT_W / marks[-1]
     height = _TOP + _ROW_H * len(calls) + 8
     rows = _axis(scale, marks, height)
+    near = sorted(c.call_id for c in calls)  # each id cut where it differs from the others
     for i, c in enumerate(calls):
         y = _TOP + i * _ROW_H
         css = "label current" if c.current else "label"
         rows.append(f'<text x="4" y="{y + 13}" class="{css}">'
-                    f'{escape(f"{c.tool} {c.call_id[:13]}")}</text>')
+                    f'{escape(f"{c.tool} {cut(c.call_id, near)}")}</text>')
         rows.append(_bar(y, _LABEL_W + c.offset_ms * scale, c.elapsed_ms * scale,
                          COLOURS.get(c.status, _OTHER),
                          f"{c.tool} {c.call_id}: {c.status}, {c.elapsed_ms:g} ms"))
