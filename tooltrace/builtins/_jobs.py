@@ -24,12 +24,13 @@ import time
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from ..model import Capability, Effect, Execution, FunctionTool, ToolResult, tool
-from ..runtime import CallContext, Launch
+from ..runtime import CallContext
 from ._process import ProcessTree, report_output
 from ._run_command import CommandConfig, build_run_command
 
 if TYPE_CHECKING:
     from ..registry import ToolRegistry
+    from ..runtime import Launch
 
 __all__ = ["Job", "JobManager", "JobNotFoundError", "register_command_tools"]
 

@@ -46,14 +46,18 @@ import re
 import signal
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConfigurationError, DeadlineExceeded, ToolCancelled
 from ..model import Capability, Effect, FunctionTool, ToolResult, tool
 from ..policy import ResolvedPath, Workspace
 from ..redaction import default_redactor
-from ..runtime import SANDBOX_MODES, CallContext, CommandSandbox, Grants, Launch, choose_sandbox
+from ..runtime import SANDBOX_MODES, CallContext
 from ._process import _FD_DIR, OutputCapture, ProcessTree, report_output
+
+if TYPE_CHECKING:
+    # The sandbox (ctypes, Landlock) loads with the first command, not with the tools.
+    from ..runtime import CommandSandbox, Grants, Launch
 
 __all__ = [
     "SECRET_ENV_PATTERN",
@@ -145,6 +149,8 @@ def scrub_env(
 def command_grants(workspace: Workspace, config: CommandConfig) -> Grants:
     """What a command in ``workspace`` may reach: the workspace and ``write_paths`` read and
     write, its read-only roots and ``read_paths`` read; its protected roots (the home) never."""
+    from ..runtime import Grants
+
     return Grants(
         write=(workspace.root, *(os.path.realpath(p) for p in config.write_paths)),
         read=(*workspace.read_only_roots, *(os.path.realpath(p) for p in config.read_paths)),
@@ -213,6 +219,8 @@ def prepare(
             child_env[k] = v
     if ctx.traceparent:
         child_env["TRACEPARENT"] = ctx.traceparent
+    from ..runtime import choose_sandbox
+
     grants = command_grants(ctx.workspace, config)
     sandbox = choose_sandbox(config.sandbox, grants, bwrap=config.bwrap_path,
                              landlock_max_abi=config.landlock_max_abi)
@@ -255,7 +263,7 @@ def result_data(tree: ProcessTree) -> dict[str, Any]:
 
 # Starts the process before it returns (the cwd it gets is valid only during the call) or
 # closes the launch.
-StartJob = Callable[[CallContext, Launch, str, bool], ToolResult]
+StartJob = Callable[[CallContext, "Launch", str, bool], ToolResult]
 
 
 def _parameters(config: CommandConfig) -> dict[str, Any]:

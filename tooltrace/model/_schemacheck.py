@@ -190,7 +190,12 @@ class _Walk:
                     return False
             else:
                 return False
-        return True
+        # fastjsonschema refuses to compile a schema whose falsy ``additionalProperties``
+        # (``false``, or ``{}``, which it reads as ``false``) forbids a name it ``required``s.
+        closed = not node.get("additionalProperties", True)
+        return not (closed and "required" in node and (
+            "patternProperties" in node
+            or any(r not in node.get("properties", {}) for r in node["required"])))
 
 
 def plainly_valid(schema: dict[str, Any]) -> bool:

@@ -15,14 +15,16 @@ import copy
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import fastjsonschema
 import orjson
 
 from ..exceptions import InvalidSchemaError, MalformedCallError
 from ..redaction import default_redactor
 from ._schemacheck import plainly_valid
+
+if TYPE_CHECKING:
+    import fastjsonschema
 
 __all__ = [
     "ArgumentsError",
@@ -108,7 +110,7 @@ class CompiledSchema:
             else:
                 data = dict(arguments)
             out = validate(data)
-        except fastjsonschema.JsonSchemaValueException as exc:
+        except _value_exception() as exc:  # evaluated only when the validator raised
             return arguments, _sanitise(exc)
         except RecursionError:
             return arguments, ArgumentsError("$", "depth", "arguments are nested too deeply")
@@ -256,7 +258,17 @@ def _check_metaschema(schema: dict[str, Any], tool: str) -> None:
         ) from None
 
 
+def _value_exception() -> type[fastjsonschema.JsonSchemaValueException]:
+    """fastjsonschema's "the data is invalid" exception (the package loads with the first
+    validator a call needs, not with tooltrace)."""
+    import fastjsonschema
+
+    return fastjsonschema.JsonSchemaValueException
+
+
 def _compile(schema: Mapping[str, Any], tool: str) -> Callable[[Any], Any]:
+    import fastjsonschema
+
     try:
         return fastjsonschema.compile(dict(schema), use_default=True)  # type: ignore[no-any-return]
     except fastjsonschema.JsonSchemaDefinitionException as exc:

@@ -14,7 +14,7 @@ command sandbox (``choose_sandbox`` and what it works with) in ``_sandbox``, loa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from .._lazy import lazy_exports
 from ..exceptions import SandboxUnavailableError
@@ -23,7 +23,6 @@ from ._context import CallContext
 from ._current import current_context
 
 if TYPE_CHECKING:
-    from ._sandbox import SANDBOX_MODES as SANDBOX_MODES
     from ._sandbox import CommandSandbox as CommandSandbox
     from ._sandbox import Grants as Grants
     from ._sandbox import Launch as Launch
@@ -45,10 +44,13 @@ from ._executors import make_pool as make_pool
 from ._executors import release_quietly as release_quietly
 from ._executors import resolve_future as resolve_future
 
-_SANDBOX = ("SANDBOX_MODES", "CommandSandbox", "Grants", "Launch", "choose_sandbox",
+#: The command sandbox's modes (``[commands] sandbox``, ``CommandConfig.sandbox``).
+SANDBOX_MODES: Final = ("auto", "landlock", "bwrap", "off")
+
+_SANDBOX = ("CommandSandbox", "Grants", "Launch", "choose_sandbox",
             "landlock_abi", "sandbox_label")
 # The sandbox loads ctypes: only commands need it.
 __getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(_SANDBOX, "._sandbox"), globals())
 
-__all__ = ["Admission", "AdmissionResult", "CallContext", "SandboxUnavailableError",
-           "current_context", *_SANDBOX]
+__all__ = ["SANDBOX_MODES", "Admission", "AdmissionResult", "CallContext",
+           "SandboxUnavailableError", "current_context", *_SANDBOX]

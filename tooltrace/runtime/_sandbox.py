@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from ..exceptions import SandboxUnavailableError
-from . import _landlock
+from . import SANDBOX_MODES, _landlock
 
 __all__ = [
     "DEVICES",
@@ -59,7 +59,6 @@ __all__ = [
 ]
 
 #: The sandbox settings: ``auto`` (Landlock, else bubblewrap), ``landlock``, ``bwrap``, ``off``.
-SANDBOX_MODES: Final = ("auto", "landlock", "bwrap", "off")
 #: Read and execute for every sandboxed command (those that exist here). ``/etc`` holds what
 #: programs need to start (the loader cache, users, certificates, alternatives); ``/opt`` holds
 #: installed software. None holds the record, and none is writable.
