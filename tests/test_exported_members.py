@@ -56,10 +56,11 @@ def test_a_registry_that_starts_and_stops_loads_no_reader_and_compiles_no_detect
 ) -> None:
     # What serves a later or a rarer path loads there: checking anchors, looking a call up,
     # recovering dead segments, compaction's command line, the detectors' regexes, the command
-    # sandbox (the first command) and the schema compiler (the first call a schema checks).
+    # sandbox (the first command), the schema compiler (the first call a schema checks) and the
+    # stages (the first call).
     later = ("tooltrace.audit._anchorcheck", "tooltrace.audit._findings",
              "tooltrace.audit._lookup", "tooltrace.audit._recover", "argparse",
-             "tooltrace.runtime._sandbox", "fastjsonschema")
+             "tooltrace.runtime._sandbox", "fastjsonschema", "tooltrace.pipeline._stages")
     code = (
         "import os, sys, tooltrace\n"
         "from tooltrace.redaction import _detectors\n"

@@ -14,9 +14,9 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import _settings
+from . import _settings, pipeline
 from ._ids import CLOCK_SKEW_S, id_prefix, new_run_id
 from .events import Subscription
 from .hooks import Hook, by_phase
@@ -41,9 +41,6 @@ from .pipeline import (
     Emitter,
     Environment,
     EventHub,
-    RawCall,
-    arun,
-    run,
 )
 from .policy import ApprovalCache, ApprovalDecision, ApprovalRequest, Policy, Workspace
 from .redaction import ArtifactStore, Redactor
@@ -58,6 +55,9 @@ from .sinks import (
     TrailSink,
 )
 from .snapshots import SnapshotStore
+
+if TYPE_CHECKING:
+    from .pipeline import RawCall
 
 __all__ = ["Approver", "ToolRegistry"]
 
@@ -402,11 +402,11 @@ class ToolRegistry:
 
     def call(self, call: RawCall) -> ToolResultEnvelope:
         """Run one tool call through the whole pipeline and return its envelope (blocking)."""
-        return run(self._env, call)
+        return pipeline.run(self._env, call)
 
     async def acall(self, call: RawCall) -> ToolResultEnvelope:
         """Run one tool call through the same pipeline on the running event loop."""
-        return await arun(self._env, call)
+        return await pipeline.arun(self._env, call)
 
     def subscribe(
         self,

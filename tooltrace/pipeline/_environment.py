@@ -24,7 +24,6 @@ from ..policy import ApprovalCache, Workspace
 from ..runtime import MESSAGE_CHARS, keep_marks
 from ..sinks import ApprovalRecord, LateStep
 from ._book import StatusTable
-from ._drivers import arun, run
 from ._record import redact_detail, scrub
 
 if TYPE_CHECKING:
@@ -160,10 +159,14 @@ class Environment:
 
     def call_child(self, call: ToolCall, parent: CallContext) -> ToolResultEnvelope:
         """Run a tool's nested call through the whole pipeline (blocking)."""
+        from ._drivers import run  # the drivers load with the first call
+
         return run(self, call, parent)
 
     async def acall_child(self, call: ToolCall, parent: CallContext) -> ToolResultEnvelope:
         """Run a tool's nested call on the running event loop."""
+        from ._drivers import arun
+
         return await arun(self, call, parent)
 
     # -- what the pipeline records after a call returned --------------------------------------
