@@ -1,9 +1,8 @@
 """Records of one tool call: steps, the call record and the result envelope.
 
 Everything here is immutable and already redacted: these are the objects that sinks, hooks'
-views, logs, the CLI and the model see. Records are frozen ``msgspec.Struct``s: as immutable as
-frozen dataclasses, and built in a fraction of the time (a frozen dataclass pays a Python-level
-``object.__setattr__`` per field, several microseconds for a call record, on every call).
+views, logs, the CLI and the model see. Records are frozen ``msgspec.Struct``s (one is made for
+every call; the measurement behind the choice is in ``docs/internals/performance-analysis.md``).
 Timestamps are integer microseconds since the Unix epoch (``*_us``), which is what the audit
 store and the span builder want without conversion.
 """
@@ -90,14 +89,13 @@ class StepName(enum.StrEnum):
 class Step(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """One pipeline step: what ran, when, for how long, who decided and what.
 
-    Immutable, built positionally and never tracked by the cyclic garbage collector: six or
-    more are made per call and many wait in the sinks' queues, where tracked objects made every
-    young collection and its promotions cost more. So a step must never be part of a reference
-    cycle: it holds strings and numbers, and a small ``detail`` the registry builds itself or
-    copies (a tool's or hook's detail is copied, never shared, so nothing in it can refer back
-    to the record). It still behaves like the tuple it encodes as: it unpacks and indexes in
-    field order, and ``_asdict()`` and ``_replace()`` work as on a named tuple. ``detail`` is
-    redacted, JSON-serialisable and small.
+    Immutable, built positionally and never tracked by the cyclic garbage collector (six or more
+    are made per call and many wait in the sinks' queues). So a step must never be part of a
+    reference cycle: it holds strings and numbers, and a small ``detail`` the registry builds
+    itself or copies (a tool's or hook's detail is copied, never shared, so nothing in it can
+    refer back to the record). It still behaves like the tuple it encodes as: it unpacks and
+    indexes in field order, and ``_asdict()`` and ``_replace()`` work as on a named tuple.
+    ``detail`` is redacted, JSON-serialisable and small.
     """
 
     seq: int

@@ -1,10 +1,9 @@
 """The finished span of one call, built from its ``CallRecord`` off the call path.
 
-Building the SDK's ``ReadableSpan`` directly from the record costs about half of what an SDK
-span made through a tracer does, and it happens in the tracing sink's background batch, so the
-call itself only mints ids (``_propagation``). The span follows the GenAI conventions: name
-``execute_tool {tool}``, the ``gen_ai.*`` attributes, tooltrace's own under ``tooltrace.*``
-(``tooltrace.sandbox`` for a command: the sandbox its execute step records),
+The SDK's ``ReadableSpan`` is built directly from the record, in the tracing sink's background
+batch, so the call itself only mints ids (``_propagation``). The span follows the GenAI
+conventions: name ``execute_tool {tool}``, the ``gen_ai.*`` attributes, tooltrace's own under
+``tooltrace.*`` (``tooltrace.sandbox`` for a command: the sandbox its execute step records),
 status ERROR for failed and unknown calls, one event per pipeline step and one
 ``tooltrace.progress`` event per progress mark the record keeps (bounded); arguments and result
 (already redacted) only with content capture on. Every string is bounded.

@@ -1,8 +1,8 @@
 """Prometheus metrics for tool calls, with label values from closed sets only.
 
 ``MetricsSink`` queues each finished call on a ``BatchWorker`` and updates its counters and
-histograms there, through cached label children: prometheus-client takes a lock per value and
-checks it on every update, a few microseconds a call that the caller no longer waits for. A
+histograms there, through cached label children, so the caller does not wait for
+prometheus-client's per-value locks and checks. A
 scrape first counts every call still queued (``flush``), so what it reads includes every call
 that finished before it, as when the updates were made inline. In prometheus-client's
 multiprocess mode, whose values are files another process reads, the updates stay inline: a
