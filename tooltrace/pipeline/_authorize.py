@@ -35,7 +35,7 @@ from ..policy import (
 )
 from ..redaction import Redactor
 from ..sinks import ApprovalRecord
-from ._record import Builder, detached, error_text, redact_args, redact_detail, scrub
+from ._record import Builder, Made, detached, error_text, redact_args, redact_detail, scrub
 
 if TYPE_CHECKING:
     from ._environment import Environment
@@ -120,7 +120,7 @@ def authorize(
             detail = _detail(rebound, rules=list(rules), paths=resolved)
             b.step(_POLICY, t, "policy", "allow", detail)
         else:
-            b.step_clean(_POLICY, t, "policy", "allow", _allowed(env, rules))
+            b.step(_POLICY, t, "policy", "allow", _allowed(env, rules))
         return None
     reason = scrub(env, decision.reason)[:300]
     decider = f"policy:{decision.rule}"
@@ -146,7 +146,7 @@ def _allowed(env: Environment, rules: tuple[str, ...]) -> Mapping[str, Any]:
     if hit is not None and hit[0] is red and hit[1] == red.generation:
         return hit[2]
     gen = red.generation  # read first: a value registered meanwhile makes the entry stale
-    detail: Mapping[str, Any] = redact_detail(env, {"rules": list(rules)})
+    detail: Mapping[str, Any] = Made(redact_detail(env, {"rules": list(rules)}))
     if type(red) is not Redactor:  # a subclass's redaction may depend on more than the text
         return detail
     if len(memo) >= 256:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..model import (
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "UNREGISTERED",
     "Builder",
+    "Made",
     "WatchedBuilder",
     "detached",
     "error_text",
@@ -53,6 +54,14 @@ _OK = Status.OK
 #: The ``tool`` of a call that names no registered tool (a closed metric label value).
 UNREGISTERED = "_unregistered"
 
+
+class Made(dict[str, Any]):
+    """A step detail the pipeline made itself, only of numbers, words from a closed set and
+    text it already redacted (``redact_detail``): the record keeps it as it is. A detail a tool,
+    a hook or a rule hands over is never one (``redact_detail`` copies it into a plain dict)."""
+
+    __slots__ = ()
+
 _SUMMARY_CHARS = 500
 # How many scrubbed texts of the registry's own making a registry remembers (scrub_made).
 _MADE_TEXTS = 1024
@@ -68,7 +77,6 @@ class Builder:
         "args_redacted",
         "attributes",
         "call_id",
-        "clean",
         "depth",
         "entry",
         "env",
@@ -94,9 +102,6 @@ class Builder:
         self.t_wall = t_wall
         self.t0 = t0
         self.steps: list[Step] = []
-        #: The positions of steps whose detail needs no redaction when the record is made
-        #: (``step_clean``); every other detail is redacted then.
-        self.clean: list[int] = []
         self.last = t0  # when the last step ended (perf ns)
         self.call_id = ""
         self.run_id = env.run_id
@@ -146,14 +151,6 @@ class Builder:
             )
         )
         return now
-
-    def step_clean(
-        self, name: str, t: int, decider: str, decision: str, detail: Mapping[str, Any] | None
-    ) -> int:
-        """``step`` for a detail that holds only what the pipeline made of numbers, words from a
-        closed set and text already redacted (``redact_detail``): recorded as it is."""
-        self.clean.append(len(self.steps))
-        return self.step(name, t, decider, decision, detail)
 
     def reject(
         self,
@@ -229,7 +226,7 @@ class Builder:
             self.args_redacted,
             result_preview,
             artifact,
-            recorded_steps(env, self.steps, self.clean),
+            recorded_steps(env, self.steps),
             self.mode,
             d.tool_type if d else "function",
             d.description[:500] if d else None,
@@ -289,15 +286,13 @@ class WatchedBuilder(Builder):
         return now
 
 
-def recorded_steps(env: Environment, steps: list[Step], clean: Sequence[int] = ()
-                   ) -> tuple[Step, ...]:
+def recorded_steps(env: Environment, steps: list[Step]) -> tuple[Step, ...]:
     """The steps as a record holds them: every detail (paths, reasons, errors, diffs) has been
-    through the redactor here, whichever stage wrote it, but those at the ``clean`` positions
-    (see ``Builder.step_clean``)."""
+    through the redactor here, whichever stage wrote it, but a ``Made`` one."""
     redact = env.redactor.redact
     for i, s in enumerate(steps):
         detail = s.detail
-        if detail is None or i in clean:
+        if detail is None or type(detail) is Made:
             continue
         try:
             red, n = redact(detail)

@@ -26,7 +26,7 @@ from ..model import (
 from ..redaction import preview
 from ..runtime import CallContext
 from ._outcome import Outcome, error_type, outcome_rules
-from ._record import Builder, error_text, redact_detail
+from ._record import Builder, Made, error_text, redact_detail
 from ._snapshots import snapshot_after
 
 if TYPE_CHECKING:
@@ -63,8 +63,8 @@ def finish(
     if ctx.detail or signal or result_detail:
         detail: Mapping[str, Any] = _execute_detail(env, ctx, signal, result_detail)
     else:
-        detail = {"timeout_s": ctx.timeout_s}
-    now = b.step_clean(_EXECUTE, t, "tool", out.kind, detail)
+        detail = Made(timeout_s=ctx.timeout_s)
+    now = b.step(_EXECUTE, t, "tool", out.kind, detail)
     if signal is not None:
         _signal_steps(env, b, d, out, signal)
     status, summary, retry, etype = outcome_rules(
@@ -94,7 +94,7 @@ def _execute_detail(
 ) -> Mapping[str, Any]:
     """The execute step's detail: the timeout, the signal (a closed set), and what the tool and
     the runtime added, redacted here."""
-    out: dict[str, Any] = {"timeout_s": ctx.timeout_s}
+    out = Made(timeout_s=ctx.timeout_s)
     if ctx.detail:
         out.update(redact_detail(env, ctx.detail))
     if signal is not None:

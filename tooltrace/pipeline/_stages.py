@@ -33,6 +33,7 @@ from ._outcome import Outcome
 from ._record import (
     UNREGISTERED,
     Builder,
+    Made,
     WatchedBuilder,
     error_text,
     redact_args,
@@ -83,7 +84,7 @@ RawCall = ToolCall | Mapping[str, Any] | str | bytes
 _perf_ns = time.perf_counter_ns
 _FREE = AdmissionResult(True, 0.0, "free")
 # The admission step's detail when a slot was free: shared by those calls, never mutated.
-_FREE_INFO: Mapping[str, Any] = {"waited_ms": 0.0, "reason": "free"}
+_FREE_INFO = Made(waited_ms=0.0, reason="free")
 _ADMISSION_TEXT = {
     "queue_full": "too many calls waiting for a slot (queue full)",
     "timeout": "no concurrency slot became free in time",
@@ -265,13 +266,13 @@ def admission(
     if adm is _FREE and not extra:
         info: Mapping[str, Any] = _FREE_INFO
     else:
-        info = {"waited_ms": round(adm.waited_s * 1000, 3), "reason": adm.reason, **(extra or {})}
+        info = Made(waited_ms=round(adm.waited_s * 1000, 3), reason=adm.reason, **(extra or {}))
     if not adm.admitted:
-        b.step_clean(_ADMISSION, t, "runtime", "reject", info)
+        b.step(_ADMISSION, t, "runtime", "reject", info)
         stage = Stage.CANCEL if adm.reason == "cancelled" else Stage.ADMISSION
         why = _ADMISSION_TEXT.get(adm.reason, adm.reason)
         return b.reject(stage, why, d.name, retry=Retry(adm.reason != "shutdown", after_ms=250))
-    b.step_clean(_ADMISSION, t, "runtime", "accept", info)
+    b.step(_ADMISSION, t, "runtime", "accept", info)
     return None
 
 
