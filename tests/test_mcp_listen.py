@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from support.mcp_client import until_answering
 from support.otlp import free_port
 
 from tooltrace.mcp import McpProxy, ProxyConfig, ServerConfig, serve_http
@@ -46,12 +47,7 @@ def test_resource_updates_asked_on_a_listen_stream_reach_it(tmp_path: Path) -> N
         frames: list[dict[str, Any]] = []
         try:
             async with httpx.AsyncClient(timeout=30) as http:
-                for _ in range(500):
-                    try:
-                        await http.get(url)
-                        break
-                    except httpx.TransportError:
-                        await asyncio.sleep(0.02)
+                await until_answering(http, url)
                 listen = {"jsonrpc": "2.0", "id": "sub-7", "method": "subscriptions/listen",
                           "params": {"notifications": {"resourceSubscriptions": ["note://a"]},
                                      "_meta": META}}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from support.mcp_client import until_answering
 from support.otlp import free_port
 
 from tooltrace.mcp import McpProxy, ProxyConfig, ServerConfig, serve_http
@@ -52,12 +53,7 @@ def test_a_broken_stream_resumes_where_it_broke(tmp_path: Path) -> None:
         out: dict[str, Any] = {}
         try:
             async with httpx.AsyncClient(timeout=60) as http:
-                for _ in range(500):
-                    try:
-                        await http.get(url)
-                        break
-                    except httpx.TransportError:
-                        await asyncio.sleep(0.02)
+                await until_answering(http, url)
                 async with http.stream("POST", url, headers=HEADERS, json={
                         "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
                             "protocolVersion": OLD, "capabilities": {},

@@ -25,6 +25,7 @@ import mcp.types as mt
 import pytest
 from mcp import ClientSession
 from mcp.shared.memory import create_client_server_memory_streams
+from support.mcp_client import until_answering
 from support.otlp import free_port
 from test_mcp_conformance import NODE, REFERENCE, TSX, _installed, _serve, _stop
 
@@ -126,12 +127,7 @@ def test_a_client_of_the_newest_revision_gets_the_request_for_input_as_sent(
         serving = asyncio.ensure_future(serve_http(proxy, "127.0.0.1", port, stop=stop))
         try:
             async with httpx.AsyncClient(timeout=30) as http:
-                for _ in range(500):
-                    try:
-                        await http.get(url)
-                        break
-                    except httpx.TransportError:
-                        await asyncio.sleep(0.02)
+                await until_answering(http, url)
                 through = await http.post(url, json=body, headers=headers)
                 direct = await http.post(reference, json=body, headers=headers)
             return _message(through.text), _message(direct.text)
@@ -179,12 +175,7 @@ def test_a_change_the_server_announces_reaches_a_listen_stream(reference: str,
         frames: list[dict[str, Any]] = []
         try:
             async with httpx.AsyncClient(timeout=30) as http:
-                for _ in range(500):
-                    try:
-                        await http.get(url)
-                        break
-                    except httpx.TransportError:
-                        await asyncio.sleep(0.02)
+                await until_answering(http, url)
                 listen = {"jsonrpc": "2.0", "id": "sub-1", "method": "subscriptions/listen",
                           "params": {"notifications": {"toolsListChanged": True},
                                      "_meta": meta}}

@@ -11,6 +11,7 @@ in ``docs/guide/mcp.md`` (Failure behaviour).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import mcp.client.stdio as sdk_stdio
 from mcp import StdioServerParameters
 
-__all__ = ["SHUTDOWN_GRACE_S", "patient_stdio_client"]
+__all__ = ["SHUTDOWN_GRACE_S", "patient_stdio_client", "until_answering"]
 
 #: How long the tests' client waits for the proxy to exit on its own once stdin is closed.
 SHUTDOWN_GRACE_S = 60.0
@@ -47,3 +48,18 @@ async def patient_stdio_client(params: StdioServerParameters,
         _clients -= 1
         if not _clients:
             sdk_stdio.PROCESS_TERMINATION_TIMEOUT = _sdk_grace
+
+
+async def until_answering(http: Any, url: str, tries: int = 500) -> None:
+    """Return once an HTTP server that is starting answers ``url`` at all (any status); polls
+    ``tries`` times, 20 ms apart, then lets the last connection error through."""
+    import httpx
+
+    for attempt in range(tries):
+        try:
+            await http.get(url)
+            return
+        except httpx.TransportError:
+            if attempt == tries - 1:
+                raise
+            await asyncio.sleep(0.02)
