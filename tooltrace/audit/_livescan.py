@@ -205,11 +205,13 @@ class LiveSegments:
 
     # -- every line ---------------------------------------------------------------------------
 
-    def pieces(self) -> Iterator[ParsedSegment]:
-        """Every complete line of every segment, one parsed piece at a time; fills
-        ``issues`` once all were read."""
+    def pieces(self, infos: list[SegmentInfo] | None = None, *, note_issues: bool = True
+               ) -> Iterator[ParsedSegment]:
+        """Every complete line of every segment (of ``infos``), one parsed piece at a time;
+        once all were read, fills ``issues`` with what they found (``note_issues``: the
+        segments not read here are known to have none)."""
         issues: list[ReadIssue] = []
-        for info in self.infos:
+        for info in self.infos if infos is None else infos:
             seg = _Segment(info)
             try:
                 for before, data, stop in seg.pieces():
@@ -225,4 +227,5 @@ class LiveSegments:
                         " the writer stopped mid-write; it is set aside, not read"))
             finally:
                 seg.close()
-        self.issues = issues
+        if note_issues:
+            self.issues = issues

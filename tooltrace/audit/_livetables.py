@@ -22,16 +22,19 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 
-from ._segments import ParsedSegment
+from ._livejson import copy_segment, raw_fields, table_sql
+from ._segments import SegmentInfo
 from ._tables import COLUMNS, DUCKDB_TYPES, TABLES, build_columns
 
 if TYPE_CHECKING:
     import duckdb
+
+    from ._livescan import LiveSegments
 
 __all__ = ["COPY_ROWS", "LiveTables"]
 
@@ -87,38 +90,63 @@ class LiveTables:
         self._longest = 0
         # What this made in DuckDB, by name: TABLE or VIEW.
         self._made: dict[str, str] = {}
+        # Files of sealed segments parsed by DuckDB so far (each is named by its number).
+        self._raw = 0
 
     def empty(self, con: duckdb.DuckDBPyConnection, prefix: str = "_live_") -> None:
         """Create ``<prefix><table>`` for every table, with no rows."""
         for t in TABLES:
             self._create(con, prefix, t, 0)
 
-    def load(self, con: duckdb.DuckDBPyConnection, pieces: Iterable[ParsedSegment],
-             cores: int, prefix: str = "_live_", tables: Collection[str] = TABLES
-             ) -> dict[str, int]:
-        """Create (or replace) ``<prefix><table>`` for each of ``tables`` from the parsed
-        ``pieces``; return the rows of each."""
+    def load(self, con: duckdb.DuckDBPyConnection, segments: LiveSegments, cores: int,
+             prefix: str = "_live_", tables: Collection[str] = TABLES,
+             only: list[SegmentInfo] | None = None) -> dict[str, int]:
+        """Create (or replace) ``<prefix><table>`` for each of ``tables`` from ``segments``
+        (``only``: from these of them; ``segments.issues`` is then left as it was); return the
+        rows read by Python for each (the sealed segments DuckDB parses are not counted)."""
+        infos = segments.infos if only is None else only
+        # One thread parses the sealed segments: a second one doubles DuckDB's memory for
+        # them (129 against 179 MiB peak for `tooltrace stats` over 300,000 calls, 2026-12-06).
+        # The queries that follow a load get every core.
+        con.execute("SET threads = 1")
+        parsed, rest = self._parse_sealed(con, infos, tables)
+        con.execute(f"SET threads = {cores}")
         rows = dict.fromkeys(tables, 0)
         files: dict[str, TextIO] = {}
         try:
-            for piece in pieces:
+            for piece in segments.pieces(rest, note_issues=only is None):
                 if piece.lines:
-                    self._longest = max(self._longest, 2 * max(len(r) for _n, _o, r in piece.lines))
+                    self._longest = max(self._longest,
+                                        2 * max(len(r) for _n, _o, r in piece.lines))
                 cols = build_columns([piece], tables)
                 for t in tables:
                     self._append(files, prefix, t, cols[t], rows)
         finally:
             for f in files.values():
                 f.close()
-        if any(rows.values()):
-            con.execute(f"SET threads = {cores}")  # read_json parses in parallel
-        try:
-            for t in tables:
-                self._create(con, prefix, t, rows[t])
-        finally:
-            if any(rows.values()):
-                con.execute("SET threads = 1")
+        for t in tables:
+            self._create(con, prefix, t, rows[t], parsed)
         return rows
+
+    def _parse_sealed(self, con: duckdb.DuckDBPyConnection, infos: list[SegmentInfo],
+                      tables: Collection[str]) -> tuple[list[str], list[SegmentInfo]]:
+        """Parse each sealed segment of ``infos`` with DuckDB (``_livejson``) into a file of
+        its own: (those files, the segments left for Python: live ones and those DuckDB
+        cannot read as Python would)."""
+        fields = raw_fields(tables)
+        parsed: list[str] = []
+        rest: list[SegmentInfo] = []
+        for info in infos:
+            if info.live:
+                rest.append(info)
+                continue
+            self._raw += 1
+            out = os.path.join(os.path.dirname(self._path("", "raw")), f"{self._raw}.parquet")
+            if copy_segment(con, info, fields, out):
+                parsed.append(out)
+            else:
+                rest.append(info)
+        return parsed, rest
 
     def load_columns(self, con: duckdb.DuckDBPyConnection, cols: dict[str, dict[str, list[Any]]],
                      prefix: str) -> None:
@@ -160,14 +188,34 @@ class LiveTables:
             for c in names), strict=True))
         rows[t] += n
 
-    def _create(self, con: duckdb.DuckDBPyConnection, prefix: str, t: str, n: int) -> None:
+    def _create(self, con: duckdb.DuckDBPyConnection, prefix: str, t: str, n: int,
+                parsed: list[str] | None = None) -> None:
         spec = COLUMNS[t]
         name = f"{prefix}{t}"
         # What this made before (an empty table, made before the views) makes way. (Asking
         # information_schema instead costs DuckDB 80 MiB of memory.)
-        there = self._made.pop(name, None)
-        if there is not None:
-            con.execute(f"DROP {there} {name}")
+        for old in (name, f"{name}_rows"):
+            there = self._made.pop(old, None)
+            if there is not None:
+                con.execute(f"DROP {there} {old}")
+        if parsed:
+            # The rows DuckDB parsed stay in their files, read at each query; the few Python
+            # read (the live segments) are a table of their own beside them.
+            files = f"read_parquet([{', '.join(map(_quote, parsed))}])"
+            typed = ", ".join(f'CAST("{c}" AS {DUCKDB_TYPES[k]}) AS "{c}"' for c, k in spec)
+            parts = [f"SELECT {typed} FROM ({table_sql(t, files)})"]
+            if n:
+                self._create_rows(con, f"{name}_rows", t, n, self._path(prefix, t))
+                parts.append(f"SELECT * FROM {name}_rows")
+            con.execute(f"CREATE VIEW {name} AS {' UNION ALL '.join(parts)}")
+            self._made[name] = "VIEW"
+            return
+        self._create_rows(con, name, t, n, self._path(prefix, t))
+
+    def _create_rows(self, con: duckdb.DuckDBPyConnection, name: str, t: str, n: int,
+                     path: str) -> None:
+        """Table (or view) ``name`` of the ``n`` rows of table ``t`` in CSV file ``path``."""
+        spec = COLUMNS[t]
         if n == 0:
             ddl = ", ".join(f'"{c}" {DUCKDB_TYPES[k]}' for c, k in spec)
             con.execute(f"CREATE TABLE {name} ({ddl})")
@@ -175,7 +223,6 @@ class LiveTables:
             return
         types = ", ".join(f"{_quote(c)}: 'VARCHAR'" for c, _k in spec)
         kind = "TABLE" if n <= COPY_ROWS else "VIEW"
-        path = self._path(prefix, t)
         # A few rows (one lookup's) are bounded by their file; the others by the lines read.
         line = max(_LINE, min(self._longest or _LINE, os.path.getsize(path)) + 4096)
         con.execute(
@@ -185,7 +232,7 @@ class LiveTables:
         self._made[name] = kind
         if kind == "TABLE":
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._path(prefix, t))
+                os.unlink(path)
 
     def close(self) -> None:
         """Remove the files (the views that read them go with the connection)."""

@@ -217,7 +217,7 @@ class AuditStore:
         con = self.connection
         missing = [t for t in TABLES if t in tables and t not in self._live_loaded]
         if missing and self.uncompacted:
-            self._live_tables.load(con, self.uncompacted.pieces(), _cores(), tables=missing)
+            self._live_tables.load(con, self.uncompacted, _cores(), tables=missing)
         self._live_loaded.update(missing)
         return con
 

@@ -1,0 +1,229 @@
+"""Sealed segments not compacted yet, parsed by DuckDB's own JSON reader (``read_json``).
+
+A sealed segment never changes and every line of it is whole (it ends with its seal line), so
+DuckDB can parse it in bulk instead of Python parsing each line (``_livescan``) and writing it
+out again as CSV (``_livetables``): the per-line cost drops by an order of magnitude
+(docs/internals/performance-history.md, "Reads over a large backlog"). Each segment is read by
+one statement into a private temporary Parquet file holding the fields the asked-for tables need
+(``copy_segment``); the tables' rows are then SQL over those files (``table_sql``).
+
+The mapping from a record to its columns is ``_tables.build_columns``; ``table_sql`` says the
+same in SQL, and ``tests/test_audit_livejson.py`` pins the two equal over every record kind.
+What the SQL cannot promise to turn into the same values goes back to the Python path, a whole
+segment at a time (``copy_segment`` returns False):
+
+- a line DuckDB refuses (not a JSON object, a value of the wrong type for its field, a line
+  longer than ``MAX_LINE``), or an empty line (DuckDB skips it, which would shift the line
+  numbers the rows carry: DuckDB then reads fewer rows than the file has newlines);
+- JSON text DuckDB would write differently from ``orjson`` (an escaped control character,
+  whose hex digits DuckDB writes in upper case; a number with an exponent or beyond 16
+  digits, which the two format differently): ``_DIFFERS``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+from ._segments import SegmentInfo
+
+if TYPE_CHECKING:
+    import duckdb
+
+__all__ = ["MAX_LINE", "copy_segment", "raw_fields", "table_sql"]
+
+#: The longest line DuckDB is asked to parse; a segment with a longer one is read by Python.
+MAX_LINE = 4 * 1024 * 1024
+
+# Each field of a record line that some table reads, with the type DuckDB reads it as: text
+# fields as VARCHAR (a number or an object as its JSON text, as the CSV path writes it),
+# times and counts as BIGINT, JSON kept as JSON (written back as text by the tables).
+_FIELDS: dict[str, str] = {
+    "k": "VARCHAR", "call_id": "VARCHAR", "run_id": "VARCHAR", "tool": "VARCHAR",
+    "source": "VARCHAR", "status": "VARCHAR", "reject_stage": "VARCHAR", "summary": "VARCHAR",
+    "error_type": "VARCHAR", "started_at_us": "BIGINT", "elapsed_us": "DOUBLE",
+    "execution_started": "BOOLEAN", "trace_id": "VARCHAR", "span_id": "VARCHAR",
+    "parent_span_id": "VARCHAR", "trace_sampled": "BOOLEAN", "args_redacted": "JSON",
+    "args": "JSON", "result_preview": "VARCHAR", "artifact": "JSON", "mode": "VARCHAR",
+    "tool_type": "VARCHAR", "hook_modified": "BOOLEAN", "attributes": "JSON",
+    "parent_call_id": "VARCHAR", "depth": "BIGINT", "progress": "JSON", "principal": "JSON",
+    "capability": "VARCHAR", "effect": "VARCHAR", "steps": "JSON[][]", "step": "JSON[]",
+    "approval_id": "VARCHAR", "rule": "VARCHAR", "reason": "VARCHAR", "args_sha256": "VARCHAR",
+    "approved": "JSON", "who": "VARCHAR", "at_us": "BIGINT", "expires_at_us": "BIGINT",
+}
+_PRINCIPAL = ("principal",)
+# The fields each table reads (``k`` and ``call_id`` always; ``step`` for resolutions).
+_NEEDS: dict[str, tuple[str, ...]] = {
+    "calls": ("run_id", "tool", "source", "status", "reject_stage", "summary", "error_type",
+              "started_at_us", "elapsed_us", "execution_started", "trace_id", "span_id",
+              "parent_span_id", "trace_sampled", "args_redacted", "args", "result_preview",
+              "artifact", "mode", "tool_type", "hook_modified", "attributes", "parent_call_id",
+              "depth", "progress", "capability", "effect", *_PRINCIPAL),
+    "steps": ("steps", "step"),
+    "intents": ("run_id", "tool", "started_at_us", "args"),
+    "resolutions": ("step",),
+    "approvals": ("approval_id", "run_id", "tool", "rule", "reason", "args_sha256", "approved",
+                  "who", "at_us", "expires_at_us", "args", *_PRINCIPAL),
+}
+# The JSON fields written back as JSON text (the others are taken apart).
+_AS_TEXT = ("args_redacted", "args", "attributes", "progress", "principal")
+# JSON text DuckDB would write differently from orjson: an escaped control character (DuckDB:
+# upper-case hex digits), a number with an exponent or of 16 digits and more before its point
+# (DuckDB writes 1e20 as 100000000000000000000.0 and 1e300 as 1e300, orjson 1e+20, 1e+300).
+_DIFFERS = (r"\\u00|[:,\[]-?[0-9]+(\.[0-9]+)?[eE][-+]?[0-9]+[,}\]]"
+            r"|[:,\[]-?[0-9]{16,}\.[0-9]+[,}\]]")
+
+
+def raw_fields(tables: Collection[str]) -> list[str]:
+    """The fields of a record line that ``tables`` read, in ``_FIELDS`` order."""
+    want = {"k", "call_id"}
+    for t in tables:
+        want.update(_NEEDS[t])
+    return [f for f in _FIELDS if f in want]
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _lines(path: str) -> int | None:
+    """How many newlines the file has, when it ends with one; else None. (DuckDB skips an
+    empty line: then it reads fewer rows than this, and the segment goes to Python.)"""
+    count, last = 0, b"\n"
+    with open(path, "rb", buffering=0) as f:
+        while chunk := f.read(8 * 1024 * 1024):
+            count += chunk.count(b"\n")
+            last = chunk[-1:]
+    return count if last == b"\n" else None
+
+
+def copy_segment(con: duckdb.DuckDBPyConnection, info: SegmentInfo, fields: list[str],
+                 out: str) -> bool:
+    """Parse sealed segment ``info`` with DuckDB into Parquet file ``out``: one row per line
+    (``line`` its number), the ``fields`` of each. False when the segment must be read by
+    Python instead (see the module's docstring; ``out`` is then not left behind)."""
+    import duckdb
+
+    try:
+        lines = _lines(str(info.path))
+    except OSError:
+        return False
+    if not lines:
+        return False
+    cols = ", ".join(f"{_quote(f)}: {_quote(_FIELDS[f])}" for f in fields)
+    keep = ", ".join(f'"{f}"' for f in fields)
+    try:
+        con.execute(
+            f"COPY (SELECT {keep}, {_quote(info.writer)} AS _writer, {_quote(info.name)}"
+            f" AS _segment, ordinality AS line FROM read_json({_quote(str(info.path))},"
+            f" format = 'newline_delimited', records = true, maximum_object_size = {MAX_LINE},"
+            f" columns = {{{cols}}}) WITH ORDINALITY) TO {_quote(out)}"
+            " (FORMAT parquet, ROW_GROUP_SIZE 16384)")
+        texts = [f'"{f}"::VARCHAR' for f in fields if f in _AS_TEXT]
+        if "steps" in fields:
+            texts.append("list_transform(steps, s -> s[7])::VARCHAR")
+        if "step" in fields:
+            texts.append("step[7]::VARCHAR")
+        differs = " OR ".join(f"regexp_matches({t}, {_quote(_DIFFERS)})" for t in texts)
+        row = con.execute(
+            f"SELECT count(*), count(*) FILTER (WHERE {differs or 'false'})"
+            f" FROM read_parquet({_quote(out)})").fetchone()
+    except (duckdb.Error, OSError):
+        row = None
+    if row is None or row[0] != lines or row[1]:
+        try:
+            os.unlink(out)
+        except FileNotFoundError:
+            pass
+        return False
+    return True
+
+
+def _truthy(col: str) -> str:
+    """SQL: whether JSON value ``col`` is what Python takes as true (``x or None``)."""
+    return (f"({col} IS NOT NULL AND {col}::VARCHAR NOT IN"
+            " ('null', 'false', '0', '0.0', '-0.0', '\"\"', '[]', '{}'))")
+
+
+def _or_none(col: str) -> str:
+    """``_json(x or None)``: the JSON text of a JSON value Python takes as true, else NULL."""
+    return f"CASE WHEN {_truthy(col)} THEN {col}::VARCHAR END"
+
+
+def _json_text(col: str) -> str:
+    """``_json(x)``: the JSON text, NULL for JSON null."""
+    return f"CASE WHEN {col} IS NOT NULL AND {col}::VARCHAR <> 'null' THEN {col}::VARCHAR END"
+
+
+def _ts(expr: str) -> str:
+    return f"make_timestamp(TRY_CAST({expr} AS BIGINT))"
+
+
+def _principal() -> str:
+    p = "principal"
+    obj = f"json_type({p}) = 'OBJECT'"
+    roles = f"({p} -> '$.roles')"
+    return (f"CASE WHEN {obj} THEN ({p} ->> '$.user') END AS principal_user,"
+            f" CASE WHEN {obj} THEN ({p} ->> '$.agent') END AS principal_agent,"
+            f" CASE WHEN {obj} THEN ({p} ->> '$.tenant') END AS principal_tenant,"
+            f" CASE WHEN {obj} THEN {_or_none(roles)} END AS principal_roles")
+
+
+def _artifact(part: str, i: int) -> str:
+    a = "artifact"
+    return (f"CASE WHEN json_type({a}) = 'OBJECT' THEN ({a} ->> '$.{part}')"
+            f" WHEN json_type({a}) = 'ARRAY' AND json_array_length({a}) = 4"
+            f" THEN ({a} ->> '$[{i}]') END")
+
+
+def table_sql(t: str, source: str) -> str:
+    """A SELECT of table ``t``'s rows (``COLUMNS[t]`` in order) from ``source``, a FROM item
+    over files ``copy_segment`` wrote."""
+    w, s = "_writer", "_segment"
+    if t == "calls":
+        return (
+            "SELECT call_id, run_id, tool, source, status, reject_stage, summary, error_type,"
+            f" {_ts('started_at_us')} AS started_at,"
+            " coalesce(elapsed_us, 0) / 1000.0 AS elapsed_ms,"
+            " coalesce(execution_started, false) AS execution_started, trace_id, span_id,"
+            " parent_span_id, coalesce(trace_sampled, false) AS trace_sampled,"
+            f" coalesce({_json_text('args_redacted')}, {_json_text('args')}) AS args_redacted,"
+            f" result_preview, {_artifact('path', 0)} AS artifact_path,"
+            f" {_artifact('sha256', 3)} AS artifact_sha256,"
+            f" TRY_CAST({_artifact('chars', 1)} AS BIGINT) AS artifact_chars,"
+            f" TRY_CAST({_artifact('bytes', 2)} AS BIGINT) AS artifact_bytes,"
+            " mode, tool_type, coalesce(hook_modified, false) AS hook_modified,"
+            f" {_or_none('attributes')} AS attributes, {w} AS writer, {s} AS segment, line,"
+            " parent_call_id, TRY_CAST(coalesce(depth, 0) AS INTEGER) AS depth,"
+            f" {_or_none('progress')} AS progress, {_principal()}, capability, effect"
+            f" FROM {source} WHERE k = 'c'")
+    if t == "steps":
+        one = ("SELECT call_id, TRY_CAST(r[1]::VARCHAR AS INTEGER) AS seq, (r[2] ->> '$') AS step,"
+               f" {_ts('r[3]::VARCHAR')} AS started_at,"
+               " TRY_CAST(r[4]::VARCHAR AS DOUBLE) / 1000.0 AS elapsed_ms,"
+               " (r[5] ->> '$') AS decider, (r[6] ->> '$') AS decision,"
+               f" {_json_text('r[7]')} AS detail")
+        return (f"{one} FROM (SELECT call_id, unnest(steps) AS r FROM {source} WHERE k = 'c')"
+                f" UNION ALL {one} FROM (SELECT call_id, step AS r FROM {source}"
+                " WHERE k = 's' AND len(step) >= 6)")
+    if t == "intents":
+        return (f"SELECT call_id, run_id, tool, {_ts('started_at_us')} AS started_at,"
+                f" {_json_text('args')} AS args_redacted, {w} AS writer, {s} AS segment, line"
+                f" FROM {source} WHERE k = 'i'")
+    if t == "resolutions":
+        err = "CASE WHEN json_type(step[7]) = 'OBJECT' THEN (step[7] ->> '$.error_type') END"
+        return ("SELECT call_id, (step[6] ->> '$') AS status, 'resolved later as ' ||"
+                f" (step[6] ->> '$') || CASE WHEN coalesce({err}, '') NOT IN ('', 'false', '0')"
+                f" THEN ' (' || ({err}) || ')' ELSE '' END AS summary,"
+                f" {_ts('step[3]::VARCHAR')} AS resolved_at, {s} AS segment, line"
+                f" FROM {source} WHERE k = 's' AND len(step) >= 6"
+                " AND (step[2] ->> '$') = 'resolved'")
+    if t == "approvals":
+        return ("SELECT approval_id, call_id, run_id, tool, rule,"
+                " CASE WHEN approved::VARCHAR = 'true' THEN 'approve' ELSE 'deny' END"
+                " AS decision, who AS approver, reason, args_sha256,"
+                f" {_ts('at_us')} AS approved_at, {_ts('expires_at_us')} AS expires_at,"
+                f" {_principal()}, {w} AS writer, {s} AS segment, line,"
+                f" {_json_text('args')} AS args_redacted FROM {source} WHERE k = 'a'")
+    raise ValueError(f"no such table: {t}")
