@@ -1,22 +1,34 @@
-"""Mutation testing of the security core with cosmic-ray: one module at a time, each against a
-narrow selection of the tests that should notice, in a scratch copy of the checkout as
-committed (``--worktree``: as the working tree has it; the working tree is never mutated). A
-module whose tests fail unmutated is an error, not a score.
+"""Mutation testing of the security core with cosmic-ray: one module at a time, in scratch
+copies of the checkout as committed (``--worktree``: as the working tree has it; the working
+tree is never mutated). Each mutant runs only the tests that execute its line. A module whose
+tests fail unmutated is an error, not a score.
 
 Usage (from the repository root)::
 
     .venv/bin/python -m bench.mutation                          # every security module
-    .venv/bin/python -m bench.mutation --modules policy,authorize
+    .venv/bin/python -m bench.mutation --modules policy,authorize --jobs 2
     .venv/bin/python -m bench.mutation --changed-since origin/main --sample 40 --budget-s 170
-    .venv/bin/python -m bench.mutation --pick 2 --sample 6 --seed "$(date +%j)"   # what CI runs
+    .venv/bin/python -m bench.mutation --pick 2 --sample 3 --seed "$(date +%j)"   # what CI runs
     .venv/bin/python -m bench.mutation --list                   # the modules and their tests
+
+The tests a mutant runs: the module's test files are run once unmutated under coverage with
+one context per test (pytest-cov's ``--cov-context=test``), which records the test node ids
+that execute each line. A mutant runs the node ids that execute the lines of its statement
+(``pytest -x``, stopped at the first failure). A mutant in code that runs when the module is
+imported (module and class bodies, a ``def``'s decorators and defaults, the body of a cached
+function) runs the module's whole selection, since every test that imports the module runs it.
+A mutant whose line no test executes survives without a run. A survivor of its narrow
+selection is run once more against the whole selection (``--no-confirm`` skips that): a kill
+there is counted as a kill and reported, as a sign the selection was too narrow.
 
 For each module it prints the mutants killed, survived and skipped, the score (killed over
 killed plus survived; a timeout counts as killed, a mutant that does not even import as
 neither) and every surviving mutant as a diff, except those listed in ``EQUIVALENT`` with the
 reason they cannot be killed (printed apart, not counted). ``--sample N`` runs N mutants per
 module drawn with ``--seed`` (the others are skipped); ``--budget-s`` stops starting modules
-once the budget is spent; ``--pick K`` runs K of the chosen modules, drawn with ``--seed``.
+once the budget is spent; ``--pick K`` runs K of the chosen modules, drawn with ``--seed``;
+``--jobs N`` runs N mutants at once, each in a scratch copy of its own. The mutants run at
+idle CPU priority (``SCHED_IDLE``), so they take only the time nobody else wants.
 Mutants in type annotations are not run: with postponed evaluation of annotations they are
 equivalent by construction (counted apart). Exit status 1 when a module that ran all its
 mutants is under ``--aim`` (default 90%), else 0: a sampled run reports, it does not judge.
@@ -28,13 +40,20 @@ import argparse
 import ast
 import dataclasses
 import os
+import queue
 import random
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any
+
+import attrs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,6 +65,9 @@ class Target:
     path: str
     tests: tuple[str, ...]
     timeout_s: float = 60.0
+    # The module also runs in child processes that coverage does not follow: a line no test is
+    # seen to execute runs the whole selection instead of surviving unrun.
+    in_child: bool = False
 
 
 TARGETS: dict[str, Target] = {
@@ -69,7 +91,8 @@ TARGETS: dict[str, Target] = {
     "anchors": Target("tooltrace/audit/_anchors.py", ("tests/test_anchors.py",)),
     "anchorcheck": Target("tooltrace/audit/_anchorcheck.py", ("tests/test_anchors.py",)),
     "sandbox": Target("tooltrace/runtime/_sandbox.py", ("tests/test_sandbox.py",), 120.0),
-    "landlock": Target("tooltrace/runtime/_landlock.py", ("tests/test_sandbox.py",), 120.0),
+    "landlock": Target("tooltrace/runtime/_landlock.py", ("tests/test_sandbox.py",), 120.0,
+                       in_child=True),
 }
 
 # (module, text of the mutated line as it reads after the mutation, stripped) -> why no test
@@ -82,6 +105,10 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "every link-local address (169.254/16, fe80::/10) is also is_private, the test before",
     ("segmentcheck", "missing = sorted(set(range(first, top + 0)) - set(counts))"):
         "top is max(counts): the one value the shorter range leaves out is never missing",
+    ("approvals", "_OPTS = orjson.OPT_SORT_KEYS + orjson.OPT_NON_STR_KEYS"):
+        "two different one-bit flags: their sum is their union",
+    ("approvals", "_OPTS = orjson.OPT_SORT_KEYS ^ orjson.OPT_NON_STR_KEYS"):
+        "two different one-bit flags: their exclusive or is their union",
 }
 
 
@@ -108,22 +135,124 @@ def _scratch(worktree: bool) -> Path:
     return dst
 
 
-def _command(t: Target) -> str:
-    return (f"{sys.executable} -m pytest -x -q -p no:cacheprovider "
-            f"--timeout {int(t.timeout_s)} {' '.join(t.tests)}")
+def _pytest(work: Path, t: Target, tests: Sequence[str]) -> list[str]:
+    """The command that runs ``tests`` in ``work``, stopped at the first failure."""
+    return ["env", "-C", str(work), f"PYTHONPATH={work}", "PYTHONDONTWRITEBYTECODE=1",
+            sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+            "--timeout", str(int(t.timeout_s)), *tests]
 
 
-def _baseline(work: Path, t: Target) -> str | None:
-    """None when the module's tests pass unmutated; else the end of their output (a failing
-    baseline would count every mutant as killed)."""
-    env = dict(os.environ, PYTHONPATH=str(work), PYTHONDONTWRITEBYTECODE="1")
-    res = subprocess.run(_command(t).split(), cwd=work, env=env, text=True,
+_PRELOAD = """\
+import importlib
+
+
+def pytest_sessionstart(session):
+    # Imported before the first test, so what runs at import is recorded outside every test's
+    # context (the package loads some modules lazily, inside whichever test comes first).
+    importlib.import_module({module!r})
+"""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Coverage:
+    """Which tests execute which lines of one module, measured on the unmutated code."""
+
+    by_line: dict[int, frozenset[str]]
+    # Node ids in the order the module's tests ran them, so a selection keeps that order.
+    order: dict[str, int]
+
+
+def _coverage(work: Path, name: str, t: Target) -> Coverage | str:
+    """Run the module's tests once under coverage with a context per test; the end of their
+    output instead when they fail (a failing baseline would count every mutant as killed)."""
+    from coverage import CoverageData
+
+    module = t.path.removesuffix(".py").replace("/", ".")
+    (work / f"mutation_preload_{name}.py").write_text(_PRELOAD.format(module=module))
+    data_file = work / f".coverage-{name}"
+    cmd = _pytest(work, t, t.tests)
+    cmd[cmd.index("-x"):cmd.index("-x") + 1] = [
+        "-p", f"mutation_preload_{name}", f"--cov={Path(t.path).parent}",
+        "--cov-context=test", "--cov-report=", "-rA"]
+    res = subprocess.run(cmd, env=dict(os.environ, COVERAGE_FILE=str(data_file)), text=True,
                          capture_output=True, check=False)
-    return None if res.returncode == 0 else (res.stdout + res.stderr)[-1500:]
+    if res.returncode:
+        return (res.stdout + res.stderr)[-1500:]
+    # -rA lists every test in the order it ran ("PASSED tests/x.py::test_y").
+    ran = [ln.split(" ", 1)[1].split(" - ")[0] for ln in res.stdout.splitlines()
+           if ln.startswith(("PASSED ", "SKIPPED ", "XFAIL ", "XPASS "))]
+    data = CoverageData(basename=str(data_file))
+    data.read()
+    data.set_query_contexts(None)
+    contexts = data.contexts_by_lineno(str((work / t.path).resolve()))
+    return Coverage(by_line={ln: frozenset(c.rpartition("|")[0] or c for c in cs)
+                             for ln, cs in contexts.items()},
+                    order={nid: i for i, nid in enumerate(dict.fromkeys(ran))})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Statement:
+    """The header lines of the innermost statement around a line, and whether that statement
+    runs when the module is imported."""
+
+    first: int
+    last: int
+    at_import: bool
+
+
+_CACHES = {"cache", "lru_cache", "cached_property"}
+
+
+def _statements(path: Path) -> dict[int, Statement]:
+    """Each line's innermost statement (a compound statement by its header only)."""
+    tree = ast.parse(path.read_text())
+    out: dict[int, Statement] = {}
+
+    def cached(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+        names = {getattr(d, "attr", getattr(d, "id", "")) for dec in fn.decorator_list
+                 for d in ast.walk(dec)}
+        return bool(names & _CACHES)
+
+    def visit(node: ast.AST, at_import: bool) -> None:
+        kids = [c for c in ast.iter_child_nodes(node)
+                if isinstance(c, (ast.stmt, ast.ExceptHandler))]
+        if isinstance(node, (ast.stmt, ast.ExceptHandler)):
+            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+            last = node.end_lineno or node.lineno
+            if kids:
+                last = max(first, min(k.lineno for k in kids) - 1)
+            for ln in range(first, last + 1):
+                out[ln] = Statement(first, last, at_import)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            # A body runs when called; a cached body's result serves every later caller.
+            at_import = cached(node)
+        for k in kids:
+            visit(k, at_import)
+
+    visit(tree, True)
+    return out
+
+
+def _selection(cov: Coverage, spans: dict[int, Statement], t: Target, first: int,
+               last: int) -> tuple[str, ...] | None:
+    """The tests a mutant of lines first..last runs: its statements' tests, the whole
+    selection for code run at import, None when no test executes it."""
+    found: set[str] = set()
+    for ln in range(first, last + 1):
+        st = spans.get(ln)
+        if st is None or st.at_import:
+            return t.tests
+        for lnum in range(st.first, st.last + 1):
+            found |= cov.by_line.get(lnum, frozenset())
+    if "" in found:  # run outside any test: at import, or by a fixture shared by all
+        return t.tests
+    if not found:
+        return t.tests if t.in_child else None
+    return tuple(sorted(found, key=lambda nid: (cov.order.get(nid, len(cov.order)), nid)))
 
 
 def _config(work: Path, name: str, t: Target) -> Path:
-    cmd = _command(t)
+    cmd = " ".join(_pytest(work, t, t.tests))
     cfg = work / f"mutation-{name}.toml"
     cfg.write_text(
         "[cosmic-ray]\n"
@@ -153,6 +282,9 @@ class Score:
     skipped: int = 0
     incompetent: int = 0
     annotation: int = 0
+    # Survivors no test executes (never run), and narrow survivors the whole selection killed.
+    unrun: int = 0
+    widened: list[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -192,8 +324,44 @@ def _mutated_line(diff: str) -> str:
     return "-" + next((r for r in removed if r), "")
 
 
-def run_module(work: Path, name: str, t: Target, sample: int | None, seed: int) -> Score:
-    """Init, (sample), exec and read back one module's session."""
+def _test(works: queue.Queue[Path], t: Target, m: Any, tests: tuple[str, ...]) -> Any:
+    """Apply one mutant in a free scratch copy, run ``tests`` there, put the copy back."""
+    from cosmic_ray.mutating import mutate_and_test  # type: ignore[import-untyped]
+
+    work = works.get()
+    try:
+        mutant = attrs.evolve(m, module_path=work / t.path)
+        res = mutate_and_test([mutant], shlex.join(_pytest(work, t, tests)), t.timeout_s * 2)
+        if res.diff:
+            res = attrs.evolve(res, diff=res.diff.replace(f"/{work}/", "/"))
+        return res
+    finally:
+        works.put(work)
+
+
+def _unrun(work: Path, m: Any) -> Any:
+    """The result of a mutant no test executes: survived, with its diff, not run."""
+    from cosmic_ray.mutating import _make_diff, mutate_code  # type: ignore[import-untyped]
+    from cosmic_ray.plugins import get_operator  # type: ignore[import-untyped]
+    from cosmic_ray.work_item import (  # type: ignore[import-untyped]
+        TestOutcome,
+        WorkerOutcome,
+        WorkResult,
+    )
+
+    src = (work / m.module_path).read_text()
+    mutated = mutate_code(src, get_operator(m.operator_name)(**m.operator_args), m.occurrence)
+    if mutated is None:
+        return WorkResult(worker_outcome=WorkerOutcome.NO_TEST)
+    return WorkResult(worker_outcome=WorkerOutcome.NORMAL, test_outcome=TestOutcome.SURVIVED,
+                      output="no test executes this line",
+                      diff="\n".join(_make_diff(src, mutated, m.module_path)))
+
+
+def run_module(works: list[Path], name: str, t: Target, sample: int | None, seed: int,
+               confirm: bool = True) -> Score:
+    """Init, (sample), run each mutant against the tests that execute it, read back one
+    module's session."""
     from cosmic_ray.work_db import WorkDB, use_db  # type: ignore[import-untyped]
     from cosmic_ray.work_item import (  # type: ignore[import-untyped]
         TestOutcome,
@@ -202,9 +370,11 @@ def run_module(work: Path, name: str, t: Target, sample: int | None, seed: int) 
     )
 
     t0 = time.monotonic()
-    failing = _baseline(work, t)
-    if failing is not None:
-        raise SystemExit(f"mutation: {name}: its tests fail before any mutation:\n{failing}")
+    work = works[0]
+    cov = _coverage(work, name, t)
+    if isinstance(cov, str):
+        raise SystemExit(f"mutation: {name}: its tests fail before any mutation:\n{cov}")
+    spans = _statements(work / t.path)
     cfg = _config(work, name, t)
     session = work / f"mutation-{name}.sqlite"
     session.unlink(missing_ok=True)
@@ -221,26 +391,51 @@ def run_module(work: Path, name: str, t: Target, sample: int | None, seed: int) 
                 db.set_result(w.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED,
                                                    output="annotation"))
                 annotation += 1
-    if sample is not None:
-        with use_db(str(session), WorkDB.Mode.open) as db:
-            # Drawn from the mutants in source order (job ids are random): a seed names a sample.
-            ids = [w.job_id for w in sorted(db.pending_work_items, key=lambda w: (
-                w.mutations[0].start_pos, w.mutations[0].operator_name,
-                w.mutations[0].occurrence))]
-            keep = set(random.Random(f"{seed}:{name}").sample(ids, min(sample, len(ids))))
-            for job in ids:
-                if job not in keep:
-                    db.set_result(job, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
-    res = _cr(work, "exec", str(cfg), str(session))
-    if res.returncode:
-        raise SystemExit(f"cosmic-ray exec failed for {name}:\n{res.stderr[-2000:]}")
     score = Score(name, annotation=annotation)
     with use_db(str(session), WorkDB.Mode.open) as db:
+        # In source order (job ids are random): a seed names a sample, progress reads in order.
+        pending = sorted(db.pending_work_items, key=lambda w: (
+            w.mutations[0].start_pos, w.mutations[0].operator_name, w.mutations[0].occurrence))
+        if sample is not None:
+            keep = set(random.Random(f"{seed}:{name}").sample(
+                [w.job_id for w in pending], min(sample, len(pending))))
+            for w in pending:
+                if w.job_id not in keep:
+                    db.set_result(w.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
+            pending = [w for w in pending if w.job_id in keep]
+        free: queue.Queue[Path] = queue.Queue()
+        for w in works:
+            free.put(w)
+        runs: dict[Future[Any], Any] = {}
+        with ThreadPoolExecutor(len(works)) as pool:
+            for w in pending:
+                m = w.mutations[0]
+                tests = _selection(cov, spans, t, m.start_pos[0], m.end_pos[0])
+                if tests is None:
+                    score.unrun += 1
+                    db.set_result(w.job_id, _unrun(work, m))
+                else:
+                    runs[pool.submit(_test, free, t, m, tests)] = (w, tests)
+            for done, fut in enumerate(as_completed(runs), 1):
+                w, tests = runs[fut]
+                result = fut.result()
+                if (confirm and result.test_outcome == TestOutcome.SURVIVED
+                        and tests != t.tests):
+                    again = _test(free, t, w.mutations[0], t.tests)
+                    if again.test_outcome == TestOutcome.KILLED:
+                        m = w.mutations[0]
+                        score.widened.append(f"{m.module_path}:{m.start_pos[0]}"
+                                             f" {m.operator_name} ({len(tests)} tests)")
+                        result = again
+                db.set_result(w.job_id, result)
+                if done % 25 == 0:
+                    print(f"mutation: {name}: {done}/{len(runs)} run,"
+                          f" {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
         for item, result in db.completed_work_items:
             if result.worker_outcome == WorkerOutcome.SKIPPED:
                 score.skipped += result.output != "annotation"
                 continue
-            if result.test_outcome == TestOutcome.INCOMPETENT:
+            if result.test_outcome in (None, TestOutcome.INCOMPETENT):
                 score.incompetent += 1
                 continue
             if result.test_outcome != TestOutcome.SURVIVED:  # killed, or timed out
@@ -283,7 +478,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="print the modules and their tests")
     p.add_argument("--worktree", action="store_true",
                    help="mutate the working tree's files (default: HEAD's, as committed)")
+    p.add_argument("--jobs", type=int, default=1, help="mutants run at once, each in a scratch"
+                                                        " copy of its own")
+    p.add_argument("--no-confirm", dest="confirm", action="store_false",
+                   help="do not run a narrow survivor again against the whole selection")
     return p
+
+
+def _idle() -> None:
+    """Run this process and its children at idle CPU priority (Linux; elsewhere as is)."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,7 +514,8 @@ def main(argv: list[str] | None = None) -> int:
     if ns.pick is not None:
         names = sorted(random.Random(ns.seed).sample(names, min(ns.pick, len(names))),
                        key=names.index)
-    work = _scratch(ns.worktree)
+    _idle()
+    works = [_scratch(ns.worktree) for _ in range(max(1, ns.jobs))]
     t0 = time.monotonic()
     scores: list[Score] = []
     try:
@@ -315,20 +523,26 @@ def main(argv: list[str] | None = None) -> int:
             if ns.budget_s is not None and time.monotonic() - t0 > ns.budget_s:
                 print(f"mutation: budget spent, {n} and later modules not run")
                 break
-            s = run_module(work, n, TARGETS[n], ns.sample, ns.seed)
+            s = run_module(works, n, TARGETS[n], ns.sample, ns.seed, ns.confirm)
             scores.append(s)
             print(f"mutation: {n}: {s.killed}/{s.total} killed ({s.percent:.1f}%),"
+                  f" {len(s.equivalent)} equivalent, {s.unrun} survived unrun (no test"
+                  f" executes them), {len(s.widened)} killed only by the whole selection,"
                   f" {s.skipped} skipped, {s.incompetent} not viable, {s.annotation} in"
                   f" annotations (equivalent), {s.seconds:.0f}s",
                   flush=True)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        for work in works:
+            shutil.rmtree(work, ignore_errors=True)
     print()
-    print(f"{'module':14} {'file':34} {'killed':>7} {'survived':>8} {'score':>7}")
+    print(f"{'module':14} {'file':34} {'killed':>7} {'survived':>8} {'equivalent':>10}"
+          f" {'score':>7}")
     for s in scores:
         print(f"{s.name:14} {TARGETS[s.name].path:34} {s.killed:7d} {len(s.survived):8d}"
-              f" {s.percent:6.1f}%")
+              f" {len(s.equivalent):10d} {s.percent:6.1f}%")
     for s in scores:
+        for wd in s.widened:
+            print(f"\nkilled only by the whole selection (too narrow) {wd}")
         for e in s.equivalent:
             print(f"\nequivalent (not counted) {e}")
         for sv in s.survived:

@@ -55,3 +55,43 @@ def test_the_mutated_line_of_a_diff() -> None:
     removed = "--- a/m.py\n+++ b/m.py\n@@ -1,2 +1 @@\n-@functools.cache\n def f():\n"
     assert mutation._mutated_line(changed) == "x = a & 1"
     assert mutation._mutated_line(removed) == "-@functools.cache"
+
+
+def test_each_line_maps_to_its_statement_and_what_runs_at_import(tmp_path: Path) -> None:
+    src = tmp_path / "m.py"
+    src.write_text(
+        "import functools\n"                 # 1
+        "LIMIT = 3\n"                        # 2
+        "@functools.cache\n"                 # 3
+        "def table():\n"                     # 4
+        "    return [LIMIT]\n"               # 5
+        "def f(a,\n"                         # 6
+        "      b=LIMIT):\n"                  # 7
+        "    if (a >\n"                      # 8
+        "            b):\n"                  # 9
+        "        return 1\n"                 # 10
+        "    return 2\n")                    # 11
+    st = mutation._statements(src)
+    assert st[2] == mutation.Statement(2, 2, True)
+    assert st[3] == st[4] == mutation.Statement(3, 4, True)  # decorators are the header
+    assert st[5].at_import  # a cached function's body serves every later caller
+    assert st[7] == mutation.Statement(6, 7, True)  # defaults are evaluated at import
+    assert st[9] == mutation.Statement(8, 9, False)  # an if by its header only
+    assert st[10] == mutation.Statement(10, 10, False)
+
+
+def test_a_mutant_runs_the_tests_that_execute_its_statement() -> None:
+    t = mutation.Target("m.py", ("tests/test_m.py",))
+    st = {1: mutation.Statement(1, 1, True), 5: mutation.Statement(5, 6, False),
+          6: mutation.Statement(5, 6, False), 9: mutation.Statement(9, 9, False),
+          12: mutation.Statement(12, 12, False)}
+    cov = mutation.Coverage(
+        by_line={5: frozenset({"t.py::b"}), 6: frozenset({"t.py::a"}),
+                 12: frozenset({"", "t.py::a"})},
+        order={"t.py::a": 0, "t.py::b": 1})
+    assert mutation._selection(cov, st, t, 6, 6) == ("t.py::a", "t.py::b")  # in run order
+    assert mutation._selection(cov, st, t, 1, 1) == t.tests  # runs at import
+    assert mutation._selection(cov, st, t, 12, 12) == t.tests  # runs outside any test
+    assert mutation._selection(cov, st, t, 9, 9) is None  # no test executes it
+    child = mutation.Target("m.py", ("tests/test_m.py",), in_child=True)
+    assert mutation._selection(cov, st, child, 9, 9) == child.tests
