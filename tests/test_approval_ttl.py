@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from support.components import extra, require_module
 
 from tooltrace import ApprovalDecision, ApprovalRequest, Status, ToolCall, create_registry, tool
 from tooltrace.audit import list_approvals, open_store
+from tooltrace.policy import ApprovalCache, Reusable, ttl_seconds
 from tooltrace.policy.file import PolicyFileError, load_policy
 
 
@@ -133,3 +135,55 @@ def test_a_bad_cedar_ttl_is_placed_and_refused(
     assert res.returncode == 2, res.stdout + res.stderr
     col = len('@id("sends-ask") ') + annotations.index("@ttl") + 1  # at the annotation
     assert f"{cedar}:3:{col}: policy sends-ask: {message}" in res.stdout + res.stderr
+
+
+@pytest.mark.parametrize(("ttl", "seconds"), [
+    (None, None), (True, None), (False, None), (0, None), (-0.5, None), (-5, None),
+    (0.5, 0.5), (15, 15.0), (timedelta(minutes=15), 900.0), (timedelta(0), None),
+])
+def test_a_time_to_live_of_zero_or_less_or_a_boolean_means_no_reuse(
+    ttl: Any, seconds: float | None
+) -> None:
+    assert ttl_seconds(ttl) == seconds
+
+
+def _approval(n: int, expires_at_us: int) -> Reusable:
+    return Reusable(f"ap-{n}", "sends-ask", expires_at_us)
+
+
+def test_a_kept_approval_is_reused_until_the_instant_it_expires() -> None:
+    cache = ApprovalCache()
+    cache.keep("send", None, "d1", _approval(1, 1000), now_us=0)
+    assert cache.find("send", None, "d1", now_us=999) == _approval(1, 1000)
+    assert cache.find("send", None, "d1", now_us=1000) is None
+    cache.keep("send", None, "d2", _approval(2, 1000), now_us=0)
+    assert cache.find("send", None, "d2", now_us=5000) is None
+    assert cache.find("send", None, "d2", now_us=0) is None  # an expired one is forgotten
+
+
+def test_a_full_approval_cache_drops_the_expired_first_then_the_oldest() -> None:
+    cache = ApprovalCache(max_entries=3)
+    cache.keep("send", None, "expired", _approval(1, 100), now_us=0)
+    cache.keep("send", None, "at-now", _approval(2, 200), now_us=0)
+    cache.keep("send", None, "old", _approval(3, 900), now_us=0)
+    # Full at 3: the one that expired and the one expiring at this instant make room; the
+    # live one stays, though it is the oldest left.
+    cache.keep("send", None, "new", _approval(4, 900), now_us=200)
+    assert cache.find("send", None, "old", now_us=150) == _approval(3, 900)
+    assert cache.find("send", None, "expired", now_us=50) is None
+    assert cache.find("send", None, "at-now", now_us=150) is None
+    cache.keep("send", None, "newer", _approval(5, 900), now_us=200)
+    # Full with three live ones: the oldest goes.
+    cache.keep("send", None, "newest", _approval(6, 900), now_us=200)
+    assert cache.find("send", None, "old", now_us=200) is None
+    for n, key in ((4, "new"), (5, "newer"), (6, "newest")):
+        assert cache.find("send", None, key, now_us=200) == _approval(n, 900)
+
+
+def test_the_approval_cache_holds_4096_approvals_by_default() -> None:
+    cache = ApprovalCache()
+    for n in range(4097):
+        cache.keep("send", None, f"d{n}", _approval(n, 10**9), now_us=0)
+    assert cache.find("send", None, "d0", now_us=0) is None
+    assert cache.find("send", None, "d1", now_us=0) == _approval(1, 10**9)
+    assert cache.find("send", None, "d4096", now_us=0) == _approval(4096, 10**9)

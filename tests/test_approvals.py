@@ -7,6 +7,7 @@ import json
 import time
 from datetime import timedelta
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -72,6 +73,16 @@ def test_the_digest_is_over_canonical_redacted_arguments() -> None:
     b = arguments_sha256({"c": {"y": 2.5, "z": 1}, "a": [1, "x"], "b": 1})
     assert a == b and len(a) == 64
     assert a != arguments_sha256({"b": 2, "a": [1, "x"], "c": {"z": 1, "y": 2.5}})
+
+
+def test_the_digest_reads_sets_as_sorted_lists_and_any_mapping_as_a_dict() -> None:
+    # A set's order is arbitrary and a read-only mapping is not a dict: both still digest as
+    # the JSON the trail records for them.
+    assert arguments_sha256({"tags": frozenset({"b", "a"})}) == arguments_sha256(
+        {"tags": ["a", "b"]})
+    assert arguments_sha256({"tags": {2, 10}}) == arguments_sha256({"tags": ["10", "2"]})
+    view = MappingProxyType({"z": 1, "y": {"x": 2}})
+    assert arguments_sha256({"opts": view}) == arguments_sha256({"opts": {"y": {"x": 2}, "z": 1}})
 
 
 def test_an_approval_records_who_why_when_and_the_digest(tmp_path: Path) -> None:
