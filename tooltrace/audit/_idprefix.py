@@ -7,9 +7,9 @@ the whole trail (ids sorted), and never before its 13th (the millisecond). ``too
 autopsy`` and every command that takes a call id accept such a prefix.
 
 Only the ids that share a listed id's first 13 characters can make its prefix longer, so only
-those are read (one range of ids per millisecond, pruned like a lookup), not every id in the
-trail; and the ranges are written into the query rather than bound as a parameter (DuckDB's
-client imports numpy and pandas to bind a list: 100 MiB more for a command that lists 20 calls).
+those are read (one range of ids per millisecond, pruned like a lookup: ``AuditStore.
+call_ids_between``, which after ``calls`` reads only the segments that command read when no
+other can hold such an id), not every id in the trail.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._store import AuditStore
 
 __all__ = ["MIN_PREFIX", "AmbiguousPrefix", "SeenIds", "ambiguous", "cut", "match_prefix",
            "unique_prefixes"]
@@ -113,7 +116,7 @@ class SeenIds:
         return cut(cid, self._sorted)
 
 
-def unique_prefixes(store: Any, ids: Sequence[str]) -> dict[str, str]:
+def unique_prefixes(store: AuditStore, ids: Sequence[str]) -> dict[str, str]:
     """For each id, its shortest prefix (at least ``MIN_PREFIX`` characters) that no other
     call in the trail shares; an id the trail does not hold maps to itself."""
     wanted = sorted({i for i in ids if isinstance(i, str)})
@@ -123,10 +126,7 @@ def unique_prefixes(store: Any, ids: Sequence[str]) -> dict[str, str]:
     heads = sorted({i[:MIN_PREFIX] for i in wanted if len(i) >= MIN_PREFIX and _ID.match(i)})
     if not heads:
         return out
-    ranges = " OR ".join(f"(call_id >= '{h}' AND call_id < '{h[:-1]}{chr(ord(h[-1]) + 1)}')"
-                         for h in heads)
-    near = sorted({str(r[0]) for r in store.sql(
-        f"SELECT DISTINCT call_id FROM tool_calls WHERE {ranges}").rows})
+    near = store.call_ids_between([(h, h[:-1] + chr(ord(h[-1]) + 1)) for h in heads])
     for cid in wanted:
         out[cid] = cut(cid, near)
     return out

@@ -119,7 +119,7 @@ def copy_segment(con: duckdb.DuckDBPyConnection, info: SegmentInfo, fields: list
             f" AS _segment, ordinality AS line FROM read_json({_quote(str(info.path))},"
             f" format = 'newline_delimited', records = true, maximum_object_size = {MAX_LINE},"
             f" columns = {{{cols}}}) WITH ORDINALITY) TO {_quote(out)}"
-            " (FORMAT parquet, ROW_GROUP_SIZE 16384)")
+            " (FORMAT parquet)")
         texts = [f'"{f}"::VARCHAR' for f in fields if f in _AS_TEXT]
         if "steps" in fields:
             texts.append("list_transform(steps, s -> s[7])::VARCHAR")

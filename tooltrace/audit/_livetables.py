@@ -93,6 +93,11 @@ class LiveTables:
         # Files of sealed segments parsed by DuckDB so far (each is named by its number).
         self._raw = 0
 
+    @property
+    def directory(self) -> str | None:
+        """Where this keeps its files (None until it made one)."""
+        return self._dir
+
     def empty(self, con: duckdb.DuckDBPyConnection, prefix: str = "_live_") -> None:
         """Create ``<prefix><table>`` for every table, with no rows."""
         for t in TABLES:

@@ -17,7 +17,8 @@ Only DuckDB is imported, when a store first needs it: no pyarrow, no pandas. A l
 (``call``, ``resolve_call_id``) does not go through the views: it reads only the Parquet files
 whose call-id range (recorded in the compaction manifest) can hold the id (their lookup files,
 when they have them), and only the lines of the segments not compacted yet that hold the id.
-The views copy the rows not compacted yet into DuckDB when they are first used.
+The views copy the rows not compacted yet into DuckDB when they are first used. ``calls``
+(newest first) reads the segments not compacted yet newest first, only as many as it needs.
 
 A store reads the trail as it was when opened. When compaction replaced a Parquet file the
 store listed (background compaction merges small files and rewrites a file whose call was
@@ -26,6 +27,7 @@ resolved later), the store reads the trail afresh and asks again, once.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable
@@ -36,13 +38,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import orjson
 
+from .._ids import CLOCK_SKEW_S, id_prefix
 from .._settings import resolve_home
 from ._approvalrows import APPROVALS_VIEW
 from ._livescan import LiveSegments
 from ._livetables import LiveTables
 from ._lookup import LookupFiles, find_call
 from ._manifest import manifest_path, read_manifest
-from ._segments import audit_dir, list_segments
+from ._segments import SegmentInfo, audit_dir, list_segments
 from ._storerecords import (
     AmbiguousCallId,
     CallDetail,
@@ -128,6 +131,15 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _written_at(info: SegmentInfo) -> float:
+    """When a segment was last written (Unix seconds); +inf when it is gone or cannot be
+    asked (read first: it could hold anything)."""
+    try:
+        return os.stat(info.path).st_mtime
+    except OSError:
+        return math.inf
+
+
 def _cores() -> int:
     """CPUs this process may run on (DuckDB's own default)."""
     try:
@@ -179,6 +191,12 @@ class AuditStore:
         self._pending: list[str] = []
         self._db: duckdb.DuckDBPyConnection | None = None
         self._live_loaded: set[str] = set()
+        # After ``calls`` read only the newest segments: the id prefix no unread segment can
+        # reach (ids above it are all in ``_newest_<table>`` and Parquet); else None.
+        self._newest_above: str | None = None
+        self._newest_sources: dict[str, str] = {}
+        #: The segments the last ``calls`` read (all of them when it read the whole trail).
+        self.segments_read = 0
         self._single = True
         self.lookups = LookupFiles(self)
 
@@ -499,10 +517,78 @@ class AuditStore:
         clause = ("WHERE " + " AND ".join(where)) if where else ""
         # The limit written out, not a parameter: DuckDB plans ORDER BY ... LIMIT <literal>
         # as a top-N (20 rows kept), with a parameter as a sort of every row.
-        return self.sql(
-            "SELECT call_id, started_at, run_id, tool, status, outcome, principal_user AS user,"
-            " principal_agent AS agent, reject_stage, elapsed_ms, summary "
-            f"FROM tool_calls {clause} ORDER BY call_id DESC LIMIT {int(limit)}", params)
+        query = ("SELECT call_id, started_at, run_id, tool, status, outcome,"
+                 " principal_user AS user, principal_agent AS agent, reject_stage, elapsed_ms,"
+                 f" summary FROM {{calls}} {clause} ORDER BY call_id DESC LIMIT {int(limit)}")
+        self._newest_above = None
+        self.segments_read = self.segments
+        if not self.uncompacted or self.files_by_table is None or limit <= 0:
+            return self.sql(query.format(calls="tool_calls"), params)
+        return self._again_if_replaced(lambda: self._newest_calls(query, params, int(limit)))
+
+    def _newest_calls(self, query: str, params: dict[str, Any], limit: int) -> QueryResult:
+        """``query`` (``{calls}``: the rows of ``tool_calls``) over the compacted files and the
+        newest segments not compacted yet, as few as answer it: segments are read newest first
+        (by when they were last written), twice as many each round, until the ``limit`` rows
+        found are all newer than any call an unread segment can hold. A record is written
+        after its call id was made, so a segment last written at ``t`` holds no UUIDv7 id of
+        a time after ``t`` (plus ``CLOCK_SKEW_S``)."""
+        assert self.files_by_table is not None
+        written = {i.path: _written_at(i) for i in self.uncompacted.infos}
+        order = sorted(self.uncompacted.infos, key=lambda i: written[i.path], reverse=True)
+        # No call can be newer than the newest segment's last write (plus the skew), so the
+        # segments written within the skew of it can never be left unread: they come first.
+        first = sum(1 for i in order if written[i.path] > written[order[0].path] - CLOCK_SKEW_S)
+        read = 0
+        rounds: list[str] = []  # the prefixes of the tables each round loaded
+        while True:
+            take = order[read:max(first, 2 * read)]
+            rounds.append(f"_newest{len(rounds)}_")
+            self._live_tables.load(self.connection, self.uncompacted, _cores(), rounds[-1],
+                                   ("calls", "resolutions"), only=take)
+            read += len(take)
+            self.segments_read = read
+            self._newest_sources = {t: self._union(t, rounds) for t in ("calls", "resolutions")}
+            calls = _CALL_ROW.format(
+                calls=self._newest_sources["calls"],
+                resolved=f"({_RESOLVED.format(src=self._newest_sources['resolutions'])})")
+            res = self._views().execute(query.format(calls=f"({calls})"), params or None)
+            got = QueryResult([d[0] for d in res.description or []], res.fetchall())
+            if read == len(order):
+                self._newest_above = ""  # every segment was read: nothing unread can hold more
+                return got
+            above = id_prefix(written[order[read].path] + CLOCK_SKEW_S)
+            ids = [str(r[0]) for r in got.rows]
+            if len(ids) == limit and all(i[:13] > above and i[14:15] == "7" for i in ids):
+                self._newest_above = above
+                return got
+
+    def _union(self, t: str, prefixes: list[str]) -> str:
+        """A FROM item over table ``t``'s compacted files and its tables of each prefix."""
+        assert self.files_by_table is not None
+        parts = [f"SELECT * FROM {p}{t}" for p in prefixes]
+        paths = [f.path for f in self.files_by_table[t]]
+        if paths:
+            parts.insert(0, read_by_name(t, f"read_parquet([{', '.join(map(_quote, paths))}],"
+                                            " union_by_name = true)"))
+        return f"({' UNION ALL '.join(parts)})"
+
+    def call_ids_between(self, ranges: list[tuple[str, str]]) -> list[str]:
+        """The distinct ids of ``tool_calls`` in any of ``ranges`` (``[lo, hi)`` each),
+        sorted; after a ``calls`` that read only the newest segments, from what it read when
+        no unread segment can hold such an id."""
+        # The ranges written into the query, not bound: DuckDB's client imports numpy and
+        # pandas to bind a list (100 MiB more for a command that lists 20 calls).
+        where = " OR ".join(f"(call_id >= {_quote(lo)} AND call_id < {_quote(hi)})"
+                            for lo, hi in ranges) or "false"
+        above = self._newest_above
+        if above is not None and all(lo[:13] > above for lo, _hi in ranges):
+            src = self._newest_sources["calls"]
+            rows = self._views().execute(
+                f"SELECT DISTINCT call_id FROM {src} WHERE {where}").fetchall()
+        else:
+            rows = self.sql(f"SELECT DISTINCT call_id FROM tool_calls WHERE {where}").rows
+        return sorted(str(r[0]) for r in rows)
 
     def lock_down(self) -> bool:
         """Let this store's DuckDB read the trail only: no other file, no ``COPY ... TO``, no
@@ -512,7 +598,11 @@ class AuditStore:
         if where is None:
             return False
         con = self.con  # the views first: they read the files they name when created
-        con.execute(f"SET allowed_directories = [{_quote(where.rstrip(os.sep) + os.sep)}]")
+        # The rows not compacted yet that are read at each query are in this store's own
+        # temporary files.
+        dirs = [where, *filter(None, [self._live_tables.directory])]
+        con.execute("SET allowed_directories = ["
+                    + ", ".join(_quote(d.rstrip(os.sep) + os.sep) for d in dirs) + "]")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
         return True
