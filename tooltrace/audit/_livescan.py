@@ -77,6 +77,8 @@ class _Segment:
         self.mtime = 0.0
         self.tail = b""
         self.lines = 0
+        # (offset, newlines before it) as far as ``line_at`` counted.
+        self._counted = (0, 0)
         try:
             self.fd = os.open(info.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -96,30 +98,49 @@ class _Segment:
             os.close(self.fd)
             self.fd = None
 
-    def pieces(self) -> Iterator[tuple[int, bytes, int]]:
-        """(line number of the piece's first line - 1, bytes, where its whole lines end), up
-        to the size the file had when opened; then ``tail`` is what follows the last newline
-        and ``lines`` how many whole lines there were. The bytes past the end are the start of
-        the next piece (not copied out: a piece is a few MiB)."""
+    def pieces(self, count: bool = True) -> Iterator[tuple[int, int, bytes, int]]:
+        """(lines before the piece, where it starts in the file, its bytes, where its whole
+        lines end), up to the size the file had when opened; then ``tail`` is what follows the
+        last newline and ``lines`` how many whole lines there were. Each piece starts at a
+        line's start (what follows its last newline is read again with the next one, rather
+        than copied onto it). Not ``count``: lines are not counted (-1; ``line_at`` counts
+        them for the few lines a search finds)."""
         self.tail, self.lines = b"", 0
         fd = self.fd
         if fd is None:
             return
-        pos, carry, lines = 0, b"", 0
+        pos, lines, want = 0, 0, PIECE
         while pos < self.size:
-            buf = os.pread(fd, min(PIECE, self.size - pos), pos)
+            buf = os.pread(fd, min(want, self.size - pos), pos)
             if not buf:
                 break
-            pos += len(buf)
-            data = carry + buf if carry else buf
-            end = data.rfind(b"\n") + 1
-            if end == 0:  # a line longer than a piece: read on
-                carry = data
+            end = buf.rfind(b"\n") + 1
+            if end == 0:
+                if pos + len(buf) >= self.size:
+                    break  # no newline to the end: the tail
+                want *= 2  # a line longer than a piece: read on
                 continue
-            yield lines, data, end
-            lines += data.count(b"\n", 0, end)
-            carry = data[end:]
-        self.tail, self.lines = carry, lines
+            want = PIECE
+            yield (lines if count else -1), pos, buf, end
+            if count:
+                lines += buf.count(b"\n", 0, end)
+            pos += end
+        self.tail = os.pread(fd, self.size - pos, pos) if pos < self.size else b""
+        self.lines = lines
+
+    def line_at(self, offset: int) -> int:
+        """The number of the line that starts at byte ``offset`` (counted on from the last
+        offset asked for, which must not be later)."""
+        assert self.fd is not None
+        at, lines = self._counted
+        while at < offset:
+            buf = os.pread(self.fd, min(PIECE, offset - at), at)
+            if not buf:
+                break
+            lines += buf.count(b"\n")
+            at += len(buf)
+        self._counted = (at, lines)
+        return lines + 1
 
 
 class LiveSegments:
@@ -174,14 +195,11 @@ class LiveSegments:
               ids: int | None) -> list[tuple[int, dict[str, Any], bytes]]:
         out: list[tuple[int, dict[str, Any], bytes]] = []
         loads = orjson.loads
-        for before, data, stop in seg.pieces():
+        for _n, at, data, stop in seg.pieces(count=False):
             i = data.find(needle, 0, stop)
-            counted, no = 0, before
             while i >= 0:
                 start = data.rfind(b"\n", 0, i) + 1
                 end = data.find(b"\n", i)
-                no += data.count(b"\n", counted, start)
-                counted = start
                 raw = data[start:end]
                 if raw.startswith(_CANONICAL):
                     # The line's own id is at a known place: a line that only names the id
@@ -196,7 +214,7 @@ class LiveSegments:
                     obj = None
                 if (isinstance(obj, dict) and obj.get("k") in _RECORD_KINDS
                         and isinstance(obj.get("call_id"), str) and lo <= obj["call_id"] < hi_excl):
-                    out.append((no + 1, obj, raw))
+                    out.append((seg.line_at(at + start), obj, raw))
                     seen.add(obj["call_id"])
                     if ids is not None and len(seen) >= ids:
                         return out
@@ -214,7 +232,7 @@ class LiveSegments:
         for info in self.infos if infos is None else infos:
             seg = _Segment(info)
             try:
-                for before, data, stop in seg.pieces():
+                for before, _at, data, stop in seg.pieces():
                     whole = data.split(b"\n", data.count(b"\n", 0, stop))[:-1]
                     lines, bad = parse_lines(whole, before + 1)
                     issues.extend(ReadIssue(seg.info.name, no, "line is not a valid record")
