@@ -20,6 +20,10 @@ For each size (100,000 and 1,000,000 calls by default):
 
 The aims are ratios of the same run: live against compacted, each command's peak RSS, and the
 backlog staying bounded at the paced rate.
+
+``python -m bench.live backlog --calls 300000`` (``large_backlog``): a backlog nothing compacts
+(compaction off, calls written as fast as the writer goes), each command over it against the
+same calls once compacted, in the same run.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from typing import Any
 
 from bench._common import Table, percentile, scratch
 
-__all__ = ["COMMANDS", "backlog_over_time", "run", "targets"]
+__all__ = ["COMMANDS", "backlog_over_time", "large_backlog", "run", "targets"]
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What each timed process prints last on standard error: its peak RSS in KiB.
@@ -448,6 +452,44 @@ def targets(res: dict[str, Any]) -> list[tuple[str, str, bool]]:
     return out
 
 
+def large_backlog(calls: int, repeats: int) -> dict[str, Any]:
+    """A backlog nothing compacts: ``calls`` calls written as fast as the writer goes with
+    compaction off (``TOOLTRACE_AUDIT_COMPACT=off``), the writer alive with its last segment
+    live while each command runs over it, ``repeats`` times in turns; then a copy of the trail
+    compacted (``tooltrace compact``) and the same commands over the copy, in the same run."""
+    home = scratch(f"tooltrace-bench-backlog-{calls}-")
+    copy = home + "-compacted"
+    try:
+        writer, wrote, peaks = _write(home, calls, 0.0, False)
+        ids = dict(zip(("first", "middle", "last"), wrote["ids"], strict=True))
+        try:
+            state = _trail_state(home)
+            backlog = _measure(home, ids, repeats, _env(False))
+        finally:
+            _stop(writer, peaks, wrote)
+        shutil.copytree(home, copy)
+        compact_ms, compact_mib = _timed(
+            [sys.executable, "-c", _COMMAND, "compact", "--home", copy], _env(False))
+        compacted = _measure(copy, ids, repeats, _env(False))
+    finally:
+        for d in (home, copy, home + "-ws"):
+            shutil.rmtree(d, ignore_errors=True)
+    out = {"calls": calls, "repeats": repeats, "state": state, "backlog": backlog,
+           "compacted": compacted, "compact_ms": compact_ms, "compact_mib": compact_mib,
+           "writer": {k: v for k, v in wrote.items() if k != "backlog_samples"}}
+    t = Table(f"A backlog nothing compacts: {calls:,} calls ({state['segments']} segments,"
+              f" {state['segment_mib']:.0f} MiB) against the same calls compacted, each"
+              f" command a fresh process (median of {repeats}; peak RSS is the worst)",
+              ["command", "backlog ms", "backlog MiB", "compacted ms", "compacted MiB",
+               "backlog / compacted"])
+    for name in [c[0] for c in COMMANDS] + ["floor"]:
+        b, c = backlog[name], compacted[name]
+        t.add(name, b["ms"], b["rss_mib"], c["ms"], c["rss_mib"], b["ms"] / c["ms"], digits=1)
+    t.print()
+    print(f"- compacting the copy: {compact_ms / 1000:.1f} s, {compact_mib:.0f} MiB")
+    return out
+
+
 def _main() -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.live")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -463,11 +505,21 @@ def _main() -> int:
     r.add_argument("--rate", type=float, default=5000.0)
     r.add_argument("--repeats", type=int, default=5)
     r.add_argument("--off-max", type=int, default=100_000)
+    bk = sub.add_parser("backlog", help="a large backlog nothing compacts, against it compacted")
+    bk.add_argument("--calls", type=int, default=300_000)
+    bk.add_argument("--repeats", type=int, default=3)
     ns = ap.parse_args()
     if ns.cmd == "writer":
         child_writer(ns.home, ns.calls, ns.rate)
     elif ns.cmd == "next":
         child_next(ns.home, ns.timeout)
+    elif ns.cmd == "backlog":
+        load = os.getloadavg()
+        res = large_backlog(ns.calls, ns.repeats)
+        res["load_start"], res["load_end"] = load, os.getloadavg()
+        print("- load average (1, 5, 15 min) before: {:.2f} {:.2f} {:.2f}; after: {:.2f} {:.2f}"
+              " {:.2f}".format(*res["load_start"], *res["load_end"]))
+        sys.stdout.write(json.dumps(res, default=str) + "\n")
     else:
         res = run(sizes=[int(x) for x in ns.sizes.split(",")], rate=ns.rate,
                   repeats=ns.repeats, off_max=ns.off_max)
