@@ -7,13 +7,15 @@ before the policy step (malformed, unknown tool) and calls the workspace's path 
 are not policy decisions and are left out. A rule that reads argument values cannot be replayed
 exactly on arguments the trail holds redacted: such a call is ``undecidable``, never a guess.
 
-The trail is read once into a DuckDB temporary table. A file's rules read only the tool, mode,
-principal, arguments and resolved paths, and recorded calls repeat those facts a lot: they are
-decided once per distinct set (DuckDB groups the calls). Limits count calls one by one, in the
-order they started, with their recorded durations, as the engine counts them: every call no
-rule denies (one that asks counts too). An undecidable call counts as the recorded run decided
-it, and the result says how many such calls the limits counted (``WhatIf.approximate``): only
-the calls a limit can count are read back, in start order.
+The trail is read once, grouped: a file's rules read only the tool, mode, principal, arguments
+and resolved paths, and recorded calls repeat those facts a lot, so DuckDB groups the calls by
+them (with the recorded decision) and each distinct set is decided once. Limits count calls one
+by one, in the order they started, with their recorded durations, as the engine counts them:
+every call no rule denies (one that asks counts too). An undecidable call counts as the recorded
+run decided it, and the result says how many such calls the limits counted
+(``WhatIf.approximate``). The calls a limit counts are read a second time, each matched to its
+group by a hash of its facts, and counted in DuckDB: when no two groups share the facts the
+call record holds itself, that read needs no policy steps.
 """
 
 from __future__ import annotations
@@ -34,11 +36,20 @@ __all__ = ["Change", "WhatIf", "replay"]
 
 _EXAMPLES = 3
 #: The facts a candidate's rules read, and the recorded decision: calls alike in all of these
-#: are decided once.
+#: are decided once. The first seven are the call record's own (no policy step needed).
 _KEY = ("tool", "mode", "principal_user", "principal_agent", "principal_tenant",
         "principal_roles", "args_redacted", "decider", "decision", "detail")
-_CALLS = """
-CREATE OR REPLACE TEMP TABLE whatif_calls AS
+_OWN = _KEY[:7]
+_SINCE = "$since IS NULL OR c.started_at >= CAST($since AS TIMESTAMP)"
+#: Every call alone: its own facts, run and times.
+_ALONE = f"""
+SELECT c.call_id, c.run_id, c.tool, c.mode, epoch_us(c.started_at) AS t_us, c.elapsed_ms,
+       c.args_redacted, c.principal_user, c.principal_agent, c.principal_tenant,
+       c.principal_roles
+FROM tool_calls c WHERE {_SINCE}
+"""
+#: Every call with its last policy step.
+_CALLS = f"""
 SELECT c.call_id, c.run_id, c.tool, c.mode, epoch_us(c.started_at) AS t_us, c.elapsed_ms,
        c.args_redacted, c.principal_user, c.principal_agent, c.principal_tenant,
        c.principal_roles, s.p.decider AS decider, s.p.decision AS decision,
@@ -47,24 +58,27 @@ FROM tool_calls c
 LEFT JOIN (SELECT call_id, arg_max(struct_pack(decider, decision, detail), seq) AS p
            FROM tool_call_steps WHERE step = 'policy' GROUP BY call_id) s
   ON s.call_id = c.call_id
-WHERE $since IS NULL OR c.started_at >= CAST($since AS TIMESTAMP)
+WHERE {_SINCE}
 """
 _FIRST = "struct_pack(t := t_us, id := call_id)"
+#: Alike calls, numbered, with two hashes a call is found by again: of its own facts (``own``)
+#: and of all of them (``h``).
 _GROUPS = f"""
 CREATE OR REPLACE TEMP TABLE whatif_groups AS
-SELECT row_number() OVER () AS g, {", ".join(_KEY)}, count(*) AS n,
-       min_by({_FIRST}, {_FIRST}, {_EXAMPLES}) AS first
-FROM whatif_calls GROUP BY {", ".join(_KEY)}
+SELECT row_number() OVER () AS g, hash({", ".join(_OWN)}) AS own, hash({", ".join(_KEY)}) AS h, *
+FROM (SELECT {", ".join(_KEY)}, count(*) AS n, min_by({_FIRST}, {_FIRST}, {_EXAMPLES}) AS first
+      FROM ({_CALLS}) GROUP BY {", ".join(_KEY)})
 """
 #: The calls a limit can count: those of the groups in ``whatif_keys`` (a group's number, its
-#: principal key and, for each limit, whether it counts the group's calls), found by their
-#: facts (a NULL matches a NULL, as in the grouping).
-_ROWS = f"""
-SELECT k.* EXCLUDE ({", ".join(_KEY)}), c.run_id, c.t_us, c.elapsed_ms, c.call_id
-FROM whatif_calls c
-JOIN (SELECT {", ".join(f"w.{col}" for col in _KEY)}, k.*
-      FROM whatif_groups w JOIN whatif_keys k ON k.g = w.g) k
-  ON {" AND ".join(f"c.{col} IS NOT DISTINCT FROM k.{col}" for col in _KEY)}
+#: principal key, for each limit whether it counts the group's calls, and whether a call of the
+#: group changes decision when no limit denies it and when one does), read from ``{calls}`` and
+#: found by the hash ``{hash}`` of the facts ``{hashed}``, and by all the facts too (``{same}``)
+#: when two groups share that hash.
+_ROWS = """
+SELECT k.* EXCLUDE (h{facts}), c.run_id, c.t_us, c.elapsed_ms, c.call_id
+FROM (SELECT hash({hashed}) AS h, * FROM ({calls})) c
+JOIN (SELECT w.{hash} AS h{w_facts}, k.* FROM whatif_groups w JOIN whatif_keys k ON k.g = w.g) k
+  ON c.h = k.h{same}
 """
 #: One limit (the ``i``-th) of calls in all, for every key at once: past the first ``$max<i>``
 #: calls that reach it (calls it counts that no earlier limit denied), it denies.
@@ -74,8 +88,12 @@ SELECT * EXCLUDE (reach, denied_by),
                  > $max{i} THEN $name{i} ELSE denied_by END AS denied_by
 FROM (SELECT *, denied_by IS NULL AND l{i} AS reach FROM {prev})
 """
+#: The tally: calls by group and the limit that denies them, with the earliest of those whose
+#: decision changes as examples.
 _COUNTED = f"""
-SELECT g, denied_by, count(*), min_by({_FIRST}, {_FIRST}, {_EXAMPLES})
+SELECT g, denied_by, count(*),
+       min_by({_FIRST}, {_FIRST}, {_EXAMPLES})
+         FILTER (WHERE CASE WHEN denied_by IS NULL THEN moved ELSE moved_by_limit END)
 FROM {{last}} GROUP BY g, denied_by
 """
 
@@ -173,19 +191,44 @@ def replay(con: duckdb.DuckDBPyConnection, compiled: Compiled,
     """Decide every call recorded in ``con``'s ``tool_calls`` and ``tool_call_steps`` (those
     started at or after ``since``, when given) again with ``compiled``."""
     try:
-        con.execute(_CALLS, {"since": since})
-        con.execute(_GROUPS)
+        con.execute(_GROUPS, {"since": since})
         groups = con.execute(f"SELECT g, {', '.join(_KEY)}, n, first FROM whatif_groups"
                              ).fetchall()
         out = WhatIf()
         decider = Decider(compiled)
         counted = _decide_groups(groups, decider, tools, out)
         if counted:
-            _count(con, counted, decider, out)
+            _count(con, counted, decider, out, since)
         return out
     finally:
-        for t in ("whatif_groups", "whatif_calls"):
-            con.execute(f"DROP TABLE IF EXISTS {t}")
+        con.execute("DROP TABLE IF EXISTS whatif_groups")
+
+
+def _distinct_hashes(con: duckdb.DuckDBPyConnection) -> tuple[bool, bool]:
+    """Whether no two groups share the hash of their own facts, and of all their facts."""
+    own, h = con.execute("SELECT count(DISTINCT own) = count(*), count(DISTINCT h) = count(*)"
+                         " FROM whatif_groups").fetchone() or (False, False)
+    return bool(own), bool(h)
+
+
+def _rows(con: duckdb.DuckDBPyConnection) -> str:
+    """The query for the calls a limit can count, matched to their group as cheaply as the
+    groups allow: by their own facts alone when no two groups share them (the policy steps are
+    not read again), else by all their facts."""
+    own, h = _distinct_hashes(con)
+    if own:
+        return _ROWS.format(calls=_ALONE, hashed=", ".join(_OWN), hash="own", facts="",
+                            w_facts="", same="")
+    if h:
+        return _ROWS.format(calls=_CALLS, hashed=", ".join(_KEY), hash="h", facts="",
+                            w_facts="", same="")
+    # Two sets of facts share a hash (arguments can be chosen to make one): match the facts
+    # themselves, a NULL matching a NULL as in the grouping.
+    return _ROWS.format(calls=_CALLS, hashed=", ".join(_KEY), hash="h",
+                        facts="".join(f", {col}" for col in _KEY),
+                        w_facts="".join(f", w.{col}" for col in _KEY),
+                        same="".join(f" AND c.{col} IS NOT DISTINCT FROM k.{col}"
+                                     for col in _KEY))
 
 
 def _decide_groups(groups: list[tuple[Any, ...]], decider: Decider,
@@ -222,30 +265,34 @@ def _decide_groups(groups: list[tuple[Any, ...]], decider: Decider,
 
 
 def _count(con: duckdb.DuckDBPyConnection, counted: dict[int, _Group], decider: Decider,
-           out: WhatIf) -> None:
+           out: WhatIf, since: Any) -> None:
     """Replay the limits on every call they can count, in start order."""
     import pyarrow as pa
 
+    grps = counted.values()
     keys = {"g": list(counted),
-            "pkey": [limit_key("principal", "", grp.principal) for grp in counted.values()]}
+            "pkey": [limit_key("principal", "", grp.principal) for grp in grps],
+            "moved": [grp.ruling.after != grp.before for grp in grps],
+            "moved_by_limit": [grp.before != "deny" for grp in grps]}
     for i, lim in enumerate(decider.limits):
-        keys[f"l{i}"] = [lim in grp.ruling.limits for grp in counted.values()]
+        keys[f"l{i}"] = [lim in grp.ruling.limits for grp in grps]
     con.register("whatif_keys", pa.table(keys))
     try:
+        rows = _rows(con)
         if all(x.per_minute is None and x.max_concurrent is None for x in decider.limits):
-            _count_in_sql(con, counted, decider, out)
+            _count_in_sql(con, counted, decider, out, rows, since)
         else:
-            _count_in_order(con, counted, out)
+            _count_in_order(con, counted, out, rows, since)
     finally:
         con.unregister("whatif_keys")
 
 
 def _count_in_sql(con: duckdb.DuckDBPyConnection, counted: dict[int, _Group],
-                  decider: Decider, out: WhatIf) -> None:
+                  decider: Decider, out: WhatIf, rows: str, since: Any) -> None:
     """Limits of calls in all only, in one query: each limit in turn denies, for every key at
     once, the calls past its first ``max_calls`` among those that reach it."""
-    steps = [f"d0 AS (SELECT *, NULL::VARCHAR AS denied_by FROM ({_ROWS}))"]
-    params: dict[str, Any] = {}
+    steps = [f"d0 AS (SELECT *, NULL::VARCHAR AS denied_by FROM ({rows}))"]
+    params: dict[str, Any] = {"since": since}
     for i, lim in enumerate(decider.limits):
         if lim.max_calls is None or not any(lim in grp.ruling.limits
                                             for grp in counted.values()):
@@ -265,11 +312,11 @@ def _count_in_sql(con: duckdb.DuckDBPyConnection, counted: dict[int, _Group],
 
 
 def _count_in_order(con: duckdb.DuckDBPyConnection, counted: dict[int, _Group],
-                    out: WhatIf) -> None:
+                    out: WhatIf, rows: str, since: Any) -> None:
     """Any limits: each call they can count, decided one by one in start order."""
     limit = Decider.limit
-    cur = con.execute(f"SELECT g, run_id, t_us, elapsed_ms, call_id FROM ({_ROWS})"
-                      " ORDER BY t_us, call_id")
+    cur = con.execute(f"SELECT g, run_id, t_us, elapsed_ms, call_id FROM ({rows})"
+                      " ORDER BY t_us, call_id", {"since": since})
     for batch in cur.to_arrow_reader(65536):
         gs, runs, ts, elapsed, ids = (c.to_pylist() for c in batch.columns)
         for g, run_id, t_us, ms, call_id in zip(gs, runs, ts, elapsed, ids, strict=True):
