@@ -8,7 +8,8 @@ policy step's cost with a 50-rule policy file.
    same run, the floor: DuckDB alone reading every call with its last policy step, each
    opening the store afresh. The two run in turns (``--repeats``, 3): the medians of their
    wall times and of their process CPU times (on a host other work keeps busy, CPU time moves
-   less). Reported: calls/s, seconds per million and the ratio to the floor.
+   less). Reported: calls/s, seconds per million, the ratio to the floor and the load average
+   (one minute) before and after.
 2. Policy step: ``Policy.evaluate`` per call, and a whole ``registry.call`` of a no-op tool
    (telemetry off, inline), with the default policy and with a 50-rule file compiled from TOML,
    in the same run (the default policy is the reference).
@@ -17,6 +18,7 @@ policy step's cost with a 50-rule policy file.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import time
@@ -142,6 +144,7 @@ def run(*, calls: int, step_calls: int = 20_000, repeats: int = 3) -> dict[str, 
         gen = generate(home, calls)
         cand = tmp / "candidate.toml"
         cand.write_text(CANDIDATE)
+        load = os.getloadavg()[0]
         walls: dict[str, list[float]] = {"whatif": [], "floor": []}
         cpus: dict[str, list[float]] = {"whatif": [], "floor": []}
         for _ in range(repeats):
@@ -164,7 +167,8 @@ def run(*, calls: int, step_calls: int = 20_000, repeats: int = 3) -> dict[str, 
         t.print()
         print(f"generated {calls} calls in {gen['seconds']:.1f} s; grouped takes"
               f" {seconds / floor:.2f}x the floor's time ({cpu / floor_cpu:.2f}x its CPU time);"
-              f" undecidable {report['undecidable']}")
+              f" undecidable {report['undecidable']}; load average {load:.1f} before,"
+              f" {os.getloadavg()[0]:.1f} after")
         steps = _policy_step(tmp, step_calls)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -177,6 +181,7 @@ def run(*, calls: int, step_calls: int = 20_000, repeats: int = 3) -> dict[str, 
     return {"calls": calls, "replay_seconds": seconds, "report": report,
             "floor_seconds": floor, "replay_cpu_seconds": cpu, "floor_cpu_seconds": floor_cpu,
             "repeats": repeats, "replay_seconds_all": walls["whatif"],
+            "replay_cpu_seconds_all": cpus["whatif"], "floor_cpu_seconds_all": cpus["floor"],
             "floor_seconds_all": walls["floor"],
             "policy_step": [{"policy": s[0], "rules": s[1], "evaluate_us": s[2],
                              "call_us": s[3]} for s in steps]}
