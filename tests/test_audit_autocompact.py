@@ -1,10 +1,13 @@
 """Compaction nobody has to run: a writer starts a compactor process when sealed segments wait, the
 next writer of a home does it for what a dead one left, a compactor killed at any moment never
 counts a call twice nor loses one, small files are merged, a store that listed a file merged away
-reads afresh, the backlog each writer reports (and its metrics), and rolling by age."""
+reads afresh, the backlog each writer reports (and its metrics), and rolling by age. A compactor
+runs idle while compaction keeps up and at the writer's priority once it is behind (an idle one
+is replaced); one past its memory bound exits after its pass and the writer starts the next."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import itertools
 import os
@@ -34,6 +37,7 @@ from tooltrace.audit import (
     read_digest,
     verify,
 )
+from tooltrace.audit._autocompact import waiting
 from tooltrace.audit._lookupfile import lookup_rel
 from tooltrace.audit._manifest import read_manifest
 from tooltrace.audit._merge import FANIN
@@ -326,3 +330,94 @@ def test_a_segment_rolls_by_age_only_once_it_holds_a_record(tmp_path: Path) -> N
     assert w.segment == 2 and [s.n for s in list_segments(adir) if not s.live] == [1]
     w.close()
 
+
+
+def test_what_waits_is_urgent_once_old_or_large(tmp_path: Path) -> None:
+    _write(tmp_path, 300, seg_bytes=32 * 1024)
+    adir = tmp_path / "audit"
+    now = time.time()
+    w = waiting(adir, now=now)
+    assert w.segments == len(_sealed(tmp_path)) >= 2 and w.bytes > 0
+    assert w.due(min_bytes=1) and not w.due(min_bytes=w.bytes + 1, after_s=60.0)
+    assert not w.urgent(after_s=60.0, min_bytes=w.bytes + 1)
+    assert w.urgent(after_s=60.0, min_bytes=w.bytes)  # large enough
+    old = waiting(adir, now=now + 61.0)
+    assert old.oldest_s > 60.0 and old.urgent(after_s=60.0, min_bytes=w.bytes + 1)  # old enough
+    compact(tmp_path)
+    assert waiting(adir) == waiting(adir, now=now + 1e6) and waiting(adir).segments == 0
+    assert not waiting(adir, now=now + 1e6).urgent(after_s=0.0, min_bytes=0)
+
+
+def test_an_idle_compactor_is_replaced_by_one_at_the_writers_priority_once_behind(
+        tmp_path: Path) -> None:
+    ids = _write(tmp_path, 300, seg_bytes=32 * 1024)
+    key = load_key(tmp_path, create=False)
+    assert key is not None
+    first = waiting(tmp_path / "audit")
+    # A compactor that, after its first pass, looks again only a minute later: what is sealed
+    # meanwhile waits for it.
+    bg = BackgroundCompaction(tmp_path, key, min_bytes=1, urgent_bytes=2 * first.bytes,
+                              poll_s=60.0, idle_exit_s=120.0)
+    started: list[int] = []
+    try:
+        assert bg.poke(force=True) and bg.priority == "idle"
+        assert bg.pid is not None
+        started.append(bg.pid)
+        assert os.sched_getscheduler(bg.pid) == os.SCHED_IDLE
+        wait_for(lambda: _sealed(tmp_path) <= _compacted(tmp_path), 180.0, "its first pass")
+        assert not bg.poke(force=True)  # nothing waits: it keeps running, idle
+        ids += _write(tmp_path, 900, seed=8, seg_bytes=32 * 1024)
+        assert waiting(tmp_path / "audit").bytes >= 2 * first.bytes  # behind now
+        assert bg.poke(force=True)
+        assert bg.escalated == 1 and bg.priority == "normal" and bg.pid is not None
+        started.append(bg.pid)
+        assert not _alive(started[0])
+        assert os.sched_getscheduler(bg.pid) == os.sched_getscheduler(0)  # the writer's own
+        wait_for(lambda: _sealed(tmp_path) <= _compacted(tmp_path), 180.0,
+                 "the compactor at the writer's priority")
+        assert bg.failures == 0 and bg.started == 2
+    finally:
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        bg.wait(60.0)
+    assert _counts(tmp_path) == (len(ids), len(ids))
+    rep = verify(tmp_path)
+    assert rep.ok, [f for f in rep.findings if f.severity == "error"]
+
+
+def test_a_compactor_past_its_memory_bound_is_replaced_and_takes_each_call_once(
+        tmp_path: Path) -> None:
+    ids: list[str] = []
+    for i in range(4):  # each writer seals its segment as it shuts down
+        ids += _write(tmp_path, 100, seed=20 + i)
+    sealed = _sealed(tmp_path)
+    assert len(sealed) >= 4
+    key = load_key(tmp_path, create=False)
+    assert key is not None
+    # Every compactor is over a bound of one byte after its pass of one segment: it exits, and
+    # the writer's next look starts the next one.
+    bg = BackgroundCompaction(tmp_path, key, min_bytes=1, poll_s=0.05, idle_exit_s=0.2,
+                              pass_bytes=1, max_rss_bytes=1)
+    assert bg.poke(force=True)
+
+    def done() -> bool:
+        bg.poke()
+        return sealed <= _compacted(tmp_path) and not bg.running
+
+    wait_for(done, 300.0, "every segment compacted by compactors that retire")
+    assert bg.failures == 0 and bg.started == bg.retired == len(sealed)
+    assert _counts(tmp_path) == (len(ids), len(ids))
+    digest = read_digest(tmp_path / "audit")
+    taken = [(ln.writer, ln.n) for ln in digest.lines if ln.kind == "compacted"]
+    assert len(taken) == len(set(taken)) == len(sealed)
+    rep = verify(tmp_path)
+    assert rep.ok, [f for f in rep.findings if f.severity == "error"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -29,19 +29,21 @@ yet (its live segment and its sealed ones compaction has not taken), and the age
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ._manifest import manifest_path, read_manifest
 from ._segments import list_segments, segment_name
 
-__all__ = ["BackgroundCompaction", "CompactedNames", "CompactionBacklog", "WriterBacklog", "due",
-           "main"]
+__all__ = ["BackgroundCompaction", "CompactedNames", "CompactionBacklog", "Waiting",
+           "WriterBacklog", "due", "lower_priority", "main", "waiting"]
 
 #: Sealed bytes not compacted yet that make a compaction due.
 MIN_BYTES = 8 * 1024 * 1024
@@ -53,6 +55,20 @@ CHECK_EVERY_S = 5.0
 POLL_S = 1.0
 #: Seconds a compactor waits with nothing due before it exits.
 IDLE_EXIT_S = 15.0
+#: Seconds a sealed segment may wait for compaction before the compactor runs at the writer's
+#: own priority instead of ``SCHED_IDLE`` (see ``Waiting.urgent``).
+URGENT_AFTER_S = 30.0
+#: Sealed bytes waiting for compaction that make the compactor run at the writer's priority.
+URGENT_BYTES = 64 * 1024 * 1024
+#: Bytes of sealed segments a compactor takes per pass (one batch): what it holds in memory at
+#: once, and how often it looks at its own size.
+PASS_BYTES = 32 * 1024 * 1024
+#: Resident memory (bytes) past which a compactor exits after its pass; the writer starts a
+#: fresh one at once if more is due.
+MAX_RSS_BYTES = 512 * 1024 * 1024
+#: The exit code of a compactor that stopped to be replaced (its memory passed
+#: ``MAX_RSS_BYTES``), not because it had nothing to do.
+RETIRED = 3
 
 
 class CompactedNames:
@@ -79,14 +95,34 @@ class CompactedNames:
         return self._names
 
 
-def due(adir: Path, *, min_bytes: int = MIN_BYTES, after_s: float = AFTER_S,
-        names: CompactedNames | None = None, now: float | None = None) -> bool:
-    """Whether compaction has work worth starting for under ``adir`` (``<home>/audit``): sealed
-    segments not compacted yet of ``min_bytes`` or more, or one sealed more than ``after_s``
-    ago. ``names``: the manifest's names, cached."""
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """The sealed segments of a home that compaction has not taken yet: their bytes and how
+    long ago the oldest was sealed (s; 0 when none waits)."""
+
+    segments: int
+    bytes: int
+    oldest_s: float
+
+    def due(self, *, min_bytes: int = MIN_BYTES, after_s: float = AFTER_S) -> bool:
+        """Whether this is worth starting a compactor for: ``min_bytes`` or more, or a segment
+        sealed ``after_s`` ago or more."""
+        return self.segments > 0 and (self.bytes >= min_bytes or self.oldest_s >= after_s)
+
+    def urgent(self, *, after_s: float = URGENT_AFTER_S, min_bytes: int = URGENT_BYTES) -> bool:
+        """Whether compaction is behind enough to run at the writer's own priority: a sealed
+        segment waited ``after_s`` or more, or ``min_bytes`` or more wait."""
+        return self.segments > 0 and (self.oldest_s >= after_s or self.bytes >= min_bytes)
+
+
+def waiting(adir: Path, *, names: CompactedNames | None = None,
+            now: float | None = None) -> Waiting:
+    """What waits for compaction under ``adir`` (``<home>/audit``): sealed segments the
+    manifest does not list. ``names``: the manifest's names, cached."""
     now = time.time() if now is None else now
     done: frozenset[str] | None = None
-    size = 0
+    count = size = 0
+    oldest = now
     for info in list_segments(adir):
         if info.live:
             continue
@@ -98,19 +134,31 @@ def due(adir: Path, *, min_bytes: int = MIN_BYTES, after_s: float = AFTER_S,
             st = info.path.stat()
         except FileNotFoundError:
             continue
+        count += 1
         size += st.st_size
-        if size >= min_bytes or now - st.st_mtime >= after_s:
-            return True
-    return False
+        oldest = min(oldest, st.st_mtime)
+    return Waiting(count, size, max(0.0, now - oldest) if count else 0.0)
+
+
+def due(adir: Path, *, min_bytes: int = MIN_BYTES, after_s: float = AFTER_S,
+        names: CompactedNames | None = None, now: float | None = None) -> bool:
+    """Whether compaction has work worth starting for under ``adir`` (``<home>/audit``): sealed
+    segments not compacted yet of ``min_bytes`` or more, or one sealed more than ``after_s``
+    ago. ``names``: the manifest's names, cached."""
+    return waiting(adir, names=names, now=now).due(min_bytes=min_bytes, after_s=after_s)
 
 
 class BackgroundCompaction:
     """Starts a compactor process for one home when compaction is due (``poke``), one at a
-    time. Never raises: a compactor that cannot start is counted in ``failures``."""
+    time, at idle priority unless compaction is behind (``Waiting.urgent``): then at the
+    writer's own, replacing an idle one that runs. Never raises: a compactor that cannot start
+    is counted in ``failures``."""
 
     def __init__(self, home: Path, key: bytes, *, min_bytes: int = MIN_BYTES,
                  after_s: float = AFTER_S, check_every_s: float = CHECK_EVERY_S,
-                 poll_s: float = POLL_S, idle_exit_s: float = IDLE_EXIT_S) -> None:
+                 poll_s: float = POLL_S, idle_exit_s: float = IDLE_EXIT_S,
+                 urgent_after_s: float = URGENT_AFTER_S, urgent_bytes: int = URGENT_BYTES,
+                 pass_bytes: int = PASS_BYTES, max_rss_bytes: int = MAX_RSS_BYTES) -> None:
         self.home = home
         self._key = key
         self._min_bytes = min_bytes
@@ -118,13 +166,24 @@ class BackgroundCompaction:
         self._every = check_every_s
         self._poll_s = poll_s
         self._idle_exit_s = idle_exit_s
+        self._urgent_after_s = urgent_after_s
+        self._urgent_bytes = urgent_bytes
+        self._pass_bytes = pass_bytes
+        self._max_rss_bytes = max_rss_bytes
         self._proc: subprocess.Popen[bytes] | None = None
+        self._stopping = False
         self._names = CompactedNames(home / "audit")
         self._next = 0.0
         self._lock = threading.Lock()
+        #: The running compactor's priority (``"idle"`` or ``"normal"``); None when none runs.
+        self.priority: str | None = None
         #: Compactor processes started, and those that could not start or ended in an error.
         self.started = 0
         self.failures = 0
+        #: Compactors that exited to be replaced (memory past ``max_rss_bytes``), and idle ones
+        #: stopped to be replaced at the writer's priority because compaction was behind.
+        self.retired = 0
+        self.escalated = 0
         #: The last failure's kind (an exception type, or ``exit <code>``); None before any.
         self.last_error: str | None = None
 
@@ -134,28 +193,38 @@ class BackgroundCompaction:
         p = self._proc
         return p is not None and p.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The process id of the compactor this object started last, while it runs."""
+        p = self._proc
+        return p.pid if p is not None and p.poll() is None else None
+
     def poke(self, *, force: bool = False) -> bool:
-        """Start a compactor if none of ours runs and compaction is due (checked at most every
-        ``check_every_s``; ``force``: check now). True when one was started."""
+        """Start a compactor if none of ours runs and compaction is due, or replace an idle one
+        when compaction is behind (checked at most every ``check_every_s``, and at once after a
+        compactor retired; ``force``: check now). True when one was started."""
         with self._lock:
+            now = time.monotonic()
             p = self._proc
             if p is not None:
                 code = p.poll()
-                if code is None:
+                if code is None and self.priority == "normal":
                     return False
-                self._proc = None
-                if code != 0:
-                    self.failures += 1
-                    self.last_error = f"exit {code}"
-            now = time.monotonic()
+                if code is not None:
+                    self._ended(code)
+                    force = force or code == RETIRED
             if not force and now < self._next:
                 return False
             self._next = now + self._every
             try:
-                if not due(self.home / "audit", min_bytes=self._min_bytes,
-                           after_s=self._after_s, names=self._names):
+                w = waiting(self.home / "audit", names=self._names)
+                if not w.due(min_bytes=self._min_bytes, after_s=self._after_s):
                     return False
-                self._proc = self._start()
+                urgent = w.urgent(after_s=self._urgent_after_s, min_bytes=self._urgent_bytes)
+                # An idle one runs: replace it only when compaction is behind.
+                if self._proc is not None and not (urgent and self._stop_idle()):
+                    return False
+                self._proc = self._start("normal" if urgent else "idle")
             except Exception as exc:
                 self.failures += 1
                 self.last_error = type(exc).__name__
@@ -163,7 +232,35 @@ class BackgroundCompaction:
             self.started += 1
             return True
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    def _ended(self, code: int) -> None:
+        self._proc = None
+        self.priority = None
+        if self._stopping:
+            self._stopping = False
+            self.escalated += 1
+        elif code == RETIRED:
+            self.retired += 1
+        elif code != 0:
+            self.failures += 1
+            self.last_error = f"exit {code}"
+
+    def _stop_idle(self) -> bool:
+        """Stop the idle compactor so one at the writer's priority can take over; False if it
+        has not exited yet (the next look finds it gone). Stopping it at any moment is safe
+        (compaction's commit point is the manifest switch); it loses the batch in hand."""
+        p = self._proc
+        assert p is not None
+        self._stopping = True
+        with contextlib.suppress(OSError):
+            p.terminate()
+        try:
+            code = p.wait(2.0)
+        except subprocess.TimeoutExpired:
+            return False
+        self._ended(code)
+        return True
+
+    def _start(self, priority: str) -> subprocess.Popen[bytes]:
         if not sys.executable:
             raise RuntimeError("no Python interpreter to run the compactor with")
         env = dict(os.environ)
@@ -172,12 +269,19 @@ class BackgroundCompaction:
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
                                     else "")
         cmd = [sys.executable, "-m", "tooltrace.audit._autocompact", "--home", str(self.home),
-               "--poll-s", str(self._poll_s), "--idle-exit-s", str(self._idle_exit_s)]
+               "--poll-s", str(self._poll_s), "--idle-exit-s", str(self._idle_exit_s),
+               "--priority", priority, "--pass-bytes", str(self._pass_bytes),
+               "--max-rss-bytes", str(self._max_rss_bytes)]
         # A session of its own: a Ctrl-C meant for the agent does not stop it half way (it
         # would be safe, only wasted), and it finishes after the agent has exited.
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, env=env, start_new_session=True,
                                 close_fds=True)
+        if priority == "idle":
+            # At once, so its start-up already runs idle (it lowers itself too, when run by
+            # hand).
+            lower_priority(proc.pid)
+        self.priority = priority
         assert proc.stdin is not None
         try:
             proc.stdin.write(self._key + b"\n")
@@ -200,6 +304,8 @@ class BackgroundCompaction:
     def after_fork(self) -> None:
         """Forget the parent's compactor in a forked child (it is not this process's child)."""
         self._proc = None
+        self.priority = None
+        self._stopping = False
         self._lock = threading.Lock()
         self._next = 0.0
 
@@ -276,20 +382,59 @@ class WriterBacklog:
 # -- the compactor process ---------------------------------------------------------------------
 
 
-def _lower_priority() -> None:
-    """Run only on a CPU nothing else wants (``SCHED_IDLE``), else as ``nice 19``; pyarrow on
-    one thread. Best effort: a platform without these runs at the normal priority."""
+def lower_priority(pid: int = 0) -> None:
+    """Let process ``pid`` (0: this one) run only on a CPU nothing else wants
+    (``SCHED_IDLE``), else as ``nice 19``. Best effort: a platform without these leaves it at
+    the normal priority. Linux lets no unprivileged process undo this (sched(7), RLIMIT_NICE):
+    a compactor that must run at the normal priority is a new process."""
     try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):
         with contextlib.suppress(AttributeError, OSError):
-            os.nice(19)
+            os.setpriority(os.PRIO_PROCESS, pid, 19)
 
 
-def run(home: Path, key: bytes, *, poll_s: float = POLL_S,
-        idle_exit_s: float = IDLE_EXIT_S) -> int:
-    """The compactor's loop: compact whenever a segment is sealed, exit once none was for
-    ``idle_exit_s`` (or when another compaction holds the lock). Returns the exit code."""
+def _resident_bytes() -> int:
+    """This process's resident memory (0 where ``/proc`` does not say)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None where the C library has none."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        fn: Callable[[int], int] = ctypes.CDLL(
+            ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return fn
+
+
+def _give_back_memory() -> None:
+    """Return the free pages of the C heap and of Arrow's memory pool to the system. A pass
+    parses a batch of lines into Python objects and lets them go; without this the freed heap
+    stayed resident (about 100 MiB after a 16 MiB segment, 2026-12-06)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:
+        pa.default_memory_pool().release_unused()
+
+
+def run(home: Path, key: bytes, *, poll_s: float = POLL_S, idle_exit_s: float = IDLE_EXIT_S,
+        pass_bytes: int = PASS_BYTES, max_rss_bytes: int = MAX_RSS_BYTES) -> int:
+    """The compactor's loop: a pass of about ``pass_bytes`` of sealed segments at a time, the
+    next at once while more wait, else a look every ``poll_s``; exit once nothing was sealed
+    for ``idle_exit_s`` (or when another compaction holds the lock), or with ``RETIRED`` after
+    a pass that left this process larger than ``max_rss_bytes``. Returns the exit code."""
     from ._compact import compact
 
     adir = home / "audit"
@@ -297,10 +442,15 @@ def run(home: Path, key: bytes, *, poll_s: float = POLL_S,
     idle_since = time.monotonic()
     while True:
         if due(adir, min_bytes=1, names=names):
-            res = compact(home, key=key, wait=False, recover=False)
+            res = compact(home, key=key, wait=False, recover=False, max_bytes=pass_bytes)
             if res.busy:
                 return 0  # another compactor is at it; the writer starts us again if needed
+            _give_back_memory()
+            if _resident_bytes() > max_rss_bytes:
+                return RETIRED
             idle_since = time.monotonic()
+            if res.segments:
+                continue  # more may wait: no pause between passes
         elif time.monotonic() - idle_since >= idle_exit_s:
             return 0
         time.sleep(poll_s)
@@ -314,17 +464,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--home", required=True, type=Path)
     ap.add_argument("--poll-s", type=float, default=POLL_S)
     ap.add_argument("--idle-exit-s", type=float, default=IDLE_EXIT_S)
+    ap.add_argument("--priority", choices=("idle", "normal"), default="idle")
+    ap.add_argument("--pass-bytes", type=int, default=PASS_BYTES)
+    ap.add_argument("--max-rss-bytes", type=int, default=MAX_RSS_BYTES)
     ns = ap.parse_args(argv)
     key = sys.stdin.buffer.readline().strip()
     if not key:
         print("no audit key on standard input", file=sys.stderr)
         return 2
-    _lower_priority()
+    if ns.priority == "idle":
+        lower_priority()
     import pyarrow as pa
 
     pa.set_cpu_count(1)
     pa.set_io_thread_count(1)
-    return run(ns.home, key, poll_s=ns.poll_s, idle_exit_s=ns.idle_exit_s)
+    return run(ns.home, key, poll_s=ns.poll_s, idle_exit_s=ns.idle_exit_s,
+               pass_bytes=ns.pass_bytes, max_rss_bytes=ns.max_rss_bytes)
 
 
 if __name__ == "__main__":
