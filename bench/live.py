@@ -41,7 +41,8 @@ from typing import Any
 
 from bench._common import Table, percentile, scratch
 
-__all__ = ["COMMANDS", "backlog_over_time", "large_backlog", "run", "targets"]
+__all__ = ["COMMANDS", "backlog_over_time", "compactors_over_time", "large_backlog", "run",
+           "targets"]
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What each timed process prints last on standard error: its peak RSS in KiB.
@@ -141,7 +142,10 @@ def child_writer(home: str, calls: int, rate: float) -> None:
            "backlog_end_calls": b.calls, "backlog_end_mib": b.bytes / 2**20,
            "backlog_end_age_s": b.oldest_age_s,
            "backlog_samples": [[round(t, 1), c, n, round(age, 1)] for t, c, n, age in backlog],
-           "compactors_started": sink.compaction.started if sink.compaction else 0}
+           "compactors_started": sink.compaction.started if sink.compaction else 0,
+           "compactors_retired": sink.compaction.retired if sink.compaction else 0,
+           "compactors_escalated": sink.compaction.escalated if sink.compaction else 0,
+           "compactor_failures": sink.compaction.failures if sink.compaction else 0}
     sys.stdout.write(json.dumps(out) + "\n")
     sys.stdout.flush()
     sys.stdin.readline()
@@ -192,13 +196,17 @@ def _status(pid: int) -> dict[str, str]:
 class _Peaks:
     """The peak RSS (VmHWM, MiB) of one process and of each of its children, read from
     ``/proc`` every second by a thread of this process, so the writer's own loop is not
-    touched. A child's peak is its last reading (at most a second before it exited)."""
+    touched. A child's peak is its last reading (at most a second before it exited). Each
+    reading of a child also notes its RSS now and its scheduling policy (``children``)."""
 
     def __init__(self, pid: int) -> None:
         import threading
 
         self.pid = pid
         self.peaks: dict[int, float] = {}
+        #: [s since the start, pid, VmRSS MiB, policy] of each child at each reading.
+        self.children: list[list[Any]] = []
+        self._t0 = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -215,15 +223,45 @@ class _Peaks:
                 hwm = st.get("VmHWM", "").split()
                 if hwm:
                     self.peaks[pid] = max(self.peaks.get(pid, 0.0), int(hwm[0]) / 1024)
+                rss = st.get("VmRSS", "").split()
+                if pid != self.pid and rss:
+                    self.children.append([round(time.monotonic() - self._t0, 1), pid,
+                                          int(rss[0]) / 1024, _policy(pid)])
             self._stop.wait(1.0)
 
     def stop(self) -> dict[str, Any]:
-        """Stop watching: the process's peak, its children's largest and how many were seen."""
+        """Stop watching: the process's peak, its children's largest and how many were seen,
+        and the children's readings."""
         self._stop.set()
         self._thread.join()
         children = [m for pid, m in self.peaks.items() if pid != self.pid]
         return {"writer_peak_mib": self.peaks.get(self.pid, 0.0),
-                "child_peak_mib": max(children, default=0.0), "children_seen": len(children)}
+                "child_peak_mib": max(children, default=0.0), "children_seen": len(children),
+                "child_samples": self.children}
+
+
+def _policy(pid: int) -> str:
+    """A process's scheduling policy: ``idle`` (``SCHED_IDLE``), ``normal`` or ``other``."""
+    try:
+        pol = os.sched_getscheduler(pid)
+    except OSError:
+        return "gone"
+    return {os.SCHED_IDLE: "idle", os.SCHED_OTHER: "normal"}.get(pol, "other")
+
+
+def compactors_over_time(samples: list[list[Any]], span_s: float = 60.0
+                         ) -> list[list[Any]]:
+    """The compactor readings ``[s, pid, RSS MiB, policy]`` cut into spans of ``span_s``:
+    ``[span end s, largest RSS MiB, processes seen, policies seen]`` each."""
+    out: dict[float, list[Any]] = {}
+    for t, pid, rss, pol in samples:
+        end = span_s * (int(t // span_s) + 1)
+        row = out.setdefault(end, [end, 0.0, set(), set()])
+        row[1] = max(row[1], rss)
+        row[2].add(pid)
+        row[3].add(pol)
+    return [[end, rss, len(pids), "+".join(sorted(pols))]
+            for end, rss, pids, pols in sorted(out.values(), key=lambda r: r[0])]
 
 
 def _env(compaction: bool) -> dict[str, str]:
@@ -410,6 +448,17 @@ def _print(res: dict[str, Any], rate: float, repeats: int) -> None:
                 f"({w['children_seen']} seen)" if w["children_seen"] else
                 "no compactor process seen")
         print(f"- peak RSS: the writer {w['writer_peak_mib']:.0f} MiB, {kids}")
+    if w.get("child_samples"):
+        ct = Table(f"Compactor processes over time ({n:,} calls, read every second: largest"
+                   " RSS in each minute, processes seen, their scheduling policy)",
+                   ["up to s", "RSS MiB", "processes", "policy"])
+        for row in compactors_over_time(w["child_samples"]):
+            ct.add(*row, digits=0)
+        ct.print()
+        print(f"- compactors: {w.get('compactors_started', 0)} started, "
+              f"{w.get('compactors_retired', 0)} retired past their memory bound, "
+              f"{w.get('compactors_escalated', 0)} idle ones replaced at the writer's priority, "
+              f"{w.get('compactor_failures', 0)} failed")
     if w.get("backlog_samples"):
         bt = Table(f"Compaction backlog over time ({n:,} calls, max in each span)",
                    ["up to s", "calls", "MiB", "oldest s"])
