@@ -143,6 +143,43 @@ def test_a_hook_that_changes_the_arguments_is_asked_about_again(tmp_path: Path) 
     assert rows[0]["covered_calls"] == [] and rows[0]["call_id"] == denied.call_id
 
 
+@pytest.mark.parametrize("setting", [None, "deny", " Allow "])
+def test_with_no_approver_an_ask_follows_tooltrace_approval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str | None
+) -> None:
+    if setting is None:
+        monkeypatch.delenv("TOOLTRACE_APPROVAL", raising=False)
+    else:
+        monkeypatch.setenv("TOOLTRACE_APPROVAL", setting)
+    reg = _registry(tmp_path, Approver())
+    reg.approver = None
+    env = reg.call(ToolCall("send", {"to": "bob"}))
+    reg.shutdown()
+    (step,) = _steps(env)
+    assert step.detail["reason"] == "no approver configured"
+    assert step.detail["args_sha256"] == arguments_sha256({"to": "bob", "body": "", "token": ""})
+    if setting == " Allow ":
+        assert env.status is Status.OK and step.decision == "approve"
+    else:
+        assert env.status is Status.REJECTED and env.reject_stage is Stage.APPROVAL
+        assert step.decision == "deny"
+        assert env.summary.endswith("approval required and no approver is configured")
+
+
+@pytest.mark.parametrize("ttl", ["soon", object(), 10**400, float("inf"), "inf"])
+def test_an_approval_with_a_malformed_time_to_live_covers_its_call_only(
+    tmp_path: Path, ttl: Any
+) -> None:
+    ap = Approver(ApprovalDecision(True, who="alice", ttl=ttl),
+                  ApprovalDecision(True, who="alice"))
+    reg = _registry(tmp_path, ap)
+    envs = [reg.call(ToolCall("send", {"to": "bob"})) for _ in range(2)]
+    reg.shutdown()
+    assert [e.status for e in envs] == [Status.OK, Status.OK]
+    assert len(ap.asked) == 2  # not reused: asked again
+    assert "expires_at_us" not in _steps(envs[0])[0].detail
+
+
 def test_an_approval_with_a_time_to_live_covers_the_same_arguments_only(tmp_path: Path) -> None:
     ap = Approver(ApprovalDecision(True, who="alice", ttl=timedelta(seconds=3)),
                   ApprovalDecision(True, who="alice"), ApprovalDecision(True, who="alice"),

@@ -318,9 +318,11 @@ def _record(
     at = env.approvals.now_us()
     try:
         ttl = ttl_seconds(res.ttl) if res.ttl is not None else ttl_seconds(decision.approval_ttl_s)
+        expires = at + int(ttl * 1_000_000) if (ttl and res.approved) else None
     except (TypeError, ValueError, OverflowError):
-        ttl = None  # an approver's malformed ttl: the approval covers this call only
-    expires = at + int(ttl * 1_000_000) if (ttl and res.approved) else None
+        # An approver's malformed ttl (not a number, too large, infinite): the approval covers
+        # this call only.
+        expires = None
     principal = b.principal.to_dict() if b.principal is not None else None
     rec = ApprovalRecord(
         new_call_id(), b.call_id, b.run_id, d.name, decision.rule, bool(res.approved),
