@@ -37,6 +37,28 @@ from tooltrace.audit._format import chain_hash, seal_line, split_hash
 from tooltrace.builtins import register_builtins
 from tooltrace.policy import PolicyDecision, PolicyRequest, Verdict
 
+# -- paths: an argument left out does not end the check of the others ---------------------------
+
+
+def test_a_path_argument_left_out_does_not_skip_the_check_of_the_next(
+    workspace: Path, tmp_path: Path
+) -> None:
+    ran: list[str] = []
+
+    @tool(path_params=("src", "dst"))
+    def copy(dst: str, src: str | None = None) -> str:
+        """Copy a file (or make an empty one)."""
+        ran.append(dst)
+        return "copied"
+
+    reg = ToolRegistry(workspace=workspace, home=tmp_path / "home")
+    reg.register(copy)
+    env = reg.call(ToolCall("copy", {"dst": "../secret.txt"}))
+    reg.shutdown()
+    assert env.status is Status.REJECTED and env.reject_stage is Stage.POLICY
+    assert ran == []
+
+
 # -- hooks: narrowing is by directory, not by string prefix -------------------------------------
 
 
