@@ -17,9 +17,9 @@ that execute each line. A mutant runs the node ids that execute the lines of its
 (``pytest -x``, stopped at the first failure). A mutant in code that runs when the module is
 imported (module and class bodies, a ``def``'s decorators and defaults, the body of a cached
 function) runs the module's whole selection, since every test that imports the module runs it.
-A mutant whose line no test executes survives without a run. A survivor of its narrow
-selection is run once more against the whole selection (``--no-confirm`` skips that): a kill
-there is counted as a kill and reported, as a sign the selection was too narrow.
+A mutant whose line no test executes survives without a run. ``--confirm N`` runs up to N
+survivors of their narrow selection once more against the whole selection: a kill there counts
+as a kill and is reported, as a sign the selection was too narrow.
 
 For each module it prints the mutants killed, survived and skipped, the score (killed over
 killed plus survived; a timeout counts as killed, a mutant that does not even import as
@@ -47,6 +47,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
@@ -298,6 +299,7 @@ class Score:
     annotation: int = 0
     # Survivors no test executes (never run), and narrow survivors the whole selection killed.
     unrun: int = 0
+    confirmed: int = 0
     widened: list[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
 
@@ -373,7 +375,7 @@ def _unrun(work: Path, m: Any) -> Any:
 
 
 def run_module(works: list[Path], name: str, t: Target, sample: int | None, seed: int,
-               confirm: bool = True) -> Score:
+               confirm: int = 0) -> Score:
     """Init, (sample), run each mutant against the tests that execute it, read back one
     module's session."""
     from cosmic_ray.work_db import WorkDB, use_db  # type: ignore[import-untyped]
@@ -421,6 +423,26 @@ def run_module(works: list[Path], name: str, t: Target, sample: int | None, seed
         for w in works:
             free.put(w)
         runs: dict[Future[Any], Any] = {}
+        left = [confirm]  # narrow survivors still to run against the whole selection
+        lock = threading.Lock()
+
+        def run(m: Any, tests: tuple[str, ...]) -> Any:
+            result = _test(free, t, m, tests)
+            if result.test_outcome != TestOutcome.SURVIVED or tests == t.tests:
+                return result
+            with lock:
+                if left[0] <= 0:
+                    return result
+                left[0] -= 1
+                score.confirmed += 1
+            again = _test(free, t, m, t.tests)
+            if again.test_outcome != TestOutcome.KILLED:
+                return result
+            with lock:
+                score.widened.append(f"{m.module_path}:{m.start_pos[0]} {m.operator_name}"
+                                     f" ({len(tests)} tests)")
+            return again
+
         with ThreadPoolExecutor(len(works)) as pool:
             for w in pending:
                 m = w.mutations[0]
@@ -429,19 +451,9 @@ def run_module(works: list[Path], name: str, t: Target, sample: int | None, seed
                     score.unrun += 1
                     db.set_result(w.job_id, _unrun(work, m))
                 else:
-                    runs[pool.submit(_test, free, t, m, tests)] = (w, tests)
+                    runs[pool.submit(run, m, tests)] = w
             for done, fut in enumerate(as_completed(runs), 1):
-                w, tests = runs[fut]
-                result = fut.result()
-                if (confirm and result.test_outcome == TestOutcome.SURVIVED
-                        and tests != t.tests):
-                    again = _test(free, t, w.mutations[0], t.tests)
-                    if again.test_outcome == TestOutcome.KILLED:
-                        m = w.mutations[0]
-                        score.widened.append(f"{m.module_path}:{m.start_pos[0]}"
-                                             f" {m.operator_name} ({len(tests)} tests)")
-                        result = again
-                db.set_result(w.job_id, result)
+                db.set_result(runs[fut].job_id, fut.result())
                 if done % 25 == 0:
                     print(f"mutation: {name}: {done}/{len(runs)} run,"
                           f" {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
@@ -494,8 +506,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="mutate the working tree's files (default: HEAD's, as committed)")
     p.add_argument("--jobs", type=int, default=1, help="mutants run at once, each in a scratch"
                                                         " copy of its own")
-    p.add_argument("--no-confirm", dest="confirm", action="store_false",
-                   help="do not run a narrow survivor again against the whole selection")
+    p.add_argument("--confirm", type=int, default=0, metavar="N",
+                   help="run up to N survivors of their narrow selection again against the"
+                        " module's whole selection (a kill there means the selection was too"
+                        " narrow; it counts as a kill)")
     return p
 
 
@@ -541,7 +555,8 @@ def main(argv: list[str] | None = None) -> int:
             scores.append(s)
             print(f"mutation: {n}: {s.killed}/{s.total} killed ({s.percent:.1f}%),"
                   f" {len(s.equivalent)} equivalent, {s.unrun} survived unrun (no test"
-                  f" executes them), {len(s.widened)} killed only by the whole selection,"
+                  f" executes them), {len(s.widened)} of {s.confirmed} narrow survivors"
+                  f" killed by the whole selection,"
                   f" {s.skipped} skipped, {s.incompetent} not viable, {s.annotation} in"
                   f" annotations (equivalent), {s.seconds:.0f}s",
                   flush=True)
