@@ -501,11 +501,27 @@ def targets(res: dict[str, Any]) -> list[tuple[str, str, bool]]:
     return out
 
 
+def _measure_cold(home: str, ids: dict[str, str], repeats: int, env: dict[str, str]
+                  ) -> dict[str, dict[str, Any]]:
+    """``_measure``, with what readers keep of parsed segments (``audit/readcache``) removed
+    before each command: what the first reader of a backlog pays."""
+    got: dict[str, list[tuple[float, float]]] = {name: [] for name, _a, _i in COMMANDS}
+    py = sys.executable
+    for _ in range(repeats):
+        for name, args, which in COMMANDS:
+            shutil.rmtree(Path(home) / "audit" / "readcache", ignore_errors=True)
+            extra = [ids[which]] if which else []
+            got[name].append(_timed([py, "-c", _COMMAND, *args, *extra, "--home", home], env))
+    return {name: {"ms": statistics.median(w for w, _m in v), "ms_all": [w for w, _m in v],
+                   "rss_mib": max(m for _w, m in v)} for name, v in got.items()}
+
+
 def large_backlog(calls: int, repeats: int) -> dict[str, Any]:
     """A backlog nothing compacts: ``calls`` calls written as fast as the writer goes with
     compaction off (``TOOLTRACE_AUDIT_COMPACT=off``), the writer alive with its last segment
-    live while each command runs over it, ``repeats`` times in turns; then a copy of the trail
-    compacted (``tooltrace compact``) and the same commands over the copy, in the same run."""
+    live while each command runs over it, ``repeats`` times in turns: first with nothing kept
+    by earlier readers ("cold"), then after them ("warm"); then a copy of the trail compacted
+    (``tooltrace compact``) and the same commands over the copy, in the same run."""
     home = scratch(f"tooltrace-bench-backlog-{calls}-")
     copy = home + "-compacted"
     try:
@@ -513,7 +529,8 @@ def large_backlog(calls: int, repeats: int) -> dict[str, Any]:
         ids = dict(zip(("first", "middle", "last"), wrote["ids"], strict=True))
         try:
             state = _trail_state(home)
-            backlog = _measure(home, ids, repeats, _env(False))
+            cold = _measure_cold(home, ids, repeats, _env(False))
+            warm = _measure(home, ids, repeats, _env(False))
         finally:
             _stop(writer, peaks, wrote)
         shutil.copytree(home, copy)
@@ -523,17 +540,20 @@ def large_backlog(calls: int, repeats: int) -> dict[str, Any]:
     finally:
         for d in (home, copy, home + "-ws"):
             shutil.rmtree(d, ignore_errors=True)
-    out = {"calls": calls, "repeats": repeats, "state": state, "backlog": backlog,
+    out = {"calls": calls, "repeats": repeats, "state": state, "cold": cold, "warm": warm,
            "compacted": compacted, "compact_ms": compact_ms, "compact_mib": compact_mib,
            "writer": {k: v for k, v in wrote.items() if k != "backlog_samples"}}
     t = Table(f"A backlog nothing compacts: {calls:,} calls ({state['segments']} segments,"
               f" {state['segment_mib']:.0f} MiB) against the same calls compacted, each"
               f" command a fresh process (median of {repeats}; peak RSS is the worst)",
-              ["command", "backlog ms", "backlog MiB", "compacted ms", "compacted MiB",
-               "backlog / compacted"])
+              ["command", "cold ms", "cold MiB", "warm ms", "warm MiB", "compacted ms",
+               "compacted MiB", "cold / compacted", "warm / compacted"])
     for name in [c[0] for c in COMMANDS] + ["floor"]:
-        b, c = backlog[name], compacted[name]
-        t.add(name, b["ms"], b["rss_mib"], c["ms"], c["rss_mib"], b["ms"] / c["ms"], digits=1)
+        w, c = warm[name], compacted[name]
+        k = cold.get(name)
+        t.add(name, k["ms"] if k else None, k["rss_mib"] if k else None, w["ms"],
+              w["rss_mib"], c["ms"], c["rss_mib"], k["ms"] / c["ms"] if k else None,
+              w["ms"] / c["ms"], digits=1)
     t.print()
     print(f"- compacting the copy: {compact_ms / 1000:.1f} s, {compact_mib:.0f} MiB")
     return out

@@ -16,7 +16,7 @@ from support.audit import make_record, workload
 
 from tooltrace.audit import TABLES, AuditStore, compact, list_segments
 from tooltrace.audit import _livetables as livetables
-from tooltrace.audit._livejson import copy_segment
+from tooltrace.audit._livejson import ParsedCache, copy_segment
 from tooltrace.model import Principal, ProgressMark, Step
 from tooltrace.sinks import ApprovalRecord, LateStep
 from tooltrace.telemetry import AuditSink
@@ -91,13 +91,7 @@ def _rows(store: AuditStore, t: str) -> list[tuple[Any, ...]]:
 def test_duckdb_parses_sealed_segments_into_the_rows_python_makes(
         sealed_trail: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     home = sealed_trail["home"]
-    taken: list[bool] = []
-
-    def counted(*args: Any, **kw: Any) -> bool:
-        taken.append(copy_segment(*args, **kw))
-        return taken[-1]
-
-    monkeypatch.setattr(livetables, "copy_segment", counted)
+    taken = _parsed(monkeypatch)
     with AuditStore(home) as s:
         by_duckdb = {t: _rows(s, t) for t in TABLES}
         assert s.issues == []
@@ -106,6 +100,7 @@ def test_duckdb_parses_sealed_segments_into_the_rows_python_makes(
     # Every segment but the one whose arguments hold a control character went to DuckDB.
     assert taken.count(False) == 1 and taken.count(True) == len(segments) - 1
     monkeypatch.setattr(livetables, "copy_segment", lambda *a, **k: False)
+    monkeypatch.setattr(ParsedCache, "find", lambda *a, **k: None)  # what the first kept
     with AuditStore(home) as s:
         by_python = {t: _rows(s, t) for t in TABLES}
     for t in TABLES:
@@ -151,3 +146,51 @@ def test_a_segment_duckdb_cannot_read_as_python_does_goes_to_python(tmp_path: Pa
     at = want.columns.index("line")
     assert [r[:at] + r[at + 1:] for r in got] == [r[:at] + r[at + 1:] for r in want.rows]
     assert [r[at] for r in got] == [r[at] + 1 for r in want.rows]
+
+
+def _parsed(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Count the segments DuckDB parses from now on (each True when it could)."""
+    taken: list[bool] = []
+
+    def counted(*args: Any, **kw: Any) -> bool:
+        taken.append(copy_segment(*args, **kw))
+        return taken[-1]
+
+    monkeypatch.setattr(livetables, "copy_segment", counted)
+    return taken
+
+
+def test_the_next_reader_reads_what_duckdb_parsed_and_compaction_takes_it_away(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    sink = AuditSink(home, segment_max_bytes=16 * 1024, compact=False, group_interval_ms=1)
+    for i, r in enumerate(workload(120, seed=8)):
+        sink.emit(r)
+        if i % 30 == 29:
+            assert sink.flush(30.0)
+    sink.shutdown()
+    q = "SELECT * FROM tool_calls ORDER BY call_id"
+    taken = _parsed(monkeypatch)
+    with AuditStore(home) as s:
+        first = s.sql(q).rows
+    sealed = len(list_segments(home / "audit"))
+    assert taken == [True] * sealed
+    cache = home / "audit" / "readcache"
+    assert len(list(cache.glob("*.parquet"))) == sealed
+    taken.clear()
+    with AuditStore(home) as s:
+        assert s.sql(q).rows == first
+        # The steps were not parsed yet: they are, and kept beside the others.
+        assert s.sql("SELECT count(*) FROM tool_call_steps").rows[0][0] > 0
+    assert taken == [True] * sealed
+    assert len(list(cache.glob("*.parquet"))) == 2 * sealed
+    taken.clear()
+    with AuditStore(home) as before:
+        assert before.sql(q).rows == first  # read from the cache
+        compact(home)
+        with AuditStore(home) as after:  # compaction took every segment: its files go
+            assert after.sql(q).rows == first
+            assert list(cache.glob("*.parquet")) == []
+        # The first store's files are gone: it reads the trail afresh and asks again.
+        assert before.sql(q).rows == first
+    assert taken == []

@@ -18,12 +18,21 @@ segment at a time (``copy_segment`` returns False):
 - JSON text DuckDB would write differently from ``orjson`` (an escaped control character,
   whose hex digits DuckDB writes in upper case; a number with an exponent or beyond 16
   digits, which the two format differently): ``_DIFFERS``.
+
+A sealed segment never changes, so what DuckDB parsed of it is kept for the next reader
+(``ParsedCache``): ``<audit>/readcache/<segment>.<size>-<mtime ns>.<tables>.parquet``, written
+under a temporary name and renamed whole. A reader uses only the files of the segments it lists
+as not compacted (never counted twice: a segment compaction took is read from Parquet) and
+removes those of segments compacted or gone; one that finds a file it used removed asks again
+with the trail read afresh (``AuditStore``).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Collection
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._segments import SegmentInfo
@@ -31,10 +40,14 @@ from ._segments import SegmentInfo
 if TYPE_CHECKING:
     import duckdb
 
-__all__ = ["MAX_LINE", "copy_segment", "raw_fields", "table_sql"]
+__all__ = ["CACHE_DIR", "MAX_LINE", "ParsedCache", "copy_segment", "raw_fields", "table_sql"]
 
 #: The longest line DuckDB is asked to parse; a segment with a longer one is read by Python.
 MAX_LINE = 4 * 1024 * 1024
+#: Where readers keep what DuckDB parsed of sealed segments, inside the audit directory.
+CACHE_DIR = "readcache"
+#: A file being written there that is older than this was left by a reader that died.
+_STALE_S = 3600.0
 
 # Each field of a record line that some table reads, with the type DuckDB reads it as: text
 # fields as VARCHAR (a number or an object as its JSON text, as the CSV path writes it),
@@ -227,3 +240,82 @@ def table_sql(t: str, source: str) -> str:
                 f" {_principal()}, {w} AS writer, {s} AS segment, line,"
                 f" {_json_text('args')} AS args_redacted FROM {source} WHERE k = 'a'")
     raise ValueError(f"no such table: {t}")
+
+
+def _key(info: SegmentInfo) -> str | None:
+    """The start of the names of ``info``'s files: its name, size and change time."""
+    try:
+        st = os.stat(info.path)
+    except OSError:
+        return None
+    return f"{info.name}.{st.st_size}-{st.st_mtime_ns}."
+
+
+class ParsedCache:
+    """What DuckDB parsed of sealed segments not compacted yet, kept in the audit directory's
+    ``readcache`` for the readers that come next."""
+
+    def __init__(self, adir: Path) -> None:
+        self.dir = adir / CACHE_DIR
+        self._names: list[str] | None = None
+        #: The files of the cache this reader read (a reader that finds one gone asks again).
+        self.used: list[str] = []
+
+    def _listing(self) -> list[str]:
+        if self._names is None:
+            try:
+                self._names = os.listdir(self.dir)
+            except OSError:
+                self._names = []
+        return self._names
+
+    def find(self, info: SegmentInfo, tables: Collection[str]) -> str | None:
+        """A file with (at least) ``tables``' fields of sealed segment ``info``, or None."""
+        key = _key(info)
+        if key is None:
+            return None
+        want = set(tables)
+        for name in self._listing():
+            if (name.startswith(key) and name.endswith(".parquet")
+                    and want <= set(name[len(key):-len(".parquet")].split("+"))):
+                path = str(self.dir / name)
+                self.used.append(path)
+                return path
+        return None
+
+    def place(self, info: SegmentInfo, tables: Collection[str]) -> tuple[str, str] | None:
+        """(where to write a new file of ``tables`` for ``info``, the name it then gets), or
+        None when this reader cannot write there (the file goes to its temporary directory)."""
+        key = _key(info)
+        if key is None:
+            return None
+        try:
+            self.dir.mkdir(mode=0o700, exist_ok=True)
+        except OSError:
+            return None
+        if not os.access(self.dir, os.W_OK):
+            return None
+        final = f"{key}{'+'.join(sorted(tables))}.parquet"
+        tmp = f".{final}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
+        return str(self.dir / tmp), str(self.dir / final)
+
+    def keep(self, path: str) -> None:
+        """Note that this reader reads ``path``, a file it just placed."""
+        self.used.append(path)
+
+    def sweep(self, compacted: Collection[str], segments: Path) -> None:
+        """Remove the files of segments compaction took (``compacted``: their names) or that
+        are gone from ``segments``, and files readers that died left half written."""
+        now = time.time()
+        for name in self._listing():
+            path = self.dir / name
+            try:
+                if name.startswith("."):
+                    if name.endswith(".tmp") and now - path.stat().st_mtime > _STALE_S:
+                        path.unlink()
+                    continue
+                seg = name.split(".jsonl.", 1)[0] + ".jsonl"
+                if seg in compacted or not (segments / seg).exists():
+                    path.unlink()
+            except OSError:
+                continue  # removed meanwhile by another reader

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
 
-from ._livejson import copy_segment, raw_fields, table_sql
+from ._livejson import ParsedCache, copy_segment, raw_fields, table_sql
 from ._segments import SegmentInfo
 from ._tables import COLUMNS, DUCKDB_TYPES, TABLES, build_columns
 
@@ -83,7 +83,9 @@ def _cast(col: str, kind: str) -> str:
 class LiveTables:
     """The temporary files behind one store's tables of rows not compacted yet."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache: ParsedCache | None = None) -> None:
+        #: What DuckDB parsed of sealed segments, kept for the next reader (None: not kept).
+        self.cache = cache
         self._dir: str | None = None
         # A bound on the longest CSV line written (twice the longest segment line: quotes
         # are doubled), which ``read_csv`` must be told of.
@@ -145,12 +147,26 @@ class LiveTables:
             if info.live:
                 rest.append(info)
                 continue
+            cache = self.cache
+            hit = cache.find(info, tables) if cache is not None else None
+            if hit is not None:
+                parsed.append(hit)
+                continue
+            place = cache.place(info, tables) if cache is not None else None
             self._raw += 1
-            out = os.path.join(os.path.dirname(self._path("", "raw")), f"{self._raw}.parquet")
-            if copy_segment(con, info, fields, out):
-                parsed.append(out)
-            else:
+            out = place[0] if place else os.path.join(
+                os.path.dirname(self._path("", "raw")), f"{self._raw}.parquet")
+            if not copy_segment(con, info, fields, out):
                 rest.append(info)
+                continue
+            if place is not None and cache is not None:
+                try:
+                    os.replace(out, place[1])
+                    out = place[1]
+                except OSError:
+                    pass  # read under its temporary name; swept once stale
+                cache.keep(out)
+            parsed.append(out)
         return parsed, rest
 
     def load_columns(self, con: duckdb.DuckDBPyConnection, cols: dict[str, dict[str, list[Any]]],

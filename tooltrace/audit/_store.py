@@ -41,6 +41,7 @@ import orjson
 from .._ids import CLOCK_SKEW_S, id_prefix
 from .._settings import resolve_home
 from ._approvalrows import APPROVALS_VIEW
+from ._livejson import ParsedCache
 from ._livescan import LiveSegments
 from ._livetables import LiveTables
 from ._lookup import LookupFiles, find_call
@@ -184,13 +185,15 @@ class AuditStore:
         self._stamp: tuple[int, int, int] | None = None
         #: The segments not compacted yet, read when a question needs them.
         self.uncompacted = LiveSegments([])
-        self._live_tables = LiveTables()
+        self._live_tables = LiveTables(ParsedCache(self.adir))
         self._has_intents: bool | None = None
         # SQL that creates the views, run when ``con`` is first used: a lookup by call id
         # needs none of them, and binding them reads Parquet footers.
         self._pending: list[str] = []
         self._db: duckdb.DuckDBPyConnection | None = None
         self._live_loaded: set[str] = set()
+        self._compacted_names: set[str] = set()
+        self._swept = False
         # After ``calls`` read only the newest segments: the id prefix no unread segment can
         # reach (ids above it are all in ``_newest_<table>`` and Parquet); else None.
         self._newest_above: str | None = None
@@ -239,10 +242,19 @@ class AuditStore:
         for later)."""
         con = self.connection
         missing = [t for t in TABLES if t in tables and t not in self._live_loaded]
+        if missing:
+            self._sweep_once()
         if missing and self.uncompacted:
             self._live_tables.load(con, self.uncompacted, _cores(), tables=missing)
         self._live_loaded.update(missing)
         return con
+
+    def _sweep_once(self) -> None:
+        """Remove what earlier readers kept of segments since compacted or gone (once)."""
+        cache = self._live_tables.cache
+        if cache is not None and not self._swept:
+            self._swept = True
+            cache.sweep(self._compacted_names, self.adir / "segments")
 
     def _tables_read(self, query: str) -> frozenset[str]:
         """The stored tables ``query`` reads through the views, from its parse tree (all of
@@ -311,6 +323,7 @@ class AuditStore:
         manifest = read_manifest(self.adir)
         done = {s["name"] for s in manifest.get("segments", [])}
         self.uncompacted = LiveSegments([i for i in list_segments(self.adir) if i.name not in done])
+        self._compacted_names = done
         self.segments = len(self.uncompacted.infos)
         files = manifest.get("files") or {}
         ranges = manifest.get("ranges") or {}
@@ -395,8 +408,10 @@ class AuditStore:
         error)."""
         if self.files_by_table is None or self._manifest_stamp() == self._stamp:
             return False
+        cache = self._live_tables.cache
         return any(not os.path.exists(f.path) for listed in self.files_by_table.values()
-                   for f in listed)
+                   for f in listed) or any(
+            not os.path.exists(p) for p in (cache.used if cache is not None else ()))
 
     def _manifest_stamp(self) -> tuple[int, int, int] | None:
         try:
@@ -543,6 +558,7 @@ class AuditStore:
         after its call id was made, so a segment last written at ``t`` holds no UUIDv7 id of
         a time after ``t`` (plus ``CLOCK_SKEW_S``)."""
         assert self.files_by_table is not None
+        self._sweep_once()
         written = {i.path: _written_at(i) for i in self.uncompacted.infos}
         order = sorted(self.uncompacted.infos, key=lambda i: written[i.path], reverse=True)
         # No call can be newer than the newest segment's last write (plus the skew), so the
