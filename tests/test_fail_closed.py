@@ -90,6 +90,32 @@ def test_a_hook_cannot_move_a_path_to_a_sibling_sharing_its_prefix(
         reg.shutdown()
 
 
+def test_a_hook_that_breaks_the_original_path_cannot_move_the_call_elsewhere(
+        workspace: Path, tmp_path: Path) -> None:
+    """The original path no longer resolves when the hook's change is checked (the hook made
+    its directory a link out of the workspace): its scope is unknown, so no move is a
+    narrowing."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+
+    @hook()
+    def redirect(view: HookView) -> HookDecision:
+        (workspace / "notes").rename(tmp_path / "notes-moved")
+        (workspace / "notes").symlink_to(outside)
+        return HookDecision.modify(arguments={"path": "hello.txt"})
+
+    reg = ToolRegistry(workspace=workspace, home=tmp_path / "h", hooks=[redirect])
+    register_builtins(reg)
+    try:
+        env = reg.call(ToolCall("read_text", {"path": "notes/a.txt"}))
+        assert env.status is Status.REJECTED and env.reject_stage is Stage.HOOK, env.summary
+        assert [(s.decider, s.decision) for s in env.steps if s.step == "policy"][-1] == (
+            "policy:hook_scope", "deny")
+        assert not env.record.execution_started
+    finally:
+        reg.shutdown()
+
+
 def test_a_hook_may_narrow_within_the_directory(workspace: Path, tmp_path: Path) -> None:
     """The contrast case: the same hook, moving within ``notes/``, is applied."""
     (workspace / "notes" / "deeper").mkdir()

@@ -194,3 +194,13 @@ def test_a_long_script_is_still_read_word_by_word(inside: tuple[ToolRegistry, Pa
     reg, _home = inside
     script = "echo " + "x" * 70_000 + "; cat .tooltrace/audit.key"
     assert _refused(reg.call(ToolCall("run_command", {"argv": ["sh", "-c", script]})))
+
+
+def test_a_word_as_long_as_the_longest_path_is_still_checked(
+    inside: tuple[ToolRegistry, Path],
+) -> None:
+    reg, home = inside
+    word = "./" * 2038 + ".tooltrace/audit.key"  # 4,096 characters: PATH_MAX on Linux
+    assert len(word) == 4096
+    assert _refused(reg.call(ToolCall("run_command", {"argv": ["cat", word]})))
+    assert (home / "audit.key").is_file()
