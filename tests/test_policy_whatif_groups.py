@@ -77,6 +77,10 @@ def test_a_rule_over_an_argument_value_changes_only_the_calls_with_that_value(
     # read of a.txt is past it.
     assert _changes(d) == [("no-b", "allow", "deny", 2, [ids[1], ids[3]]),
                            ("reads", "allow", "deny", 1, [ids[4]])]
+    # A limit that counts none of these calls: the rule's changes are the same, examples too.
+    d = _test(home, tmp_path, NO_B + READS.replace("read_text", "write_text").format(
+        n=1, per="run"))
+    assert _changes(d) == [("no-b", "allow", "deny", 2, [ids[1], ids[3]])]
 
 
 def test_alike_calls_the_recorded_run_decided_differently_are_told_apart(
