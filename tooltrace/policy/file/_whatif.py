@@ -13,9 +13,10 @@ them (with the recorded decision) and each distinct set is decided once. Limits 
 by one, in the order they started, with their recorded durations, as the engine counts them:
 every call no rule denies (one that asks counts too). An undecidable call counts as the recorded
 run decided it, and the result says how many such calls the limits counted
-(``WhatIf.approximate``). The calls a limit counts are read a second time, each matched to its
-group by a hash of its facts, and counted in DuckDB: when no two groups share the facts the
-call record holds itself, that read needs no policy steps.
+(``WhatIf.approximate``). The calls a limit counts, and then those whose decision changes (for
+their examples), are read a second time, each matched to its group by a hash of its facts, and
+counted in DuckDB: when no two groups share the facts the call record holds itself, that read
+needs no policy steps.
 """
 
 from __future__ import annotations
