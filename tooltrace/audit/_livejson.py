@@ -1,11 +1,13 @@
-"""Sealed segments not compacted yet, parsed by DuckDB's own JSON reader (``read_json``).
+"""Segments not compacted yet, parsed by DuckDB's own JSON reader (``read_json``).
 
 A sealed segment never changes and every line of it is whole (it ends with its seal line), so
 DuckDB can parse it in bulk instead of Python parsing each line (``_livescan``) and writing it
 out again as CSV (``_livetables``): the per-line cost drops by an order of magnitude
 (docs/internals/performance-history.md, "Reads over a large backlog"). Each segment is read by
 one statement into a private temporary Parquet file holding the fields the asked-for tables need
-(``copy_segment``); the tables' rows are then SQL over those files (``table_sql``).
+(``copy_segment``); the tables' rows are then SQL over those files (``table_sql``). A segment
+still being written is read the same way from a copy of its complete lines (what follows the
+last newline is in flight, or torn when its writer died).
 
 The mapping from a record to its columns is ``_tables.build_columns``; ``table_sql`` says the
 same in SQL, and ``tests/test_audit_livejson.py`` pins the two equal over every record kind.
@@ -112,14 +114,16 @@ def _lines(path: str) -> int | None:
 
 
 def copy_segment(con: duckdb.DuckDBPyConnection, info: SegmentInfo, fields: list[str],
-                 out: str) -> bool:
-    """Parse sealed segment ``info`` with DuckDB into Parquet file ``out``: one row per line
-    (``line`` its number), the ``fields`` of each. False when the segment must be read by
-    Python instead (see the module's docstring; ``out`` is then not left behind)."""
+                 out: str, source: str | None = None) -> bool:
+    """Parse sealed segment ``info`` (or ``source``, a copy of its complete lines) with DuckDB
+    into Parquet file ``out``: one row per line (``line`` its number), the ``fields`` of each.
+    False when the segment must be read by Python instead (see the module's docstring;
+    ``out`` is then not left behind)."""
     import duckdb
 
+    path = source or str(info.path)
     try:
-        lines = _lines(str(info.path))
+        lines = _lines(path)
     except OSError:
         return False
     if not lines:
@@ -129,7 +133,7 @@ def copy_segment(con: duckdb.DuckDBPyConnection, info: SegmentInfo, fields: list
     try:
         con.execute(
             f"COPY (SELECT {keep}, {_quote(info.writer)} AS _writer, {_quote(info.name)}"
-            f" AS _segment, ordinality AS line FROM read_json({_quote(str(info.path))},"
+            f" AS _segment, ordinality AS line FROM read_json({_quote(path)},"
             f" format = 'newline_delimited', records = true, maximum_object_size = {MAX_LINE},"
             f" columns = {{{cols}}}) WITH ORDINALITY) TO {_quote(out)}"
             " (FORMAT parquet)")

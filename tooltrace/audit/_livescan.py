@@ -33,7 +33,7 @@ from ._segments import ParsedSegment, SegmentInfo, parse_lines, segment_name, wr
 from ._storerecords import ReadIssue
 from ._tables import build_columns
 
-__all__ = ["PIECE", "LiveSegments"]
+__all__ = ["PIECE", "LiveSegments", "Segment", "torn"]
 
 #: Bytes read from a segment at a time.
 PIECE = 4 * 1024 * 1024
@@ -57,6 +57,12 @@ def _time_floor_s(lo: str) -> float | None:
         return None
 
 
+def torn(segment: str, line: int, size: int) -> ReadIssue:
+    """What a reader reports of the bytes a dead writer left after its last complete line."""
+    return ReadIssue(segment, line, f"torn record ({size} bytes) after the last complete line:"
+                     " the writer stopped mid-write; it is set aside, not read")
+
+
 def _shared_prefix(lo: str, hi_excl: str) -> str:
     n = 0
     for a, b in zip(lo, hi_excl, strict=False):
@@ -66,7 +72,7 @@ def _shared_prefix(lo: str, hi_excl: str) -> str:
     return lo[:n]
 
 
-class _Segment:
+class Segment:
     """One segment file, opened for reading (under its sealed name if it was sealed since it
     was listed); ``fd`` is None when it is gone."""
 
@@ -177,7 +183,7 @@ class LiveSegments:
         found: list[ParsedSegment] = []
         seen: set[str] = set()
         for info in self.infos:
-            seg = _Segment(info)
+            seg = Segment(info)
             try:
                 if seg.fd is None or (oldest is not None and seg.mtime < oldest):
                     continue
@@ -191,7 +197,7 @@ class LiveSegments:
         return found
 
     @staticmethod
-    def _hits(seg: _Segment, needle: bytes, lo: str, hi_excl: str, seen: set[str],
+    def _hits(seg: Segment, needle: bytes, lo: str, hi_excl: str, seen: set[str],
               ids: int | None) -> list[tuple[int, dict[str, Any], bytes]]:
         out: list[tuple[int, dict[str, Any], bytes]] = []
         loads = orjson.loads
@@ -223,14 +229,14 @@ class LiveSegments:
 
     # -- every line ---------------------------------------------------------------------------
 
-    def pieces(self, infos: list[SegmentInfo] | None = None, *, note_issues: bool = True
-               ) -> Iterator[ParsedSegment]:
+    def pieces(self, infos: list[SegmentInfo] | None = None, *, note_issues: bool = True,
+               found: list[ReadIssue] | None = None) -> Iterator[ParsedSegment]:
         """Every complete line of every segment (of ``infos``), one parsed piece at a time;
-        once all were read, fills ``issues`` with what they found (``note_issues``: the
-        segments not read here are known to have none)."""
-        issues: list[ReadIssue] = []
+        once all were read, fills ``issues`` with what they found (``note_issues``: the other
+        segments were read elsewhere, which ``found`` what it lists)."""
+        issues: list[ReadIssue] = list(found or ())
         for info in self.infos if infos is None else infos:
-            seg = _Segment(info)
+            seg = Segment(info)
             try:
                 for before, _at, data, stop in seg.pieces():
                     whole = data.split(b"\n", data.count(b"\n", 0, stop))[:-1]
@@ -239,10 +245,7 @@ class LiveSegments:
                                   for no, _raw in bad)
                     yield ParsedSegment(seg.info, lines, b"", 0, bad, seg.alive)
                 if seg.tail and not seg.alive:
-                    issues.append(ReadIssue(
-                        seg.info.name, seg.lines + 1,
-                        f"torn record ({len(seg.tail)} bytes) after the last complete line:"
-                        " the writer stopped mid-write; it is set aside, not read"))
+                    issues.append(torn(seg.info.name, seg.lines + 1, len(seg.tail)))
             finally:
                 seg.close()
         if note_issues:

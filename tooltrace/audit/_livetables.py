@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 import orjson
 
 from ._livejson import ParsedCache, copy_segment, raw_fields, table_sql
+from ._livescan import PIECE, Segment, torn
 from ._segments import SegmentInfo
+from ._storerecords import ReadIssue
 from ._tables import COLUMNS, DUCKDB_TYPES, TABLES, build_columns
 
 if TYPE_CHECKING:
@@ -110,18 +112,19 @@ class LiveTables:
              only: list[SegmentInfo] | None = None) -> dict[str, int]:
         """Create (or replace) ``<prefix><table>`` for each of ``tables`` from ``segments``
         (``only``: from these of them; ``segments.issues`` is then left as it was); return the
-        rows read by Python for each (the sealed segments DuckDB parses are not counted)."""
+        rows read by Python for each (those of the segments DuckDB parses are not counted)."""
         infos = segments.infos if only is None else only
         # One thread parses the sealed segments: a second one doubles DuckDB's memory for
         # them (129 against 179 MiB peak for `tooltrace stats` over 300,000 calls, 2026-12-06).
         # The queries that follow a load get every core.
         con.execute("SET threads = 1")
-        parsed, rest = self._parse_sealed(con, infos, tables)
+        found: list[ReadIssue] = []
+        parsed, rest = self._parse_with_duckdb(con, infos, tables, found)
         con.execute(f"SET threads = {cores}")
         rows = dict.fromkeys(tables, 0)
         files: dict[str, TextIO] = {}
         try:
-            for piece in segments.pieces(rest, note_issues=only is None):
+            for piece in segments.pieces(rest, note_issues=only is None, found=found):
                 if piece.lines:
                     self._longest = max(self._longest,
                                         2 * max(len(r) for _n, _o, r in piece.lines))
@@ -135,17 +138,23 @@ class LiveTables:
             self._create(con, prefix, t, rows[t], parsed)
         return rows
 
-    def _parse_sealed(self, con: duckdb.DuckDBPyConnection, infos: list[SegmentInfo],
-                      tables: Collection[str]) -> tuple[list[str], list[SegmentInfo]]:
-        """Parse each sealed segment of ``infos`` with DuckDB (``_livejson``) into a file of
-        its own: (those files, the segments left for Python: live ones and those DuckDB
-        cannot read as Python would)."""
+    def _parse_with_duckdb(self, con: duckdb.DuckDBPyConnection, infos: list[SegmentInfo],
+                           tables: Collection[str], issues: list[ReadIssue]
+                           ) -> tuple[list[str], list[SegmentInfo]]:
+        """Parse each segment of ``infos`` with DuckDB (``_livejson``) into a file of its own,
+        a live one from a copy of its complete lines (a dead writer's torn tail goes to
+        ``issues``): (those files, the segments left for Python, those DuckDB cannot read as
+        Python would)."""
         fields = raw_fields(tables)
         parsed: list[str] = []
         rest: list[SegmentInfo] = []
         for info in infos:
             if info.live:
-                rest.append(info)
+                out = self._parse_live(con, info, fields, issues)
+                if out is None:
+                    rest.append(info)
+                else:
+                    parsed.append(out)
                 continue
             cache = self.cache
             hit = cache.find(info, tables) if cache is not None else None
@@ -153,9 +162,7 @@ class LiveTables:
                 parsed.append(hit)
                 continue
             place = cache.place(info, tables) if cache is not None else None
-            self._raw += 1
-            out = place[0] if place else os.path.join(
-                os.path.dirname(self._path("", "raw")), f"{self._raw}.parquet")
+            out = place[0] if place else self._raw_path()
             if not copy_segment(con, info, fields, out):
                 rest.append(info)
                 continue
@@ -168,6 +175,45 @@ class LiveTables:
                 cache.keep(out)
             parsed.append(out)
         return parsed, rest
+
+    def _raw_path(self) -> str:
+        self._raw += 1
+        return os.path.join(os.path.dirname(self._path("", "raw")), f"{self._raw}.parquet")
+
+    def _parse_live(self, con: duckdb.DuckDBPyConnection, info: SegmentInfo, fields: list[str],
+                    issues: list[ReadIssue]) -> str | None:
+        """A live segment's complete lines, copied aside and parsed by DuckDB (never kept for
+        the next reader: the segment grows); None: read it with Python."""
+        seg = Segment(info)
+        if seg.fd is None:
+            return None
+        copy = self._raw_path() + ".jsonl"
+        try:
+            whole, lines = 0, 0
+            with open(copy, "wb") as f:
+                pos = 0
+                while pos < seg.size:
+                    buf = os.pread(seg.fd, min(PIECE, seg.size - pos), pos)
+                    if not buf:
+                        break
+                    end = buf.rfind(b"\n") + 1
+                    if end:
+                        whole, lines = pos + end, lines + buf.count(b"\n")
+                    f.write(buf)
+                    pos += len(buf)
+                f.truncate(whole)
+            out = self._raw_path()
+            if not copy_segment(con, seg.info, fields, out, source=copy):
+                return None
+            if pos > whole and not seg.alive:
+                issues.append(torn(seg.info.name, lines + 1, pos - whole))
+            return out
+        except OSError:
+            return None
+        finally:
+            seg.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(copy)
 
     def load_columns(self, con: duckdb.DuckDBPyConnection, cols: dict[str, dict[str, list[Any]]],
                      prefix: str) -> None:
