@@ -76,7 +76,8 @@ TARGETS: dict[str, Target] = {
         "tests/test_policy.py", "tests/test_fail_closed.py")),
     "authorize": Target("tooltrace/pipeline/_authorize.py", (
         "tests/test_fail_closed.py", "tests/test_hooks.py", "tests/test_approvals.py",
-        "tests/test_home.py", "tests/test_policy.py")),
+        "tests/test_home.py", "tests/test_policy.py", "tests/test_nested.py",
+        "tests/test_registry.py")),
     "approvals": Target("tooltrace/policy/_approvals.py", (
         "tests/test_approvals.py", "tests/test_approval_ttl.py")),
     "paths": Target("tooltrace/policy/_paths.py", ("tests/test_paths.py", "tests/test_home.py")),
@@ -118,6 +119,28 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("authorize:_names_protected", "except CosmicRayTestingException:"):
         "realpath(strict=False) raises OSError only when a link is swapped between its lstat"
         " and its readlink, a race no deterministic test can place",
+    ("authorize", "if d.capability is Capability.EXECUTE and env.workspace.protected_roots:"):
+        "an enum member is equal only to itself",
+    ("authorize", "if d.capability <= Capability.EXECUTE and env.workspace.protected_roots:"):
+        '"execute" sorts before "read", "write" and "network": <= it is == it',
+    ("authorize", "if verdict == Verdict.OBSERVE_DENY or verdict is Verdict.OBSERVE_ASK:"):
+        "an enum member is equal only to itself",
+    ("authorize", "if verdict is Verdict.OBSERVE_DENY or verdict == Verdict.OBSERVE_ASK:"):
+        "an enum member is equal only to itself",
+    ("authorize", "if verdict >= Verdict.OBSERVE_DENY or verdict is Verdict.OBSERVE_ASK:"):
+        'of the verdicts only "observe_deny" sorts at or after "observe_deny"',
+    ("authorize", "if verdict is Verdict.OBSERVE_DENY or verdict >= Verdict.OBSERVE_ASK:"):
+        'the verdicts sorting at or after "observe_ask" are the two observations',
+    ("authorize", "what = \"names tooltrace's own files\" if why is \"protected\" else"
+                  " \"changed while checked\""):
+        "why is one of two string constants of this module, interned: is is ==",
+    ("authorize", "what = \"names tooltrace's own files\" if why <= \"protected\" else"
+                  " \"changed while checked\""):
+        'why is "protected" or "symlink_race", and only the first sorts at or before it',
+    ("authorize", "what = \"names tooltrace's own files\" if why >= \"protected\" else"
+                  " \"changed while checked\""):
+        "differs only for a symlink race (see _names_protected), which no deterministic test"
+        " can place",
     ("authorize:narrows", "return False"):
         "a path equal to the original is inside the original's directory, which the"
         " last line accepts too",

@@ -204,3 +204,27 @@ def test_a_word_as_long_as_the_longest_path_is_still_checked(
     assert len(word) == 4096
     assert _refused(reg.call(ToolCall("run_command", {"argv": ["cat", word]})))
     assert (home / "audit.key").is_file()
+
+
+def test_a_refused_command_says_it_names_tooltraces_own_files(
+    inside: tuple[ToolRegistry, Path],
+) -> None:
+    reg, _home = inside
+    env = reg.call(ToolCall("run_command", {"argv": ["cat", ".tooltrace/audit.key"]}))
+    assert _refused(env)
+    assert env.summary.endswith("argument argv names tooltrace's own files (protected)")
+
+
+def test_a_tool_that_runs_no_command_may_take_the_homes_name_as_data(
+    inside: tuple[ToolRegistry, Path],
+) -> None:
+    reg, _home = inside
+
+    @tooltrace.tool(capability="network")
+    def note(text: str) -> str:
+        """Keep a note (it opens no file)."""
+        return text
+
+    reg.register(note)
+    env = reg.call(ToolCall("note", {"text": ".tooltrace/audit.key"}))
+    assert env.status is Status.OK, env.summary

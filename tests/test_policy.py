@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -191,3 +192,56 @@ def test_an_entry_that_is_not_a_tool_is_decided_only_by_rules_that_name_it() -> 
     assert review.mode_allows(entry, "review") == (True, "")
     assert review.mode_allows(entry, "nope") == (False, "unknown mode")
     assert not review.mode_allows(tool, "review")[0]
+
+
+class _Says:
+    """A rule that answers every call with one verdict and reason."""
+
+    name = "says"
+
+    def __init__(self, verdict: Verdict, reason: str = "because") -> None:
+        self.verdict, self.reason = verdict, reason
+
+    def __call__(self, request: PolicyRequest) -> PolicyDecision:
+        return PolicyDecision(self.verdict, self.name, self.reason)
+
+
+def _one_call(tmp_path: Path, rule: _Says) -> tuple[Any, list[Any]]:
+    from tooltrace import ApprovalDecision, ToolCall, ToolRegistry, tool
+
+    asked: list[Any] = []
+
+    @tool(capability="network", effect="external")
+    def send(to: str) -> str:
+        """Pretend to send."""
+        return to
+
+    (tmp_path / "ws").mkdir()
+    reg = ToolRegistry(workspace=tmp_path / "ws", home=tmp_path / "home", policy=Policy([rule]),
+                       approver=lambda req: asked.append(req) or ApprovalDecision(True, who="a"))
+    reg.register(send)
+    env = reg.call(ToolCall("send", {"to": "bob"}))
+    reg.shutdown()
+    return env, asked
+
+
+@pytest.mark.parametrize("verdict", [Verdict.OBSERVE_DENY, Verdict.OBSERVE_ASK])
+def test_a_rule_observing_lets_the_call_go_on_without_asking(
+    tmp_path: Path, verdict: Verdict
+) -> None:
+    from tooltrace import Status
+
+    env, asked = _one_call(tmp_path, _Says(verdict))
+    assert env.status is Status.OK and asked == []
+    (step,) = [s for s in env.steps if s.step == "policy"]
+    assert (step.decider, step.decision) == ("policy:says", str(verdict))
+
+
+def test_a_rules_reason_is_kept_to_300_characters(tmp_path: Path) -> None:
+    from tooltrace import Stage, Status
+
+    env, _ = _one_call(tmp_path, _Says(Verdict.DENY, "r" * 299 + "STOP" + "x" * 100))
+    assert env.status is Status.REJECTED and env.reject_stage is Stage.POLICY
+    (step,) = [s for s in env.steps if s.step == "policy"]
+    assert step.detail["reason"] == "r" * 299 + "S"
+    assert env.summary.endswith("r" * 299 + "S")
