@@ -39,10 +39,11 @@ def _record(tmp_path: Path, policy: str, calls: list[tuple[str, str]]) -> tuple[
     return home, ids
 
 
-def _test(home: Path, tmp_path: Path, text: str) -> dict[str, Any]:
+def _test(home: Path, tmp_path: Path, text: str, *since: str) -> dict[str, Any]:
     f = tmp_path / "candidate.toml"
     f.write_text(text)
-    res = CliRunner().invoke(main, ["policy", "test", str(f), "--home", str(home), "--json"])
+    res = CliRunner().invoke(main, ["policy", "test", str(f), "--home", str(home), "--json",
+                                    *since])
     assert res.exit_code in (0, 1), res.output
     d: dict[str, Any] = orjson.loads(res.stdout)
     return d
@@ -62,6 +63,7 @@ def test_calls_alike_in_every_fact_a_rule_reads_are_counted_per_run_and_per_prin
     d = _test(home, tmp_path, READS.format(n=2, per="run"))
     assert (d["calls"], d["replayed"]) == (6, 6)
     assert _changes(d) == [("reads", "allow", "deny", 2, [ids[2], ids[5]])]
+    assert _test(home, tmp_path, READS.format(n=2, per="run"), "--since", "7d") == d
     # The same principal in both runs: past its fourth call.
     d = _test(home, tmp_path, READS.format(n=4, per="principal"))
     assert _changes(d) == [("reads", "allow", "deny", 2, [ids[4], ids[5]])]
