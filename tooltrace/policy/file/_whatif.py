@@ -7,9 +7,9 @@ before the policy step (malformed, unknown tool) and calls the workspace's path 
 are not policy decisions and are left out. A rule that reads argument values cannot be replayed
 exactly on arguments the trail holds redacted: such a call is ``undecidable``, never a guess.
 
-The trail is read once, grouped: a file's rules read only the tool, mode, principal, arguments
-and resolved paths, and recorded calls repeat those facts a lot, so DuckDB groups the calls by
-them (with the recorded decision) and each distinct set is decided once. Limits count calls one
+A file's rules read only the tool, mode, principal, arguments and resolved paths, and recorded
+calls repeat those facts a lot, so DuckDB groups the calls by them (with the recorded decision)
+as it reads the trail, and each distinct set is decided once. Limits count calls one
 by one, in the order they started, with their recorded durations, as the engine counts them:
 every call no rule denies (one that asks counts too). An undecidable call counts as the recorded
 run decided it, and the result says how many such calls the limits counted
@@ -71,7 +71,7 @@ SELECT row_number() OVER () AS g, hash({", ".join(_OWN)}) AS own, hash({", ".joi
 FROM (SELECT {", ".join(_KEY)}, count(*) AS n, {{first}} AS first
       FROM ({_CALLS}) GROUP BY {", ".join(_KEY)})
 """
-#: The calls a limit can count: those of the groups in ``whatif_keys`` (a group's number, its
+#: The calls read again: those of the groups in ``whatif_keys`` (a group's number, its
 #: principal key, for each limit whether it counts the group's calls, and whether a call of the
 #: group changes decision when no limit denies it and when one does), read from ``{calls}`` and
 #: found by the hash ``{hash}`` of the facts ``{hashed}``, and by all the facts too (``{same}``)
@@ -178,7 +178,7 @@ class WhatIf:
                 "undecidable_calls": [c.to_dict() for c in groups if c.after == "undecidable"]}
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Group:
     tool: str
     before: str
@@ -217,7 +217,7 @@ def _distinct_hashes(con: duckdb.DuckDBPyConnection) -> tuple[bool, bool]:
 
 
 def _rows(con: duckdb.DuckDBPyConnection) -> str:
-    """The query for the calls a limit can count, matched to their group as cheaply as the
+    """The query for the calls read again, matched to their group as cheaply as the
     groups allow: by their own facts alone when no two groups share them (the policy steps are
     not read again), else by all their facts."""
     own, h = _distinct_hashes(con)
