@@ -615,14 +615,21 @@ class AuditStore:
             rows = self.sql(f"SELECT DISTINCT call_id FROM tool_calls WHERE {where}").rows
         return sorted(str(r[0]) for r in rows)
 
-    def lock_down(self) -> bool:
+    def lock_down(self, query: str | None = None) -> bool:
         """Let this store's DuckDB read the trail only: no other file, no ``COPY ... TO``, no
         ``ATTACH``, no extension, and no going back (``enable_external_access = false``,
-        ``lock_configuration = true``). False when this kind of store cannot be locked."""
+        ``lock_configuration = true``). False when this kind of store cannot be locked.
+
+        The rows not compacted yet cannot be read once locked: those of every table are read
+        first, or with ``query``, those of the tables it reads and of ``tool_calls`` (what
+        ``call_ids_between`` and the lookups' fallbacks ask)."""
         where = self._readable_dir()
         if where is None:
             return False
-        con = self.con  # the views first: they read the files they name when created
+        tables = frozenset(TABLES) if query is None else (
+            self._tables_read(query) | frozenset(_READS["tool_calls"]))
+        self._load_live(tables)
+        con = self._views()  # the views first: they read the files they name when created
         # The rows not compacted yet that are read at each query are in this store's own
         # temporary files.
         dirs = [where, *filter(None, [self._live_tables.directory])]

@@ -94,7 +94,7 @@ def query(source: str | None, params: tuple[str, ...], list_: bool, home: Path |
     with open_store(home, guard, archive) as store:
         try:
             # A remote or DuckLake archive cannot be locked down (it needs its network access).
-            store.lock_down()
+            store.lock_down(sql.text)
             res = store.sql(sql.text, bound)
         except (duckdb.Error, ValueError) as exc:
             fail(f"query failed: {(str(exc).splitlines() or [''])[0][:300]}", EXIT_FAIL, guard)
