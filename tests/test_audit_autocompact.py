@@ -3,7 +3,8 @@ next writer of a home does it for what a dead one left, a compactor killed at an
 counts a call twice nor loses one, small files are merged, a store that listed a file merged away
 reads afresh, the backlog each writer reports (and its metrics), and rolling by age. A compactor
 runs idle while compaction keeps up and at the writer's priority once it is behind (an idle one
-is replaced); one past its memory bound exits after its pass and the writer starts the next."""
+is replaced, and one at the writer's priority makes way for an idle one once caught up); one past
+its memory bound exits after its pass and the writer starts the next."""
 
 from __future__ import annotations
 
@@ -384,6 +385,39 @@ def test_an_idle_compactor_is_replaced_by_one_at_the_writers_priority_once_behin
     assert _counts(tmp_path) == (len(ids), len(ids))
     rep = verify(tmp_path)
     assert rep.ok, [f for f in rep.findings if f.severity == "error"]
+
+
+def test_a_compactor_at_the_writers_priority_makes_way_for_an_idle_one_once_caught_up(
+        tmp_path: Path) -> None:
+    ids = _write(tmp_path, 300, seg_bytes=32 * 1024)
+    key = load_key(tmp_path, create=False)
+    assert key is not None
+    behind = waiting(tmp_path / "audit")
+    bg = BackgroundCompaction(tmp_path, key, min_bytes=1, urgent_bytes=behind.bytes,
+                              poll_s=0.05, idle_exit_s=120.0, normal_for_s=0.0)
+    started: list[int] = []
+    try:
+        assert bg.poke(force=True) and bg.priority == "normal" and bg.pid is not None
+        started.append(bg.pid)
+
+        def gone() -> bool:
+            bg.poke()
+            return not bg.running
+
+        wait_for(gone, 180.0, "the compactor at the writer's priority to catch up and exit")
+        assert bg.caught_up == 1 and bg.failures == 0 and bg.started == 1
+        assert _sealed(tmp_path) <= _compacted(tmp_path)
+        ids += _write(tmp_path, 20, seed=9)  # a little, below the bound: the next one is idle
+        assert bg.poke(force=True) and bg.priority == "idle" and bg.pid is not None
+        started.append(bg.pid)
+        assert os.sched_getscheduler(bg.pid) == os.SCHED_IDLE
+        wait_for(lambda: _sealed(tmp_path) <= _compacted(tmp_path), 180.0, "the idle one")
+    finally:
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        bg.wait(60.0)
+    assert _counts(tmp_path) == (len(ids), len(ids))
 
 
 def test_a_compactor_past_its_memory_bound_is_replaced_and_takes_each_call_once(

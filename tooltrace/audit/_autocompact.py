@@ -8,18 +8,29 @@ it the audit key through a pipe. A writer that opens the home first seals what c
 left (``recover_dead_segments``, as it always did) and then checks at once, so what they left is
 compacted too.
 
-Once running, the compactor looks every ``poll_s`` (a second) and runs ``compact(wait=False,
-recover=False)`` whenever a segment has been sealed (the sealed segments in batches, then merging
-small files; recovery stays with the writers, ``tooltrace compact`` and ``tooltrace verify
---recover``), so what it has not taken yet is the writers' live segments and about a second of
-their writing; it exits once nothing was sealed for ``idle_exit_s``. It lowers its own priority
-first (``SCHED_IDLE``: it runs only on a CPU nothing else wants, else ``nice 19``) and keeps
-pyarrow to one thread: a process of its own because compaction's Python would otherwise hold the
-agent's GIL for seconds. Compaction's own rules keep it safe: one compactor at a time
-(``compact.lock``; a second one finds it taken and exits), crash-safe at every step (the manifest
-switch is the commit point: a compactor killed at any moment leaves at worst a file nobody
-reads, which the next one removes) and never double counted. ``TOOLTRACE_AUDIT_COMPACT=off``
-(or ``AuditSink(compact=False)``) turns it off.
+Once running, the compactor runs ``compact(wait=False, recover=False, max_bytes=pass_bytes)``
+whenever a segment has been sealed (a batch of sealed segments per pass, then merging small
+files; recovery stays with the writers, ``tooltrace compact`` and ``tooltrace verify
+--recover``), the next pass at once while more wait, else a look every ``poll_s`` (a second), so
+what it has not taken yet is the writers' live segments and about a second of their writing; it
+exits once nothing was sealed for ``idle_exit_s``. It keeps pyarrow to one thread: a process of
+its own because compaction's Python would otherwise hold the agent's GIL for seconds.
+
+Its priority is chosen when it starts (Linux lets no unprivileged process leave ``SCHED_IDLE``,
+sched(7)): ``SCHED_IDLE`` (it runs only on a CPU nothing else wants, else ``nice 19``) while
+compaction keeps up, the writer's own once it is behind (``Waiting.urgent``: a sealed segment
+waited ``urgent_after_s``, or ``urgent_bytes`` wait). A writer whose idle compactor runs while
+compaction is behind stops it and starts one at its priority; one at the writer's priority
+exits once nothing waits after ``normal_for_s`` (``CAUGHT_UP``), so the next starts idle again.
+Its memory is bounded: a pass holds one batch, the freed heap is given back after each, and a
+compactor still larger than ``max_rss_bytes`` exits (``RETIRED``); the writer's next look, at
+once, starts a fresh one if more waits.
+
+Compaction's own rules keep it safe: one compactor at a time (``compact.lock``; a second one
+finds it taken and exits), crash-safe at every step (the manifest switch is the commit point: a
+compactor killed at any moment leaves at worst a file nobody reads, which the next one removes)
+and never double counted. ``TOOLTRACE_AUDIT_COMPACT=off`` (or ``AuditSink(compact=False)``)
+turns it off.
 
 ``WriterBacklog`` is what the writer reports as the compaction backlog (the metrics
 ``tooltrace_audit_compaction_backlog_*``): the calls and bytes it wrote that are not compacted
@@ -66,9 +77,14 @@ PASS_BYTES = 32 * 1024 * 1024
 #: Resident memory (bytes) past which a compactor exits after its pass; the writer starts a
 #: fresh one at once if more is due.
 MAX_RSS_BYTES = 512 * 1024 * 1024
+#: Seconds a compactor at the writer's priority runs at least; after that it exits as soon as
+#: nothing waits, so the next one starts idle again.
+NORMAL_FOR_S = 300.0
 #: The exit code of a compactor that stopped to be replaced (its memory passed
 #: ``MAX_RSS_BYTES``), not because it had nothing to do.
 RETIRED = 3
+#: The exit code of a compactor at the writer's priority that caught up after ``NORMAL_FOR_S``.
+CAUGHT_UP = 4
 
 
 class CompactedNames:
@@ -158,7 +174,8 @@ class BackgroundCompaction:
                  after_s: float = AFTER_S, check_every_s: float = CHECK_EVERY_S,
                  poll_s: float = POLL_S, idle_exit_s: float = IDLE_EXIT_S,
                  urgent_after_s: float = URGENT_AFTER_S, urgent_bytes: int = URGENT_BYTES,
-                 pass_bytes: int = PASS_BYTES, max_rss_bytes: int = MAX_RSS_BYTES) -> None:
+                 pass_bytes: int = PASS_BYTES, max_rss_bytes: int = MAX_RSS_BYTES,
+                 normal_for_s: float = NORMAL_FOR_S) -> None:
         self.home = home
         self._key = key
         self._min_bytes = min_bytes
@@ -170,6 +187,7 @@ class BackgroundCompaction:
         self._urgent_bytes = urgent_bytes
         self._pass_bytes = pass_bytes
         self._max_rss_bytes = max_rss_bytes
+        self._normal_for_s = normal_for_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._stopping = False
         self._names = CompactedNames(home / "audit")
@@ -180,10 +198,12 @@ class BackgroundCompaction:
         #: Compactor processes started, and those that could not start or ended in an error.
         self.started = 0
         self.failures = 0
-        #: Compactors that exited to be replaced (memory past ``max_rss_bytes``), and idle ones
-        #: stopped to be replaced at the writer's priority because compaction was behind.
+        #: Compactors that exited to be replaced (memory past ``max_rss_bytes``), idle ones
+        #: stopped to be replaced at the writer's priority because compaction was behind, and
+        #: ones at the writer's priority that exited once caught up (after ``normal_for_s``).
         self.retired = 0
         self.escalated = 0
+        self.caught_up = 0
         #: The last failure's kind (an exception type, or ``exit <code>``); None before any.
         self.last_error: str | None = None
 
@@ -212,7 +232,7 @@ class BackgroundCompaction:
                     return False
                 if code is not None:
                     self._ended(code)
-                    force = force or code == RETIRED
+                    force = force or code in (RETIRED, CAUGHT_UP)
             if not force and now < self._next:
                 return False
             self._next = now + self._every
@@ -240,6 +260,8 @@ class BackgroundCompaction:
             self.escalated += 1
         elif code == RETIRED:
             self.retired += 1
+        elif code == CAUGHT_UP:
+            self.caught_up += 1
         elif code != 0:
             self.failures += 1
             self.last_error = f"exit {code}"
@@ -271,7 +293,8 @@ class BackgroundCompaction:
         cmd = [sys.executable, "-m", "tooltrace.audit._autocompact", "--home", str(self.home),
                "--poll-s", str(self._poll_s), "--idle-exit-s", str(self._idle_exit_s),
                "--priority", priority, "--pass-bytes", str(self._pass_bytes),
-               "--max-rss-bytes", str(self._max_rss_bytes)]
+               "--max-rss-bytes", str(self._max_rss_bytes), "--normal-for-s",
+               str(self._normal_for_s)]
         # A session of its own: a Ctrl-C meant for the agent does not stop it half way (it
         # would be safe, only wasted), and it finishes after the agent has exited.
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
@@ -430,16 +453,19 @@ def _give_back_memory() -> None:
 
 
 def run(home: Path, key: bytes, *, poll_s: float = POLL_S, idle_exit_s: float = IDLE_EXIT_S,
-        pass_bytes: int = PASS_BYTES, max_rss_bytes: int = MAX_RSS_BYTES) -> int:
+        pass_bytes: int = PASS_BYTES, max_rss_bytes: int = MAX_RSS_BYTES,
+        normal_for_s: float | None = None) -> int:
     """The compactor's loop: a pass of about ``pass_bytes`` of sealed segments at a time, the
     next at once while more wait, else a look every ``poll_s``; exit once nothing was sealed
     for ``idle_exit_s`` (or when another compaction holds the lock), or with ``RETIRED`` after
-    a pass that left this process larger than ``max_rss_bytes``. Returns the exit code."""
+    a pass that left this process larger than ``max_rss_bytes``, or with ``CAUGHT_UP`` when
+    nothing waits after ``normal_for_s`` (None: never; a compactor at the writer's priority
+    passes it). Returns the exit code."""
     from ._compact import compact
 
     adir = home / "audit"
     names = CompactedNames(adir)
-    idle_since = time.monotonic()
+    started = idle_since = time.monotonic()
     while True:
         if due(adir, min_bytes=1, names=names):
             res = compact(home, key=key, wait=False, recover=False, max_bytes=pass_bytes)
@@ -453,6 +479,8 @@ def run(home: Path, key: bytes, *, poll_s: float = POLL_S, idle_exit_s: float = 
                 continue  # more may wait: no pause between passes
         elif time.monotonic() - idle_since >= idle_exit_s:
             return 0
+        elif normal_for_s is not None and time.monotonic() - started >= normal_for_s:
+            return CAUGHT_UP
         time.sleep(poll_s)
 
 
@@ -467,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--priority", choices=("idle", "normal"), default="idle")
     ap.add_argument("--pass-bytes", type=int, default=PASS_BYTES)
     ap.add_argument("--max-rss-bytes", type=int, default=MAX_RSS_BYTES)
+    ap.add_argument("--normal-for-s", type=float, default=NORMAL_FOR_S)
     ns = ap.parse_args(argv)
     key = sys.stdin.buffer.readline().strip()
     if not key:
@@ -479,7 +508,8 @@ def main(argv: list[str] | None = None) -> int:
     pa.set_cpu_count(1)
     pa.set_io_thread_count(1)
     return run(ns.home, key, poll_s=ns.poll_s, idle_exit_s=ns.idle_exit_s,
-               pass_bytes=ns.pass_bytes, max_rss_bytes=ns.max_rss_bytes)
+               pass_bytes=ns.pass_bytes, max_rss_bytes=ns.max_rss_bytes,
+               normal_for_s=ns.normal_for_s if ns.priority == "normal" else None)
 
 
 if __name__ == "__main__":
