@@ -145,6 +145,7 @@ def child_writer(home: str, calls: int, rate: float) -> None:
            "compactors_started": sink.compaction.started if sink.compaction else 0,
            "compactors_retired": sink.compaction.retired if sink.compaction else 0,
            "compactors_escalated": sink.compaction.escalated if sink.compaction else 0,
+           "compactors_caught_up": sink.compaction.caught_up if sink.compaction else 0,
            "compactor_failures": sink.compaction.failures if sink.compaction else 0}
     sys.stdout.write(json.dumps(out) + "\n")
     sys.stdout.flush()
@@ -458,7 +459,8 @@ def _print(res: dict[str, Any], rate: float, repeats: int) -> None:
         print(f"- compactors: {w.get('compactors_started', 0)} started, "
               f"{w.get('compactors_retired', 0)} retired past their memory bound, "
               f"{w.get('compactors_escalated', 0)} idle ones replaced at the writer's priority, "
-              f"{w.get('compactor_failures', 0)} failed")
+              f"{w.get('compactors_caught_up', 0)} at the writer's priority made way for an idle"
+              f" one once caught up, {w.get('compactor_failures', 0)} failed")
     if w.get("backlog_samples"):
         bt = Table(f"Compaction backlog over time ({n:,} calls, max in each span)",
                    ["up to s", "calls", "MiB", "oldest s"])
