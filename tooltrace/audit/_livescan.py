@@ -23,6 +23,7 @@ are in Parquet).
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -134,6 +135,38 @@ class Segment:
         self.tail = os.pread(fd, self.size - pos, pos) if pos < self.size else b""
         self.lines = lines
 
+    def windows(self) -> Iterator[tuple[int, bytes | mmap.mmap, int, int]]:
+        """For a search: (where the window starts in the file, its bytes, where its first
+        whole line starts in it, where its whole lines end), up to the size the file had when
+        opened. A sealed segment never changes and is searched through memory maps of
+        ``PIECE`` bytes at a time (nothing copied; one map at a time, so memory stays
+        bounded); a live one is read (a writer that undoes a failed write truncates its file,
+        and a map past the end would kill the reader)."""
+        if self.info.live:
+            for _n, at, buf, end in self.pieces(count=False):
+                yield at, buf, 0, end
+            return
+        fd = self.fd
+        if fd is None:
+            return
+        pos, want, grain = 0, PIECE, mmap.ALLOCATIONGRANULARITY
+        while pos < self.size:
+            base = pos - pos % grain
+            mm = mmap.mmap(fd, min(pos - base + want, self.size - base),
+                           access=mmap.ACCESS_READ, offset=base)
+            try:
+                end = mm.rfind(b"\n", pos - base) + 1
+                if end == 0:
+                    if base + len(mm) >= self.size:
+                        break  # no newline to the end: the tail
+                    want *= 2  # a line longer than a window: map more
+                    continue
+                want = PIECE
+                yield base, mm, pos - base, end
+            finally:
+                mm.close()
+            pos = base + end
+
     def line_at(self, offset: int) -> int:
         """The number of the line that starts at byte ``offset`` (counted on from the last
         offset asked for, which must not be later)."""
@@ -201,10 +234,10 @@ class LiveSegments:
               ids: int | None) -> list[tuple[int, dict[str, Any], bytes]]:
         out: list[tuple[int, dict[str, Any], bytes]] = []
         loads = orjson.loads
-        for _n, at, data, stop in seg.pieces(count=False):
-            i = data.find(needle, 0, stop)
+        for at, data, first, stop in seg.windows():
+            i = data.find(needle, first, stop)
             while i >= 0:
-                start = data.rfind(b"\n", 0, i) + 1
+                start = max(first, data.rfind(b"\n", first, i) + 1)
                 end = data.find(b"\n", i)
                 raw = data[start:end]
                 if raw.startswith(_CANONICAL):
