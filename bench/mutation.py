@@ -97,6 +97,14 @@ TARGETS: dict[str, Target] = {
                        in_child=True),
 }
 
+# Reasons shared by several equivalent mutants.
+_MEMO_ONLY = ("the allow step's memo lives in one environment (a new redactor makes a new one)"
+              " and is checked against the redactor's generation: the mutant only remembers"
+              " less or recomputes the same detail")
+_MEMO_BOUND = "the memo's bound changes how much is remembered, never what a step says"
+_APPROVED_ONLY = ("only an approval step says approve, and one that denies ends the call before"
+                  " any hook: either half of the test decides it alone")
+
 # (module, text of the mutated line as it reads after the mutation, stripped) -> why no test
 # can tell the mutant from the original. Listed here, printed apart, not counted.
 # A removed line reads "-<line>"; module "*" matches every module, "module:function" only the
@@ -131,6 +139,9 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         'of the verdicts only "observe_deny" sorts at or after "observe_deny"',
     ("authorize", "if verdict is Verdict.OBSERVE_DENY or verdict >= Verdict.OBSERVE_ASK:"):
         'the verdicts sorting at or after "observe_ask" are the two observations',
+    ("authorize", "if verdict == Verdict.DENY:"): "an enum member is equal only to itself",
+    ("authorize", "if verdict >= Verdict.DENY:"):
+        '"allow" and "ask" sort before "deny"; the observations returned on the line before',
     ("authorize", "what = \"names tooltrace's own files\" if why is \"protected\" else"
                   " \"changed while checked\""):
         "why is one of two string constants of this module, interned: is is ==",
@@ -141,6 +152,14 @@ EQUIVALENT: dict[tuple[str, str], str] = {
                   " \"changed while checked\""):
         "differs only for a symlink race (see _names_protected), which no deterministic test"
         " can place",
+    ("authorize:_scope", "and before is not value"):
+        "a hook's value equal to the original (another str object) names the same path,"
+        " which narrows() accepts",
+    ("authorize:_names_protected", "if not candidate and len(candidate) > _MAX_PATH_CHARS:"):
+        "an empty word resolves to the command's cwd, already checked; a longer word: as for"
+        " _MAX_PATH_CHARS = 4097",
+    ("authorize:_names_protected", "if not candidate or len(candidate) is _MAX_PATH_CHARS:"):
+        "never true for a large int: every word is checked, as for _MAX_PATH_CHARS = 4097",
     ("authorize:narrows", "return False"):
         "a path equal to the original is inside the original's directory, which the"
         " last line accepts too",
@@ -157,6 +176,28 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         " returns at a later instant (telling them apart needs a clock that goes back)",
 }
 
+
+# The allow step's memo (_authorize._allowed): mutants of its hit test and of its bound.
+EQUIVALENT.update({("authorize:_allowed", f"if hit is not None and {c}:"): _MEMO_ONLY for c in (
+    "hit[0] == red and hit[1] == red.generation",
+    "hit[0] is not red and hit[1] == red.generation",
+    "hit[0] != red and hit[1] == red.generation",
+    "hit[0] is red and hit[ 2] == red.generation",
+    "hit[0] is red and hit[ 0] == red.generation",
+    "hit[0] is red and hit[1] > red.generation",
+    "hit[0] is red and hit[1] >= red.generation",
+    "hit[0] is red and hit[1] is red.generation")})
+EQUIVALENT.update({("authorize:_allowed", f"if {c}:"): _MEMO_BOUND for c in (
+    "not len(memo) >= 256", "len(memo) == 256", "len(memo) > 256", "len(memo) < 256",
+    "len(memo) <= 256", "len(memo) != 256", "len(memo) >= 257", "len(memo) >= 255")})
+EQUIVALENT.update({("authorize:_rebound", f"if not any({c} for s in b.steps):"): _APPROVED_ONLY
+                   for c in ('s.step >= "approval" and s.decision == "approve"',
+                             's.step is not "approval" and s.decision == "approve"',
+                             's.step <= "approval" and s.decision == "approve"',
+                             's.step == "approval" or s.decision == "approve"',
+                             's.step == "approval" and s.decision >= "approve"',
+                             's.step == "approval" and s.decision is "approve"',
+                             's.step == "approval" and s.decision <= "approve"')})
 
 _COPIED = ("tooltrace", "tests", "bench", "docs", "dashboards", "queries", "pyproject.toml",
            "setup.py", "mkdocs.yml", "README.md", "CHANGELOG.md")

@@ -454,3 +454,52 @@ def test_who_decided_is_kept_to_64_safe_characters(tmp_path: Path) -> None:
     reg.shutdown()
     assert _steps(first)[0].decider == "user:" + "a" * 60 + "bcde"
     assert _steps(second)[0].decider == "user:eve_smith_.._root"
+
+
+def test_the_allow_step_names_the_rules_redacted_as_the_redactor_stands(tmp_path: Path) -> None:
+    class Named:
+        """A rule with no opinion whose name holds what later becomes a secret."""
+
+        name = "rule-sk-live-0123456789"
+
+        def __call__(self, request: Any) -> None:
+            return None
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    reg = create_registry(ws, home=tmp_path / "home", tracing=False, metrics=False,
+                          logging=False, builtins=False, policy=Policy([Named()]))
+    reg.register(send)
+
+    def allow_detail() -> Any:
+        env = reg.call(ToolCall("send", {"to": "bob"}))
+        (step,) = [s for s in env.steps if s.step == "policy"]
+        assert step.decision == "allow"
+        return step.detail
+
+    assert allow_detail() == {"rules": ["rule-sk-live-0123456789"]}
+    assert allow_detail() == {"rules": ["rule-sk-live-0123456789"]}  # the same rules again
+    reg.redactor.register_value("sk-live-0123456789")
+    first = allow_detail()
+    assert "sk-live-0123456789" not in repr(first) and first["rules"][0].startswith("rule-")
+    assert allow_detail() == first
+    reg.redactor = type(reg.redactor)(extra_values=["rule-sk"])
+    assert "rule-sk" not in repr(allow_detail())
+    reg.shutdown()
+
+
+def test_a_hooks_change_to_a_call_never_approved_records_no_digest(tmp_path: Path) -> None:
+    @hook("polish", tools={"send"})
+    def polish(view: HookView) -> HookDecision:
+        return HookDecision.modify(arguments={**view.arguments, "body": "polished"})
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    reg = create_registry(ws, home=tmp_path / "home", tracing=False, metrics=False,
+                          logging=False, builtins=False, hooks=[polish])
+    reg.register(send)
+    env = reg.call(ToolCall("send", {"to": "bob"}))
+    reg.shutdown()
+    assert env.status is Status.OK
+    policy = [s for s in env.steps if s.step == "policy"]
+    assert len(policy) == 2 and all("args_sha256" not in s.detail for s in policy)

@@ -66,10 +66,11 @@ def test_a_path_argument_left_out_does_not_skip_the_check_of_the_next(
     ("notes/a.txt", "notes-private/keys.txt"),  # a sibling whose name starts with the scope
     ("notes/a.txt", "notesprivate/keys.txt"),
     ("hello.txt", "notes/a.txt"),  # from the top level into a directory
+    ("notes/deeper/a.txt", "notes/a.txt"),  # up out of the original's own directory
 ])
 def test_a_hook_cannot_move_a_path_to_a_sibling_sharing_its_prefix(
         workspace: Path, tmp_path: Path, before: str, after: str) -> None:
-    for d in ("notes-private", "notesprivate"):
+    for d in ("notes-private", "notesprivate", "notes/deeper"):
         (workspace / d).mkdir()
         (workspace / d / "keys.txt").write_text("PRIVATE KEY MATERIAL\n")
 
@@ -82,8 +83,11 @@ def test_a_hook_cannot_move_a_path_to_a_sibling_sharing_its_prefix(
     try:
         env = reg.call(ToolCall("read_text", {"path": before}))
         assert env.status is Status.REJECTED and env.reject_stage is Stage.HOOK, env.summary
-        assert [(s.decider, s.decision) for s in env.steps if s.step == "policy"][-1] == (
-            "policy:hook_scope", "deny")
+        last = [s for s in env.steps if s.step == "policy"][-1]
+        assert (last.decider, last.decision) == ("policy:hook_scope", "deny")
+        assert last.detail == {"param": "path", "reason": "widened path scope",
+                               "hook": "redirect"}
+        assert env.summary.endswith("hook redirect tried to widen a path's scope")
         assert not env.record.execution_started
         assert "PRIVATE KEY" not in repr(env.to_dict()) and "alpha" not in repr(env.to_dict())
     finally:

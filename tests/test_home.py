@@ -228,3 +228,11 @@ def test_a_tool_that_runs_no_command_may_take_the_homes_name_as_data(
     reg.register(note)
     env = reg.call(ToolCall("note", {"text": ".tooltrace/audit.key"}))
     assert env.status is Status.OK, env.summary
+
+
+def test_a_word_that_cannot_be_a_path_does_not_end_the_check_of_the_next(
+    inside: tuple[ToolRegistry, Path],
+) -> None:
+    reg, _home = inside
+    env = reg.call(ToolCall("run_command", {"argv": ["cat", "a\x00b", ".tooltrace/audit.key"]}))
+    assert _refused(env)
