@@ -77,7 +77,7 @@ TARGETS: dict[str, Target] = {
     "authorize": Target("tooltrace/pipeline/_authorize.py", (
         "tests/test_fail_closed.py", "tests/test_hooks.py", "tests/test_approvals.py",
         "tests/test_home.py", "tests/test_policy.py", "tests/test_nested.py",
-        "tests/test_registry.py")),
+        "tests/test_registry.py", "tests/test_paths_read_only.py")),
     "approvals": Target("tooltrace/policy/_approvals.py", (
         "tests/test_approvals.py", "tests/test_approval_ttl.py")),
     "paths": Target("tooltrace/policy/_paths.py", ("tests/test_paths.py", "tests/test_home.py")),
@@ -101,6 +101,8 @@ TARGETS: dict[str, Target] = {
 _MEMO_ONLY = ("the allow step's memo lives in one environment (a new redactor makes a new one)"
               " and is checked against the redactor's generation: the mutant only remembers"
               " less or recomputes the same detail")
+_DRIVER = ("the drivers send the approver's answer as ('ok', answer) or ('error', exception):"
+           " the isinstance test alone decides")
 _MEMO_BOUND = "the memo's bound changes how much is remembered, never what a step says"
 _APPROVED_ONLY = ("only an approval step says approve, and one that denies ends the call before"
                   " any hook: either half of the test decides it alone")
@@ -160,6 +162,22 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         " _MAX_PATH_CHARS = 4097",
     ("authorize:_names_protected", "if not candidate or len(candidate) is _MAX_PATH_CHARS:"):
         "never true for a large int: every word is checked, as for _MAX_PATH_CHARS = 4097",
+    ("authorize:narrows", "if orig is after_relative:"):
+        "an equal path that is another str object is inside the original's directory, which"
+        " the last line accepts too",
+    ("authorize:narrows", 'return (scope <= "" and "/" not in after_relative) or'
+                          ' after_relative.startswith(scope + "/")'):
+        'no string sorts before "": <= "" is == ""',
+    ("authorize:narrows", 'return (scope is "" and "/" not in after_relative) or'
+                          ' after_relative.startswith(scope + "/")'):
+        'scope is the literal "" or a non-empty string: "" is a single object in CPython',
+    ("authorize:approve", 'if kind < "ok" or not isinstance(res, ApprovalDecision):'): _DRIVER,
+    ("authorize:approve", 'if kind > "ok" or not isinstance(res, ApprovalDecision):'): _DRIVER,
+    ("authorize:approve", 'if kind is not "ok" or not isinstance(res, ApprovalDecision):'):
+        _DRIVER,
+    ("authorize:_allowed", "if type(red) != Redactor:  # a subclass's redaction may depend on"
+                           " more than the text"):
+        "a class without a metaclass compares by identity: != is is not",
     ("authorize:narrows", "return False"):
         "a path equal to the original is inside the original's directory, which the"
         " last line accepts too",
@@ -186,7 +204,9 @@ EQUIVALENT.update({("authorize:_allowed", f"if hit is not None and {c}:"): _MEMO
     "hit[0] is red and hit[ 0] == red.generation",
     "hit[0] is red and hit[1] > red.generation",
     "hit[0] is red and hit[1] >= red.generation",
-    "hit[0] is red and hit[1] is red.generation")})
+    "hit[0] is red and hit[1] is red.generation",
+    "hit[ 1] is red and hit[1] == red.generation",
+    "hit[ -1] is red and hit[1] == red.generation")})
 EQUIVALENT.update({("authorize:_allowed", f"if {c}:"): _MEMO_BOUND for c in (
     "not len(memo) >= 256", "len(memo) == 256", "len(memo) > 256", "len(memo) < 256",
     "len(memo) <= 256", "len(memo) != 256", "len(memo) >= 257", "len(memo) >= 255")})

@@ -196,6 +196,7 @@ def test_an_approval_with_a_time_to_live_covers_the_same_arguments_only(tmp_path
     approval_id = _steps(first)[0].detail["approval_id"]
     assert reused.decider == f"approval:{approval_id}" and reused.decision == "approve"
     assert reused.detail["args_sha256"] == _steps(first)[0].detail["args_sha256"]
+    assert reused.detail["reused"] is True
     assert _steps(other)[0].decider == "user:alice"
     now[0] += 2_999_999  # still inside the 3 s it lives: reused
     inside = reg.call(ToolCall("send", {"to": "bob"}))
@@ -503,3 +504,50 @@ def test_a_hooks_change_to_a_call_never_approved_records_no_digest(tmp_path: Pat
     assert env.status is Status.OK
     policy = [s for s in env.steps if s.step == "policy"]
     assert len(policy) == 2 and all("args_sha256" not in s.detail for s in policy)
+
+
+def test_a_denial_with_a_time_to_live_does_not_expire_and_keeps_300_characters_of_reason(
+    tmp_path: Path,
+) -> None:
+    why = "n" * 299 + "STOP" + "x" * 100
+    ap = Approver(ApprovalDecision(False, who="alice", reason=why, ttl=600),
+                  ApprovalDecision(True, who="alice", reason=why, ttl=600))
+    reg = _registry(tmp_path, ap)
+    denied = reg.call(ToolCall("send", {"to": "bob"}))
+    approved = reg.call(ToolCall("send", {"to": "bob"}))
+    reg.shutdown()
+    assert denied.status is Status.REJECTED and approved.status is Status.OK
+    (no,), (yes,) = _steps(denied), _steps(approved)
+    assert "expires_at_us" not in no.detail and "expires_at_us" in yes.detail
+    assert no.detail["reason"] == yes.detail["reason"] == "n" * 299 + "S"
+
+
+def test_a_redactor_subclass_redacts_each_allow_step_afresh(tmp_path: Path) -> None:
+    from tooltrace.redaction import Redactor
+
+    class Blocklist(Redactor):
+        """Also hides the words on a list that may grow without registering a value."""
+
+        blocked: set[str] = set()
+
+        def redact(self, value: Any, depth: int = 0) -> tuple[Any, int]:
+            out, n = super().redact(value, depth)
+            text = json.dumps(out)
+            for word in self.blocked:
+                text = text.replace(word, "[BLOCKED]")
+            return json.loads(text), n
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    reg = create_registry(ws, home=tmp_path / "home", tracing=False, metrics=False,
+                          logging=False, builtins=False, redactor=Blocklist())
+    reg.register(send)
+
+    def allow_rules() -> Any:
+        env = reg.call(ToolCall("send", {"to": "bob"}))
+        return next(s for s in env.steps if s.step == "policy").detail["rules"]
+
+    first = allow_rules()
+    Blocklist.blocked.add(first[0])
+    assert allow_rules()[0] == "[BLOCKED]"
+    reg.shutdown()

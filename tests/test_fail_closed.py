@@ -120,19 +120,25 @@ def test_a_hook_that_breaks_the_original_path_cannot_move_the_call_elsewhere(
         reg.shutdown()
 
 
-def test_a_hook_may_narrow_within_the_directory(workspace: Path, tmp_path: Path) -> None:
-    """The contrast case: the same hook, moving within ``notes/``, is applied."""
+@pytest.mark.parametrize(("before", "after"), [
+    ("notes/a.txt", "notes/deeper/c.txt"),  # within notes/
+    ("hello.txt", "c.txt"),  # within the top level
+])
+def test_a_hook_may_narrow_within_the_directory(
+        workspace: Path, tmp_path: Path, before: str, after: str) -> None:
+    """The contrast case: the same hook, moving within the original's directory, is
+    applied."""
     (workspace / "notes" / "deeper").mkdir()
-    (workspace / "notes" / "deeper" / "c.txt").write_text("gamma\n")
+    (workspace / after).write_text("gamma\n")
 
     @hook()
     def redirect(view: HookView) -> HookDecision:
-        return HookDecision.modify(arguments={"path": "notes/deeper/c.txt"})
+        return HookDecision.modify(arguments={"path": after})
 
     reg = ToolRegistry(workspace=workspace, home=tmp_path / "h", hooks=[redirect])
     register_builtins(reg)
     try:
-        env = reg.call(ToolCall("read_text", {"path": "notes/a.txt"}))
+        env = reg.call(ToolCall("read_text", {"path": before}))
         assert env.status is Status.OK and env.data["text"] == "gamma\n", env.summary
     finally:
         reg.shutdown()
@@ -246,8 +252,9 @@ def test_an_approver_that_raises_refuses_the_call(tmp_path: Path) -> None:
     try:
         env = reg.call(ToolCall("deploy", {"target": "prod"}))
         assert env.status is Status.REJECTED and env.reject_stage is Stage.APPROVAL, env.summary
-        assert [(s.decider, s.decision) for s in env.steps if s.step == "approval"] == [
-            ("user:unknown", "deny")]
+        (step,) = [s for s in env.steps if s.step == "approval"]
+        assert (step.decider, step.decision) == ("user:unknown", "deny")
+        assert "RuntimeError" in step.detail["error"]  # what went wrong, not "no answer"
         assert ran == [] and not env.record.execution_started
     finally:
         reg.shutdown()
