@@ -197,3 +197,38 @@ def test_the_audit_key_is_made_in_a_home_whose_parents_are_missing(tmp_path: obj
     assert key is not None and len(key) == 64 and int(key, 16) >= 0
     assert stat.S_IMODE((home / "audit.key").stat().st_mode) == 0o600
     assert load_key(home, create=False) == key
+
+
+def test_a_line_body_holds_read_only_mappings_sets_and_other_values_as_json() -> None:
+    from types import MappingProxyType
+
+    from tooltrace.audit._format import dumps
+
+    class Odd:
+        def __str__(self) -> str:
+            return "odd value"
+
+    body = {"k": "a", "m": MappingProxyType({"b": 1}), "s": frozenset({"y", "x"}), "n": {10, 2},
+            "t": (1, "2"), "o": Odd()}
+    assert dumps(body) == (b'{"k":"a","m":{"b":1},"s":["x","y"],"n":["10","2"],"t":[1,"2"],'
+                           b'"o":"odd value"}')
+
+
+def test_a_segment_header_names_format_version_1(tmp_path: object) -> None:
+    import random
+    from pathlib import Path
+
+    import orjson
+    from support.audit import make_record
+
+    from tooltrace.telemetry import AuditSink
+
+    home = Path(str(tmp_path))
+    sink = AuditSink(home)
+    sink.emit(make_record(random.Random(3), kind="ok"))
+    sink.shutdown()
+    segments = sorted((home / "audit" / "segments").glob("*.jsonl"))
+    assert segments
+    for segment in segments:
+        header = orjson.loads(segment.read_bytes().splitlines()[0])
+        assert (header["k"], header["v"]) == ("open", 1)
