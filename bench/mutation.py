@@ -181,6 +181,9 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("authorize:narrows", "return False"):
         "a path equal to the original is inside the original's directory, which the"
         " last line accepts too",
+    ("chain", "if len(line) <= HASH_SUFFIX_LEN + 2 or not line.endswith(b'\"}'):"):
+        "differs only for a body of three bytes, which no record (a kind and a seq at least)"
+        " has",
     ("approvals", "_OPTS = orjson.OPT_SORT_KEYS + orjson.OPT_NON_STR_KEYS"):
         "two different one-bit flags: their sum is their union",
     ("approvals", "_OPTS = orjson.OPT_SORT_KEYS ^ orjson.OPT_NON_STR_KEYS"):
