@@ -103,6 +103,8 @@ _MEMO_ONLY = ("the allow step's memo lives in one environment (a new redactor ma
               " less or recomputes the same detail")
 _DRIVER = ("the drivers send the approver's answer as ('ok', answer) or ('error', exception):"
            " the isinstance test alone decides")
+_THREE_BYTES = ("differs only for a line whose body is three bytes, which no record (a kind and"
+                " a seq at least) has")
 _MEMO_BOUND = "the memo's bound changes how much is remembered, never what a step says"
 _APPROVED_ONLY = ("only an approval step says approve, and one that denies ends the call before"
                   " any hook: either half of the test decides it alone")
@@ -182,8 +184,9 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "a path equal to the original is inside the original's directory, which the"
         " last line accepts too",
     ("chain", "if len(line) <= HASH_SUFFIX_LEN + 2 or not line.endswith(b'\"}'):"):
-        "differs only for a body of three bytes, which no record (a kind and a seq at least)"
-        " has",
+        _THREE_BYTES,
+    ("chain", "if len(line) < HASH_SUFFIX_LEN + 3 or not line.endswith(b'\"}'):"):
+        _THREE_BYTES,
     ("approvals", "_OPTS = orjson.OPT_SORT_KEYS + orjson.OPT_NON_STR_KEYS"):
         "two different one-bit flags: their sum is their union",
     ("approvals", "_OPTS = orjson.OPT_SORT_KEYS ^ orjson.OPT_NON_STR_KEYS"):

@@ -56,6 +56,7 @@ def test_a_stored_line_and_its_split() -> None:
     assert split_hash(line.rstrip(b"\n")) == (BODY2, H2)
     assert split_hash(BODY2) is None  # no hash field
     assert split_hash(line.rstrip(b"\n").replace(b',"h":"', b',"x":"')) is None
+    assert split_hash(line.rstrip(b"\n").replace(b',"h":"', b',"a":"')) is None
     assert split_hash(seal_line(b"{}", H2).rstrip(b"\n")) is None  # no field: no record
 
 
