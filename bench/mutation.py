@@ -105,6 +105,9 @@ _DRIVER = ("the drivers send the approver's answer as ('ok', answer) or ('error'
            " the isinstance test alone decides")
 _THREE_BYTES = ("differs only for a line whose body is three bytes, which no record (a kind and"
                 " a seq at least) has")
+_NO_FALLBACK = ("msgspec with its enc_hook takes every value tried; where it fails (a lone"
+                " surrogate, nesting past its limit, 2026-12-06) the fallback fails too, so the"
+                " line is refused either way")
 _MEMO_BOUND = "the memo's bound changes how much is remembered, never what a step says"
 _APPROVED_ONLY = ("only an approval step says approve, and one that denies ends the call before"
                   " any hook: either half of the test decides it alone")
@@ -187,6 +190,12 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         _THREE_BYTES,
     ("chain", "if len(line) < HASH_SUFFIX_LEN + 3 or not line.endswith(b'\"}'):"):
         _THREE_BYTES,
+    ("chain:encode_call_bytes", "except (CosmicRayTestingException, ValueError, OverflowError):"):
+        _NO_FALLBACK,
+    ("chain:encode_call_bytes", "except (TypeError, CosmicRayTestingException, OverflowError):"):
+        _NO_FALLBACK,
+    ("chain:encode_call_bytes", "except (TypeError, ValueError, CosmicRayTestingException):"):
+        _NO_FALLBACK,
     ("approvals", "_OPTS = orjson.OPT_SORT_KEYS + orjson.OPT_NON_STR_KEYS"):
         "two different one-bit flags: their sum is their union",
     ("approvals", "_OPTS = orjson.OPT_SORT_KEYS ^ orjson.OPT_NON_STR_KEYS"):
