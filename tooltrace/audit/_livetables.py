@@ -1,17 +1,18 @@
 """The rows not compacted yet, as DuckDB tables ``_live_<table>`` (``AuditStore``), made when a
-store first needs DuckDB.
+store first needs DuckDB. Only the tables a query reads need be loaded (``tables``); the others
+stay empty until one does.
 
-The lines come parsed a piece at a time (``_livescan``); each piece's rows go into a private
-temporary CSV file per table (every value as text: a JSON value as its JSON, cast in SQL, so one
+Each segment is parsed by DuckDB itself (``_livejson``: a sealed one from its file, kept for the
+next reader; a live one from a copy of its complete lines) into a Parquet file the tables'
+views read at each query. What DuckDB cannot read as Python does (``_livejson`` says what)
+comes parsed a piece at a time (``_livescan``); each piece's rows go into a private temporary
+CSV file per table (every value as text: a JSON value as its JSON, cast in SQL, so one
 malformed value becomes NULL instead of failing the whole trail), which DuckDB's ``read_csv``
 then reads in bulk: no pyarrow (whose list conversions import pandas where it is installed), no
 query parameters (DuckDB's client imports numpy to bind them), and never more than one piece in
-Python at once. CSV rather than JSON: DuckDB reads it in a fraction of the memory. Up to
-``COPY_ROWS`` rows the file is copied into a table (joins push filters, bloom filters, into their
-inputs); beyond, ``_live_<table>`` is a view that reads the file at each query, so a trail with a
-large backlog costs time, not memory. The files go when
-the store closes. Only the tables a query reads need be loaded (``tables``); the others stay
-empty until one does.
+Python at once. Up to ``COPY_ROWS`` rows the file is copied into a table (joins push filters,
+bloom filters, into their inputs); beyond, it is a view that reads the file at each query, so a
+large backlog costs time, not memory. The files go when the store closes.
 """
 
 from __future__ import annotations
