@@ -65,6 +65,8 @@ def test_checkpoint_mac() -> None:
     # The MAC covers the checkpoint's own fields except mac, h, seq and head (in the fixed part).
     fields = {"k": "ckpt", "n": 2, "seq": 3, "head": H2, "h": "0" * 64, "mac": "x"}
     assert checkpoint_mac(KEY, "w0", 1, 3, H2, fields) == MAC_FIELDS
+    # Over the fields sorted by name, whatever order the line has them in.
+    assert checkpoint_mac(KEY, "w0", 1, 3, H2, dict(reversed(fields.items()))) == MAC_FIELDS
     assert checkpoint_mac(KEY, "w0", 1, 3, H2, {**fields, "final": True}) != MAC_FIELDS
     assert checkpoint_mac(KEY, "w0", 2, 3, H2, fields) != MAC_FIELDS
 
@@ -234,3 +236,20 @@ def test_a_segment_header_names_format_version_1(tmp_path: object) -> None:
     for segment in segments:
         header = orjson.loads(segment.read_bytes().splitlines()[0])
         assert (header["k"], header["v"]) == ("open", 1)
+
+
+def test_a_call_lines_read_only_mapping_is_written_as_an_object() -> None:
+    import random
+    from types import MappingProxyType
+
+    import msgspec
+    import orjson
+    from support.audit import make_record
+
+    from tooltrace.audit._format import encode_call_bytes
+
+    r = make_record(random.Random(5), kind="ok")
+    detail = MappingProxyType({"b": [1, 2], "a": "x"})
+    steps = (*r.steps[:-1], msgspec.structs.replace(r.steps[-1], detail=detail))
+    line = orjson.loads(encode_call_bytes(msgspec.structs.replace(r, steps=steps)))
+    assert line["steps"][-1][-1] == {"b": [1, 2], "a": "x"}
