@@ -7,12 +7,13 @@ a few MiB at a time and never whole, so a reader's memory does not grow with the
 - ``LiveSegments.matching(lo, hi_excl)``: the lines of the calls whose id lies in
   ``[lo, hi_excl)`` (a call, its late steps, its strict-mode intent, its approvals). The bytes
   are searched for the id (or for the prefix both ends of the range share); only the lines that
-  hold it are parsed. A record is written after its call id was made, so for a time-ordered id
-  (UUIDv7) a segment last written more than ``CLOCK_SKEW_S`` before the id's time is skipped,
-  as ``recorded`` skips it.
+  hold it are parsed (a sealed segment through memory maps, a live one read). A record is
+  written after its call id was made, so for a time-ordered id (UUIDv7) a segment last written
+  more than ``CLOCK_SKEW_S`` before the id's time is skipped, as ``recorded`` skips it.
 - ``LiveSegments.pieces()``: every complete line, parsed one piece of a segment at a time, for
-  the DuckDB tables of the rows not compacted yet (``_livetables``); it notes what is wrong on
-  the way (``issues``: torn tails of dead writers, lines that are not records).
+  the DuckDB tables of the rows not compacted yet that DuckDB cannot parse itself
+  (``_livetables``); it notes what is wrong on the way (``issues``: torn tails of dead
+  writers, lines that are not records).
 
 Only complete lines are read: bytes after a live writer's last newline are in flight, after a
 dead writer's a torn record (reported, never read). A live segment sealed (renamed) between
