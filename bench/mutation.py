@@ -108,6 +108,8 @@ _THREE_BYTES = ("differs only for a line whose body is three bytes, which no rec
 _NO_FALLBACK = ("msgspec with its enc_hook takes every value tried; where it fails (a lone"
                 " surrogate, nesting past its limit, 2026-12-06) the fallback fails too, so the"
                 " line is refused either way")
+_SIG_LENGTH = ("Ed25519 verification refuses a signature of any other length (InvalidSignature,"
+               " counted as False): the early length check only saves the work")
 _MEMO_BOUND = "the memo's bound changes how much is remembered, never what a step says"
 _APPROVED_ONLY = ("only an approval step says approve, and one that denies ends the call before"
                   " any hook: either half of the test decides it alone")
@@ -198,6 +200,15 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         _NO_FALLBACK,
     ("chain", "def load_key(home: Path, /, create: bool) -> bytes | None:"):
         "every caller hands home by position and create by name, which both markers allow",
+    ("*", "@dataclass(frozen=True, slots=False)"):
+        "slots save memory and refuse undeclared attributes; a frozen record refuses every"
+        " assignment either way",
+    ("signing", "_OPTS = orjson.OPT_SORT_KEYS + orjson.OPT_NON_STR_KEYS"):
+        "two different one-bit flags: their sum is their union",
+    ("signing", "_OPTS = orjson.OPT_SORT_KEYS ^ orjson.OPT_NON_STR_KEYS"):
+        "two different one-bit flags: their exclusive or is their union",
+    ("signing", "if not isinstance(sig, str) or len(sig) > 128:"): _SIG_LENGTH,
+    ("signing", "if not isinstance(sig, str) or len(sig) < 128:"): _SIG_LENGTH,
     ("approvals", "_OPTS = orjson.OPT_SORT_KEYS + orjson.OPT_NON_STR_KEYS"):
         "two different one-bit flags: their sum is their union",
     ("approvals", "_OPTS = orjson.OPT_SORT_KEYS ^ orjson.OPT_NON_STR_KEYS"):

@@ -24,6 +24,7 @@ from tooltrace._settings import resolve_home
 from tooltrace.audit import (
     PublicKey,
     SegmentWriter,
+    Signer,
     list_segments,
     load_key,
     load_public_key,
@@ -352,3 +353,61 @@ def test_where_names_the_home_and_everything_in_it(
     monkeypatch.setenv("TOOLTRACE_HOME", str(home))
     text = CliRunner().invoke(main, ["where"]).output
     assert f"home         {home} (TOOLTRACE_HOME)" in text and pub.hex in text
+
+
+def test_a_signature_that_is_not_128_hex_digits_is_refused_not_raised() -> None:
+    from tooltrace.audit._signing import line_payload
+
+    signer = Signer.generate()
+    payload = line_payload("w0", 1, 3, {"k": "ckpt"})
+    good = signer.sign(payload)
+    assert signer.public.verify(payload, good)
+    for bad in ("zz" * 64, good[:-2], good + "00", good[:-1], None, 7, "g" + good[1:]):
+        assert signer.public.verify(payload, bad) is False, bad
+
+
+def test_a_signed_field_that_is_a_read_only_mapping_signs_as_its_dict() -> None:
+    from types import MappingProxyType
+
+    from tooltrace.audit._signing import line_payload
+
+    fields = {"k": "a", "principal": {"user": "alice", "roles": ["ops"]}}
+    view = {**fields, "principal": MappingProxyType(fields["principal"])}
+    assert line_payload("w0", 1, 4, view) == line_payload("w0", 1, 4, fields)
+
+
+def test_a_public_key_is_a_frozen_record() -> None:
+    import dataclasses
+
+    key = Signer.generate().public
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        key.raw = b"\0" * 32  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("text", [
+    "-----BEGIN PUBLIC KEY-----\nnot base64 at all\n-----END PUBLIC KEY-----\n",
+    "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----\n",
+])
+def test_a_broken_pem_public_key_is_a_configuration_error(tmp_path: Path, text: str) -> None:
+    f = tmp_path / "k.pub"
+    f.write_text(text)
+    with pytest.raises(ConfigurationError, match="holds no Ed25519 public key"):
+        PublicKey.parse(f)
+
+
+def test_a_signing_key_file_that_is_no_usable_private_key_is_a_configuration_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    encrypted = Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"secret"))
+    garbage = b"-----BEGIN PRIVATE KEY-----\nnot base64\n-----END PRIVATE KEY-----\n"
+    for i, data in enumerate((encrypted, garbage)):
+        f = tmp_path / f"signing-{i}.ed25519"
+        f.write_bytes(data)
+        monkeypatch.setenv("TOOLTRACE_SIGNING_KEY", str(f))
+        with pytest.raises(ConfigurationError, match="holds no Ed25519 private key"):
+            load_signer(tmp_path / "home", create=False)
