@@ -100,7 +100,7 @@ def test_duckdb_parses_sealed_segments_into_the_rows_python_makes(
     # Every segment but the one whose arguments hold a control character went to DuckDB.
     assert taken.count(False) == 1 and taken.count(True) == len(segments) - 1
     monkeypatch.setattr(livetables, "copy_segment", lambda *a, **k: False)
-    monkeypatch.setattr(ParsedCache, "find", lambda *a, **k: None)  # what the first kept
+    monkeypatch.setattr(ParsedCache, "find", lambda *a, **k: {})  # what the first kept
     with AuditStore(home) as s:
         by_python = {t: _rows(s, t) for t in TABLES}
     for t in TABLES:
@@ -184,6 +184,12 @@ def test_the_next_reader_reads_what_duckdb_parsed_and_compaction_takes_it_away(
         assert s.sql("SELECT count(*) FROM tool_call_steps").rows[0][0] > 0
     assert taken == [True] * sealed
     assert len(list(cache.glob("*.parquet"))) == 2 * sealed
+    taken.clear()
+    with AuditStore(home) as s:  # every table: only those no reader kept yet are parsed
+        assert s.counts()["calls"] == len(first)
+    assert taken == [True] * sealed
+    assert len(list(cache.glob("*.parquet"))) == 3 * sealed
+    assert len(list(cache.glob("*.approvals+intents.parquet"))) == sealed
     taken.clear()
     with AuditStore(home) as before:
         assert before.sql(q).rows == first  # read from the cache

@@ -130,7 +130,7 @@ def test_a_backlog_too_large_to_copy_is_read_from_its_files(
     with AuditStore(live_trail["home"]) as s:
         by_duckdb = s.sql(q).rows
     monkeypatch.setattr(livetables, "copy_segment", lambda *a, **k: False)
-    monkeypatch.setattr(livejson.ParsedCache, "find", lambda *a, **k: None)
+    monkeypatch.setattr(livejson.ParsedCache, "find", lambda *a, **k: {})
     with AuditStore(live_trail["home"]) as s:
         copied = s.sql(q).rows
         kinds = dict(s.con.execute(kinds_sql).fetchall())

@@ -273,19 +273,26 @@ class ParsedCache:
                 self._names = []
         return self._names
 
-    def find(self, info: SegmentInfo, tables: Collection[str]) -> str | None:
-        """A file with (at least) ``tables``' fields of sealed segment ``info``, or None."""
+    def find(self, info: SegmentInfo, tables: Collection[str]) -> dict[str, str]:
+        """For each of ``tables`` that a kept file of sealed segment ``info`` holds, that file
+        (the one holding the most of them first)."""
         key = _key(info)
         if key is None:
-            return None
-        want = set(tables)
-        for name in self._listing():
-            if (name.startswith(key) and name.endswith(".parquet")
-                    and want <= set(name[len(key):-len(".parquet")].split("+"))):
-                path = str(self.dir / name)
-                self.used.append(path)
-                return path
-        return None
+            return {}
+        held = sorted(((set(name[len(key):-len(".parquet")].split("+")), name)
+                       for name in self._listing()
+                       if name.startswith(key) and name.endswith(".parquet")),
+                      key=lambda h: -len(h[0] & set(tables)))
+        out: dict[str, str] = {}
+        for ts, name in held:
+            for t in tables:
+                if t in ts and t not in out:
+                    out[t] = str(self.dir / name)
+        return out
+
+    def read(self, paths: Collection[str]) -> None:
+        """Note that this reader reads ``paths`` (a reader that finds one gone asks again)."""
+        self.used.extend(p for p in paths if p not in self.used)
 
     def place(self, info: SegmentInfo, tables: Collection[str]) -> tuple[str, str] | None:
         """(where to write a new file of ``tables`` for ``info``, the name it then gets), or
@@ -302,10 +309,6 @@ class ParsedCache:
         final = f"{key}{'+'.join(sorted(tables))}.parquet"
         tmp = f".{final}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
         return str(self.dir / tmp), str(self.dir / final)
-
-    def keep(self, path: str) -> None:
-        """Note that this reader reads ``path``, a file it just placed."""
-        self.used.append(path)
 
     def sweep(self, compacted: Collection[str], segments: Path) -> None:
         """Remove the files of segments compaction took (``compacted``: their names) or that

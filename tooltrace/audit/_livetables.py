@@ -141,41 +141,47 @@ class LiveTables:
 
     def _parse_with_duckdb(self, con: duckdb.DuckDBPyConnection, infos: list[SegmentInfo],
                            tables: Collection[str], issues: list[ReadIssue]
-                           ) -> tuple[list[str], list[SegmentInfo]]:
+                           ) -> tuple[dict[str, list[str]], list[SegmentInfo]]:
         """Parse each segment of ``infos`` with DuckDB (``_livejson``) into a file of its own,
         a live one from a copy of its complete lines (a dead writer's torn tail goes to
-        ``issues``): (those files, the segments left for Python, those DuckDB cannot read as
-        Python would)."""
-        fields = raw_fields(tables)
-        parsed: list[str] = []
+        ``issues``), a sealed one unless earlier readers kept one with the tables asked for:
+        (the files that hold each table, the segments left for Python, those DuckDB cannot
+        read as Python would)."""
+        parsed: dict[str, list[str]] = {t: [] for t in tables}
         rest: list[SegmentInfo] = []
         for info in infos:
-            if info.live:
-                out = self._parse_live(con, info, fields, issues)
-                if out is None:
-                    rest.append(info)
-                else:
-                    parsed.append(out)
-                continue
-            cache = self.cache
-            hit = cache.find(info, tables) if cache is not None else None
-            if hit is not None:
-                parsed.append(hit)
-                continue
-            place = cache.place(info, tables) if cache is not None else None
-            out = place[0] if place else self._raw_path()
-            if not copy_segment(con, info, fields, out):
+            got = self._parse_live(con, info, raw_fields(tables), issues) if info.live else (
+                self._parse_sealed(con, info, tables))
+            if got is None:
                 rest.append(info)
                 continue
-            if place is not None and cache is not None:
+            for t in tables:
+                parsed[t].append(got[t] if isinstance(got, dict) else got)
+        return parsed, rest
+
+    def _parse_sealed(self, con: duckdb.DuckDBPyConnection, info: SegmentInfo,
+                      tables: Collection[str]) -> dict[str, str] | None:
+        """The file that holds each of ``tables`` for sealed segment ``info``: kept by earlier
+        readers, or parsed now (what is missing) and kept for the next; None: read it with
+        Python."""
+        cache = self.cache
+        have = cache.find(info, tables) if cache is not None else {}
+        missing = [t for t in tables if t not in have]
+        if missing:
+            place = cache.place(info, missing) if cache is not None else None
+            out = place[0] if place else self._raw_path()
+            if not copy_segment(con, info, raw_fields(missing), out):
+                return None
+            if place is not None:
                 try:
                     os.replace(out, place[1])
                     out = place[1]
                 except OSError:
                     pass  # read under its temporary name; swept once stale
-                cache.keep(out)
-            parsed.append(out)
-        return parsed, rest
+            have.update(dict.fromkeys(missing, out))
+        if cache is not None:
+            cache.read(have.values())
+        return have
 
     def _raw_path(self) -> str:
         self._raw += 1
@@ -257,7 +263,7 @@ class LiveTables:
         rows[t] += n
 
     def _create(self, con: duckdb.DuckDBPyConnection, prefix: str, t: str, n: int,
-                parsed: list[str] | None = None) -> None:
+                parsed: dict[str, list[str]] | None = None) -> None:
         spec = COLUMNS[t]
         name = f"{prefix}{t}"
         # What this made before (an empty table, made before the views) makes way. (Asking
@@ -266,10 +272,11 @@ class LiveTables:
             there = self._made.pop(old, None)
             if there is not None:
                 con.execute(f"DROP {there} {old}")
-        if parsed:
-            # The rows DuckDB parsed stay in their files, read at each query; the few Python
-            # read (the live segments) are a table of their own beside them.
-            files = f"read_parquet([{', '.join(map(_quote, parsed))}])"
+        files_of_t = parsed.get(t) if parsed else None
+        if files_of_t:
+            # The rows DuckDB parsed stay in their files, read at each query; those Python
+            # read (what DuckDB cannot read as it does) are a table of their own beside them.
+            files = f"read_parquet([{', '.join(map(_quote, files_of_t))}], union_by_name = true)"
             typed = ", ".join(f'CAST("{c}" AS {DUCKDB_TYPES[k]}) AS "{c}"' for c, k in spec)
             parts = [f"SELECT {typed} FROM ({table_sql(t, files)})"]
             if n:
