@@ -16,7 +16,8 @@ one context per test (pytest-cov's ``--cov-context=test``), which records the te
 that execute each line. A mutant runs the node ids that execute the lines of its statement
 (``pytest -x``, stopped at the first failure). A mutant in code that runs when the module is
 imported (module and class bodies, a ``def``'s decorators and defaults, the body of a cached
-function) runs the module's whole selection, since every test that imports the module runs it.
+function) or in a Python subprocess a test starts runs the module's whole selection, since
+no one test can be credited with it.
 A mutant whose line no test executes survives without a run. ``--confirm N`` runs up to N
 survivors of their narrow selection once more against the whole selection: a kill there counts
 as a kill and is reported, as a sign the selection was too narrow.
@@ -290,12 +291,19 @@ def _pytest(work: Path, t: Target, tests: Sequence[str], coverage: bool = False)
     ``coverage``: every test, recording the tests that execute each line of the module)."""
     unused = [*_UNUSED_PLUGINS, *(() if coverage else ("pytest_cov",))]
     how = (["-p", "mutation_preload", f"--cov={Path(t.path).parent}", "--cov-context=test",
-            "--cov-report=", "-rA"] if coverage else ["-x"])
+            f"--cov-config={work / _COVERAGE_RC}", "--cov-report=", "-rA"] if coverage
+           else ["-x"])
     return ["env", "-C", str(work), f"PYTHONPATH={work}", "PYTHONDONTWRITEBYTECODE=1",
             sys.executable, "-m", "pytest", *how, "-q", "-p", "no:cacheprovider",
             *(a for name in unused for a in ("-p", f"no:{name}")),
             "--timeout", str(int(t.timeout_s)), *tests]
 
+
+# Python subprocesses the tests start are measured too (coverage's subprocess patch); what
+# they run is recorded outside every test's context, so it runs the whole selection, like code
+# run at import. A child started with -I or -S loads no .pth and is not seen (Target.in_child).
+_COVERAGE_RC = ".coveragerc-mutation"
+_COVERAGE_CONFIG = "[run]\npatch = subprocess\n"
 
 _PRELOAD = """\
 import importlib
@@ -324,6 +332,7 @@ def _coverage(work: Path, name: str, t: Target) -> Coverage | str:
 
     module = t.path.removesuffix(".py").replace("/", ".")
     (work / "mutation_preload.py").write_text(_PRELOAD.format(module=module))
+    (work / _COVERAGE_RC).write_text(_COVERAGE_CONFIG)
     data_file = work / f".coverage-{name}"
     cmd = _pytest(work, t, t.tests, coverage=True)
     res = subprocess.run(cmd, env=dict(os.environ, COVERAGE_FILE=str(data_file)), text=True,
@@ -396,7 +405,7 @@ def _selection(cov: Coverage, spans: dict[int, Statement], t: Target, first: int
             return t.tests
         for lnum in range(st.first, st.last + 1):
             found |= cov.by_line.get(lnum, frozenset())
-    if "" in found:  # run outside any test: at import, or by a fixture shared by all
+    if "" in found:  # run outside any test: at import, in a child process, or by a fixture
         return t.tests
     if not found:
         return t.tests if t.in_child else None

@@ -6,6 +6,7 @@ is and no key; `secret_values` holds every secret form of both keys."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import stat
@@ -371,14 +372,13 @@ def test_a_signed_field_that_is_a_read_only_mapping_signs_as_its_dict() -> None:
 
     from tooltrace.audit._signing import line_payload
 
-    fields = {"k": "a", "principal": {"user": "alice", "roles": ["ops"]}}
-    view = {**fields, "principal": MappingProxyType(fields["principal"])}
+    principal: dict[str, Any] = {"user": "alice", "roles": ["ops"]}
+    fields = {"k": "a", "principal": principal}
+    view = {**fields, "principal": MappingProxyType(principal)}
     assert line_payload("w0", 1, 4, view) == line_payload("w0", 1, 4, fields)
 
 
 def test_a_public_key_is_a_frozen_record() -> None:
-    import dataclasses
-
     key = Signer.generate().public
     with pytest.raises(dataclasses.FrozenInstanceError):
         key.raw = b"\0" * 32  # type: ignore[misc]
@@ -411,3 +411,49 @@ def test_a_signing_key_file_that_is_no_usable_private_key_is_a_configuration_err
         monkeypatch.setenv("TOOLTRACE_SIGNING_KEY", str(f))
         with pytest.raises(ConfigurationError, match="holds no Ed25519 private key"):
             load_signer(tmp_path / "home", create=False)
+
+
+def test_the_signing_api_takes_its_arguments_by_name(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from tooltrace.audit import Trust
+    from tooltrace.audit._signing import resolve_signer
+
+    signer = load_signer(home=tmp_path / "h", create=True)
+    assert signer is not None
+    home = "".join(["ho", "me"])  # "home" as a caller may build it, not the literal
+    found = resolve_signer(signer=home, adir=tmp_path / "h" / "audit",  # type: ignore[arg-type]
+                           create=False)
+    assert found is not None and found.kid == signer.kid
+    assert Signer(private=Ed25519PrivateKey.generate()).public.raw
+    trust = Trust.of(keys=[signer.public])
+    assert trust.allow_unsigned is False and trust.describe() == signer.kid
+    assert Trust.of([]).describe() == "none"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        trust.allow_unsigned = True  # type: ignore[misc]
+
+
+def test_a_signed_lines_anchor_is_its_fields_without_the_mac() -> None:
+    signer = Signer.generate()
+    fields = {"k": "seal", "head": "ab" * 32, "final": True, "mac": "m" * 64, "n": 2}
+    anchor = signer.sign_line("w0", 1, 9, fields)
+    assert anchor == {"k": "seal", "head": "ab" * 32, "final": True, "n": 2, "kid": signer.kid,
+                      "sig": fields["sig"], "writer": "w0", "segment": 1, "seq": 9}
+
+
+def test_a_public_key_of_66_hex_digits_is_no_key_and_a_missing_file_says_why(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ConfigurationError):
+        PublicKey.parse("00" * 33)
+    missing = str(tmp_path / ("x" * 200))
+    with pytest.raises(ConfigurationError) as err:
+        PublicKey.parse(missing)
+    assert repr(missing[:80]) in str(err.value) and repr(missing[:81]) not in str(err.value)
+    assert "(No such file or directory)" in str(err.value)
+
+
+def test_a_key_is_made_in_a_keys_directory_that_exists_already(tmp_path: Path) -> None:
+    (tmp_path / "h" / "keys").mkdir(parents=True, mode=0o700)
+    signer = load_signer(tmp_path / "h", create=True)
+    assert signer is not None and signing_key_path(tmp_path / "h").is_file()
