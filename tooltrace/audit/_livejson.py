@@ -22,21 +22,23 @@ segment at a time (``copy_segment`` returns False):
   digits, which the two format differently): ``_DIFFERS``.
 
 A sealed segment never changes, so what DuckDB parsed of it is kept for the next reader
-(``ParsedCache``): ``<audit>/readcache/<segment>.<size>-<mtime ns>.<tables>.parquet``, written
-under a temporary name and renamed whole. A reader uses only the files of the segments it lists
+(``ParsedCache``): ``<audit>/readcache/<segment>.<size>-<mtime ns>.<tables>.<mac>.parquet``,
+written under a temporary name and renamed whole, its MAC (keyed with the audit key) checked
+before a reader reads its own copy of it. A reader uses only the files of the segments it lists
 as not compacted (never counted twice: a segment compaction took is read from Parquet) and
-removes those of segments compacted or gone; one that finds a file it used removed asks again
-with the trail read afresh (``AuditStore``).
+removes those of segments compacted or gone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ._lookupfile import read_key
 from ._segments import SegmentInfo
 
 if TYPE_CHECKING:
@@ -50,6 +52,7 @@ MAX_LINE = 4 * 1024 * 1024
 CACHE_DIR = "readcache"
 #: A file being written there that is older than this was left by a reader that died.
 _STALE_S = 3600.0
+_PERSON = b"tooltrace-rcache"
 
 # Each field of a record line that some table reads, with the type DuckDB reads it as: text
 # fields as VARCHAR (a number or an object as its JSON text, as the CSV path writes it),
@@ -257,13 +260,19 @@ def _key(info: SegmentInfo) -> str | None:
 
 class ParsedCache:
     """What DuckDB parsed of sealed segments not compacted yet, kept in the audit directory's
-    ``readcache`` for the readers that come next."""
+    ``readcache`` for the readers that come next.
 
-    def __init__(self, adir: Path) -> None:
+    Each file's name ends with a keyed BLAKE2b MAC (of the audit key) over the rest of its name
+    (its segment's name, size and change time, its tables) and its bytes. A reader reads a kept
+    file only once it checked the MAC, and from a copy in its own temporary directory, so a
+    file forged or swapped afterwards is never read. Without an audit key nothing is kept."""
+
+    def __init__(self, adir: Path, home: Path) -> None:
         self.dir = adir / CACHE_DIR
+        self._home = home
         self._names: list[str] | None = None
-        #: The files of the cache this reader read (a reader that finds one gone asks again).
-        self.used: list[str] = []
+        self._mac_key: bytes | None = None
+        self._keyed = False
 
     def _listing(self) -> list[str]:
         if self._names is None:
@@ -273,42 +282,81 @@ class ParsedCache:
                 self._names = []
         return self._names
 
-    def find(self, info: SegmentInfo, tables: Collection[str]) -> dict[str, str]:
-        """For each of ``tables`` that a kept file of sealed segment ``info`` holds, that file
-        (the one holding the most of them first)."""
-        key = _key(info)
-        if key is None:
+    def _key(self) -> bytes | None:
+        if not self._keyed:
+            # hashlib loads here, with the views: a lookup (autopsy) never needs it.
+            from hashlib import blake2b
+
+            self._keyed = True
+            key = read_key(self._home)
+            # BLAKE2b keys are at most 64 bytes: the audit key is hashed down to 32 first.
+            self._mac_key = None if key is None else blake2b(
+                key, digest_size=32, person=_PERSON).digest()
+        return self._mac_key
+
+    def _mac(self, key: bytes, base: str, data: bytes) -> str:
+        from hashlib import blake2b
+
+        h = blake2b(key=key, digest_size=16, person=_PERSON)
+        h.update(base.encode())
+        h.update(b"\x00")
+        h.update(data)
+        return h.hexdigest()
+
+    def find(self, info: SegmentInfo, tables: Collection[str],
+             into: Callable[[], str]) -> dict[str, str]:
+        """For each of ``tables`` that a kept file of sealed segment ``info`` holds (its MAC
+        checked), a private copy of that file, written where ``into()`` says."""
+        key, start = self._key(), _key(info)
+        if key is None or start is None:
             return {}
-        held = sorted(((set(name[len(key):-len(".parquet")].split("+")), name)
-                       for name in self._listing()
-                       if name.startswith(key) and name.endswith(".parquet")),
-                      key=lambda h: -len(h[0] & set(tables)))
+        held: list[tuple[set[str], str, str]] = []
+        for name in self._listing():
+            if name.startswith(start) and name.endswith(".parquet"):
+                base, _dot, mac = name[:-len(".parquet")].rpartition(".")
+                held.append((set(base[len(start):].split("+")), base, mac))
+        held.sort(key=lambda h: -len(h[0] & set(tables)))
+        import hmac
+
         out: dict[str, str] = {}
-        for ts, name in held:
-            for t in tables:
-                if t in ts and t not in out:
-                    out[t] = str(self.dir / name)
+        for ts, base, mac in held:
+            need = [t for t in tables if t in ts and t not in out]
+            if not need:
+                continue
+            try:
+                data = (self.dir / f"{base}.{mac}.parquet").read_bytes()
+            except OSError:
+                continue  # removed meanwhile
+            if not hmac.compare_digest(self._mac(key, base, data), mac):
+                continue  # not what a reader kept: parsed again instead
+            path = into()
+            with open(path, "wb") as f:
+                f.write(data)
+            out.update(dict.fromkeys(need, path))
         return out
 
-    def read(self, paths: Collection[str]) -> None:
-        """Note that this reader reads ``paths`` (a reader that finds one gone asks again)."""
-        self.used.extend(p for p in paths if p not in self.used)
-
-    def place(self, info: SegmentInfo, tables: Collection[str]) -> tuple[str, str] | None:
-        """(where to write a new file of ``tables`` for ``info``, the name it then gets), or
-        None when this reader cannot write there (the file goes to its temporary directory)."""
-        key = _key(info)
-        if key is None:
-            return None
+    def keep(self, info: SegmentInfo, tables: Collection[str], path: str) -> None:
+        """Keep a copy of ``path`` (what DuckDB parsed of ``tables`` of sealed segment
+        ``info``) for the next reader, written under a temporary name and renamed whole;
+        nothing when there is no audit key or the directory cannot be written."""
+        key, start = self._key(), _key(info)
+        if key is None or start is None:
+            return
+        tmp: Path | None = None
         try:
             self.dir.mkdir(mode=0o700, exist_ok=True)
+            with open(path, "rb") as f:
+                data = f.read()
+            base = f"{start}{'+'.join(sorted(tables))}"
+            final = self.dir / f"{base}.{self._mac(key, base, data)}.parquet"
+            tmp = self.dir / f".{final.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, final)
         except OSError:
-            return None
-        if not os.access(self.dir, os.W_OK):
-            return None
-        final = f"{key}{'+'.join(sorted(tables))}.parquet"
-        tmp = f".{final}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
-        return str(self.dir / tmp), str(self.dir / final)
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
 
     def sweep(self, compacted: Collection[str], segments: Path) -> None:
         """Remove the files of segments compaction took (``compacted``: their names) or that

@@ -165,22 +165,15 @@ class LiveTables:
         readers, or parsed now (what is missing) and kept for the next; None: read it with
         Python."""
         cache = self.cache
-        have = cache.find(info, tables) if cache is not None else {}
+        have = cache.find(info, tables, self._raw_path) if cache is not None else {}
         missing = [t for t in tables if t not in have]
         if missing:
-            place = cache.place(info, missing) if cache is not None else None
-            out = place[0] if place else self._raw_path()
+            out = self._raw_path()
             if not copy_segment(con, info, raw_fields(missing), out):
                 return None
-            if place is not None:
-                try:
-                    os.replace(out, place[1])
-                    out = place[1]
-                except OSError:
-                    pass  # read under its temporary name; swept once stale
+            if cache is not None:
+                cache.keep(info, missing, out)
             have.update(dict.fromkeys(missing, out))
-        if cache is not None:
-            cache.read(have.values())
         return have
 
     def _raw_path(self) -> str:

@@ -227,7 +227,7 @@ class AuditStore:
         self._stamp: tuple[int, int, int] | None = None
         #: The segments not compacted yet, read when a question needs them.
         self.uncompacted = LiveSegments([])
-        self._live_tables = LiveTables(ParsedCache(self.adir))
+        self._live_tables = LiveTables(ParsedCache(self.adir, self.home))
         self._has_intents: bool | None = None
         # SQL that creates the views, run when ``con`` is first used: a lookup by call id
         # needs none of them, and binding them reads Parquet footers.
@@ -454,10 +454,8 @@ class AuditStore:
         error)."""
         if self.files_by_table is None or self._manifest_stamp() == self._stamp:
             return False
-        cache = self._live_tables.cache
         return any(not os.path.exists(f.path) for listed in self.files_by_table.values()
-                   for f in listed) or any(
-            not os.path.exists(p) for p in (cache.used if cache is not None else ()))
+                   for f in listed)
 
     def _manifest_stamp(self) -> tuple[int, int, int] | None:
         try:
