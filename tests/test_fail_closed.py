@@ -21,6 +21,8 @@ import pytest
 
 from tooltrace import (
     ApprovalRequest,
+    Capability,
+    DenyPrivateNetwork,
     HookDecision,
     HookView,
     Policy,
@@ -28,6 +30,7 @@ from tooltrace import (
     Stage,
     Status,
     ToolCall,
+    ToolDefinition,
     ToolRegistry,
     hook,
     tool,
@@ -392,15 +395,27 @@ def test_verify_counts_every_record_kind_and_no_header(tmp_path: Path) -> None:
     assert rep.records == 4 and rep.checkpoints >= 2
 
 
-def test_a_private_url_nested_32_levels_deep_is_still_found() -> None:
-    """The URL scan of ``DenyPrivateNetwork`` looks 32 levels into lists and dicts."""
-    from tooltrace.policy._rules import _urls
+def _request(args: dict[str, Any]) -> PolicyRequest:
+    d = ToolDefinition(name="fetch", description="", parameters={"type": "object"},
+                       capability=Capability.NETWORK)
+    return PolicyRequest(d, args, "default", "run", "call")
 
-    for wrap in (lambda v: [v], lambda v: {"a": {"b": v}}):
+
+@pytest.mark.parametrize("levels", [1, 32, 33, 5000])
+def test_a_private_url_nested_at_any_depth_is_found(levels: int) -> None:
+    """The model controls the nesting: ``DenyPrivateNetwork`` finds a URL however deep it is
+    put in lists and dicts (a depth bound would let it hide below), and a cycle ends the
+    search instead of hanging it."""
+    for wrap in (lambda v: [v], lambda v: {"a": {"b": v}}, lambda v: (0, v)):
         value: Any = "http://10.0.0.1/"
-        for _ in range(32 if wrap(0) == [0] else 16):
+        for _ in range(levels):
             value = wrap(value)
-        assert list(_urls(value)) == ["http://10.0.0.1/"]
+        decision, _ = Policy([DenyPrivateNetwork()]).evaluate(_request({"q": value}))
+        assert decision is not None and decision.verdict is Verdict.DENY
+        assert decision.reason == "argument holds a URL to a private or local address"
+    loop: list[Any] = ["http://example.com/"]
+    loop.append(loop)
+    assert Policy([DenyPrivateNetwork()]).evaluate(_request({"q": loop}))[0] is None
 
 
 def test_a_rule_whose_names_tool_raises_is_asked_about_an_entry_that_is_not_a_tool() -> None:

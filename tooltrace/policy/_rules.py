@@ -236,24 +236,29 @@ _PLAIN = frozenset({str, int, float, bool, type(None)})
 _URL_RE = re.compile(r"\b(?:https?|ftp|wss?|gopher|file)://[^\s'\"<>]+", re.IGNORECASE)
 
 
-def _urls(value: Any, depth: int = 0) -> Iterable[str]:
-    """Every string inside ``value`` that may hold a URL (cheap: most arguments hold none)."""
-    if depth > 32:
-        return
-    t = type(value)
-    if t is str:
-        if "://" in value:
-            yield value
-    elif t is dict or isinstance(value, Mapping):
-        for v in value.values():
-            if type(v) is str:
-                if "://" in v:
-                    yield v
-            elif not isinstance(v, int | float | bool) and v is not None:
-                yield from _urls(v, depth + 1)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _urls(v, depth + 1)
+def _urls(value: Any) -> Iterable[str]:
+    """Every string inside ``value`` that may hold a URL, however deeply nested: the model
+    controls the nesting, so a depth bound would let a URL hide below it. An explicit stack (no
+    recursion limit to hit) and a container met twice is looked at once (a Python caller's
+    arguments may hold a cycle)."""
+    stack = [value]
+    seen: set[int] = set()
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is str:
+            if "://" in v:
+                yield v
+            continue
+        if t is dict or isinstance(v, Mapping):
+            inner: Iterable[Any] = v.values()
+        elif isinstance(v, list | tuple):
+            inner = v
+        else:
+            continue
+        if id(v) not in seen:
+            seen.add(id(v))
+            stack.extend(inner)
 
 
 def _is_private_host(host: str) -> bool:
