@@ -74,7 +74,8 @@ class Target:
 
 TARGETS: dict[str, Target] = {
     "policy": Target("tooltrace/policy/_rules.py", (
-        "tests/test_policy.py", "tests/test_fail_closed.py")),
+        "tests/test_policy.py", "tests/test_fail_closed.py", "tests/test_approvals.py",
+        "tests/test_registry.py")),
     "authorize": Target("tooltrace/pipeline/_authorize.py", (
         "tests/test_fail_closed.py", "tests/test_hooks.py", "tests/test_approvals.py",
         "tests/test_home.py", "tests/test_policy.py", "tests/test_nested.py",
@@ -111,6 +112,8 @@ _NO_FALLBACK = ("msgspec with its enc_hook takes every value tried; where it fai
                 " line is refused either way")
 _SIG_LENGTH = ("Ed25519 verification refuses a signature of any other length (InvalidSignature,"
                " counted as False): the early length check only saves the work")
+_RULE_GUARD = ("applies_to only saves asking: the rule's call answers None for any tool that"
+               " does not execute")
 _MEMO_BOUND = "the memo's bound changes how much is remembered, never what a step says"
 _APPROVED_ONLY = ("only an approval step says approve, and one that denies ends the call before"
                   " any hook: either half of the test decides it alone")
@@ -210,6 +213,24 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "two different one-bit flags: their exclusive or is their union",
     ("signing", "if not isinstance(sig, str) or len(sig) > 128:"): _SIG_LENGTH,
     ("signing", "if not isinstance(sig, str) or len(sig) < 128:"): _SIG_LENGTH,
+    ("policy", "-@runtime_checkable"):
+        "no code asks isinstance(x, Rule): rules are duck-typed callables with a name",
+    ("policy", "-@property"):
+        "Rule is a Protocol: its name member is declared, never called",
+    ("policy", "return tool.capability == _EXECUTE"): "an enum member is equal only to itself",
+    ("policy", "return tool.capability >= _EXECUTE"): _RULE_GUARD,
+    ("policy", "return tool.capability <= _EXECUTE"):
+        '"execute" sorts before "read", "write" and "network": <= it is == it',
+    ("policy", "if request.tool.capability > _EXECUTE:"):
+        '"execute" sorts first, so > it is is not it',
+    ("policy", "if request.tool.capability != _EXECUTE:"): "an enum member is equal only to itself",
+    ("policy:_urls", "if t == str:"): "a type compares by identity: == is is",
+    ("policy:_urls", "if t == dict or isinstance(v, Mapping):"):
+        "a type compares by identity: == is is",
+    ("policy", "_compiled: tuple[re.Pattern[str], ...] = field(init=False, repr=False,"
+               " compare=True)"):
+        "the patterns are compiled from the compared pattern strings: equal strings, equal"
+        " compiled patterns",
     ("approvals", "_OPTS = orjson.OPT_SORT_KEYS + orjson.OPT_NON_STR_KEYS"):
         "two different one-bit flags: their sum is their union",
     ("approvals", "_OPTS = orjson.OPT_SORT_KEYS ^ orjson.OPT_NON_STR_KEYS"):

@@ -245,3 +245,48 @@ def test_a_rules_reason_is_kept_to_300_characters(tmp_path: Path) -> None:
     (step,) = [s for s in env.steps if s.step == "policy"]
     assert step.detail["reason"] == "r" * 299 + "S"
     assert env.summary.endswith("r" * 299 + "S")
+
+
+def test_rules_and_the_requests_they_see_are_frozen() -> None:
+    import dataclasses
+
+    from tooltrace import ApprovalDecision
+
+    req = _req({"argv": ["ls"]})
+    assert req.depth == 0 and req.parent_tool is None  # a call from outside any tool
+    with pytest.raises(AttributeError):
+        req.mode = "plan"  # type: ignore[misc]
+    for record in (PolicyDecision(Verdict.DENY, "r", "why"), ApprovalDecision(True, who="a"),
+                   Mode("review"), DenyCommandPatterns(), DenyPrivateNetwork(),
+                   RequireApproval()):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(record, dataclasses.fields(record)[0].name, None)
+    assert "_compiled" not in repr(DenyCommandPatterns())  # its settings, not its internals
+
+
+def test_a_mode_hides_a_tool_whose_effect_it_does_not_allow() -> None:
+    review = Mode("review", effects=frozenset({Effect.NONE}))
+    d = ToolDefinition(name="send", description="", parameters=SCHEMA,
+                       capability=Capability.NETWORK, effect=Effect.EXTERNAL)
+    assert review.allows(d) == (False, "effect external is not allowed in mode 'review'")
+    quiet = ToolDefinition(name="look", description="", parameters=SCHEMA)
+    assert review.allows(quiet) == (True, "")
+
+
+@pytest.mark.parametrize(("url", "denied"), [
+    ("http://134744072/", False),  # 8.8.8.8 spelled as one decimal number
+    ("http://0x08080808/", False),  # and in hex
+    ("http://2130706433/", True),  # 127.0.0.1
+    ("http://0127/", True),  # neither decimal nor hex: refused, not guessed at
+])
+def test_a_host_spelled_as_one_number_is_read_as_its_address(url: str, denied: bool) -> None:
+    decision = DenyPrivateNetwork()(_req({"url": url}, cap=Capability.NETWORK))
+    assert (decision is not None and decision.verdict is Verdict.DENY) is denied
+
+
+def test_a_private_url_in_a_read_only_mapping_is_found() -> None:
+    from types import MappingProxyType
+
+    args = {"opts": MappingProxyType({"target": {"url": "http://10.0.0.1/"}})}
+    decision = DenyPrivateNetwork()(_req(args, cap=Capability.NETWORK))
+    assert decision is not None and decision.verdict is Verdict.DENY
