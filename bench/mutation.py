@@ -114,6 +114,8 @@ _SIG_LENGTH = ("Ed25519 verification refuses a signature of any other length (In
                " counted as False): the early length check only saves the work")
 _RULE_GUARD = ("applies_to only saves asking: the rule's call answers None for any tool that"
                " does not execute")
+_RULES_MEMO = ("the memo of a tool's relevant rules: an equal tuple of rules or an equal"
+               " definition has the same relevant rules, so reusing or recomputing agrees")
 _MEMO_BOUND = "the memo's bound changes how much is remembered, never what a step says"
 _APPROVED_ONLY = ("only an approval step says approve, and one that denies ends the call before"
                   " any hook: either half of the test decides it alone")
@@ -278,6 +280,26 @@ EQUIVALENT.update({("chain:encode_call_bytes", f"return _CALL_PREFIX {op} _ENCOD
 EQUIVALENT.update({("chain:checkpoint_mac", 'msg += b"|" + orjson.dumps(own, default=_default,'
                     f" option=_OPTS {op} orjson.OPT_SORT_KEYS)"): "two different one-bit flags:"
                    f" {op} gives their union" for op in ("+", "^")})
+
+# Policy.evaluate: the memo of the rules relevant to a tool, and the flat-arguments fast path of
+# DenyPrivateNetwork; enum members compared with == instead of is.
+EQUIVALENT.update({("policy:evaluate", f"if {c}:"): _MEMO_BOUND for c in (
+    "len(self._relevant) == 1024", "len(self._relevant) != 1024", "len(self._relevant) < 1024",
+    "len(self._relevant) <= 1024", "len(self._relevant) > 1024",
+    "not len(self._relevant) >= 1024")})
+EQUIVALENT.update({("policy:evaluate", c): _RULES_MEMO for c in (
+    "if rules != self._named:  # the rules were replaced: name them again",
+    "if hit is None or hit[0] == tool:", "if hit is None or hit[0] != tool:")})
+EQUIVALENT.update({("policy:__call__", c): "the flat-arguments fast path only saves the scan;"
+                   " the scan finds the same URLs" for c in (
+    "if type(args) == dict:", "if type(args) != dict:", "if type(args) is not dict:",
+    "if not type(args) is dict:")})
+EQUIVALENT.update({("policy:evaluate", c): "an enum member is equal only to itself" for c in (
+    "if d is None or d.verdict == Verdict.ALLOW:", "if v == Verdict.DENY:",
+    "if v == Verdict.OBSERVE_DENY or v is Verdict.OBSERVE_ASK:",
+    "if v is Verdict.OBSERVE_DENY or v == Verdict.OBSERVE_ASK:")})
+EQUIVALENT[("policy:evaluate", "if d is None or d.verdict <= Verdict.ALLOW:")] = (
+    'no verdict sorts before "allow": <= it is == it')
 
 _COPIED = ("tooltrace", "tests", "bench", "docs", "dashboards", "queries", "pyproject.toml",
            "setup.py", "mkdocs.yml", "README.md", "CHANGELOG.md")

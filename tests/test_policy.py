@@ -290,3 +290,57 @@ def test_a_private_url_in_a_read_only_mapping_is_found() -> None:
     args = {"opts": MappingProxyType({"target": {"url": "http://10.0.0.1/"}})}
     decision = DenyPrivateNetwork()(_req(args, cap=Capability.NETWORK))
     assert decision is not None and decision.verdict is Verdict.DENY
+
+
+class _Answers:
+    """A rule with a fixed answer (None: no opinion; an exception: it raises)."""
+
+    def __init__(self, name: str, answer: Verdict | Exception | None) -> None:
+        self.name, self.answer = name, answer
+
+    def __call__(self, request: PolicyRequest) -> PolicyDecision | None:
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return None if self.answer is None else PolicyDecision(self.answer, self.name, "r")
+
+
+@pytest.mark.parametrize(("answers", "verdict", "ran"), [
+    ([None, Verdict.DENY, Verdict.ASK], Verdict.DENY, ["a", "b"]),  # a deny stops the run
+    ([Verdict.ALLOW, Verdict.ASK, Verdict.DENY], Verdict.DENY, ["a", "b", "c"]),
+    ([Verdict.ALLOW, None, Verdict.ALLOW], None, ["a", "b", "c"]),  # allow is no opinion
+    ([Verdict.OBSERVE_DENY, Verdict.ASK, None], Verdict.ASK, ["a", "b", "c"]),
+    ([Verdict.OBSERVE_ASK, Verdict.OBSERVE_DENY, None], Verdict.OBSERVE_ASK, ["a", "b", "c"]),
+    ([None, RuntimeError("boom"), Verdict.DENY], Verdict.DENY, ["a", "b"]),  # raising: deny
+])
+def test_evaluate_answers_first_deny_else_first_ask_else_first_observation_and_names_the_rules_run(
+    answers: list[Any], verdict: Verdict | None, ran: list[str]
+) -> None:
+    policy = Policy([_Answers(n, a) for n, a in zip("abc", answers, strict=True)])
+    decision, names = policy.evaluate(_req({"argv": ["ls"]}))
+    assert (decision.verdict if decision is not None else None) is verdict
+    assert list(names) == ran
+
+
+@pytest.mark.parametrize(("rule", "depth", "parent", "tool", "denied"), [
+    ("deny_nested", 0, None, "t", False),
+    ("deny_nested", 1, "agent", "t", True),
+    ("min_depth=3", 2, "agent", "t", False),
+    ("min_depth=3", 3, "agent", "t", True),
+    ("tools", 1, "agent", "other", False),
+    ("tools", 1, "agent", "t", True),
+    ("parents", 1, "browse", "t", True),
+    ("parents", 1, "agent", "t", False),
+])
+def test_deny_nested_denies_by_depth_tool_and_parent(
+    rule: str, depth: int, parent: str | None, tool: str, denied: bool
+) -> None:
+    from tooltrace.policy import DenyNested
+
+    r = {"deny_nested": DenyNested(), "min_depth=3": DenyNested(min_depth=3),
+         "tools": DenyNested(tools=frozenset({"t"})),
+         "parents": DenyNested(parents=frozenset({"browse"}))}[rule]
+    d = ToolDefinition(name=tool, description="", parameters=SCHEMA)
+    decision = r(PolicyRequest(d, {}, "default", "run", "c", depth=depth, parent_tool=parent))
+    assert (decision is not None and decision.verdict is Verdict.DENY) is denied
+    assert r.applies_to(d) is (rule != "tools" or tool == "t")
+    assert r.names_tool("t") is (rule == "tools")
