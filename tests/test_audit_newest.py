@@ -119,3 +119,15 @@ def test_calls_answers_when_an_old_segment_is_unreadable(hourly: dict[str, Any],
     assert got.exit_code == 0, got.output
     # The same calls, shown with the same shortest unique prefixes.
     assert got.output == want.output
+
+
+def test_a_segment_gone_since_the_store_opened_is_passed_over(hourly: dict[str, Any],
+                                                              tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    shutil.copytree(hourly["home"], home)
+    want, _r, _n = _calls(hourly["compacted"], limit=20)
+    with AuditStore(home) as s:
+        oldest = min(list_segments(home / "audit"), key=lambda i: i.path.stat().st_mtime)
+        oldest.path.unlink()  # pruned meanwhile, say
+        assert s.calls(limit=20).rows == want
+        assert s.segments_read == 2  # the one gone (nothing in it now), then the newest

@@ -606,8 +606,10 @@ class AuditStore:
         written = {i.path: _written_at(i) for i in self.uncompacted.infos}
         order = sorted(self.uncompacted.infos, key=lambda i: written[i.path], reverse=True)
         # No call can be newer than the newest segment's last write (plus the skew), so the
-        # segments written within the skew of it can never be left unread: they come first.
-        first = sum(1 for i in order if written[i.path] > written[order[0].path] - CLOCK_SKEW_S)
+        # segments written within the skew of it can never be left unread: they come first
+        # (and one gone since it was listed, which ``_written_at`` puts first, alone).
+        first = max(1, sum(1 for i in order
+                           if written[i.path] >= written[order[0].path] - CLOCK_SKEW_S))
         read = 0
         rounds: list[str] = []  # the prefixes of the tables each round loaded
         while True:
