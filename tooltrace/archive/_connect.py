@@ -200,7 +200,9 @@ def connect(target: Target, *, read_only: bool = False, data_path: str | None = 
     """An in-memory DuckDB connection that reaches ``target`` (see ``prepare``)."""
     import duckdb
 
+    # No progress bar: DuckDB draws one on standard output, inside a command's output.
     con = duckdb.connect(":memory:")
+    con.execute("SET enable_progress_bar = false")
     try:
         prepare(con, target, read_only=read_only, data_path=data_path,
                 attach_options=attach_options)

@@ -95,6 +95,7 @@ def _compacted(adir: Path, files: Mapping[str, Any], since_us: int
         return read_by_name(t, f"read_parquet([{quoted}], union_by_name = true)")
 
     con = duckdb.connect(":memory:")
+    con.execute("SET enable_progress_bar = false")  # DuckDB draws it on standard output
     try:
         queries: list[tuple[str, Any]] = []
         if calls:

@@ -147,10 +147,9 @@ def _inline(query: str, params: dict[str, Any]) -> str | None:
             lits[name] = "NULL"
         elif isinstance(v, bool):
             lits[name] = "true" if v else "false"
-        elif isinstance(v, int):
-            lits[name] = str(v)
-        elif isinstance(v, float) and math.isfinite(v):
-            lits[name] = repr(v)
+        elif isinstance(v, int | float) and math.isfinite(v):
+            # In brackets: a negative one after a minus would start a comment (``3--5``).
+            lits[name] = f"({v!r})"
         elif isinstance(v, str) and "\x00" not in v:  # a NUL ends DuckDB's reading of a text
             lits[name] = _quote(v)
         else:
@@ -266,6 +265,9 @@ class AuditStore:
             # costs more CPU than it saves (most on a busy machine). Analytical queries get
             # every core.
             self._db = duckdb.connect(":memory:", config={"threads": 1})
+            # No progress bar: DuckDB draws one on standard output for a query that runs
+            # over two seconds, inside a command's table or JSON.
+            self._db.execute("SET enable_progress_bar = false")
             # Parquet footers are parsed once per store, not once per query.
             self._db.execute("SET parquet_metadata_cache = true")
             # Memory DuckDB freed goes back to the system past 8 MiB rather than 128 MiB: the
