@@ -213,6 +213,9 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "two different one-bit flags: their sum is their union",
     ("signing", "_OPTS = orjson.OPT_SORT_KEYS ^ orjson.OPT_NON_STR_KEYS"):
         "two different one-bit flags: their exclusive or is their union",
+    ("signing:sign_line", 'return {**{k: v for k, v in fields.items() if k is not "mac"},'
+                          ' "writer": writer,'):
+        'the writers name the field with the literal "mac", one interned string: is not is !=',
     ("signing", "if not isinstance(sig, str) or len(sig) > 128:"): _SIG_LENGTH,
     ("signing", "if not isinstance(sig, str) or len(sig) < 128:"): _SIG_LENGTH,
     ("policy", "-@runtime_checkable"):

@@ -97,6 +97,7 @@ def test_the_key_is_made_once_0600_in_a_private_directory_with_its_public_key_be
     pub.path.unlink()
     assert load_public_key(home) == PublicKey(pub.raw)
     assert load_signer(home, create=False) is not None and pub.path.exists()
+    assert stat.S_IMODE(pub.path.stat().st_mode) == 0o644
 
 
 def test_the_signing_key_can_live_outside_the_home(tmp_path: Path,
@@ -429,6 +430,7 @@ def test_the_signing_api_takes_its_arguments_by_name(tmp_path: Path) -> None:
     trust = Trust.of(keys=[signer.public])
     assert trust.allow_unsigned is False and trust.describe() == signer.kid
     assert Trust.of([]).describe() == "none"
+    assert Trust({}).allow_unsigned is False
     with pytest.raises(dataclasses.FrozenInstanceError):
         trust.allow_unsigned = True  # type: ignore[misc]
 
@@ -457,3 +459,17 @@ def test_a_key_is_made_in_a_keys_directory_that_exists_already(tmp_path: Path) -
     (tmp_path / "h" / "keys").mkdir(parents=True, mode=0o700)
     signer = load_signer(tmp_path / "h", create=True)
     assert signer is not None and signing_key_path(tmp_path / "h").is_file()
+
+
+def test_secret_values_hold_the_signing_key_file_as_stored(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    home = tmp_path / "h"
+    seed = Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+        serialization.NoEncryption())
+    key = signing_key_path(home)
+    key.parent.mkdir(parents=True, mode=0o700)
+    key.write_text(seed.hex().upper() + "\n")  # the seed as hex, in capitals
+    assert seed.hex().upper() in secret_values(home) and seed.hex() in secret_values(home)
