@@ -119,3 +119,32 @@ def test_a_read_only_root_must_be_a_directory(tree: Path) -> None:
     with pytest.raises(PathPolicyError) as info:
         Workspace(tree / "ws", read_only_roots=[tree / "nowhere"])
     assert info.value.reason == "not_found"
+
+
+def test_through_a_registry_a_reading_tool_reads_there_and_a_writing_one_is_refused(
+    ws: Workspace, tree: Path
+) -> None:
+    from tooltrace import Stage, Status, ToolCall, ToolRegistry, tool
+
+    @tool(path_params=("path",))
+    def peek(path: str) -> str:
+        """Read a file."""
+        return Path(path).name
+
+    @tool(capability="write", effect="local", path_params=("path",))
+    def touch(path: str) -> str:
+        """Write a file."""
+        return "written"
+
+    reg = ToolRegistry(workspace=ws, home=tree / "home")
+    reg.register(peek)
+    reg.register(touch)
+    guide = str(tree / "ro/docs/guide.txt")
+    read = reg.call(ToolCall("peek", {"path": guide}))
+    written = reg.call(ToolCall("touch", {"path": guide}))
+    reg.shutdown()
+    assert read.status is Status.OK, read.summary
+    assert written.status is Status.REJECTED and written.reject_stage is Stage.POLICY
+    (step,) = [s for s in written.steps if s.step == "policy"]
+    assert (step.decider, step.decision) == ("policy:path_scope", "deny")
+    assert step.detail == {"param": "path", "reason": "read_only"}
