@@ -14,10 +14,11 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -506,17 +507,18 @@ def test_duration_histogram_goes_to_a_meter_provider() -> None:
         sink.shutdown(5.0)
     data = reader.get_metrics_data()
     assert data is not None
-    points = {}
+    points: dict[Any, HistogramDataPoint] = {}
     for rm in data.resource_metrics:
         for sm in rm.scope_metrics:
             for m in sm.metrics:
                 if m.name == "gen_ai.execute_tool.duration":
                     assert m.unit == "s"
                     for p in m.data.data_points:
+                        assert isinstance(p, HistogramDataPoint) and p.attributes is not None
                         points[p.attributes.get("error.type")] = p
     assert points[None].count == 2 and points[None].sum == pytest.approx(0.06)
     assert points["OSError"].count == 1
-    assert points[None].attributes["gen_ai.tool.name"] == "read_text"
+    assert dict(points[None].attributes or {})["gen_ai.tool.name"] == "read_text"
     meters.shutdown()
 
 
