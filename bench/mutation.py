@@ -218,6 +218,8 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         'the writers name the field with the literal "mac", one interned string: is not is !=',
     ("signing", "if not isinstance(sig, str) or len(sig) > 128:"): _SIG_LENGTH,
     ("signing", "if not isinstance(sig, str) or len(sig) < 128:"): _SIG_LENGTH,
+    ("policy", "and ip.is_unspecified"):
+        "every unspecified address (0.0.0.0, ::) is also is_private, tested first",
     ("policy", "-@runtime_checkable"):
         "no code asks isinstance(x, Rule): rules are duck-typed callables with a name",
     ("policy", "-@property"):

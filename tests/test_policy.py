@@ -256,9 +256,13 @@ def test_rules_and_the_requests_they_see_are_frozen() -> None:
     assert req.depth == 0 and req.parent_tool is None  # a call from outside any tool
     with pytest.raises(AttributeError):
         req.mode = "plan"  # type: ignore[misc]
+    from tooltrace import ApprovalRequest
+    from tooltrace.policy import DenyNested
+
+    asked = ApprovalRequest("c", "r", "t", {}, "rule", "why", "0" * 64)
     for record in (PolicyDecision(Verdict.DENY, "r", "why"), ApprovalDecision(True, who="a"),
                    Mode("review"), DenyCommandPatterns(), DenyPrivateNetwork(),
-                   RequireApproval()):
+                   RequireApproval(), DenyNested(), asked):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(record, dataclasses.fields(record)[0].name, None)
     assert "_compiled" not in repr(DenyCommandPatterns())  # its settings, not its internals
@@ -344,3 +348,34 @@ def test_deny_nested_denies_by_depth_tool_and_parent(
     assert (decision is not None and decision.verdict is Verdict.DENY) is denied
     assert r.applies_to(d) is (rule != "tools" or tool == "t")
     assert r.names_tool("t") is (rule == "tools")
+
+
+@pytest.mark.parametrize("value", [
+    ["http://10.0.0.1/", "plain text"],  # a string after it
+    ["http://10.0.0.1/", 5, None],  # numbers and nothing after it
+    {"a": "http://10.0.0.1/", "b": "plain", "c": 2},
+])
+def test_every_value_beside_a_private_url_is_looked_past(value: Any) -> None:
+    decision = DenyPrivateNetwork()(_req({"q": value}, cap=Capability.NETWORK))
+    assert decision is not None and decision.verdict is Verdict.DENY
+
+
+@pytest.mark.parametrize(("url", "reason"), [
+    ("http://224.0.0.1/", "argument holds a URL to a private or local address"),  # multicast
+    ("http://[4000::1]/", "argument holds a URL to a private or local address"),  # reserved
+    ("http://[::1/x", "argument holds a malformed URL"),
+])
+def test_multicast_reserved_and_malformed_urls_are_refused(url: str, reason: str) -> None:
+    decision = DenyPrivateNetwork()(_req({"url": url}, cap=Capability.NETWORK))
+    assert decision is not None and (decision.verdict, decision.reason) == (Verdict.DENY, reason)
+
+
+def test_require_approval_asks_only_when_its_condition_holds() -> None:
+    def big(r: PolicyRequest) -> bool:
+        return len(r.arguments.get("argv", [])) > 2
+
+    rule = RequireApproval(tools=frozenset({"t"}), when=big)
+    assert rule(_req({"argv": ["ls"]})) is None
+    decision = rule(_req({"argv": ["rm", "-r", "x"]}))
+    assert decision is not None and decision.verdict is Verdict.ASK
+    assert RequireApproval(tools=frozenset({"other"}), when=big)(_req({"argv": [1, 2, 3]})) is None
