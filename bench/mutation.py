@@ -218,6 +218,12 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         'the writers name the field with the literal "mac", one interned string: is not is !=',
     ("signing", "if not isinstance(sig, str) or len(sig) > 128:"): _SIG_LENGTH,
     ("signing", "if not isinstance(sig, str) or len(sig) < 128:"): _SIG_LENGTH,
+    ("policy", "min_depth: int = 0"):
+        "DenyNested reads max(min_depth, 1): a default of 0 is a default of 1",
+    ("chain", "if len(line) < HASH_SUFFIX_LEN | 2 or not line.endswith(b'\"}'):"):
+        "HASH_SUFFIX_LEN is 72, whose bit 1 is clear: | 2 is + 2",
+    ("chain", "if len(line) < HASH_SUFFIX_LEN ^ 2 or not line.endswith(b'\"}'):"):
+        "HASH_SUFFIX_LEN is 72, whose bit 1 is clear: ^ 2 is + 2",
     ("policy", "and ip.is_unspecified"):
         "every unspecified address (0.0.0.0, ::) is also is_private, tested first",
     ("policy", "-@runtime_checkable"):
@@ -291,10 +297,12 @@ EQUIVALENT.update({("chain:checkpoint_mac", 'msg += b"|" + orjson.dumps(own, def
 EQUIVALENT.update({("policy:evaluate", f"if {c}:"): _MEMO_BOUND for c in (
     "len(self._relevant) == 1024", "len(self._relevant) != 1024", "len(self._relevant) < 1024",
     "len(self._relevant) <= 1024", "len(self._relevant) > 1024",
-    "not len(self._relevant) >= 1024")})
+    "not len(self._relevant) >= 1024", "len(self._relevant) >= 1025",
+    "len(self._relevant) >= 1023")})
 EQUIVALENT.update({("policy:evaluate", c): _RULES_MEMO for c in (
     "if rules != self._named:  # the rules were replaced: name them again",
-    "if hit is None or hit[0] == tool:", "if hit is None or hit[0] != tool:")})
+    "if hit is None or hit[0] == tool:", "if hit is None or hit[0] != tool:",
+    "if hit is None or hit[ 1] is not tool:", "if hit is None or hit[ -1] is not tool:")})
 EQUIVALENT.update({("policy:__call__", c): "the flat-arguments fast path only saves the scan;"
                    " the scan finds the same URLs" for c in (
     "if type(args) == dict:", "if type(args) != dict:", "if type(args) is not dict:",

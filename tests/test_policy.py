@@ -315,6 +315,8 @@ class _Answers:
     ([Verdict.OBSERVE_DENY, Verdict.ASK, None], Verdict.ASK, ["a", "b", "c"]),
     ([Verdict.OBSERVE_ASK, Verdict.OBSERVE_DENY, None], Verdict.OBSERVE_ASK, ["a", "b", "c"]),
     ([None, RuntimeError("boom"), Verdict.DENY], Verdict.DENY, ["a", "b"]),  # raising: deny
+    ([Verdict.DENY, Verdict.ASK, None], Verdict.DENY, ["a"]),
+    ([RuntimeError("boom"), None, None], Verdict.DENY, ["a"]),
 ])
 def test_evaluate_answers_first_deny_else_first_ask_else_first_observation_and_names_the_rules_run(
     answers: list[Any], verdict: Verdict | None, ran: list[str]
@@ -379,3 +381,21 @@ def test_require_approval_asks_only_when_its_condition_holds() -> None:
     decision = rule(_req({"argv": ["rm", "-r", "x"]}))
     assert decision is not None and decision.verdict is Verdict.ASK
     assert RequireApproval(tools=frozenset({"other"}), when=big)(_req({"argv": [1, 2, 3]})) is None
+
+
+def test_every_rule_that_names_an_entry_that_is_not_a_tool_decides_it() -> None:
+    from tooltrace.policy import DenyNested
+
+    entry = ToolDefinition(name="mcp.fs.sampling", description="", parameters=SCHEMA,
+                           listed=False)
+    policy = Policy(rules=[RequireApproval(tools=frozenset({entry.name})),
+                           DenyNested(tools=frozenset({entry.name}))])
+    decision, _ = policy.evaluate(PolicyRequest(entry, {}, "default", "run", "c", depth=2))
+    assert decision is not None and decision.verdict is Verdict.DENY
+
+
+def test_deny_nested_never_denies_a_call_from_outside_any_tool() -> None:
+    from tooltrace.policy import DenyNested
+
+    d = ToolDefinition(name="t", description="", parameters=SCHEMA)
+    assert DenyNested(min_depth=0)(PolicyRequest(d, {}, "default", "run", "c", depth=0)) is None
