@@ -311,6 +311,10 @@ EQUIVALENT.update({("policy:evaluate", c): "an enum member is equal only to itse
     "if d is None or d.verdict == Verdict.ALLOW:", "if v == Verdict.DENY:",
     "if v == Verdict.OBSERVE_DENY or v is Verdict.OBSERVE_ASK:",
     "if v is Verdict.OBSERVE_DENY or v == Verdict.OBSERVE_ASK:")})
+EQUIVALENT[("policy:evaluate", "if v >= Verdict.OBSERVE_DENY or v is Verdict.OBSERVE_ASK:")] = (
+    'of the verdicts only "observe_deny" sorts at or after "observe_deny"')
+EQUIVALENT[("policy:evaluate", "if v is Verdict.OBSERVE_DENY or v >= Verdict.OBSERVE_ASK:")] = (
+    'the verdicts sorting at or after "observe_ask" are the two observations')
 EQUIVALENT[("policy:evaluate", "if d is None or d.verdict <= Verdict.ALLOW:")] = (
     'no verdict sorts before "allow": <= it is == it')
 

@@ -316,6 +316,7 @@ class _Answers:
     ([Verdict.OBSERVE_ASK, Verdict.OBSERVE_DENY, None], Verdict.OBSERVE_ASK, ["a", "b", "c"]),
     ([None, RuntimeError("boom"), Verdict.DENY], Verdict.DENY, ["a", "b"]),  # raising: deny
     ([Verdict.DENY, Verdict.ASK, None], Verdict.DENY, ["a"]),
+    ([Verdict.OBSERVE_ASK, Verdict.ASK, None], Verdict.ASK, ["a", "b", "c"]),
     ([RuntimeError("boom"), None, None], Verdict.DENY, ["a"]),
 ])
 def test_evaluate_answers_first_deny_else_first_ask_else_first_observation_and_names_the_rules_run(
