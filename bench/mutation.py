@@ -572,7 +572,12 @@ def _unrun(work: Path, m: Any) -> Any:
     )
 
     src = (work / m.module_path).read_text()
-    mutated = mutate_code(src, get_operator(m.operator_name)(**m.operator_args), m.occurrence)
+    try:
+        mutated = mutate_code(src, get_operator(m.operator_name)(**m.operator_args),
+                              m.occurrence)
+    except Exception:  # an operator that cannot apply here: not viable, as mutate_and_test says
+        return WorkResult(worker_outcome=WorkerOutcome.EXCEPTION,
+                          test_outcome=TestOutcome.INCOMPETENT, output="operator failed")
     if mutated is None:
         return WorkResult(worker_outcome=WorkerOutcome.NO_TEST)
     return WorkResult(worker_outcome=WorkerOutcome.NORMAL, test_outcome=TestOutcome.SURVIVED,
