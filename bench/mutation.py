@@ -302,7 +302,9 @@ EQUIVALENT.update({("policy:evaluate", f"if {c}:"): _MEMO_BOUND for c in (
 EQUIVALENT.update({("policy:evaluate", c): _RULES_MEMO for c in (
     "if rules != self._named:  # the rules were replaced: name them again",
     "if hit is None or hit[0] == tool:", "if hit is None or hit[0] != tool:",
-    "if hit is None or hit[ 1] is not tool:", "if hit is None or hit[ -1] is not tool:")})
+    "if hit is None or hit[ 1] is not tool:", "if hit is None or hit[ -1] is not tool:",
+    # The memo holds the definition it is keyed by the id of: no other can have that id.
+    "if hit is None or hit[0] is tool:")})
 EQUIVALENT.update({("policy:__call__", c): "the flat-arguments fast path only saves the scan;"
                    " the scan finds the same URLs" for c in (
     "if type(args) == dict:", "if type(args) != dict:", "if type(args) is not dict:",
