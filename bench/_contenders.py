@@ -10,6 +10,7 @@ others.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,8 @@ class Contender:
     close: Callable[[], Any] = lambda: None
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Run before each timed call, outside the timing (None: calls back to back).
+    between: Callable[[], Any] | None = None
 
 
 def noop(x: str) -> str:
@@ -86,6 +89,28 @@ def _handoff() -> Contender:
         worker.join(5.0)
 
     return Contender(call, lambda: None, close, note="SimpleQueue to one worker, a lock back")
+
+
+#: Microseconds the caller stays busy between two spaced hand-offs: about what a call's inline
+#: part takes (telemetry off 15-16 us, everything on 28-30 us, 2026-12-06), during which the
+#: worker's CPU has nothing to do.
+SPACING_US = 25.0
+
+
+def _spaced_handoff() -> Contender:
+    """The bare hand-off with the caller busy for ``SPACING_US`` between two (untimed), as
+    between two calls through the registry: back to back, the worker's CPU never has time to
+    go idle, so the bare row measures a hand-off to a CPU that is still awake."""
+    c = _handoff()
+    clock = time.perf_counter
+
+    def busy() -> None:
+        end = clock() + SPACING_US / 1e6
+        while clock() < end:
+            pass
+
+    return Contender(c.call, c.flush, c.close, between=busy,
+                     note=f"the same, the caller busy {SPACING_US:.0f} us before each")
 
 
 def _compaction_off(execution: str) -> Contender:
@@ -343,6 +368,7 @@ def _grouped() -> Contender:
 CONTENDERS: dict[str, Callable[[], Contender]] = {
     "bare function call": _bare,
     "bare two-thread hand-off": _handoff,
+    "bare two-thread hand-off, spaced as calls": _spaced_handoff,
     "tooltrace, telemetry off (inline)": lambda: _registry("inline", False),
     "tooltrace, telemetry off (thread)": lambda: _registry("thread", False),
     "tooltrace, everything on (inline)": lambda: _registry("inline", True),

@@ -92,7 +92,7 @@ def main(name: str, tail: bool = False) -> int:
     tree = getattr(loaded, "__file__", None)
     out.write(json.dumps({"ok": True, "note": c.note, "tooltrace": tree}) + "\n")
     out.flush()
-    call, flush = c.call, c.flush
+    call, flush, between = c.call, c.flush, c.between
     pc, cpu = time.perf_counter_ns, time.process_time_ns
     for line in sys.stdin:
         req = json.loads(line)
@@ -108,6 +108,8 @@ def main(name: str, tail: bool = False) -> int:
         w0 = pc()
         if recorder is None:
             for i in range(n):
+                if between is not None:
+                    between()
                 t = pc()
                 call()
                 samples[i] = pc() - t
@@ -117,6 +119,8 @@ def main(name: str, tail: bool = False) -> int:
             preempted = [0] * n
             usage, me = resource.getrusage, resource.RUSAGE_THREAD
             for i in range(n):
+                if between is not None:
+                    between()
                 v = usage(me).ru_nivcsw
                 b = bg()
                 t = pc()

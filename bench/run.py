@@ -296,15 +296,22 @@ def _live_and_settled(t: Table, r: dict[str, Any]) -> None:
                       f"{ratio:.3f}x ({on[key]:.1f} vs {off[key]:.1f} us off)",
                       _verdict(ratio <= 1.05))
     c = (r.get("overhead") or {}).get("contenders", {})
-    hand, bare = c.get("bare two-thread hand-off", {}), c.get("bare function call", {})
-    if hand.get("available") and bare.get("available"):
+    bare = c.get("bare function call", {})
+    # The aim's own reference (hand-offs back to back), and the same hand-off with the caller
+    # busy between two as it is between two calls (the worker's CPU then goes idle).
+    for ref, how in (("bare two-thread hand-off", "a bare two-thread hand-off"),
+                     ("bare two-thread hand-off, spaced as calls",
+                      "the bare hand-off spaced as calls")):
+        hand = c.get(ref, {})
+        if not (hand.get("available") and bare.get("available")):
+            continue
         one = hand["p50_us"] - bare["p50_us"]
         for what in ("telemetry off", "everything on"):
             th = c.get(f"tooltrace, {what} (thread)", {})
             il = c.get(f"tooltrace, {what} (inline)", {})
             if th.get("available") and il.get("available"):
                 extra = th["p50_us"] - il["p50_us"]
-                t.add(f"{what}: thread p50 - inline p50 <= 1.3x a bare two-thread hand-off",
+                t.add(f"{what}: thread p50 - inline p50 <= 1.3x {how}",
                       f"{extra:.1f} us vs hand-off {one:.1f} us = {extra / one:.2f}x",
                       _verdict(extra <= 1.3 * one))
     mcp = r.get("mcp")
