@@ -279,8 +279,7 @@ def test_a_busy_compaction_returns_at_once(tmp_path: Path) -> None:
 
 def test_nothing_due_starts_nothing(tmp_path: Path) -> None:
     _write(tmp_path, 30)  # one small segment, sealed a moment ago
-    key = load_key(tmp_path, create=False)
-    assert key is not None
+    key = _key(tmp_path)
     bg = BackgroundCompaction(tmp_path, key)
     assert not bg.poke(force=True) and bg.started == 0
     eager = BackgroundCompaction(tmp_path, key, after_s=0.0, poll_s=0.05, idle_exit_s=0.2)
@@ -352,8 +351,7 @@ def test_what_waits_is_urgent_once_old_or_large(tmp_path: Path) -> None:
 def test_an_idle_compactor_is_replaced_by_one_at_the_writers_priority_once_behind(
         tmp_path: Path) -> None:
     ids = _write(tmp_path, 300, seg_bytes=32 * 1024)
-    key = load_key(tmp_path, create=False)
-    assert key is not None
+    key = _key(tmp_path)
     first = waiting(tmp_path / "audit")
     # A compactor that, after its first pass, looks again only a minute later: what is sealed
     # meanwhile waits for it.
@@ -378,10 +376,7 @@ def test_an_idle_compactor_is_replaced_by_one_at_the_writers_priority_once_behin
                  "the compactor at the writer's priority")
         assert bg.failures == 0 and bg.started == 2
     finally:
-        for pid in started:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        bg.wait(60.0)
+        _stop(bg, started)
     assert _counts(tmp_path) == (len(ids), len(ids))
     rep = verify(tmp_path)
     assert rep.ok, [f for f in rep.findings if f.severity == "error"]
@@ -390,8 +385,7 @@ def test_an_idle_compactor_is_replaced_by_one_at_the_writers_priority_once_behin
 def test_a_compactor_at_the_writers_priority_makes_way_for_an_idle_one_once_caught_up(
         tmp_path: Path) -> None:
     ids = _write(tmp_path, 300, seg_bytes=32 * 1024)
-    key = load_key(tmp_path, create=False)
-    assert key is not None
+    key = _key(tmp_path)
     behind = waiting(tmp_path / "audit")
     bg = BackgroundCompaction(tmp_path, key, min_bytes=1, urgent_bytes=behind.bytes,
                               poll_s=0.05, idle_exit_s=120.0, normal_for_s=0.0)
@@ -413,10 +407,7 @@ def test_a_compactor_at_the_writers_priority_makes_way_for_an_idle_one_once_caug
         assert os.sched_getscheduler(bg.pid) == os.SCHED_IDLE
         wait_for(lambda: _sealed(tmp_path) <= _compacted(tmp_path), 180.0, "the idle one")
     finally:
-        for pid in started:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        bg.wait(60.0)
+        _stop(bg, started)
     assert _counts(tmp_path) == (len(ids), len(ids))
 
 
@@ -427,8 +418,7 @@ def test_a_compactor_past_its_memory_bound_is_replaced_and_takes_each_call_once(
         ids += _write(tmp_path, 100, seed=20 + i)
     sealed = _sealed(tmp_path)
     assert len(sealed) >= 4
-    key = load_key(tmp_path, create=False)
-    assert key is not None
+    key = _key(tmp_path)
     # Every compactor is over a bound of one byte after its pass of one segment: it exits, and
     # the writer's next look starts the next one.
     bg = BackgroundCompaction(tmp_path, key, min_bytes=1, poll_s=0.05, idle_exit_s=0.2,
@@ -447,6 +437,21 @@ def test_a_compactor_past_its_memory_bound_is_replaced_and_takes_each_call_once(
     assert len(taken) == len(set(taken)) == len(sealed)
     rep = verify(tmp_path)
     assert rep.ok, [f for f in rep.findings if f.severity == "error"]
+
+
+def _key(home: Path) -> bytes:
+    """The home's audit key, which the writers made."""
+    key = load_key(home, create=False)
+    assert key is not None
+    return key
+
+
+def _stop(bg: BackgroundCompaction, started: list[int]) -> None:
+    """Stop every compactor a test started (each is safe to stop at any moment)."""
+    for pid in started:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    bg.wait(60.0)
 
 
 def _alive(pid: int) -> bool:
