@@ -14,7 +14,7 @@ from tooltrace.audit import AuditStore
 from tooltrace.telemetry import AuditSink
 
 ODD = ["it's", "a'); DROP TABLE x; --", "$tool", "-- not a comment", "/* nor this */", "\\'",
-       "é ☃"]
+       "é ☃", "{calls}", "a{b"]
 
 
 @pytest.fixture()
@@ -55,6 +55,13 @@ def test_a_text_is_a_value_never_sql(store: AuditStore, tool: str) -> None:
         assert rows == [(tool,)]
         # Each odd tool is one call: a text that escaped its quotes would match more or none.
         assert store.sql("SELECT count(*) FROM tool_calls").rows == [(len(ODD) + 1,)]
+
+
+@pytest.mark.parametrize("tool", ODD)
+def test_calls_filters_by_any_text(store: AuditStore, tool: str) -> None:
+    with store:
+        rows = store.calls(tool=tool, limit=5).rows
+    assert [r[3] for r in rows] == [tool]
 
 
 def test_placeholders_in_strings_and_comments_are_left_alone(store: AuditStore) -> None:

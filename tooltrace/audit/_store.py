@@ -576,14 +576,9 @@ class AuditStore:
                          ("principal_agent", agent), ("since", since)):
             if val is None:
                 continue
-            # A value as a literal, not a parameter: DuckDB's client imports numpy to bind a
-            # parameter (80 MiB: `calls --tool x` peaked at 164 MiB, 2026-12-06). A NUL ends
-            # DuckDB's reading of a literal: such a value is bound.
-            arg = _quote(val) if "\x00" not in val else f"${col}"
-            if arg.startswith("$"):
-                params[col] = val
-            where.append(f"started_at >= CAST({arg} AS TIMESTAMP)" if col == "since"
-                         else f"{col} = {arg}")
+            params[col] = val
+            where.append(f"started_at >= CAST(${col} AS TIMESTAMP)" if col == "since"
+                         else f"{col} = ${col}")
         clause = ("WHERE " + " AND ".join(where)) if where else ""
         # The limit written out, not a parameter: DuckDB plans ORDER BY ... LIMIT <literal>
         # as a top-N (20 rows kept), with a parameter as a sort of every row.
@@ -625,7 +620,11 @@ class AuditStore:
             calls = _CALL_ROW.format(
                 calls=self._newest_sources["calls"],
                 resolved=f"({_RESOLVED.format(src=self._newest_sources['resolutions'])})")
-            res = self._views().execute(query.format(calls=f"({calls})"), params or None)
+            # The values as literals where they can be, as ``sql`` writes them.
+            text = query.format(calls=f"({calls})")
+            inlined = _inline(text, params) if params else None
+            res = self._views().execute(*((inlined,) if inlined is not None
+                                          else (text, params or None)))
             got = QueryResult([d[0] for d in res.description or []], res.fetchall())
             if read == len(order):
                 self._newest_above = ""  # every segment was read: nothing unread can hold more

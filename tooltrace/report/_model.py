@@ -299,14 +299,6 @@ def needs_no_attention(status: str, outcome: str) -> bool:
     return status in _FINE and outcome in _FINE
 
 
-def _literal(text: str) -> str:
-    """``text`` as an SQL literal. The values of these queries are written into them, not
-    bound: DuckDB's client imports numpy to bind a parameter (80 MiB: a report peaked at
-    166 MiB, 2026-12-06), and plans ``LIMIT <literal>`` as a top-N rather than a sort of every
-    row. (A NUL would end DuckDB's reading of a literal: no run or call id holds one.)"""
-    return "'" + text.replace("'", "''") + "'"
-
-
 def build_call_report(store: AuditStore, call_id: str) -> Report:
     """The report of one call (``call_id`` may be a unique prefix): its section, and the calls
     of its run just before and after it. Raises the store's lookup errors."""
@@ -315,13 +307,15 @@ def build_call_report(store: AuditStore, call_id: str) -> Report:
     a = explain(store.call(call_id))
     section = _call_report(a)
     rows: list[dict[str, Any]] = []
-    if section.run_id and "\x00" not in section.run_id + a.call_id:
-        r, c = _literal(section.run_id), _literal(a.call_id)
+    if section.run_id:
+        # ``sql`` writes the values into the query (no numpy; LIMIT planned as a top-N).
         rows = store.sql(
-            f"(SELECT {_RUN_COLS} FROM tool_calls WHERE run_id = {r} AND call_id < {c} "
-            f"ORDER BY call_id DESC LIMIT {AROUND}) UNION ALL "
-            f"(SELECT {_RUN_COLS} FROM tool_calls WHERE run_id = {r} AND call_id >= {c} "
-            f"ORDER BY call_id LIMIT {AROUND + 1})").dicts()
+            f"(SELECT {_RUN_COLS} FROM tool_calls WHERE run_id = $r AND call_id < $c "
+            "ORDER BY call_id DESC LIMIT $n) UNION ALL "
+            f"(SELECT {_RUN_COLS} FROM tool_calls WHERE run_id = $r AND call_id >= $c "
+            "ORDER BY call_id LIMIT $m)",
+            {"r": section.run_id, "c": a.call_id, "n": AROUND, "m": AROUND + 1},
+        ).dicts()
     return Report("call", f"call {section.call_id}", _now(), (section,),
                   _neighbours(rows, a.call_id))
 
@@ -333,8 +327,9 @@ def build_run_report(store: AuditStore, run_id: str) -> Report:
     from ..audit import explain
 
     rows = store.sql(
-        f"SELECT {_RUN_COLS} FROM tool_calls WHERE run_id = {_literal(run_id)}"
-        f" ORDER BY call_id LIMIT {MAX_LISTED + 1}").dicts() if "\x00" not in run_id else []
+        f"SELECT {_RUN_COLS} FROM tool_calls WHERE run_id = $r ORDER BY call_id LIMIT $n",
+        {"r": run_id, "n": MAX_LISTED + 1},
+    ).dicts()
     if not rows:
         raise LookupError(f"no call of run {run_id[:40]!r} in this audit trail")
     notes = []
