@@ -118,8 +118,11 @@ def test_the_fallback_encoder_writes_the_fast_encoders_fields() -> None:
 
 def test_a_value_msgspec_refuses_goes_through_the_fallback_and_the_trail(tmp_path: object
                                                                        ) -> None:
-    """A step detail holding an object msgspec will not encode (the fallback's default turns it
-    into text): the line is still written with every field, and the trail verifies."""
+    """A call whose step detail holds what neither msgspec nor orjson write as it is (text
+    that is not valid Unicode as a value and as a key, an integer past 64 bits, nesting past
+    their limits, a value whose ``str`` raises, a tuple key): the line is still written with
+    every field, each such value in a form that says what it was, and the trail verifies. A
+    late step holding such text is written too."""
     import random
     from pathlib import Path
 
@@ -128,15 +131,23 @@ def test_a_value_msgspec_refuses_goes_through_the_fallback_and_the_trail(tmp_pat
     from support.audit import make_record
 
     from tooltrace.audit import verify
-    from tooltrace.audit._format import encode_call_bytes
+    from tooltrace.audit._format import dumps, encode_call_bytes, encode_late
+    from tooltrace.sinks import LateStep
     from tooltrace.telemetry import AuditSink
 
-    class Odd:
+    class Unprintable:
         def __str__(self) -> str:
-            return "odd value"
+            raise RuntimeError("no text")
 
+    deep: list[object] = []
+    cur = deep
+    for _ in range(300):
+        cur.append([])
+        cur = cur[0]  # type: ignore[assignment]
+    detail = {"text": "a\ud800b", "\udc00key": 1, "big": 2**70, "small": -(2**63),
+              "deep": deep, "odd": Unprintable(), "tags": {"b", "a"}, (1, 2): "tuple key"}
     r = make_record(random.Random(7), kind="ok")
-    steps = (*r.steps[:-1], msgspec.structs.replace(r.steps[-1], detail={"n": Odd()}))
+    steps = (*r.steps[:-1], msgspec.structs.replace(r.steps[-1], detail=detail))
     odd = msgspec.structs.replace(r, steps=steps, capability="write", effect="local",
                                   description="Write a file.")
     line = orjson.loads(encode_call_bytes(odd))
@@ -144,14 +155,30 @@ def test_a_value_msgspec_refuses_goes_through_the_fallback_and_the_trail(tmp_pat
     assert set(line) == set(orjson.loads(encode_call_bytes(r)))  # every field of the fast path
     assert (line["capability"], line["effect"], line["description"]) == (
         "write", "local", "Write a file.")
-    assert line["steps"][-1][-1] == {"n": "odd value"}
+    got = line["steps"][-1][-1]
+    assert got["text"] == "a\ufffdb" and got["\ufffdkey"] == 1
+    assert got["big"] == str(2**70) and got["small"] == -(2**63)
+    assert got["odd"] == "<Unprintable>" and got["tags"] == ["a", "b"]
+    assert got["(1, 2)"] == "tuple key"
+    # The line keeps 128 levels of nesting, the detail's list starting at the fifth.
+    levels, cur = 0, got["deep"]
+    while isinstance(cur, list):
+        levels, cur = levels + 1, cur[0]
+    assert (levels, cur) == (128 - 4, "[nested too deep]")
+
+    late = LateStep(odd.call_id, odd.run_id, odd.tool, msgspec.structs.replace(
+        r.steps[-1], seq=1000, detail={"exit": "x\udfff"}))
+    assert orjson.loads(dumps(encode_late(late)))["step"][-1] == {"exit": "x\ufffd"}
+
     home = Path(str(tmp_path))
     sink = AuditSink(home)
+    sink.emit(r)
     sink.emit(odd)
+    sink.emit_late(late)
     sink.shutdown()
     assert sink.dropped == 0
     rep = verify(home)
-    assert rep.ok and rep.records == 1, rep.findings
+    assert rep.ok and rep.records == 3, rep.findings
 
 
 def test_a_public_key_in_each_form_it_is_read_from(tmp_path: object) -> None:

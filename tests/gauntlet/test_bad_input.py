@@ -155,6 +155,46 @@ def test_deep_nesting_and_odd_values_through_every_entry(reg: tuple[ToolRegistry
     assert r.sink_errors == before
 
 
+def test_a_call_holding_text_that_is_not_unicode_is_kept_in_the_trail(tmp_path: Path) -> None:
+    """A lone surrogate (text a model's JSON can carry as an escape) in a call's arguments, its
+    result or its attributes, or in a command's words: every call is in the trail, with U+FFFD
+    in the surrogate's place, and so are the calls written beside it; the command is refused,
+    never run. Before, one such call made the trail drop it with its whole batch."""
+    (tmp_path / "ws").mkdir()
+    home = tmp_path / "home"
+    r = create_registry(tmp_path / "ws", home=home, metrics_registry=CollectorRegistry(),
+                        log_stream=io.BytesIO())
+
+    @tool(capability="read")
+    def echo(text: str = "") -> str:
+        """Return the text."""
+        return text
+
+    r.register(echo)
+    ids = [r.call(ToolCall("echo", {"text": f"before {i}"})).call_id for i in range(20)]
+    odd = {
+        "args": r.call(ToolCall("echo", {"text": "hid\ud800den"})),
+        "attributes": r.call(ToolCall("echo", {"text": "x"}, attributes={"note": "a\udfffb"})),
+        "command": r.call(ToolCall("run_command", {"argv": ["echo", "rm\ud83d"]})),
+    }
+    ids += [e.call_id for e in odd.values()]
+    ids += [r.call(ToolCall("echo", {"text": f"after {i}"})).call_id for i in range(20)]
+    r.shutdown(timeout_s=10.0)
+
+    assert odd["args"].status is Status.OK
+    assert odd["command"].status is Status.REJECTED
+    assert odd["command"].summary.endswith("argument argv is not valid Unicode text (not_unicode)")
+    with AuditStore(home) as store:
+        assert {row["call_id"] for row in store.calls(limit=1000).dicts()} == set(ids)
+        rows = {k: store.call(e.call_id).record for k, e in odd.items()}
+    assert json.loads(rows["args"]["args_redacted"]) == {"text": "hid\ufffdden"}
+    assert json.loads(rows["attributes"]["attributes"]) == {"note": "a\ufffdb"}
+    assert json.loads(rows["command"]["args_redacted"]) == {"argv": ["echo", "rm\ufffd"]}
+    assert rows["command"]["execution_started"] is False
+    res = CliRunner().invoke(cli, ["verify", "--home", str(home)])
+    assert res.exit_code == 0, res.output
+
+
 def test_a_non_string_call_id_is_rejected_and_the_trail_stays_readable(tmp_path: Path) -> None:
     (tmp_path / "ws").mkdir()
     r = create_registry(tmp_path / "ws", home=tmp_path / "home",

@@ -108,8 +108,7 @@ def authorize(
         if found is not None:
             param, why = found
             b.step(_POLICY, t, "policy:protected", "deny", {"param": param, "reason": why})
-            what = "names tooltrace's own files" if why == "protected" else "changed while checked"
-            return b.reject(stage, f"argument {param} {what} ({why})", d.name)
+            return b.reject(stage, f"argument {param} {_WHY_PROTECTED[why]} ({why})", d.name)
     req = PolicyRequest(
         d, args, mode, b.run_id, b.call_id, resolved, b.depth, b.parent_tool, b.principal
     )
@@ -219,6 +218,14 @@ def _scope(
     return resolved
 
 
+#: What a refusal of a command's word says, by its reason.
+_WHY_PROTECTED = {
+    "protected": "names tooltrace's own files",
+    "symlink_race": "changed while checked",
+    "not_unicode": "is not valid Unicode text",
+}
+
+
 def _names_protected(
     env: Environment, args: Mapping[str, Any], cwd: str
 ) -> tuple[str, str] | None:
@@ -227,7 +234,8 @@ def _names_protected(
     command's program can open any path it is handed, so its words are checked beside the path
     arguments: each word, the value of an ``--option=value`` word and each word of a shell
     script, with symlinks resolved. A word whose links change while they are resolved is
-    refused too (reason ``symlink_race``): fail closed."""
+    refused too (reason ``symlink_race``), and so is one that is not valid Unicode text (a lone
+    surrogate, reason ``not_unicode``), which no file name can hold: fail closed."""
     ws = env.workspace
     base = os.path.join(ws.root, cwd)
     for name, value in args.items():
@@ -241,6 +249,8 @@ def _names_protected(
                     real = os.path.realpath(os.path.join(base, candidate))
                 except OSError:
                     return str(name), "symlink_race"
+                except UnicodeEncodeError:  # no file name can hold it: fail closed
+                    return str(name), "not_unicode"
                 if ws.is_protected(real):
                     return str(name), "protected"
     return None
