@@ -215,6 +215,26 @@ def test_a_refused_command_says_it_names_tooltraces_own_files(
     assert env.summary.endswith("argument argv names tooltrace's own files (protected)")
 
 
+def test_a_command_word_that_is_not_valid_unicode_is_refused_never_run(
+    inside: tuple[ToolRegistry, Path],
+) -> None:
+    """A lone surrogate in a word names no file the home could be checked against: the command
+    is refused before it runs, with a reason of its own; a word of undecodable bytes
+    (``os.fsdecode``'s surrogate escapes) is an ordinary file name and is checked as one."""
+    reg, home = inside
+    ws = home.parent
+    env = reg.call(ToolCall("run_command", {"argv": ["sh", "-c", "touch ran", "x\ud800"]}))
+    assert _refused(env)
+    assert env.summary.endswith("argument argv is not valid Unicode text (not_unicode)")
+    assert not (ws / "ran").exists() and not env.record.execution_started
+    env = reg.call(ToolCall("run_command", {"argv": ["cat", os.fsdecode(b".tooltrace/k\xff")]}))
+    assert _refused(env) and env.summary.endswith("(protected)")
+    argv = ["sh", "-c", "touch ran", os.fsdecode(b"\xff")]
+    env = reg.call(ToolCall("run_command", {"argv": argv}))
+    assert env.status is Status.OK, env.summary
+    assert (ws / "ran").exists()
+
+
 def test_a_tool_that_runs_no_command_may_take_the_homes_name_as_data(
     inside: tuple[ToolRegistry, Path],
 ) -> None:

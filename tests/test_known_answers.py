@@ -145,6 +145,7 @@ def test_a_value_msgspec_refuses_goes_through_the_fallback_and_the_trail(tmp_pat
         cur.append([])
         cur = cur[0]  # type: ignore[assignment]
     detail = {"text": "a\ud800b", "\udc00key": 1, "big": 2**70, "small": -(2**63),
+              "top": 2**64 - 1, "over": 2**64, "under": -(2**63) - 1, "flags": [None, True, 0.5],
               "deep": deep, "odd": Unprintable(), "tags": {"b", "a"}, (1, 2): "tuple key"}
     r = make_record(random.Random(7), kind="ok")
     steps = (*r.steps[:-1], msgspec.structs.replace(r.steps[-1], detail=detail))
@@ -157,7 +158,9 @@ def test_a_value_msgspec_refuses_goes_through_the_fallback_and_the_trail(tmp_pat
         "write", "local", "Write a file.")
     got = line["steps"][-1][-1]
     assert got["text"] == "a\ufffdb" and got["\ufffdkey"] == 1
-    assert got["big"] == str(2**70) and got["small"] == -(2**63)
+    assert got["big"] == str(2**70) and got["small"] == -(2**63) and got["top"] == 2**64 - 1
+    assert got["over"] == str(2**64) and got["under"] == str(-(2**63) - 1)
+    assert got["flags"] == [None, True, 0.5]
     assert got["odd"] == "<Unprintable>" and got["tags"] == ["a", "b"]
     assert got["(1, 2)"] == "tuple key"
     # The line keeps 128 levels of nesting, the detail's list starting at the fifth.
