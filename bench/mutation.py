@@ -107,9 +107,6 @@ _DRIVER = ("the drivers send the approver's answer as ('ok', answer) or ('error'
            " the isinstance test alone decides")
 _THREE_BYTES = ("differs only for a line whose body is three bytes, which no record (a kind and"
                 " a seq at least) has")
-_NO_FALLBACK = ("msgspec with its enc_hook takes every value tried; where it fails (a lone"
-                " surrogate, nesting past its limit, 2026-12-06) the fallback fails too, so the"
-                " line is refused either way")
 _SIG_LENGTH = ("Ed25519 verification refuses a signature of any other length (InvalidSignature,"
                " counted as False): the early length check only saves the work")
 _RULE_GUARD = ("applies_to only saves asking: the rule's call answers None for any tool that"
@@ -157,16 +154,6 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("authorize", "if verdict == Verdict.DENY:"): "an enum member is equal only to itself",
     ("authorize", "if verdict >= Verdict.DENY:"):
         '"allow" and "ask" sort before "deny"; the observations returned on the line before',
-    ("authorize", "what = \"names tooltrace's own files\" if why is \"protected\" else"
-                  " \"changed while checked\""):
-        "why is one of two string constants of this module, interned: is is ==",
-    ("authorize", "what = \"names tooltrace's own files\" if why <= \"protected\" else"
-                  " \"changed while checked\""):
-        'why is "protected" or "symlink_race", and only the first sorts at or before it',
-    ("authorize", "what = \"names tooltrace's own files\" if why >= \"protected\" else"
-                  " \"changed while checked\""):
-        "differs only for a symlink race (see _names_protected), which no deterministic test"
-        " can place",
     ("authorize:_scope", "and before is not value"):
         "a hook's value equal to the original (another str object) names the same path,"
         " which narrows() accepts",
@@ -198,12 +185,6 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         _THREE_BYTES,
     ("chain", "if len(line) < HASH_SUFFIX_LEN + 3 or not line.endswith(b'\"}'):"):
         _THREE_BYTES,
-    ("chain:encode_call_bytes", "except (CosmicRayTestingException, ValueError, OverflowError):"):
-        _NO_FALLBACK,
-    ("chain:encode_call_bytes", "except (TypeError, CosmicRayTestingException, OverflowError):"):
-        _NO_FALLBACK,
-    ("chain:encode_call_bytes", "except (TypeError, ValueError, CosmicRayTestingException):"):
-        _NO_FALLBACK,
     ("chain", "def load_key(home: Path, /, create: bool) -> bytes | None:"):
         "every caller hands home by position and create by name, which both markers allow",
     ("*", "@dataclass(frozen=True, slots=False)"):
