@@ -446,3 +446,23 @@ def test_letters_that_lower_case_to_two_characters_do_not_shift_a_redaction() ->
     assert _redact("İİ İstanbul password = 'Xk2pQ9rT7vW'") == (
         f"İİ İstanbul password = '{marker('secret_assignment')}'"
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "aws_secret_access_key:\n  " + _rand(ALNUM + "/+", 40),
+        "Authorization: Bearer\n  abcdefghij",
+        "Authorization:\n  Bearer abcdefghij",
+        "twilio_token =\n\n   " + _rand(HEX, 32),
+        "Proxy-Authorization: Basic\n\tabcdefghij",
+    ],
+)
+def test_a_value_on_the_line_after_its_name_is_redacted_in_long_text_too(text: str) -> None:
+    # Text over 4 KiB is scanned around each anchor only: the window holds the lines around it.
+    short = _redact(text)
+    assert short != text and "[REDACTED:" in short
+    filler = "ordinary output line with words, numbers 12345 and a path notes/a.txt\n" * 100
+    for long in (filler + text + "\n" + filler, filler + text, text + "\n" + filler):
+        assert len(long) > 4096
+        assert _redact(long) == long.replace(text, short)

@@ -287,10 +287,14 @@ ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstu
 
 # In long text a detector's regex runs only on the lines around its anchors (a scan of the
 # whole text costs a few ms per detector; the anchors are found with str.find). A window is the
-# anchor's line, cut to _WINDOW_REACH characters either side: every format's secret lies within
-# a few hundred characters of its anchor. The multi-line PEM block is always scanned whole.
+# anchor's line with the line before and the line after it, blank lines skipped (a name and its
+# value may sit on two lines: "aws_secret_access_key:\n  <key>", "Authorization:\n  Bearer
+# <token>", as the patterns' \s allows), cut to _WINDOW_REACH characters either side: every
+# format's secret lies within a few hundred characters of its anchor. The multi-line PEM block
+# is always scanned whole.
 _WINDOW_MIN_TEXT = 4096
 _WINDOW_REACH = 8192
+_NON_SPACE = re.compile(r"\S")
 
 
 def _anchor_windows(text: str, low: str, det: _Detector) -> list[tuple[int, int]]:
@@ -305,9 +309,26 @@ def _anchor_windows(text: str, low: str, det: _Detector) -> list[tuple[int, int]
     windows: list[tuple[int, int]] = []
     n = len(text)
     for i in hits:
-        start = max(text.rfind("\n", 0, i) + 1, i - _WINDOW_REACH)
-        end = text.find("\n", i)
-        end = min(n if end < 0 else end, i + _WINDOW_REACH)
+        floor = max(i - _WINDOW_REACH, 0)
+        ceiling = min(i + _WINDOW_REACH, n)
+        # The start of the line before the anchor's, blank lines skipped.
+        start = max(text.rfind("\n", floor, i) + 1, floor)
+        while start > floor:
+            line = max(text.rfind("\n", floor, start - 1) + 1, floor)
+            blank = _NON_SPACE.search(text, line, start) is None
+            start = line
+            if not blank:
+                break
+        # The end of the line after the anchor's, blank lines skipped.
+        end = text.find("\n", i, ceiling)
+        end = ceiling if end < 0 else end
+        while end < ceiling:
+            line_end = text.find("\n", end + 1, ceiling)
+            line_end = ceiling if line_end < 0 else line_end
+            blank = _NON_SPACE.search(text, end, line_end) is None
+            end = line_end
+            if not blank:
+                break
         if windows and start <= windows[-1][1]:
             windows[-1] = (windows[-1][0], max(windows[-1][1], end))
         else:
