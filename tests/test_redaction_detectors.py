@@ -358,6 +358,7 @@ def test_an_azure_key_is_at_least_twenty_characters() -> None:
         ("the bearer aaaaaaaaaaaaaa-1 here", f"the bearer {marker('authorization')} here"),
         ("the bearer abc12345 here", None),
         ("the bearer abcdefghijklmnopq here", None),
+        ("the bearer aaaaaaaaaaaaaaaaaaaaaa1 here", f"the bearer {marker('authorization')} here"),
         # Mixed case without a digit: twenty characters look machine-made, nineteen do not.
         ("the bearer AbCdEfGhIjKlMnOpQrSt here", f"the bearer {marker('authorization')} here"),
         ("the bearer AbCdEfGhIjKlMnOpQrS here", None),
@@ -392,6 +393,8 @@ def test_a_token_after_bearer_or_basic_is_a_credential_in_a_header_or_when_machi
         ("Cookie: a=b", f"Cookie: {marker('cookie')}"),
         ("Cookie: abcdefghijklmnopqrstu", f"Cookie: {marker('cookie')}"),
         ("Cookie: session abc123", f"Cookie: {marker('cookie')}"),
+        ("Cookie: session abc123 path", f"Cookie: {marker('cookie')}"),
+        ("Authorization: Custom abc123 realm", f"Authorization: {marker('authorization')}"),
         ("Authorization: Digest username=bob", f"Authorization: {marker('authorization')}"),
         ("Authorization: Negotiate abc123", f"Authorization: {marker('authorization')}"),
     ],
@@ -418,13 +421,43 @@ def test_a_stand_in_for_the_password_in_a_url_is_kept(url: str) -> None:
 # -- overlapping finds and long text ------------------------------------------------------------
 
 
-def test_a_token_inside_a_header_or_a_url_is_named_by_the_more_specific_format() -> None:
-    jwt = "eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0."
-    assert _redact(f"Authorization: Bearer {jwt}") == f"Authorization: Bearer {marker('jwt')}"
-    token = "ghp_" + _rand(ALNUM, 36)
-    assert _redact(f"git clone https://x:{token}@github.com/r") == (
-        f"git clone https://x:{marker('url_password')}@github.com/r"
-    )
+_GH = "ghp_" + _rand(ALNUM, 36)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "Authorization: Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.",
+            f"Authorization: Bearer {marker('jwt')}",
+        ),
+        (
+            f"git clone https://x:{_GH}@github.com/r",
+            f"git clone https://x:{marker('url_password')}@github.com/r",
+        ),
+        ('token = "Bearer abc123DEF456ghi789JKL"', f'token = "{marker("authorization")}"'),
+        ('auth = "Basic dXNlcjpwYXNzd29yZA=="', f'auth = "{marker("authorization")}"'),
+        (
+            "Authorization: Basic AKIAABCDEFGHIJKLMNOP",
+            f"Authorization: Basic {marker('aws_access_key')}",
+        ),
+        ("Authorization: AKIAABCDEFGHIJKLMNOP", f"Authorization: {marker('aws_access_key')}"),
+        (f"Cookie: {_GH}", f"Cookie: {marker('github_token')}"),
+        (f'{{"Cookie": "sid={_GH}"}}', f'{{"Cookie": "{marker("github_token")}"}}'),
+        ("Cookie: sid=Zx81kLmQ9aa11bb22cc; path=/", f"Cookie: {marker('cookie')}"),
+        # JSON-escaped: the key rule's value stops at the backslash, the cookie's does not.
+        ('cookie = "sid=Zx81kLmQ9aa11bb22\\x"', f'cookie = "{marker("cookie")}"'),
+        # Two formats as specific as each other: the first names the marker.
+        (
+            "sk-ant-api03-" + _rand(URLSAFE, 24) + _pem("PRIVATE KEY"),
+            marker("anthropic_key"),
+        ),
+    ],
+)
+def test_where_finds_overlap_the_most_specific_format_names_the_one_marker(
+    text: str, expected: str
+) -> None:
+    assert _redact(text) == expected
 
 
 def test_a_key_block_cut_off_at_the_end_hides_all_that_follows_under_its_name() -> None:
