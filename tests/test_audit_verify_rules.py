@@ -1,0 +1,336 @@
+"""Each rule of `verify`'s check of one segment has a tamper only it catches, and says what it
+found in words a reader can act on: which seqs are missing (one, or a run), which seq stands
+where another belongs, the header that is not the segment's, a line without its chain hash, a
+checkpoint without its seq, another machine's signatures counted per key, and the quarantine
+file a crashed writer's torn bytes went to."""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import orjson
+import pytest
+from support.audit import workload
+from support.forge import reforge, write_trail
+
+from tooltrace.audit import (
+    load_key,
+    recover_dead_segments,
+    trust_for,
+    verify,
+    verify_audit,
+)
+from tooltrace.audit._format import chain_hash, seal_line, split_hash
+from tooltrace.telemetry import AuditSink
+
+
+@pytest.fixture(autouse=True)
+def _own_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TOOLTRACE_AUDIT_KEY", "TOOLTRACE_SIGNING_KEY", "TOOLTRACE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _trail(home: Path, n: int = 120, *, seg_bytes: int = 60_000, seed: int = 7) -> str:
+    """One writer's sealed segments, checked clean; return the writer id."""
+    sink = AuditSink(home, checkpoint_every=25, segment_max_bytes=seg_bytes, group_max_records=8)
+    for r in workload(n, seed=seed):
+        sink.emit(r)
+    sink.shutdown()
+    assert sink.writer_id is not None
+    rep = verify(home)
+    assert rep.ok and rep.findings == [], rep.findings
+    return sink.writer_id
+
+
+def _segments(home: Path) -> list[Path]:
+    return sorted((home / "audit" / "segments").glob("*.jsonl"))
+
+
+def _read(seg: Path) -> list[bytes]:
+    return seg.read_bytes().splitlines()
+
+
+def _write(seg: Path, lines: list[bytes]) -> None:
+    seg.write_bytes(b"".join(ln + b"\n" for ln in lines))
+
+
+def _seq(line: bytes) -> int:
+    seq = orjson.loads(line)["seq"]
+    assert isinstance(seq, int)
+    return seq
+
+
+def _is_call(line: bytes) -> bool:
+    return line.startswith(b'{"k":"c"')
+
+
+def _rechain(lines: list[bytes], start: int) -> None:
+    """Re-make the chain hashes from ``start`` on, as someone without the key would."""
+    prev = split_hash(lines[start - 1])[1]  # type: ignore[index]
+    for j in range(start, len(lines)):
+        sp = split_hash(lines[j])
+        body = sp[0] if sp is not None else lines[j]
+        prev = chain_hash(prev, body)
+        lines[j] = seal_line(body, prev).rstrip(b"\n")
+
+
+def _found(home: Path, seg: Path) -> list[tuple[str, str, int | None, str]]:
+    return [(f.severity, f.kind, f.line, f.message) for f in verify(home).findings
+            if f.segment == seg.name]
+
+
+def _errors(home: Path, seg: Path) -> list[tuple[str, int | None, str]]:
+    return [(k, line, msg) for sev, k, line, msg in _found(home, seg) if sev == "error"]
+
+
+# -- the order of the seqs ------------------------------------------------------------------------
+
+
+def test_the_record_just_before_a_seal_deleted_is_named_missing(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    _trail(home)
+    # A segment whose seal has an odd seq: the seq before it is even.
+    seg = next(s for s in _segments(home) if _seq(_read(s)[-1]) % 2 == 1)
+    lines = _read(seg)
+    assert lines[-1].startswith(b'{"k":"seal"') and _is_call(lines[-2])
+    gone = _seq(lines[-2])
+    del lines[-2]
+    _write(seg, lines)
+    errs = _errors(home, seg)
+    assert errs[0] == ("deleted", len(lines), f"seq {gone} missing before this line: deleted")
+    assert [k for k, _, _ in errs[1:]] == ["rewritten"]  # the seal covers the deleted record
+
+
+def test_records_deleted_in_a_run_are_named_as_one_range_and_a_single_one_alone(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    _trail(home)
+    seg = _segments(home)[0]
+    lines = _read(seg)
+    assert all(_is_call(ln) for ln in lines[4:9] + lines[14:17])
+    run = [_seq(ln) for ln in lines[5:8]]
+    single = _seq(lines[15])
+    del lines[15]
+    del lines[5:8]
+    _write(seg, lines)
+    assert _errors(home, seg) == [
+        ("deleted", 6, f"seq {run[0]}..{run[-1]} missing before this line: deleted"),
+        ("deleted", 13, f"seq {single} missing before this line: deleted"),
+    ]
+
+
+def test_records_swapped_late_in_a_long_segment_say_which_seq_belongs_there(
+        tmp_path: Path) -> None:
+    """Seqs past 256 (where Python stops sharing small int objects) verify clean, and a swap
+    there names, for each of the two lines, the seq found and the seq that belongs there."""
+    home = tmp_path / "home"
+    _trail(home, 300, seg_bytes=10_000_000)
+    (seg,) = _segments(home)
+    lines = _read(seg)
+    assert _seq(lines[0]) == 1 and len(lines) > 300
+    i = next(j for j in range(256, len(lines) - 2)
+             if _is_call(lines[j]) and _is_call(lines[j + 1]))
+    a, b = _seq(lines[i]), _seq(lines[i + 1])
+    lines[i], lines[i + 1] = lines[i + 1], lines[i]
+    _write(seg, lines)
+    rep = verify(home)
+    assert [(f.kind, f.line, f.seq, f.message) for f in rep.findings] == [
+        ("reordered", i + 1, b, f"seq {b} found where seq {a} belongs"),
+        ("reordered", i + 2, a, f"seq {a} found where seq {b} belongs"),
+    ]
+
+
+def test_a_record_moved_back_in_a_segment_with_a_gap_names_the_seq_it_follows(
+        tmp_path: Path) -> None:
+    """With a record also deleted, the seqs cannot be matched one to one: the line that went
+    backwards is named after the highest seq seen before it, and the gap on its own."""
+    home = tmp_path / "home"
+    _trail(home)
+    seg = _segments(home)[0]
+    lines = _read(seg)
+    assert all(_is_call(ln) for ln in lines[8:18])
+    a, b = _seq(lines[9]), _seq(lines[10])
+    assert b == a + 1 and b % 2 == 1  # an odd seq jumped to
+    gone = _seq(lines[15])
+    del lines[15]
+    lines[9], lines[10] = lines[10], lines[9]
+    _write(seg, lines)
+    assert _errors(home, seg) == [
+        ("reordered", 11, f"seq {a} found after seq {b}"),
+        ("deleted", 16, f"seq {gone} missing before this line: deleted"),
+    ]
+
+
+def test_a_record_replayed_from_an_earlier_segment_says_which_seq_belongs_there(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    _trail(home)
+    first, later = _segments(home)[:2]
+    replay = next(ln for ln in _read(first)[5:] if _is_call(ln))
+    lines = _read(later)
+    start = _seq(lines[0])
+    lines.insert(10, replay)
+    _write(later, lines)
+    errs = _errors(home, later)
+    assert errs[0] == ("reordered", 11, f"seq {_seq(replay)} found where seq {start + 10} belongs")
+    assert {k for k, _, _ in errs} == {"reordered"}
+    assert _errors(home, first) == []
+
+
+# -- the segment's header -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("change", ["writer", "segment", "kind before", "kind after"])
+def test_a_first_line_that_is_not_this_segments_header_is_named(
+        tmp_path: Path, change: str) -> None:
+    """A header naming another writer or another segment number, or a first line of another
+    kind (one sorting before "open" and one after it), is not this segment's header."""
+    home = tmp_path / "home"
+    _trail(home)
+    seg = _segments(home)[1]
+    lines = _read(seg)
+    body, h = split_hash(lines[0])  # type: ignore[misc]
+    head = orjson.loads(body)
+    assert head["k"] == "open"
+    if change == "writer":
+        head["writer"] = "20261206T000000-1-abcdef"
+    elif change == "segment":
+        head["segment"] = 3
+    else:
+        head["k"] = "ckpt" if change == "kind before" else "seal"
+    new = orjson.dumps(head)
+    lines[0] = seal_line(new, h).rstrip(b"\n")  # its old hash: the edit itself shows too
+    _write(seg, lines)
+    errs = _errors(home, seg)
+    assert ("corrupt", 1, "first line is not this segment's header") in errs
+
+
+# -- lines verify cannot read as records ----------------------------------------------------------
+
+
+def test_a_line_without_its_chain_hash_does_not_hide_the_lines_after_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    _trail(home)
+    seg = _segments(home)[0]
+    lines = _read(seg)
+    i = next(j for j in range(5, len(lines)) if _is_call(lines[j]) and _is_call(lines[j + 1]))
+    gone = _seq(lines[i])
+    lines[i] = split_hash(lines[i])[0]  # type: ignore[index]
+    _write(seg, lines)
+    rep = verify(home)
+    assert [(f.kind, f.line, f.message) for f in rep.findings if f.segment == seg.name] == [
+        ("corrupt", i + 1, "line has no chain hash (edited?)"),
+        ("deleted", i + 2, f"seq {gone} missing before this line: deleted"),
+    ]
+    assert rep.records == 119
+
+
+def test_a_checkpoint_stripped_of_its_seq_does_not_stop_the_check_of_the_lines_after_it(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    _trail(home)
+    clean = verify(home)
+    seg = _segments(home)[0]
+    lines = _read(seg)
+    ckpts = [j for j, ln in enumerate(lines) if ln.startswith((b'{"k":"ckpt"', b'{"k":"seal"'))]
+    assert len(ckpts) >= 2
+    i = ckpts[0]
+    body = split_hash(lines[i])[0]  # type: ignore[index]
+    obj = orjson.loads(body)
+    gone = obj.pop("seq")
+    lines[i] = orjson.dumps(obj)
+    _rechain(lines, i)
+    _write(seg, lines)
+    rep = verify(home)
+    found = [(f.kind, f.line) for f in rep.findings if f.segment == seg.name]
+    assert found == [("deleted", i + 2)] + [("rewritten", c + 1) for c in ckpts[1:]]
+    assert f"seq {gone} missing" in rep.findings[0].message
+    assert (rep.records, rep.checkpoints) == (clean.records, clean.checkpoints)
+
+
+# -- signatures by another machine's key ----------------------------------------------------------
+
+
+def test_another_machines_signatures_in_an_archive_are_counted_per_key_and_segment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its segments checked beside this home's (as ``verify --archive`` lays them out), with
+    only this home's public key: each segment gets one warning per key its lines name, with
+    the number of lines that key signed there; a key id is shown by its first 16 characters,
+    however long the line's field."""
+    monkeypatch.setenv("TOOLTRACE_AUDIT_KEY", "one audit key for the fleet")
+    here, there = tmp_path / "here", tmp_path / "there"
+    write_trail(here, writers=1, n=40)
+    write_trail(there, writers=1, n=60)
+    key = load_key(there, create=False)
+    assert key is not None
+    long_kid = "f" * 200
+    first_approval: list[int] = []
+
+    def edit(writer: str, seq: int, obj: dict[str, object]) -> dict[str, object]:
+        if obj["k"] == "a" and not first_approval:
+            first_approval.append(seq)
+            obj["kid"] = long_kid
+        return obj
+
+    reforge(there, key, None, edit)  # chains and MACs made again; signatures left as they were
+    theirs = _segments(there)
+    assert len(theirs) >= 2
+    expected = []
+    for seg in theirs:
+        kids = collections.Counter(o["kid"] for o in map(orjson.loads, _read(seg)) if "sig" in o)
+        assert kids and all(n >= 2 for k, n in kids.items() if k != long_kid)
+        for kid, n in sorted(kids.items()):
+            shown = "f" * 16 if kid == long_kid else kid
+            assert len(shown) == 16
+            expected.append(("warning", "unverified", seg.name,
+                             f"{n} signatures by key {shown} (another machine's) not checked:"
+                             " pass its public key to check them"))
+        shutil.copy(seg, here / "audit" / "segments")
+    assert sum(1 for e in expected if "f" * 16 in e[3]) == 1
+    rep = verify_audit(here / "audit", key, in_archive=True, trust=trust_for(here))
+    assert [(f.severity, f.kind, f.segment, f.message) for f in rep.findings] == expected
+    assert rep.ok
+
+
+# -- how a segment ends ---------------------------------------------------------------------------
+
+
+_CRASHING_WRITER = textwrap.dedent("""
+    import os, sys, time
+    from support.audit import workload
+    from tooltrace.telemetry import AuditSink
+
+    sink = AuditSink(sys.argv[1], checkpoint_every=5, group_max_records=4)
+    for r in workload(12):
+        sink.emit(r)
+    end = time.monotonic() + 60
+    while sink.acked_records < 12 and time.monotonic() < end:
+        time.sleep(0.001)
+    os._exit(0 if sink.acked_records == 12 else 3)  # a crash: no seal
+""")
+
+
+def test_a_recovered_seal_names_the_file_its_torn_bytes_were_set_aside_in(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, "-c", _CRASHING_WRITER, str(home)], env=env, check=True,
+                   timeout=120)
+    (seg,) = sorted((home / "audit" / "segments").glob("*.live.jsonl"))
+    with seg.open("ab") as f:
+        f.write(b'{"k":"c","call_id":"half a rec')  # the record the writer was writing
+    key = load_key(home, create=False)
+    assert key is not None
+    (r,) = recover_dead_segments(home / "audit", key)
+    assert r.torn_bytes == 30 and r.quarantined is not None
+    rep = verify(home)
+    assert rep.ok
+    assert [(f.severity, f.kind, f.message) for f in rep.findings] == [
+        ("warning", "torn", f"writer crashed mid-write: 30 torn bytes set aside in"
+                            f" {r.quarantined}")]
