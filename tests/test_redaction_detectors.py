@@ -499,3 +499,20 @@ def test_a_value_on_the_line_after_its_name_is_redacted_in_long_text_too(text: s
     for long in (filler + text + "\n" + filler, filler + text, text + "\n" + filler):
         assert len(long) > 4096
         assert _redact(long) == long.replace(text, short)
+
+
+def test_text_up_to_four_kib_is_scanned_whole() -> None:
+    # Longer text is scanned around its anchors only; up to 4,096 characters all of it is, so
+    # a value two lines below its name is found.
+    secret = _rand(ALNUM + "/+", 40)
+    block = "AWS_SECRET_KEY\n=\n" + secret
+    text = "x" * (4096 - len(block) - 1) + "\n" + block
+    assert len(text) == 4096
+    assert _redact(text) == text.replace(secret, marker("aws_secret_key"))
+
+
+def test_a_token_of_eight_kib_in_a_long_line_is_redacted_whole() -> None:
+    # In long text a window reaches 8,192 characters from its anchor, here the token's start.
+    token = "ya29." + _rand(URLSAFE, 8192 - 5)
+    line = "x " * 3000 + token + " y" * 3000
+    assert _redact(line) == "x " * 3000 + marker("gcp_oauth_token") + " y" * 3000
