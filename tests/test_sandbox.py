@@ -5,13 +5,16 @@ masks; the refusal where no backend can run; the record, span and autopsy name t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
+import site
 import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,10 +25,18 @@ from support.components import missing, require_binary
 from support.otlp import OtlpHttpReceiver
 from support.runtime import wait_for
 
+import tooltrace
 from tooltrace import Status, ToolCall, ToolRegistry, create_registry
 from tooltrace.builtins import CommandConfig, register_builtins
+from tooltrace.runtime import (
+    CommandSandbox,
+    Grants,
+    SandboxUnavailableError,
+    choose_sandbox,
+    landlock_abi,
+    sandbox_label,
+)
 from tooltrace.runtime import _landlock as ll
-from tooltrace.runtime import landlock_abi
 from tooltrace.telemetry.tracing import TracingSink
 from tooltrace.testing import RecordingSink
 
@@ -269,6 +280,165 @@ def test_a_program_that_cannot_start_fails_the_call_as_without_a_sandbox(
         b.reg.shutdown(timeout_s=5.0)
 
 
+@pytest.mark.parametrize("network", [False, True])
+def test_a_program_the_kernel_cannot_exec_is_named_in_the_error(tmp_path: Path,
+                                                                  network: bool) -> None:
+    # The helper's argv differs in length with the network setting; the error names the
+    # program either way, not a word of the helper's own settings.
+    b = _box(tmp_path, "landlock", network=network)
+    bad = b.ws / "bad"
+    bad.write_bytes(b"\x7fELF\x00garbage")
+    bad.chmod(0o755)
+    try:
+        env = b.reg.call(ToolCall("run_command", {"argv": ["./bad", "--", "x"]}))
+        assert env.status is Status.FAILED and env.record.error_type == "OSError", env.summary
+        assert env.summary.endswith("Exec format error: './bad'"), env.summary
+    finally:
+        b.reg.shutdown(timeout_s=5.0)
+
+
+@pytest.mark.parametrize("mode", BACKENDS)
+def test_a_missing_or_unreachable_program_fails_before_anything_starts(mode: str,
+                                                                        tmp_path: Path) -> None:
+    b = _box(tmp_path, mode)
+    ran = b.ws / "ran"
+    (b.ws / "plain").write_text(f"touch {ran}\n")
+    for prog in (b.outside / "prog", b.outside / "bin" / "tool"):
+        prog.parent.mkdir(exist_ok=True)
+        prog.write_text(f"#!/bin/sh\ntouch {ran}\n")
+        prog.chmod(0o755)
+    unreachable = "the program is not executable, or lies outside what the sandbox grants"
+    cases: list[tuple[dict[str, Any], str, str]] = [
+        ({"argv": ["no-such-program-here"]}, "FileNotFoundError", "No such file or directory"),
+        # The file is there, in the workspace, but not executable.
+        ({"argv": [str(b.ws / "plain")]}, "PermissionError", unreachable),
+        # Executable, but outside the grants: by its path, and found on PATH.
+        ({"argv": [str(b.outside / "prog")]}, "PermissionError", unreachable),
+        ({"argv": ["tool"], "env": {"PATH": f"{b.outside / 'bin'}:/usr/bin:/bin"}},
+         "PermissionError", unreachable),
+    ]
+    try:
+        for args, error, says in cases:
+            env = b.reg.call(ToolCall("run_command", args))
+            assert env.status is Status.FAILED, (args, env.summary)
+            assert env.record.error_type == error and says in env.summary, (args, env.summary)
+            assert "pid" not in _detail(env)
+        assert not ran.exists()
+    finally:
+        b.reg.shutdown(timeout_s=5.0)
+
+
+def _run_in(sandbox: CommandSandbox, argv: list[str], grants: Grants, cwd: Path,
+            env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Start ``argv`` in ``sandbox`` as the command tools do, and wait for it."""
+    launch = sandbox.launch(argv, {"PATH": os.defpath, **(env or {})}, grants)
+    try:
+        proc = subprocess.Popen(launch.argv, cwd=cwd, env=launch.env, pass_fds=launch.pass_fds,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            launch.started()
+        finally:
+            out, err = proc.communicate(timeout=60)
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    finally:
+        launch.close()
+
+
+@pytest.mark.parametrize("mode", BACKENDS)
+def test_grants_that_do_not_mention_the_network_refuse_it(mode: str, tmp_path: Path,
+                                                          listener: socket.socket) -> None:
+    _need(mode)
+    grants = Grants(write=(str(tmp_path),))
+    sandbox = choose_sandbox(mode, grants)
+    port = listener.getsockname()[1]
+    p = _run_in(sandbox, [sys.executable, "-c", _CONNECT, str(port)], grants, tmp_path)
+    assert p.returncode == 3, (p.stdout, p.stderr)
+    listener.settimeout(0.0)
+    with pytest.raises(BlockingIOError):
+        listener.accept()
+
+
+@pytest.mark.parametrize("mode", BACKENDS)
+def test_read_paths_can_be_read_not_written(mode: str, tmp_path: Path) -> None:
+    b = _box(tmp_path, mode, read_paths=(str(tmp_path / "outside"),))
+    f = b.outside / "secret.txt"
+    try:
+        env = b.run('cat "$F"; echo x >> "$F" 2>/dev/null; echo write=$?', F=str(f))
+        assert env.status is Status.OK, env.summary
+        assert env.data["stdout"].splitlines()[0] == "secret"
+        assert _results(env.data["stdout"].splitlines()[1])["write"] != 0
+        assert f.read_text() == "secret\n"
+    finally:
+        b.reg.shutdown(timeout_s=5.0)
+
+
+@pytest.mark.parametrize("mode", BACKENDS)
+def test_a_home_named_as_a_read_path_stays_out_of_reach(mode: str, tmp_path: Path) -> None:
+    # The home is the read grant itself, not a directory inside one.
+    b = _box(tmp_path, mode, read_paths=(str(tmp_path / "home"),))
+    try:
+        env = b.run('cat "$F"', F=str(b.home / "trail.jsonl"))
+        if mode == "landlock":
+            _refused(env)
+            assert "cannot keep a directory inside a grant out of reach" in env.summary
+        else:
+            assert env.status is Status.OK, env.summary
+            assert "the record" not in env.data["stdout"]
+            assert env.data["exit_code"] != 0
+    finally:
+        b.reg.shutdown(timeout_s=5.0)
+
+
+def test_every_hidden_directory_inside_a_grant_is_hidden_by_bwrap(tmp_path: Path) -> None:
+    _need("bwrap")
+    ws = tmp_path / "ws"
+    keys = ws / "keys"
+    keys.mkdir(parents=True)
+    (keys / "key").write_text("signing key\n")
+    # Hidden directories outside every grant come first: the one inside is hidden all the same.
+    grants = Grants(write=(str(ws),), hidden=(str(tmp_path / "elsewhere"), str(tmp_path / "x"),
+                                              str(keys)))
+    sandbox = choose_sandbox("bwrap", grants)
+    p = _run_in(sandbox, ["sh", "-c", "cat keys/key; ls -A keys"], grants, ws)
+    assert "signing key" not in p.stdout and p.stdout == "", (p.stdout, p.stderr)
+
+
+@pytest.mark.parametrize("mode", ["off", *BACKENDS])
+def test_a_launch_closed_before_it_started_leaves_no_descriptor_or_directory(
+    mode: str, tmp_path: Path, temp_root: Path,
+) -> None:
+    # A command refused between its launch and its start (the admission queue was full, say).
+    _need(mode)
+    grants = Grants(write=(str(tmp_path),))
+    sandbox = choose_sandbox(mode, grants)
+    before = set(os.listdir("/proc/self/fd"))
+    launch = sandbox.launch(["true"], {"PATH": os.defpath}, grants)
+    launch.close()
+    assert set(os.listdir("/proc/self/fd")) == before
+    assert _private_tmps(temp_root) == []
+    launch.close()  # a second close does nothing
+
+
+@pytest.mark.parametrize("mode", BACKENDS)
+def test_a_command_that_leaves_an_undeletable_file_in_its_tmpdir_still_returns(
+    mode: str, tmp_path: Path, temp_root: Path,
+) -> None:
+    # A directory its owner cannot write (root ignores that) holding an immutable file (which
+    # only root can make): removing the private directory fails, the result stands.
+    b = _box(tmp_path, mode)
+    try:
+        env = b.run('mkdir "$TMPDIR/d" && echo x > "$TMPDIR/d/f" && chattr +i "$TMPDIR/d/f"'
+                    ' 2>/dev/null; chmod 500 "$TMPDIR/d" && echo done')
+        assert env.status is Status.OK and env.data["stdout"] == "done\n", env.summary
+    finally:
+        b.reg.shutdown(timeout_s=5.0)
+        for left in _private_tmps(temp_root):
+            d = temp_root / left / "d"
+            subprocess.run(["chattr", "-i", str(d / "f")], capture_output=True, check=False)
+            d.chmod(0o700)
+
+
 # -- ABI handling ------------------------------------------------------------------------------
 
 
@@ -344,6 +514,93 @@ def test_each_abi_confines_on_this_kernel(abi: int, tmp_path: Path,
         b.reg.shutdown(timeout_s=5.0)
 
 
+# -- what the host's installation adds: run in a child whose setting differs ------------------
+
+
+def _python_path() -> str:
+    """Where a child interpreter finds this tooltrace and what it imports."""
+    return os.pathsep.join([str(Path(tooltrace.__file__).parents[1]), *site.getsitepackages()])
+
+
+# Run inside the child: each backend's command and what it said, as JSON on stdout.
+_CHILD = """
+import json, sys
+from tooltrace import ToolCall, ToolRegistry
+from tooltrace.builtins import CommandConfig, register_builtins
+ws, home, script, *modes = sys.argv[1:]
+out = {}
+for mode in modes:
+    name, _, network = mode.partition("+")
+    reg = ToolRegistry(workspace=ws, home=home)
+    register_builtins(reg, commands=CommandConfig(sandbox=name, network=bool(network)))
+    env = reg.call(ToolCall("run_command", {"argv": ["sh", "-c", script]}))
+    step = next(s for s in env.steps if s.step == "execute")
+    out[mode] = [(step.detail or {}).get("sandbox"), env.summary, (env.data or {}).get("stdout")]
+    reg.shutdown(timeout_s=5.0)
+print(json.dumps(out))
+"""
+
+
+def _child(python: list[str], tmp_path: Path, script: str, modes: list[str],
+           env: Mapping[str, str], executable: str | None = None) -> dict[str, Any]:
+    ws, home = tmp_path / "child-ws", tmp_path / "child-home"
+    ws.mkdir(exist_ok=True)
+    p = subprocess.run([*python, "-c", _CHILD, str(ws), str(home), script, *modes],
+                       executable=executable, capture_output=True, text=True, timeout=120,
+                       check=False, env={"PATH": os.environ.get("PATH", os.defpath),
+                                         "PYTHONPATH": _python_path(), **env})
+    assert p.returncode == 0, p.stderr
+    return dict(json.loads(p.stdout.splitlines()[-1]))
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Python installation of its own (a venv) for child interpreters."""
+    root = tmp_path_factory.mktemp("python") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True,
+                   capture_output=True, timeout=120)
+    return root
+
+
+@pytest.mark.parametrize("holds", ["nothing", "home-is-it", "home", "tmp"])
+def test_a_python_installation_holding_the_home_or_the_temp_dir_is_not_granted(
+    holds: str, venv: Path, tmp_path: Path,
+) -> None:
+    # The interpreter's own installation is granted to commands (they may run Python), unless
+    # granting it would grant the user's home or the temporary directory with it.
+    _need("auto")
+    for d in ("home", "tmp"):
+        (venv / d).mkdir(exist_ok=True)
+    (tmp_path / "elsewhere").mkdir()
+    env = {"HOME": str(tmp_path / "elsewhere"), "TMPDIR": str(tmp_path / "elsewhere")}
+    if holds == "home-is-it":
+        env["HOME"] = str(venv)
+    elif holds != "nothing":
+        env["HOME" if holds == "home" else "TMPDIR"] = str(venv / holds)
+    got = _child([str(venv / "bin" / "python")], tmp_path, f"cat {venv}/pyvenv.cfg",
+                 list(BACKENDS), env)
+    for mode in BACKENDS:
+        sandbox, summary, stdout = got[mode]
+        assert sandbox.startswith(mode), (mode, summary)
+        assert ("home = " in stdout) is (holds == "nothing"), (mode, holds, stdout)
+
+
+def test_without_an_interpreter_landlock_is_refused_and_auto_takes_bubblewrap(
+    tmp_path: Path,
+) -> None:
+    # An embedding program's Python may not know its own executable (sys.executable is "").
+    _need("auto")
+    python = sys.executable
+    got = _child(["embedded-python"], tmp_path, "echo ran", ["landlock", "auto"],
+                 {"PATH": os.path.dirname(shutil.which("bwrap") or "/usr/bin/bwrap")},
+                 executable=python)
+    sandbox, summary, _ = got["landlock"]
+    assert sandbox is None
+    assert ("no command sandbox can run here (no Python interpreter to apply Landlock with)"
+            in summary), summary
+    assert got["auto"][0] == "bwrap" and got["auto"][2] == "ran\n", got["auto"]
+
+
 # -- where no sandbox can run ----------------------------------------------------------------
 
 
@@ -370,7 +627,7 @@ def test_no_backend_means_no_command(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("config", "says"), [
     ({"sandbox": "bwrap", "bwrap_path": "/nonexistent/bwrap"}, "bubblewrap"),
-    ({"sandbox": "landlock", "landlock_max_abi": 0}, "Landlock"),
+    ({"sandbox": "landlock", "landlock_max_abi": 0}, "this kernel offers no Landlock"),
     ({"sandbox": "landlock", "landlock_max_abi": 3}, "ABI 3 cannot refuse the network"),
 ])
 def test_a_forced_backend_that_cannot_run_refuses(tmp_path: Path, config: dict[str, Any],
@@ -383,6 +640,96 @@ def test_a_forced_backend_that_cannot_run_refuses(tmp_path: Path, config: dict[s
         assert says in env.summary
     finally:
         b.reg.shutdown(timeout_s=5.0)
+
+
+def test_a_command_whose_landlock_cannot_be_applied_is_refused_naming_the_other_settings(
+    tmp_path: Path,
+) -> None:
+    # A write path below a file: the helper cannot open it to grant it, and fails before the
+    # program starts.
+    _need("landlock")
+    (tmp_path / "file").write_text("")
+    b = _box(tmp_path, "landlock", write_paths=(str(tmp_path / "file" / "sub"),))
+    try:
+        env = b.run("touch ran")
+        _refused(env)
+        assert "the kernel refused the Landlock sandbox (Not a directory)" in env.summary
+        assert 'set sandbox = "bwrap" or, knowingly, "off"' in env.summary
+        assert not (b.ws / "ran").exists()
+    finally:
+        b.reg.shutdown(timeout_s=5.0)
+
+
+@pytest.mark.parametrize("mode", ["on", "strict", "Off", "none", ""])
+def test_an_unknown_setting_is_refused_never_taken_for_off(mode: str) -> None:
+    # Called by keyword, as the public signature allows.
+    with pytest.raises(SandboxUnavailableError) as exc:
+        choose_sandbox(mode=mode, grants=Grants(write=("/nonexistent",)))
+    assert str(exc.value) == (f"unknown sandbox setting {mode!r}: one of auto, landlock, bwrap,"
+                              " off")
+
+
+def _fake_bwrap(tmp_path: Path, script: str) -> str:
+    path = tmp_path / "fake-bwrap"
+    path.write_text(f"#!/bin/sh\n{script}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+_LONG = "bwrap: " + "x" * 293
+
+
+@pytest.mark.parametrize(("script", "says"), [
+    # bubblewrap where user namespaces are off: the first line of its error, cut at 200.
+    (f"echo {_LONG} >&2; echo second line >&2; exit 1", f"({_LONG[:200]})"),
+    ("echo 'bwrap: No permissions to create a new namespace' >&2; exit 1",
+     "(bwrap: No permissions to create a new namespace)"),
+    # Killed without a word: its status says what happened.
+    ("kill -9 $$", "(-9)"),
+    ("exit 3", "(3)"),
+])
+def test_a_bubblewrap_that_fails_its_probe_is_refused_with_its_reason(
+    tmp_path: Path, script: str, says: str,
+) -> None:
+    b = _box(tmp_path, "bwrap", bwrap_path=_fake_bwrap(tmp_path, script))
+    try:
+        env = b.run("touch ran")
+        _refused(env)
+        assert f"no command sandbox can run here (bubblewrap does not run here {says})" in (
+            env.summary), env.summary
+        assert not (b.ws / "ran").exists()
+    finally:
+        b.reg.shutdown(timeout_s=5.0)
+
+
+def test_a_bubblewrap_that_cannot_be_executed_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "bwrap"
+    bad.write_bytes(b"\x7fELF\x00garbage")
+    bad.chmod(0o755)
+    b = _box(tmp_path, "bwrap", bwrap_path=str(bad))
+    try:
+        env = b.run("touch ran")
+        _refused(env)
+        assert "(bubblewrap does not run here (OSError))" in env.summary, env.summary
+    finally:
+        b.reg.shutdown(timeout_s=5.0)
+
+
+def test_bubblewrap_is_probed_once_not_before_every_command(tmp_path: Path) -> None:
+    real = require_binary("bwrap", "apt-get install bubblewrap")
+    log = tmp_path / "bwrap.log"
+    wrapper = _fake_bwrap(tmp_path, f'echo "$*" >> {log}\nexec {real} "$@"')
+    b = _box(tmp_path, "bwrap", bwrap_path=wrapper)
+    try:
+        for _ in range(3):
+            env = b.run("echo ok")
+            assert env.status is Status.OK and env.data["stdout"] == "ok\n", env.summary
+    finally:
+        b.reg.shutdown(timeout_s=5.0)
+    runs = log.read_text().splitlines()
+    assert len(runs) == 4
+    assert runs[0].startswith("--unshare-all --ro-bind / / ")  # the probe, then three commands
+    assert not any(r.startswith("--unshare-all --ro-bind / / ") for r in runs[1:])
 
 
 def test_off_runs_unconfined_and_says_so(tmp_path: Path) -> None:
@@ -429,6 +776,32 @@ def test_bad_settings_are_configuration_errors() -> None:
         CommandConfig(read_paths=("relative",))
     with pytest.raises(ConfigurationError):
         CommandConfig(landlock_max_abi=-1)
+
+
+@pytest.mark.parametrize(("value", "label"), [
+    ("off", "off"), ("bwrap", "bwrap"), ("landlock-abi4", "landlock-abi4"),
+    ("landlock-abi12", "landlock-abi12"), ("landlock-abi", None), ("landlock-abiX", None),
+    ("landlock-abi4 ", None), ("xlandlock-abi4", None), ("xxxxxxxxxxxx4", None),
+    ("auto", None), ("bash", None), ("", None), (None, None), (4, None), (["off"], None),
+])
+def test_only_a_sandbox_name_is_a_label(value: object, label: str | None) -> None:
+    # What a span and a metric may carry from an execute step's detail: a closed set.
+    assert sandbox_label(value) == label
+
+
+@pytest.mark.parametrize("mode", ["off", *BACKENDS])
+def test_the_chosen_backend_and_its_grants_cannot_be_changed(mode: str, tmp_path: Path) -> None:
+    _need(mode)
+    grants = Grants(write=(str(tmp_path),))
+    sandbox = choose_sandbox(mode, grants)
+    fields = dataclasses.fields(sandbox)  # type: ignore[arg-type]
+    assert fields
+    for f in fields:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(sandbox, f.name, getattr(sandbox, f.name))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        grants.network = True  # type: ignore[misc]
+    assert grants.network is False
 
 
 # -- the record: step, span, autopsy, policy file ---------------------------------------------

@@ -252,10 +252,11 @@ class _Bubblewrap:
             args.append("--share-net")
         for target, link in links:
             args += ["--symlink", target, link]
-        for d in dirs:
-            args += ["--ro-bind", d, d]
         tmp = _private_tmp()
         args += ["--proc", "/proc", "--dev", "/dev", "--bind", tmp, "/tmp"]
+        # After /tmp: a Python installation there (a venv in /tmp) is mounted over it.
+        for d in dirs:
+            args += ["--ro-bind", d, d]
         if grants.network:
             resolv = os.path.realpath("/etc/resolv.conf")
             args += ["--ro-bind-try", resolv, resolv]
