@@ -211,8 +211,8 @@ class Redactor:
 
     @property
     def generation(self) -> int:
-        """Changes whenever a value is registered: text redacted before may redact differently
-        now (a caller remembering redacted text checks it)."""
+        """How many times a value was registered (0: never): text redacted before may redact
+        differently now (a caller remembering redacted text checks it)."""
         return self._generation
 
     def _registered_re(self) -> re.Pattern[str] | None:
@@ -399,9 +399,15 @@ class Redactor:
 
     def bounded(self, text: str, limit: int) -> str:
         """At most ``limit`` characters of ``text``, redacted first and then cut: cut first,
-        a secret would no longer be recognised and its first characters would remain."""
+        a secret would no longer be recognised and its first characters would remain. A cut
+        ends in "..." (below a limit of 3 it is a plain cut, as ``preview`` makes); a
+        negative limit is refused (``ValueError``)."""
+        if limit < 0:
+            raise ValueError("limit must be >= 0")
         text = self.redact_text(text)
-        return text if len(text) <= limit else text[: max(limit - 3, 0)] + "..."
+        if len(text) <= limit:
+            return text
+        return text[: limit - 3] + "..." if limit >= 3 else text[:limit]
 
     def redact_exception(self, exc: BaseException) -> str:
         """``"<ExceptionType>: <message>"`` with secrets redacted and the message bounded."""
