@@ -585,6 +585,33 @@ def test_a_python_installation_holding_the_home_or_the_temp_dir_is_not_granted(
         assert ("home = " in stdout) is (holds == "nothing"), (mode, holds, stdout)
 
 
+def test_the_resolver_configuration_is_granted_with_the_network_only(tmp_path: Path) -> None:
+    # Where /etc/resolv.conf links out of /etc (systemd-resolved, resolvconf: into /run), a
+    # command allowed the network reads its target to resolve names; one refused the network
+    # has no use for it and does not read it. The child runs in a mount namespace of its own
+    # whose /etc is an overlay holding such a link.
+    _need("auto")
+    unshare = require_binary("unshare", "apt-get install util-linux")
+    run = tmp_path / "run"
+    for d in ("upper", "work", "run"):
+        (tmp_path / d).mkdir()
+    (run / "resolv.conf").write_text("nameserver 192.0.2.53\n")
+    setup = (f"mount -t overlay overlay -o lowerdir=/etc,upperdir={tmp_path}/upper,"
+             f"workdir={tmp_path}/work /etc && ln -sf {run}/resolv.conf /etc/resolv.conf")
+    probe = subprocess.run([unshare, "-Urm", "sh", "-c", f"{setup} && cat /etc/resolv.conf"],
+                           capture_output=True, text=True, timeout=60, check=False)
+    if probe.stdout != "nameserver 192.0.2.53\n":
+        missing(f"a user and mount namespace with an overlay /etc ({probe.stderr.strip()})")
+    modes = [f"{m}{n}" for m in BACKENDS for n in ("", "+net")]
+    got = _child([unshare, "-Urm", "sh", "-c", f'{setup} && exec "$0" "$@"', sys.executable],
+                 tmp_path, "cat /etc/resolv.conf", modes, {})
+    for mode in modes:
+        sandbox, summary, stdout = got[mode]
+        assert sandbox.startswith(mode.partition("+")[0]), (mode, summary)
+        assert stdout == ("nameserver 192.0.2.53\n" if mode.endswith("+net") else ""), (
+            mode, stdout)
+
+
 def test_without_an_interpreter_landlock_is_refused_and_auto_takes_bubblewrap(
     tmp_path: Path,
 ) -> None:
