@@ -220,12 +220,14 @@ def test_a_length_of_no_width_or_of_four_bytes_ends_the_reading(der: bytes) -> N
     [
         b"\x30",  # one byte: a tag without its length
         b"\x04\x82\x01",  # a two-byte length cut after its first byte
-        b"\x04\x40" + _bytes("cut", 32),  # 64 bytes announced, 32 there
+        b"\x04\x20" + _bytes("cut", 20),  # 32 bytes announced, 20 there
         b"\x04\x82\x01\x00" + _bytes("cut", 32),  # 256 announced in the long form, 32 there
+        b"\x30\x40" + _tlv(0x04, _bytes("cut", 32)),  # a SEQUENCE of 64 bytes holding 34
         b"\x30\x00\x04\x00",  # empty elements
         b"\x30\x03\x04\x01",  # a SEQUENCE whose OCTET STRING runs past its end
     ],
-    ids=["tag-only", "length-cut", "content-cut", "long-content-cut", "empty", "inner-cut"],
+    ids=["tag-only", "length-cut", "content-cut", "long-content-cut", "sequence-cut", "empty",
+         "inner-cut"],
 )
 def test_der_cut_short_is_read_up_to_the_cut_without_raising(tail: bytes) -> None:
     """A key file cut short (or followed by junk): registering it does not raise, the key
@@ -234,6 +236,7 @@ def test_der_cut_short_is_read_up_to_the_cut_without_raising(tail: bytes) -> Non
     der = _tlv(0x30, _tlv(0x04, KEY)) + tail
     r = _holding(der)
     assert _redacted_forms(r, KEY) == ALL_FORMS
+    assert _redacted_forms(r, _bytes("cut", 20)) == set()
     assert _redacted_forms(r, _bytes("cut", 32)) == set()
 
 
