@@ -612,6 +612,36 @@ def test_the_resolver_configuration_is_granted_with_the_network_only(tmp_path: P
             mode, stdout)
 
 
+def test_a_home_moved_into_the_python_installation_is_kept_out_from_then_on(
+    venv: Path, tmp_path: Path,
+) -> None:
+    _need("auto")
+    (venv / "home").mkdir(exist_ok=True)
+    (tmp_path / "ws").mkdir()
+    script = f"""
+import json, os, sys
+from tooltrace import ToolCall, ToolRegistry
+from tooltrace.builtins import CommandConfig, register_builtins
+out = []
+for mode in ("landlock", "bwrap"):
+    reg = ToolRegistry(workspace={str(tmp_path / "ws")!r}, home={str(tmp_path / "home")!r})
+    register_builtins(reg, commands=CommandConfig(sandbox=mode))
+    for home in ({str(tmp_path)!r}, {str(venv / "home")!r}):
+        os.environ["HOME"] = home
+        env = reg.call(ToolCall("run_command", {{"argv": ["cat", {str(venv / "pyvenv.cfg")!r}]}}))
+        out.append(env.data["exit_code"] if env.data else env.summary)
+    reg.shutdown(timeout_s=5.0)
+print(json.dumps(out))
+"""
+    p = subprocess.run([str(venv / "bin" / "python"), "-c", script], capture_output=True,
+                       text=True, timeout=120, check=False,
+                       env={"PATH": os.environ.get("PATH", os.defpath),
+                            "PYTHONPATH": _python_path(), "HOME": str(tmp_path)})
+    assert p.returncode == 0, p.stderr
+    # Each backend: readable while the home lies elsewhere, not once it lies inside.
+    assert json.loads(p.stdout) == [0, 1, 0, 1]
+
+
 def test_without_an_interpreter_landlock_is_refused_and_auto_takes_bubblewrap(
     tmp_path: Path,
 ) -> None:

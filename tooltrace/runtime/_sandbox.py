@@ -172,10 +172,17 @@ def landlock_abi() -> int:
         return 0
 
 
-@functools.cache
 def _system_reads() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     """(directories to grant, symlinks to recreate as they are): the system's directories and
     the Python installation that runs tooltrace (``sys.base_prefix`` and a venv's prefix)."""
+    # The home and the temporary directory as they are now, not at the first command.
+    return _reads(os.path.realpath(os.path.expanduser("~")),
+                  os.path.realpath(tempfile.gettempdir()))
+
+
+@functools.cache
+def _reads(*kept_out: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """``_system_reads`` for a home and a temporary directory (``kept_out``)."""
     dirs: list[str] = []
     links: list[tuple[str, str]] = []
     for d in SYSTEM_DIRS:
@@ -185,7 +192,6 @@ def _system_reads() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
             dirs.append(d)
     # A prefix that holds the user's home or the temporary directory (``/``, say) would grant
     # them: such an installation is not granted, and the operator names what it needs.
-    kept_out = (os.path.realpath(os.path.expanduser("~")), os.path.realpath(tempfile.gettempdir()))
     for p in (sys.base_prefix, sys.prefix):
         real = os.path.realpath(p)
         if (p and os.path.isdir(real) and not _under(real, dirs)
