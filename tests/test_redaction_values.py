@@ -115,7 +115,7 @@ def test_is_clean_is_true_exactly_when_redaction_gives_the_same_text() -> None:
     shown = marker("registered")
     r.register_value(shown)
     assert r.redact_text(shown) == shown
-    assert r.is_clean(shown) and r.is_clean(shown)
+    assert r.is_clean(shown) and r.is_clean(shown) and r.is_clean(_Header(shown))
 
 
 # -- encoded text -----------------------------------------------------------------------------
@@ -306,3 +306,15 @@ def test_a_key_of_a_str_subclass_is_judged_and_shown_by_its_own_text() -> None:
     out, n = r.redact({_Header("X-Request-Id"): "r-2", "password": "hunter22"})
     assert n == 1
     assert [str.__str__(k) for k in out] == ["X-Request-Id", "password"]
+
+
+def test_a_text_or_key_of_a_str_subclass_never_takes_a_verdict_remembered_for_another() -> None:
+    r = Redactor()
+    token = TOKEN[:4] + TOKEN[4:].lower()  # a token in lower case; "GHP_..." is none
+    assert r.is_clean(_Header(token.upper()))  # equal to the token under its own equality
+    assert not r.is_clean(token) and not r.is_clean(token)
+    assert not r.is_clean(_Header(token))
+    assert r.is_plain_key(_Header("Note")) and r.is_plain_key(_Header("Note"))
+    assert not r.is_plain_key(_Header("Password")) and not r.is_plain_key(_Header(f"k {token}"))
+    out, n = r.redact({"note": f"t {token}"})
+    assert n == 1 and [str.__str__(k) for k in out] == ["note"]

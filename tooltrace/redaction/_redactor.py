@@ -235,6 +235,8 @@ class Redactor:
         verdict for a text of up to 128 characters is remembered until a value is registered
         (the last 4,096 or fewer: a full memory starts over, so texts that never repeat, such
         as request ids, cannot keep later ones out)."""
+        if type(text) is not str:  # a subclass may bring its own equality: never remembered
+            return self._redact_text(text)[0] == text
         plain = self._plain  # taken first: a verdict reached under older rules dies with it
         verdict = plain.get(text)
         if verdict is None:
@@ -248,7 +250,9 @@ class Redactor:
     def is_plain_key(self, key: str) -> bool:
         """Whether a mapping key leaves its value to the text rules alone: it names no secret
         (no key rule matches it) and holds none; decided once per key, as ``redact`` does."""
-        secret, _numeric, _shown, found = self._key_info(key)
+        secret, _numeric, _shown, found = (
+            self._key_info(key) if type(key) is str else self._decide_key_info(key)
+        )
         return not secret and not found
 
     def _redact_text(self, text: str, depth: int = 0) -> tuple[str, int]:
@@ -313,10 +317,10 @@ class Redactor:
     # -- structured values --------------------------------------------------------------------
 
     def _key_info(self, key: str) -> tuple[bool, bool, str, int]:
-        info = self._keys.get(key)
+        keys = self._keys  # taken first: a key decided under older rules dies with them
+        info = keys.get(key)
         if info is None:
             info = self._decide_key_info(key)
-            keys = self._keys
             if len(keys) < 4096:
                 keys[key] = info
         return info
