@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -21,6 +22,7 @@ from support.forge import reforge, write_trail
 
 from tooltrace.audit import (
     load_key,
+    load_public_key,
     recover_dead_segments,
     trust_for,
     verify,
@@ -186,11 +188,12 @@ def test_a_record_replayed_from_an_earlier_segment_says_which_seq_belongs_there(
 # -- the segment's header -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("change", ["writer", "segment", "kind before", "kind after"])
+@pytest.mark.parametrize("change", [
+    "writer", "earlier segment", "later segment", "kind before", "kind after"])
 def test_a_first_line_that_is_not_this_segments_header_is_named(
         tmp_path: Path, change: str) -> None:
-    """A header naming another writer or another segment number, or a first line of another
-    kind (one sorting before "open" and one after it), is not this segment's header."""
+    """A header naming another writer, an earlier or a later segment number, or a first line of
+    another kind (one sorting before "open" and one after it), is not this segment's header."""
     home = tmp_path / "home"
     _trail(home)
     seg = _segments(home)[1]
@@ -200,8 +203,8 @@ def test_a_first_line_that_is_not_this_segments_header_is_named(
     assert head["k"] == "open"
     if change == "writer":
         head["writer"] = "20261206T000000-1-abcdef"
-    elif change == "segment":
-        head["segment"] = 3
+    elif change.endswith("segment"):
+        head["segment"] = 1 if change == "earlier segment" else 3
     else:
         head["k"] = "ckpt" if change == "kind before" else "seal"
     new = orjson.dumps(head)
@@ -211,7 +214,53 @@ def test_a_first_line_that_is_not_this_segments_header_is_named(
     assert ("corrupt", 1, "first line is not this segment's header") in errs
 
 
+def test_a_writers_segments_past_the_256th_verify_clean(tmp_path: Path) -> None:
+    """Segment numbers past 256, where Python stops sharing small int objects."""
+    home = tmp_path / "home"
+    sink = AuditSink(home, checkpoint_every=25, segment_max_bytes=1, group_max_records=1,
+                     fsync="none")
+    for r in workload(260):
+        sink.emit(r)
+    sink.shutdown()
+    rep = verify(home)
+    assert rep.ok and rep.findings == [], rep.findings[:3]
+    assert rep.segments > 256 and rep.records == 260
+
+
+def test_a_header_without_its_seq_after_a_deleted_segment_counts_from_the_first_seq(
+        tmp_path: Path) -> None:
+    """Nothing says where the segment's seqs start (its predecessor is gone, its header has no
+    seq): every seq from the writer's first, 1, up to its first record is missing."""
+    home = tmp_path / "home"
+    _trail(home)
+    first, second = _segments(home)[:2]
+    first.unlink()
+    lines = _read(second)
+    body, h = split_hash(lines[0])  # type: ignore[misc]
+    head = orjson.loads(body)
+    header_seq = head.pop("seq")
+    lines[0] = seal_line(orjson.dumps(head), h).rstrip(b"\n")  # its hash kept: the next chains
+    _write(second, lines)
+    assert _errors(home, second) == [
+        ("deleted", 2, f"seq 1..{header_seq} missing before this line: deleted")]
+
+
 # -- lines verify cannot read as records ----------------------------------------------------------
+
+
+def test_a_line_that_is_not_a_record_is_named_and_its_seq_missing(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    _trail(home)
+    seg = _segments(home)[0]
+    lines = _read(seg)
+    i = next(j for j in range(5, len(lines)) if _is_call(lines[j]) and _is_call(lines[j + 1]))
+    gone = _seq(lines[i])
+    lines[i] = b"this line was overwritten"
+    _write(seg, lines)
+    assert _errors(home, seg) == [
+        ("corrupt", i + 1, "line is not a valid record (edited?)"),
+        ("deleted", i + 2, f"seq {gone} missing before this line: deleted"),
+    ]
 
 
 def test_a_line_without_its_chain_hash_does_not_hide_the_lines_after_it(tmp_path: Path) -> None:
@@ -252,6 +301,10 @@ def test_a_checkpoint_stripped_of_its_seq_does_not_stop_the_check_of_the_lines_a
     assert found == [("deleted", i + 2)] + [("rewritten", c + 1) for c in ckpts[1:]]
     assert f"seq {gone} missing" in rep.findings[0].message
     assert (rep.records, rep.checkpoints) == (clean.records, clean.checkpoints)
+    # Every checkpoint and seal of the trail is counted once.
+    on_disk = sum(1 for p in _segments(home) for ln in _read(p)
+                  if ln.startswith((b'{"k":"ckpt"', b'{"k":"seal"')))
+    assert clean.checkpoints == on_disk
 
 
 # -- signatures by another machine's key ----------------------------------------------------------
@@ -298,6 +351,52 @@ def test_another_machines_signatures_in_an_archive_are_counted_per_key_and_segme
     assert rep.ok
 
 
+def test_a_line_naming_an_untrusted_key_shows_its_first_16_characters(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    write_trail(home, writers=1, n=40)
+    key = load_key(home, create=False)
+    pub = load_public_key(home)
+    assert key is not None and pub is not None
+    target: list[int] = []
+
+    def edit(writer: str, seq: int, obj: dict[str, Any]) -> dict[str, Any]:
+        if obj["k"] == "a" and not target:
+            target.append(seq)
+            obj["kid"] = "f" * 200
+        return obj
+
+    reforge(home, key, None, edit)
+    forged = [(f.seq, f.message) for f in verify(home).findings if f.kind == "forged"]
+    # (the approvals after it no longer hold either: each signature covers the head before it)
+    assert forged[0] == (target[0], f"approval does not hold (signed by key {'f' * 16}, not by"
+                                    f" the trusted key ({pub.kid})): altered or forged")
+
+
+def test_unsigned_lines_are_reported_once_per_segment_with_how_many_more(
+        tmp_path: Path) -> None:
+    """Signatures stripped from a whole trail, its chains and MACs made again with the audit
+    key: each segment names its first unsigned line and counts the others."""
+    home = tmp_path / "home"
+    write_trail(home, writers=1, n=60)
+    key = load_key(home, create=False)
+    assert key is not None
+    reforge(home, key, None, _unsigned)
+    expected = []
+    counts = []
+    for seg in _segments(home):
+        signed = [(no, o["k"]) for no, o in enumerate(map(orjson.loads, _read(seg)), start=1)
+                  if o["k"] in ("ckpt", "seal", "a")]
+        no, kind = signed[0]
+        counts.append(len(signed))
+        expected.append((seg.name, no, f"{kind} line at line {no} carries no signature (and"
+                         f" {len(signed) - 1} more in this segment): written before signatures,"
+                         " or stripped"))
+    assert any(n % 2 == 0 for n in counts) and all(n > 2 for n in counts)
+    rep = verify(home)
+    assert [(f.segment, f.line, f.message) for f in rep.findings
+            if f.kind == "unsigned" and f.segment != "digest.jsonl"] == expected
+
+
 # -- how a segment ends ---------------------------------------------------------------------------
 
 
@@ -306,23 +405,73 @@ _CRASHING_WRITER = textwrap.dedent("""
     from support.audit import workload
     from tooltrace.telemetry import AuditSink
 
-    sink = AuditSink(sys.argv[1], checkpoint_every=5, group_max_records=4)
-    for r in workload(12):
+    n, every = int(sys.argv[2]), int(sys.argv[3])
+    sink = AuditSink(sys.argv[1], checkpoint_every=every, group_max_records=4)
+    for r in workload(n):
         sink.emit(r)
     end = time.monotonic() + 60
-    while sink.acked_records < 12 and time.monotonic() < end:
+    while sink.acked_records < n and time.monotonic() < end:  # on disk, not sealed
         time.sleep(0.001)
-    os._exit(0 if sink.acked_records == 12 else 3)  # a crash: no seal
+    os._exit(0 if sink.acked_records == n else 3)  # a crash: no seal, no digest entry
 """)
+
+
+def _crashed(home: Path, n: int, every: int) -> Path:
+    """The live segment a writer process left when it died after writing ``n`` records."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, "-c", _CRASHING_WRITER, str(home), str(n), str(every)],
+                   env=env, check=True, timeout=120)
+    (seg,) = sorted((home / "audit" / "segments").glob("*.live.jsonl"))
+    return seg
+
+
+def _unsigned(writer: str, seq: int, obj: dict[str, Any]) -> dict[str, Any]:
+    obj.pop("sig", None)
+    obj.pop("kid", None)
+    return obj
+
+
+@pytest.mark.parametrize("keys", ["the audit key only", "the public key only"])
+@pytest.mark.parametrize("where", ["before the first checkpoint", "after it"])
+def test_with_either_key_alone_a_forged_record_fails_the_heads_of_the_checkpoints_after_it(
+        tmp_path: Path, keys: str, where: str) -> None:
+    """A record forged in a crashed writer's segment and the chain re-made, the checkpoints'
+    bodies left as they were: with the audit key alone (a trail written before signatures) or
+    the public key alone (a copy checked elsewhere), each checkpoint from the forged record on
+    names a head the chain no longer has, and says since which checkpoint that still held."""
+    home = tmp_path / "home"
+    seg = _crashed(home, 45, 10)
+    if keys == "the audit key only":
+        key = load_key(home, create=False)
+        assert key is not None
+        reforge(home, key, None, _unsigned)
+        shutil.rmtree(home / "keys")
+    else:
+        (home / "audit.key").rename(tmp_path / "audit.key")
+    rep = verify(home, allow_unsigned=True)
+    assert rep.ok and [f.kind for f in rep.findings if f.segment == seg.name] == ["unsealed"]
+    lines = _read(seg)
+    ckpts = [j for j, ln in enumerate(lines) if ln.startswith(b'{"k":"ckpt"')]
+    assert len(ckpts) >= 3
+    lo, hi = (1, ckpts[0]) if where == "before the first checkpoint" else (
+        ckpts[0] + 1, ckpts[1])
+    i = next(j for j in range(lo, hi) if _is_call(lines[j]))
+    lines[i] = lines[i].replace(b'"status":"', b'"status":"x', 1)
+    _rechain(lines, i)
+    _write(seg, lines)
+    rep = verify(home, allow_unsigned=True)
+    since, bad = ("the segment start", ckpts) if where == "before the first checkpoint" else (
+        f"line {ckpts[0] + 1}", ckpts[1:])
+    assert [(f.kind, f.line, f.message) for f in rep.findings if f.severity == "error"] == [
+        ("rewritten", c + 1, "checkpoint does not hold (it covers another chain head): records"
+                             f" between {since} and line {c + 1} were altered and re-chained")
+        for c in bad]
 
 
 def test_a_recovered_seal_names_the_file_its_torn_bytes_were_set_aside_in(
         tmp_path: Path) -> None:
     home = tmp_path / "home"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    subprocess.run([sys.executable, "-c", _CRASHING_WRITER, str(home)], env=env, check=True,
-                   timeout=120)
-    (seg,) = sorted((home / "audit" / "segments").glob("*.live.jsonl"))
+    seg = _crashed(home, 12, 5)
     with seg.open("ab") as f:
         f.write(b'{"k":"c","call_id":"half a rec')  # the record the writer was writing
     key = load_key(home, create=False)
