@@ -517,12 +517,21 @@ def test_each_abi_confines_on_this_kernel(abi: int, tmp_path: Path,
 # -- what the host's installation adds: run in a child whose setting differs ------------------
 
 
-def _python_path() -> str:
-    """Where a child interpreter finds this tooltrace and what it imports."""
-    return os.pathsep.join([str(Path(tooltrace.__file__).parents[1]), *site.getsitepackages()])
+def _python_child(python: list[str], code: str, args: list[str], env: Mapping[str, str],
+                  executable: str | None = None) -> Any:
+    """Run ``code`` in a child interpreter (``python``) with this tooltrace and the packages
+    it imports (their directories added as sites, as this interpreter has them); the last line
+    it prints, read as JSON."""
+    prelude = f"import site\nfor d in {site.getsitepackages()!r}:\n    site.addsitedir(d)\n"
+    p = subprocess.run([*python, "-c", prelude + code, *args], executable=executable,
+                       capture_output=True, text=True, timeout=120, check=False,
+                       env={**os.environ, "PYTHONPATH": str(Path(tooltrace.__file__).parents[1]),
+                            **env})
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.splitlines()[-1])
 
 
-# Run inside the child: each backend's command and what it said, as JSON on stdout.
+# Run inside the child: each backend's command and what it said.
 _CHILD = """
 import json, sys
 from tooltrace import ToolCall, ToolRegistry
@@ -543,14 +552,11 @@ print(json.dumps(out))
 
 def _child(python: list[str], tmp_path: Path, script: str, modes: list[str],
            env: Mapping[str, str], executable: str | None = None) -> dict[str, Any]:
+    """Each of ``modes`` (``bwrap``, ``landlock+net``...) runs ``sh -c script`` in a child."""
     ws, home = tmp_path / "child-ws", tmp_path / "child-home"
     ws.mkdir(exist_ok=True)
-    p = subprocess.run([*python, "-c", _CHILD, str(ws), str(home), script, *modes],
-                       executable=executable, capture_output=True, text=True, timeout=120,
-                       check=False, env={"PATH": os.environ.get("PATH", os.defpath),
-                                         "PYTHONPATH": _python_path(), **env})
-    assert p.returncode == 0, p.stderr
-    return dict(json.loads(p.stdout.splitlines()[-1]))
+    return dict(_python_child(python, _CHILD, [str(ws), str(home), script, *modes], env,
+                              executable))
 
 
 @pytest.fixture(scope="module")
@@ -633,13 +639,9 @@ for mode in ("landlock", "bwrap"):
     reg.shutdown(timeout_s=5.0)
 print(json.dumps(out))
 """
-    p = subprocess.run([str(venv / "bin" / "python"), "-c", script], capture_output=True,
-                       text=True, timeout=120, check=False,
-                       env={"PATH": os.environ.get("PATH", os.defpath),
-                            "PYTHONPATH": _python_path(), "HOME": str(tmp_path)})
-    assert p.returncode == 0, p.stderr
+    got = _python_child([str(venv / "bin" / "python")], script, [], {"HOME": str(tmp_path)})
     # Each backend: readable while the home lies elsewhere, not once it lies inside.
-    assert json.loads(p.stdout) == [0, 1, 0, 1]
+    assert got == [0, 1, 0, 1]
 
 
 def test_without_an_interpreter_landlock_is_refused_and_auto_takes_bubblewrap(
