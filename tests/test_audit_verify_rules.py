@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from support.forge import reforge, write_trail
 from tooltrace.audit import (
     load_key,
     load_public_key,
+    load_signer,
     recover_dead_segments,
     trust_for,
     verify,
@@ -127,6 +129,21 @@ def test_records_deleted_in_a_run_are_named_as_one_range_and_a_single_one_alone(
     ]
 
 
+def test_a_replayed_record_does_not_hide_a_deletion_after_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    _trail(home)
+    seg = _segments(home)[0]
+    lines = _read(seg)
+    assert all(_is_call(ln) for ln in lines[4:20])
+    gone = _seq(lines[15])
+    del lines[15]
+    lines.insert(6, lines[5])  # a genuine record written again
+    _write(seg, lines)
+    errs = _errors(home, seg)
+    assert [(k, line) for k, line, _ in errs] == [("inserted", 7), ("deleted", 17)]
+    assert errs[1][2] == f"seq {gone} missing before this line: deleted"
+
+
 def test_records_swapped_late_in_a_long_segment_say_which_seq_belongs_there(
         tmp_path: Path) -> None:
     """Seqs past 256 (where Python stops sharing small int objects) verify clean, and a swap
@@ -189,11 +206,13 @@ def test_a_record_replayed_from_an_earlier_segment_says_which_seq_belongs_there(
 
 
 @pytest.mark.parametrize("change", [
-    "writer", "earlier segment", "later segment", "kind before", "kind after"])
+    "earlier writer", "later writer", "earlier segment", "later segment", "kind before",
+    "kind after"])
 def test_a_first_line_that_is_not_this_segments_header_is_named(
         tmp_path: Path, change: str) -> None:
-    """A header naming another writer, an earlier or a later segment number, or a first line of
-    another kind (one sorting before "open" and one after it), is not this segment's header."""
+    """A header naming another writer (one sorting before this one and one after it), an
+    earlier or a later segment number, or a first line of another kind (sorting before "open"
+    or after it), is not this segment's header."""
     home = tmp_path / "home"
     _trail(home)
     seg = _segments(home)[1]
@@ -201,8 +220,8 @@ def test_a_first_line_that_is_not_this_segments_header_is_named(
     body, h = split_hash(lines[0])  # type: ignore[misc]
     head = orjson.loads(body)
     assert head["k"] == "open"
-    if change == "writer":
-        head["writer"] = "20261206T000000-1-abcdef"
+    if change.endswith("writer"):
+        head["writer"] = "0-earlier" if change == "earlier writer" else "z-later"
     elif change.endswith("segment"):
         head["segment"] = 1 if change == "earlier segment" else 3
     else:
@@ -397,7 +416,116 @@ def test_unsigned_lines_are_reported_once_per_segment_with_how_many_more(
             if f.kind == "unsigned" and f.segment != "digest.jsonl"] == expected
 
 
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_an_approval_that_names_another_chain_head_is_forged_however_the_heads_compare(
+        tmp_path: Path, order: str) -> None:
+    """The record before an approval altered and the chain made again, the approval's body (and
+    so its signature) left as it was: the approval names a head the chain no longer has. The
+    alteration is chosen so the new head sorts before (or after) the one the approval names."""
+    home = tmp_path / "home"
+    write_trail(home, writers=1, n=40)
+    seg, no = next((p, j) for p in _segments(home) for j, ln in enumerate(_read(p))
+                   if ln.startswith(b'{"k":"a"') and _is_call(_read(p)[j - 1]))
+    lines = _read(seg)
+    named = orjson.loads(split_hash(lines[no])[0])["head"]  # type: ignore[index]
+    prev = split_hash(lines[no - 2])[1]  # type: ignore[index]
+    body = split_hash(lines[no - 1])[0]  # type: ignore[index]
+    for k in range(1000):
+        altered = body.replace(b'"status":"', f'"status":"{k}'.encode(), 1)
+        if (chain_hash(prev, altered) < named) == (order == "before"):
+            break
+    lines[no - 1] = altered
+    _rechain(lines, no - 1)
+    _write(seg, lines)
+    rep = verify(home)
+    forged = [(f.line, f.message) for f in rep.findings if f.kind == "forged"]
+    assert forged[0] == (no + 1, "approval does not hold (it covers another chain head): altered"
+                                 " or forged")
+
+
 # -- how a segment ends ---------------------------------------------------------------------------
+
+
+# -- lines of a kind verify does not know, and claims only some lines may make -------------------
+
+
+def _resigned(home: Path, edit: Callable[[str, int, dict[str, Any]], dict[str, Any]]) -> None:
+    """Rewrite the trail with ``edit`` and make every chain, MAC, signature and digest entry
+    hold again with the home's own keys (what a later version of the writer could write)."""
+    key = load_key(home, create=False)
+    signer = load_signer(home, create=False)
+    assert key is not None and signer is not None
+    reforge(home, key, signer, edit)
+
+
+def test_a_record_of_a_kind_verify_does_not_know_is_counted_not_taken_for_an_approval(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    _trail(home)
+    target = _seq(next(ln for ln in _read(_segments(home)[0])[5:] if _is_call(ln)))
+
+    def edit(writer: str, seq: int, obj: dict[str, Any]) -> dict[str, Any]:
+        if seq == target:
+            obj["k"] = "X"  # sorts before "a"
+        return obj
+
+    _resigned(home, edit)
+    rep = verify(home)
+    assert rep.ok and rep.findings == [] and rep.records == 120
+
+
+@pytest.mark.parametrize("kind", ["c", "x"])
+def test_a_line_chained_on_after_the_seal_is_reported_whatever_its_kind(
+        tmp_path: Path, kind: str) -> None:
+    """Anyone can extend a hash chain: a line added after a sealed segment's seal, chained and
+    numbered on, means the segment no longer ends with its seal (a record, or a line of a kind
+    verify does not know, "x", sorting after "seal")."""
+    home = tmp_path / "home"
+    _trail(home)
+    seg = _segments(home)[-1]
+    lines = _read(seg)
+    last = split_hash(lines[-1])[1]  # type: ignore[index]
+    seq = _seq(lines[-1]) + 1
+    body = orjson.dumps({"k": kind, "call_id": "added", "seq": seq})
+    lines.append(seal_line(body, chain_hash(last, body)).rstrip(b"\n"))
+    _write(seg, lines)
+    assert _errors(home, seg) == [
+        ("truncated", len(lines), f"sealed segment ends at line {len(lines)} (seq {seq}) without"
+                                  " its seal: tail truncated")]
+
+
+@pytest.mark.parametrize("where", [
+    "a writer's closing seal", "a rotation's seals", "a crashed writer's last record",
+    "a crashed writer's last line of a kind verify does not know"])
+def test_only_a_recoverys_seal_is_believed_about_torn_bytes(tmp_path: Path, where: str) -> None:
+    """A seal that a recovery did not write ("close" sorts before "recovered", "rotate" after
+    it), or a last line that is no seal (a record, or a kind "x" sorting after "seal"), which
+    claims torn bytes: verify warns of no torn record (the trail signed whole again, so that
+    this claim is all that differs)."""
+    home = tmp_path / "home"
+    _trail(home)
+    live = _crashed(home, 12, 5)
+    lines = _read(live)
+    assert _is_call(lines[-1])
+    crashed = live.name.split(".")[0]
+    end = _seq(lines[-1])
+    claim = {"reason": "recovered", "torn_bytes": 7, "quarantine": ["quarantine/x.torn"]}
+
+    def edit(writer: str, seq: int, obj: dict[str, Any]) -> dict[str, Any]:
+        if where == "a writer's closing seal" and obj.get("reason") == "close":
+            obj.update(claim, reason="close")
+        elif where == "a rotation's seals" and obj.get("reason") == "rotate":
+            obj.update(claim, reason="rotate")
+        elif writer == crashed and seq == end and where.startswith("a crashed writer's"):
+            obj.update(claim)
+            if where.endswith("does not know"):
+                obj["k"] = "x"
+        return obj
+
+    _resigned(home, edit)
+    assert b'"torn_bytes":7' in b"".join(p.read_bytes() for p in _segments(home))
+    rep = verify(home)
+    assert rep.ok and [f.kind for f in rep.findings] == ["unsealed"], rep.findings
 
 
 _CRASHING_WRITER = textwrap.dedent("""
@@ -468,12 +596,30 @@ def test_with_either_key_alone_a_forged_record_fails_the_heads_of_the_checkpoint
         for c in bad]
 
 
+def test_a_writer_that_stopped_just_after_a_checkpoint_leaves_no_record_uncovered(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    seg = _crashed(home, 45, 10)
+    lines = _read(seg)
+    ckpts = [j for j, ln in enumerate(lines) if ln.startswith(b'{"k":"ckpt"')]
+    _write(seg, lines[: ckpts[-1] + 1])  # as if it died right after writing the checkpoint
+    (found,) = verify(home).findings
+    assert (found.kind, found.line) == ("unsealed", ckpts[-1] + 1)
+    assert found.message == ("writer stopped without sealing (crash); 0 records after the last"
+                             " checkpoint are not covered by one")
+
+
 def test_a_recovered_seal_names_the_file_its_torn_bytes_were_set_aside_in(
         tmp_path: Path) -> None:
     home = tmp_path / "home"
     seg = _crashed(home, 12, 5)
+    whole = seg.stat().st_size
+    last = len(_read(seg))
     with seg.open("ab") as f:
         f.write(b'{"k":"c","call_id":"half a rec')  # the record the writer was writing
+    torn = [(f.severity, f.line, f.message) for f in verify(home).findings if f.kind == "torn"]
+    assert torn == [("warning", last + 1, f"torn record (30 bytes after line {last}, byte"
+                                          f" offset {whole}): incomplete write")]
     key = load_key(home, create=False)
     assert key is not None
     (r,) = recover_dead_segments(home / "audit", key)
