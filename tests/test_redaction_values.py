@@ -313,7 +313,7 @@ def test_a_text_or_key_of_a_str_subclass_never_takes_a_verdict_remembered_for_an
     token = TOKEN[:4] + TOKEN[4:].lower()  # a token in lower case; "GHP_..." is none
     assert r.is_clean(_Header(token.upper()))  # equal to the token under its own equality
     assert not r.is_clean(token) and not r.is_clean(token)
-    assert not r.is_clean(_Header(token))
+    assert not r.is_clean(_Header(token)) and not r.is_clean(_Header("id AKIAQ3EGRIT5NLKW7XPA"))
     assert r.is_plain_key(_Header("Note")) and r.is_plain_key(_Header("Note"))
     assert not r.is_plain_key(_Header("Password")) and not r.is_plain_key(_Header(f"k {token}"))
     out, n = r.redact({"note": f"t {token}"})
