@@ -83,13 +83,16 @@ TARGETS: dict[str, Target] = {
     "approvals": Target("tooltrace/policy/_approvals.py", (
         "tests/test_approvals.py", "tests/test_approval_ttl.py")),
     "paths": Target("tooltrace/policy/_paths.py", ("tests/test_paths.py", "tests/test_home.py")),
-    "redactor": Target("tooltrace/redaction/_redactor.py", ("tests/test_redaction.py",)),
-    "detectors": Target("tooltrace/redaction/_detectors.py", ("tests/test_redaction.py",)),
+    "redactor": Target("tooltrace/redaction/_redactor.py", (
+        "tests/test_redaction.py", "tests/test_redaction_encoded.py",
+        "tests/test_redaction_values.py")),
+    "detectors": Target("tooltrace/redaction/_detectors.py", (
+        "tests/test_redaction.py", "tests/test_redaction_detectors.py")),
     "chain": Target("tooltrace/audit/_format.py", (
         "tests/test_known_answers.py", "tests/test_audit_verify.py")),
     "segmentcheck": Target("tooltrace/audit/_segmentcheck.py", (
         "tests/test_fail_closed.py", "tests/test_audit_verify.py",
-        "tests/test_audit_signing.py")),
+        "tests/test_audit_verify_rules.py", "tests/test_audit_signing.py")),
     "signing": Target("tooltrace/audit/_signing.py", (
         "tests/test_known_answers.py", "tests/test_audit_signing.py")),
     "anchors": Target("tooltrace/audit/_anchors.py", ("tests/test_anchors.py",)),
