@@ -304,6 +304,75 @@ EQUIVALENT[("policy:evaluate", "if v is Verdict.OBSERVE_DENY or v >= Verdict.OBS
 EQUIVALENT[("policy:evaluate", "if d is None or d.verdict <= Verdict.ALLOW:")] = (
     'no verdict sorts before "allow": <= it is == it')
 
+# The redactor's class: memo bounds, types compared with ==, the number fast path of redact.
+_TYPE_IS = "a type compares by identity: == is is"
+_CLEAN_MEMO = (
+    "is_clean's memo: a verdict is a function of the text (exact str only) and of the rules,"
+    " the memo is taken before the verdict and replaced on every registration; its bound"
+    " changes how much is remembered, never a verdict"
+)
+_KEY_MEMO = (
+    "the key memo: a key's details are a function of the key (exact str only) and of the"
+    " rules, the memo is taken before deciding and replaced on every registration; its bound"
+    " changes how much is remembered, never a key's redaction"
+)
+_NUMBER_FAST_PATH = (
+    "redact returns a number, a boolean or None unchanged with 0 before any depth check: the"
+    " fast path in the mapping loop only saves that call"
+)
+
+EQUIVALENT.update({("redactor:is_clean", f"if {c}:"): _CLEAN_MEMO for c in (
+    "len(text) != 128", "len(text) < 128", "len(text) <= 129", "len(text) <= 127",
+    "len(plain) == 4096", "len(plain) != 4096", "len(plain) < 4096", "len(plain) <= 4096",
+    "len(plain) > 4096", "not len(plain) >= 4096", "len(plain) >= 4097", "len(plain) >= 4095")})
+EQUIVALENT.update({("redactor:_key_info", f"if {c}:"): _KEY_MEMO for c in (
+    "len(keys) == 4096", "len(keys) != 4096", "len(keys) <= 4096", "len(keys) > 4096",
+    "len(keys) >= 4096", "not len(keys) < 4096", "len(keys) < 4097", "len(keys) < 4095")})
+EQUIVALENT.update({("redactor:redact", line): _TYPE_IS for line in (
+    "if t == str:",
+    "if t == int or t is float or t is bool or value is None:",
+    "if t is int or t == float or t is bool or value is None:",
+    "if t is int or t is float or t == bool or value is None:",
+    "if t == dict or isinstance(value, Mapping):",
+    "if type(k) == str",
+    "if vt == int or vt is bool or vt is float or v is None:",
+    "if vt is int or vt == bool or vt is float or v is None:",
+    "if vt is int or vt is bool or vt == float or v is None:",
+    "if t == list or t is tuple or isinstance(value, (list, tuple)):",
+    "if t is list or t == tuple or isinstance(value, (list, tuple)):")})
+EQUIVALENT.update({("redactor:redact", line): _NUMBER_FAST_PATH for line in (
+    "if vt is int and vt is bool or vt is float or v is None:",
+    "if vt is int or vt is bool and vt is float or v is None:",
+    "if vt is int or vt is bool or vt is float and v is None:")})
+EQUIVALENT.update({
+    ("redactor:redact", "if t is list and t is tuple or isinstance(value, (list, tuple)):"):
+        "isinstance(value, (list, tuple)) holds for every list and tuple: it decides alone",
+    ("redactor:_redact_encoded", "/,"):
+        "both callers (_redact_text) pass depth by position and decoded by name, which both"
+        " markers allow; the method is private",
+    ("redactor:_registered_re", "self._dirty = True"):
+        "the pattern is then rebuilt on every use from the same values in the same order"
+        " (values of equal length cannot both match at one place): the same pattern, more work",
+    ("redactor:_redact_text",
+     "if (self._detectors or registered is not None) and depth != MAX_ENCODED_DEPTH:"):
+        "depth is 0 at every outside call and grows by 1 only through this branch, taken below"
+        " MAX_ENCODED_DEPTH: it never passes it, so != is <",
+    ("redactor:_redact_text",
+     "if (self._detectors or registered is not None) and depth is not MAX_ENCODED_DEPTH:"):
+        "depth never passes MAX_ENCODED_DEPTH (as for !=) and both are small cached ints: is not"
+        " is <",
+    ("redactor:_redact_text", 'if "%" in text or PCT_ESCAPE.search(text) is not None:'):
+        'an escape (%XX) contains "%", so the test is "%" in text; a text with a "%" but no'
+        " escape has no PCT_TOKEN (which needs one): _redact_encoded returns it as it is, 0",
+    ("redactor:_redact_text",
+     "or LC_ANCHORS.search(text.lower() if not text.isascii() else"
+     " text.translate(ASCII_LOWER))"):
+        "for ASCII text both lower the same; for other text lower() keeps every ASCII run"
+        " (LC_ANCHORS is a plain alternation of ASCII words) and only adds matches, where"
+        " detect, which looks for its own anchors in the ASCII-lowered text (all of them in"
+        " CS_ANCHORS or LC_ANCHORS), finds nothing and returns the text as it is, 0",
+})
+
 _COPIED = ("tooltrace", "tests", "bench", "docs", "dashboards", "queries", "pyproject.toml",
            "setup.py", "mkdocs.yml", "README.md", "CHANGELOG.md")
 
