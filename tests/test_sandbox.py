@@ -11,6 +11,7 @@ import os
 import shutil
 import site
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -408,16 +409,32 @@ def test_every_hidden_directory_inside_a_grant_is_hidden_by_bwrap(tmp_path: Path
 def test_a_launch_closed_before_it_started_leaves_no_descriptor_or_directory(
     mode: str, tmp_path: Path, temp_root: Path,
 ) -> None:
-    # A command refused between its launch and its start (the admission queue was full, say).
+    # A start that fails before the launcher runs (no descriptor left for its pipes, say)
+    # closes the launch: Landlock's status pipe goes with it, both ends.
     _need(mode)
     grants = Grants(write=(str(tmp_path),))
     sandbox = choose_sandbox(mode, grants)
-    before = set(os.listdir("/proc/self/fd"))
     launch = sandbox.launch(["true"], {"PATH": os.defpath}, grants)
+    pipe = os.fstat(launch.pass_fds[0]).st_ino if launch.pass_fds else None
+    assert (pipe is not None) is (mode == "landlock")
+    assert len(_ends_of(pipe)) == (2 if pipe else 0)
     launch.close()
-    assert set(os.listdir("/proc/self/fd")) == before
+    assert _ends_of(pipe) == []
     assert _private_tmps(temp_root) == []
     launch.close()  # a second close does nothing
+
+
+def _ends_of(pipe: int | None) -> list[int]:
+    """This process's descriptors on the pipe whose inode is ``pipe``."""
+    ends = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            st = os.fstat(int(name))
+        except OSError:
+            continue  # the listing's own descriptor, closed by now
+        if stat.S_ISFIFO(st.st_mode) and st.st_ino == pipe:
+            ends.append(int(name))
+    return ends
 
 
 @pytest.mark.parametrize("mode", BACKENDS)
