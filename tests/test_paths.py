@@ -286,6 +286,19 @@ def test_only_a_tool_that_reads_and_changes_nothing_may_name_a_read_only_root() 
             assert reads_only(definition) is expected, (capability, effect)
 
 
+
+def test_a_protected_root_refuses_itself_and_what_lies_under_it_only(tree: Path) -> None:
+    ws = Workspace(tree).with_protected([tree / "notes"])
+    for path in ("notes", "notes/b.txt", "indir/b.txt", str(tree / "notes"), "notes/new.txt"):
+        with pytest.raises(PathPolicyError) as info:
+            ws.resolve(path, must_exist=False)
+        assert info.value.reason == "protected"
+    # Names sorting before it, after it, and sharing its prefix are not protected.
+    for path in ("a.txt", "deep/er/c.txt", "notes-x.txt", "z.txt", "."):
+        assert not ws.resolve(path, must_exist=False).read_only
+    assert ws.is_protected(str(tree / "notes")) and not ws.is_protected(str(tree))
+
+
 # -- read-only roots, seen from the workspace --------------------------------------------------
 
 
@@ -318,6 +331,20 @@ def test_a_read_only_root_whose_name_extends_the_workspaces_is_not_the_workspace
         Workspace(tree, read_only_roots=[tree / "a.txt"])
     assert info.value.reason == "not_found"
 
+
+
+def test_with_several_read_only_roots_a_file_is_read_from_the_root_holding_it(
+    tree: Path,
+) -> None:
+    # Roots sorting before and after the one that holds the file, with longer names.
+    roots = [tree.parent / ("a" * 20), tree.parent / "outside", tree.parent / ("z" * 20)]
+    for root in roots:
+        root.mkdir(exist_ok=True)
+        (root / "f.txt").write_text(root.name)
+    ws = Workspace(tree, read_only_roots=roots)
+    for root in roots:
+        assert ws.read_text(str(root / "f.txt"), max_bytes=100)[0] == root.name
+    assert not ws.resolve("a.txt").read_only
 
 
 def test_links_in_a_read_only_root_holding_the_workspace_lead_where_the_kernel_goes(
@@ -472,6 +499,7 @@ def test_open_dir_opens_the_directory_itself_and_nothing_put_in_its_place(
         fd = ws.open_dir(ws.resolve(path))
         try:
             assert os.fstat(fd).st_ino == real.stat().st_ino
+            assert sorted(os.listdir(fd)) == sorted(os.listdir(real))  # a descriptor to work in
         finally:
             os.close(fd)
     rp = ws.resolve("deep/er")
