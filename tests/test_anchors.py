@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from support.forge import install_key, reforge, write_trail
 
 from tooltrace.audit import (
     AnchorLog,
+    anchors_path,
     list_segments,
     load_key,
     load_public_key,
@@ -30,6 +32,7 @@ from tooltrace.audit import (
     parse_anchors,
     verify,
 )
+from tooltrace.audit._anchors import PendingAnchors
 from tooltrace.cli import main
 
 TOOLTRACE = str(Path(sys.executable).parent / "tooltrace")
@@ -332,6 +335,87 @@ def test_the_anchors_file_cuts_a_torn_append_before_the_next(tmp_path: Path) -> 
     (tmp_path / "file").write_text("a file where the directory should be")
     blocked = AnchorLog(tmp_path / "file" / "anchors.jsonl")
     assert not blocked.try_append([{"x": 1}], sync=False) and blocked.errors == 1
+
+
+def test_anchors_are_canonical_lines_in_a_file_made_with_its_directories(tmp_path: Path) -> None:
+    log = AnchorLog(anchors_path(tmp_path / "new-home"))
+    assert log.path == tmp_path / "new-home" / "anchors" / "anchors.jsonl"
+    log.append([], sync=True)  # nothing to say: no file, not even its directory
+    assert not (tmp_path / "new-home").exists()
+    log.append([{"writer": "w", "seq": 2, "head": "h", "ids": {1: "x"}}, {"seq": 3, "k": "seal"}],
+               sync=True)
+    assert log.path.read_bytes() == (b'{"head":"h","ids":{"1":"x"},"seq":2,"writer":"w"}\n'
+                                     b'{"k":"seal","seq":3}\n')
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert log.path.stat().st_mode & 0o777 == 0o644 & ~umask
+    log.append([{"seq": 4}], sync=False)
+    assert log.path.read_bytes().endswith(b'\n{"seq":4}\n')
+
+
+_APPENDS = """
+import sys
+from pathlib import Path
+from tooltrace.audit import AnchorLog
+log = AnchorLog(Path(sys.argv[1]))
+log.append([{"seq": 1}], sync=True)
+log.append([{"seq": 2}], sync=True)
+log.append([{"seq": 3}], sync=False)
+"""
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to see the fsyncs")
+def test_a_synced_append_reaches_the_disk_and_so_does_a_new_files_name(tmp_path: Path) -> None:
+    path = tmp_path / "anchors" / "anchors.jsonl"
+    trace = tmp_path / "trace"
+    subprocess.run(["strace", "-f", "-qq", "-e", "trace=openat,fsync", "-o", str(trace),
+                    sys.executable, "-c", _APPENDS, str(path)], check=True, timeout=120)
+    opened: dict[tuple[str, int], str] = {}
+    synced = []
+    for line in trace.read_text().splitlines():
+        pid, _, call = line.partition(" ")
+        if m := re.match(r'openat\(\w+, "([^"]*)", .*\) = (\d+)$', call.strip()):
+            opened[(pid, int(m[2]))] = m[1]
+        elif m := re.match(r"fsync\((\d+)\)", call.strip()):
+            synced.append(opened[(pid, int(m[1]))])
+    # The first append makes the file: its directory entry is synced too; the last, unsynced.
+    assert synced == [str(path), str(path.parent), str(path)]
+    assert [orjson.loads(x)["seq"] for x in path.read_bytes().splitlines()] == [1, 2, 3]
+
+
+def test_every_failed_append_is_counted_and_none_raises(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("a file where the directory should be")
+    blocked = AnchorLog(tmp_path / "file" / "anchors.jsonl")
+    with pytest.raises(OSError):
+        blocked.append([{"x": 1}], sync=True)
+    assert [blocked.try_append([{"x": 1}], sync=True) for _ in range(3)] == [False] * 3
+    assert blocked.errors == 3
+
+
+def test_held_anchors_go_out_once_their_lines_are_kept_and_never_after_a_rollback(
+        tmp_path: Path) -> None:
+    log = AnchorLog(tmp_path / "anchors.jsonl")
+    pending = PendingAnchors(log)
+    for seq in (10, 20, 21, 30):
+        pending.add({"writer": "w", "seq": seq})
+    pending.drop_after(20)  # the write of 21 and 30 was rolled back
+    assert not log.path.exists()  # nothing before a flush
+    pending.flush(sync=True)
+    pending.flush(sync=True)  # nothing held any more: nothing twice
+    pending.add({"writer": "w", "seq": 22})
+    pending.flush(sync=False)
+    assert [orjson.loads(x)["seq"] for x in log.path.read_bytes().splitlines()] == [10, 20, 22]
+    # A writer without a signing key holds none; a disk that refuses loses them, quietly.
+    unsigned = PendingAnchors(None)
+    unsigned.add({"seq": 1})
+    unsigned.flush(sync=True)
+    (tmp_path / "file").write_text("not a directory")
+    blocked = AnchorLog(tmp_path / "file" / "anchors.jsonl")
+    refused = PendingAnchors(blocked)
+    refused.add({"seq": 1})
+    refused.flush(sync=True)
+    refused.flush(sync=True)
+    assert blocked.errors == 1
 
 
 def test_audit_ship_ships_the_anchors_first_when_a_target_is_set(
