@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa, x25519
 
 from tooltrace.redaction import Redactor, marker
 
@@ -51,7 +51,7 @@ def _redacted(r: Redactor, form: str) -> bool:
     out = r.redact_text(text)
     if out == text:
         return False
-    assert form not in out and REGISTERED in out, (form, out)
+    assert out == f"the key: {REGISTERED} (rotate monthly)", (form, out)
     return True
 
 
@@ -354,3 +354,74 @@ def test_an_exception_message_is_shown_up_to_500_characters() -> None:
     cut = r.redact_exception(ValueError("m" * 501))
     assert len(cut) == len("ValueError: ") + 500
     assert cut.startswith("ValueError: mmm") and "of 501 chars shown" in cut
+
+
+@pytest.mark.parametrize(("kind", "registered", "printed"), [
+    pytest.param("rsa", _PKCS8, _TRADITIONAL, id="rsa-pkcs8-as-pkcs1"),
+    pytest.param("rsa", _TRADITIONAL, _PKCS8, id="rsa-pkcs1-as-pkcs8"),
+    pytest.param("ec", _PKCS8, _TRADITIONAL, id="ec-pkcs8-as-sec1"),
+    pytest.param("ec", _TRADITIONAL, _PKCS8, id="ec-sec1-as-pkcs8"),
+])
+def test_a_registered_private_key_converted_to_its_other_pem_format_is_redacted(
+    kind: str, registered: serialization.PrivateFormat, printed: serialization.PrivateFormat
+) -> None:
+    """``openssl pkey -traditional`` (or ``openssl pkey`` of a traditional key) prints the same
+    key in the other format: its PEM, body, each line and DER in hex are redacted too."""
+    key = _private_key(kind)
+    pem = key.private_bytes(serialization.Encoding.PEM, registered, _NO_ENCRYPTION).decode()
+    other = key.private_bytes(serialization.Encoding.PEM, printed, _NO_ENCRYPTION).decode()
+    der = key.private_bytes(_DER, printed, _NO_ENCRYPTION)
+    r = Redactor(detectors=False, extra_values=[pem])
+    lines = [ln for ln in other.splitlines() if not ln.startswith("-----")]
+    shown = {"body": "".join(lines), "der hex": der.hex()}
+    shown |= {f"body line {i}": ln for i, ln in enumerate(lines) if len(ln) >= 16}
+    for name, form in shown.items():
+        assert _redacted(r, form), name
+    out = r.redact_text(other)  # the BEGIN and END lines stay, each line of the body goes
+    assert out.splitlines()[0] == other.splitlines()[0]
+    assert [ln for ln in lines if len(ln) >= 16 and ln in out] == []
+
+
+def _encrypted_pem() -> str:
+    encryption = serialization.BestAvailableEncryption(b"passphrase")
+    return _private_key("ec").private_bytes(serialization.Encoding.PEM, _PKCS8,
+                                            encryption).decode()
+
+
+def _pkcs8(oid: str) -> bytes:
+    algorithm = _tlv(0x30, _tlv(0x06, bytes.fromhex(oid)))
+    return _tlv(0x30, _tlv(0x02, b"\x00") + algorithm + _tlv(0x04, _tlv(0x04, KEY)))
+
+
+@pytest.mark.parametrize(
+    "pem",
+    [
+        _pem(_tlv(0x30, _tlv(0x02, b"\x00") + _tlv(0x04, KEY))),  # DER, but no key
+        _pem(_tlv(0x30, _tlv(0x04, KEY)), "CERTIFICATE"),
+        _pem(_pkcs8("2b0601040182370a0305")),  # an algorithm cryptography does not know
+        _pem(_pkcs8("2b6571")),  # Ed448 (57 bytes) holding 32 bytes
+        "encrypted",
+    ],
+    ids=["no-key", "certificate", "unknown-algorithm", "short-ed448", "encrypted"],
+)
+def test_a_pem_block_that_is_no_readable_private_key_is_registered_as_it_is(pem: str) -> None:
+    """A block no conversion reads (no key, not a private key, an unknown algorithm, a
+    malformed key, encrypted) registers without raising, in its own forms and with the key
+    bytes its DER holds."""
+    pem = _encrypted_pem() if pem == "encrypted" else pem
+    r = Redactor(detectors=False, extra_values=[pem])
+    lines = [ln for ln in pem.splitlines() if not ln.startswith("-----")]
+    for form in [pem, "".join(lines), *lines[:-1]]:
+        assert _redacted(r, form), form
+    if "ENCRYPTED" not in pem:
+        assert _redacted_forms(r, KEY) == ALL_FORMS
+
+
+def test_a_key_with_no_format_of_its_own_is_registered_as_pkcs8() -> None:
+    """X25519 (like Ed25519 and DH) is written only as PKCS#8: its key bytes are found."""
+    key = x25519.X25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, _PKCS8, _NO_ENCRYPTION).decode()
+    raw = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                            _NO_ENCRYPTION)
+    r = Redactor(detectors=False, extra_values=[pem])
+    assert _redacted_forms(r, raw) == ALL_FORMS

@@ -104,21 +104,54 @@ def _der_octets(der: bytes, depth: int = 0) -> list[bytes]:
     return out
 
 
+def _pem_lines(lines: Iterable[str]) -> set[str]:
+    """The lines of a PEM body a program may print one by one (a last line shorter than 16
+    characters is more likely ordinary text)."""
+    return {ln for ln in lines if len(ln) >= _MIN_KEY_BYTES}
+
+
+def _other_pem_formats(pem: str) -> list[bytes]:
+    """The DER of the private key in ``pem`` as PKCS#8 and as its algorithm's own format
+    (PKCS#1, SEC 1): what a conversion prints (``openssl pkey -traditional``). Empty when
+    ``cryptography`` reads no unencrypted private key there."""
+    from cryptography.hazmat.primitives import serialization as ser  # only a PEM needs it
+
+    try:
+        key = ser.load_pem_private_key(pem.encode("ascii"), password=None)
+    except Exception:
+        # Not a private key, encrypted, unsupported or malformed (ValueError, TypeError,
+        # UnsupportedAlgorithm, and InternalError for a short Ed448 key): the block registers
+        # as it is.
+        return []
+    out: list[bytes] = []
+    for fmt in (ser.PrivateFormat.PKCS8, ser.PrivateFormat.TraditionalOpenSSL):
+        try:
+            out.append(key.private_bytes(ser.Encoding.DER, fmt, ser.NoEncryption()))
+        except ValueError:  # Ed25519, X25519 and DH keys have no format of their own
+            pass
+    return out
+
+
 def _encoded_forms(value: str) -> set[str]:
     """Every form a registered secret is matched in: as given and without surrounding
     whitespace (a key read from a file ends in a newline that its uses drop), each raw and
     URL-, JSON-, base64- or hex-encoded; a hex or base64 key's bytes in the other forms too;
     a PEM block's body as one line and line by line, and the key bytes inside it (an Ed25519
-    seed, an EC scalar) in hex and base64."""
+    seed, an EC scalar) in hex and base64; a PEM private key also as its other PEM format
+    (PKCS#8 or PKCS#1 / SEC 1) writes it, its body and lines, and that DER in hex."""
     stripped = value.strip()
     forms = _text_forms(value) | _text_forms(stripped)
     derived: set[str] = set()
     pem = _PEM_BLOCK.search(stripped)
     if pem is not None:
         lines = pem.group("body").split()
-        derived |= {ln for ln in lines if len(ln) >= _MIN_KEY_BYTES}
+        derived |= _pem_lines(lines)
         stripped = "".join(lines)
         derived.add(stripped)
+        for der in _other_pem_formats(pem.group()):
+            body = base64.b64encode(der).decode("ascii")
+            derived |= _pem_lines(body[i : i + 64] for i in range(0, len(body), 64))
+            derived |= _byte_forms(der)
     raw = _key_bytes(stripped)
     if raw is not None:
         derived |= _byte_forms(raw)
