@@ -516,3 +516,9 @@ def test_a_token_of_eight_kib_in_a_long_line_is_redacted_whole() -> None:
     token = "ya29." + _rand(URLSAFE, 8192 - 5)
     line = "x " * 3000 + token + " y" * 3000
     assert _redact(line) == "x " * 3000 + marker("gcp_oauth_token") + " y" * 3000
+
+
+@pytest.mark.parametrize("space", ["\x0b", "\x0c", "\xa0", "\u2003"])
+def test_a_cookie_after_any_kind_of_space_is_redacted(space: str) -> None:
+    # A form feed or a no-break space before the value is as good as a blank.
+    assert _redact(f"Cookie: {space}sid=Zx81kLmQ9 see") == f"Cookie: {marker('cookie')}"

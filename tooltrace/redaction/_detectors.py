@@ -83,9 +83,13 @@ _PROSE_WORD = re.compile(
 )
 
 
+# What may surround a header's value: any whitespace (a form feed or a no-break space too, as
+# str.split sees them), and the quotes and comma of a string it sits in: "Cookie: none",
+_VALUE_EDGES = re.compile(r"\A[\s\"',]+|[\s\"',]+\Z")
+
+
 def _check_header_value(_m: re.Match[str], value: str) -> bool:
-    # The header may sit in a quoted string: "Cookie: none",
-    value = value.strip(" \t\"',")
+    value = _VALUE_EDGES.sub("", value)
     if placeholder(value):
         return False
     if _PARAM_START.match(value) is not None:
@@ -93,8 +97,9 @@ def _check_header_value(_m: re.Match[str], value: str) -> bool:
     words = value.split(None, 2)
     if len(words) < 2:
         return bool(words) and _PROSE_WORD.fullmatch(words[0]) is None
-    # "<scheme> <credentials>": prose when a plain word follows the first one.
-    return _PARAM_START.match(words[1]) is not None or _PROSE_WORD.fullmatch(words[1]) is None
+    # "<scheme> <credentials>": prose when a plain word follows the first one (a parameter,
+    # name=value, is never one).
+    return _PROSE_WORD.fullmatch(words[1]) is None
 
 
 def _check_basic(m: re.Match[str], value: str) -> bool:
