@@ -166,6 +166,9 @@ def test_an_append_cut_short_is_a_warning_with_its_size_and_fails_nothing(home: 
                                        "17 bytes after the last complete anchor"
                                        " (an append cut short)")]
     assert parse_anchors(b"".join(_lines(home)), SOURCE).torn == []
+    # A torn tail longer than what comes before it, or with nothing before it.
+    assert parse_anchors(b"[]\n" + b"x" * 10, SOURCE).torn == [(SOURCE, 10)]
+    assert parse_anchors(b'{"writer":', SOURCE).torn == [(SOURCE, 10)]
 
 
 def test_anchors_read_from_several_sources_keep_every_source_and_its_problems(
