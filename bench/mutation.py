@@ -96,7 +96,8 @@ TARGETS: dict[str, Target] = {
     "signing": Target("tooltrace/audit/_signing.py", (
         "tests/test_known_answers.py", "tests/test_audit_signing.py")),
     "anchors": Target("tooltrace/audit/_anchors.py", ("tests/test_anchors.py",)),
-    "anchorcheck": Target("tooltrace/audit/_anchorcheck.py", ("tests/test_anchors.py",)),
+    "anchorcheck": Target("tooltrace/audit/_anchorcheck.py", (
+        "tests/test_anchors.py", "tests/test_anchorcheck.py")),
     "sandbox": Target("tooltrace/runtime/_sandbox.py", ("tests/test_sandbox.py",), 120.0),
     "landlock": Target("tooltrace/runtime/_landlock.py", ("tests/test_sandbox.py",), 120.0,
                        in_child=True),
