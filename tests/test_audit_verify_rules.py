@@ -1,8 +1,12 @@
 """Each rule of `verify`'s check of one segment has a tamper only it catches, and says what it
 found in words a reader can act on: which seqs are missing (one, or a run), which seq stands
-where another belongs, the header that is not the segment's, a line without its chain hash, a
-checkpoint without its seq, another machine's signatures counted per key, and the quarantine
-file a crashed writer's torn bytes went to."""
+where another belongs or what it follows, the header that is not the segment's, a line that is
+no record or has no chain hash or no seq, a checkpoint or an approval naming another chain head
+(with either key alone), key ids cut to 16 characters, unsigned lines and another machine's
+signatures counted per segment, how a segment ends (a line after its seal, a torn tail, a
+crash just after a checkpoint) and the quarantine file a recovered seal names; lines of a kind
+verify does not know are counted and chained, and claims of torn bytes are believed only from a
+recovery's seal."""
 
 from __future__ import annotations
 
@@ -534,7 +538,9 @@ _CRASHING_WRITER = textwrap.dedent("""
     from tooltrace.telemetry import AuditSink
 
     n, every = int(sys.argv[2]), int(sys.argv[3])
-    sink = AuditSink(sys.argv[1], checkpoint_every=every, group_max_records=4)
+    # No checkpoint on a timer: they fall every `every` records, whatever the machine's load.
+    sink = AuditSink(sys.argv[1], checkpoint_every=every, checkpoint_interval_s=3600,
+                     group_max_records=4)
     for r in workload(n):
         sink.emit(r)
     end = time.monotonic() + 60
