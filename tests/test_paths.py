@@ -316,6 +316,12 @@ def test_a_read_only_root_at_the_host_root_reads_anywhere_and_writes_nowhere(tre
     os.symlink("../" + tree.name, tree.parent / "outside" / "back")
     rp = ws.resolve(str(tree.parent / "outside" / "back"))
     assert (rp.relative, rp.read_only) == ("", False)
+    # A read-only root inside it, named for reading, is a directory, not a file.
+    ws = Workspace(tree, read_only_roots=["/", tree.parent / "outside"])
+    with pytest.raises(PathPolicyError) as info:
+        ws.open_read(ws.resolve(str(tree.parent / "outside")))
+    assert info.value.reason == "not_regular"
+    assert "is a directory" in str(info.value)
 
 
 def test_a_read_only_root_whose_name_extends_the_workspaces_is_not_the_workspace(
