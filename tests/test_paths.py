@@ -265,7 +265,8 @@ def test_a_path_too_long_for_the_host_is_refused_as_invalid(ws: Workspace, tree:
     name = "d" * 200
     depth = (4090 - len(str(tree)) - 1) // (len(name) + 1)
     os.makedirs(os.path.join(tree, *[name] * depth))
-    user_path = "/".join([name] * depth) + "/" + "x" * (4100 - len(str(tree)) - depth * 201)
+    last = "x" * (4100 - len(str(tree)) - depth * (len(name) + 1))
+    user_path = "/".join([name] * depth) + "/" + last
     assert len(user_path) <= 4096 < len(str(tree)) + 1 + len(user_path)
     with pytest.raises(PathPolicyError) as info:
         ws.resolve(user_path, must_exist=False)
@@ -284,7 +285,6 @@ def test_only_a_tool_that_reads_and_changes_nothing_may_name_a_read_only_root() 
             definition = tooltrace.tool(capability=capability, effect=effect)(probe).definition
             expected = capability is Capability.READ and effect is Effect.NONE
             assert reads_only(definition) is expected, (capability, effect)
-
 
 
 def test_a_protected_root_refuses_itself_and_what_lies_under_it_only(tree: Path) -> None:
