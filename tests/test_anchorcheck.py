@@ -346,12 +346,13 @@ def test_a_writer_whose_every_segment_is_gone_is_missing_whole(home: Path) -> No
                               f" 1..{ns[-1]}, {records} records), none of it is here")
 
 
-def _prune(home: Path, writer: str, n: int, last_seq: Any, *, signed: bool = True) -> None:
-    """Delete a segment and say so in the digest, as shipping with --prune does."""
+def _prune(home: Path, writer: str, n: int, last_seq: Any, *, signed: bool = True,
+           kind: str = "pruned") -> None:
+    """Delete a segment and say so in the digest (``kind``), as shipping with --prune does."""
     _segment(home, writer, n).unlink()
     key = load_key(home, create=False)
     assert key is not None
-    entry = {"k": "pruned", "writer": writer, "n": n, "last_h": "0" * 64,
+    entry = {"k": kind, "writer": writer, "n": n, "last_h": "0" * 64,
              "last_seq": last_seq, "final": False, "after": "shipped"}
     append_digest(home / "audit", key, [entry],
                   signer=load_signer(home, create=False) if signed else None)
@@ -364,13 +365,17 @@ def test_a_segment_pruned_on_purpose_through_its_anchors_is_not_missing(home: Pa
     assert report.findings == [] and report.gaps == []
 
 
-@pytest.mark.parametrize("how", ["ended earlier", "unsigned", "no last seq"])
-def test_a_segment_pruned_short_of_its_anchors_or_unsigned_is_deleted(
+_NOT_PRUNED = ("opened", "sealed", "dropped", "compacted", "shipped")
+
+
+@pytest.mark.parametrize("how", ["ended earlier", "unsigned", "no last seq", *_NOT_PRUNED])
+def test_a_segment_pruned_short_of_its_anchors_or_unsigned_or_not_pruned_is_deleted(
         home: Path, how: str) -> None:
     w = _writers(home)[0]
     last = _anchors(home, w, 1)[-1]["seq"]
-    _prune(home, w, 1, {"ended earlier": last - 1, "unsigned": last, "no last seq": None}[how],
-           signed=how != "unsigned")
+    # An entry of another kind says where the segment ended too, but not that it went.
+    _prune(home, w, 1, {"ended earlier": last - 1, "no last seq": None}.get(how, last),
+           signed=how != "unsigned", kind=how if how in _NOT_PRUNED else "pruned")
     gap = _gap(_check(home))
     assert (gap["kind"], gap["segments"], gap["last_seq"]) == ("deleted", [1], last)
     if how == "ended earlier":
