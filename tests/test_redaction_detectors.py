@@ -449,6 +449,10 @@ _GH = "ghp_" + _rand(ALNUM, 36)
         ('cookie = "sid=Zx81kLmQ9aa11bb22\\x"', f'cookie = "{marker("cookie")}"'),
         # Two formats as specific as each other: the first names the marker.
         (
+            "Authorization: Custom cookie='sid=Zx81kLmQ9aa11'",
+            f"Authorization: {marker('authorization')}",
+        ),
+        (
             "sk-ant-api03-" + _rand(URLSAFE, 24) + _pem("PRIVATE KEY"),
             marker("anthropic_key"),
         ),
