@@ -347,13 +347,16 @@ def test_a_writer_whose_every_segment_is_gone_is_missing_whole(home: Path) -> No
 
 
 def _prune(home: Path, writer: str, n: int, last_seq: Any, *, signed: bool = True,
-           kind: str = "pruned") -> None:
-    """Delete a segment and say so in the digest (``kind``), as shipping with --prune does."""
+           kind: str = "pruned", forged: bool = False) -> None:
+    """Delete a segment and say so in the digest (``kind``), as shipping with --prune does
+    (``forged``: naming the home's key under a signature it did not make)."""
     _segment(home, writer, n).unlink()
     key = load_key(home, create=False)
     assert key is not None
     entry = {"k": kind, "writer": writer, "n": n, "last_h": "0" * 64,
              "last_seq": last_seq, "final": False, "after": "shipped"}
+    if forged:
+        entry.update(kid=_pub(home).kid, sig="ab" * 64)
     append_digest(home / "audit", key, [entry],
                   signer=load_signer(home, create=False) if signed else None)
 
@@ -368,14 +371,16 @@ def test_a_segment_pruned_on_purpose_through_its_anchors_is_not_missing(home: Pa
 _NOT_PRUNED = ("opened", "sealed", "dropped", "compacted", "shipped")
 
 
-@pytest.mark.parametrize("how", ["ended earlier", "unsigned", "no last seq", *_NOT_PRUNED])
+@pytest.mark.parametrize("how", ["ended earlier", "unsigned", "forged", "no last seq",
+                                 *_NOT_PRUNED])
 def test_a_segment_pruned_short_of_its_anchors_or_unsigned_or_not_pruned_is_deleted(
         home: Path, how: str) -> None:
     w = _writers(home)[0]
     last = _anchors(home, w, 1)[-1]["seq"]
     # An entry of another kind says where the segment ended too, but not that it went.
     _prune(home, w, 1, {"ended earlier": last - 1, "no last seq": None}.get(how, last),
-           signed=how != "unsigned", kind=how if how in _NOT_PRUNED else "pruned")
+           signed=how not in ("unsigned", "forged"), forged=how == "forged",
+           kind=how if how in _NOT_PRUNED else "pruned")
     gap = _gap(_check(home))
     assert (gap["kind"], gap["segments"], gap["last_seq"]) == ("deleted", [1], last)
     if how == "ended earlier":
@@ -508,3 +513,15 @@ def test_a_spoiled_last_line_is_a_gap_at_the_anchored_seal(home: Path) -> None:
     seal = _anchors(home, w, 3)[-1]
     gap = _gap(_check(home))
     assert (gap["segments"], gap["last_seq"]) == ([3], seal["seq"])
+
+
+def test_a_one_seq_gap_far_into_a_trail_is_named_as_one_seq(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (w,) = write_trail(home, writers=1, n=300, seg_bytes=10_000_000)
+    (info,) = list_segments(home / "audit")
+    info.path.write_bytes(b"".join(info.path.read_bytes().splitlines(keepends=True)[:-1]))
+    seal = _anchors(home, w)[-1]["seq"]
+    assert seal > 256  # past the small numbers Python keeps one object of
+    gap = _gap(_check(home))
+    assert (gap["first_seq"], gap["last_seq"]) == (seal, seal)
+    assert f"anchored through seq {seal}: seq {seal} missing, 0 records" in gap["message"]
