@@ -335,10 +335,12 @@ def test_a_gap_whose_start_the_anchors_do_not_say_is_named_through_its_last_seq(
 
 
 def test_a_writer_whose_every_segment_is_gone_is_missing_whole(home: Path) -> None:
-    w = _writers(home)[1]
+    other, w = _writers(home)
     ns = _segments_of(home, w)
     for n in ns:
         _segment(home, w, n).unlink()
+    # Another writer's segment pruned on purpose says nothing of this one.
+    _prune(home, other, 1, _anchors(home, other, 1)[-1]["seq"])
     last = _anchors(home, w)[-1]["seq"]
     records = sum(_anchors(home, w, n)[-1]["records"] for n in ns)
     gap = _gap(_check(home))
