@@ -99,7 +99,8 @@ TARGETS: dict[str, Target] = {
     "anchorcheck": Target("tooltrace/audit/_anchorcheck.py", (
         "tests/test_anchors.py", "tests/test_anchorcheck.py")),
     "sandbox": Target("tooltrace/runtime/_sandbox.py", ("tests/test_sandbox.py",), 120.0),
-    "landlock": Target("tooltrace/runtime/_landlock.py", ("tests/test_sandbox.py",), 120.0,
+    "landlock": Target("tooltrace/runtime/_landlock.py", (
+        "tests/test_sandbox.py", "tests/test_landlock.py"), 120.0,
                        in_child=True),
 }
 
