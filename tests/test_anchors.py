@@ -383,6 +383,22 @@ def test_a_synced_append_reaches_the_disk_and_so_does_a_new_files_name(tmp_path:
     assert [orjson.loads(x)["seq"] for x in path.read_bytes().splitlines()] == [1, 2, 3]
 
 
+def test_whether_an_append_is_synced_is_always_said_by_name(tmp_path: Path) -> None:
+    log = AnchorLog(tmp_path / "anchors.jsonl")
+    pending = PendingAnchors(log)
+    with pytest.raises(TypeError):
+        log.append([{"seq": 1}], True)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        log.try_append([{"seq": 1}], True)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        pending.flush(True)  # type: ignore[misc]
+    log.append(anchors=[{"seq": 1}], sync=False)
+    assert log.try_append(anchors=[{"seq": 2}], sync=False)
+    pending.add(anchor={"seq": 3})
+    pending.flush(sync=False)
+    assert [orjson.loads(x)["seq"] for x in log.path.read_bytes().splitlines()] == [1, 2, 3]
+
+
 def test_every_failed_append_is_counted_and_none_raises(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("a file where the directory should be")
     blocked = AnchorLog(tmp_path / "file" / "anchors.jsonl")
