@@ -448,6 +448,11 @@ def test_a_cut_tail_counts_the_anchored_records_gone_never_below_none(home: Path
         gap = _gap(_check(home, _sign(home, w, n, end, head="0" * 64, **extra)))
         assert gap["records"] == (0 if records is not None else None)
         assert ("records" in gap["message"]) is (records is not None)
+    # At the seq of the last line left, a record: not cut there, rewritten.
+    last = orjson.loads(kept[-1])["seq"]
+    gap = _gap(_check(home, _sign(home, w, n, last, head="0" * 64, records=3)))
+    assert (gap["kind"], gap["last_seq"]) == ("rewritten", last)
+    assert f"no checkpoint at seq {last} where one was anchored" in gap["message"]
 
 
 def _seqs(path: Path, kinds: tuple[str, ...]) -> list[int]:
