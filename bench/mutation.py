@@ -375,6 +375,46 @@ EQUIVALENT.update({
         " CS_ANCHORS or LC_ANCHORS), finds nothing and returns the text as it is, 0",
 })
 
+# The redactor's encoded forms: DER lengths read up to the end, a depth that never passes its
+# limit, base64 the regex already vetted.
+_WIDTH_CHECK = (
+    "the value is at most i + width (non-negative ints): it misses only length bytes cut off by"
+    " the end, and then i passes the end so the next check (i + size > len(der)) breaks anyway"
+)
+_EMPTY_REST = (
+    "it differs only when the length bytes end exactly at the end of the data: the element then"
+    " has no content, so reading it adds nothing and the loop ends either way"
+)
+
+EQUIVALENT.update({("redactor:_der_octets", f"if not 0 < width <= 3 or i {op} width > len(der):"):
+                   _WIDTH_CHECK for op in ("-", "/", "//", "%", ">>", "|", "&", "^")})
+EQUIVALENT.update({("redactor:_der_octets", f"if not 0 < width <= 3 or i + width {op} len(der):"):
+                   _EMPTY_REST for op in ("==", ">=", "is")})
+EQUIVALENT.update({
+    ("redactor:_der_octets", "if size // 0x80:"):
+        "size is one byte (0-255): size // 128 is non-zero exactly when its top bit is set",
+    ("redactor:_der_octets", "if not 0 != width <= 3 or i + width > len(der):"):
+        "width = size & 0x7F is never negative, so 0 != width is 0 < width",
+    ("redactor:_der_octets", "if not 0 is not width <= 3 or i + width > len(der):"):
+        "width = size & 0x7F is 0-127, a cached small int: 0 is not width is 0 < width",
+    ("redactor:_der_octets", "while i + 2 <= len(der) and depth != 4:"):
+        "depth starts at 0 and grows by 1 only inside the loop, which runs only below 4: it never"
+        " passes 4, so != 4 is < 4",
+    ("redactor:_der_octets", "while i + 2 < len(der) and depth < 4:"):
+        "it skips only an element of exactly 2 bytes at the end: a tag and a length with no"
+        " content (a longer length breaks), which adds nothing",
+    ("redactor:_der_octets", "while i + 3 <= len(der) and depth < 4:"):
+        "it skips only an element of exactly 2 bytes at the end: a tag and a length with no"
+        " content (a longer length breaks), which adds nothing",
+    ("redactor:_key_bytes",
+     'raw = base64.b64decode(std + "=" * (-len(std) % 4), validate=False)'):
+        "_B64_KEY admits only alphabet characters (URL-safe ones translated) and the padding is"
+        " computed, so strict mode has nothing to refuse that decoding does not refuse",
+    ("redactor:_key_bytes", "except (binascii.Error, CosmicRayTestingException):"):
+        "the regexes admit only ASCII hex digit pairs (bytes.fromhex cannot fail) and ASCII"
+        " base64 text, whose decoding errors are binascii.Error; no other ValueError is raised",
+})
+
 _COPIED = ("tooltrace", "tests", "bench", "docs", "dashboards", "queries", "pyproject.toml",
            "setup.py", "mkdocs.yml", "README.md", "CHANGELOG.md")
 
