@@ -415,6 +415,51 @@ EQUIVALENT.update({
         " base64 text, whose decoding errors are binascii.Error; no other ValueError is raised",
 })
 
+# The sandbox: the status pipe read to its end, the probe's first line, a C library that loads.
+_READ_TO_EOF = ("started reads the status pipe until end of file: any chunk size joins the same"
+                " bytes (the helper writes at most a dozen)")
+_ONE_LINE = "why holds at most one line (splitlines()[:1])"
+_NO_OSERROR = ("abi_version raises OSError only if ctypes cannot load the C library, and"
+               " CDLL(None) is dlopen(NULL), the running program's own handle, which does not fail"
+               " on Linux (other systems return 0 before loading it; a refused syscall is a"
+               " negative return value, not an exception): the branch is unreachable")
+_WALL_CLOCK = ("the bubblewrap probe's timeout is a wall-clock bound: 9, 10 and 11 s differ only"
+               " for a probe that runs between 9 and 11 s, which a test can place only by timing"
+               " it, and the tests hold no wall-clock bounds")
+
+EQUIVALENT.update({
+    ("sandbox:started", "while chunk := os.read(r, 257):"): _READ_TO_EOF,
+    ("sandbox:started", "while chunk := os.read(r, 255):"): _READ_TO_EOF,
+    ("sandbox:started", 'if stage >= "landlock":'):
+        'the helper reports only the stages "landlock" and "exec" (_landlock._report, and the'
+        ' program cannot write to the pipe: the exec closes it), and "exec" sorts before'
+        ' "landlock": >= it is == it',
+    ("sandbox:_bwrap_problem",
+     'why = out.stderr.decode("utf-8", "replace").strip().splitlines()[: 2]'):
+        "only why[0] is read, the first line either way, and why is empty under both exactly"
+        " when stderr holds no line",
+    ("sandbox:_bwrap_problem",
+     'return None, f"bubblewrap does not run here ({why[ -1][:200] if why else'
+     ' out.returncode})"'): f"{_ONE_LINE}: its last is its first",
+    ("sandbox:landlock_abi", "except CosmicRayTestingException:"): _NO_OSERROR,
+    ("sandbox:landlock_abi", "return 1"): _NO_OSERROR,
+    ("sandbox:landlock_abi", "return -1"): _NO_OSERROR,
+    ("sandbox:CommandSandbox", "-@property"):
+        "CommandSandbox is a Protocol no code checks with isinstance: its name member is"
+        " declared for the type checker, never called",
+    ("sandbox", "-@functools.cache"):
+        "landlock_abi asks the kernel, whose Landlock ABI does not change while the process"
+        " runs, and _reads is a function of its arguments (the home and the temporary"
+        " directory) and of the system directories' kinds and sys.prefix, which do not either:"
+        " the cache saves the work, the answers are the same (the third, on _bwrap_problem,"
+        " is killed by test_bubblewrap_is_probed_once_not_before_every_command)",
+    ("sandbox", "_status: tuple[int, int] | None = field(default=None, repr=True)"):
+        "only a Launch's repr shows it, and no code prints, logs or records a Launch (the"
+        " execute step records the backend's name); the field holds two descriptor numbers",
+    ("sandbox", "_PROBE_TIMEOUT_S: Final = 11.0"): _WALL_CLOCK,
+    ("sandbox", "_PROBE_TIMEOUT_S: Final = 9.0"): _WALL_CLOCK,
+})
+
 _COPIED = ("tooltrace", "tests", "bench", "docs", "dashboards", "queries", "pyproject.toml",
            "setup.py", "mkdocs.yml", "README.md", "CHANGELOG.md")
 
