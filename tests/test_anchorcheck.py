@@ -292,18 +292,21 @@ def test_a_deleted_segment_between_kept_ones_names_its_seqs_and_records(home: Pa
     assert report.findings == [Finding("error", "deleted", f"{w}.000002.jsonl", None, last, msg)]
 
 
-def test_segments_deleted_apart_are_gaps_apart_and_in_a_row_one_gap(home: Path) -> None:
+@pytest.mark.parametrize("row", [(3, 4), (4, 5)])  # a row ending at an even or an odd number
+def test_segments_deleted_apart_are_gaps_apart_and_in_a_row_one_gap(
+        home: Path, row: tuple[int, int]) -> None:
     w = _writers(home)[0]
-    for n in (1, 3, 4):
+    for n in (1, *row):
         _segment(home, w, n).unlink()
     report = _check(home)
-    one, three, four = (_anchors(home, w, n)[-1] for n in (1, 3, 4))
+    one, a, b = (_anchors(home, w, n)[-1] for n in (1, *row))
     assert [(g.kind, g.segments, g.first_seq, g.last_seq, g.records) for g in report.gaps] == [
         ("deleted", (1,), 1, one["seq"], one["records"]),
-        ("deleted", (3, 4), _anchors(home, w, 2)[-1]["seq"] + 1, four["seq"],
-         three["records"] + four["records"])]
-    assert "segments 3..4 missing" in report.gaps[1].message
-    assert [f.segment for f in report.findings] == [f"{w}.000001.jsonl", f"{w}.000003.jsonl"]
+        ("deleted", row, _anchors(home, w, row[0] - 1)[-1]["seq"] + 1, b["seq"],
+         a["records"] + b["records"])]
+    assert f"segments {row[0]}..{row[1]} missing" in report.gaps[1].message
+    assert [f.segment for f in report.findings] == [f"{w}.000001.jsonl",
+                                                    f"{w}.{row[0]:06d}.jsonl"]
 
 
 def test_segments_whose_anchors_follow_each_other_are_named_one_by_one(home: Path) -> None:
