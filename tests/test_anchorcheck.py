@@ -246,12 +246,14 @@ def test_an_altered_anchor_is_forged_and_not_used(home: Path) -> None:
     assert report.gaps == [] and report.anchors == len(lines) - 1
 
 
-def test_two_anchors_vouching_for_different_chains_at_one_seq_are_a_fork(home: Path) -> None:
+@pytest.mark.parametrize("head", ["0" * 64, "f" * 64])  # sorting before or after the first
+def test_two_anchors_vouching_for_different_chains_at_one_seq_are_a_fork(
+        home: Path, head: str) -> None:
     w = _writers(home)[0]
     a = _anchors(home, w)[0]
     lines = _lines(home)
     no = next(i for i, x in enumerate(lines, start=1) if orjson.loads(x) == a)
-    other = _sign(home, w, a["segment"], a["seq"], head="0" * 64, records=a["records"])
+    other = _sign(home, w, a["segment"], a["seq"], head=head, records=a["records"])
     lines.insert(no, other)
     report = _check(home, b"".join(lines))
     assert report.findings == [Finding(
