@@ -493,6 +493,8 @@ def test_letters_that_lower_case_to_two_characters_do_not_shift_a_redaction() ->
         "Authorization:\n  Bearer abcdefghij",
         "Authorization:\nBearer abcdefghij",
         "Authorization:\n\n\t\nBearer abcdefghij",
+        "Authorization:\n\t\nBearer abcdefghij",
+        " Authorization:\n\t\nBearer abcdefghij",
         "twilio_token =\n\n   " + _rand(HEX, 32),
         "Proxy-Authorization: Basic\n\tabcdefghij",
     ],
