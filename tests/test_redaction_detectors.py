@@ -530,3 +530,10 @@ def test_a_token_of_eight_kib_in_a_long_line_is_redacted_whole() -> None:
 def test_a_cookie_after_any_kind_of_space_is_redacted(space: str) -> None:
     # A form feed or a no-break space before the value is as good as a blank.
     assert _redact(f"Cookie: {space}sid=Zx81kLmQ9 see") == f"Cookie: {marker('cookie')}"
+
+
+def test_a_url_starting_just_before_the_eight_kib_mark_of_a_long_line_is_redacted() -> None:
+    # The window reaches back 8,192 characters from the anchor ("://"), past the scheme.
+    head = "x " * 4095
+    line = head + "postgres://app:Pw-9x8y7z6w5v@db/app" + " y" * 100
+    assert _redact(line) == head + f"postgres://app:{marker('url_password')}@db/app" + " y" * 100
