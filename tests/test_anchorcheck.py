@@ -464,10 +464,11 @@ def _seqs(path: Path, kinds: tuple[str, ...]) -> list[int]:
     return [o["seq"] for o in map(orjson.loads, path.read_bytes().splitlines()) if o["k"] in kinds]
 
 
-def test_a_checkpoint_that_is_not_the_anchored_one_is_rewritten(home: Path) -> None:
+@pytest.mark.parametrize("head", ["0" * 64, "f" * 64])  # sorting before or after the real one
+def test_a_checkpoint_that_is_not_the_anchored_one_is_rewritten(home: Path, head: str) -> None:
     w = _writers(home)[0]
     a = _anchors(home, w, 2)[0]
-    report = _check(home, _sign(home, w, 2, a["seq"], head="0" * 64, records=a["records"]))
+    report = _check(home, _sign(home, w, 2, a["seq"], head=head, records=a["records"]))
     assert _gap(report) == {
         "writer": w, "kind": "rewritten", "segments": [2], "first_seq": None,
         "last_seq": a["seq"], "records": None,
@@ -502,6 +503,26 @@ def test_a_rewritten_checkpoint_then_a_cut_tail_are_two_gaps(home: Path) -> None
     report = _check(home, data)
     assert [(g.kind, g.first_seq, g.last_seq) for g in report.gaps] == [
         ("rewritten", None, a["seq"]), ("truncated", seal["seq"], seal["seq"])]
+    # A cut tail, then the next segment deleted: two gaps again.
+    _segment(home, w, n + 1).unlink()
+    nxt = _anchors(home, w, n + 1)
+    data = b"".join(orjson.dumps(x) + b"\n" for x in [seal, *nxt])
+    report = _check(home, data)
+    assert [(g.kind, g.first_seq, g.last_seq) for g in report.gaps] == [
+        ("truncated", seal["seq"], seal["seq"]), ("deleted", seal["seq"] + 1, nxt[-1]["seq"])]
+
+
+def test_a_row_of_deleted_segments_after_a_rewritten_checkpoint_is_a_gap_of_its_own(
+        home: Path) -> None:
+    w = _writers(home)[0]
+    a = _anchors(home, w, 1)[0]
+    data = _sign(home, w, 1, a["seq"], head="0" * 64, records=a["records"]) + b"".join(
+        x for x in _lines(home) if orjson.loads(x) != a)
+    for n in (3, 4):
+        _segment(home, w, n).unlink()
+    report = _check(home, data)
+    assert [(g.kind, g.segments) for g in report.gaps] == [("rewritten", (1,)),
+                                                           ("deleted", (3, 4))]
 
 
 def test_a_blank_or_spoiled_line_in_a_segment_hides_no_other_checkpoint(home: Path) -> None:
