@@ -537,3 +537,9 @@ def test_a_url_starting_just_before_the_eight_kib_mark_of_a_long_line_is_redacte
     head = "x " * 4095
     line = head + "postgres://app:Pw-9x8y7z6w5v@db/app" + " y" * 100
     assert _redact(line) == head + f"postgres://app:{marker('url_password')}@db/app" + " y" * 100
+
+
+def test_a_header_name_8_kib_before_its_bearer_on_one_line_still_counts() -> None:
+    # The anchor ("bearer") is 8,192 characters after the header's name: the window's first.
+    line = "Authorization:" + " " * (8192 - 14) + "Bearer abcdefghij"
+    assert _redact(line) == line.replace("abcdefghij", marker("authorization"))
