@@ -4,6 +4,7 @@ the status descriptor says and who holds it, no new privileges, and a kernel wit
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import subprocess
@@ -46,6 +47,16 @@ def test_each_grant_allows_exactly_its_rights_at_each_abi(kind: str, abi: int) -
     assert (ll.FS_EXECUTE, ll.FS_WRITE_FILE, ll.FS_READ_FILE, ll.FS_READ_DIR) == (1, 2, 4, 8)
     # No ABI is used past the newest whose rights are written out above.
     assert max(HANDLED) == ll.KNOWN_ABI
+
+
+def test_the_abi_is_the_one_the_kernel_reports() -> None:
+    if os.uname().machine not in ("x86_64", "aarch64"):
+        pytest.skip("the system call is named by its x86_64 and aarch64 number")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION), system call 444.
+    reported = libc.syscall(ctypes.c_long(444), None, ctypes.c_size_t(0), ctypes.c_long(1))
+    assert ll.abi_version() == max(0, reported)
 
 
 # -- the helper, run as tooltrace runs it ------------------------------------------------------
