@@ -322,6 +322,10 @@ def test_an_openai_style_key_must_hold_more_than_lower_case_letters() -> None:
     for name in ("sk-learn-model-selection-tools", "sk-abcdefghijklmnopqrstuvwxyz"):
         assert _redact(f"pip show {name}") == f"pip show {name}"
     assert _redact("k sk-abcdefghijklmnopqrst1 z") == f"k {marker('openai_key')} z"
+    # A lookalike refused first does not hide a key after it.
+    assert _redact("pip show sk-learn-model-selection-tools; k sk-abcdefghijklmnopqrst1") == (
+        f"pip show sk-learn-model-selection-tools; k {marker('openai_key')}"
+    )
     assert _redact("k sk-abcdefghijklmnopqrsT z") == f"k {marker('openai_key')} z"
 
 
@@ -517,6 +521,7 @@ def test_text_up_to_four_kib_is_scanned_whole() -> None:
     text = "x" * (4096 - len(block) - 1) + "\n" + block
     assert len(text) == 4096
     assert _redact(text) == text.replace(secret, marker("aws_secret_key"))
+    assert _redact(block) == block.replace(secret, marker("aws_secret_key"))
 
 
 def test_a_token_of_eight_kib_in_a_long_line_is_redacted_whole() -> None:
