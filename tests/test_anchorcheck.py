@@ -339,8 +339,10 @@ def test_a_gap_whose_start_the_anchors_do_not_say_is_named_through_its_last_seq(
                               " purpose: deleted")
 
 
-def test_a_writer_whose_every_segment_is_gone_is_missing_whole(home: Path) -> None:
-    other, w = _writers(home)
+@pytest.mark.parametrize("gone", [0, 1])  # the writer named first or last
+def test_a_writer_whose_every_segment_is_gone_is_missing_whole(home: Path, gone: int) -> None:
+    w = _writers(home)[gone]
+    other = _writers(home)[1 - gone]
     ns = _segments_of(home, w)
     for n in ns:
         _segment(home, w, n).unlink()
