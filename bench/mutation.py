@@ -460,6 +460,41 @@ EQUIVALENT.update({
     ("sandbox", "_PROBE_TIMEOUT_S: Final = 9.0"): _WALL_CLOCK,
 })
 
+# The segment check: a range's end that is always present, counts of at least one, one caller.
+_TOP_ONLY = ("top is max(counts), a seq present in the segment: a range that ends at top"
+             " instead of top + 1 leaves out only top, which is never missing")
+_FIRST_AT_OR_AFTER = ("lines are in file order and no is the number of one of them: the first"
+                      " line numbered at or after no is that line")
+
+EQUIVALENT.update({
+    # range(first, top): // 1, * 1 and ** 1 leave top as it is.
+    ("segmentcheck", "missing = sorted(set(range(first, top // 1)) - set(counts))"): _TOP_ONLY,
+    ("segmentcheck", "missing = sorted(set(range(first, top * 1)) - set(counts))"): _TOP_ONLY,
+    ("segmentcheck", "missing = sorted(set(range(first, top ** 1)) - set(counts))"): _TOP_ONLY,
+    ("segmentcheck", "missing = sorted(set(range(first, top | 1)) - set(counts))"):
+        "top | 1 is top + 1 for an even top and top for an odd one; top is a seq present in"
+        " the segment, so never missing",
+    ("segmentcheck", "if not missing and all(c <= 1 for c in counts.values()):"):
+        "counts is a Counter of the seqs present: every count is at least 1, so <= 1 is == 1",
+    ("segmentcheck", "gap = [m for m in missing if expected <= m <= s]"):
+        "s is a seq present in the segment and missing holds only absent seqs: m == s never"
+        " holds",
+    ("segmentcheck", 'rng = f"{gap[ -1]}" if len(gap) == 1 else f"{gap[0]}..{gap[-1]}"'):
+        "a gap of one seq: its first and its last element are the same",
+    ("segmentcheck", 'rng = f"{gap[0]}" if len(gap) <= 1 else f"{gap[0]}..{gap[-1]}"'):
+        "the line runs only for a non-empty gap (if gap:), so len(gap) <= 1 is len(gap) == 1",
+    ("segmentcheck", "/,"):
+        "verify_segment's one caller (_verify._verify_writer) passes info..trust by position"
+        " and foreign by name, which both markers allow",
+    ("segmentcheck", "foreign: bool = True,"):
+        "verify_segment's one caller (_verify._verify_writer) always passes foreign",
+    ("segmentcheck", "seq = next(ln.seq for ln in lines if ln.no >= no)"): _FIRST_AT_OR_AFTER,
+    ("segmentcheck", "seq = next(ln.seq for ln in lines if ln.no is no)"):
+        "no is a key of seq_issues, stored as out[ln.no]: the very int object of that line's"
+        " ln.no, and no other line has that number",
+    ("segmentcheck", "if i <= 0:"): "i counts from 0 (enumerate): <= 0 is == 0",
+})
+
 _COPIED = ("tooltrace", "tests", "bench", "docs", "dashboards", "queries", "pyproject.toml",
            "setup.py", "mkdocs.yml", "README.md", "CHANGELOG.md")
 
