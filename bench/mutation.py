@@ -26,7 +26,8 @@ For each module it prints the mutants killed, survived and skipped, the score (k
 killed plus survived; a timeout counts as killed, a mutant that does not even import as
 neither) and every surviving mutant as a diff, except those listed in ``EQUIVALENT`` with the
 reason they cannot be killed (printed apart, not counted). ``--sample N`` runs N mutants per
-module drawn with ``--seed`` (the others are skipped); ``--budget-s`` stops starting modules
+module drawn with ``--seed`` (the others are skipped); ``--lines-changed-since REF`` runs only
+the mutants on lines added or changed since REF; ``--budget-s`` stops starting modules
 once the budget is spent; ``--pick K`` runs K of the chosen modules, drawn with ``--seed``;
 ``--jobs N`` runs N mutants at once, each in a scratch copy of its own. The mutants run at
 idle CPU priority (``SCHED_IDLE``), so they take only the time nobody else wants.
@@ -763,9 +764,9 @@ def _unrun(work: Path, m: Any) -> Any:
 
 
 def run_module(works: list[Path], name: str, t: Target, sample: int | None, seed: int,
-               confirm: int = 0) -> Score:
+               confirm: int = 0, lines: set[int] | None = None) -> Score:
     """Init, (sample), run each mutant against the tests that execute it, read back one
-    module's session."""
+    module's session. ``lines``: run only the mutants that start on these lines."""
     from cosmic_ray.work_db import WorkDB, use_db  # type: ignore[import-untyped]
     from cosmic_ray.work_item import (  # type: ignore[import-untyped]
         TestOutcome,
@@ -800,6 +801,11 @@ def run_module(works: list[Path], name: str, t: Target, sample: int | None, seed
         # In source order (job ids are random): a seed names a sample, progress reads in order.
         pending = sorted(db.pending_work_items, key=lambda w: (
             w.mutations[0].start_pos, w.mutations[0].operator_name, w.mutations[0].occurrence))
+        if lines is not None:
+            for w in pending:
+                if w.mutations[0].start_pos[0] not in lines:
+                    db.set_result(w.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
+            pending = [w for w in pending if w.mutations[0].start_pos[0] in lines]
         if sample is not None:
             keep = set(random.Random(f"{seed}:{name}").sample(
                 [w.job_id for w in pending], min(sample, len(pending))))
@@ -877,6 +883,20 @@ def _changed(ref: str) -> set[str]:
     return {ln.strip() for ln in out.splitlines()}
 
 
+def _lines_changed(ref: str, path: str, worktree: bool) -> set[int]:
+    """The lines of ``path`` added or changed since ``ref``, as HEAD has them (``worktree``: as
+    the working tree has them)."""
+    cmd = ["git", "diff", "-U0", ref, *([] if worktree else ["HEAD"]), "--", path]
+    out = subprocess.run(cmd, cwd=ROOT, text=True, capture_output=True, check=True).stdout
+    lines: set[int] = set()
+    for hunk in out.splitlines():
+        if hunk.startswith("@@"):
+            # "@@ -a,b +c,d @@": d lines from c (d is 1 when left out, 0 for a deletion).
+            start, _, count = hunk.split()[2][1:].partition(",")
+            lines.update(range(int(start), int(start) + int(count or 1)))
+    return lines
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.mutation", description=__doc__.split(
         "\n\n")[0])
@@ -884,6 +904,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--changed-since", metavar="REF",
                    help="only modules whose file (or test selection) changed since the merge"
                         " base with REF")
+    p.add_argument("--lines-changed-since", metavar="REF",
+                   help="run only the mutants on lines added or changed since REF (the others"
+                        " are skipped): a score of the new code")
     p.add_argument("--pick", type=int, help="run only this many of the modules, drawn with"
                                              " --seed")
     p.add_argument("--sample", type=int, help="mutants per module, drawn with --seed")
@@ -940,7 +963,9 @@ def main(argv: list[str] | None = None) -> int:
             if ns.budget_s is not None and time.monotonic() - t0 > ns.budget_s:
                 print(f"mutation: budget spent, {n} and later modules not run")
                 break
-            s = run_module(works, n, TARGETS[n], ns.sample, ns.seed, ns.confirm)
+            lines = (None if ns.lines_changed_since is None else
+                     _lines_changed(ns.lines_changed_since, TARGETS[n].path, ns.worktree))
+            s = run_module(works, n, TARGETS[n], ns.sample, ns.seed, ns.confirm, lines)
             scores.append(s)
             print(f"mutation: {n}: {s.killed}/{s.total} killed ({s.percent:.1f}%),"
                   f" {len(s.equivalent)} equivalent, {s.unrun} survived unrun (no test"

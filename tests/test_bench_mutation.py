@@ -95,3 +95,30 @@ def test_a_mutant_runs_the_tests_that_execute_its_statement() -> None:
     assert mutation._selection(cov, st, t, 9, 9) is None  # no test executes it
     child = mutation.Target("m.py", ("tests/test_m.py",), in_child=True)
     assert mutation._selection(cov, st, child, 9, 9) == child.tests
+
+
+def test_lines_changed_since_a_commit_are_the_lines_it_added_or_changed(tmp_path: Path) -> None:
+    """A repository of its own: one commit, then lines changed, added and deleted."""
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.email=t@example.org", "-c", "user.name=t", *args],
+                       cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    f = tmp_path / "m.py"
+    f.write_text("".join(f"line{i}\n" for i in range(1, 11)))
+    git("add", "m.py")
+    git("commit", "-q", "-m", "one")
+    lines = f.read_text().splitlines()
+    lines[1] = "changed2"  # line 2
+    lines[5:7] = ["new6", "new7", "new8"]  # lines 6-7 replaced by three
+    del lines[-1]  # line 10 deleted: nothing to run
+    f.write_text("\n".join(lines) + "\n")
+    git("commit", "-q", "-am", "two")
+    old_root, mutation.ROOT = mutation.ROOT, tmp_path
+    try:
+        assert mutation._lines_changed("HEAD~1", "m.py", worktree=False) == {2, 6, 7, 8}
+        f.write_text(f.read_text() + "tail\n")  # only in the working tree
+        assert mutation._lines_changed("HEAD~1", "m.py", worktree=True) == {2, 6, 7, 8, 11}
+        assert mutation._lines_changed("HEAD", "m.py", worktree=False) == set()
+    finally:
+        mutation.ROOT = old_root
