@@ -439,25 +439,27 @@ def test_a_tail_cut_just_before_its_seal_names_that_one_seq(home: Path) -> None:
                               " 0 records: tail cut")
 
 
-def test_a_cut_tail_counts_the_anchored_records_gone_never_below_none(home: Path) -> None:
+@pytest.mark.parametrize("keep", [3, 4])  # a cut after an odd or an even seq
+def test_a_cut_tail_counts_the_anchored_records_gone_never_below_none(
+        home: Path, keep: int) -> None:
     w = _writers(home)[0]
     n = 3
     path = _segment(home, w, n)
     lines = path.read_bytes().splitlines(keepends=True)
     end = orjson.loads(lines[-1])["seq"]
-    kept = [x for x in lines if orjson.loads(x)["k"] in _RECORDS][:3]
+    kept = [x for x in lines if orjson.loads(x)["k"] in _RECORDS][:keep]
     path.write_bytes(b"".join(lines[:lines.index(kept[-1]) + 1]))
+    last = orjson.loads(kept[-1])["seq"]
     seal = _anchors(home, w, n)[-1]
     gap = _gap(_check(home, _sign(home, w, n, end, head="0" * 64, records=seal["records"])))
-    assert gap["records"] == seal["records"] - 3
+    assert (gap["first_seq"], gap["records"]) == (last + 1, seal["records"] - keep)
     for records in (1, None):  # fewer than are left; not said
         extra = {} if records is None else {"records": records}
         gap = _gap(_check(home, _sign(home, w, n, end, head="0" * 64, **extra)))
         assert gap["records"] == (0 if records is not None else None)
         assert ("records" in gap["message"]) is (records is not None)
     # At the seq of the last line left, a record: not cut there, rewritten.
-    last = orjson.loads(kept[-1])["seq"]
-    gap = _gap(_check(home, _sign(home, w, n, last, head="0" * 64, records=3)))
+    gap = _gap(_check(home, _sign(home, w, n, last, head="0" * 64, records=keep)))
     assert (gap["kind"], gap["last_seq"]) == ("rewritten", last)
     assert f"no checkpoint at seq {last} where one was anchored" in gap["message"]
 
