@@ -195,9 +195,11 @@ def test_grants_on_a_socket_and_a_terminal_need_not_open_them(ws: Path) -> None:
     assert (ws / "ran").exists()
 
 
-def test_a_flag_given_twice_is_harmless(ws: Path) -> None:
-    run = _helper([*_everything(ws), "--no-tcp", "--no-tcp", "--rx", "/"],
-                  ["touch", str(ws / "ran")])
+@pytest.mark.parametrize("place", ["first", "twice-last"])
+def test_no_tcp_may_stand_anywhere_among_the_flags_and_twice(ws: Path, place: str) -> None:
+    grants = ["--rw", str(ws), "--rx", "/"]
+    flags = ["--no-tcp", *grants] if place == "first" else [*grants, "--no-tcp", "--no-tcp"]
+    run = _helper(["--abi", str(_abi()), *flags], ["touch", str(ws / "ran")])
     assert (run.code, run.status) == (0, b""), run
     assert (ws / "ran").exists()
 
