@@ -547,3 +547,12 @@ def test_a_header_name_8_kib_before_its_bearer_on_one_line_still_counts() -> Non
     # The anchor ("bearer") is 8,192 characters after the header's name: the window's first.
     line = "Authorization:" + " " * (8192 - 14) + "Bearer abcdefghij"
     assert _redact(line) == line.replace("abcdefghij", marker("authorization"))
+
+
+def test_every_token_of_one_format_in_long_text_is_redacted() -> None:
+    # One early, then two on one line far below: each gets its own window or shares one.
+    first, second, third = ("ghp_" + _rand(ALNUM, 36) for _ in range(3))
+    filler = "ordinary output line with words, numbers 12345 and a path notes/a.txt\n" * 100
+    text = f"{first}\n{filler}{second} and {third}\n{filler}"
+    gh = marker("github_token")
+    assert _redact(text) == f"{gh}\n{filler}{gh} and {gh}\n{filler}"
