@@ -451,6 +451,11 @@ _GH = "ghp_" + _rand(ALNUM, 36)
         ("Cookie: sid=Zx81kLmQ9aa11bb22cc; path=/", f"Cookie: {marker('cookie')}"),
         # JSON-escaped: the key rule's value stops at the backslash, the cookie's does not.
         ('cookie = "sid=Zx81kLmQ9aa11bb22\\x"', f'cookie = "{marker("cookie")}"'),
+        # A secret found once, then one found by two formats.
+        (
+            "AKIAABCDEFGHIJKLMNOP and Authorization: Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.",
+            f"{marker('aws_access_key')} and Authorization: Bearer {marker('jwt')}",
+        ),
         # Two formats as specific as each other: the first names the marker.
         (
             "Authorization: Custom cookie='sid=Zx81kLmQ9aa11'",
