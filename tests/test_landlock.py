@@ -204,6 +204,15 @@ def test_no_tcp_may_stand_anywhere_among_the_flags_and_twice(ws: Path, place: st
     assert (ws / "ran").exists()
 
 
+def test_files_named_like_the_flags_in_the_working_directory_change_nothing(ws: Path) -> None:
+    # The command starts where the model asked, which may hold any names.
+    for name in ("--abi", "--no-tcp", "--rw", "--rx", "--r", "--dev", "--status-fd", "--"):
+        (ws / name).mkdir()
+    run = _helper([*_everything(ws), "--no-tcp", "--r", "/proc"], ["touch", "ran"], cwd=ws)
+    assert (run.code, run.status) == (0, b""), run
+    assert (ws / "ran").exists()
+
+
 def test_the_helper_starts_without_loading_typing(ws: Path) -> None:
     # Each command pays the helper's start: it loads the few standard modules it uses.
     run = _helper(_everything(ws), ["true"], python=("-X", "importtime"))
