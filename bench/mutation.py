@@ -567,6 +567,11 @@ EQUIVALENT.update({
        for x in ("windows[not 1][1]", "windows[- 0][1]", "windows[-1][ 0]")},
 })
 
+# The line encoder's fallback: a depth that grows by one from 0 and stops at its bound.
+EQUIVALENT.update({("chain:_writable", f"if depth {c} _MAX_DEPTH:"): "depth starts at 0, grows by"
+                   " one a level and is not passed on once it reaches _MAX_DEPTH (a small int,"
+                   " cached): == and is agree with >=" for c in ("==", "is")})
+
 _COPIED = ("tooltrace", "tests", "bench", "docs", "dashboards", "queries", "pyproject.toml",
            "setup.py", "mkdocs.yml", "README.md", "CHANGELOG.md")
 

@@ -144,7 +144,13 @@ def test_a_value_msgspec_refuses_goes_through_the_fallback_and_the_trail(tmp_pat
     for _ in range(300):
         cur.append([])
         cur = cur[0]  # type: ignore[assignment]
-    detail = {"text": "a\ud800b", "\udc00key": 1, "big": 2**70, "small": -(2**63),
+    deep_map: dict[str, object] = {}
+    at = deep_map
+    for _ in range(300):
+        at["a"] = {}
+        at = at["a"]  # type: ignore[assignment]
+    detail = {"deep_map": deep_map,
+              "text": "a\ud800b", "\udc00key": 1, "big": 2**70, "small": -(2**63),
               "top": 2**64 - 1, "over": 2**64, "under": -(2**63) - 1, "flags": [None, True, 0.5],
               "deep": deep, "odd": Unprintable(), "tags": {"b", "a"}, (1, 2): "tuple key"}
     r = make_record(random.Random(7), kind="ok")
@@ -168,6 +174,10 @@ def test_a_value_msgspec_refuses_goes_through_the_fallback_and_the_trail(tmp_pat
     while isinstance(cur, list):
         levels, cur = levels + 1, cur[0]
     assert (levels, cur) == (128 - 4, "[nested too deep]")
+    levels, at = 0, got["deep_map"]
+    while isinstance(at, dict):
+        levels, at = levels + 1, at["a"]
+    assert (levels, at) == (128 - 4, "[nested too deep]")
 
     late = LateStep(odd.call_id, odd.run_id, odd.tool, msgspec.structs.replace(
         r.steps[-1], seq=1000, detail={"exit": "x\udfff"}))
