@@ -572,6 +572,169 @@ EQUIVALENT.update({("chain:_writable", f"if depth {c} _MAX_DEPTH:"): "depth star
                    " one a level and is not passed on once it reaches _MAX_DEPTH (a small int,"
                    " cached): == and is agree with >=" for c in ("==", "is")})
 
+# Landlock: bits joined by + or ^, ruleset fields past the ABI that are zero, arguments its
+# one caller never writes.
+_SAME_VALUE = ("the constant keeps its value: a shift by 0 is 1, and 1 + 0, 1 | 0, 1 ^ 0, 1 ** 0,"
+               " 1 >> 0, 1 - 0 are 1 as well (1 + 1 is 1 << 1)")
+_DISJOINT = ("the rights are distinct single bits, so + and ^ between them give what | gives")
+_MOD = ("a smaller single bit modulo a larger one is itself: the mask keeps its value")
+_SUB = ("the subtraction sets the same rights bits plus bits above bit 15 (a negative number);"
+        " allowed() cuts every kind to the rights the ABI handles, at most 16 bits, so every grant"
+        " allows what it allowed")
+_SIZE = ("the ruleset's fields past the ABI's own are zero (handled_access_net below ABI 4, scoped"
+         " below 6, values below 256 in their low byte on these little-endian machines), and the"
+         " kernel reads a ruleset attribute of any size from 8 bytes on, zero-filling what is"
+         " missing and accepting extra bytes that are zero (copy_struct_from_user): the kernel"
+         " sees the same ruleset")
+_ERRNO = ("every OSError caught here comes from a failed system call (os.open, os.close, os.execv,"
+          " or _check's get_errno after a call returned -1) and carries its errno, never 0: the"
+          " 'or' alternative is never taken")
+_NO_DASHDASH = ("differs only for an argument list without '--' at a flag's place: the original"
+                " restricts and then fails on the empty program (argv[0], IndexError), the mutant"
+                " fails on args[len(args)] (IndexError); both exit 1 before any program runs")
+_ONLY_ITS_FLAGS = ("differs only for a flag the helper does not know (its only caller,"
+                   " _Landlock.launch, writes --abi, --no-tcp, --rw, --rx, --r, --dev and"
+                   " --status-fd, nothing else); every known flag compares the same way")
+_LAST = ("os.get_exec_path always returns at least one entry (''.split(':') is ['']), so the"
+         " loop replaces last before it can be raised")
+_NO_FD = ("a status descriptor below 0 means none: -1, -2 and ~1 are all below 0 and every use"
+          " tests fd >= 0")
+
+EQUIVALENT.update({
+    **{("landlock", f"{name} = 1 {op} 0{note}"): _SAME_VALUE
+       for name, note in (("FS_EXECUTE", ""), ("_NET_BIND_TCP", "  # ABI 4"),
+                          ("_SCOPE_ABSTRACT_UNIX_SOCKET", "  # ABI 6"),
+                          ("_CREATE_RULESET_VERSION", ""))
+       for op in ("+", "|", "^", "**", ">>", "-")},
+    ("landlock", "FS_WRITE_FILE = 1 + 1"): _SAME_VALUE,
+    ("landlock", "_NET_CONNECT_TCP = 1 + 1  # ABI 4"): _SAME_VALUE,
+    ("landlock", "_SCOPE_SIGNAL = 1 + 1  # ABI 6"): _SAME_VALUE,
+    ("landlock", '_DIR_ONLY = (FS_READ_DIR + _FS_REMOVE_DIR | _FS_REMOVE_FILE | _FS_MAKE_CHAR |'
+                 ' _FS_MAKE_DIR'): _DISJOINT,
+    ("landlock", '_DIR_ONLY = (FS_READ_DIR ^ _FS_REMOVE_DIR | _FS_REMOVE_FILE | _FS_MAKE_CHAR |'
+                 ' _FS_MAKE_DIR'): _DISJOINT,
+    ("landlock", '_DIR_ONLY = (FS_READ_DIR | _FS_REMOVE_DIR + _FS_REMOVE_FILE | _FS_MAKE_CHAR |'
+                 ' _FS_MAKE_DIR'): _DISJOINT,
+    ("landlock", '_DIR_ONLY = (FS_READ_DIR | _FS_REMOVE_DIR ^ _FS_REMOVE_FILE | _FS_MAKE_CHAR |'
+                 ' _FS_MAKE_DIR'): _DISJOINT,
+    ("landlock", '_DIR_ONLY = (FS_READ_DIR | _FS_REMOVE_DIR | _FS_REMOVE_FILE + _FS_MAKE_CHAR |'
+                 ' _FS_MAKE_DIR'): _DISJOINT,
+    ("landlock", '_DIR_ONLY = (FS_READ_DIR | _FS_REMOVE_DIR | _FS_REMOVE_FILE ^ _FS_MAKE_CHAR |'
+                 ' _FS_MAKE_DIR'): _DISJOINT,
+    ("landlock", '_DIR_ONLY = (FS_READ_DIR | _FS_REMOVE_DIR | _FS_REMOVE_FILE % _FS_MAKE_CHAR |'
+                 ' _FS_MAKE_DIR'): _MOD,
+    ("landlock", '_DIR_ONLY = (FS_READ_DIR | _FS_REMOVE_DIR | _FS_REMOVE_FILE | _FS_MAKE_CHAR +'
+                 ' _FS_MAKE_DIR'): _DISJOINT,
+    ("landlock", '_DIR_ONLY = (FS_READ_DIR | _FS_REMOVE_DIR | _FS_REMOVE_FILE | _FS_MAKE_CHAR ^'
+                 ' _FS_MAKE_DIR'): _DISJOINT,
+    ("landlock", '+ _FS_MAKE_REG | _FS_MAKE_SOCK | _FS_MAKE_FIFO | _FS_MAKE_BLOCK |'
+                 ' _FS_MAKE_SYM'): _DISJOINT,
+    ("landlock", '^ _FS_MAKE_REG | _FS_MAKE_SOCK | _FS_MAKE_FIFO | _FS_MAKE_BLOCK |'
+                 ' _FS_MAKE_SYM'): _DISJOINT,
+    ("landlock", '| _FS_MAKE_REG + _FS_MAKE_SOCK | _FS_MAKE_FIFO | _FS_MAKE_BLOCK |'
+                 ' _FS_MAKE_SYM'): _DISJOINT,
+    ("landlock", '| _FS_MAKE_REG ^ _FS_MAKE_SOCK | _FS_MAKE_FIFO | _FS_MAKE_BLOCK |'
+                 ' _FS_MAKE_SYM'): _DISJOINT,
+    ("landlock", '| _FS_MAKE_REG | _FS_MAKE_SOCK + _FS_MAKE_FIFO | _FS_MAKE_BLOCK |'
+                 ' _FS_MAKE_SYM'): _DISJOINT,
+    ("landlock", '| _FS_MAKE_REG | _FS_MAKE_SOCK ^ _FS_MAKE_FIFO | _FS_MAKE_BLOCK |'
+                 ' _FS_MAKE_SYM'): _DISJOINT,
+    ("landlock", '| _FS_MAKE_REG | _FS_MAKE_SOCK | _FS_MAKE_FIFO + _FS_MAKE_BLOCK |'
+                 ' _FS_MAKE_SYM'): _DISJOINT,
+    ("landlock", '| _FS_MAKE_REG | _FS_MAKE_SOCK | _FS_MAKE_FIFO ^ _FS_MAKE_BLOCK |'
+                 ' _FS_MAKE_SYM'): _DISJOINT,
+    ("landlock", '| _FS_MAKE_REG | _FS_MAKE_SOCK | _FS_MAKE_FIFO % _FS_MAKE_BLOCK |'
+                 ' _FS_MAKE_SYM'): _MOD,
+    ("landlock", '| _FS_MAKE_REG | _FS_MAKE_SOCK | _FS_MAKE_FIFO | _FS_MAKE_BLOCK +'
+                 ' _FS_MAKE_SYM'): _DISJOINT,
+    ("landlock", '| _FS_MAKE_REG | _FS_MAKE_SOCK | _FS_MAKE_FIFO | _FS_MAKE_BLOCK ^'
+                 ' _FS_MAKE_SYM'): _DISJOINT,
+    ("landlock", '+ _FS_REFER)'): _DISJOINT,
+    ("landlock", '^ _FS_REFER)'): _DISJOINT,
+    ("landlock", '"rx": FS_EXECUTE + FS_READ_FILE | FS_READ_DIR,'): _DISJOINT,
+    ("landlock", '"rx": FS_EXECUTE ^ FS_READ_FILE | FS_READ_DIR,'): _DISJOINT,
+    ("landlock", '"rx": FS_EXECUTE | FS_READ_FILE + FS_READ_DIR,'): _DISJOINT,
+    ("landlock", '"rx": FS_EXECUTE | FS_READ_FILE ^ FS_READ_DIR,'): _DISJOINT,
+    ("landlock", '"r": FS_READ_FILE + FS_READ_DIR,'): _DISJOINT,
+    ("landlock", '"r": FS_READ_FILE ^ FS_READ_DIR,'): _DISJOINT,
+    ("landlock", '"rw": (_FS_ABI1 + _FS_REFER | _FS_TRUNCATE) & ~(_FS_MAKE_CHAR |'
+                 ' _FS_MAKE_BLOCK),'): _DISJOINT,
+    ("landlock", '"rw": (_FS_ABI1 ^ _FS_REFER | _FS_TRUNCATE) & ~(_FS_MAKE_CHAR |'
+                 ' _FS_MAKE_BLOCK),'): _DISJOINT,
+    ("landlock", '"rw": (_FS_ABI1 | _FS_REFER + _FS_TRUNCATE) & ~(_FS_MAKE_CHAR |'
+                 ' _FS_MAKE_BLOCK),'): _DISJOINT,
+    ("landlock", '"rw": (_FS_ABI1 | _FS_REFER ^ _FS_TRUNCATE) & ~(_FS_MAKE_CHAR |'
+                 ' _FS_MAKE_BLOCK),'): _DISJOINT,
+    ("landlock", '"rw": (_FS_ABI1 | _FS_REFER | _FS_TRUNCATE) & ~(_FS_MAKE_CHAR +'
+                 ' _FS_MAKE_BLOCK),'): _DISJOINT,
+    ("landlock", '"rw": (_FS_ABI1 | _FS_REFER | _FS_TRUNCATE) & ~(_FS_MAKE_CHAR ^'
+                 ' _FS_MAKE_BLOCK),'): _DISJOINT,
+    ("landlock", '"dev": FS_READ_FILE + FS_WRITE_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV,'): _DISJOINT,
+    ("landlock", '"dev": FS_READ_FILE ^ FS_WRITE_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV,'): _DISJOINT,
+    ("landlock", '"dev": FS_READ_FILE | FS_WRITE_FILE + _FS_TRUNCATE | _FS_IOCTL_DEV,'): _DISJOINT,
+    ("landlock", '"dev": FS_READ_FILE | FS_WRITE_FILE ^ _FS_TRUNCATE | _FS_IOCTL_DEV,'): _DISJOINT,
+    ("landlock", '"dev": FS_READ_FILE | FS_WRITE_FILE - _FS_TRUNCATE | _FS_IOCTL_DEV,'): _SUB,
+    ("landlock", '"dev": FS_READ_FILE | FS_WRITE_FILE | _FS_TRUNCATE + _FS_IOCTL_DEV,'): _DISJOINT,
+    ("landlock", '"dev": FS_READ_FILE | FS_WRITE_FILE | _FS_TRUNCATE ^ _FS_IOCTL_DEV,'): _DISJOINT,
+    ("landlock", '"dev": FS_READ_FILE | FS_WRITE_FILE | _FS_TRUNCATE - _FS_IOCTL_DEV,'): _SUB,
+    ("landlock", 'return _NET_BIND_TCP + _NET_CONNECT_TCP if refuse_tcp and abi >= 4 else'
+                 ' 0'): _DISJOINT,
+    ("landlock", 'return _NET_BIND_TCP ^ _NET_CONNECT_TCP if refuse_tcp and abi >= 4 else'
+                 ' 0'): _DISJOINT,
+    ("landlock", 'return _SCOPE_ABSTRACT_UNIX_SOCKET + _SCOPE_SIGNAL if abi >= 6 else'
+                 ' 0'): _DISJOINT,
+    ("landlock", 'return _SCOPE_ABSTRACT_UNIX_SOCKET ^ _SCOPE_SIGNAL if abi >= 6 else'
+                 ' 0'): _DISJOINT,
+    ("landlock", "return _FFI[ -1]"):
+        "_FFI holds one entry once filled (appended only while empty), so [-1] is [0]",
+    ("landlock", "_pack_ = 2"):
+        "the fields keep their offsets (0 and 8) with any packing; only the struct's trailing"
+        " padding changes (size 12 or 16), which the kernel does not read",
+    ("landlock", "_pack_ = 0"):
+        "the fields keep their offsets (0 and 8) with any packing; only the struct's trailing"
+        " padding changes (size 12 or 16), which the kernel does not read",
+    ("landlock", "size = 9 if abi < 4 else 16 if abi < 6 else 24"): _SIZE,
+    ("landlock", "size = 8 if abi < 3 else 16 if abi < 6 else 24"): _SIZE,
+    ("landlock", "size = 8 if abi < 4 else 17 if abi < 6 else 24"): _SIZE,
+    ("landlock", "size = 8 if abi < 4 else 15 if abi < 6 else 24"): _SIZE,
+    ("landlock", "size = 8 if abi < 4 else 16 if abi < 5 else 24"): _SIZE,
+    ("landlock", "size = 8 if abi < 4 else 16 if abi < 6 else 23"): _SIZE,
+    ("landlock", "fd = os.open(path, os.O_PATH + os.O_CLOEXEC)"):
+        "O_PATH and O_CLOEXEC are distinct bits: + gives what | gives",
+    ("landlock", "fd = os.open(path, os.O_PATH ^ os.O_CLOEXEC)"):
+        "O_PATH and O_CLOEXEC are distinct bits: ^ gives what | gives",
+    ("landlock", "abi, refuse_tcp, status_fd = -1, False, -1"):
+        "without --abi the ABI is 0 or -1: below 1 every mask is 0 (handled_fs, handled_net,"
+        " scoped), so the kernel refuses the empty ruleset alike (ENOMSG)",
+    ("landlock", "abi, refuse_tcp, status_fd = 0, False, ~1"): _NO_FD,
+    ("landlock", "abi, refuse_tcp, status_fd = 0, False, - 2"): _NO_FD,
+    ("landlock", 'while i <= len(args) and args[i] != "--":'): _NO_DASHDASH,
+    ("landlock", 'while i != len(args) and args[i] != "--":'): _NO_DASHDASH,
+    ("landlock", 'while i is not len(args) and args[i] != "--":'): _NO_DASHDASH,
+    ("landlock", 'while i < len(args) and args[i] > "--":'): _ONLY_ITS_FLAGS,
+    ("landlock", 'if flag <= "--abi":'): _ONLY_ITS_FLAGS,
+    ("landlock", 'elif flag >= "--status-fd":'): _ONLY_ITS_FLAGS,
+    ("landlock", "if fd >= -1:"):
+        "with no status descriptor fd is -1: os.write(-1, ...) fails with EBADF, which the"
+        " except OSError below swallows, as the skipped write does nothing",
+    ("landlock", 'last: OSError = FileNotFoundError( 3, "No such file or directory", argv[0])'):
+        _LAST,
+    ("landlock", 'last: OSError = FileNotFoundError( 1, "No such file or directory", argv[0])'):
+        _LAST,
+    ("landlock", 'last: OSError = FileNotFoundError(2, "No such file or directory", argv[ 1])'):
+        _LAST,
+    ("landlock", 'last: OSError = FileNotFoundError(2, "No such file or directory", argv[ -1])'):
+        _LAST,
+    ("landlock", 'if __name__ <= "__main__":'):
+        "run as the helper the module's name is '__main__' (<= holds as == does); imported it is"
+        " 'tooltrace.runtime._landlock' (or '_landlock' from its own directory), both above"
+        " '__main__' ('t' and 'l' after '_'), so <= is False as == is",
+    ("landlock", '_report(status_fd, "landlock", exc.errno or 1)'): _ERRNO,
+    ("landlock", '_report(status_fd, "landlock", exc.errno or -1)'): _ERRNO,
+    ("landlock", '_report(status_fd, "exec", exc.errno or 1)'): _ERRNO,
+    ("landlock", '_report(status_fd, "exec", exc.errno or -1)'): _ERRNO,
+})
+
 _COPIED = ("tooltrace", "tests", "bench", "docs", "dashboards", "queries", "pyproject.toml",
            "setup.py", "mkdocs.yml", "README.md", "CHANGELOG.md")
 
