@@ -51,7 +51,8 @@ def test_each_grant_allows_exactly_its_rights_at_each_abi(kind: str, abi: int) -
 
 def test_the_abi_is_the_one_the_kernel_reports() -> None:
     if os.uname().machine not in ("x86_64", "aarch64"):
-        pytest.skip("the system call is named by its x86_64 and aarch64 number")
+        missing("the system call is named by its x86_64 and aarch64 number: this machine is"
+                " neither")
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION), system call 444.
@@ -375,7 +376,8 @@ _FOREIGN_MACHINE = "import ctypes\nctypes.CDLL(None).personality(0x0008)\n"  # P
                          ids=["kernel-without-landlock", "unknown-machine"])
 def test_no_landlock_is_offered_where_the_kernel_or_the_machine_lacks_it(setup: str) -> None:
     if os.uname().machine not in ("x86_64", "aarch64"):
-        pytest.skip("the filter names the system calls by their x86_64 and aarch64 numbers")
+        missing("the filter names the system calls by their x86_64 and aarch64 numbers: this"
+                " machine is neither")
     _abi()
     probe = subprocess.run(
         [sys.executable, "-c", setup + "from tooltrace.runtime import _landlock as ll\n"
@@ -385,7 +387,8 @@ def test_no_landlock_is_offered_where_the_kernel_or_the_machine_lacks_it(setup: 
 
 def test_on_a_kernel_without_landlock_the_helper_runs_nothing(ws: Path) -> None:
     if os.uname().machine not in ("x86_64", "aarch64"):
-        pytest.skip("the filter names the system calls by their x86_64 and aarch64 numbers")
+        missing("the filter names the system calls by their x86_64 and aarch64 numbers: this"
+                " machine is neither")
     _abi()
     helper = [sys.executable, *HELPER, "--abi", str(ll.KNOWN_ABI), "--rx",
               "/", "--rw", str(ws), "--status-fd", "1", "--", "touch", str(ws / "ran")]
