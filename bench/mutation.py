@@ -735,6 +735,136 @@ EQUIVALENT.update({
     ("landlock", '_report(status_fd, "exec", exc.errno or -1)'): _ERRNO,
 })
 
+# Path resolution: flags joined by + or ^, defaults Linux never reads, races only.
+_POSIX_FLAG = ("os has this flag on every POSIX host (tooltrace's sandbox and tests run on"
+               " Linux): getattr's default is never read")
+_FLAGS_OR = "the open flags are distinct bits (O_RDONLY is 0): + and ^ give their union, as | does"
+_CHUNK = ("the loop reads until it has max_bytes or the file ends, so any positive chunk size"
+          " returns the same bytes (only the number of reads changes)")
+_KW_MARKER = ("every caller hands the first argument by position and the others by name, which"
+              " both markers allow")
+_MISSING_EARLY = ("leaving the missing-directory mode early only makes the walk lstat the next"
+                  " name, which fails with ENOENT under the missing directory and records it the"
+                  " same way; only a directory created meanwhile (a race) tells them apart")
+_ABSOLUTE_ROUTE = ("a target whose leading '..'s stay inside the resolved components leads to the"
+                   " same place walked on or re-entered from its absolute form: both give the"
+                   " same real path and reasons")
+
+EQUIVALENT.update({
+    ("paths", 'return str(tool.capability) == "read" and str(tool.effect) >= "none"'):
+        '"none" sorts after "local" and "external": of the effects only "none" is >= "none"',
+    ("paths", 'return root.strip("/").split("/") if root > "/" else []'):
+        'root is always absolute: every absolute path but "/" sorts after "/"',
+    ("paths", 'return root.strip("/").split("/") if root is not "/" else []'):
+        'a one-character string is a single object in CPython: is not "/" is != "/"',
+    ("paths", 'return repr("<read-only>/" + rp.relative.rsplit("/", 2)[-1][-_SHOWN_CHARS:])'):
+        "the last piece of a split from the right is the last component whatever the number of"
+        " splits",
+    ("paths", 'return repr("<read-only>/" + rp.relative.rsplit("/", 1)[1][-_SHOWN_CHARS:])'):
+        "the relative path of a read-only file is absolute: one split from the right gives two"
+        " pieces, and [1] is [-1]",
+    ("paths", 'return repr("<read-only>/" + rp.relative.rsplit("/", 1)[+1][-_SHOWN_CHARS:])'):
+        "the relative path of a read-only file is absolute: one split from the right gives two"
+        " pieces, and [+1] is [-1]",
+    ("paths", '_O_CLOEXEC = getattr(os, "O_CLOEXEC", -1)'): _POSIX_FLAG,
+    ("paths", '_O_CLOEXEC = getattr(os, "O_CLOEXEC", 1)'): _POSIX_FLAG,
+    ("paths", '_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", -1)'): _POSIX_FLAG,
+    ("paths", '_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 1)'): _POSIX_FLAG,
+    ("paths", '_O_DIRECTORY = getattr(os, "O_DIRECTORY", -1)'): _POSIX_FLAG,
+    ("paths", '_O_DIRECTORY = getattr(os, "O_DIRECTORY", 1)'): _POSIX_FLAG,
+    ("paths", '_O_NONBLOCK = getattr(os, "O_NONBLOCK", -1)'): _POSIX_FLAG,
+    ("paths", '_O_NONBLOCK = getattr(os, "O_NONBLOCK", 1)'): _POSIX_FLAG,
+    ("paths", "_DIR_FLAGS = os.O_RDONLY + _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC"): _FLAGS_OR,
+    ("paths", "_DIR_FLAGS = os.O_RDONLY | _O_DIRECTORY + _O_NOFOLLOW | _O_CLOEXEC"): _FLAGS_OR,
+    ("paths", "_DIR_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW + _O_CLOEXEC"): _FLAGS_OR,
+    ("paths", "_DIR_FLAGS = os.O_RDONLY ^ _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC"): _FLAGS_OR,
+    ("paths", "_DIR_FLAGS = os.O_RDONLY | _O_DIRECTORY ^ _O_NOFOLLOW | _O_CLOEXEC"): _FLAGS_OR,
+    ("paths", "_DIR_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW ^ _O_CLOEXEC"): _FLAGS_OR,
+    ("paths:__init__", "/,"): _KW_MARKER,
+    ("paths:resolve", "/,"): _KW_MARKER,
+    ("paths:open_write", "/,"): _KW_MARKER,
+    ("paths:read_text", "/,"): _KW_MARKER,
+    ("paths", "def _check_fd(self, fd: int, rp: ResolvedPath, /, writing: bool) ->"
+              " os.stat_result:"): _KW_MARKER,
+    ("paths", "rel = real[len(self._prefix):] if real > self.root else \"\""):
+        "for the root itself real[len(self._prefix):] is already \"\" (the prefix is the root"
+        " and a slash); every path below the root sorts after it",
+    ("paths", "rel = real[len(self._prefix):] if real >= self.root else \"\""):
+        "for the root itself real[len(self._prefix):] is already \"\" (the prefix is the root"
+        " and a slash)",
+    ("paths", "rel = real[len(self._prefix):] if real is not self.root else \"\""):
+        "for the root itself real[len(self._prefix):] is already \"\" (the prefix is the root"
+        " and a slash)",
+    ("paths", "return ResolvedPath(rel, real, followed, deepest > 0)"):
+        "deepest is an index into the roots, never negative: > 0 is != 0",
+    ("paths", 'if reason >= "symlink_escape":'):
+        'reason is "outside_workspace" or "symlink_escape", and only the second sorts at or'
+        ' after "symlink_escape"',
+    ("paths", 'if reason is "symlink_escape":'):
+        "reason is one of two string constants of this module, interned: is is ==",
+    ("paths:_walk", "missing_depth = -1"):
+        "missing_depth is set to 1 on the line that first sets missing, and read only while"
+        " missing is true",
+    ("paths:_walk", "missing_depth = 1"):
+        "missing_depth is set to 1 on the line that first sets missing, and read only while"
+        " missing is true",
+    ("paths:_walk", "missing_depth -= 2"): _MISSING_EARLY,
+    ("paths:_walk", "missing = missing_depth > 1"): _MISSING_EARLY,
+    ("paths:_walk", "missing = missing_depth < 0"): _MISSING_EARLY,
+    ("paths:_walk", "missing = missing_depth != 0"):
+        "missing_depth is never negative here (it is decremented only while it is positive):"
+        " != 0 is > 0",
+    ("paths:_walk", "missing_depth += 0"): _MISSING_EARLY,
+    ("paths:_walk", "missing = False"): _MISSING_EARLY,
+    ("paths:_walk", "missing_depth = 0"): _MISSING_EARLY,
+    ("paths", 'if "\\x00" in target and not target:'):
+        "readlink never returns a NUL (the kernel keeps a C string) nor an empty target"
+        " (symlink(2) refuses one with ENOENT): the check cannot fire either way",
+    ("paths", 'parts = [c for c in target.split("/") if c and c is not "."]'):
+        'a one-character string is a single object in CPython: is not "." is != "."',
+    ("paths", 'here = _components(self._roots[root][ 0]) + resolved'):
+        "_components strips the slashes, so a root's prefix (its path and a slash) gives the"
+        " same components as the root",
+    ("paths", "if isinstance(exc, NotADirectoryError) or exc.errno is errno.ELOOP:"):
+        "errno values are small ints, a single object each in CPython: is is ==",
+    ("paths", "if st.st_nlink != 1 and (writing or self.strict_hardlinks):"):
+        "a file just opened by name has at least one link; 0 needs it unlinked between the open"
+        " and the fstat, a race no deterministic test can place",
+    ("paths", "while want > -1:"): "a read of 0 bytes returns b'' and ends the loop",
+    ("paths", "while want >= 0:"): "a read of 0 bytes returns b'' and ends the loop",
+    ("paths", "while want != 0:"):
+        "want starts non-negative and drops by at most itself: != 0 is > 0",
+    ("paths", "text = decoder.decode(data, final=len(data) == size)"):
+        "data is at most the size fstat saw unless the file grows between fstat and read,"
+        " a race no deterministic test can place",
+})
+EQUIVALENT.update({("paths", f"chunk = os.read(fd, min(want, {c}))"): _CHUNK for c in (
+    "1 << 19", "1 << 21", "2 << 20", "1 + 20", "1 | 20", "1 ^ 20", "1 % 20", "1 * 20",
+    "1 ** 20")})
+_NO_CLOEXEC = ("O_NOFOLLOW % O_CLOEXEC is O_NOFOLLOW (the smaller bit), so only O_CLOEXEC is"
+               " lost, and Python's os.open adds O_CLOEXEC to every open itself (PEP 446)")
+for _line in (
+    "_DIR_FLAGS = os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW % _O_CLOEXEC",
+    "fd = os.open(name, os.O_RDONLY | _O_NOFOLLOW % _O_CLOEXEC | _O_NONBLOCK, dir_fd=dfd)",
+    "flags = os.O_WRONLY | _O_NOFOLLOW % _O_CLOEXEC | _O_NONBLOCK",
+):
+    EQUIVALENT[("paths", _line)] = _NO_CLOEXEC
+for _op in ("+", "^"):
+    for _line in (
+        f"fd = os.open(name, os.O_RDONLY {_op} _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK, dir_fd=dfd)",
+        f"fd = os.open(name, os.O_RDONLY | _O_NOFOLLOW {_op} _O_CLOEXEC | _O_NONBLOCK, dir_fd=dfd)",
+        f"fd = os.open(name, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC {_op} _O_NONBLOCK, dir_fd=dfd)",
+        f"flags = os.O_WRONLY {_op} _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK",
+        f"flags = os.O_WRONLY | _O_NOFOLLOW {_op} _O_CLOEXEC | _O_NONBLOCK",
+        f"flags = os.O_WRONLY | _O_NOFOLLOW | _O_CLOEXEC {_op} _O_NONBLOCK",
+    ):
+        EQUIVALENT[("paths", _line)] = _FLAGS_OR
+EQUIVALENT[("paths", "if real == r or real.startswith(p)),"
+                     " key=lambda i: len(self._roots[i][ 0]))")] = (
+    "the roots holding a path are nested, and a root's prefix is its path and a slash (\"/\""
+    " is its own prefix, and the shortest): ordered by prefix or by path, the deepest is the"
+    " same")
+
 _COPIED = ("tooltrace", "tests", "bench", "docs", "dashboards", "queries", "pyproject.toml",
            "setup.py", "mkdocs.yml", "README.md", "CHANGELOG.md")
 
