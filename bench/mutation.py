@@ -83,7 +83,8 @@ TARGETS: dict[str, Target] = {
         "tests/test_registry.py", "tests/test_paths_read_only.py")),
     "approvals": Target("tooltrace/policy/_approvals.py", (
         "tests/test_approvals.py", "tests/test_approval_ttl.py")),
-    "paths": Target("tooltrace/policy/_paths.py", ("tests/test_paths.py", "tests/test_home.py")),
+    "paths": Target("tooltrace/policy/_paths.py", (
+        "tests/test_paths.py", "tests/test_home.py", "tests/test_paths_read_only.py")),
     "redactor": Target("tooltrace/redaction/_redactor.py", (
         "tests/test_redaction.py", "tests/test_redaction_encoded.py",
         "tests/test_redaction_values.py")),
