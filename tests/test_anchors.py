@@ -20,6 +20,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 from support.archive import SECRET_KEY, MotoS3
+from support.components import require_binary
 from support.forge import install_key, reforge, write_trail
 
 from tooltrace.audit import (
@@ -364,11 +365,11 @@ log.append([{"seq": 3}], sync=False)
 """
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to see the fsyncs")
 def test_a_synced_append_reaches_the_disk_and_so_does_a_new_files_name(tmp_path: Path) -> None:
+    strace = require_binary("strace", "apt-get install -y --no-install-recommends strace")
     path = tmp_path / "anchors" / "anchors.jsonl"
     trace = tmp_path / "trace"
-    subprocess.run(["strace", "-f", "-qq", "-e", "trace=openat,fsync", "-o", str(trace),
+    subprocess.run([strace, "-f", "-qq", "-e", "trace=openat,fsync", "-o", str(trace),
                     sys.executable, "-c", _APPENDS, str(path)], check=True, timeout=120)
     opened: dict[tuple[str, int], str] = {}
     synced = []
