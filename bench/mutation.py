@@ -942,6 +942,14 @@ EQUIVALENT.update({
 EQUIVALENT[("anchorcheck:parse_anchors", "if end != len(data):")] = (
     "end is just past the last newline (or 0), never past the data's end: != is <")
 
+# The redactor's memos take exact str only: a type compares by identity.
+EQUIVALENT.update({
+    ("redactor:is_clean", "if type(text) != str:  # a subclass may bring its own equality: never"
+                          " remembered"): _TYPE_IS,
+    ("redactor:is_plain_key", "self._key_info(key) if type(key) == str else"
+                              " self._decide_key_info(key)"): _TYPE_IS,
+})
+
 _COPIED = ("tooltrace", "tests", "bench", "docs", "dashboards", "queries", "pyproject.toml",
            "setup.py", "mkdocs.yml", "README.md", "CHANGELOG.md")
 
