@@ -65,6 +65,12 @@ def _segment(home: Path, writer: str, n: int) -> Path:
     return path
 
 
+def _drop_last_line(path: Path) -> None:
+    """Cut a segment's last line (its seal), as a crash or a hand would."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-1]))
+
+
 def _pub(home: Path) -> PublicKey:
     pub = load_public_key(home)
     assert pub is not None
@@ -426,9 +432,7 @@ def test_a_segment_cut_before_its_first_line_ends_is_a_cut_tail(home: Path) -> N
 def test_a_tail_cut_just_before_its_seal_names_that_one_seq(home: Path) -> None:
     w = _writers(home)[0]
     n = 3
-    path = _segment(home, w, n)
-    lines = path.read_bytes().splitlines(keepends=True)
-    path.write_bytes(b"".join(lines[:-1]))
+    _drop_last_line(_segment(home, w, n))
     seal = _anchors(home, w, n)[-1]
     assert seal["k"] == "seal"
     gap = _gap(_check(home))
@@ -497,9 +501,7 @@ def test_rewritten_anchors_in_a_row_are_one_gap_named_by_the_last(home: Path) ->
 def test_a_rewritten_checkpoint_then_a_cut_tail_are_two_gaps(home: Path) -> None:
     w = _writers(home)[0]
     n = 3
-    path = _segment(home, w, n)
-    lines = path.read_bytes().splitlines(keepends=True)
-    path.write_bytes(b"".join(lines[:-1]))
+    _drop_last_line(_segment(home, w, n))
     mine = _anchors(home, w, n)
     a, seal = mine[0], mine[-1]
     data = (_sign(home, w, n, a["seq"], head="0" * 64, records=a["records"])

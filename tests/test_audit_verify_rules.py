@@ -271,12 +271,17 @@ def test_a_header_without_its_seq_after_a_deleted_segment_counts_from_the_first_
 # -- lines verify cannot read as records ----------------------------------------------------------
 
 
+def _two_calls_in_a_row(lines: list[bytes]) -> int:
+    """The index of a call line (past the first few) that another call line follows."""
+    return next(j for j in range(5, len(lines)) if _is_call(lines[j]) and _is_call(lines[j + 1]))
+
+
 def test_a_line_that_is_not_a_record_is_named_and_its_seq_missing(tmp_path: Path) -> None:
     home = tmp_path / "home"
     _trail(home)
     seg = _segments(home)[0]
     lines = _read(seg)
-    i = next(j for j in range(5, len(lines)) if _is_call(lines[j]) and _is_call(lines[j + 1]))
+    i = _two_calls_in_a_row(lines)
     gone = _seq(lines[i])
     lines[i] = b"this line was overwritten"
     _write(seg, lines)
@@ -291,7 +296,7 @@ def test_a_line_without_its_chain_hash_does_not_hide_the_lines_after_it(tmp_path
     _trail(home)
     seg = _segments(home)[0]
     lines = _read(seg)
-    i = next(j for j in range(5, len(lines)) if _is_call(lines[j]) and _is_call(lines[j + 1]))
+    i = _two_calls_in_a_row(lines)
     gone = _seq(lines[i])
     lines[i] = split_hash(lines[i])[0]  # type: ignore[index]
     _write(seg, lines)
