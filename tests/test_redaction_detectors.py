@@ -9,7 +9,7 @@ import string
 
 import pytest
 
-from tooltrace.redaction import Redactor, marker
+from tooltrace.redaction import Redactor, _detectors, marker
 
 _rng = random.Random(20261206)
 
@@ -497,18 +497,23 @@ def test_letters_that_lower_case_to_two_characters_do_not_shift_a_redaction() ->
     "text",
     [
         "aws_secret_access_key:\n  " + _rand(ALNUM + "/+", 40),
+        "AWS_SECRET_KEY\n=\n" + _rand(ALNUM + "/+", 40),
+        "aws_secret_key\n\n  ::\n\n\"" + _rand(ALNUM + "/+", 40),
         "Authorization: Bearer\n  abcdefghij",
         "Authorization:\n  Bearer abcdefghij",
         "Authorization:\nBearer abcdefghij",
         "Authorization:\n\n\t\nBearer abcdefghij",
         "Authorization:\n\t\nBearer abcdefghij",
         " Authorization:\n\t\nBearer abcdefghij",
+        "Authorization\n:\n'Bearer abcdefghij",
         "twilio_token =\n\n   " + _rand(HEX, 32),
+        "TWILIO_TOKEN\n=\n" + _rand(HEX, 32),
         "Proxy-Authorization: Basic\n\tabcdefghij",
     ],
 )
-def test_a_value_on_the_line_after_its_name_is_redacted_in_long_text_too(text: str) -> None:
-    # Text over 4 KiB is scanned around each anchor only: the window holds the lines around it.
+def test_a_value_below_its_name_is_redacted_in_long_text_too(text: str) -> None:
+    # Text over 4 KiB is scanned around each anchor only: the window reaches over the lines
+    # between a name and its value that hold only blanks, ":" or "=" and quotes.
     short = _redact(text)
     assert short != text and "[REDACTED:" in short
     filler = "ordinary output line with words, numbers 12345 and a path notes/a.txt\n" * 100
@@ -518,8 +523,7 @@ def test_a_value_on_the_line_after_its_name_is_redacted_in_long_text_too(text: s
 
 
 def test_text_up_to_four_kib_is_scanned_whole() -> None:
-    # Longer text is scanned around its anchors only; up to 4,096 characters all of it is, so
-    # a value two lines below its name is found.
+    # Longer text is scanned around its anchors only; up to 4,096 characters all of it is.
     secret = _rand(ALNUM + "/+", 40)
     block = "AWS_SECRET_KEY\n=\n" + secret
     text = "x" * (4096 - len(block) - 1) + "\n" + block
@@ -528,11 +532,17 @@ def test_text_up_to_four_kib_is_scanned_whole() -> None:
     assert _redact(block) == block.replace(secret, marker("aws_secret_key"))
 
 
-def test_a_token_of_eight_kib_in_a_long_line_is_redacted_whole() -> None:
-    # In long text a window reaches 8,192 characters from its anchor, here the token's start.
-    token = "ya29." + _rand(URLSAFE, 8192 - 5)
+@pytest.mark.parametrize("n", [8192 - 5, 8192, 20_000])
+def test_a_long_token_in_a_long_line_is_redacted_whole(n: int) -> None:
+    token = "ya29." + _rand(URLSAFE, n)
     line = "x " * 3000 + token + " y" * 3000
     assert _redact(line) == "x " * 3000 + marker("gcp_oauth_token") + " y" * 3000
+
+
+def test_a_long_bearer_token_far_from_its_header_name_is_redacted_whole() -> None:
+    token = _rand(ALNUM, 12_000)
+    line = "x " * 3000 + "Authorization:" + " " * 9000 + "Bearer " + token + " y" * 3000
+    assert _redact(line) == line.replace(token, marker("authorization"))
 
 
 @pytest.mark.parametrize("space", ["\x0b", "\x0c", "\xa0", "\u2003"])
@@ -542,16 +552,88 @@ def test_a_cookie_after_any_kind_of_space_is_redacted(space: str) -> None:
 
 
 def test_a_url_starting_just_before_the_eight_kib_mark_of_a_long_line_is_redacted() -> None:
-    # The window reaches back 8,192 characters from the anchor ("://"), past the scheme.
     head = "x " * 4095
     line = head + "postgres://app:Pw-9x8y7z6w5v@db/app" + " y" * 100
     assert _redact(line) == head + f"postgres://app:{marker('url_password')}@db/app" + " y" * 100
 
 
-def test_a_header_name_8_kib_before_its_bearer_on_one_line_still_counts() -> None:
-    # The anchor ("bearer") is 8,192 characters after the header's name: the window's first.
-    line = "Authorization:" + " " * (8192 - 14) + "Bearer abcdefghij"
+@pytest.mark.parametrize("gap", [8192 - 14, 20_000])
+def test_a_header_name_far_before_its_bearer_on_one_line_still_counts(gap: int) -> None:
+    line = "Authorization:" + " " * gap + "Bearer abcdefghij"
     assert _redact(line) == line.replace("abcdefghij", marker("authorization"))
+
+
+def test_a_twilio_account_id_is_redacted_wherever_it_stands() -> None:
+    account = "AC" + _rand(HEX, 32)
+    filler = "ordinary output line with words, numbers 12345 and a path notes/a.txt\n" * 200
+    for text in (f"sid {account}", f"sid {account}\n{filler}", f"{filler}sid {account}\n{filler}"):
+        assert _redact(text) == text.replace(account, marker("twilio_key"))
+
+
+@pytest.mark.parametrize("space", ["\t", "\n", "\x0c", "\xa0"])
+def test_token_then_any_space_then_a_machine_made_value_is_a_credential(space: str) -> None:
+    # "token" is the anchor, whatever space follows it ("token " was, before).
+    value = "gh" + _rand(ALNUM, 30)
+    for text in (f"Authorization: token{space}{value}", f"token{space}{value} ok"):
+        assert _redact(text) == text.replace(value, marker("authorization"))
+
+
+@pytest.mark.parametrize("lookalike", ["aw\u017f", "\u0430ws"])
+def test_a_name_spelled_with_lookalike_letters_is_not_an_aws_name(lookalike: str) -> None:
+    # The names' letters are ASCII, matched without regard to case: a long s (U+017F) is no
+    # "s", whether or not "aws" appears elsewhere in the text (it once decided).
+    secret = _rand(ALNUM + "/+", 40)
+    name = f"{lookalike}_secret_key"
+    for text in (f"{name} = {secret}", f"aws cli\n{name} = {secret}"):
+        assert marker("aws_secret_key") not in _redact(text)
+
+
+# The pieces long text is made of in the comparison below: names, separators, values, tokens,
+# lookalike letters, blanks and filler, so that names and values fall on lines apart, tokens run
+# past any fixed reach, and anchors stand far from one another.
+_PIECES = (
+    "aws_secret_access_key", "AWS_KEY", "twilio_token", "Authorization", "Proxy-Authorization",
+    "Cookie", "Set-Cookie", "AccountKey=", "token", "Token", "Bearer", "basic", "sig=", "SK", "AC",
+    " ", "=", ":", " = ", "\n", "\n\n", "\n=\n", "\n:\n", "\t", "\x0c", "\xa0", "'", '"', "\r\n",
+    "\u017f", "\u212a", "\u0130", "\u0131", "sid=Zx81kLmQ9", "abcdefghij", "dXNlcjpwYXNz",
+    "postgres://app:Pw-9x8y7z6w5v@db/app", "eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.",
+)
+
+
+def _piece(rng: random.Random) -> str:
+    roll = rng.random()
+    if roll < 0.5:
+        return rng.choice(_PIECES)
+    if roll < 0.65:
+        return "".join(rng.choice(ALNUM + "/+") for _ in range(rng.choice((32, 40, 41))))
+    if roll < 0.75:
+        return rng.choice(("SK", "AC", "")) + "".join(rng.choice(HEX) for _ in range(32))
+    if roll < 0.85:
+        prefix = rng.choice(("ya29.", "ghp_", "xoxb-", "sk-ant-api03-", "glpat-", "hf_"))
+        return prefix + "".join(rng.choice(ALNUM) for _ in range(rng.choice((36, 9000, 17000))))
+    if roll < 0.95:
+        return rng.choice(("x ", "word ", "line\n", " \n", "\n\t\n")) * rng.randrange(1, 6000)
+    return "".join(rng.choice(string.printable) for _ in range(rng.randrange(1, 200)))
+
+
+def test_long_text_finds_exactly_what_a_scan_of_the_whole_text_finds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Over 4 KiB a detector runs only on the lines around its anchors; that must change how
+    # long the scan takes, never what it finds. The reference scans every text whole.
+    rng = random.Random(39)
+    texts = []
+    while len(texts) < 300:
+        text = "".join(_piece(rng) for _ in range(rng.randrange(5, 40)))
+        if len(text) > 4096:
+            texts.append(text)
+    windowed = [_detectors.detect(t) for t in texts]
+    monkeypatch.setattr(_detectors, "_WINDOW_MIN_TEXT", 1 << 62)
+    whole = [_detectors.detect(t) for t in texts]
+    differ = [i for i, (w, r) in enumerate(zip(windowed, whole, strict=True)) if w != r]
+    first = texts[differ[0]] if differ else ""
+    assert differ == [], f"{len(differ)} of {len(texts)} differ, the first: {first!r:.400}"
+    assert sum(n for _t, n in whole) > 300  # the texts hold secrets to find
 
 
 def test_every_token_of_one_format_in_long_text_is_redacted() -> None:

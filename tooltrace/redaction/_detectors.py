@@ -109,7 +109,12 @@ def _check_basic(m: re.Match[str], value: str) -> bool:
 # Where a prefixed token may start: not inside a run of letters and digits, but right after
 # "_" or "-" (file names glue words so: backup_ghp_..., notes-AKIA...), which \b would refuse.
 _GLUE = r"(?<![A-Za-z0-9])"
-_HDR = r"(?P<hdr>(?i:authorization|proxy-authorization)[\"']?\s*[:=]\s*[\"']?)?"
+# The optional header name before "Bearer"/"Basic": a pattern starting with it is tried at every
+# position of the text, so each starts with a lookahead for the first letters it may begin with,
+# which the regex engine uses to skip ahead. It took the Bearer pattern's scan of a 1.5 MB line
+# from 158 ms to 27 ms on a 1.5 MB line of random words (2026-12-06,
+# docs/internals/performance-history.md).
+_HDR = r"(?P<hdr>(?ai:authorization|proxy-authorization)[\"']?\s*[:=]\s*[\"']?)?"
 _AWS_PREFIXES = ("AKIA", "ASIA", "ABIA", "ACCA", "AGPA", "AIDA", "AIPA", "ANPA", "ANVA", "AROA")
 
 _PEM = (
@@ -137,7 +142,7 @@ _DETECTORS: tuple[_Detector, ...] = (
     _Detector(
         "aws_secret_key",
         (
-            r"(?i:aws)[A-Za-z0-9_\-]{0,20}(?i:secret|key)[A-Za-z0-9_\-]{0,20}[\"']?\s*[:=]+\s*"
+            r"(?ai:aws)[A-Za-z0-9_\-]{0,20}(?ai:secret|key)[A-Za-z0-9_\-]{0,20}[\"']?\s*[:=]+\s*"
             r"[\"']?(?P<s>[A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])"
         ),
         lc=("aws",),
@@ -149,7 +154,7 @@ _DETECTORS: tuple[_Detector, ...] = (
     _Detector(
         "azure_key",
         (
-            r"(?i:AccountKey|SharedAccessKey|SharedAccessSignature|[?&;]sig)="
+            r"(?ai:AccountKey|SharedAccessKey|SharedAccessSignature|[?&;]sig)="
             r"(?P<s>[A-Za-z0-9%/+]{20,}(?:={1,2}|%3[Dd]){0,2})"
         ),
         lc=("accountkey=", "sharedaccess", "sig="),
@@ -203,10 +208,10 @@ _DETECTORS: tuple[_Detector, ...] = (
         "twilio_key",
         (
             _GLUE + r"(?:SK|AC)[0-9a-f]{32}(?![A-Za-z0-9])"
-            r"|(?i:twilio)[A-Za-z_]*[\"']?\s*[:=]\s*[\"']?"
+            r"|(?ai:twilio)[A-Za-z_]*[\"']?\s*[:=]\s*[\"']?"
             r"(?P<s>[0-9a-f]{32})\b"
         ),
-        cs=("SK",),
+        cs=("SK", "AC"),
         lc=("twilio",),
     ),
     _Detector(
@@ -229,14 +234,14 @@ _DETECTORS: tuple[_Detector, ...] = (
     ),
     _Detector(
         "authorization",
-        _HDR + r"(?i:bearer|token)\s+(?P<s>[A-Za-z0-9_\-.~+/]{8,}=*)",
-        lc=("bearer", "token "),
+        r"(?=[APBTapbt])" + _HDR + r"(?ai:bearer|token)\s+(?P<s>[A-Za-z0-9_\-.~+/]{8,}=*)",
+        lc=("bearer", "token"),
         check=_check_bearer,
         rank=1,
     ),
     _Detector(
         "authorization",
-        _HDR + r"(?i:basic)\s+(?P<s>[A-Za-z0-9+/]{8,}={0,2})",
+        r"(?=[APBapb])" + _HDR + r"(?ai:basic)\s+(?P<s>[A-Za-z0-9+/]{8,}={0,2})",
         lc=("basic",),
         check=_check_basic,
         rank=1,
@@ -245,8 +250,8 @@ _DETECTORS: tuple[_Detector, ...] = (
         # Any other scheme (Digest, AWS4-HMAC-SHA256, Negotiate ...): the whole header value.
         "authorization",
         (
-            r"(?im:^[ \t\"']*(?:proxy-)?authorization[ \t]*:[ \t]*"
-            r"(?!(?:bearer|basic|token)\s)(?P<s>[^\s][^\r\n]*))"
+            r"(?im:^[ \t\"']*(?ai:(?:proxy-)?authorization)[ \t]*:[ \t]*"
+            r"(?!(?ai:bearer|basic|token)\s)(?P<s>[^\s][^\r\n]*))"
         ),
         lc=("authorization",),
         check=_check_header_value,
@@ -254,7 +259,7 @@ _DETECTORS: tuple[_Detector, ...] = (
     ),
     _Detector(
         "cookie",
-        r"(?im:^[ \t\"']*(?:set-)?cookie[ \t]*:[ \t]*(?P<s>[^\r\n]+))",
+        r"(?im:^[ \t\"']*(?ai:(?:set-)?cookie)[ \t]*:[ \t]*(?P<s>[^\r\n]+))",
         lc=("cookie",),
         check=_check_header_value,
         rank=1,
@@ -262,7 +267,7 @@ _DETECTORS: tuple[_Detector, ...] = (
     _Detector(
         "cookie",
         (
-            r"(?i:(?:set-)?cookie)[\"']?[ \t]*[:=][ \t]*[\"']"
+            r"(?ai:(?:set-)?cookie)[\"']?[ \t]*[:=][ \t]*[\"']"
             r"(?P<s>[^\"'\r\n\s,;)+][^\"'\r\n]*=[^\"'\r\n]*)[\"']"
         ),
         lc=("cookie",),
@@ -291,15 +296,41 @@ ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstu
 
 
 # In long text a detector's regex runs only on the lines around its anchors (a scan of the
-# whole text costs a few ms per detector; the anchors are found with str.find). A window is the
-# anchor's line with the line before and the line after it, blank lines skipped (a name and its
-# value may sit on two lines: "aws_secret_access_key:\n  <key>", "Authorization:\n  Bearer
-# <token>", as the patterns' \s allows), cut to _WINDOW_REACH characters either side: every
-# format's secret lies within a few hundred characters of its anchor. The multi-line PEM block
-# is always scanned whole.
+# whole text costs a few ms per detector; the anchors are found with str.find). The windows find
+# exactly what a scan of the whole text finds:
+# - every match holds one of its detector's anchors (the patterns' case-insensitive words are
+#   ASCII-only, as the anchors' lower-casing is);
+# - a match runs over more than one line only through whitespace, a run of ":" or "=" and a
+#   quote, between a name and its value ("aws_secret_access_key:\n  <key>", "Authorization:\n
+#   Bearer <token>", "TWILIO_TOKEN\n=\n<token>"). So a window is the anchor's line with the
+#   nearest line before it and after it that holds anything else, and the filler lines between;
+# - windows are whole lines, merged where they overlap: no match crosses a window's edge.
+# The multi-line PEM block is always scanned whole.
 _WINDOW_MIN_TEXT = 4096
-_WINDOW_REACH = 8192
-_NON_SPACE = re.compile(r"\S")
+_CONTENT = re.compile(r"[^\s:=\"']")
+
+
+def _content_before(text: str, start: int) -> int:
+    """The start of the nearest line before the line at ``start`` that holds more than filler."""
+    while start > 0:
+        line = text.rfind("\n", 0, start - 1) + 1
+        if _CONTENT.search(text, line, start - 1) is not None:
+            return line
+        start = line
+    return 0
+
+
+def _content_after(text: str, end: int) -> tuple[int, int]:
+    """Where the nearest line after the line ending at ``end`` that holds more than filler
+    starts and ends (the end of the text when there is none)."""
+    n = len(text)
+    while end < n:
+        line_end = text.find("\n", end + 1)
+        line_end = n if line_end < 0 else line_end
+        if _CONTENT.search(text, end + 1, line_end) is not None:
+            return end + 1, line_end
+        end = line_end
+    return n, n
 
 
 def _anchor_windows(text: str, low: str, det: _Detector) -> list[tuple[int, int]]:
@@ -312,30 +343,20 @@ def _anchor_windows(text: str, low: str, det: _Detector) -> list[tuple[int, int]
                 i = source.find(a, i + 1)
     hits.sort()
     windows: list[tuple[int, int]] = []
-    n = len(text)
+    last_line = 0  # where the last window's last line starts
     for i in hits:
-        floor = max(i - _WINDOW_REACH, 0)
-        ceiling = min(i + _WINDOW_REACH, n)
-        # The start of the line before the anchor's, blank lines skipped.
-        start = max(text.rfind("\n", floor, i) + 1, floor)
-        while start > floor:
-            line = max(text.rfind("\n", floor, start - 1) + 1, floor)
-            blank = _NON_SPACE.search(text, line, start) is None
-            start = line
-            if not blank:
-                break
-        # The end of the line after the anchor's, blank lines skipped.
-        end = text.find("\n", i, ceiling)
-        end = ceiling if end < 0 else end
-        while end < ceiling:
-            line_end = text.find("\n", end + 1, ceiling)
-            line_end = ceiling if line_end < 0 else line_end
-            blank = _NON_SPACE.search(text, end, line_end) is None
-            end = line_end
-            if not blank:
-                break
+        if windows and i < windows[-1][1]:
+            # Inside the last window: only an anchor on its last line takes it further.
+            if i >= last_line:
+                last_line, end = _content_after(text, windows[-1][1])
+                windows[-1] = (windows[-1][0], end)
+            continue
+        line = text.rfind("\n", 0, i) + 1
+        start = _content_before(text, line)
+        line_end = text.find("\n", i)
+        last_line, end = _content_after(text, len(text) if line_end < 0 else line_end)
         if windows and start <= windows[-1][1]:
-            windows[-1] = (windows[-1][0], max(windows[-1][1], end))
+            windows[-1] = (windows[-1][0], end)
         else:
             windows.append((start, end))
     return windows
