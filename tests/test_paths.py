@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -715,3 +716,17 @@ def test_resolved_path_is_frozen() -> None:
     rp = ResolvedPath("a", "/x/a", False)
     with pytest.raises(AttributeError):
         rp.relative = "b"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EDQUOT, errno.ESTALE, errno.EOPNOTSUPP])
+def test_an_open_error_that_is_no_swap_is_reported_as_itself(code: int) -> None:
+    # Only ELOOP and ENOTDIR mean a path changed while it was opened. A quota, a stale NFS
+    # handle or a FUSE file system's own error (errno above ELOOP) is reported as it is.
+    # No file system here gives those, so the classifier gets each errno directly.
+    rp = ResolvedPath("notes/a.txt", "/srv/ws/notes/a.txt", False)
+    err = Workspace._open_error(OSError(code, os.strerror(code)), rp)
+    assert (err.reason, str(err)) == (
+        "invalid", f"'notes/a.txt' cannot be opened ({os.strerror(code)})"
+    )
+    loop = Workspace._open_error(OSError(errno.ELOOP, os.strerror(errno.ELOOP)), rp)
+    assert loop.reason == "symlink_race"
