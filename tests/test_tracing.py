@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, TraceIdRat
 from support.otlp import OtlpGrpcReceiver, OtlpHttpReceiver, ReceivedSpan, closed_port
 from support.telemetry import make_record
 
-from tooltrace.model import Artifact, Stage, Status
+from tooltrace.model import Artifact, ProgressMark, Stage, Status
 from tooltrace.telemetry import Sink, SpanOpener
 from tooltrace.telemetry.tracing import (
     CAPTURE_CONTENT_ENV,
@@ -696,3 +696,36 @@ def test_default_sinks_add_tracing_only_when_otlp_is_configured(
     for s in sinks:
         s.shutdown(0.5)
         s.shutdown(0.5)  # a second shutdown is harmless
+
+
+def test_text_that_is_not_unicode_loses_no_span_of_its_batch(
+    receiver: OtlpHttpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A lone surrogate (a model's or an MCP server's JSON escape, a file name os.fsdecode could
+    # not decode) anywhere in a span made the OTLP encoder refuse its whole batch.
+    monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true")
+    sink = TracingSink(endpoint=receiver.endpoint, protocol=receiver.protocol)  # type: ignore[attr-defined]
+    mark = ProgressMark(seq=0, at_us=int(time.time() * 1e6), done=1, total=2,
+                        message="reading caf\udce9.txt")
+    records = [
+        make_record("before"),
+        make_record("up\ud83d", Status.FAILED, error_type="Err\udfff",
+                    attributes={"mcp.client\ud800": "name \ud83d", "list": ["a\udc80", "b"]},
+                    description="d\ud83d", args={"path": "\ud83d.txt"}, progress=(mark,)),
+        make_record("after"),
+    ]
+    for r in records:
+        sink.emit(r)
+    assert sink.flush(10.0)
+    spans = _by_name(receiver.wait_for(3))
+    sink.shutdown(5.0)
+    assert sorted(spans) == ["execute_tool after", "execute_tool before", "execute_tool up\ufffd"]
+    odd = spans["execute_tool up\ufffd"]
+    assert odd.attributes["gen_ai.tool.name"] == "up\ufffd"
+    assert odd.attributes["mcp.client\ufffd"] == "name \ufffd"
+    assert odd.attributes["gen_ai.tool.description"] == "d\ufffd"
+    assert odd.attributes["list"] == ["a\ufffd", "b"]
+    assert odd.attributes["gen_ai.tool.call.arguments"] == '{"path": "\\ud83d.txt"}'
+    assert odd.status_message == "Err\ufffd"
+    (progress,) = [e for e in odd.events if e.name == "tooltrace.progress"]
+    assert progress.attributes["tooltrace.progress.message"] == "reading caf\ufffd.txt"

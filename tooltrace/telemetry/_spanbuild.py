@@ -6,11 +6,14 @@ conventions: name ``execute_tool {tool}``, the ``gen_ai.*`` attributes, tooltrac
 ``tooltrace.*`` (``tooltrace.sandbox`` for a command: the sandbox its execute step records),
 status ERROR for failed and unknown calls, one event per pipeline step and one
 ``tooltrace.progress`` event per progress mark the record keeps (bounded); arguments and result
-(already redacted) only with content capture on. Every string is bounded.
+(already redacted) only with content capture on. Every string is bounded, and valid Unicode:
+the OTLP encoder refuses a whole batch of spans for one lone surrogate in any of them.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -55,8 +58,33 @@ def _json(value: Any, limit: int) -> str:
     try:
         text = orjson.dumps(value, default=str, option=orjson.OPT_SORT_KEYS).decode()
     except Exception:
-        text = f"<{type(value).__name__}>"
+        try:  # text orjson refuses (a lone surrogate): json writes it as an escape
+            text = json.dumps(value, default=str, sort_keys=True)
+        except Exception:
+            text = f"<{type(value).__name__}>"
     return _bounded(text, limit)
+
+
+_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _unicode(text: str) -> str:
+    """``text`` with U+FFFD for each lone surrogate (a JSON escape a model or an MCP server sent,
+    a file name ``os.fsdecode`` could not decode), which UTF-8 cannot carry."""
+    return text if text.isascii() else _LONE_SURROGATE.sub("\ufffd", text)
+
+
+def _valid(attrs: dict[str, Any]) -> dict[str, Any]:
+    """``attrs`` with every key and text value (in a list too) made valid Unicode."""
+    for key, value in list(attrs.items()):
+        if isinstance(value, str):
+            if not value.isascii():
+                attrs[key] = _unicode(value)
+        elif isinstance(value, (list, tuple)):
+            attrs[key] = [_unicode(v) if isinstance(v, str) else v for v in value]
+        if not key.isascii() and (fixed := _unicode(key)) != key:
+            attrs[fixed] = attrs.pop(key)
+    return attrs
 
 
 def _version() -> str:
@@ -109,9 +137,10 @@ class SpanBuilder:
             else SpanContext(tid, int(rec.parent_span_id, 16), False, SAMPLED)
         )
         tool = rec.tool if len(rec.tool) <= _MAX_KEY_CHARS else _bounded(rec.tool, _MAX_KEY_CHARS)
+        tool = _unicode(tool)
         attrs = _attributes(rec, tool, limit)
         if rec.status in ERROR_STATUSES:
-            status = OtelStatus(StatusCode.ERROR, rec.error_type or str(rec.status))
+            status = OtelStatus(StatusCode.ERROR, _unicode(rec.error_type or str(rec.status)))
         else:
             status = _UNSET_STATUS
         if self.capture_content:
@@ -122,7 +151,7 @@ class SpanBuilder:
             context=ctx,
             parent=parent,
             resource=self.resource,
-            attributes=attrs,
+            attributes=_valid(attrs),
             events=self._events(rec, limit),
             kind=SpanKind.INTERNAL,
             status=status,
@@ -152,7 +181,7 @@ class SpanBuilder:
             }
             if content and st.detail:
                 ev["tooltrace.detail"] = _json(st.detail, min(limit, _MAX_DETAIL_CHARS))
-            events.append(event_cls(st.step, ev, st.started_at_us * 1000))
+            events.append(event_cls(st.step, _valid(ev), st.started_at_us * 1000))
         for m in rec.progress:  # bounded by the registry (tooltrace.runtime.MAX_MARKS)
             pev: dict[str, Any] = {"tooltrace.progress.done": m.done,
                                    "tooltrace.progress.seq": m.seq}
@@ -160,7 +189,7 @@ class SpanBuilder:
                 pev["tooltrace.progress.total"] = m.total
             if m.message:
                 pev["tooltrace.progress.message"] = _bounded(m.message, limit)
-            events.append(event_cls("tooltrace.progress", pev, m.at_us * 1000))
+            events.append(event_cls("tooltrace.progress", _valid(pev), m.at_us * 1000))
         return events
 
 
