@@ -92,6 +92,9 @@ TARGETS: dict[str, Target] = {
         "tests/test_redaction.py", "tests/test_redaction_detectors.py")),
     "chain": Target("tooltrace/audit/_format.py", (
         "tests/test_known_answers.py", "tests/test_audit_verify.py")),
+    "jsonsafe": Target("tooltrace/_jsonsafe.py", (
+        "tests/test_known_answers.py", "tests/gauntlet/test_bad_input.py",
+        "tests/test_logging.py", "tests/test_tracing.py")),
     "segmentcheck": Target("tooltrace/audit/_segmentcheck.py", (
         "tests/test_fail_closed.py", "tests/test_audit_verify.py",
         "tests/test_audit_verify_rules.py", "tests/test_audit_signing.py")),
@@ -568,9 +571,9 @@ EQUIVALENT.update({
        for x in ("windows[not 1][1]", "windows[- 0][1]", "windows[-1][ 0]")},
 })
 
-# The line encoder's fallback: a depth that grows by one from 0 and stops at its bound.
-EQUIVALENT.update({("chain:_writable", f"if depth {c} _MAX_DEPTH:"): "depth starts at 0, grows by"
-                   " one a level and is not passed on once it reaches _MAX_DEPTH (a small int,"
+# The encoders' fallback: a depth that grows by one from 0 and stops at its bound.
+EQUIVALENT.update({("jsonsafe:writable", f"if depth {c} MAX_DEPTH:"): "depth starts at 0, grows"
+                   " by one a level and is not passed on once it reaches MAX_DEPTH (a small int,"
                    " cached): == and is agree with >=" for c in ("==", "is")})
 
 # Landlock: bits joined by + or ^, ruleset fields past the ABI that are zero, arguments its

@@ -105,6 +105,39 @@ def test_console_format_and_level_from_the_environment(monkeypatch: pytest.Monke
         json.loads(line)
 
 
+def _utf8_stream(binary: bool) -> io.BytesIO | io.TextIOWrapper:
+    # A text stream that encodes as a file or a terminal does (StringIO takes any str).
+    return io.BytesIO() if binary else io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+
+
+def _written(buf: io.BytesIO | io.TextIOWrapper) -> list[str]:
+    if isinstance(buf, io.TextIOWrapper):
+        buf.flush()
+        buf = buf.buffer  # type: ignore[assignment]
+    return buf.getvalue().decode("utf-8").splitlines()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("fmt", ["json", "console"])
+@pytest.mark.parametrize("binary", [False, True])
+def test_text_that_is_not_unicode_costs_no_line(fmt: str, binary: bool) -> None:
+    # A lone surrogate (a file name os.fsdecode could not decode, a JSON escape) in a record:
+    # the JSON encoder refused the line, a console line failed the write of its whole batch.
+    buf = _utf8_stream(binary)
+    sink = LoggingSink(buf, fmt=fmt)
+    sink.emit(make_record("read_text"))
+    sink.emit(make_record("caf\udce9", Status.FAILED, error_type="OSError"))
+    sink.emit(make_record("stat"))
+    sink.shutdown(5.0)
+    lines = _written(buf)
+    assert sink.export_failures == 0
+    assert len(lines) == 3
+    assert "tool=stat" in lines[2] if fmt == "console" else json.loads(lines[2])["tool"] == "stat"
+    if fmt == "json":
+        assert json.loads(lines[1])["tool"] == "caf\ufffd"
+    else:  # the console renderer quotes a value with a space as its repr, not a word
+        assert "summary='caf\\udce9 failed'" in lines[1] and "tool=caf\ufffd " in lines[1]
+
+
 def test_records_without_a_line_at_the_level_are_not_queued() -> None:
     """Under ``error`` an ok call has no line to write, so the sink does not queue it (no work
     on its worker either); a failed call is written, and under ``warning`` a call whose steps

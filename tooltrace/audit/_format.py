@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ import msgspec
 import orjson
 
 from .._files import create_whole
+from .._jsonsafe import writable
 from .._settings import TOOLTRACE_AUDIT_KEY, audit_key
 from ..model import CallRecord, Step
 from ..sinks import ApprovalRecord, LateStep
@@ -83,48 +83,17 @@ def _default(obj: Any) -> Any:
 
 
 _OPTS = orjson.OPT_NON_STR_KEYS
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-# The nesting a line keeps: deeper containers are written as "[nested too deep]" (orjson refuses
-# more than 255 levels).
-_MAX_DEPTH = 128
-
-
-def _text(obj: Any) -> str:
-    try:
-        text = obj if isinstance(obj, str) else str(obj)
-    except Exception:
-        text = f"<{type(obj).__name__}>"
-    return _LONE_SURROGATE.sub("\ufffd", text)
-
-
-def _writable(obj: Any, depth: int = 0) -> Any:
-    """``obj`` as values orjson always writes: text that is not valid Unicode gets U+FFFD in
-    place of each lone surrogate, a key orjson refuses and a value it does not know become their
-    text, an integer past 64 bits its digits, and a container nested deeper than
-    ``_MAX_DEPTH`` levels the text ``"[nested too deep]"``."""
-    if obj is None or isinstance(obj, (bool, float)):
-        return obj
-    if isinstance(obj, int):
-        return obj if -(2**63) <= obj < 2**64 else str(obj)
-    if isinstance(obj, (Mapping, list, tuple, set, frozenset)):
-        if depth >= _MAX_DEPTH:
-            return "[nested too deep]"
-        if isinstance(obj, Mapping):
-            return {_text(k): _writable(v, depth + 1) for k, v in obj.items()}
-        if isinstance(obj, (set, frozenset)):
-            return sorted(_text(v) for v in obj)
-        return [_writable(v, depth + 1) for v in obj]
-    return _text(obj)
 
 
 def dumps(obj: Any) -> bytes:
     """Serialise one line body (no hash, no newline). A value orjson refuses (text that is not
     valid Unicode, nesting past its limit, an integer past 64 bits, a key it does not take) is
-    written as ``_writable`` makes it, so a record is never lost for what it holds."""
+    written as ``tooltrace._jsonsafe.writable`` makes it, so a record is never lost for what it
+    holds."""
     try:
         return orjson.dumps(obj, default=_default, option=_OPTS)
     except TypeError:  # orjson.JSONEncodeError
-        return orjson.dumps(_writable(obj), option=_OPTS)
+        return orjson.dumps(writable(obj), option=_OPTS)
 
 
 def genesis_hash(writer: str) -> str:

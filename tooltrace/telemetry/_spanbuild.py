@@ -13,7 +13,6 @@ the OTLP encoder refuses a whole batch of spans for one lone surrogate in any of
 from __future__ import annotations
 
 import json
-import re
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -21,6 +20,7 @@ from opentelemetry.trace import SpanContext, SpanKind
 from opentelemetry.trace.status import Status as OtelStatus
 from opentelemetry.trace.status import StatusCode
 
+from .._jsonsafe import valid_text
 from ..model import Status, StepName
 from ..runtime import sandbox_label
 from ._propagation import SAMPLED
@@ -65,24 +65,16 @@ def _json(value: Any, limit: int) -> str:
     return _bounded(text, limit)
 
 
-_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
-
-
-def _unicode(text: str) -> str:
-    """``text`` with U+FFFD for each lone surrogate (a JSON escape a model or an MCP server sent,
-    a file name ``os.fsdecode`` could not decode), which UTF-8 cannot carry."""
-    return text if text.isascii() else _LONE_SURROGATE.sub("\ufffd", text)
-
-
 def _valid(attrs: dict[str, Any]) -> dict[str, Any]:
-    """``attrs`` with every key and text value (in a list too) made valid Unicode."""
+    """``attrs`` with every key and text value (in a list too) made valid Unicode (U+FFFD for a
+    lone surrogate: the OTLP encoder refuses a whole batch for one)."""
     for key, value in list(attrs.items()):
         if isinstance(value, str):
             if not value.isascii():
-                attrs[key] = _unicode(value)
+                attrs[key] = valid_text(value)
         elif isinstance(value, (list, tuple)):
-            attrs[key] = [_unicode(v) if isinstance(v, str) else v for v in value]
-        if not key.isascii() and (fixed := _unicode(key)) != key:
+            attrs[key] = [valid_text(v) if isinstance(v, str) else v for v in value]
+        if not key.isascii() and (fixed := valid_text(key)) != key:
             attrs[fixed] = attrs.pop(key)
     return attrs
 
@@ -137,10 +129,10 @@ class SpanBuilder:
             else SpanContext(tid, int(rec.parent_span_id, 16), False, SAMPLED)
         )
         tool = rec.tool if len(rec.tool) <= _MAX_KEY_CHARS else _bounded(rec.tool, _MAX_KEY_CHARS)
-        tool = _unicode(tool)
+        tool = valid_text(tool)
         attrs = _attributes(rec, tool, limit)
         if rec.status in ERROR_STATUSES:
-            status = OtelStatus(StatusCode.ERROR, _unicode(rec.error_type or str(rec.status)))
+            status = OtelStatus(StatusCode.ERROR, valid_text(rec.error_type or str(rec.status)))
         else:
             status = _UNSET_STATUS
         if self.capture_content:

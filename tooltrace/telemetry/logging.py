@@ -24,6 +24,7 @@ from typing import IO, Any, Final
 import orjson
 import structlog
 
+from .._jsonsafe import valid_text, writable
 from .._settings import TOOLTRACE_LOG_FORMAT, TOOLTRACE_LOG_LEVEL, log_format, log_level
 from ..model import CallRecord, Status
 from ._worker import BatchWorker
@@ -91,6 +92,10 @@ class _LineBuffer:
         self.lines: list[Any] = []
 
     def msg(self, line: Any) -> None:
+        # A console line holds the values as they are: a lone surrogate, which no stream can
+        # encode, would fail the write of the whole batch.
+        if type(line) is str and not line.isascii():
+            line = valid_text(line)
         self.lines.append(line)
 
     debug = info = warning = warn = error = critical = exception = msg
@@ -161,16 +166,19 @@ class LoggingSink:
         renderer: Any
         if self.format == "json":
             if self._binary:
-                renderer = structlog.processors.JSONRenderer(serializer=orjson.dumps, default=str)
+                renderer = structlog.processors.JSONRenderer(serializer=_dumps)
             else:
                 renderer = structlog.processors.JSONRenderer(serializer=_dumps_str)
         else:
             renderer = structlog.dev.ConsoleRenderer(colors=False, pad_event_to=0)
+        processors: list[Any] = [structlog.processors.add_log_level, renderer]
+        if self._binary and self.format != "json":
+            processors.append(_console_bytes)
         # bind() turns the lazy proxy into the bound logger itself: each line then skips the
         # proxy's __getattr__.
         self._log = structlog.wrap_logger(
             self._buffer,
-            processors=[structlog.processors.add_log_level, renderer],
+            processors=processors,
             wrapper_class=structlog.make_filtering_bound_logger(self.level),
         ).bind()
         #: Lines that could not be written (stream closed or failing), counted, never raised.
@@ -315,5 +323,17 @@ class LoggingSink:
         log.info("tool_late_step", **fields)
 
 
+def _dumps(obj: Any, **_: Any) -> bytes:
+    try:
+        return orjson.dumps(obj, default=str)
+    except TypeError:  # orjson.JSONEncodeError: a lone surrogate, an integer past 64 bits ...
+        return orjson.dumps(writable(obj))
+
+
+def _console_bytes(_logger: Any, _method: str, line: str) -> bytes:
+    """A console line for a binary stream."""
+    return valid_text(line).encode()
+
+
 def _dumps_str(obj: Any, **_: Any) -> str:
-    return orjson.dumps(obj, default=str).decode()
+    return _dumps(obj).decode()
