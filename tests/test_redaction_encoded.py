@@ -9,6 +9,8 @@ import enum
 import functools
 import hashlib
 import json
+import subprocess
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
@@ -380,6 +382,26 @@ def test_a_registered_private_key_converted_to_its_other_pem_format_is_redacted(
     out = r.redact_text(other)  # the BEGIN and END lines stay, each line of the body goes
     assert out.splitlines()[0] == other.splitlines()[0]
     assert [ln for ln in lines if len(ln) >= 16 and ln in out] == []
+
+
+@pytest.mark.parametrize("printed", [_PKCS8, _TRADITIONAL], ids=["pkcs8", "traditional"])
+def test_a_registered_key_printed_by_base64_at_76_columns_is_redacted_line_by_line(
+    printed: serialization.PrivateFormat, tmp_path: Path
+) -> None:
+    """``base64 key.der`` (coreutils) wraps at 76 columns, not PEM's 64: each of its lines is a
+    piece of the key a log may show alone."""
+    key = _private_key("rsa")
+    pem = key.private_bytes(serialization.Encoding.PEM, _PKCS8, _NO_ENCRYPTION).decode()
+    (tmp_path / "key.der").write_bytes(key.private_bytes(_DER, printed, _NO_ENCRYPTION))
+    shown = subprocess.run(["base64", str(tmp_path / "key.der")], capture_output=True,
+                           text=True, check=True).stdout
+    lines = shown.splitlines()
+    assert len(lines[0]) == 76
+    r = Redactor(detectors=False, extra_values=[pem])
+    out = r.redact_text(shown)
+    assert [ln for ln in lines if len(ln) >= 16 and ln in out] == []
+    for ln in lines[:-1]:  # each alone too
+        assert _redacted(r, ln)
 
 
 def _encrypted_pem() -> str:

@@ -110,6 +110,16 @@ def _pem_lines(lines: Iterable[str]) -> set[str]:
     return {ln for ln in lines if len(ln) >= _MIN_KEY_BYTES}
 
 
+# The widths a base64 body is wrapped at: PEM's 64, and MIME's 76 (``base64`` and
+# ``openssl base64 -e`` print a DER file so).
+_WRAP_WIDTHS = (64, 76)
+
+
+def _wrapped_lines(body: str) -> set[str]:
+    """The lines of a base64 body wrapped at each of ``_WRAP_WIDTHS``."""
+    return _pem_lines(body[i : i + w] for w in _WRAP_WIDTHS for i in range(0, len(body), w))
+
+
 def _other_pem_formats(pem: str) -> list[bytes]:
     """The DER of the private key in ``pem`` as PKCS#8 and as its algorithm's own format
     (PKCS#1, SEC 1): what a conversion prints (``openssl pkey -traditional``). Empty when
@@ -136,9 +146,10 @@ def _encoded_forms(value: str) -> set[str]:
     """Every form a registered secret is matched in: as given and without surrounding
     whitespace (a key read from a file ends in a newline that its uses drop), each raw and
     URL-, JSON-, base64- or hex-encoded; a hex or base64 key's bytes in the other forms too;
-    a PEM block's body as one line and line by line, and the key bytes inside it (an Ed25519
-    seed, an EC scalar) in hex and base64; a PEM private key also as its other PEM format
-    (PKCS#8 or PKCS#1 / SEC 1) writes it, its body and lines, and that DER in hex."""
+    a PEM block's body as one line and line by line (as given, and wrapped at 64 and 76
+    characters), and the key bytes inside it (an Ed25519 seed, an EC scalar) in hex and base64;
+    a PEM private key also as its other PEM format (PKCS#8 or PKCS#1 / SEC 1) writes it, its
+    body's lines at both widths, and that DER in hex."""
     stripped = value.strip()
     forms = _text_forms(value) | _text_forms(stripped)
     derived: set[str] = set()
@@ -148,9 +159,9 @@ def _encoded_forms(value: str) -> set[str]:
         derived |= _pem_lines(lines)
         stripped = "".join(lines)
         derived.add(stripped)
+        derived |= _wrapped_lines(stripped)
         for der in _other_pem_formats(pem.group()):
-            body = base64.b64encode(der).decode("ascii")
-            derived |= _pem_lines(body[i : i + 64] for i in range(0, len(body), 64))
+            derived |= _wrapped_lines(base64.b64encode(der).decode("ascii"))
             derived |= _byte_forms(der)
     raw = _key_bytes(stripped)
     if raw is not None:
