@@ -523,52 +523,9 @@ EQUIVALENT.update({
         " third piece is split once more or not",
     ("detectors", "return bool(words) and _PROSE_WORD.fullmatch(words[ -1]) is None"):
         "this branch has one word at most (none stops at bool(words)): words[-1] is words[0]",
-    # The window's start: from the line break before the anchor's line instead of just after
-    # it (rfind's -1 stays under floor). The break is blank, so the loop's next step finds the
-    # same line start the original's first step does: the window is the same.
-    **{("detectors", f'start = max(text.rfind("\\n", floor, i) {op}, floor)'): (
-        "start begins at the line break before the anchor's line (not after it): the break is"
-        " blank and its line start is the one the original's first step finds, so the loop ends"
-        " at the same start (-1 still gives floor)")
-       for op in ("+ 0", "* 1", "// 1", "** 1", "| 1")},
-    ("detectors", "while start != floor:"):
-        "start is a max with floor, as is every line the loop steps to: it never falls below"
-        " floor, so != is >",
-    ("detectors", "while start is not floor:"):
-        "start never falls below floor; where the two are equal but distinct int objects, one"
-        " more step takes line = max(-1 + 1, floor), floor itself, and ends at the same start",
-    **{("detectors", f'line = max(text.rfind("\\n", floor, start - 1) {op}, floor)'): (
-        "the line's start becomes the break before it: a break is blank, so the blank test and"
-        " the next step come out the same, and a window starting on a break finds the matches"
-        " one starting after it does (no pattern starts with a line break)")
-       for op in ("+ 0", "* 1", "// 1", "** 1", "| 1")},
-    ("detectors", 'line = max(text.rfind("\\n", floor, start - 2) + 1, floor)'):
-        "the search skips start - 2 only when it is a break, i.e. the line before is empty; it"
-        " then finds the start the original reaches one step later (the empty line is blank)",
-    **{("detectors", f"end = ceiling if end {c} else end"): (
-        "find from the anchor's index returns that index at least, and no anchor is a line"
-        " break: end is -1 or above 0, never 0")
-       for c in ("<= 0", "< 1")},
-    **{("detectors", f"line_end = ceiling if line_end {c} else line_end"): (
-        "find from end + 1 returns -1 or an index above 0, never 0")
-       for c in ("<= 0", "< 1")},
-    ("detectors", "while end != ceiling:"):
-        "end is never above ceiling (a find bounded by it, or ceiling itself): != is <",
-    ("detectors", "while end is not ceiling:"):
-        "end is never above ceiling; where the two are equal but distinct int objects, one more"
-        " step finds no break before ceiling and ends at ceiling itself",
-    ("detectors", 'line_end = text.find("\\n", end + 2, ceiling)'):
-        "the search skips end + 1 only when it is a break, i.e. the next line is empty; it then"
-        " finds the end the original reaches one step later (the empty line is blank)",
     ("detectors", 'if small or det.kind is "private_key":'):
         "both are the same string constant of this module (the compiler interns identifier-like"
         " literals), so is agrees with == for the one kind that equals it",
-    # Hits are sorted and a window's end never decreases with its hit's index, so the merged
-    # end max(<any earlier window's start or end>, end) is end whichever is compared.
-    **{("detectors", f"windows[-1] = (windows[-1][0], max({x}, end))"): (
-        "a later hit's window never ends before an earlier one's (its line and its ceiling are"
-        " no earlier), so the max is end whichever earlier bound it is taken with")
-       for x in ("windows[not 1][1]", "windows[- 0][1]", "windows[-1][ 0]")},
 })
 
 # The encoders' fallback: a depth that grows by one from 0 and stops at its bound.
