@@ -46,6 +46,7 @@ import queue
 import random
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -1150,7 +1151,26 @@ def _test(works: queue.Queue[Path], t: Target, m: Any, tests: tuple[str, ...]) -
             res = attrs.evolve(res, diff=res.diff.replace(f"/{work}/", "/"))
         return res
     finally:
+        _reap(work)
         works.put(work)
+
+
+def _reap(work: Path) -> int:
+    """Kill every process still running from the scratch copy ``work`` (its path in the command
+    line); how many. A helper that a mutant made loop, started in a session of its own (the
+    Landlock helper), outlives the test command that cosmic-ray's timeout stops."""
+    mark = os.fsencode(work) + b"/"
+    killed = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if mark in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed += 1
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return killed
 
 
 def _unrun(work: Path, m: Any) -> Any:

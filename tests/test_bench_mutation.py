@@ -122,3 +122,21 @@ def test_lines_changed_since_a_commit_are_the_lines_it_added_or_changed(tmp_path
         assert mutation._lines_changed("HEAD", "m.py", worktree=False) == set()
     finally:
         mutation.ROOT = old_root
+
+
+def test_what_a_mutant_left_running_from_its_scratch_copy_is_killed(tmp_path: Path) -> None:
+    # A looping helper in a session of its own outlives the test command's timeout.
+    work = tmp_path / "scratch"
+    (work / "tooltrace").mkdir(parents=True)
+    helper = work / "tooltrace" / "helper.py"
+    helper.write_text("import time\nwhile True:\n    time.sleep(1)\n")
+    left = subprocess.Popen([sys.executable, str(helper)], start_new_session=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                              str(tmp_path / "scratch2" / "x")])
+    try:
+        assert mutation._reap(work) == 1
+        assert left.wait(10) == -9
+        assert other.poll() is None  # another copy's path that only starts alike is kept
+    finally:
+        other.kill()
+        other.wait()
