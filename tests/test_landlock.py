@@ -349,22 +349,29 @@ def test_a_parent_that_stopped_listening_still_learns_the_exit_code(ws: Path) ->
 
 # -- a kernel without Landlock -----------------------------------------------------------------
 
-# A seccomp filter that answers ENOSYS to Landlock's three system calls (444-446 on x86_64 and
-# aarch64), as a kernel built without Landlock does; then the rest of the script runs under it.
-_NO_LANDLOCK = """
+def _filtered(code: str) -> str:
+    """A script that installs the seccomp filter ``code`` (a list of BPF instructions) on
+    itself; the rest of the script (and what it executes) runs under it."""
+    return f"""
 import ctypes, struct, sys
 libc = ctypes.CDLL(None, use_errno=True)
-code = [(0x20, 0, 0, 0),                  # A = the system call's number
-        (0x35, 0, 2, 444),                # A >= 444, else allow
-        (0x25, 1, 0, 446),                # A > 446: allow
-        (0x06, 0, 0, 0x00050000 | 38),    # SECCOMP_RET_ERRNO | ENOSYS
-        (0x06, 0, 0, 0x7FFF0000)]         # SECCOMP_RET_ALLOW
+code = {code}
 filt = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *c) for c in code))
 prog = struct.pack("HxxxxxxQ", len(code), ctypes.addressof(filt))
 ul = ctypes.c_ulong
 assert libc.prctl(38, ul(1), ul(0), ul(0), ul(0)) == 0, ctypes.get_errno()
 assert libc.prctl(22, ul(2), ctypes.c_char_p(prog), ul(0), ul(0)) == 0, ctypes.get_errno()
 """
+
+
+# A filter that answers ENOSYS to Landlock's three system calls (444-446 on x86_64 and
+# aarch64), as a kernel built without Landlock does.
+_NO_LANDLOCK = _filtered("""[
+        (0x20, 0, 0, 0),                  # A = the system call's number
+        (0x35, 0, 2, 444),                # A >= 444, else allow
+        (0x25, 1, 0, 446),                # A > 446: allow
+        (0x06, 0, 0, 0x00050000 | 38),    # SECCOMP_RET_ERRNO | ENOSYS
+        (0x06, 0, 0, 0x7FFF0000)]         # SECCOMP_RET_ALLOW""")
 
 
 # A 32-bit personality: uname() names a machine (i686, armv8l) whose numbers the binding does
@@ -397,3 +404,58 @@ def test_on_a_kernel_without_landlock_the_helper_runs_nothing(ws: Path) -> None:
         capture_output=True, text=True, timeout=60, check=False)
     assert (probe.returncode, probe.stdout) == (126, f"landlock:{ENOSYS}"), probe
     assert not (ws / "ran").exists()
+
+
+# -- an older kernel, and other systems --------------------------------------------------------
+
+
+def _refusing(nr: int, arg: int, most: int) -> str:
+    """A filter answering EINVAL to system call ``nr`` when its argument ``arg`` (low 32 bits)
+    is above ``most``, as a kernel that does not know a flag does."""
+    return _filtered(f"""[
+        (0x20, 0, 0, 0),                  # A = the system call's number
+        (0x15, 0, 3, {nr}),               # A == nr, else allow
+        (0x20, 0, 0, {16 + 8 * arg}),     # A = the argument's low 32 bits
+        (0x25, 0, 1, {most}),             # A > most: refuse, else allow
+        (0x06, 0, 0, 0x00050000 | 22),    # SECCOMP_RET_ERRNO | EINVAL
+        (0x06, 0, 0, 0x7FFF0000)]         # SECCOMP_RET_ALLOW""")
+
+
+def test_the_abi_is_asked_with_the_version_flag_an_older_kernel_knows() -> None:
+    # landlock_create_ruleset(NULL, 0, flags): before Linux 6.15 only VERSION (1) is known;
+    # ERRATA (2) answers a bitmask of fixed issues, which is not the ABI.
+    if os.uname().machine not in ("x86_64", "aarch64"):
+        missing("the filter names the system call by its x86_64 and aarch64 number: this"
+                " machine is neither")
+    _abi()
+    abi = ll.abi_version()  # the kernel's, which may be newer than the binding knows
+    assert abi >= 1 and ll.abi_version() == abi  # the second from the library loaded once
+    probe = subprocess.run(
+        [sys.executable, "-c", _refusing(444, 2, 1) + "from tooltrace.runtime import _landlock"
+         " as ll\nprint(ll.abi_version(), ll.abi_version())\n"],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert (probe.returncode, probe.stdout) == (0, f"{abi} {abi}\n"), probe
+
+
+def test_the_helper_restricts_itself_with_no_flag_an_older_kernel_refuses(ws: Path) -> None:
+    # landlock_restrict_self(ruleset, flags): flags came with ABI 7 (audit logging); a kernel
+    # before it refuses any.
+    if os.uname().machine not in ("x86_64", "aarch64"):
+        missing("the filter names the system call by its x86_64 and aarch64 number: this"
+                " machine is neither")
+    helper = [sys.executable, *HELPER, *_everything(ws), "--status-fd", "1", "--",
+              "touch", str(ws / "ran")]
+    probe = subprocess.run(
+        [sys.executable, "-c", f"{_refusing(446, 1, 0)}import os\n"
+         f"os.execv({helper[0]!r}, {helper!r})\n"],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert (probe.returncode, probe.stdout) == (0, ""), probe
+    assert (ws / "ran").exists()
+
+
+@pytest.mark.parametrize("platform", ["darwin", "win32", "freebsd14", "cygwin"])
+def test_no_landlock_is_offered_off_linux(platform: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only the platform's name tells this apart here: it is set, the kernel stays Linux.
+    _abi()
+    monkeypatch.setattr(sys, "platform", platform)
+    assert ll.abi_version() == 0
