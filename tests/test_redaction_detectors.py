@@ -570,12 +570,20 @@ def test_a_twilio_account_id_is_redacted_wherever_it_stands() -> None:
         assert _redact(text) == text.replace(account, marker("twilio_key"))
 
 
-@pytest.mark.parametrize("space", ["\t", "\n", "\x0c", "\xa0"])
-def test_token_then_any_space_then_a_machine_made_value_is_a_credential(space: str) -> None:
-    # "token" is the anchor, whatever space follows it ("token " was, before).
+@pytest.mark.parametrize("space", [" ", "\t", " \t "])
+def test_token_then_blanks_or_tabs_then_a_machine_made_value_is_a_credential(space: str) -> None:
     value = "gh" + _rand(ALNUM, 30)
     for text in (f"Authorization: token{space}{value}", f"token{space}{value} ok"):
         assert _redact(text) == text.replace(value, marker("authorization"))
+    # A tab once counted only when "token " stood elsewhere in the text.
+    assert _redact(f"token\t{value}") == f"token\t{marker('authorization')}"
+
+
+@pytest.mark.parametrize("space", ["\n", "\x0c", "\xa0"])
+def test_token_is_a_scheme_only_before_a_blank_or_a_tab(space: str) -> None:
+    value = "gh" + _rand(ALNUM, 30)
+    for text in (f"token{space}{value} ok", f"token {value}\ntoken{space}{value}"):
+        assert _redact(text).count(marker("authorization")) == text.count("token ")
 
 
 @pytest.mark.parametrize("lookalike", ["aw\u017f", "\u0430ws"])
@@ -594,6 +602,7 @@ def test_a_name_spelled_with_lookalike_letters_is_not_an_aws_name(lookalike: str
 _PIECES = (
     "aws_secret_access_key", "AWS_KEY", "twilio_token", "Authorization", "Proxy-Authorization",
     "Cookie", "Set-Cookie", "AccountKey=", "token", "Token", "Bearer", "basic", "sig=", "SK", "AC",
+    "token ", "TOKEN\t", "tokens",
     " ", "=", ":", " = ", "\n", "\n\n", "\n=\n", "\n:\n", "\t", "\x0c", "\xa0", "'", '"', "\r\n",
     "\u017f", "\u212a", "\u0130", "\u0131", "sid=Zx81kLmQ9", "abcdefghij", "dXNlcjpwYXNz",
     "postgres://app:Pw-9x8y7z6w5v@db/app", "eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.",
@@ -608,9 +617,14 @@ def _piece(rng: random.Random) -> str:
         return "".join(rng.choice(ALNUM + "/+") for _ in range(rng.choice((32, 40, 41))))
     if roll < 0.75:
         return rng.choice(("SK", "AC", "")) + "".join(rng.choice(HEX) for _ in range(32))
-    if roll < 0.85:
+    if roll < 0.82:
         prefix = rng.choice(("ya29.", "ghp_", "xoxb-", "sk-ant-api03-", "glpat-", "hf_"))
         return prefix + "".join(rng.choice(ALNUM) for _ in range(rng.choice((36, 9000, 17000))))
+    if roll < 0.85:  # tokens glued into one another, some past their longest
+        return rng.choice("-_.").join(
+            rng.choice(("ghp_", "glpat-", "sk-", "xoxb-", "SK", "AKIA", "eyJ", "twilio="))
+            + "".join(rng.choice(ALNUM) for _ in range(rng.choice((16, 32, 40, 250, 300))))
+            for _ in range(rng.randrange(2, 6)))
     if roll < 0.95:
         return rng.choice(("x ", "word ", "line\n", " \n", "\n\t\n")) * rng.randrange(1, 6000)
     return "".join(rng.choice(string.printable) for _ in range(rng.randrange(1, 200)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,8 @@ class _Detector:
     runs only when one of its anchors is in the text (``cs``: case-sensitive literals) or in
     its lower-cased copy (``lc``). ``check`` vetoes a match that is well-formed but benign.
     ``rank`` orders overlapping finds: the most specific format names the marker.
+    ``at_anchor``: every match starts with one of the anchors, so in long text the pattern is
+    tried at each anchor alone instead of scanning the lines around it.
     """
 
     kind: str
@@ -49,6 +51,7 @@ class _Detector:
     lc: tuple[str, ...] = ()
     check: Callable[[re.Match[str], str], bool] | None = None
     rank: int = 2
+    at_anchor: bool = False
 
 
 def _check_random(_m: re.Match[str], value: str) -> bool:
@@ -133,11 +136,13 @@ _DETECTORS: tuple[_Detector, ...] = (
         "jwt",
         _GLUE + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
         cs=("eyJ",),
+        at_anchor=True,
     ),
     _Detector(
         "aws_access_key",
         _GLUE + r"(?:" + "|".join(_AWS_PREFIXES) + r"|APKA)[A-Z0-9]{16}(?![A-Za-z0-9])",
         cs=(*_AWS_PREFIXES, "APKA"),
+        at_anchor=True,
     ),
     _Detector(
         "aws_secret_key",
@@ -147,10 +152,18 @@ _DETECTORS: tuple[_Detector, ...] = (
         ),
         lc=("aws",),
         check=_check_random,
+        at_anchor=True,
     ),
-    _Detector("gcp_api_key", _GLUE + r"AIza[0-9A-Za-z_\-]{35,40}(?![0-9A-Za-z_\-])", ("AIza",)),
-    _Detector("gcp_oauth_token", _GLUE + r"ya29\.[0-9A-Za-z_\-]{20,}", ("ya29.",)),
-    _Detector("gcp_client_secret", _GLUE + r"GOCSPX-[0-9A-Za-z_\-]{20,}", ("GOCSPX-",)),
+    _Detector(
+        "gcp_api_key",
+        _GLUE + r"AIza[0-9A-Za-z_\-]{35,40}(?![0-9A-Za-z_\-])",
+        ("AIza",),
+        at_anchor=True,
+    ),
+    _Detector("gcp_oauth_token", _GLUE + r"ya29\.[0-9A-Za-z_\-]{20,}", ("ya29.",), at_anchor=True),
+    _Detector(
+        "gcp_client_secret", _GLUE + r"GOCSPX-[0-9A-Za-z_\-]{20,}", ("GOCSPX-",), at_anchor=True
+    ),
     _Detector(
         "azure_key",
         (
@@ -176,33 +189,40 @@ _DETECTORS: tuple[_Detector, ...] = (
             r"(?![A-Za-z0-9])"
         ),
         cs=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+        at_anchor=True,
     ),
     _Detector(
         "gitlab_token",
         _GLUE + r"gl(?:pat|dt|rt|cbt|ptt|ft|imt|oas|soat)-[A-Za-z0-9_\-]{20,}",
         cs=("glpat-", "gldt-", "glrt-", "glcbt-", "glptt-", "glft-", "glimt-", "gloas-", "glsoat-"),
+        at_anchor=True,
     ),
     _Detector(
         "slack_token",
         _GLUE + r"(?:xox[abposre]-[A-Za-z0-9\-]{10,}|xapp-\d-[A-Za-z0-9\-]{10,})",
         cs=("xox", "xapp-"),
+        at_anchor=True,
     ),
     _Detector(
         "slack_webhook",
         r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<s>[A-Za-z0-9/_\-]{8,})",
         cs=("hooks.slack.com",),
+        at_anchor=True,
     ),
     _Detector(
         "stripe_key",
         _GLUE + r"(?:(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}|whsec_[A-Za-z0-9]{24,})",
         cs=("_live_", "_test_", "whsec_"),
     ),
-    _Detector("anthropic_key", _GLUE + r"sk-ant-[A-Za-z0-9_\-]{20,}", ("sk-ant-",), rank=3),
+    _Detector(
+        "anthropic_key", _GLUE + r"sk-ant-[A-Za-z0-9_\-]{20,}", ("sk-ant-",), rank=3, at_anchor=True
+    ),
     _Detector(
         "openai_key",
         _GLUE + r"sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,}",
         cs=("sk-",),
         check=_check_random,
+        at_anchor=True,
     ),
     _Detector(
         "twilio_key",
@@ -213,15 +233,21 @@ _DETECTORS: tuple[_Detector, ...] = (
         ),
         cs=("SK", "AC"),
         lc=("twilio",),
+        at_anchor=True,
     ),
     _Detector(
         "sendgrid_key",
         _GLUE + r"SG\.[A-Za-z0-9_\-]{16,32}\.[A-Za-z0-9_\-]{16,64}",
         cs=("SG.",),
+        at_anchor=True,
     ),
-    _Detector("npm_token", _GLUE + r"npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])", ("npm_",)),
-    _Detector("pypi_token", _GLUE + r"pypi-[A-Za-z0-9_\-]{50,}", ("pypi-",)),
-    _Detector("huggingface_token", _GLUE + r"hf_[A-Za-z0-9]{30,}(?![A-Za-z0-9])", ("hf_",)),
+    _Detector(
+        "npm_token", _GLUE + r"npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])", ("npm_",), at_anchor=True
+    ),
+    _Detector("pypi_token", _GLUE + r"pypi-[A-Za-z0-9_\-]{50,}", ("pypi-",), at_anchor=True),
+    _Detector(
+        "huggingface_token", _GLUE + r"hf_[A-Za-z0-9]{30,}(?![A-Za-z0-9])", ("hf_",), at_anchor=True
+    ),
     _Detector(
         "url_password",
         (
@@ -234,8 +260,13 @@ _DETECTORS: tuple[_Detector, ...] = (
     ),
     _Detector(
         "authorization",
-        r"(?=[APBTapbt])" + _HDR + r"(?ai:bearer|token)\s+(?P<s>[A-Za-z0-9_\-.~+/]{8,}=*)",
-        lc=("bearer", "token"),
+        # "token" only before a blank or a tab (the HTTP scheme's own spacing): "tokens" and
+        # "token": in JSON, common in a model's usage figures, do not make the pattern run.
+        (
+            r"(?=[APBTapbt])" + _HDR + r"(?:(?ai:bearer)\s+|(?ai:token)[ \t]+)"
+            r"(?P<s>[A-Za-z0-9_\-.~+/]{8,}=*)"
+        ),
+        lc=("bearer", "token ", "token\t"),
         check=_check_bearer,
         rank=1,
     ),
@@ -295,9 +326,10 @@ LC_ANCHORS = re.compile(
 ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
-# In long text a detector's regex runs only on the lines around its anchors (a scan of the
-# whole text costs a few ms per detector; the anchors are found with str.find). The windows find
-# exactly what a scan of the whole text finds:
+# In long text a detector's regex runs only where its anchors are (a scan of the whole text
+# costs 15-75 ms per detector and MB; the anchors are found with str.find). A pattern whose
+# every match starts with an anchor is tried at each anchor alone; the others run on the lines
+# around their anchors. Both find exactly what a scan of the whole text finds. The windows:
 # - every match holds one of its detector's anchors (the patterns' case-insensitive words are
 #   ASCII-only, as the anchors' lower-casing is);
 # - a match runs over more than one line only through whitespace, a run of ":" or "=" and a
@@ -333,7 +365,8 @@ def _content_after(text: str, end: int) -> tuple[int, int]:
     return n, n
 
 
-def _anchor_windows(text: str, low: str, det: _Detector) -> list[tuple[int, int]]:
+def _hits(text: str, low: str, det: _Detector) -> list[int]:
+    """Where ``det``'s anchors occur, in order."""
     hits: list[int] = []
     for source, anchors in ((text, det.cs), (low, det.lc)):
         for a in anchors:
@@ -342,6 +375,26 @@ def _anchor_windows(text: str, low: str, det: _Detector) -> list[tuple[int, int]
                 hits.append(i)
                 i = source.find(a, i + 1)
     hits.sort()
+    return hits
+
+
+def _at_anchors(text: str, hits: list[int], regex: re.Pattern[str]) -> Iterator[re.Match[str]]:
+    """The matches a scan of the whole text finds, for a pattern whose every match starts with
+    an anchor: tried at each anchor, skipping those inside the last match (as a scan does)."""
+    end = 0
+    for i in hits:
+        if i >= end and (m := regex.match(text, i)) is not None:
+            end = m.end()
+            yield m
+
+
+def _in_windows(text: str, hits: list[int], regex: re.Pattern[str]) -> Iterator[re.Match[str]]:
+    """The matches in the windows around ``hits``."""
+    for w_start, w_end in _anchor_windows(text, hits):
+        yield from regex.finditer(text, w_start, w_end)
+
+
+def _anchor_windows(text: str, hits: list[int]) -> list[tuple[int, int]]:
     windows: list[tuple[int, int]] = []
     last_line = 0  # where the last window's last line starts
     for i in hits:
@@ -370,19 +423,21 @@ def detect(text: str) -> tuple[str, int]:
     for det, regex in _compiled():
         if not (any(a in text for a in det.cs) or any(a in low for a in det.lc)):
             continue
+        matches: Iterator[re.Match[str]]
         if small or det.kind == "private_key":
-            spans: list[tuple[int, int]] = [(0, len(text))]
+            matches = regex.finditer(text)
+        elif det.at_anchor:
+            matches = _at_anchors(text, _hits(text, low, det), regex)
         else:
-            spans = _anchor_windows(text, low, det)
-        for w_start, w_end in spans:
-            for m in regex.finditer(text, w_start, w_end):
-                if m.groupdict().get("s") is not None:
-                    start, end = m.span("s")
-                else:
-                    start, end = m.span()
-                if det.check is not None and not det.check(m, text[start:end]):
-                    continue
-                found.append((start, end, det.rank, det.kind))
+            matches = _in_windows(text, _hits(text, low, det), regex)
+        for m in matches:
+            if m.groupdict().get("s") is not None:
+                start, end = m.span("s")
+            else:
+                start, end = m.span()
+            if det.check is not None and not det.check(m, text[start:end]):
+                continue
+            found.append((start, end, det.rank, det.kind))
     if KEYWORDS.search(low) is not None:
         find_assignments(text, low, found)
     if not found:
