@@ -30,6 +30,9 @@ SHARED = {
     "tooltrace._inflight": "calls in flight",
     # Files created whole (a key, an approval) and directory entries synced: one mechanism.
     "tooltrace._files": "files written whole",
+    # Values every JSON writer takes (a lone surrogate, a huge integer): the audit trail's, the
+    # logs' and the spans' encoders share one fallback.
+    "tooltrace._jsonsafe": "JSON-safe values",
 }
 
 
@@ -133,8 +136,10 @@ def test_the_checker_sees_what_it_must_refuse() -> None:
 #: unit of its own layer or a lower one, never a higher one: module-level, type-only and
 #: function-local imports alike. ``tooltrace`` is the facade (``tooltrace/__init__.py``).
 LAYERS: dict[str, int] = {
-    # Foundation: errors, settings, ids, lazy names, whole-file writes, calls in flight.
+    # Foundation: errors, settings, ids, lazy names, whole-file writes, calls in flight, JSON-safe
+    # values.
     "exceptions": 0, "_settings": 0, "_ids": 0, "_lazy": 0, "_files": 0, "_inflight": 0,
+    "_jsonsafe": 0,
     # Records and redaction know each other: an artifact is a record, a validation error is
     # redacted before it is cut.
     "model": 1, "redaction": 1,
