@@ -596,6 +596,32 @@ def test_a_name_spelled_with_lookalike_letters_is_not_an_aws_name(lookalike: str
         assert marker("aws_secret_key") not in _redact(text)
 
 
+def test_an_anchor_starting_the_last_line_of_a_window_takes_the_window_on() -> None:
+    # A "Bearer" opens a window that ends with the next one's line; that one's value is on the
+    # line after it: at the text's start, then after windows of its own further on.
+    v = ["Zx81kLmQ9aa11bb22c" + c for c in "0123"]
+    filler = "ordinary output line with words, numbers 12345 and a path notes/a.txt\n" * 100
+    for sep in ("\n", "\n=\n", "\n\n  \n"):
+        text = (f"Bearer{sep}Bearer\n{v[0]}\n{filler}Bearer {v[1]}\n{filler}"
+                f"Bearer{sep}Bearer\n{v[2]}\n{filler}")
+        assert _redact(text) == _replaced(text, v)
+
+
+def test_windows_that_touch_are_merged_and_every_one_is_scanned() -> None:
+    # Each "Bearer" line's window reaches the line after it; the third's reaches back to the
+    # second line, so the two windows merge, after a first window far above.
+    v = ["Zx81kLmQ9aa11bb22c" + c for c in "0123"]
+    filler = "ordinary output line with words, numbers 12345 and a path notes/a.txt\n" * 100
+    text = f"{filler}Bearer {v[0]}\n{filler}Bearer {v[1]}\nword\nBearer {v[2]}\nBearer\n{v[3]}\n"
+    assert _redact(text) == _replaced(text, v)
+
+
+def _replaced(text: str, values: list[str]) -> str:
+    for value in values:
+        text = text.replace(value, marker("authorization"))
+    return text
+
+
 # The pieces long text is made of in the comparison below: names, separators, values, tokens,
 # lookalike letters, blanks and filler, so that names and values fall on lines apart, tokens run
 # past any fixed reach, and anchors stand far from one another.
