@@ -911,6 +911,157 @@ EQUIVALENT.update({
                               " self._decide_key_info(key)"): _TYPE_IS,
 })
 
+# The detectors after the windows were made exact (full run on 5e306b7): how long text is
+# searched, windows that only grow, windows scanned apart.
+EQUIVALENT.update({
+    # How long text is searched: at each anchor, on the lines around the anchors, or whole.
+    # Each finds exactly what a scan of the whole text finds (the windows: every match holds an
+    # anchor and spans lines only over filler lines; tests/test_redaction_detectors.py::
+    # test_long_text_finds_exactly_what_a_scan_of_the_whole_text_finds compares them), so which
+    # one a text or a detector takes changes the time, never the finds.
+    **{("detectors", line): (
+        "at_anchor only chooses how long text is searched (at each anchor, or on the lines around"
+        " them); both find what a scan of the whole text finds")
+       for line in (
+        "at_anchor=False,",
+        '_Detector("gcp_oauth_token", _GLUE + r"ya29\\.[0-9A-Za-z_\\-]{20,}", ("ya29.",),'
+        " at_anchor=False),",
+        '"gcp_client_secret", _GLUE + r"GOCSPX-[0-9A-Za-z_\\-]{20,}", ("GOCSPX-",),'
+        " at_anchor=False",
+        '"anthropic_key", _GLUE + r"sk-ant-[A-Za-z0-9_\\-]{20,}", ("sk-ant-",), rank=3,'
+        " at_anchor=False",
+        '"npm_token", _GLUE + r"npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])", ("npm_",), at_anchor=False',
+        '_Detector("pypi_token", _GLUE + r"pypi-[A-Za-z0-9_\\-]{50,}", ("pypi-",),'
+        " at_anchor=False),",
+        '"huggingface_token", _GLUE + r"hf_[A-Za-z0-9]{30,}(?![A-Za-z0-9])", ("hf_",),'
+        " at_anchor=False",
+    )},
+    **{("detectors", line): (
+        "changes which texts (or detectors) are scanned whole and which only where their anchors"
+        " are: both find what a scan of the whole text finds")
+       for line in (
+        "_WINDOW_MIN_TEXT = 4097",
+        "_WINDOW_MIN_TEXT = 4095",
+        *(f"small = len(text) {c} _WINDOW_MIN_TEXT"
+          for c in ("==", "!=", "<", ">", ">=", "is", "is not")),
+        'if not small or det.kind == "private_key":',
+        'if small or det.kind <= "private_key":',
+        'if small or det.kind >= "private_key":',
+    )},
+})
+
+# The windows of long text (tooltrace/redaction/_detectors.py, _content_before, _content_after,
+# _anchor_windows). A window of whole lines that starts earlier or ends later finds the same: no
+# pattern's match starts or ends with a line break, and a match spans lines only over filler.
+_EARLIER = ("the window starts on the same line or earlier (a line start, the line break before"
+            " it, or the text's start): a window that only grows finds the same")
+_LATER = ("the window ends with the same line or a later one (or the text's end): a window that"
+          " only grows finds the same")
+_SAME_LINE = ("the search's bound moves onto the line break, which is whitespace: the line's"
+              " verdict is the same")
+_LAST_LINE = ("the last line's start is taken as earlier: more anchors inside the window take it"
+              " on, a window that only grows")
+EQUIVALENT.update({
+    **{("detectors:_content_before", line): _EARLIER for line in (
+        *(f'line = text.rfind("\\n", 0, start - 1) {op}'
+          for op in ("* 1", "// 1", "** 1", "+ 0", "| 1", "% 1")),
+        'line = text.rfind("\\n", 0, start % 1) + 1',
+        'line = text.rfind("\\n", 0, start >> 1) + 1',
+        'line = text.rfind("\\n", 1, start - 1) + 1',
+        'line = text.rfind("\\n", -1, start - 1) + 1',
+        *(f"if _CONTENT.search(text, line, {e}) is not None:"
+          for e in ("start & 1", "start % 1", "start >> 1", "start - 2")),
+        "while start > 1:",
+        "while start < 0:",
+        "return -1",
+    )},
+    **{("detectors:_content_before", f"if _CONTENT.search(text, line, {e}) is not None:"):
+       _SAME_LINE for e in ("start // 1", "start * 1", "start ** 1", "start - 0")},
+    ("detectors:_content_before", "while start != 0:"):
+        "start is a line start, never negative: != 0 is > 0",
+    **{("detectors:_anchor_windows", line): _EARLIER for line in (
+        *(f'line = text.rfind("\\n", 0, i) {op}'
+          for op in ("- 1", "* 1", "// 1", "% 1", "** 1", ">> 1", "| 1", "& 1", "^ 1", "+ 0")),
+        'line = text.rfind("\\n", 1, i) + 1',
+        'line = text.rfind("\\n", -1, i) + 1',
+    )},
+    ("detectors:_anchor_windows", 'line = text.rfind("\\n", 0, i) + 2'):
+        "the line before the anchor's is then found from the anchor's line's second character:"
+        " the first step sees the anchor's line start as an empty stretch and steps to the same"
+        " line the original finds",
+    **{("detectors:_content_after", line): _LATER for line in (
+        "while end > n:",
+        "while end is n:",
+        'line_end = text.find("\\n", end << 1)',
+        'line_end = text.find("\\n", end + 2)',
+        "line_end = n if not line_end < 0 else line_end",
+        "line_end = n if line_end > 0 else line_end",
+        "line_end = n if line_end >= 0 else line_end",
+        "line_end = n if line_end != 0 else line_end",
+        "if _CONTENT.search(text, end << 1, line_end) is not None:",
+        "if _CONTENT.search(text, end + 2, line_end) is not None:",
+    )},
+    ("detectors:_content_after", "while end != n:"): "end never passes n: != is <",
+    ("detectors:_content_after", "while end is not n:"):
+        "end never passes n; where the two are equal but distinct int objects, one more step"
+        " finds no line break and no content and returns (n, n) as the original does",
+    **{("detectors:_content_after", f"line_end = n if line_end {c} else line_end"): (
+        "find from end + 1 returns -1 or an index above 0, never 0") for c in ("<= 0", "< 1")},
+    **{("detectors:_content_after", f"if _CONTENT.search(text, {e}, line_end) is not None:"):
+       _SAME_LINE for e in ("end * 1", "end // 1", "end ** 1", "end + 0", "end | 1")},
+    **{("detectors:_content_after", f"return end {op}, line_end"): _LAST_LINE
+       for op in ("- 1", "* 1", "/ 1", "// 1", "% 1", "** 1", ">> 1", "& 1", "| 1", "^ 1",
+                  "+ 0")},
+    ("detectors:_anchor_windows",
+     "last_line, end = _content_after(text, len(text) if line_end != 0 else line_end)"): _LATER,
+    **{("detectors:_anchor_windows",
+        f"last_line, end = _content_after(text, len(text) if line_end {c} else line_end)"): (
+        "find from the anchor returns -1 or an index above 0 (no anchor is a line break), never"
+        " 0") for c in ("<= 0", "< 1")},
+    ("detectors:_at_anchors", "end = -1"):
+        "hits are never negative: before the first match i >= -1 is i >= 0",
+    **{("detectors:_anchor_windows", f"last_line = {v}  # where the last window's last line"
+        " starts"): "read only once a window exists, and the first window sets it"
+       for v in ("1", "-1")},
+    # A hit inside the last window taken as a new one: its window, merged into the last, ends
+    # no earlier than the last one does (a later line's window never ends before an earlier
+    # line's), so the window is the same; the skip only saves work.
+    **{("detectors:_anchor_windows", line): (
+        "a hit inside the last window then gets a window of its own, merged into the last one;"
+        " a later line's window never ends before an earlier line's, so the window is the same")
+       for line in (
+        "if windows and i == windows[-1][1]:",
+        "if windows and i <= windows[-1][1]:",
+        "if windows and i is windows[-1][1]:",
+        "if windows and i < windows[not 1][1]:",
+        "if windows and i < windows[- 0][1]:",
+        "if windows and i < windows[-1][ 0]:",
+    )},
+    **{("detectors:_anchor_windows", line): (
+        "the window then starts where the first window starts: it only grows") for line in (
+        "windows[-1] = (windows[- 0][0], end)",
+        "windows[-1] = (windows[not 1][0], end)",
+    )},
+})
+
+# Which windows are merged. Scanning two overlapping windows apart finds what their union finds:
+# a match reaches into the lines they share only over filler between a name and its value, and
+# then lies whole in its own anchor's window, which is scanned too; either finds the same value.
+_APART = ("overlapping windows are then scanned apart instead of merged: a match reaching into"
+          " the lines they share lies whole in its own anchor's window, which is scanned too")
+EQUIVALENT.update({
+    **{("detectors:_anchor_windows", f"if windows and start {c} windows[-1][1]:"): _APART
+       for c in ("==", ">", ">=", "is", "is not")},
+    **{("detectors:_anchor_windows", f"if windows and start <= {w}:"): _APART
+       for w in ("windows[not 1][1]", "windows[- 0][1]", "windows[-1][ 0]")},
+    ("detectors:_anchor_windows", "if windows and start != windows[-1][1]:"):
+        "disjoint windows are merged as well: the window spans the whole lines between, it only"
+        " grows",
+    ("detectors:_anchor_windows", "if windows and start < windows[-1][1]:"):
+        "a window's start is a line holding content and the last window ends on a line break:"
+        " the two are never equal, so < is <=",
+})
+
 _COPIED = ("tooltrace", "tests", "bench", "docs", "dashboards", "queries", "pyproject.toml",
            "setup.py", "mkdocs.yml", "README.md", "CHANGELOG.md")
 
