@@ -11,6 +11,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.components import missing
@@ -85,15 +86,18 @@ def _abi() -> int:
 
 def _helper(flags: list[str], argv: list[str], *, status: bool = True,
             env: dict[str, str] | None = None, stdin: str = "", cwd: Path | None = None,
-            new_session: bool = False, python: tuple[str, ...] = ()) -> Ran:
-    """Run the helper with ``flags`` (a status pipe added unless ``status`` is False), then
-    ``argv`` after ``--``."""
+            new_session: bool = False, python: tuple[str, ...] = (),
+            status_on_stdin: bool = False) -> Ran:
+    """Run the helper with ``flags`` (a status pipe added unless ``status`` is False; given as
+    its standard input, fd 0, when ``status_on_stdin``), then ``argv`` after ``--``."""
     r, w = os.pipe()
     try:
-        fd_flags = ["--status-fd", str(w)] if status else []
+        fd_flags = ["--status-fd", "0" if status_on_stdin else str(w)] if status else []
+        given: dict[str, Any] = {"stdin": w} if status_on_stdin else {"input": stdin,
+                                                                      "pass_fds": (w,)}
         p = subprocess.run([sys.executable, *python, *HELPER, *flags, *fd_flags, "--", *argv],
-                           pass_fds=(w,), input=stdin, capture_output=True, text=True, env=env,
-                           cwd=cwd, start_new_session=new_session, timeout=60, check=False)
+                           **given, capture_output=True, text=True, env=env, cwd=cwd,
+                           start_new_session=new_session, timeout=60, check=False)
         os.close(w)
         w = -1
         report = os.read(r, 256)
@@ -318,20 +322,8 @@ def test_without_a_status_descriptor_the_command_keeps_its_standard_streams(ws: 
 def test_the_status_descriptor_may_be_standard_input(ws: Path) -> None:
     for argv, code, report, out in ((["no-such-program-here"], 127, f"exec:{ENOENT}", ""),
                                     ([*_HOLDS, "0"], 0, "", "closed\n")):
-        r, w = os.pipe()
-        try:
-            p = subprocess.run(
-                [sys.executable, *HELPER, *_everything(ws),
-                 "--status-fd", "0", "--", *argv],
-                stdin=w, capture_output=True, text=True, timeout=60, check=False)
-            os.close(w)
-            w = -1
-            got = os.read(r, 256)
-        finally:
-            os.close(r)
-            if w >= 0:
-                os.close(w)
-        assert (p.returncode, got.decode(), p.stdout) == (code, report, out), p
+        ran = _helper(_everything(ws), argv, status_on_stdin=True)
+        assert (ran.code, ran.status.decode(), ran.stdout) == (code, report, out), ran
 
 
 def test_a_parent_that_stopped_listening_still_learns_the_exit_code(ws: Path) -> None:
