@@ -12,7 +12,6 @@ the OTLP encoder refuses a whole batch of spans for one lone surrogate in any of
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -20,7 +19,7 @@ from opentelemetry.trace import SpanContext, SpanKind
 from opentelemetry.trace.status import Status as OtelStatus
 from opentelemetry.trace.status import StatusCode
 
-from .._jsonsafe import valid_text
+from .._jsonsafe import valid_text, writable
 from ..model import Status, StepName
 from ..runtime import sandbox_label
 from ._propagation import SAMPLED
@@ -57,11 +56,8 @@ def _bounded(value: str, limit: int) -> str:
 def _json(value: Any, limit: int) -> str:
     try:
         text = orjson.dumps(value, default=str, option=orjson.OPT_SORT_KEYS).decode()
-    except Exception:
-        try:  # text orjson refuses (a lone surrogate): json writes it as an escape
-            text = json.dumps(value, default=str, sort_keys=True)
-        except Exception:
-            text = f"<{type(value).__name__}>"
+    except Exception:  # what orjson refuses (a lone surrogate ...): the encoders' fallback
+        text = orjson.dumps(writable(value), option=orjson.OPT_SORT_KEYS).decode()
     return _bounded(text, limit)
 
 
